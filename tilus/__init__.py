@@ -1,0 +1,1 @@
+"""tilus: a tile-level GPU kernel language embedded in Python."""

@@ -1,0 +1,1 @@
+"""tilus.backends.cuda."""

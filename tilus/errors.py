@@ -1,0 +1,71 @@
+"""Error types of tilus, and the source locations they point at."""
+
+from __future__ import annotations
+
+import linecache
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLoc:
+    """A position in the user's source: file, 1-based line, 0-based column, function name."""
+
+    file: str
+    line: int
+    col: int = 0
+    func: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col + 1}"
+
+    def snippet(self) -> str:
+        """The source line with a caret under the column (empty if the file is unreadable)."""
+        text = linecache.getline(self.file, self.line).rstrip("\n")
+        if not text:
+            return ""
+        return f"    {text}\n    {' ' * self.col}^"
+
+
+class TilusError(Exception):
+    """Base class of every error tilus raises on purpose."""
+
+
+class TilusProgramError(TilusError):
+    """An error in the user's kernel program, pointing at the offending source line."""
+
+    def __init__(self, msg: str, loc: SourceLoc | None = None, notes: list[str] | None = None):
+        self.msg = msg
+        self.loc = loc
+        self.notes = list(notes or [])
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        parts = []
+        if self.loc is not None:
+            where = f"{self.loc}"
+            if self.loc.func:
+                where += f" (in {self.loc.func})"
+            parts.append(f"{where}: {self.msg}")
+            snippet = self.loc.snippet()
+            if snippet:
+                parts.append(snippet)
+        else:
+            parts.append(self.msg)
+        parts.extend(self.notes)
+        return "\n".join(parts)
+
+
+class TilusCompileError(TilusProgramError):
+    """The program is well formed but cannot be compiled for the target (limits, layouts...)."""
+
+
+class TilusRuntimeError(TilusProgramError):
+    """A failure while running a kernel: bad arguments, a deadlock, a race, a protocol error."""
+
+
+class TilusArgumentError(TilusError):
+    """A kernel was called with arguments that do not match its parameters."""
+
+
+class TilusBackendError(TilusError):
+    """The compiler toolchain or the CUDA driver failed (NVRTC log or driver error attached)."""

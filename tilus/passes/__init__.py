@@ -1,0 +1,1 @@
+"""tilus.passes."""
