@@ -167,7 +167,9 @@ def compile_cuda(
             log and the offending source lines.
     """
     if not arch.startswith("sm_"):
-        raise TilusBackendError(f"compile_cuda needs a real architecture like 'sm_90a', got {arch!r}")
+        raise TilusBackendError(
+            f"compile_cuda needs a real architecture like 'sm_90a', got {arch!r}"
+        )
     opts = (f"--gpu-architecture={arch}", *_BASE_OPTIONS, *options)
     start = time.perf_counter()
     cubin, log = _run_nvrtc(source, name, opts, "cubin")
