@@ -1,0 +1,137 @@
+"""mbarrier family: init, arrive (plain, counted, expect-tx), parity waits, and the proxy fences."""
+
+from __future__ import annotations
+
+from tilus.backends.cuda.ptx.registry import check_operands, register
+
+FAMILY = "mbarrier"
+
+# Every function takes the barrier as a 32-bit shared-window address (see tl_smem_addr).
+
+# PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.init
+INIT = register(
+    FAMILY,
+    "tl_mbar_init",
+    f"""
+__device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {{
+  asm volatile("{check_operands("mbarrier.init.shared::cta.b64 [%0], %1;", 2)}"
+               :: "r"(bar), "r"(count) : "memory");
+}}
+""",
+)
+
+# PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.arrive
+ARRIVE = register(
+    FAMILY,
+    "tl_mbar_arrive",
+    f"""
+__device__ __forceinline__ void tl_mbar_arrive(uint32_t bar) {{
+  asm volatile("{check_operands("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];", 1)}"
+               :: "r"(bar) : "memory");
+}}
+""",
+)
+
+# PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.arrive
+# (the count operand form, sm_90)
+ARRIVE_COUNT = register(
+    FAMILY,
+    "tl_mbar_arrive_count",
+    f"""
+__device__ __forceinline__ void tl_mbar_arrive_count(uint32_t bar, uint32_t count) {{
+  asm volatile("{check_operands("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;", 2)}"
+               :: "r"(bar), "r"(count) : "memory");
+}}
+""",
+)
+
+# PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.arrive
+# (.expect_tx: raise the phase's tx-count by `bytes`, then arrive once)
+_EXPECT_TX_ASM = check_operands(
+    "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;", 2
+)
+ARRIVE_EXPECT_TX = register(
+    FAMILY,
+    "tl_mbar_arrive_expect_tx",
+    f"""
+__device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {{
+  asm volatile("{_EXPECT_TX_ASM}"
+               :: "r"(bar), "r"(bytes) : "memory");
+}}
+""",
+)
+
+# PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.expect_tx
+EXPECT_TX = register(
+    FAMILY,
+    "tl_mbar_expect_tx",
+    f"""
+__device__ __forceinline__ void tl_mbar_expect_tx(uint32_t bar, uint32_t bytes) {{
+  asm volatile("{check_operands("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;", 2)}"
+               :: "r"(bar), "r"(bytes) : "memory");
+}}
+""",
+)
+
+
+def _try_wait(sem: str) -> str:
+    name = f"tl_mbar_try_wait_parity_{sem}"
+    asm = (
+        "{\\n\\t.reg .pred p;\\n\\t"
+        f"mbarrier.try_wait.parity.{sem}.cta.shared::cta.b64 p, [%1], %2;\\n\\t"
+        "selp.u32 %0, 1, 0, p;\\n\\t}"
+    )
+    return f"""
+__device__ __forceinline__ uint32_t {name}(uint32_t bar, uint32_t parity) {{
+  uint32_t done;
+  asm volatile("{check_operands(asm, 3)}"
+               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done;
+}}
+"""
+
+
+# PTX ISA: Parallel Synchronization and Communication Instructions:
+# mbarrier.test_wait/mbarrier.try_wait (.parity; .acquire or .relaxed at .cta scope)
+TRY_WAIT_ACQUIRE = register(FAMILY, "tl_mbar_try_wait_parity_acquire", _try_wait("acquire"))
+TRY_WAIT_RELAXED = register(FAMILY, "tl_mbar_try_wait_parity_relaxed", _try_wait("relaxed"))
+
+# Blocking waits: spin on try_wait (which itself suspends for a system-defined time).
+WAIT = register(
+    FAMILY,
+    "tl_mbar_wait_parity",
+    """
+__device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parity) {
+  while (!tl_mbar_try_wait_parity_acquire(bar, parity)) {
+  }
+}
+__device__ __forceinline__ void tl_mbar_wait_parity_relaxed(uint32_t bar, uint32_t parity) {
+  while (!tl_mbar_try_wait_parity_relaxed(bar, parity)) {
+  }
+}
+""",
+)
+
+# PTX ISA: Parallel Synchronization and Communication Instructions: membar/fence
+# (fence.mbarrier_init: make mbarrier.init visible to the async proxy and the cluster)
+FENCE_INIT = register(
+    FAMILY,
+    "tl_fence_mbarrier_init",
+    f"""
+__device__ __forceinline__ void tl_fence_mbarrier_init() {{
+  asm volatile("{check_operands("fence.mbarrier_init.release.cluster;", 0)}" ::: "memory");
+}}
+""",
+)
+
+# PTX ISA: Parallel Synchronization and Communication Instructions: membar/fence
+# (fence.proxy.async: order generic-proxy shared-memory accesses against the async proxy)
+FENCE_PROXY_ASYNC = register(
+    FAMILY,
+    "tl_fence_proxy_async",
+    f"""
+__device__ __forceinline__ void tl_fence_proxy_async() {{
+  asm volatile("{check_operands("fence.proxy.async.shared::cta;", 0)}" ::: "memory");
+}}
+""",
+)

@@ -1,0 +1,77 @@
+"""Registry of C++ device-function fragments (inline PTX) grouped by instruction family."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# family name -> fragment name -> fragment, in registration order.
+_FAMILIES: dict[str, dict[str, Fragment]] = {}
+
+_OPERAND_RE = re.compile(r"%(\d+)")
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """One piece of device code for the prelude.
+
+    Attributes:
+        name: The C++ name it defines (unique across the prelude, ``tl_`` prefixed).
+        family: The instruction family it belongs to (``"mbarrier"``, ``"wgmma"``...).
+        text: The C++ text, ending with a newline.
+        requires: Names of families this fragment's text calls into.
+    """
+
+    name: str
+    family: str
+    text: str
+    requires: tuple[str, ...] = field(default=())
+
+
+def check_operands(asm: str, n_operands: int) -> str:
+    """Assert that an inline-asm template uses exactly the operands ``%0 .. %{n-1}``.
+
+    Args:
+        asm: The PTX template, as it will appear inside ``asm volatile("...")``.
+        n_operands: The number of output plus input operands bound to it.
+
+    Returns:
+        The template, unchanged, so that the call can wrap the string in place.
+    """
+    used = {int(m) for m in _OPERAND_RE.findall(asm)}
+    expected = set(range(n_operands))
+    assert used == expected, (
+        f"inline asm operand mismatch: template uses {sorted(used)}, "
+        f"{n_operands} operands bound\n{asm}"
+    )
+    return asm
+
+
+def register(family: str, name: str, text: str, requires: tuple[str, ...] = ()) -> Fragment:
+    """Add a fragment to ``family`` (idempotent for identical text) and return it."""
+    assert name.startswith("tl_"), f"prelude names take the tl_ prefix: {name}"
+    frag = Fragment(name=name, family=family, text=text.rstrip("\n") + "\n", requires=requires)
+    table = _FAMILIES.setdefault(family, {})
+    old = table.get(name)
+    assert old is None or old == frag, f"conflicting definitions of {name} in {family}"
+    table[name] = frag
+    return frag
+
+
+def fragments(family: str) -> list[Fragment]:
+    """The fragments registered under ``family``, in registration order."""
+    _load_all()
+    if family not in _FAMILIES:
+        raise KeyError(f"unknown PTX family {family!r}; known: {sorted(_FAMILIES)}")
+    return list(_FAMILIES[family].values())
+
+
+def families() -> list[str]:
+    """The names of all registered families, sorted."""
+    _load_all()
+    return sorted(_FAMILIES)
+
+
+def _load_all() -> None:
+    # Importing the family modules runs their register() calls.
+    from tilus.backends.cuda.ptx import ldst, mbarrier, mma, sync, tma, wgmma  # noqa: F401
