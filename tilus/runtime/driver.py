@@ -12,7 +12,8 @@ TENSORMAP_BYTES = 128
 TENSORMAP_ALIGN = 64
 
 
-def _driver():
+def cuda_driver():
+    """Return the `cuda.bindings.driver` module, raising TilusBackendError if missing."""
     # Imported lazily so that `import tilus` works on machines without cuda-bindings.
     try:
         from cuda.bindings import driver
@@ -25,7 +26,7 @@ def _driver():
 
 def _error_text(err) -> str:
     """Describe a CUresult as 'NAME: description', without failing if the driver is absent."""
-    drv = _driver()
+    drv = cuda_driver()
     name = getattr(err, "name", str(err))
     desc = ""
     try:
@@ -54,7 +55,7 @@ def check(result, what: str = "CUDA driver call"):
         TilusBackendError: The result is not CUDA_SUCCESS; the message has the error name
             and the driver's description.
     """
-    drv = _driver()
+    drv = cuda_driver()
     if not isinstance(result, tuple):
         result = (result,)
     err, *values = result
@@ -69,7 +70,7 @@ def check(result, what: str = "CUDA driver call"):
 def _primary_context(device_index: int):
     # Retained once per device and never released: the context lives as long as the process,
     # exactly like PyTorch's own use of the primary context.
-    drv = _driver()
+    drv = cuda_driver()
     check(drv.cuInit(0), "cuInit")
     dev = check(drv.cuDeviceGet(device_index), "cuDeviceGet")
     return check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
@@ -87,7 +88,7 @@ def ensure_context(device_index: int = 0):
     Returns:
         The CUcontext now current.
     """
-    drv = _driver()
+    drv = cuda_driver()
     ctx = _primary_context(device_index)
     check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     return ctx
@@ -104,7 +105,7 @@ def device_properties(device_index: int = 0) -> dict:
         A dict with name, cc_major, cc_minor, sm_count, max_smem_per_block_optin,
         max_smem_per_sm and l2_bytes.
     """
-    drv = _driver()
+    drv = cuda_driver()
     check(drv.cuInit(0), "cuInit")
     dev = check(drv.cuDeviceGet(device_index), "cuDeviceGet")
     attr = drv.CUdevice_attribute
@@ -227,7 +228,7 @@ class Kernel:
 
     def set_max_dynamic_shared_memory(self, nbytes: int) -> None:
         """Allow up to `nbytes` of dynamic shared memory (launches above 48 KB need this)."""
-        drv = _driver()
+        drv = cuda_driver()
         attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         check(drv.cuFuncSetAttribute(self.handle, attr, int(nbytes)), "cuFuncSetAttribute")
 
@@ -249,7 +250,7 @@ class Kernel:
                 `torch.cuda.current_stream().cuda_stream`.
             args: The kernel arguments, in declaration order.
         """
-        drv = _driver()
+        drv = cuda_driver()
         params = pack_args(args)
         check(
             drv.cuLaunchKernel(
@@ -279,13 +280,13 @@ class Module:
     @classmethod
     def load(cls, cubin: bytes) -> Module:
         """Load a cubin into the current context (call `ensure_context` first)."""
-        drv = _driver()
+        drv = cuda_driver()
         return cls(check(drv.cuModuleLoadData(cubin), "cuModuleLoadData"))
 
     def function(self, name: str) -> Kernel:
         """Return the `extern "C" __global__` function with this name."""
         if name not in self._functions:
-            drv = _driver()
+            drv = cuda_driver()
             handle = check(drv.cuModuleGetFunction(self.handle, name.encode()), f"get {name}")
             self._functions[name] = Kernel(self, name, handle)
         return self._functions[name]
@@ -294,4 +295,4 @@ class Module:
         """Unload the module now; its kernels must not be launched afterwards."""
         if self.handle is not None:
             handle, self.handle = self.handle, None
-            check(_driver().cuModuleUnload(handle), "cuModuleUnload")
+            check(cuda_driver().cuModuleUnload(handle), "cuModuleUnload")
