@@ -126,3 +126,11 @@ def test_nvcc_missing(monkeypatch):
     monkeypatch.setattr(nvcc, "find_nvcc", lambda: None)
     with pytest.raises(TilusBackendError, match="nvcc"):
         nvcc.compile_cuda_nvcc("")
+
+
+def test_gpu_test_kernels_compile(add_one_source, tma_copy_source):
+    """The kernels the GPU tests launch compile here too, so CPU CI catches their typos."""
+    ops = sass.sass_opcodes(sass.disassemble(compile_cuda(tma_copy_source).cubin))
+    assert ops["UTMALDG"] == 1
+    binary = compile_cuda(add_one_source)
+    assert "echo" in sass.disassemble(binary.cubin)

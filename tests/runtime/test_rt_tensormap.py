@@ -94,3 +94,21 @@ def test_cache_lru():
     cache.get(**_args(address=GOOD["address"] + 256))
     assert len(calls) == 4
     assert calls[0]["shape"] == (100, 72)
+
+
+def test_encode_passes_binding_type_checks():
+    """The bindings' argument conversion must accept what encode_tiled hands them.
+
+    Without a driver the call then fails (or succeeds, where libcuda exists); a TypeError
+    would mean the arguments are of the wrong Python types.
+    """
+    pytest.importorskip("cuda.bindings")
+    from tilus.runtime.tensormap import encode_tiled
+
+    try:
+        blob = encode_tiled(**GOOD)
+    except TypeError:
+        raise
+    except Exception:  # noqa: BLE001 - no libcuda or no device here
+        return
+    assert len(blob) == 128

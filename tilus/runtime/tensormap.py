@@ -177,15 +177,17 @@ def encode_tiled(
         swizzle=swizzle,
     )
     drv = cuda_driver()
+    # The bindings want their own fixed-width integer wrappers, not Python ints.
+    u32, u64 = drv.cuuint32_t, drv.cuuint64_t
     tmap = check(
         drv.cuTensorMapEncodeTiled(
             getattr(drv.CUtensorMapDataType, p.dtype_enum),
-            p.rank,
+            u32(p.rank),
             p.address,
-            list(p.global_dim),
-            list(p.global_strides),
-            list(p.box_dim),
-            list(p.element_strides),
+            [u64(d) for d in p.global_dim],
+            [u64(s) for s in p.global_strides],
+            [u32(b) for b in p.box_dim],
+            [u32(e) for e in p.element_strides],
             drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             getattr(drv.CUtensorMapSwizzle, p.swizzle_enum),
             drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
