@@ -145,37 +145,32 @@ class KernelArg:
         return f"KernelArg({self.kind}, {value})"
 
 
-def _scalar(kind: str, ctype, value) -> KernelArg:
+def _scalar(kind: str, ctype, value, lo: int | None = None, hi: int | None = None) -> KernelArg:
+    # Range-check integers here: ctypes would silently wrap them.
+    if lo is not None and not lo <= value < hi:
+        raise OverflowError(f"{value} does not fit in {kind}")
     obj = ctype(value)
     return KernelArg(kind, obj, ctypes.addressof(obj))
 
 
 def arg_i32(v: int) -> KernelArg:
     """A 32-bit signed integer argument (`int`)."""
-    if not -(2**31) <= v < 2**31:
-        raise OverflowError(f"{v} does not fit in int32")
-    return _scalar("i32", ctypes.c_int32, v)
+    return _scalar("i32", ctypes.c_int32, v, -(2**31), 2**31)
 
 
 def arg_u32(v: int) -> KernelArg:
     """A 32-bit unsigned integer argument (`unsigned`)."""
-    if not 0 <= v < 2**32:
-        raise OverflowError(f"{v} does not fit in uint32")
-    return _scalar("u32", ctypes.c_uint32, v)
+    return _scalar("u32", ctypes.c_uint32, v, 0, 2**32)
 
 
 def arg_i64(v: int) -> KernelArg:
     """A 64-bit signed integer argument (`long long`)."""
-    if not -(2**63) <= v < 2**63:
-        raise OverflowError(f"{v} does not fit in int64")
-    return _scalar("i64", ctypes.c_int64, v)
+    return _scalar("i64", ctypes.c_int64, v, -(2**63), 2**63)
 
 
 def arg_u64(v: int) -> KernelArg:
     """A 64-bit unsigned integer argument (`unsigned long long`)."""
-    if not 0 <= v < 2**64:
-        raise OverflowError(f"{v} does not fit in uint64")
-    return _scalar("u64", ctypes.c_uint64, v)
+    return _scalar("u64", ctypes.c_uint64, v, 0, 2**64)
 
 
 def arg_f32(v: float) -> KernelArg:
@@ -185,9 +180,7 @@ def arg_f32(v: float) -> KernelArg:
 
 def arg_ptr(addr: int) -> KernelArg:
     """A device pointer argument, given as an integer address (e.g. `tensor.data_ptr()`)."""
-    if not 0 <= addr < 2**64:
-        raise OverflowError(f"{addr:#x} is not a 64-bit address")
-    return _scalar("ptr", ctypes.c_uint64, addr)
+    return _scalar("ptr", ctypes.c_uint64, addr, 0, 2**64)
 
 
 def arg_tensormap(blob: bytes) -> KernelArg:
