@@ -10,7 +10,7 @@ from tilus.backends.cuda.ptx import wgmma
 #: Swizzle width for a K-major fp16 tile whose rows span block_k * 2 bytes.
 _SWIZZLE_FOR_ROW_BYTES = {128: 128, 64: 64, 32: 32}
 _TMA_SWIZZLE_NAME = {128: "128B", 64: "64B", 32: "32B"}
-GROUP_M = 8  # tiles of one column band visited together (grouped rasterization)
+GROUP_M = 8  # default: row tiles of one column band visited together (grouped rasterization)
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,17 @@ class KernelSpec:
     block_n: int
     block_k: int
     swizzle: int  # bytes, for the tensor maps
+    box_b_rows: int = 0  # rows of one B TMA box (block_n / cluster_m); 0 means block_n
+    cluster_m: int = 1  # CTAs per cluster along M (they share B through TMA multicast)
+    persistent: bool = False  # grid of at most one CTA per SM, looping over tiles
 
-    def grid(self, m: int, n: int) -> tuple[int, int, int]:
-        """The 1-D grid covering an m x n output."""
-        return (-(-m // self.block_m) * -(-n // self.block_n), 1, 1)
+    def grid(self, m: int, n: int, num_sms: int = 132) -> tuple[int, int, int]:
+        """The 1-D grid for an m x n output (one CTA per tile, or per SM when persistent)."""
+        c = self.cluster_m
+        tiles = -(-m // (self.block_m * c)) * -(-n // self.block_n)  # cluster tiles
+        if self.persistent:
+            tiles = min(tiles, num_sms // c)
+        return (tiles * c, 1, 1)
 
     @property
     def tma_swizzle(self) -> str:
@@ -48,35 +55,40 @@ def _common_checks(block_m: int, block_n: int, block_k: int, stages: int) -> int
     return _SWIZZLE_FOR_ROW_BYTES[block_k * 2]
 
 
-def _raster() -> str:
+def _raster(group_m: int = GROUP_M, tile: str = "blockIdx.x", rows: str = "grid_m") -> str:
     return f"""\
-  // Grouped rasterization: consecutive blocks walk {GROUP_M} row tiles of one column band,
+  // Grouped rasterization: consecutive tiles walk {group_m} row tiles of one column band,
   // so the A and B tiles they share are still in L2.
+  const int per_group = {group_m} * grid_n;
+  const int first_m = (int)({tile} / per_group) * {group_m};
+  const int group_rows = min({rows} - first_m, {group_m});
+  const int in_group = (int)({tile} % per_group);
+  int tile_m = first_m + in_group % group_rows;
+  const int tile_n = in_group / group_rows;"""
+
+
+def _grid_dims() -> str:
+    return """\
   const int grid_m = (M + TL_BM - 1) / TL_BM;
   const int grid_n = (N + TL_BN - 1) / TL_BN;
-  const int per_group = {GROUP_M} * grid_n;
-  const int first_m = (int)(blockIdx.x / per_group) * {GROUP_M};
-  const int group_rows = min(grid_m - first_m, {GROUP_M});
-  const int in_group = (int)(blockIdx.x % per_group);
-  const int tile_m = first_m + in_group % group_rows;
-  const int tile_n = in_group / group_rows;
   const int k_tiles = (K + TL_BK - 1) / TL_BK;
 """
 
 
-def _mma_step(m_tiles: int, block_k: int, row_base: str, mma_name: str) -> str:
+def _mma_step(m_tiles: int, block_k: int, row_base: str, mma_name: str, indent: str) -> str:
     """Unrolled wgmma issue for one stage: block_k/16 K steps x m_tiles m64 tiles."""
+    tile = wgmma.KMajorTile(rows=64, cols=block_k, dtype_bytes=2, swizzle=block_k * 2)
     lines = []
     for kk in range(block_k // 16):
-        koff = kk * 32  # 16 fp16 along K inside the swizzled 128B row: +32 bytes
-        lines.append(f"      desc_b = tl_wgmma_desc_with_addr(TL_DESC_HIGH, b_stage + {koff}u);")
+        koff = tile.k_offset(16 * kk)  # 16 fp16 along K inside the swizzled row: +32 bytes
+        lines.append(f"{indent}desc_b = tl_wgmma_desc_with_addr(TL_DESC_HIGH, b_stage + {koff}u);")
         for mt in range(m_tiles):
             aoff = f"{row_base} + {mt * 64} * TL_ROW_BYTES + {koff}u"
             # The first wgmma of the tile overwrites (scale-d 0): no zeroing instructions, which
             # would serialize the wgmma pipeline (ptxas C7515).
             scale = "kt > 0" if kk == 0 else "1"
             lines.append(
-                f"      {mma_name}(acc{mt}, tl_wgmma_desc_with_addr(TL_DESC_HIGH, a_stage + {aoff}),"
+                f"{indent}{mma_name}(acc{mt}, tl_wgmma_desc_with_addr(TL_DESC_HIGH, a_stage + {aoff}),"
                 f" desc_b, {scale});"
             )
     return "\n".join(lines)
@@ -124,14 +136,41 @@ constexpr uint64_t TL_DESC_HIGH = {tile.high_bits():#x}ull;
 {extra}"""
 
 
-def make_source(block_m=128, block_n=256, block_k=64, stages=4, consumers=2) -> KernelSpec:
+def _indent(text: str, by: int) -> str:
+    return "\n".join(
+        (" " * by + line) if line and not line.startswith("#") else line
+        for line in text.split("\n")
+    )
+
+
+def make_source(
+    block_m=128,
+    block_n=256,
+    block_k=64,
+    stages=4,
+    consumers=2,
+    *,
+    persistent=False,
+    cluster_m=1,
+    group_m=GROUP_M,
+) -> KernelSpec:
     """Generate the warp-specialized kernel ``tl_matmul_ws``.
 
     Warpgroup 0 is the producer: one elected lane of its first warp issues the TMA loads of
-    each stage after waiting for the stage's empty barrier; the other lanes idle out. Warpgroups
+    each stage after waiting for the stage's empty barrier; the other lanes idle. Warpgroups
     1..consumers each own block_m/consumers rows (64 or 128), wait on the stage's full barrier,
     issue wgmma m64n{block_n}k16 from shared memory, keep one wgmma group in flight and release
-    the previous stage once ``wgmma.wait_group 1`` returns.
+    the previous stage once ``wgmma.wait_group 1`` returns; then they store their rows.
+
+    Args:
+        block_m, block_n, block_k: The CTA tile; block_k 64 gives 128B-swizzled fp16 rows.
+        stages: Depth of the shared-memory ring.
+        consumers: Consumer warpgroups, 1 or 2.
+        persistent: Launch at most one CTA per SM and loop over tiles; the producer then
+            prefetches the next tile while the consumers run the epilogue.
+        cluster_m: 1, or 2 for clusters of two CTAs on vertically adjacent tiles that load
+            one half of the shared B tile each and multicast it to both.
+        group_m: Row tiles per band of the grouped rasterization.
 
     Returns:
         The KernelSpec (source, threads = 128*(consumers+1), dynamic shared memory bytes).
@@ -139,6 +178,8 @@ def make_source(block_m=128, block_n=256, block_k=64, stages=4, consumers=2) -> 
     swizzle = _common_checks(block_m, block_n, block_k, stages)
     if consumers not in (1, 2) or block_m % consumers or block_m // consumers not in (64, 128):
         raise ValueError("consumers must be 1 or 2 with block_m/consumers in (64, 128)")
+    if cluster_m not in (1, 2):
+        raise ValueError("cluster_m must be 1 or 2")
     rows = block_m // consumers
     m_tiles = rows // 64
     if m_tiles * block_n // 2 > 128:
@@ -146,22 +187,51 @@ def make_source(block_m=128, block_n=256, block_k=64, stages=4, consumers=2) -> 
     threads = 128 * (consumers + 1)
     smem = stages * (block_m + block_n) * block_k * 2 + 16 * stages + 1024
     mma = wgmma.mma_async(block_n)
+    cl = cluster_m > 1
     # With 3 warpgroups the entry cap is 168 registers; move them to the consumers.
-    regs = "tl_setmaxnreg_dec<40>();" if consumers == 2 else ""
+    regs_p = "tl_setmaxnreg_dec<40>();" if consumers == 2 else ""
     regs_c = "tl_setmaxnreg_inc<232>();" if consumers == 2 else ""
     acc_decl = "\n".join(f"    float acc{mt}[TL_BN / 2];" for mt in range(m_tiles))
     acc_zero = " ".join(f"acc{mt}[i] = 0.f;" for mt in range(m_tiles))
-    header = _header(
-        "warp-specialized",
-        block_m,
-        block_n,
-        block_k,
-        stages,
-        swizzle,
-        f"constexpr int TL_CONSUMERS = {consumers};  // warpgroups of {rows} rows each\n",
-    )
+    extra = f"constexpr int TL_CONSUMERS = {consumers};  // warpgroups of {rows} rows each\n"
+    extra += f"constexpr int TL_CLUSTER_M = {cluster_m};  // CTAs sharing one B tile\n"
+    if cluster_m > 1:
+        extra += f"constexpr uint32_t TL_B_BOX = {block_n // cluster_m * block_k * 2};"
+        extra += "  // bytes of B this CTA loads per stage\n"
+    header = _header("warp-specialized", block_m, block_n, block_k, stages, swizzle, extra)
+    attrs = " __cluster_dims__(2, 1, 1)" if cl else ""
+    rank = "tl_cluster_ctarank()" if cl else "0u"
+    if cl:
+        load_b = """\
+          // This CTA's half of the B tile, multicast into both CTAs of the cluster.
+          tl_tma_load_2d_multicast(smem_b + s * TL_B_STAGE + rank * TL_B_BOX, &tmap_b,
+                                   full_bar + 8 * s, (uint16_t)0x3, kt * TL_BK,
+                                   tile_n * TL_BN + rank * (TL_BN / 2));"""
+        release = """\
+  // Stage `s` is free once the consumers of both CTAs (the peer multicasts into it) let go.
+  tl_mbar_arrive(bar);
+  tl_mbar_arrive_cluster(tl_mapa(bar, rank ^ 1u));"""
+        sync_all, end_sync = (
+            "tl_cluster_sync();",
+            "    tl_cluster_sync();  // no CTA leaves while its peer may still signal it\n",
+        )
+    else:
+        load_b = """\
+          tl_tma_load_2d(smem_b + s * TL_B_STAGE, &tmap_b, full_bar + 8 * s, kt * TL_BK,
+                         tile_n * TL_BN);"""
+        release = "  (void)rank;\n  tl_mbar_arrive(bar);"
+        sync_all, end_sync = "__syncthreads();", ""
+    tile_loop = f"""\
+    for (int tile = blockIdx.x / TL_CLUSTER_M; tile < num_tiles; tile += gridDim.x / TL_CLUSTER_M) {{
+{_indent(_raster(group_m, "tile", "grid_mc"), 4)}
+      tile_m = tile_m * TL_CLUSTER_M + (int)rank;"""
     body = f"""
-extern "C" __global__ void __launch_bounds__({threads}, 1)
+// Lane 0 of each consumer warp: release ring stage `bar` (an empty-barrier address).
+__device__ __forceinline__ void tl_release_stage(uint32_t bar, uint32_t rank) {{
+{release}
+}}
+
+extern "C" __global__ void __launch_bounds__({threads}, 1){attrs}
 tl_matmul_ws(const __grid_constant__ CUtensorMap_t tmap_a,
              const __grid_constant__ CUtensorMap_t tmap_b,
              uint16_t* __restrict__ c, int M, int N, int K) {{
@@ -172,66 +242,90 @@ tl_matmul_ws(const __grid_constant__ CUtensorMap_t tmap_a,
   const uint32_t smem_b = smem_a + TL_STAGES * TL_A_STAGE;    // [stages][BN x BK] fp16
   const uint32_t full_bar = smem_b + TL_STAGES * TL_B_STAGE;  // [stages] TMA bytes landed
   const uint32_t empty_bar = full_bar + 8 * TL_STAGES;        // [stages] consumers done
-{_raster()}
+{_grid_dims()}\
+  const int grid_mc = (grid_m + TL_CLUSTER_M - 1) / TL_CLUSTER_M;  // rows of cluster tiles
+  const int num_tiles = grid_mc * grid_n;
+  const uint32_t rank = {rank};  // this CTA's rank in its cluster
+
   if (threadIdx.x == 0) {{
     for (int s = 0; s < TL_STAGES; ++s) {{
-      tl_mbar_init(full_bar + 8 * s, 1);                      // the producer's expect-tx arrive
-      tl_mbar_init(empty_bar + 8 * s, TL_CONSUMERS * 4);      // lane 0 of every consumer warp
+      tl_mbar_init(full_bar + 8 * s, 1);  // the producer's expect-tx arrive
+      tl_mbar_init(empty_bar + 8 * s, TL_CLUSTER_M * TL_CONSUMERS * 4);  // consumer warps
     }}
     tl_fence_mbarrier_init();
   }} else if (threadIdx.x == 32) {{
     tl_tma_prefetch_map(&tmap_a);
     tl_tma_prefetch_map(&tmap_b);
   }}
-  __syncthreads();
+  {sync_all}
 
   const int warpgroup = threadIdx.x / 128;
   const int warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32;
   if (warpgroup == 0) {{
     // ---- producer ----
-    {regs}
+    {regs_p}
     if (warp == 0 && tl_elect_one()) {{
-      for (int kt = 0; kt < k_tiles; ++kt) {{
-        const int s = kt % TL_STAGES;
-        const uint32_t phase = (kt / TL_STAGES) & 1;
-        tl_mbar_wait_parity(empty_bar + 8 * s, phase ^ 1);  // fresh barriers pass at once
-        tl_mbar_arrive_expect_tx(full_bar + 8 * s, TL_A_STAGE + TL_B_STAGE);
-        tl_tma_load_2d(smem_a + s * TL_A_STAGE, &tmap_a, full_bar + 8 * s, kt * TL_BK,
-                       tile_m * TL_BM);
-        tl_tma_load_2d(smem_b + s * TL_B_STAGE, &tmap_b, full_bar + 8 * s, kt * TL_BK,
-                       tile_n * TL_BN);
+      int it = 0;  // ring position, continuous across tiles
+{_indent(tile_loop, 2)}
+        for (int kt = 0; kt < k_tiles; ++kt, ++it) {{
+          const int s = it % TL_STAGES;
+          tl_mbar_wait_parity(empty_bar + 8 * s, ((it / TL_STAGES) & 1) ^ 1);  // fresh: pass
+          tl_mbar_arrive_expect_tx(full_bar + 8 * s, TL_A_STAGE + TL_B_STAGE);
+          tl_tma_load_2d(smem_a + s * TL_A_STAGE, &tmap_a, full_bar + 8 * s, kt * TL_BK,
+                         tile_m * TL_BM);
+{load_b}
+        }}
       }}
     }}
+{end_sync}\
   }} else {{
     // ---- consumers ----
     {regs_c}
     const uint32_t row_base = (warpgroup - 1) * {rows};
 {acc_decl}
-    for (int kt = 0; kt < k_tiles; ++kt) {{
-      const int s = kt % TL_STAGES;
-      tl_mbar_wait_parity(full_bar + 8 * s, (kt / TL_STAGES) & 1);
-      const uint32_t a_stage = smem_a + s * TL_A_STAGE;
-      const uint32_t b_stage = smem_b + s * TL_B_STAGE;
-      uint64_t desc_b;
-      tl_wgmma_fence();
-{_mma_step(m_tiles, block_k, "row_base * TL_ROW_BYTES", mma.name)}
-      tl_wgmma_commit_group();
-      // Keep this stage's group in flight; the previous one is done, so free its stage.
-      tl_wgmma_wait_group<1>();
-      if (kt > 0 && lane == 0) tl_mbar_arrive(empty_bar + 8 * ((kt - 1) % TL_STAGES));
-    }}
-    tl_wgmma_wait_group<0>();
-    if (k_tiles == 0) {{  // K == 0: C = 0
+    int it = 0;
+{tile_loop}
+      for (int kt = 0; kt < k_tiles; ++kt, ++it) {{
+        const int s = it % TL_STAGES;
+        tl_mbar_wait_parity(full_bar + 8 * s, (it / TL_STAGES) & 1);
+        const uint32_t a_stage = smem_a + s * TL_A_STAGE;
+        const uint32_t b_stage = smem_b + s * TL_B_STAGE;
+        uint64_t desc_b;
+        tl_wgmma_fence();
+{_mma_step(m_tiles, block_k, "row_base * TL_ROW_BYTES", mma.name, " " * 8)}
+        tl_wgmma_commit_group();
+        // Keep this stage's group in flight; the previous one is done, so free its stage.
+        tl_wgmma_wait_group<1>();
+        if (kt > 0 && lane == 0) tl_release_stage(empty_bar + 8 * ((it - 1) % TL_STAGES), rank);
+      }}
+      tl_wgmma_wait_group<0>();
+      if (lane == 0 && k_tiles > 0) tl_release_stage(empty_bar + 8 * ((it - 1) % TL_STAGES), rank);
+      if (k_tiles == 0) {{  // K == 0: C = 0
 #pragma unroll
-      for (int i = 0; i < TL_BN / 2; ++i) {{ {acc_zero} }}
+        for (int i = 0; i < TL_BN / 2; ++i) {{ {acc_zero} }}
+      }}
+{_indent(_epilogue(m_tiles, "row_base"), 2)}
     }}
-{_epilogue(m_tiles, "row_base")}
+{end_sync}\
   }}
 }}
 """
-    src = prelude(["mbarrier", "tma", "wgmma", "sync", "ldst", mma]) + "\n" + header + body
-    return KernelSpec("tl_matmul_ws", src, threads, smem, block_m, block_n, block_k, swizzle)
+    fams = ["mbarrier", "tma", "wgmma", "sync", "ldst", mma]
+    src = prelude(fams) + "\n" + header + body
+    return KernelSpec(
+        "tl_matmul_ws",
+        src,
+        threads,
+        smem,
+        block_m,
+        block_n,
+        block_k,
+        swizzle,
+        box_b_rows=block_n // cluster_m,
+        cluster_m=cluster_m,
+        persistent=persistent,
+    )
 
 
 def make_source_v2(block_m=128, block_n=128, block_k=64, stages=4) -> KernelSpec:
@@ -275,7 +369,7 @@ tl_matmul_v2(const __grid_constant__ CUtensorMap_t tmap_a,
   const uint32_t smem_a = smem;
   const uint32_t smem_b = smem_a + TL_STAGES * TL_A_STAGE;
   const uint32_t full_bar = smem_b + TL_STAGES * TL_B_STAGE;
-{_raster()}
+{_grid_dims()}{_raster()}
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {{
@@ -296,7 +390,7 @@ tl_matmul_v2(const __grid_constant__ CUtensorMap_t tmap_a,
       const uint32_t b_stage = smem_b + s * TL_B_STAGE;
       uint64_t desc_b;
       tl_wgmma_fence();
-{_mma_step(m_tiles, block_k, "0u", mma.name)}
+{_mma_step(m_tiles, block_k, "0u", mma.name, " " * 6)}
       tl_wgmma_commit_group();
       tl_wgmma_wait_group<1>();  // the group of k tile kt-1 has finished reading its stage
       __syncthreads();
@@ -318,17 +412,15 @@ tl_matmul_v2(const __grid_constant__ CUtensorMap_t tmap_a,
     return KernelSpec("tl_matmul_v2", src, 128, smem, block_m, block_n, block_k, swizzle)
 
 
-def _finite(x: float) -> float | None:
-    """JSON has no infinity: a NaN-poisoned (unwritten) result is reported as null."""
-    return x if x == x and abs(x) != float("inf") else None
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Check and time the prototype variants against torch.matmul (cuBLAS); write JSON to $OUT."""
-    import datetime
-    import json
+    """Check and time the prototype variants against torch.matmul (cuBLAS); write JSON to $OUT.
+
+    Run on a Hopper GPU machine with torch: ``python3 -m bench.prototypes.matmul_ws``. Each
+    variant is first smoke-tested in a child process (``--smoke NAME``) so that a deadlocked
+    kernel cannot hang the run; the survivors are checked at every size against an fp32
+    reference with NaN-poisoned outputs, then timed beside cuBLAS in this process.
+    """
     import os
-    import subprocess
     import sys
 
     from bench.prototypes import harness
@@ -337,117 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--smoke"]:
         harness.smoke(argv[1])
         return 0
-    import torch
-
-    from tilus.runtime import driver, nvrtc
-
-    out_dir = os.environ.get("OUT", ".")
-    torch.cuda.init()
-    dev = torch.cuda.current_device()
-    driver.ensure_context(dev)
-    gpu = torch.cuda.get_device_name(dev)
-    log = open(os.path.join(out_dir, "prototype.log"), "a")  # noqa: SIM115
-
-    def say(msg: str) -> None:
-        print(msg, flush=True)
-        log.write(msg + "\n")
-        log.flush()
-
-    built, results, compile_info = {}, [], {}
-    for name in harness.VARIANTS:
-        # A deadlocked kernel would hang this process: smoke-test each variant in a child first.
-        try:
-            p = subprocess.run(
-                [sys.executable, "-m", "bench.prototypes.matmul_ws", "--smoke", name],
-                capture_output=True,
-                text=True,
-                timeout=90,
-            )
-            say(p.stdout.strip() + (f"\n{p.stderr[-2000:]}" if p.returncode else ""))
-            ok = p.returncode == 0
-        except subprocess.TimeoutExpired:
-            say(f"smoke {name}: TIMEOUT (hang?)")
-            ok = False
-        if ok:
-            built[name] = harness.Built(name)
-            b = built[name]
-            compile_info[name] = {
-                "nvrtc_seconds": round(b.binary.seconds, 3),
-                **b.resources,
-                "threads": b.spec.threads,
-                "smem_bytes": b.spec.smem_bytes,
-            }
-            say(f"built {name}: {compile_info[name]}")
-        else:
-            compile_info[name] = {"error": "smoke test failed"}
-    for m, n, k in harness.CHECK_SIZES:
-        for name, b in built.items():
-            err = harness.check(b.launcher, m, n, k, torch)
-            results.append({"variant": name, "M": m, "N": n, "K": k, "rel_err": _finite(err)})
-            say(f"check {name:22s} {m}x{n}x{k}: rel_err={err:.3e} {'OK' if err < 1e-2 else 'FAIL'}")
-        err = harness.check(lambda a, b_, c: lambda: torch.matmul(a, b_.T, out=c), m, n, k, torch)
-        results.append({"variant": "cublas", "M": m, "N": n, "K": k, "rel_err": _finite(err)})
-    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    timings = []
-    for m, n, k in harness.TIME_SIZES:
-        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-        b = torch.randn(n, k, device="cuda", dtype=torch.float16)
-        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-        row = {"M": m, "N": n, "K": k}
-        row["cublas"] = harness.time_ms(
-            lambda a=a, b=b, c=c: torch.matmul(a, b.T, out=c), torch, flush
-        )
-        for name, bv in built.items():
-            row[name] = harness.time_ms(bv.launcher(a, b, c), torch, flush)
-        timings.append(row)
-    # Report.
-    flops = {(r["M"], r["N"], r["K"]): 2.0 * r["M"] * r["N"] * r["K"] for r in timings}
-    say(f"\nGPU: {gpu}   NVRTC {nvrtc.nvrtc_version()}   torch {torch.__version__}")
-    say(
-        f"{'variant':22s} {'size':>16s} {'ms':>8s} {'TFLOPS':>8s} {'x cuBLAS':>8s} "
-        f"{'nvrtc s':>7s} {'regs':>5s} {'spill':>5s}"
-    )
-    for row in timings:
-        size = (row["M"], row["N"], row["K"])
-        for name in ["cublas", *built]:
-            ms = row[name]
-            tf = flops[size] / ms / 1e9
-            ci = compile_info.get(name, {})
-            spill = ci.get("local_bytes", ci.get("stack_bytes", "-"))
-            say(
-                f"{name:22s} {'x'.join(map(str, size)):>16s} {ms:8.3f} {tf:8.1f} "
-                f"{row['cublas'] / ms:8.3f} {ci.get('nvrtc_seconds', '-'):>7} "
-                f"{ci.get('registers', '-'):>5} {spill:>5}"
-            )
-    report = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": gpu,
-        "git_commit": os.environ.get("TILUS_GIT_COMMIT", "unknown"),
-        "command": os.environ.get("TILUS_BENCH_COMMAND", " ".join([sys.executable, *sys.argv])),
-        "nvrtc": ".".join(map(str, nvrtc.nvrtc_version())),
-        "torch": torch.__version__,
-        "timing": "CUDA events, median of 20 after 5 warm-ups, 256 MB L2 flush before each",
-        "compile": compile_info,
-        "checks": results,
-        "timings_ms": timings,
-        "tflops": [
-            {
-                k2: (v if k2 in ("M", "N", "K") else flops[(r["M"], r["N"], r["K"])] / v / 1e9)
-                for k2, v in r.items()
-            }
-            for r in timings
-        ],
-    }
-    day = report["date"][:10]
-    for path in (
-        os.path.join(out_dir, f"{day}-h200-prototype.json"),
-        os.path.join(out_dir, "prototype.json"),
-    ):
-        with open(path, "w") as f:
-            json.dump(report, f, indent=1)
-    bad = [r for r in results if r["rel_err"] is None or r["rel_err"] >= 1e-2]
-    say(f"checks: {len(results) - len(bad)} ok, {len(bad)} failed")
-    return 1 if bad else 0
+    return harness.run_all(os.environ.get("OUT", "."))
 
 
 if __name__ == "__main__":

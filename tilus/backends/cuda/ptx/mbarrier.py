@@ -61,6 +61,19 @@ __device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t 
 """,
 )
 
+# PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.arrive
+# (on a barrier of another CTA of the cluster: `bar` is a shared::cluster address, see tl_mapa)
+ARRIVE_CLUSTER = register(
+    FAMILY,
+    "tl_mbar_arrive_cluster",
+    f"""
+__device__ __forceinline__ void tl_mbar_arrive_cluster(uint32_t bar) {{
+  asm volatile("{check_operands("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];", 1)}"
+               :: "r"(bar) : "memory");
+}}
+""",
+)
+
 # PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.expect_tx
 EXPECT_TX = register(
     FAMILY,

@@ -1,4 +1,4 @@
-"""Synchronization family: named barriers, __syncwarp, elect.sync, and setmaxnreg."""
+"""Synchronization family: named and cluster barriers, __syncwarp, elect.sync, setmaxnreg."""
 
 from __future__ import annotations
 
@@ -66,6 +66,53 @@ __device__ __forceinline__ void tl_setmaxnreg_inc() {{
 template <int N>
 __device__ __forceinline__ void tl_setmaxnreg_dec() {{
   asm volatile("{check_operands("setmaxnreg.dec.sync.aligned.u32 %0;", 1)}" :: "n"(N));
+}}
+""",
+)
+
+# PTX ISA: Parallel Synchronization and Communication Instructions: barrier.cluster
+# (every non-exited thread of every CTA of the cluster arrives, then waits)
+CLUSTER_SYNC = register(
+    FAMILY,
+    "tl_cluster_sync",
+    f"""
+__device__ __forceinline__ void tl_cluster_arrive() {{
+  asm volatile("{check_operands("barrier.cluster.arrive.release.aligned;", 0)}" ::: "memory");
+}}
+__device__ __forceinline__ void tl_cluster_wait() {{
+  asm volatile("{check_operands("barrier.cluster.wait.acquire.aligned;", 0)}" ::: "memory");
+}}
+__device__ __forceinline__ void tl_cluster_sync() {{
+  tl_cluster_arrive();
+  tl_cluster_wait();
+}}
+""",
+)
+
+# PTX ISA: Special Registers: %cluster_ctarank
+CLUSTER_RANK = register(
+    FAMILY,
+    "tl_cluster_ctarank",
+    f"""
+__device__ __forceinline__ uint32_t tl_cluster_ctarank() {{
+  uint32_t r;
+  asm volatile("{check_operands("mov.u32 %0, %%cluster_ctarank;", 1)}" : "=r"(r));
+  return r;
+}}
+""",
+)
+
+# PTX ISA: Data Movement and Conversion Instructions: mapa
+# (the shared::cluster address of the same shared-memory offset in CTA `rank` of the cluster)
+MAPA = register(
+    FAMILY,
+    "tl_mapa",
+    f"""
+__device__ __forceinline__ uint32_t tl_mapa(uint32_t addr, uint32_t rank) {{
+  uint32_t r;
+  asm volatile("{check_operands("mapa.shared::cluster.u32 %0, %1, %2;", 3)}"
+               : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
 }}
 """,
 )

@@ -32,6 +32,22 @@ __device__ __forceinline__ void tl_tma_load_{dims}d(uint32_t dst, const CUtensor
 """
 
 
+def _load_multicast(dims: int) -> str:
+    params, vector, inputs = _coords(dims, 4)
+    asm = (
+        f"cp.async.bulk.tensor.{dims}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        f".multicast::cluster [%0], [%1, {vector}], [%2], %3;"
+    )
+    return f"""
+__device__ __forceinline__ void tl_tma_load_{dims}d_multicast(uint32_t dst, const CUtensorMap_t* map,
+                                                            uint32_t bar, uint16_t cta_mask,
+                                                            {params}) {{
+  asm volatile("{check_operands(asm, 4 + dims)}"
+               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), {inputs} : "memory");
+}}
+"""
+
+
 def _store(dims: int) -> str:
     params, vector, inputs = _coords(dims, 2)
     asm = f"cp.async.bulk.tensor.{dims}d.global.shared::cta.tile.bulk_group [%0, {vector}], [%1];"
@@ -47,6 +63,13 @@ __device__ __forceinline__ void tl_tma_store_{dims}d(const CUtensorMap_t* map, u
 # PTX ISA 9.7.9.27.1.2 Data Movement and Conversion Instructions: cp.async.bulk.tensor
 # (global -> shared::cluster, .tile, completion on an mbarrier with complete_tx::bytes)
 LOADS = {d: register(FAMILY, f"tl_tma_load_{d}d", _load(d)) for d in range(1, 6)}
+
+# PTX ISA 9.7.9.27.1.2 Data Movement and Conversion Instructions: cp.async.bulk.tensor
+# (.multicast::cluster: the same box lands at the same offset in every CTA of `cta_mask`, and
+# each destination CTA's mbarrier at offset `bar` gets the complete-tx)
+LOADS_MULTICAST = {
+    d: register(FAMILY, f"tl_tma_load_{d}d_multicast", _load_multicast(d)) for d in range(1, 6)
+}
 
 # PTX ISA 9.7.9.27.1.2 Data Movement and Conversion Instructions: cp.async.bulk.tensor
 # (shared::cta -> global, .tile, bulk async-group completion)
