@@ -1,1 +1,81 @@
-"""tilus: a tile-level GPU kernel language embedded in Python."""
+"""tilus: a tile-level GPU kernel language embedded in Python, targeting NVIDIA Hopper."""
+
+from tilus import option, utils
+from tilus.dtypes import (
+    ALL_DTYPES,
+    DataType,
+    PointerType,
+    bfloat16,
+    boolean,
+    float8_e4m3,
+    float8_e5m2,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    tfloat32,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+    void_p,
+)
+from tilus.errors import (
+    TilusArgumentError,
+    TilusCompileError,
+    TilusError,
+    TilusProgramError,
+    TilusRuntimeError,
+)
+from tilus.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
+from tilus.lang.autotune import autotune
+from tilus.lang.klass import Class
+from tilus.lang.script import InstantiatedScript, Script
+
+# sub-byte integer and float families (int4b, uint2b, float6_e3m2, ...) and short aliases
+globals().update({name: dt for name, dt in ALL_DTYPES.items() if name not in globals()})
+i8, i16, i32, i64 = int8, int16, int32, int64
+u8, u16, u32, u64 = uint8, uint16, uint32, uint64
+f16, f32, f64, bf16, tf32 = float16, float32, float64, bfloat16, tfloat32
+f8e4m3, f8e5m2 = float8_e4m3, float8_e5m2
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Class",
+    "DataType",
+    "GlobalTensor",
+    "InstantiatedScript",
+    "PointerType",
+    "RegisterTensor",
+    "Script",
+    "SharedTensor",
+    "TilusArgumentError",
+    "TilusCompileError",
+    "TilusError",
+    "TilusProgramError",
+    "TilusRuntimeError",
+    "autotune",
+    "bfloat16",
+    "boolean",
+    "float16",
+    "float32",
+    "float64",
+    "float8_e4m3",
+    "float8_e5m2",
+    "int16",
+    "int32",
+    "int64",
+    "int8",
+    "option",
+    "tfloat32",
+    "uint16",
+    "uint32",
+    "uint64",
+    "uint8",
+    "utils",
+    "void_p",
+]

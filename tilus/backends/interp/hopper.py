@@ -1,0 +1,192 @@
+"""The interpreter's model of Hopper's asynchronous machinery and its protocol checks.
+
+mbarriers follow PTX ISA 9.7.13.15 (phases, pending arrivals, tx-count); TMA loads follow
+9.7.9.25.5.2 (cp.async.bulk.tensor: data lands later and completes bytes on an mbarrier);
+WGMMA follows 9.7.15 (mma_async results appear only when their group is retired by
+wgmma.wait_group). Every misuse is reported as a TilusRuntimeError naming the user's line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilus.errors import SourceLoc, TilusRuntimeError
+
+
+@dataclass
+class MBarrier:
+    """One mbarrier (PTX ISA 9.7.13.15.1: phase, pending arrival count, tx-count)."""
+
+    name: str
+    index: int
+    count: int
+    pending: int
+    tx: int = 0
+    phase: int = 0  # number of completed phases; the current phase's parity is phase & 1
+    arrived_locs: list = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}[{self.index}]"
+
+    def arrive(self, n: int, loc: SourceLoc, who: str) -> bool:
+        """``n`` arrivals; returns True if the phase completed."""
+        if n > self.pending:
+            raise TilusRuntimeError(
+                f"mbarrier {self.label}: {who} arrives {n} time(s) but only {self.pending} "
+                f"arrival(s) remain in phase {self.phase} (count {self.count}): more arrivals "
+                f"than the barrier's count in one phase",
+                loc,
+            )
+        self.pending -= n
+        return self._maybe_complete(loc)
+
+    def expect_tx(self, nbytes: int):
+        self.tx += nbytes
+
+    def complete_tx(self, nbytes: int, loc: SourceLoc) -> bool:
+        self.tx -= nbytes
+        return self._maybe_complete(loc)
+
+    def _maybe_complete(self, loc) -> bool:
+        if self.pending == 0 and self.tx < 0:
+            raise TilusRuntimeError(
+                f"mbarrier {self.label}: transaction mismatch: {-self.tx} more byte(s) were "
+                f"delivered than expected in phase {self.phase} (all {self.count} arrival(s) "
+                f"are in)",
+                loc,
+            )
+        if self.pending == 0 and self.tx == 0:
+            self.phase += 1
+            self.pending = self.count
+            return True
+        return False
+
+    def parity_done(self, parity: int) -> bool:
+        """try_wait.parity: true once the phase of this parity has completed.
+
+        The current (incomplete) phase has parity ``phase & 1``; waiting on the other parity
+        refers to the previous phase, which counts as complete, so it returns at once.
+        """
+        return (self.phase & 1) != (parity & 1)
+
+
+@dataclass
+class PendingTma:
+    """A TMA load in flight: the destination, the data it will write, its barrier."""
+
+    dst: object  # SharedView
+    data: np.ndarray
+    barrier: MBarrier
+    nbytes: int
+    loc: SourceLoc
+    seq: int
+
+
+@dataclass
+class WgmmaOp:
+    """One wgmma.mma_async: operands (shared views) and the accumulator tile."""
+
+    a: object
+    b: object
+    d: object  # TensorVar
+    loc: SourceLoc
+
+
+@dataclass
+class WgmmaState:
+    """Per-warp-group wgmma bookkeeping: uncommitted ops and committed, unretired groups."""
+
+    open: list = field(default_factory=list)
+    groups: list = field(default_factory=list)
+    pending_acc: dict = field(default_factory=dict)  # TensorVar -> loc of the pending mma
+
+    def unretired(self):
+        for g in self.groups:
+            yield from g
+        yield from self.open
+
+
+class AsyncUnits:
+    """The block's barriers and in-flight asynchronous copies, with the race checks."""
+
+    def __init__(self):
+        self.barriers: dict[int, MBarrier] = {}
+        self.tma: list[PendingTma] = []
+        self.seq = 0
+        self.wgmma_states: list[WgmmaState] = []
+
+    def barrier(self, addr, loc) -> MBarrier:
+        bar = self.barriers.get(int(addr))
+        if bar is None:
+            raise TilusRuntimeError(
+                f"{addr} is not the address of an mbarrier (use an element "
+                f"of a tile made by self.mbarrier.alloc)",
+                loc,
+            )
+        return bar
+
+    # --- races ---------------------------------------------------------------------------------
+    def check_read(self, view, loc, what: str):
+        for p in self.tma:
+            if view.overlaps(p.dst.lo, p.dst.hi):
+                raise TilusRuntimeError(
+                    f"race: {what} reads shared tile `{view.name}` while a TMA write into it "
+                    f"(issued at line {p.loc.line}, completing on mbarrier {p.barrier.label}) "
+                    f"is still in flight; wait on that mbarrier first",
+                    loc,
+                )
+
+    def check_write(self, view, loc, what: str):
+        self.check_read(view, loc, what)
+        for st in self.wgmma_states:
+            for op in st.unretired():
+                for opnd in (op.a, op.b):
+                    if view.overlaps(opnd.lo, opnd.hi):
+                        raise TilusRuntimeError(
+                            f"race: {what} overwrites shared tile `{view.name}` while the wgmma "
+                            f"issued at line {op.loc.line} still reads it (its group has not "
+                            f"been retired by wgmma.wait_group)",
+                            loc,
+                        )
+
+    # --- TMA -----------------------------------------------------------------------------------
+    def issue_tma(self, dst, data, bar: MBarrier, nbytes: int, loc):
+        for p in self.tma:
+            if dst.overlaps(p.dst.lo, p.dst.hi):
+                raise TilusRuntimeError(
+                    f"race: TMA write into shared tile `{dst.name}` overlaps another TMA write "
+                    f"still in flight (issued at line {p.loc.line}); the stage is refilled "
+                    f"before it was consumed",
+                    loc,
+                )
+        self.check_write(dst, loc, "this TMA load")
+        self.seq += 1
+        self.tma.append(PendingTma(dst, data, bar, nbytes, loc, self.seq))
+
+    def complete_tma(self, index: int = 0) -> MBarrier:
+        """Land one in-flight TMA load (the oldest by default) and complete its bytes."""
+        p = self.tma.pop(index)
+        p.dst.arr[...] = p.data
+        p.barrier.complete_tx(p.nbytes, p.loc)
+        return p.barrier
+
+    def end_checks(self, loc):
+        """Protocol checks when the block's last task ends."""
+        if self.tma:
+            p = self.tma[0]
+            raise TilusRuntimeError(
+                f"the kernel ended with a TMA load into `{p.dst.name}` (issued at line "
+                f"{p.loc.line}) still in flight",
+                p.loc,
+            )
+        for bar in self.barriers.values():
+            if bar.tx > 0:
+                raise TilusRuntimeError(
+                    f"transaction mismatch: mbarrier {bar.label} still expects {bar.tx} "
+                    f"byte(s) when the kernel ends (expected by arrive_and_expect_tx, never "
+                    f"delivered)",
+                    loc,
+                )

@@ -1,0 +1,182 @@
+"""Running a kernel on the interpreter: argument checks, the grid loop, config cross-checks."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from tilus import option
+from tilus.backends.interp import rules_hopper  # noqa: F401 - registers the Hopper rules
+from tilus.backends.interp.machine import CTA
+from tilus.backends.interp.rules import INTERP_RULES
+from tilus.backends.interp.values import PointerValue, eval_scalar
+from tilus.dtypes import DataType, PointerType, from_numpy_dtype, from_torch_dtype
+from tilus.errors import TilusArgumentError, TilusRuntimeError
+from tilus.lang.instructions.generic import BLOCK_IDX, GRID_DIM
+
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+def _is_torch(v) -> bool:
+    return type(v).__module__.startswith("torch") and hasattr(v, "device")
+
+
+def wants_interpreter(runtime) -> bool:
+    """Interpreter when asked to, or when every tensor argument lives on the CPU."""
+    if option.get_option("interpret"):
+        return True
+    for _, ann, v in runtime:
+        if isinstance(ann, PointerType) and _is_torch(v) and v.device.type != "cpu":
+            return False
+    return True
+
+
+class _Buffer:
+    """A pointer argument as a flat NumPy buffer, with write-back for torch dtypes NumPy lacks."""
+
+    def __init__(self, kernel, name, ann: PointerType, v):
+        want = ann.base
+        if isinstance(v, np.ndarray):
+            dt = from_numpy_dtype(v.dtype)
+            if not v.flags.c_contiguous:
+                raise TilusArgumentError(
+                    f"{kernel}: argument {name!r} is a non-contiguous array;"
+                    " pass np.ascontiguousarray(...)"
+                )
+            self.flat, self.torch = v.reshape(-1), None
+        elif _is_torch(v):
+            dt = from_torch_dtype(v.dtype)
+            if not v.is_contiguous():
+                raise TilusArgumentError(
+                    f"{kernel}: argument {name!r} is a non-contiguous tensor; pass .contiguous()"
+                )
+            t = v.detach()
+            self.torch = t
+            if dt is not None and dt.name == "bfloat16":
+                self.flat = t.float().reshape(-1).numpy().copy()
+            else:
+                self.flat = t.reshape(-1).numpy()
+        else:
+            raise TilusArgumentError(
+                f"{kernel}: argument {name!r} ({ann!r}) needs an array or "
+                f"tensor, got {type(v).__name__}"
+            )
+        if dt is None:
+            raise TilusArgumentError(
+                f"{kernel}: argument {name!r} has dtype {v.dtype}, which tilus does not support"
+            )
+        if isinstance(want, DataType) and dt != want:
+            raise TilusArgumentError(
+                f"{kernel}: argument {name!r} is declared {ann!r} but got an array of {dt.name}"
+            )
+        self.dtype = dt
+        self.name = name
+
+    def write_back(self):
+        if self.torch is not None and self.dtype.name == "bfloat16":
+            import torch
+
+            self.torch.copy_(torch.from_numpy(self.flat).reshape(self.torch.shape))
+
+
+def _scalar(kernel, name, ann: DataType, v):
+    if _is_torch(v) or isinstance(v, np.ndarray):
+        if getattr(v, "ndim", 1) == 0:
+            v = v.item()
+        else:
+            raise TilusArgumentError(
+                f"{kernel}: argument {name!r} is a scalar ({ann}) but got an array"
+            )
+    if isinstance(v, np.generic):
+        v = v.item()
+    if ann.is_integer():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TilusArgumentError(
+                f"{kernel}: argument {name!r} is {ann} but got {type(v).__name__} {v!r}"
+            )
+        if not ann.min_value() <= v <= ann.max_value():
+            raise TilusArgumentError(f"{kernel}: argument {name!r}={v} does not fit {ann}")
+        return v
+    if ann.kind == "bool":
+        return bool(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TilusArgumentError(f"{kernel}: argument {name!r} is {ann} but got {type(v).__name__}")
+    return float(v)
+
+
+def prepare(kernel: str, runtime):
+    """Checked runtime values: pointer buffers and scalars."""
+    values, buffers = [], []
+    for name, ann, v in runtime:
+        if isinstance(ann, PointerType):
+            b = _Buffer(kernel, name, ann, v)
+            buffers.append(b)
+            values.append(b)
+        else:
+            values.append(_scalar(kernel, name, ann, v))
+    return values, buffers
+
+
+def run_program(program, values, seed=None):
+    """Run every block of the grid of ``program`` with the given argument values."""
+    fn = program.fn
+    env = {}
+    for p, v in zip(fn.params, values):
+        env[p] = PointerValue(v.flat, 0, p.name, v.dtype) if hasattr(v, "flat") else v
+    grid = [int(eval_scalar(b, env)) for b in fn.blocks]
+    for g, lim, axis in zip(grid, MAX_GRID, "xyz"):
+        if g < 0 or g > lim:
+            raise TilusRuntimeError(f"grid dim {axis} = {g} is outside [0, {lim}]", fn.body.loc)
+    for v, g in zip(GRID_DIM, grid):
+        env[v] = g
+    for z, y, x in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
+        benv = dict(env)
+        benv[BLOCK_IDX.x], benv[BLOCK_IDX.y], benv[BLOCK_IDX.z] = x, y, z
+        CTA(program, benv, INTERP_RULES, seed, (x, y, z)).run()
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> tuple[bool, float]:
+    if a.dtype.kind in "fc":
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        nan_a, nan_b = np.isnan(a64), np.isnan(b64)
+        if np.any(nan_a != nan_b):
+            return False, float("nan")
+        diff = np.abs(np.where(nan_a, 0, a64 - b64))
+        scale = max(float(np.max(np.abs(np.where(nan_a, 0, a64)), initial=0.0)), 1e-30)
+        err = float(np.max(diff, initial=0.0)) / scale
+        return err <= 1e-2, err
+    same = np.array_equal(a, b)
+    return same, 0.0 if same else 1.0
+
+
+def run_interpreted(instantiated, const_args, runtime):
+    """Run a kernel call on the interpreter (all configs, cross-checked, when asked)."""
+    kernel = instantiated.script_cls.__name__
+    values, buffers = prepare(kernel, runtime)
+    all_configs = bool(option.get_option("interpret_all_configs"))
+    progs = instantiated.runnable_programs(const_args, all_configs)
+    seed = option.get_option("schedule_seed")
+    if len(progs) == 1:
+        run_program(progs[0][1], values, seed)
+    else:
+        originals = [b.flat.copy() for b in buffers]
+        results = []
+        for cfg, prog in progs:
+            for b, o in zip(buffers, originals):
+                b.flat[...] = o
+            run_program(prog, values, seed)
+            results.append((cfg, [b.flat.copy() for b in buffers]))
+        ref_cfg, ref = results[0]
+        for cfg, outs in results[1:]:
+            for b, x, y in zip(buffers, ref, outs):
+                ok, err = _close(x, y)
+                if not ok:
+                    raise TilusRuntimeError(
+                        f"{kernel}: config {cfg} disagrees with config {ref_cfg} on argument "
+                        f"{b.name!r} (relative error {err:.3g})"
+                    )
+        for b, x in zip(buffers, ref):
+            b.flat[...] = x
+    for b in buffers:
+        b.write_back()

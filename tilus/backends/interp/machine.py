@@ -1,0 +1,272 @@
+"""The interpreter's block machine: thread groups as cooperative tasks under a scheduler.
+
+Each thread group runs as a generator that yields when it must wait (an mbarrier, a ``sync``)
+or forks a child group. Sibling groups therefore interleave like warps on the GPU. The default
+schedule is deterministic (a forked group runs first; woken groups queue in order); a seeded
+schedule shuffles the choices to shake out order dependence. In-flight TMA loads land only
+when no group can run (or at random points when shuffled), so missing waits are caught.
+"""
+
+from __future__ import annotations
+
+import random
+
+from tilus.backends.interp.hopper import AsyncUnits, WgmmaState
+from tilus.backends.interp.numeric import scalar_convert
+from tilus.backends.interp.values import eval_scalar
+from tilus.errors import TilusRuntimeError
+from tilus.ir.stmt import (
+    AssignStmt,
+    BreakStmt,
+    DeclareStmt,
+    ForStmt,
+    IfStmt,
+    InstStmt,
+    ReturnStmt,
+    SeqStmt,
+    ThreadGroupStmt,
+    WhileStmt,
+)
+
+MAX_STEPS = 20_000_000  # statements per block before we call it an infinite loop
+
+
+class _Break(Exception):
+    pass
+
+
+class _Return(Exception):
+    pass
+
+
+class Task:
+    """A thread group executing part of the kernel."""
+
+    def __init__(self, cta, env, begin, size, elected, parent):
+        self.cta = cta
+        self.env = env
+        self.begin = begin
+        self.size = size
+        self.elected = elected
+        self.parent = parent
+        self.children: set = set()
+        self.gen = None
+        self.blocked = None  # ("wait", bar, parity, loc) | ("sync", loc)
+        self.loc = None
+        self.wgmma: WgmmaState | None = None
+
+    @property
+    def label(self) -> str:
+        if self.elected:
+            return (
+                f"single_thread() of threads [{self.begin}, {self.parent.begin + self.parent.size})"
+            )
+        return f"thread group [{self.begin}, {self.begin + self.size})"
+
+    def wgmma_state(self) -> WgmmaState:
+        if self.wgmma is None:
+            self.wgmma = WgmmaState()
+            self.cta.units.wgmma_states.append(self.wgmma)
+        return self.wgmma
+
+
+class CTA:
+    """One thread block: shared memory, async units and the task scheduler."""
+
+    def __init__(self, program, env, rules, seed=None, block=(0, 0, 0)):
+        self.program = program
+        self.rules = rules
+        self.units = AsyncUnits()
+        self.shared: dict = {}  # AllocShared.out -> SharedAlloc
+        self.rng = random.Random(seed) if seed is not None else None
+        self.block = block
+        self.steps = 0
+        fn = program.fn
+        self.root = Task(self, env, 0, fn.num_threads, False, None)
+        self.ready: list[Task] = []
+        self.waiting: list[Task] = []
+        self.live = 0
+
+    # --- scheduling ----------------------------------------------------------------------------
+    def run(self):
+        root = self.root
+        root.gen = self._top(self.program.fn.body, root)
+        self.live = 1
+        self.ready = [root]
+        while self.live:
+            if self.ready:
+                self._maybe_land_random()
+                i = self.rng.randrange(len(self.ready)) if self.rng else 0
+                self._step(self.ready.pop(i))
+            elif self.units.tma:
+                self._land(0)
+            else:
+                self._deadlock()
+        self.units.end_checks(self.program.fn.body.loc)
+
+    def _maybe_land_random(self):
+        if self.rng is not None and self.units.tma and self.rng.random() < 0.3:
+            self._land(self.rng.randrange(len(self.units.tma)))
+
+    def _land(self, i):
+        bar = self.units.complete_tma(i)
+        self.wake(bar)
+
+    def wake(self, bar):
+        """Make tasks waiting on ``bar`` runnable if their phase completed."""
+        still = []
+        for t in self.waiting:
+            kind = t.blocked[0]
+            if kind == "wait" and t.blocked[1] is bar and bar.parity_done(t.blocked[2]):
+                t.blocked = None
+                self.ready.append(t)
+            else:
+                still.append(t)
+        self.waiting = still
+
+    def _top(self, body, task):
+        try:
+            yield from self.exec(body, task)
+        except _Return:
+            pass
+
+    def _step(self, task: Task):
+        while True:
+            try:
+                req = next(task.gen)
+            except StopIteration:
+                self._finish(task)
+                return
+            kind = req[0]
+            if kind == "fork":
+                stmt = req[1]
+                self.ready.insert(0, task)
+                self.ready.insert(0, self._fork(task, stmt))
+                return
+            if kind == "wait":
+                _, bar, parity, loc = req
+                if bar.parity_done(parity):
+                    continue
+                task.blocked = req
+                self.waiting.append(task)
+                return
+            if kind == "sync":
+                if not task.children:
+                    continue
+                task.blocked = req
+                self.waiting.append(task)
+                return
+            if kind == "tick":
+                self.ready.append(task)
+                return
+
+    def _fork(self, parent: Task, stmt: ThreadGroupStmt) -> Task:
+        elected = stmt.begin < 0
+        begin = parent.begin if elected else parent.begin + stmt.begin
+        child = Task(self, dict(parent.env), begin, stmt.num_threads, elected, parent)
+        child.gen = self._top(stmt.body, child)
+        parent.children.add(child)
+        self.live += 1
+        return child
+
+    def _finish(self, task: Task):
+        self.live -= 1
+        st = task.wgmma
+        if st is not None and (st.open or st.groups):
+            op = next(iter(st.unretired()))
+            raise TilusRuntimeError(
+                f"{task.label} ends with wgmma operations never retired (the mma at line "
+                f"{op.loc.line} needs wgmma.commit_group and wgmma.wait_group)",
+                op.loc,
+            )
+        p = task.parent
+        if p is not None:
+            p.children.discard(task)
+            if not p.children and p.blocked is not None and p.blocked[0] == "sync":
+                p.blocked = None
+                self.waiting.remove(p)
+                self.ready.append(p)
+
+    def _deadlock(self):
+        lines = []
+        first = None
+        for t in self.waiting:
+            loc = t.blocked[-1]
+            first = first or loc
+            if t.blocked[0] == "wait":
+                bar, parity = t.blocked[1], t.blocked[2]
+                lines.append(
+                    f"  {t.label} waits at {loc} on mbarrier {bar.label} for the phase of parity "
+                    f"{parity} (the barrier is in phase {bar.phase}, parity {bar.phase & 1}; "
+                    f"{bar.pending} of {bar.count} arrivals and {max(bar.tx, 0)} byte(s) "
+                    f"outstanding)"
+                )
+            else:
+                kids = ", ".join(sorted(c.label for c in t.children))
+                lines.append(f"  {t.label} waits in sync() at {loc} for {kids}")
+        x, y, z = self.block
+        raise TilusRuntimeError(
+            f"deadlock in block ({x}, {y}, {z}): every thread group is blocked and no "
+            f"asynchronous operation is in flight",
+            first,
+            lines,
+        )
+
+    # --- statements ----------------------------------------------------------------------------
+    def exec(self, s, task):
+        t = type(s)
+        if s.loc is not None:
+            task.loc = s.loc
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise TilusRuntimeError(
+                f"block {self.block} did not finish after {MAX_STEPS} "
+                f"statements (an endless loop?)",
+                task.loc,
+            )
+        env = task.env
+        if t is SeqStmt:
+            for x in s.stmts:
+                yield from self.exec(x, task)
+        elif t is InstStmt:
+            r = self.rules[s.inst.NAME](task, s.inst, s.loc)
+            if r is not None:
+                yield from r
+            if self.rng is not None:
+                yield ("tick",)
+        elif t is DeclareStmt:
+            if s.init is not None:
+                env[s.var] = scalar_convert(eval_scalar(s.init, env, s.loc), s.var.dtype)
+        elif t is AssignStmt:
+            env[s.var] = scalar_convert(eval_scalar(s.value, env, s.loc), s.var.dtype)
+        elif t is ForStmt:
+            i = eval_scalar(s.start, env, s.loc)
+            stop = eval_scalar(s.stop, env, s.loc)
+            step = s.step
+            while (i < stop) if step > 0 else (i > stop):
+                env[s.var] = i
+                try:
+                    yield from self.exec(s.body, task)
+                except _Break:
+                    break
+                i += step
+        elif t is WhileStmt:
+            while eval_scalar(s.cond, env, s.loc):
+                try:
+                    yield from self.exec(s.body, task)
+                except _Break:
+                    break
+                self.steps += 1
+        elif t is IfStmt:
+            if eval_scalar(s.cond, env, s.loc):
+                yield from self.exec(s.then_body, task)
+            elif s.else_body is not None:
+                yield from self.exec(s.else_body, task)
+        elif t is ThreadGroupStmt:
+            yield ("fork", s)
+        elif t is BreakStmt:
+            raise _Break()
+        elif t is ReturnStmt:
+            raise _Return()
+        else:
+            raise TilusRuntimeError(f"the interpreter cannot run {t.__name__}", s.loc)

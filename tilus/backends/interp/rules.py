@@ -1,0 +1,483 @@
+"""Interpreter rules of the generic instructions (tiles are whole NumPy arrays)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from tilus.backends.interp.numeric import convert, poison
+from tilus.backends.interp.values import (
+    GlobalViewValue,
+    PointerValue,
+    SharedAlloc,
+    SharedView,
+    eval_scalar,
+)
+from tilus.dtypes import float32, int32
+from tilus.errors import TilusRuntimeError
+from tilus.ir import inst as I
+from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, Unary, Var
+from tilus.ir.tensor import TensorVar
+
+INTERP_RULES: dict = {}
+
+
+def rule(cls):
+    """Register the interpreter rule of instruction class ``cls``."""
+
+    def wrap(fn):
+        INTERP_RULES[cls.NAME] = fn
+        return fn
+
+    return wrap
+
+
+# --- operand access --------------------------------------------------------------------------
+
+
+def reg(task, t: TensorVar, loc) -> np.ndarray:
+    """A register tile's array, checking it has no unretired wgmma update pending."""
+    st = task.wgmma
+    if st is not None and t in st.pending_acc:
+        raise TilusRuntimeError(
+            f"tile `{t.name}` is used while a wgmma into it (issued at line "
+            f"{st.pending_acc[t].line}) has not been retired; call wgmma.commit_group() and "
+            f"wgmma.wait_group(...) first",
+            loc,
+        )
+    try:
+        return task.env[t]
+    except KeyError:
+        raise TilusRuntimeError(
+            f"tile `{t.name}` is used before it is defined in this thread group", loc
+        ) from None
+
+
+def shared(task, t: TensorVar, loc) -> SharedView:
+    v = task.env[t]
+    if v.alloc.freed:
+        raise TilusRuntimeError(f"shared tile `{t.name}` is used after free_shared", loc)
+    return v
+
+
+def scal(task, e, loc):
+    return eval_scalar(e, task.env, loc)
+
+
+def operand(task, x, dtype, loc):
+    if isinstance(x, TensorVar):
+        return reg(task, x, loc)
+    return convert(np.asarray(scal(task, x, loc)), dtype)
+
+
+# --- tiles -----------------------------------------------------------------------------------
+
+
+@rule(I.AllocRegister)
+def _alloc_register(task, inst, loc):
+    out = inst.out
+    if inst.init is None:
+        task.env[out] = poison(out.shape, out.dtype)
+    elif inst.axes:
+        grids = np.indices(out.shape) if out.shape else []
+        env = dict(task.env)
+        env.update({a: g for a, g in zip(inst.axes, grids)})
+        task.env[out] = convert(
+            np.broadcast_to(vector_eval(inst.init, env, task, loc), out.shape), out.dtype
+        )
+    else:
+        v = scal(task, inst.init, loc)
+        task.env[out] = convert(np.full(out.shape, v), out.dtype)
+
+
+@rule(I.AllocShared)
+def _alloc_shared(task, inst, loc):
+    out = inst.out
+    arr = poison(out.shape, out.dtype)
+    alloc = SharedAlloc(arr, task.cta.program.smem.offsets[out], out.dtype.nbits, out.name)
+    task.cta.shared[out] = alloc
+    task.env[out] = SharedView.of(alloc, arr, out.dtype, out.name)
+
+
+@rule(I.FreeShared)
+def _free_shared(task, inst, loc):
+    shared(task, inst.tensor, loc).alloc.freed = True
+
+
+@rule(I.GlobalView)
+def _global_view(task, inst, loc):
+    out = inst.out
+    ptr = scal(task, inst.ptr, loc)
+    if not isinstance(ptr, PointerValue):
+        raise TilusRuntimeError("global_view needs a pointer", loc)
+    shape = [int(scal(task, s, loc)) if isinstance(s, Expr) else int(s) for s in out.shape]
+    if any(s < 0 for s in shape):
+        raise TilusRuntimeError(f"global_view of `{ptr.name}` has a negative shape {shape}", loc)
+    if inst.strides is None:
+        strides = [int(np.prod(shape[i + 1 :])) for i in range(len(shape))]
+    else:
+        strides = [int(scal(task, s, loc)) for s in inst.strides]
+    buf = ptr.buf
+    need = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if all(shape) else 0
+    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0) if all(shape) else 0
+    if ptr.offset + lo < 0 or ptr.offset + need > buf.size:
+        raise TilusRuntimeError(
+            f"global_view of shape {shape} over `{ptr.name}` reaches element "
+            f"{ptr.offset + need - 1}, but the array passed as `{ptr.name}` has only "
+            f"{buf.size} elements",
+            loc,
+        )
+    base = buf[ptr.offset :]
+    arr = np.lib.stride_tricks.as_strided(
+        base, shape=shape, strides=[s * buf.itemsize for s in strides], writeable=True
+    )
+    task.env[out] = GlobalViewValue(arr, out.dtype, ptr.name)
+
+
+@rule(I.SliceTensor)
+def _slice(task, inst, loc):
+    src = inst.src
+    idx = []
+    shape = src.shape
+    for d, i in enumerate(inst.indices):
+        if i is None:
+            idx.append(slice(None))
+            continue
+        v = int(scal(task, i, loc))
+        n = shape[d] if isinstance(shape[d], int) else None
+        val = task.env[src]
+        n = (val.arr if hasattr(val, "arr") else val).shape[d]
+        if not 0 <= v < n:
+            raise TilusRuntimeError(
+                f"index {v} is out of range for dim {d} (size {n}) of `{src.name}`", loc
+            )
+        idx.append(v)
+    idx = tuple(idx)
+    val = task.env[src] if src.kind != "register" else reg(task, src, loc)
+    if src.kind == "register":
+        task.env[inst.out] = val[idx]
+    elif src.kind == "shared":
+        task.env[inst.out] = SharedView.of(val.alloc, val.arr[idx], src.dtype, inst.out.name)
+    else:
+        task.env[inst.out] = GlobalViewValue(val.arr[idx], src.dtype, val.name)
+
+
+@rule(I.PermuteTensor)
+def _permute(task, inst, loc):
+    src = inst.src
+    if src.kind == "register":
+        task.env[inst.out] = np.transpose(reg(task, src, loc), inst.dims)
+    elif src.kind == "shared":
+        v = shared(task, src, loc)
+        task.env[inst.out] = SharedView.of(
+            v.alloc, np.transpose(v.arr, inst.dims), src.dtype, inst.out.name
+        )
+    else:
+        v = task.env[src]
+        task.env[inst.out] = GlobalViewValue(np.transpose(v.arr, inst.dims), src.dtype, v.name)
+
+
+# --- global memory ---------------------------------------------------------------------------
+
+
+def box_index(garr, offsets, dims, tile_shape):
+    """Global index and tile index of the in-bounds part of a box (None if empty)."""
+    gidx, tidx = [], [slice(None)] * len(tile_shape)
+    for d, o in enumerate(offsets):
+        n = garr.shape[d]
+        if d in dims:
+            k = dims.index(d)
+            lo, hi = max(o, 0), min(o + tile_shape[k], n)
+            if lo >= hi:
+                return None, None
+            gidx.append(slice(lo, hi))
+            tidx[k] = slice(lo - o, hi - o)
+        else:
+            if not 0 <= o < n:
+                return None, None
+            gidx.append(o)
+    return tuple(gidx), tuple(tidx)
+
+
+def read_box(g: GlobalViewValue, offsets, dims, tile_shape, dtype) -> np.ndarray:
+    """The tile at ``offsets`` with zeros where it leaves the tensor (GPU OOB rule)."""
+    out = np.zeros(tile_shape, dtype=dtype.np_storage)
+    gidx, tidx = box_index(g.arr, offsets, dims, tile_shape)
+    if gidx is not None:
+        part = g.arr[gidx]
+        order = sorted(range(len(dims)), key=lambda k: dims[k])  # tile dims in global order
+        part = np.transpose(part, np.argsort(order))
+        out[tidx] = part
+    return out
+
+
+@rule(I.LoadGlobal)
+def _load_global(task, inst, loc):
+    g = task.env[inst.src]
+    offs = [int(scal(task, o, loc)) for o in inst.offsets]
+    task.env[inst.out] = read_box(g, offs, inst.dims, inst.out.shape, inst.out.dtype)
+
+
+@rule(I.StoreGlobal)
+def _store_global(task, inst, loc):
+    g = task.env[inst.dst]
+    src = reg(task, inst.src, loc)
+    offs = [int(scal(task, o, loc)) for o in inst.offsets]
+    gidx, tidx = box_index(g.arr, offs, inst.dims, src.shape)
+    if gidx is None:
+        return
+    order = sorted(range(len(inst.dims)), key=lambda k: inst.dims[k])
+    part = np.transpose(src[tidx], order)
+    g.arr[gidx] = convert(part, inst.dst.dtype).astype(g.arr.dtype, copy=False)
+
+
+# --- shared memory ---------------------------------------------------------------------------
+
+
+@rule(I.LoadShared)
+def _load_shared(task, inst, loc):
+    v = shared(task, inst.src, loc)
+    task.cta.units.check_read(v, loc, "load_shared")
+    task.env[inst.out] = v.arr.copy()
+
+
+@rule(I.StoreShared)
+def _store_shared(task, inst, loc):
+    v = shared(task, inst.dst, loc)
+    task.cta.units.check_write(v, loc, "store_shared")
+    v.arr[...] = convert(reg(task, inst.src, loc), inst.dst.dtype)
+
+
+@rule(I.AssignTensor)
+def _assign(task, inst, loc):
+    task.env[inst.out] = reg(task, inst.src, loc)
+
+
+@rule(I.StoreElement)
+def _store_element(task, inst, loc):
+    arr = reg(task, inst.out, loc).copy()
+    idx = tuple(int(scal(task, i, loc)) for i in inst.indices)
+    for d, (i, n) in enumerate(zip(idx, arr.shape)):
+        if not 0 <= i < n:
+            raise TilusRuntimeError(
+                f"index {i} is out of range for dim {d} (size {n}) of `{inst.out.name}`", loc
+            )
+    arr[idx] = convert(np.asarray(scal(task, inst.value, loc)), inst.out.dtype)
+    task.env[inst.out] = arr
+
+
+# --- compute ---------------------------------------------------------------------------------
+
+
+@rule(I.CastTensor)
+def _cast(task, inst, loc):
+    task.env[inst.out] = convert(reg(task, inst.src, loc), inst.out.dtype)
+
+
+def _c_intdiv(a, b, loc):
+    if np.any(b == 0):
+        raise TilusRuntimeError("integer division by zero in a tile operation", loc)
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
+def apply_binary(op, a, b, dtype, loc):
+    """``a op b`` on arrays with C semantics for integers."""
+    with np.errstate(all="ignore"):
+        if op in ("==", "!=", "<", "<=", ">", ">="):
+            return {
+                "==": np.equal,
+                "!=": np.not_equal,
+                "<": np.less,
+                "<=": np.less_equal,
+                ">": np.greater,
+                ">=": np.greater_equal,
+            }[op](a, b)
+        wide = a.astype(np.float32) if dtype.is_float() and dtype.nbits < 32 else a
+        wb = b.astype(np.float32) if dtype.is_float() and dtype.nbits < 32 else b
+        if op == "+":
+            r = wide + wb
+        elif op == "-":
+            r = wide - wb
+        elif op == "*":
+            r = wide * wb
+        elif op == "/":
+            r = (
+                wide / wb
+                if dtype.is_float()
+                else _c_intdiv(a.astype(np.int64), b.astype(np.int64), loc)
+            )
+        elif op == "%":
+            if not dtype.is_float() and np.any(b == 0):
+                raise TilusRuntimeError("integer modulo by zero in a tile operation", loc)
+            r = np.fmod(wide, wb)
+        elif op == "max":
+            r = np.maximum(wide, wb)
+        elif op == "min":
+            r = np.minimum(wide, wb)
+        elif op in ("&", "|", "^", "<<", ">>"):
+            if dtype.kind == "bool":
+                r = {"&": np.logical_and, "|": np.logical_or, "^": np.logical_xor}[op](a, b)
+            else:
+                fn = {
+                    "&": np.bitwise_and,
+                    "|": np.bitwise_or,
+                    "^": np.bitwise_xor,
+                    "<<": np.left_shift,
+                    ">>": np.right_shift,
+                }[op]
+                r = fn(a.astype(np.int64), b.astype(np.int64))
+        else:
+            raise TilusRuntimeError(f"unknown tile operator {op}", loc)
+    return convert(r, dtype)
+
+
+@rule(I.ElementwiseBinary)
+def _binary(task, inst, loc):
+    dtype = (inst.a if isinstance(inst.a, TensorVar) else inst.b).dtype
+    a = operand(task, inst.a, dtype, loc)
+    b = operand(task, inst.b, dtype, loc)
+    r = apply_binary(inst.op, a, b, dtype, loc)
+    task.env[inst.out] = np.broadcast_to(convert(r, inst.out.dtype), inst.out.shape).copy()
+
+
+_UNARY = {
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "log": np.log,
+    "log2": np.log2,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "sin": np.sin,
+    "cos": np.cos,
+    "tanh": np.tanh,
+    "abs": np.abs,
+    "square": np.square,
+    "round": np.rint,
+    "floor": np.floor,
+    "ceil": np.ceil,
+}
+
+
+@rule(I.ElementwiseUnary)
+def _unary(task, inst, loc):
+    a = reg(task, inst.a, loc)
+    op = inst.op
+    with np.errstate(all="ignore"):
+        if op == "neg":
+            r = -a.astype(np.int64) if inst.a.dtype.is_integer() else -a
+        elif op == "not":
+            r = np.logical_not(a)
+        elif op == "bitnot":
+            r = np.logical_not(a) if a.dtype == np.bool_ else np.invert(a)
+        else:
+            r = _UNARY[op](a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a)
+    task.env[inst.out] = convert(r, inst.out.dtype)
+
+
+@rule(I.Where)
+def _where(task, inst, loc):
+    dt = inst.out.dtype
+    c = reg(task, inst.cond, loc)
+    x = operand(task, inst.x, dt, loc)
+    y = operand(task, inst.y, dt, loc)
+    task.env[inst.out] = np.broadcast_to(convert(np.where(c, x, y), dt), inst.out.shape).copy()
+
+
+@rule(I.Reduce)
+def _reduce(task, inst, loc):
+    a = reg(task, inst.src, loc)
+    kw = {"axis": inst.dim, "keepdims": inst.keepdim}
+    if inst.op == "sum":
+        acc = a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a
+        r = np.sum(acc, dtype=acc.dtype if acc.dtype.kind == "f" else np.int64, **kw)
+    else:
+        r = {"max": np.max, "min": np.min, "any": np.any, "all": np.all}[inst.op](a, **kw)
+    task.env[inst.out] = convert(r, inst.out.dtype)
+
+
+@rule(I.Dot)
+def _dot(task, inst, loc):
+    a = reg(task, inst.a, loc)
+    b = reg(task, inst.b, loc)
+    acc_t = inst.out.dtype
+    if inst.a.dtype.is_integer():
+        r = a.astype(np.int64) @ b.astype(np.int64)
+    else:
+        r = a.astype(np.float32) @ b.astype(np.float32)  # tensor cores accumulate in f32
+    if inst.c is not None:
+        r = r + reg(task, inst.c, loc).astype(r.dtype)
+    task.env[inst.out] = convert(r, acc_t)
+
+
+# --- synchronization and debugging -----------------------------------------------------------
+
+
+@rule(I.Sync)
+def _sync(task, inst, loc):
+    yield ("sync", loc)
+
+
+_C_FMT = re.compile(r"%([-+ #0]*\d*(?:\.\d+)?)(?:hh|h|ll|l|z|j|t)?([diouxXfFeEgGcs%])")
+
+
+def c_format(fmt: str, args) -> str:
+    """Format like C printf (length modifiers dropped; %u as %d)."""
+    py = _C_FMT.sub(lambda m: "%" + m.group(1) + ("d" if m.group(2) == "u" else m.group(2)), fmt)
+    return py % tuple(args)
+
+
+@rule(I.Printf)
+def _printf(task, inst, loc):
+    args = [scal(task, a, loc) for a in inst.args]
+    print(c_format(inst.fmt, args), end="", flush=True)
+
+
+@rule(I.PrintTensor)
+def _print_tensor(task, inst, loc):
+    t = inst.tensor
+    v = task.env[t] if t.kind != "register" else reg(task, t, loc)
+    arr = v.arr if hasattr(v, "arr") else v
+    with np.printoptions(linewidth=160, threshold=4096):
+        print(f"{inst.msg}\n{np.asarray(arr)}", flush=True)
+
+
+# --- vectorized evaluation for tiles initialised by a function of the indices ---------------
+
+
+def vector_eval(e, env, task, loc):
+    """Evaluate a scalar expression over index grids (used by ``init=lambda i, j: ...``)."""
+    t = type(e)
+    if t is Const:
+        return np.asarray(e.value)
+    if t is Var:
+        v = env[e]
+        return v if isinstance(v, np.ndarray) else np.asarray(v)
+    if t is Binary:
+        a, b = vector_eval(e.a, env, task, loc), vector_eval(e.b, env, task, loc)
+        if e.op in ("&&", "||"):
+            return np.logical_and(a, b) if e.op == "&&" else np.logical_or(a, b)
+        dt = (
+            e.dtype
+            if e.op not in ("==", "!=", "<", "<=", ">", ">=")
+            else (e.a.dtype if e.a.dtype.kind != "bool" else int32)
+        )
+        return apply_binary(e.op, convert(a, dt), convert(b, dt), dt, loc)
+    if t is Unary:
+        a = vector_eval(e.a, env, task, loc)
+        return np.logical_not(a) if e.op == "!" else (-a if e.op == "-" else np.invert(a))
+    if t is Select:
+        return np.where(
+            vector_eval(e.cond, env, task, loc),
+            vector_eval(e.a, env, task, loc),
+            vector_eval(e.b, env, task, loc),
+        )
+    if t is Cast:
+        return convert(vector_eval(e.a, env, task, loc), e.dtype)
+    if t is Call and e.func in ("min", "max"):
+        a, b = (vector_eval(x, env, task, loc) for x in e.args)
+        return np.minimum(a, b) if e.func == "min" else np.maximum(a, b)
+    if t is Call and e.func in _UNARY:
+        return _UNARY[e.func](convert(vector_eval(e.args[0], env, task, loc), float32))
+    return np.asarray(scal(task, e, loc))

@@ -1,0 +1,136 @@
+"""Interpreter rules of the Hopper instructions: mbarriers, TMA and WGMMA (asynchronous)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilus.backends.interp.hopper import MBarrier, WgmmaOp
+from tilus.backends.interp.numeric import convert
+from tilus.backends.interp.rules import box_index, read_box, rule, scal, shared
+from tilus.errors import TilusRuntimeError
+from tilus.ir import inst as I
+
+
+@rule(I.MBarrierAlloc)
+def _mbarrier_alloc(task, inst, loc):
+    base = task.cta.program.smem.barrier_offsets[inst.out]
+    addrs = []
+    for i, c in enumerate(inst.counts):
+        n = int(scal(task, c, loc))
+        if not 1 <= n < (1 << 20):
+            raise TilusRuntimeError(
+                f"mbarrier {inst.out.name}[{i}]: expected arrival count {n} is outside [1, 2^20)",
+                loc,
+            )
+        addr = base + 8 * i
+        task.cta.units.barriers[addr] = MBarrier(inst.out.name, i, n, n)
+        addrs.append(addr)
+    task.env[inst.out] = np.array(addrs, dtype=np.uint32)
+
+
+def _bar(task, inst, loc) -> MBarrier:
+    return task.cta.units.barrier(scal(task, inst.barrier, loc), loc)
+
+
+@rule(I.MBarrierArrive)
+def _mbarrier_arrive(task, inst, loc):
+    bar = _bar(task, inst, loc)
+    n = task.size * int(scal(task, inst.count, loc))  # every thread of the group arrives
+    if bar.arrive(n, loc, task.label):
+        task.cta.wake(bar)
+
+
+@rule(I.MBarrierArriveExpectTx)
+def _mbarrier_arrive_expect_tx(task, inst, loc):
+    bar = _bar(task, inst, loc)
+    bar.expect_tx(task.size * int(scal(task, inst.tx_bytes, loc)))
+    if bar.arrive(task.size, loc, task.label):
+        task.cta.wake(bar)
+
+
+@rule(I.MBarrierWait)
+def _mbarrier_wait(task, inst, loc):
+    bar = _bar(task, inst, loc)
+    yield ("wait", bar, int(scal(task, inst.phase, loc)) & 1, loc)
+
+
+@rule(I.TmaGlobalToShared)
+def _tma_g2s(task, inst, loc):
+    g = task.env[inst.src]
+    dst = shared(task, inst.dst, loc)
+    offs = [int(scal(task, o, loc)) for o in inst.offsets]
+    data = read_box(g, offs, inst.dims, dst.arr.shape, inst.dst.dtype)
+    bar = task.cta.units.barrier(scal(task, inst.mbarrier, loc), loc)
+    nbytes = dst.arr.size * inst.dst.dtype.nbits // 8
+    task.cta.units.issue_tma(dst, data, bar, nbytes, loc)
+
+
+@rule(I.TmaSharedToGlobal)
+def _tma_s2g(task, inst, loc):
+    src = shared(task, inst.src, loc)
+    task.cta.units.check_read(src, loc, "tma.shared_to_global")
+    g = task.env[inst.dst]
+    offs = [int(scal(task, o, loc)) for o in inst.offsets]
+    gidx, tidx = box_index(g.arr, offs, inst.dims, src.arr.shape)
+    if gidx is not None:
+        order = sorted(range(len(inst.dims)), key=lambda k: inst.dims[k])
+        g.arr[gidx] = convert(np.transpose(src.arr[tidx], order), inst.dst.dtype)
+
+
+@rule(I.TmaCommitGroup)
+def _tma_commit(task, inst, loc):
+    pass  # stores complete at issue in this model, so groups are always retired
+
+
+@rule(I.TmaWaitGroup)
+def _tma_wait(task, inst, loc):
+    pass
+
+
+@rule(I.WgmmaFence)
+def _wgmma_fence(task, inst, loc):
+    task.wgmma_state()
+
+
+@rule(I.WgmmaMma)
+def _wgmma_mma(task, inst, loc):
+    st = task.wgmma_state()
+    a = shared(task, inst.a, loc)
+    b = shared(task, inst.b, loc)
+    units = task.cta.units
+    units.check_read(a, loc, "wgmma.mma (operand a)")
+    units.check_read(b, loc, "wgmma.mma (operand b)")
+    if inst.d not in task.env:
+        raise TilusRuntimeError(
+            f"wgmma accumulator `{inst.d.name}` is used before it is defined in this thread group",
+            loc,
+        )
+    st.open.append(WgmmaOp(a, b, inst.d, loc))
+    st.pending_acc[inst.d] = loc
+
+
+@rule(I.WgmmaCommitGroup)
+def _wgmma_commit(task, inst, loc):
+    st = task.wgmma_state()
+    if st.open:
+        st.groups.append(st.open)
+        st.open = []
+
+
+@rule(I.WgmmaWaitGroup)
+def _wgmma_wait(task, inst, loc):
+    st = task.wgmma_state()
+    units = task.cta.units
+    while len(st.groups) > inst.n:
+        for op in st.groups.pop(0):
+            units.check_read(op.a, op.loc, "wgmma.mma (operand a)")
+            units.check_read(op.b, op.loc, "wgmma.mma (operand b)")
+            acc = task.env[op.d]
+            prod = op.a.arr.astype(np.float32) @ op.b.arr.astype(np.float32)
+            task.env[op.d] = (acc.astype(np.float32) + prod).astype(np.float32)
+    st.pending_acc = {op.d: op.loc for op in st.unretired()}
+
+
+@rule(I.FenceProxyAsync)
+def _fence_proxy_async(task, inst, loc):
+    pass

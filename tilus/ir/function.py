@@ -1,0 +1,38 @@
+"""A kernel in tile IR: its runtime parameters, launch attributes and body."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilus.ir.expr import Expr, Var
+from tilus.ir.stmt import Stmt
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Function:
+    """One kernel.
+
+    Attributes:
+        name: the Script class name.
+        params: runtime parameters (scalars and pointers) in call order.
+        body: the kernel body.
+        blocks: grid size (x, y, z) as expressions over ``params`` only.
+        warps: warps per block.
+        const_args: compile-time arguments baked into this kernel, (name, value) pairs.
+        config: the autotune configuration this kernel was built from, (name, value) pairs.
+        source_file: the file the Script was defined in.
+    """
+
+    name: str
+    params: tuple[Var, ...]
+    body: Stmt
+    blocks: tuple[Expr, Expr, Expr]
+    warps: int
+    const_args: tuple
+    config: tuple
+    source_file: str
+
+    @property
+    def num_threads(self) -> int:
+        """Threads per block."""
+        return self.warps * 32

@@ -1,0 +1,358 @@
+"""Tile instructions: one frozen definition each, registered by name.
+
+Every instruction is a frozen dataclass whose fields are its operands and attributes. The
+interpreter and the CUDA backend register their rule for each instruction name in their own
+rule tables; ``tests/test_registry.py`` asserts that no instruction lacks a rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+from tilus.dtypes import DataType
+from tilus.ir.expr import Expr
+from tilus.ir.tensor import TensorVar
+
+INSTRUCTIONS: dict[str, type[Inst]] = {}
+
+
+class Inst:
+    """Base of all instructions. ``NAME`` is the printed mnemonic."""
+
+    __slots__ = ()
+    NAME: ClassVar[str] = ""
+    # PTX ISA section the hardware semantics come from (for async/hardware instructions)
+    PTX: ClassVar[str] = ""
+
+    def items(self):
+        """(field name, value) pairs in declaration order."""
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]
+
+    def output(self) -> TensorVar | None:
+        """The tensor this instruction defines or overwrites, if any."""
+        return getattr(self, "out", None)
+
+
+def instruction(name: str, ptx: str = ""):
+    """Class decorator: make a frozen instruction dataclass and register it as ``name``."""
+
+    def wrap(cls):
+        cls = dataclass(frozen=True, eq=False, slots=True)(cls)
+        cls.NAME = name
+        cls.PTX = ptx
+        cls.__hash__ = object.__hash__
+        if name in INSTRUCTIONS:
+            raise RuntimeError(f"instruction {name} registered twice")
+        INSTRUCTIONS[name] = cls
+        return cls
+
+    return wrap
+
+
+Operand = TensorVar | Expr  # a tile, or a scalar broadcast over the tile
+
+# --- allocation and views --------------------------------------------------------------------
+
+
+@instruction("alloc_register")
+class AllocRegister(Inst):
+    """A new register tile; ``init`` fills it (an expression over ``axes`` or a scalar)."""
+
+    out: TensorVar
+    init: Expr | None
+    axes: tuple
+
+
+@instruction("alloc_shared")
+class AllocShared(Inst):
+    """A new tile in shared memory (contents undefined)."""
+
+    out: TensorVar
+
+
+@instruction("free_shared")
+class FreeShared(Inst):
+    """Release a shared tile; its space may be reused afterwards."""
+
+    tensor: TensorVar
+
+
+@instruction("global_view")
+class GlobalView(Inst):
+    """A global-memory view at ``ptr`` with ``out.shape`` and row-major or given strides."""
+
+    out: TensorVar
+    ptr: Expr
+    strides: tuple | None
+
+
+@instruction("slice")
+class SliceTensor(Inst):
+    """``src[i, :, j]``: an integer index drops the dim, ``None`` keeps the whole dim."""
+
+    out: TensorVar
+    src: TensorVar
+    indices: tuple
+
+
+@instruction("permute")
+class PermuteTensor(Inst):
+    """Permute the dims of a tile (``transpose()`` of a 2-D tile); a view for shared tiles."""
+
+    out: TensorVar
+    src: TensorVar
+    dims: tuple[int, ...]
+
+
+# --- data movement ---------------------------------------------------------------------------
+
+
+@instruction("load_global")
+class LoadGlobal(Inst):
+    """Load the tile at ``offsets`` of a global view; out-of-bounds elements read 0."""
+
+    out: TensorVar
+    src: TensorVar
+    offsets: tuple
+    dims: tuple[int, ...]
+
+
+@instruction("store_global")
+class StoreGlobal(Inst):
+    """Store a register tile at ``offsets``; out-of-bounds elements are skipped."""
+
+    dst: TensorVar
+    src: TensorVar
+    offsets: tuple
+    dims: tuple[int, ...]
+
+
+@instruction("load_shared")
+class LoadShared(Inst):
+    """Copy a whole shared tile into registers."""
+
+    out: TensorVar
+    src: TensorVar
+
+
+@instruction("store_shared")
+class StoreShared(Inst):
+    """Copy a register tile into a whole shared tile."""
+
+    dst: TensorVar
+    src: TensorVar
+
+
+@instruction("assign")
+class AssignTensor(Inst):
+    """Copy register tile ``src`` into ``out`` (same shape and dtype)."""
+
+    out: TensorVar
+    src: TensorVar
+
+
+@instruction("store_element")
+class StoreElement(Inst):
+    """``t[i, j] = value`` on a register tile."""
+
+    out: TensorVar
+    indices: tuple
+    value: Expr
+
+
+# --- compute ---------------------------------------------------------------------------------
+
+
+@instruction("cast")
+class CastTensor(Inst):
+    """Convert every element to ``out.dtype`` (round to nearest even)."""
+
+    out: TensorVar
+    src: TensorVar
+
+
+@instruction("binary")
+class ElementwiseBinary(Inst):
+    """``out = a op b`` elementwise with broadcasting; a scalar operand is broadcast."""
+
+    out: TensorVar
+    op: str
+    a: Operand
+    b: Operand
+
+
+@instruction("unary")
+class ElementwiseUnary(Inst):
+    """``out = f(a)`` elementwise (neg, not, abs, exp, log, sqrt, ...)."""
+
+    out: TensorVar
+    op: str
+    a: TensorVar
+
+
+@instruction("where")
+class Where(Inst):
+    """``out = cond ? x : y`` elementwise with broadcasting."""
+
+    out: TensorVar
+    cond: Operand
+    x: Operand
+    y: Operand
+
+
+@instruction("reduce")
+class Reduce(Inst):
+    """Reduce ``src`` along ``dim`` with ``op`` in sum/max/min/any/all."""
+
+    out: TensorVar
+    src: TensorVar
+    op: str
+    dim: int
+    keepdim: bool
+
+
+@instruction("dot", ptx="9.7.14.5.14 mma (warp-level matrix multiply-accumulate)")
+class Dot(Inst):
+    """``out = a @ b + c`` on register tiles, accumulating in ``out.dtype``."""
+
+    out: TensorVar
+    a: TensorVar
+    b: TensorVar
+    c: TensorVar | None
+
+
+# --- synchronization and debugging -----------------------------------------------------------
+
+
+@instruction("sync", ptx="9.7.13.1 bar, barrier")
+class Sync(Inst):
+    """Barrier over the threads of the current thread group."""
+
+
+@instruction("printf")
+class Printf(Inst):
+    """C-style printf, once per thread group (the group's first thread prints)."""
+
+    fmt: str
+    args: tuple
+
+
+@instruction("print_tensor")
+class PrintTensor(Inst):
+    """Print a tile with a message."""
+
+    msg: str
+    tensor: TensorVar
+    fmt: str | None
+
+
+# --- Hopper asynchronous machinery -----------------------------------------------------------
+
+
+@instruction("mbarrier_alloc", ptx="9.7.13.15.9 mbarrier.init")
+class MBarrierAlloc(Inst):
+    """Allocate one shared-memory mbarrier per count; ``out`` holds their addresses."""
+
+    out: TensorVar
+    counts: tuple
+
+
+@instruction("mbarrier_arrive", ptx="9.7.13.15.13 mbarrier.arrive")
+class MBarrierArrive(Inst):
+    """Every thread of the current group arrives ``count`` times."""
+
+    barrier: Expr
+    count: Expr
+    sem: str
+    scope: str
+
+
+@instruction("mbarrier_arrive_expect_tx", ptx="9.7.13.15.13 mbarrier.arrive.expect_tx")
+class MBarrierArriveExpectTx(Inst):
+    """Every thread of the current group adds ``tx_bytes`` expected bytes, then arrives."""
+
+    barrier: Expr
+    tx_bytes: Expr
+    sem: str
+    scope: str
+
+
+@instruction("mbarrier_wait", ptx="9.7.13.15.16 mbarrier.test_wait/try_wait (parity)")
+class MBarrierWait(Inst):
+    """Block until the phase with parity ``phase`` of the barrier has completed."""
+
+    barrier: Expr
+    phase: Expr
+    sem: str
+    scope: str
+
+
+@instruction("tma_global_to_shared", ptx="9.7.9.25.5.2 cp.async.bulk.tensor")
+class TmaGlobalToShared(Inst):
+    """Asynchronous tile copy global -> shared completing bytes on ``mbarrier``."""
+
+    src: TensorVar
+    dst: TensorVar
+    offsets: tuple
+    dims: tuple[int, ...]
+    mbarrier: Expr
+
+
+@instruction("tma_shared_to_global", ptx="9.7.9.25.5.2 cp.async.bulk.tensor")
+class TmaSharedToGlobal(Inst):
+    """Asynchronous tile copy shared -> global in the current bulk group."""
+
+    src: TensorVar
+    dst: TensorVar
+    offsets: tuple
+    dims: tuple[int, ...]
+
+
+@instruction("tma_commit_group", ptx="9.7.9.25.6.2 cp.async.bulk.commit_group")
+class TmaCommitGroup(Inst):
+    """Close the current bulk async group of shared -> global copies."""
+
+
+@instruction("tma_wait_group", ptx="9.7.9.25.6.3 cp.async.bulk.wait_group")
+class TmaWaitGroup(Inst):
+    """Wait until at most ``n`` bulk async groups are pending."""
+
+    n: int
+
+
+@instruction("wgmma_fence", ptx="9.7.15.6.1 wgmma.fence")
+class WgmmaFence(Inst):
+    """Order register/shared accesses before the following wgmma.mma_async."""
+
+
+@instruction("wgmma_mma", ptx="9.7.15.5.2 wgmma.mma_async")
+class WgmmaMma(Inst):
+    """``d += a @ b`` asynchronously on the tensor cores (a, b in shared memory)."""
+
+    a: TensorVar
+    b: TensorVar
+    d: TensorVar
+
+
+@instruction("wgmma_commit_group", ptx="9.7.15.6.2 wgmma.commit_group")
+class WgmmaCommitGroup(Inst):
+    """Close the current wgmma group."""
+
+
+@instruction("wgmma_wait_group", ptx="9.7.15.6.3 wgmma.wait_group")
+class WgmmaWaitGroup(Inst):
+    """Wait until at most ``n`` wgmma groups are pending; retired groups' results land."""
+
+    n: int
+
+
+@instruction("fence_proxy_async", ptx="9.7.13.4 membar/fence (proxy.async)")
+class FenceProxyAsync(Inst):
+    """Order generic-proxy shared-memory writes before async-proxy (TMA/WGMMA) reads."""
+
+
+def inst_dtype(inst: Inst) -> DataType | None:
+    """The dtype of an instruction's output, if it has one."""
+    out = inst.output()
+    return out.dtype if out is not None else None

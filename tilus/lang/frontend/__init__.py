@@ -1,0 +1,1 @@
+"""The front end: Python source of Scripts and Classes to tile IR."""

@@ -1,0 +1,1 @@
+"""Instruction groups available as methods on Scripts and Classes."""

@@ -1,0 +1,609 @@
+"""Generic instructions available as ``self.<name>`` in Scripts and Classes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilus.dtypes import DataType, PointerType, boolean, int32
+from tilus.ir import inst as I
+from tilus.ir.expr import Const, Expr, TensorElement, Var, as_expr, call, cast
+from tilus.ir.tensor import TensorVar
+from tilus.lang.builder import current
+
+UNARY_OPS = (
+    "neg",
+    "not",
+    "abs",
+    "exp",
+    "exp2",
+    "log",
+    "log2",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tanh",
+    "square",
+    "round",
+    "floor",
+    "ceil",
+    "bitnot",
+)
+REDUCE_OPS = ("sum", "max", "min", "any", "all")
+
+
+@dataclass(frozen=True)
+class ThreadGroupSpec:
+    """What ``with self.thread_group(...)`` opens (consumed by the transpiler)."""
+
+    begin: int  # relative to the parent; -1 = any one elected thread
+    num_threads: int
+
+
+@dataclass(frozen=True)
+class RangeSpec:
+    """What ``self.range(...)`` / ``range(...)`` iterates (consumed by the transpiler)."""
+
+    start: object
+    stop: object
+    step: int
+    unroll: object
+
+
+@dataclass(frozen=True)
+class Dim3:
+    """``blockIdx``-style triple with ``.x``, ``.y``, ``.z``."""
+
+    x: object
+    y: object
+    z: object
+
+    def __iter__(self):
+        return iter((self.x, self.y, self.z))
+
+    def __len__(self):
+        return 3
+
+    def to_tuple(self):
+        return (self.x, self.y, self.z)
+
+
+BLOCK_IDX = Dim3(
+    Var("blockIdx.x", int32, "builtin"),
+    Var("blockIdx.y", int32, "builtin"),
+    Var("blockIdx.z", int32, "builtin"),
+)
+GRID_DIM = Dim3(
+    Var("gridDim.x", int32, "builtin"),
+    Var("gridDim.y", int32, "builtin"),
+    Var("gridDim.z", int32, "builtin"),
+)
+
+
+def _int_list(b, value, what) -> tuple[int, ...]:
+    if isinstance(value, int):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise b.error(f"{what} must be a list of compile-time ints, got {type(value).__name__}")
+    out = []
+    for v in value:
+        if isinstance(v, Const) and v.dtype.is_integer():
+            v = v.value
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise b.error(f"{what} must hold compile-time ints, got {v!r}")
+        if v <= 0:
+            raise b.error(f"{what} must hold positive ints, got {v}")
+        out.append(int(v))
+    return tuple(out)
+
+
+def _dtype(b, value, what="dtype") -> DataType:
+    if not isinstance(value, DataType):
+        raise b.error(f"{what} must be a tilus data type such as float16, got {value!r}")
+    return value
+
+
+def broadcast_shape(b, shapes, what: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise b.error(
+            f"{what}: shapes {' and '.join(str(list(s)) for s in shapes)} do not broadcast"
+        ) from None
+
+
+def tensor_binary(op: str, a, b_, out=None) -> TensorVar:
+    """Elementwise ``a op b`` where at least one side is a register tile."""
+    b = current()
+    tiles = [x for x in (a, b_) if isinstance(x, TensorVar)]
+    for t in tiles:
+        if t.kind != "register":
+            raise b.error(f"operator {op} works on register tiles; load the {t.kind} tile first")
+    if len(tiles) == 2 and a.dtype != b_.dtype:
+        raise b.error(
+            f"operands of {op} have different dtypes {a.dtype} and {b_.dtype}; "
+            "convert one with self.cast(x, dtype=...)"
+        )
+    dtype = tiles[0].dtype
+    ops = []
+    for x in (a, b_):
+        if isinstance(x, TensorVar):
+            ops.append(x)
+        else:
+            ops.append(b.expect_scalar(x, f"operand of {op}", dtype))
+    if op in ("&", "|", "^", "<<", ">>", "%") and dtype.is_float() and op != "%":
+        raise b.error(f"bitwise operator {op} needs integer tiles, got {dtype}")
+    shape = broadcast_shape(b, [t.shape for t in tiles], f"operator {op}")
+    rdtype = boolean if op in ("==", "!=", "<", "<=", ">", ">=") else dtype
+    if out is None:
+        out = b.register(rdtype, shape, "t")
+    elif out.shape != shape or out.dtype != rdtype:
+        raise b.error(
+            f"out= tile is {out.type_str()} but the result is "
+            f"register[{rdtype}; {', '.join(map(str, shape))}]"
+        )
+    b.inst(I.ElementwiseBinary(out, op, ops[0], ops[1]))
+    return out
+
+
+def tensor_unary(op: str, x, out=None) -> TensorVar:
+    """Elementwise ``op(x)`` on a register tile."""
+    b = current()
+    b.expect_tensor(x, ("register",), f"the operand of {op}")
+    if (
+        op in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh")
+        and not x.dtype.is_float()
+    ):
+        raise b.error(f"{op} needs a floating-point tile, got {x.dtype}")
+    rdtype = boolean if op == "not" else x.dtype
+    out = out if out is not None else b.register(rdtype, x.shape, "t")
+    b.inst(I.ElementwiseUnary(out, op, x))
+    return out
+
+
+def slice_tensor(t: TensorVar, index) -> TensorVar | Expr:
+    """``t[i, j]``: drops integer-indexed dims; a full index of a register tile is a scalar."""
+    b = current()
+    idx = index if isinstance(index, tuple) else (index,)
+    if len(idx) > t.ndim:
+        raise b.error(f"too many indices ({len(idx)}) for a tile of rank {t.ndim}")
+    ind: list = []
+    for i, x in enumerate(idx):
+        if isinstance(x, slice):
+            if x != slice(None):
+                raise b.error("partial slices (a:b) are not supported; use ':' for a whole dim")
+            ind.append(None)
+        else:
+            e = b.expect_scalar(x, f"index {i}", int32)
+            if (
+                isinstance(e, Const)
+                and isinstance(t.shape[i], int)
+                and not 0 <= e.value < t.shape[i]
+            ):
+                raise b.error(f"index {e.value} is out of range for dim {i} of size {t.shape[i]}")
+            ind.append(e)
+    ind += [None] * (t.ndim - len(ind))
+    if t.kind == "register" and all(i is not None for i in ind):
+        return TensorElement(t, tuple(ind), t.dtype)
+    shape = tuple(s for s, i in zip(t.shape, ind) if i is None)
+    cls = type(t)
+    out = cls(b.fresh(b.take_hint(t.name)), t.dtype, shape)
+    b.inst(I.SliceTensor(out, t, tuple(ind)))
+    return out
+
+
+def permute_tensor(t: TensorVar, dims) -> TensorVar:
+    b = current()
+    dims = tuple(dims)
+    if sorted(dims) != list(range(t.ndim)):
+        raise b.error(f"permutation {list(dims)} does not match a tile of rank {t.ndim}")
+    out = type(t)(b.fresh(b.take_hint(t.name + "_t")), t.dtype, tuple(t.shape[d] for d in dims))
+    b.inst(I.PermuteTensor(out, t, dims))
+    return out
+
+
+class GenericInstructions:
+    """Tensor creation, data movement, compute, synchronization and debugging."""
+
+    # --- launch configuration and properties ---------------------------------------------------
+    @property
+    def attrs(self):
+        """Launch attributes: ``self.attrs.blocks`` (grid) and ``self.attrs.warps``."""
+        return current().attrs
+
+    @property
+    def blockIdx(self) -> Dim3:  # noqa: N802 - CUDA's name
+        """The block index (x, y, z)."""
+        return BLOCK_IDX
+
+    @property
+    def gridDim(self) -> Dim3:  # noqa: N802 - CUDA's name
+        """The grid size (x, y, z)."""
+        return GRID_DIM
+
+    @property
+    def current_thread_begin(self) -> int:
+        """First thread (absolute) of the innermost thread group."""
+        return current().group.abs_begin
+
+    @property
+    def current_num_threads(self) -> int:
+        """Threads in the innermost thread group."""
+        return current().group.size
+
+    @property
+    def current_thread_end(self) -> int:
+        """One past the last thread (absolute) of the innermost thread group."""
+        g = current().group
+        return g.abs_begin + g.size
+
+    # --- thread groups and loops ---------------------------------------------------------------
+    def thread_group(self, thread_begin: int, num_threads: int) -> ThreadGroupSpec:
+        """Restrict the ``with`` body to threads [begin, begin+num) of the current group."""
+        b = current()
+        for v, n in ((thread_begin, "thread_begin"), (num_threads, "num_threads")):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise b.error(f"thread_group {n} must be a compile-time int, got {v!r}")
+        g = b.group
+        if thread_begin < 0 or num_threads <= 0 or thread_begin + num_threads > g.size:
+            raise b.error(
+                f"thread_group({thread_begin}, {num_threads}) does not fit in the "
+                f"current group of {g.size} threads"
+            )
+        return ThreadGroupSpec(thread_begin, num_threads)
+
+    def single_thread(self, thread: int = -1) -> ThreadGroupSpec:
+        """Run the ``with`` body on one thread of the current group (-1: any elected one)."""
+        if thread == -1:
+            current().group  # noqa: B018 - checks warps was set
+            return ThreadGroupSpec(-1, 1)
+        return self.thread_group(thread, 1)
+
+    def single_warp(self, warp: int = 0) -> ThreadGroupSpec:
+        """Run the ``with`` body on warp ``warp`` of the current group."""
+        return self.thread_group(32 * warp, 32)
+
+    def warp_group(self, warp_begin: int, num_warps: int) -> ThreadGroupSpec:
+        """Run the ``with`` body on warps [warp_begin, warp_begin + num_warps)."""
+        return self.thread_group(32 * warp_begin, 32 * num_warps)
+
+    def range(self, start, stop=None, step=None, /, *, unroll=None) -> RangeSpec:
+        """A loop range for ``for i in self.range(...)``; ``unroll`` is an int or ``"all"``."""
+        b = current()
+        if stop is None:
+            start, stop = 0, start
+        step = 1 if step is None else step
+        if isinstance(step, Const):
+            step = step.value
+        if isinstance(step, bool) or not isinstance(step, int) or step == 0:
+            raise b.error(f"range step must be a nonzero compile-time int, got {step!r}")
+        if (
+            unroll is not None
+            and unroll != "all"
+            and (isinstance(unroll, bool) or not isinstance(unroll, int) or unroll <= 0)
+        ):
+            raise b.error(f"unroll must be a positive int or 'all', got {unroll!r}")
+        return RangeSpec(start, stop, step, unroll)
+
+    # --- scalar helpers ------------------------------------------------------------------------
+    def fast_divmod(self, a, b):
+        """``(a // b, a % b)`` for non-negative ints (magic-number division on the GPU)."""
+        bld = current()
+        if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
+            return divmod(int(a), int(b))
+        a = bld.expect_scalar(a, "fast_divmod dividend", None)
+        b = bld.expect_scalar(b, "fast_divmod divisor", None)
+        return call("fastdiv", a, b), call("fastmod", a, b)
+
+    def static_assert(self, cond, msg: str = ""):
+        """Check a compile-time condition."""
+        b = current()
+        if isinstance(cond, Const):
+            cond = cond.value
+        if isinstance(cond, Expr):
+            raise b.error("static_assert needs a compile-time condition")
+        if not cond:
+            raise b.error(f"static assertion failed{': ' + msg if msg else ''}")
+
+    def assume(self, cond):
+        """Record a fact about kernel parameters (accepted and checked for being well formed)."""
+        b = current()
+        if cond is True:
+            return
+        if cond is False or (isinstance(cond, Const) and not cond.value):
+            raise b.error("assume() got a condition that is always false")
+
+    # --- tensor creation -----------------------------------------------------------------------
+    def register_tensor(self, *, dtype, shape, init=None) -> TensorVar:
+        """A register tile; ``init`` is a scalar or ``f(i, j, ...) -> value``; None: undefined."""
+        b = current()
+        dtype = _dtype(b, dtype)
+        shape = _int_list(b, shape, "shape") if shape != [] else ()
+        axes: tuple = ()
+        init_e = None
+        if callable(init) and not isinstance(init, Expr):
+            axes = tuple(Var(f"i{k}", int32, "axis") for k in range(len(shape)))
+            init_e = cast(as_expr(init(*axes)), dtype)
+        elif init is not None:
+            init_e = b.expect_scalar(init, "init", dtype)
+        out = b.register(dtype, shape, "r")
+        b.inst(I.AllocRegister(out, init_e, axes))
+        return out
+
+    def shared_tensor(self, *, dtype, shape) -> TensorVar:
+        """A tile in shared memory (contents undefined until written)."""
+        b = current()
+        out = b.shared(_dtype(b, dtype), _int_list(b, shape, "shape"), "s")
+        b.inst(I.AllocShared(out))
+        return out
+
+    def free_shared(self, tensor):
+        """Release a shared tile; later allocations may reuse its space."""
+        b = current()
+        b.inst(I.FreeShared(b.expect_tensor(tensor, ("shared",), "free_shared's argument")))
+
+    def global_view(self, ptr, *, dtype, shape, strides=None) -> TensorVar:
+        """A global tensor of ``shape`` (row-major unless ``strides``) starting at ``ptr``."""
+        b = current()
+        dtype = _dtype(b, dtype)
+        if not isinstance(ptr, Expr) or not isinstance(ptr.dtype, PointerType):
+            raise b.error(
+                f"global_view needs a pointer (a parameter annotated ~{dtype}), got {ptr!r}"
+            )
+        if ptr.dtype.base is not None and ptr.dtype.base != dtype:
+            raise b.error(f"global_view of dtype {dtype} over a pointer to {ptr.dtype.base}")
+        if not isinstance(shape, (list, tuple)) or not shape:
+            raise b.error("global_view shape must be a non-empty list")
+        shp = tuple(b.expect_scalar(s, f"shape[{i}]", int32) for i, s in enumerate(shape))
+        shp = tuple(s.value if isinstance(s, Const) else s for s in shp)
+        st = None
+        if strides is not None:
+            st = b.expect_offsets(strides, len(shp), "strides")
+        out = b.global_(dtype, shp, "g")
+        b.inst(I.GlobalView(out, ptr, st))
+        return out
+
+    # --- data movement -------------------------------------------------------------------------
+    def load_global(self, src, /, *, offsets, shape, dims=None) -> TensorVar:
+        """Load a tile of ``shape`` at ``offsets``; out-of-bounds elements read 0."""
+        b = current()
+        b.expect_tensor(src, ("global",), "load_global's source")
+        shape = _int_list(b, shape, "shape")
+        offs = b.expect_offsets(offsets, src.ndim, "offsets")
+        dims = self._tile_dims(src, len(shape), dims, "load_global")
+        out = b.register(src.dtype, shape, "r")
+        b.inst(I.LoadGlobal(out, src, offs, dims))
+        return out
+
+    def store_global(self, dst, src, *, offsets, dims=None):
+        """Store a register tile at ``offsets``; out-of-bounds elements are skipped."""
+        b = current()
+        b.expect_tensor(dst, ("global",), "store_global's destination")
+        b.expect_tensor(src, ("register",), "store_global's source")
+        if src.dtype != dst.dtype:
+            raise b.error(
+                f"store_global of a {src.dtype} tile into a {dst.dtype} tensor; "
+                f"cast it first with self.cast(x, dtype={dst.dtype})"
+            )
+        offs = b.expect_offsets(offsets, dst.ndim, "offsets")
+        dims = self._tile_dims(
+            dst, src.ndim, dims, "store_global", what=f"a {list(src.shape)} tile into a view"
+        )
+        b.inst(I.StoreGlobal(dst, src, offs, dims))
+
+    @staticmethod
+    def _tile_dims(g, tile_rank, dims, name, what="a tile") -> tuple[int, ...]:
+        b = current()
+        if dims is None:
+            if tile_rank != g.ndim:
+                raise b.error(
+                    f"{name}: {what} of rank {g.ndim} needs dims= to say which "
+                    f"{tile_rank} dims of the global tensor the tile spans"
+                )
+            return tuple(range(g.ndim))
+        dims = tuple(dims)
+        if (
+            len(dims) != tile_rank
+            or len(set(dims)) != len(dims)
+            or any(not 0 <= d < g.ndim for d in dims)
+        ):
+            raise b.error(
+                f"{name}: dims={list(dims)} must list {tile_rank} distinct dims of a "
+                f"rank-{g.ndim} tensor"
+            )
+        return dims
+
+    def load_shared(self, src, *, out=None) -> TensorVar:
+        """Copy a whole shared tile into a register tile."""
+        b = current()
+        b.expect_tensor(src, ("shared",), "load_shared's source")
+        out = out if out is not None else b.register(src.dtype, src.shape, "r")
+        b.inst(I.LoadShared(out, src))
+        return out
+
+    def store_shared(self, dst, src):
+        """Copy a register tile into a whole shared tile of the same shape."""
+        b = current()
+        b.expect_tensor(dst, ("shared",), "store_shared's destination")
+        b.expect_tensor(src, ("register",), "store_shared's source")
+        if dst.shape != src.shape or dst.dtype != src.dtype:
+            raise b.error(f"store_shared of {src.type_str()} into {dst.type_str()}")
+        b.inst(I.StoreShared(dst, src))
+
+    # --- compute -------------------------------------------------------------------------------
+    def cast(self, x, dtype) -> TensorVar:
+        """Convert a register tile to ``dtype`` (round to nearest even)."""
+        b = current()
+        b.expect_tensor(x, ("register",), "cast's operand")
+        out = b.register(_dtype(b, dtype), x.shape, "r")
+        b.inst(I.CastTensor(out, x))
+        return out
+
+    def dot(self, a, b_, c=None, /, *, acc_dtype=None, out=None) -> TensorVar:
+        """``a @ b + c`` on register tiles (a [m, k], b [k, n]), accumulating in c's dtype."""
+        b = current()
+        for t, n in ((a, "a"), (b_, "b")):
+            b.expect_tensor(t, ("register",), f"dot operand {n}")
+            if t.ndim != 2:
+                raise b.error(f"dot operand {n} must be 2-D, got {t.type_str()}")
+        if a.dtype != b_.dtype:
+            raise b.error(f"dot operands have different dtypes {a.dtype} and {b_.dtype}")
+        m, k = a.shape
+        k2, n = b_.shape
+        if k != k2:
+            raise b.error(f"dot: a is [{m}, {k}] but b is [{k2}, {n}]; inner sizes differ")
+        if c is None and acc_dtype is None and out is None:
+            raise b.error("dot needs an accumulator c or acc_dtype=")
+        if c is not None:
+            b.expect_tensor(c, ("register",), "dot accumulator c")
+            if c.shape != (m, n):
+                raise b.error(f"dot accumulator is {c.type_str()} but a @ b is [{m}, {n}]")
+        rdtype = c.dtype if c is not None else out.dtype if out is not None else acc_dtype
+        if out is None:
+            out = b.register(rdtype, (m, n), "r")
+        elif out.shape != (m, n):
+            raise b.error(f"dot out= tile is {out.type_str()} but a @ b is [{m}, {n}]")
+        b.inst(I.Dot(out, a, b_, c))
+        return out
+
+    def add(self, lhs, rhs, *, out=None):
+        """Elementwise sum with broadcasting."""
+        return tensor_binary("+", lhs, rhs, out)
+
+    def maximum(self, lhs, rhs, *, out=None):
+        """Elementwise maximum with broadcasting."""
+        return tensor_binary("max", lhs, rhs, out)
+
+    def minimum(self, lhs, rhs, *, out=None):
+        """Elementwise minimum with broadcasting."""
+        return tensor_binary("min", lhs, rhs, out)
+
+    def where(self, cond, x, y, *, out=None) -> TensorVar:
+        """``cond ? x : y`` elementwise; cond is a boolean tile."""
+        b = current()
+        b.expect_tensor(cond, ("register",), "where's condition")
+        if cond.dtype != boolean:
+            raise b.error(f"where's condition must be a boolean tile, got {cond.dtype}")
+        tiles = [t for t in (x, y) if isinstance(t, TensorVar)]
+        if not tiles:
+            raise b.error("where needs x or y to be a register tile")
+        dtype = tiles[0].dtype
+        if len(tiles) == 2 and x.dtype != y.dtype:
+            raise b.error(f"where's x and y have different dtypes {x.dtype} and {y.dtype}")
+        xs = [
+            t if isinstance(t, TensorVar) else b.expect_scalar(t, "where operand", dtype)
+            for t in (x, y)
+        ]
+        shape = broadcast_shape(b, [cond.shape] + [t.shape for t in tiles], "where")
+        out = out if out is not None else b.register(dtype, shape, "t")
+        b.inst(I.Where(out, cond, xs[0], xs[1]))
+        return out
+
+    def _reduce(self, op, x, dim, keepdim, out):
+        b = current()
+        b.expect_tensor(x, ("register",), f"{op}'s operand")
+        if op in ("any", "all") and x.dtype != boolean:
+            raise b.error(f"{op} needs a boolean tile, got {x.dtype}")
+        dims = list(range(x.ndim)) if dim is None else [dim] if isinstance(dim, int) else list(dim)
+        for d in dims:
+            if not -x.ndim <= d < x.ndim:
+                raise b.error(f"{op}: dim {d} is out of range for a tile of rank {x.ndim}")
+        dims = sorted({d % x.ndim for d in dims}, reverse=True)
+        cur = x
+        for i, d in enumerate(dims):
+            shape = (
+                tuple(1 if j == d else s for j, s in enumerate(cur.shape))
+                if keepdim
+                else cur.shape[:d] + cur.shape[d + 1 :]
+            )
+            o = out if (i == len(dims) - 1 and out is not None) else b.register(x.dtype, shape, "t")
+            b.inst(I.Reduce(o, cur, op, d, bool(keepdim)))
+            cur = o
+        return cur
+
+    def sum(self, x, *, dim=None, keepdim=False, out=None):
+        """Sum over ``dim`` (all dims when None)."""
+        return self._reduce("sum", x, dim, keepdim, out)
+
+    def max(self, x, *, dim=None, keepdim=False, out=None):
+        """Maximum over ``dim``."""
+        return self._reduce("max", x, dim, keepdim, out)
+
+    def min(self, x, *, dim=None, keepdim=False, out=None):
+        """Minimum over ``dim``."""
+        return self._reduce("min", x, dim, keepdim, out)
+
+    def any(self, x, *, dim=None, keepdim=False, out=None):
+        """Logical or over ``dim`` (boolean tiles)."""
+        return self._reduce("any", x, dim, keepdim, out)
+
+    def all(self, x, *, dim=None, keepdim=False, out=None):
+        """Logical and over ``dim`` (boolean tiles)."""
+        return self._reduce("all", x, dim, keepdim, out)
+
+    def transpose(self, x) -> TensorVar:
+        """Swap the two dims of a 2-D tile."""
+        b = current()
+        if not isinstance(x, TensorVar) or x.ndim != 2:
+            raise b.error("transpose needs a 2-D tile")
+        return permute_tensor(x, (1, 0))
+
+    def assign(self, dst, src):
+        """Copy register tile ``src`` into ``dst``."""
+        b = current()
+        b.expect_tensor(dst, ("register",), "assign's destination")
+        b.expect_tensor(src, ("register",), "assign's source")
+        if dst.shape != src.shape or dst.dtype != src.dtype:
+            raise b.error(f"assign of {src.type_str()} into {dst.type_str()}")
+        b.inst(I.AssignTensor(dst, src))
+
+    # --- synchronization and debugging ---------------------------------------------------------
+    def sync(self):
+        """Barrier over every thread of the current thread group."""
+        b = current()
+        b.group  # noqa: B018 - requires warps
+        b.inst(I.Sync())
+
+    def printf(self, fmt: str, *args):
+        """C-style printf from the first thread of the current group."""
+        b = current()
+        if not isinstance(fmt, str):
+            raise b.error("printf's format must be a string literal")
+        vals = tuple(b.expect_scalar(a, f"printf argument {i}") for i, a in enumerate(args))
+        b.inst(I.Printf(fmt, vals))
+
+    def print_tensor(self, msg: str, tensor, fmt: str | None = None):
+        """Print a tile (register, shared or global) with a message."""
+        b = current()
+        b.expect_tensor(tensor, ("register", "shared", "global"), "print_tensor's tensor")
+        b.inst(I.PrintTensor(str(msg), tensor, fmt))
+
+
+for _op in (
+    "exp",
+    "exp2",
+    "log",
+    "log2",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tanh",
+    "abs",
+    "square",
+    "round",
+    "floor",
+    "ceil",
+):
+
+    def _make(op):
+        def f(self, x, *, out=None):
+            return tensor_unary(op, x, out)
+
+        f.__name__ = op
+        f.__doc__ = f"Elementwise {op} of a register tile."
+        return f
+
+    setattr(GenericInstructions, _op, _make(_op))

@@ -1,0 +1,257 @@
+"""Hopper instruction groups: ``self.mbarrier``, ``self.tma``, ``self.wgmma``, ``self.fence``."""
+
+from __future__ import annotations
+
+from tilus.dtypes import bfloat16, float16, float32, int32, uint32
+from tilus.ir import inst as I
+from tilus.ir.expr import Const, Expr
+from tilus.ir.tensor import TensorVar
+from tilus.lang.builder import current
+
+TMA_BOX_LIMIT = 256  # cp.async.bulk.tensor: each box dimension is at most 256 elements
+SEMS = ("relaxed", "release", "acquire")
+SCOPES = ("cta", "cluster")
+
+
+def _check_sem(b, sem, scope, allowed):
+    if sem not in allowed:
+        raise b.error(f"sem must be one of {', '.join(allowed)}, got {sem!r}")
+    if scope not in SCOPES:
+        raise b.error(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+
+
+def _barrier(b, barrier) -> Expr:
+    e = b.expect_scalar(barrier, "the barrier")
+    if isinstance(e, Const):
+        raise b.error("the barrier must be an element of a tensor made by self.mbarrier.alloc")
+    return e
+
+
+class MBarrierGroup:
+    """Shared-memory mbarriers (PTX ISA 9.7.13.15): alloc, arrive, expect-tx, wait."""
+
+    producer_initial_phase = 1
+    consumer_initial_phase = 0
+
+    def alloc(self, counts) -> TensorVar:
+        """One barrier per expected-arrival count; returns a uint32 tile of their addresses."""
+        b = current()
+        if not isinstance(counts, (list, tuple)):
+            counts = [counts]
+        if not counts:
+            raise b.error("mbarrier.alloc needs at least one count")
+        cs = tuple(b.expect_scalar(c, f"counts[{i}]", int32) for i, c in enumerate(counts))
+        for c in cs:
+            if isinstance(c, Const) and not 1 <= c.value < (1 << 20):
+                raise b.error(
+                    f"an mbarrier's expected arrival count must be in [1, 2^20), got {c.value}"
+                )
+        out = b.register(uint32, (len(cs),), "barriers")
+        b.inst(I.MBarrierAlloc(out, cs))
+        return out
+
+    def arrive(self, barrier, count=1, sem="release", scope="cta"):
+        """Every thread of the current group arrives ``count`` times on ``barrier``."""
+        b = current()
+        _check_sem(b, sem, scope, ("relaxed", "release"))
+        b.inst(
+            I.MBarrierArrive(
+                _barrier(b, barrier), b.expect_scalar(count, "count", uint32), sem, scope
+            )
+        )
+
+    def arrive_and_expect_tx(self, barrier, transaction_bytes, sem="release", scope="cta"):
+        """Each thread of the group expects ``transaction_bytes`` more bytes, then arrives."""
+        b = current()
+        _check_sem(b, sem, scope, ("relaxed", "release"))
+        tx = b.expect_scalar(transaction_bytes, "transaction_bytes", uint32)
+        if isinstance(tx, Const) and tx.value >= (1 << 20):
+            raise b.error(
+                f"transaction_bytes {tx.value} exceeds the mbarrier tx-count range (2^20 - 1)"
+            )
+        b.inst(I.MBarrierArriveExpectTx(_barrier(b, barrier), tx, sem, scope))
+
+    def wait(self, barrier, phase, sem="acquire", scope="cta"):
+        """Block until the barrier's phase of parity ``phase`` (0/1) has completed."""
+        b = current()
+        _check_sem(b, sem, scope, ("relaxed", "acquire"))
+        b.inst(
+            I.MBarrierWait(
+                _barrier(b, barrier), b.expect_scalar(phase, "phase", uint32), sem, scope
+            )
+        )
+
+
+def _tma_issuer_check(b, what):
+    g = b.group
+    if g.size == 1 or (g.size == 32 and g.abs_begin % 32 == 0 and g.begin >= 0):
+        return
+    raise b.error(
+        f"{what} must be issued by one thread (self.single_thread()) or one full "
+        f"warp; the current thread group has {g.size} threads"
+    )
+
+
+def _tma_tile(b, g, s, offsets, dims, what):
+    b.expect_tensor(g, ("global",), f"{what}'s global tensor")
+    b.expect_tensor(s, ("shared",), f"{what}'s shared tensor")
+    if g.dtype != s.dtype:
+        raise b.error(f"{what}: global tensor is {g.dtype} but the shared tile is {s.dtype}")
+    offs = b.expect_offsets(offsets, g.ndim, "offsets")
+    if dims is None:
+        if s.ndim != g.ndim:
+            raise b.error(f"{what}: a rank-{s.ndim} tile from a rank-{g.ndim} tensor needs dims=")
+        dims = tuple(range(g.ndim))
+    dims = tuple(dims)
+    if len(dims) != s.ndim:
+        raise b.error(f"{what}: dims={list(dims)} must have one entry per tile dim ({s.ndim})")
+    for i, n in enumerate(s.shape):
+        if n > TMA_BOX_LIMIT:
+            raise b.error(
+                f"{what}: tile dim {i} is {n} elements, over the TMA box limit of "
+                f"{TMA_BOX_LIMIT} per dimension"
+            )
+    return offs, dims
+
+
+class TmaGroup:
+    """Bulk tensor copies (PTX ISA 9.7.9.25.5.2 cp.async.bulk.tensor)."""
+
+    def global_to_shared(
+        self,
+        *,
+        src,
+        dst,
+        offsets,
+        dims=None,
+        mbarrier,
+        cta_group=1,
+        multicast_mask=None,
+        cache_policy=None,
+    ):
+        """Asynchronously copy the tile at ``offsets`` of ``src`` into ``dst``.
+
+        Completion adds the tile's bytes to ``mbarrier``'s transaction count; the out-of-bounds
+        part of the box is zero-filled.
+        """
+        b = current()
+        if cta_group != 1 or multicast_mask is not None:
+            raise b.error(
+                "TMA multicast and cta_group=2 need clusters, which are not supported yet"
+            )
+        _tma_issuer_check(b, "tma.global_to_shared")
+        offs, dims = _tma_tile(b, src, dst, offsets, dims, "tma.global_to_shared")
+        b.inst(I.TmaGlobalToShared(src, dst, offs, dims, _barrier(b, mbarrier)))
+
+    def shared_to_global(self, src, dst, offsets, dims=None, cache_policy=None):
+        """Asynchronously copy shared tile ``src`` into ``dst`` at ``offsets``."""
+        b = current()
+        _tma_issuer_check(b, "tma.shared_to_global")
+        offs, dims = _tma_tile(b, dst, src, offsets, dims, "tma.shared_to_global")
+        b.inst(I.TmaSharedToGlobal(src, dst, offs, dims))
+
+    def commit_group(self):
+        """Close the current group of shared -> global copies."""
+        current().inst(I.TmaCommitGroup())
+
+    def wait_group(self, n: int, read: bool = False):
+        """Wait until at most ``n`` groups of shared -> global copies are pending."""
+        b = current()
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise b.error(f"wait_group needs a non-negative compile-time int, got {n!r}")
+        b.inst(I.TmaWaitGroup(n))
+
+
+class WgmmaGroup:
+    """Warp-group MMA (PTX ISA 9.7.15 wgmma): fence, mma, commit_group, wait_group."""
+
+    def fence(self):
+        """Make prior register/shared writes visible to the following wgmma.mma."""
+        self._check_group("wgmma.fence")
+        current().inst(I.WgmmaFence())
+
+    def commit_group(self):
+        """Close the current group of wgmma.mma operations."""
+        self._check_group("wgmma.commit_group")
+        current().inst(I.WgmmaCommitGroup())
+
+    def wait_group(self, n: int):
+        """Wait until at most ``n`` wgmma groups are pending; retired results become visible."""
+        b = current()
+        self._check_group("wgmma.wait_group")
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 7:
+            raise b.error(f"wgmma.wait_group needs a compile-time int in [0, 7], got {n!r}")
+        b.inst(I.WgmmaWaitGroup(n))
+
+    def mma(self, a, b_, d):
+        """``d += a @ b`` on the tensor cores; a [M, K] and b [K, N] in shared memory."""
+        b = current()
+        self._check_group("wgmma.mma")
+        if isinstance(a, TensorVar) and a.kind == "register":
+            raise b.error(
+                "wgmma.mma with a register A operand is not supported; keep A in shared memory"
+            )
+        b.expect_tensor(a, ("shared",), "wgmma.mma operand a")
+        b.expect_tensor(b_, ("shared",), "wgmma.mma operand b")
+        b.expect_tensor(d, ("register",), "wgmma.mma accumulator d")
+        for t, n in ((a, "a"), (b_, "b"), (d, "d")):
+            if t.ndim != 2:
+                raise b.error(f"wgmma.mma operand {n} must be 2-D, got {t.type_str()}")
+        (m, k), (k2, n), (m2, n2) = a.shape, b_.shape, d.shape
+        if k != k2 or m != m2 or n != n2:
+            raise b.error(
+                f"wgmma.mma shapes do not match: a [{m}, {k}] @ b [{k2}, {n}] into d [{m2}, {n2}]"
+            )
+        if a.dtype != b_.dtype or a.dtype not in (float16, bfloat16):
+            raise b.error(
+                f"wgmma.mma supports float16/bfloat16 operands of one dtype, got "
+                f"{a.dtype} and {b_.dtype}"
+            )
+        if d.dtype != float32:
+            raise b.error(f"wgmma.mma accumulates in float32, got a {d.dtype} accumulator")
+        if m % 64:
+            raise b.error(f"wgmma.mma: M={m} must be a multiple of 64 (instruction shape m64)")
+        if k % 16:
+            raise b.error(f"wgmma.mma: K={k} must be a multiple of 16 for {a.dtype}")
+        if n % 8:
+            raise b.error(f"wgmma.mma: N={n} must be a multiple of 8")
+        b.inst(I.WgmmaMma(a, b_, d))
+
+    @staticmethod
+    def _check_group(what):
+        b = current()
+        g = b.group
+        if g.size != 128 or g.begin < 0 or g.abs_begin % 128:
+            span = (
+                f"threads [{g.abs_begin}, {g.abs_begin + g.size})"
+                if g.begin >= 0
+                else "a single elected thread"
+            )
+            raise b.error(
+                f"{what} needs a warp group: exactly 128 threads starting at a "
+                f"multiple of 128; the current thread group is {span}"
+            )
+
+
+class FenceGroup:
+    """Proxy fences (PTX ISA 9.7.13.4 membar/fence)."""
+
+    def proxy_async(self, space: str = "shared"):
+        """Order generic-proxy writes before async-proxy (TMA, WGMMA) accesses."""
+        b = current()
+        if space not in ("shared", "global"):
+            raise b.error(f"space must be 'shared' or 'global', got {space!r}")
+        b.inst(I.FenceProxyAsync())
+
+    def proxy_async_release(self):
+        """The lighter generic -> async release fence for shared memory."""
+        current().inst(I.FenceProxyAsync())
+
+
+class HopperInstructions:
+    """Adds ``self.mbarrier``, ``self.tma``, ``self.wgmma`` and ``self.fence``."""
+
+    mbarrier = MBarrierGroup()
+    tma = TmaGroup()
+    wgmma = WgmmaGroup()
+    fence = FenceGroup()

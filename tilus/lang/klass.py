@@ -1,0 +1,15 @@
+"""``tilus.Class``: helper objects whose methods are inlined into kernels."""
+
+from __future__ import annotations
+
+from tilus.lang.instructions.generic import GenericInstructions
+from tilus.lang.instructions.hopper import HopperInstructions
+
+
+class Class(GenericInstructions, HopperInstructions):
+    """Base class of helper objects used inside kernels (e.g. a pipeline of barriers).
+
+    Instantiating a subclass inside a kernel transpiles its ``__init__`` inline; its methods are
+    inlined at each call. Attributes annotated with a dtype (``self.stage: int32 = 0``) become
+    kernel variables whose value persists across method calls.
+    """

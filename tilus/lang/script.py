@@ -1,0 +1,233 @@
+"""``tilus.Script`` and the instantiated, callable kernel it turns into."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+
+from tilus.errors import TilusArgumentError, TilusCompileError, TilusError
+from tilus.lang.autotune import expand_space
+from tilus.lang.instructions.generic import GenericInstructions
+from tilus.lang.instructions.hopper import HopperInstructions
+
+_instances: dict = {}
+
+
+def _hashable(v):
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    try:
+        hash(v)
+        return v
+    except TypeError:
+        return id(v)
+
+
+class Script(GenericInstructions, HopperInstructions):
+    """Base class of tilus kernels.
+
+    Subclasses store compile-time hyper-parameters in ``__init__`` and write the kernel body in
+    ``__call__``, which is transpiled (never run as Python). ``MyKernel(...)`` returns a cached
+    :class:`InstantiatedScript`; calling that compiles (or interprets) and launches.
+    """
+
+    debug_schedule: dict | None = None
+
+    def __new__(cls, *args, **kwargs):
+        key = (cls, _hashable(args), _hashable(kwargs))
+        inst = _instances.get(key)
+        if inst is None:
+            inst = InstantiatedScript(cls, args, kwargs)
+            _instances[key] = inst
+        return inst
+
+    def __init__(self):
+        pass
+
+
+class InstantiatedScript:
+    """A Script class bound to its constructor arguments: the callable kernel."""
+
+    def __init__(self, cls, args, kwargs):
+        self.script_cls = cls
+        self.args = tuple(args)
+        self.kwargs = dict(kwargs)
+        space = getattr(cls, "_autotune_space", {})
+        if cls.debug_schedule is not None:
+            self._configs = [dict(cls.debug_schedule)]
+        else:
+            self._configs = expand_space(space, self.kwargs) if space else [{}]
+        sig = inspect.signature(cls.__init__)
+        for cfg in self._configs:
+            try:
+                sig.bind(None, *self.args, **{**self.kwargs, **cfg})
+            except TypeError as e:
+                raise TilusError(
+                    f"{cls.__name__}: constructor arguments do not fit the autotune space ({e})"
+                ) from None
+        self._programs: dict = {}
+        self.failed_configs: dict = {}  # config key -> reason
+        self._params = None
+
+    def __repr__(self):
+        return f"<tilus kernel {self.script_cls.__name__} with {len(self._configs)} config(s)>"
+
+    # --- the space -----------------------------------------------------------------------------
+    @property
+    def configs(self) -> list[dict]:
+        """The autotune configurations (constructor keyword arguments) of this kernel."""
+        return [dict(c) for c in self._configs]
+
+    @property
+    def params(self):
+        """(name, annotation) of the kernel parameters."""
+        if self._params is None:
+            from tilus.lang.frontend.kernel import kernel_params
+
+            self._params = [(n, a) for n, a, _ in kernel_params(self.script_cls)]
+        return self._params
+
+    def instance(self, config: dict):
+        """A configured Script object (its ``__init__`` run with ``config``)."""
+        obj = object.__new__(self.script_cls)
+        obj.__init__(*self.args, **{**self.kwargs, **config})
+        return obj
+
+    def program(self, config: dict, const_args: dict):
+        """The lowered program of one config (transpiled and checked once, then cached)."""
+        from tilus.lang.frontend.kernel import transpile
+        from tilus.passes.pipeline import lower
+
+        key = (_hashable(config), _hashable(const_args))
+        hit = self._programs.get(key)
+        if hit is None:
+            try:
+                hit = lower(transpile(self.instance(config), const_args, config))
+            except TilusCompileError as e:
+                hit = e
+                self.failed_configs[_hashable(config)] = str(e)
+            self._programs[key] = hit
+        if isinstance(hit, Exception):
+            raise hit
+        return hit
+
+    def compile(self, *args, **kwargs):
+        """Transpile and check every config for these arguments without running anything."""
+        const_args, _ = self.bind(args, kwargs)
+        out = []
+        for cfg in self._configs:
+            try:
+                out.append(self.program(cfg, const_args))
+            except TilusCompileError:
+                pass
+        if not out:
+            raise self._none_compiled()
+        return out
+
+    def _none_compiled(self):
+        reasons = "\n".join(f"  {dict(k)}: {v}" for k, v in self.failed_configs.items())
+        return TilusCompileError(f"no config of {self.script_cls.__name__} compiles:\n{reasons}")
+
+    # --- calling -------------------------------------------------------------------------------
+    def bind(self, args, kwargs):
+        """Split call arguments into compile-time arguments and runtime values (checked)."""
+        params = self.params
+        names = [n for n, _ in params]
+        name = self.script_cls.__name__
+        if len(args) > len(names):
+            raise TilusArgumentError(
+                f"{name} takes {len(names)} arguments ({', '.join(names)}) "
+                f"but {len(args)} were given"
+            )
+        values = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise TilusArgumentError(f"{name} has no parameter {k!r}")
+            if k in values:
+                raise TilusArgumentError(f"{name} got parameter {k!r} twice")
+            values[k] = v
+        defaults = {
+            k: p.default
+            for k, p in inspect.signature(self.script_cls.__call__).parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
+        const_args, runtime = {}, []
+        for n, ann in params:
+            if n not in values:
+                if n in defaults:
+                    values[n] = defaults[n]
+                else:
+                    raise TilusArgumentError(f"{name} is missing the argument {n!r}")
+            v = values[n]
+            if ann in (int, float, bool, str):
+                const_args[n] = _check_const(name, n, ann, v)
+            else:
+                runtime.append((n, ann, v))
+        return const_args, runtime
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self._call(args, kwargs)
+        except TilusError as e:
+            raise e.with_traceback(None) from None
+
+    def _call(self, args, kwargs):
+        from tilus.backends.interp.launch import run_interpreted, wants_interpreter
+
+        const_args, runtime = self.bind(args, kwargs)
+        if wants_interpreter(runtime):
+            return run_interpreted(self, const_args, runtime)
+        raise TilusError(
+            f"{self.script_cls.__name__}: the arguments live on a CUDA device, but the CUDA "
+            "backend is not part of this build yet; pass NumPy arrays or CPU tensors (or set "
+            "TILUS_INTERPRET=1) to run on the interpreter"
+        )
+
+    def runnable_programs(self, const_args, all_configs: bool):
+        """The programs to run: the first config that compiles, or all that compile."""
+        progs = []
+        for cfg in self._configs:
+            try:
+                progs.append((cfg, self.program(cfg, const_args)))
+            except TilusCompileError as e:
+                if len(self._configs) == 1:
+                    raise
+                warnings.warn(
+                    f"{self.script_cls.__name__} config {cfg} skipped: {e.msg}", stacklevel=4
+                )
+                continue
+            if not all_configs:
+                break
+        if not progs:
+            raise self._none_compiled()
+        return progs
+
+
+def _check_const(kernel, name, ann, v):
+    if ann is bool:
+        if not isinstance(v, bool):
+            raise TilusArgumentError(
+                f"{kernel}: argument {name!r} is a compile-time bool, got {type(v).__name__}"
+            )
+        return v
+    if ann is int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            if hasattr(v, "__index__") and not isinstance(v, float):
+                return int(v)
+            raise TilusArgumentError(
+                f"{kernel}: argument {name!r} is a compile-time int, got {type(v).__name__} {v!r}"
+            )
+        return v
+    if ann is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TilusArgumentError(
+                f"{kernel}: argument {name!r} is a compile-time float, got {type(v).__name__}"
+            )
+        return float(v)
+    if not isinstance(v, str):
+        raise TilusArgumentError(
+            f"{kernel}: argument {name!r} is a compile-time str, got {type(v).__name__}"
+        )
+    return v

@@ -1,0 +1,108 @@
+"""Typed options of tilus, each with an environment-variable equivalent and a scoped override."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, fields
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    v = os.environ.get(name)
+    if v is None:
+        return default
+    return v.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+@dataclass
+class _Options:
+    interpret: bool = False  # TILUS_INTERPRET: run on the CPU interpreter even with a GPU
+    interpret_all_configs: bool = False  # TILUS_INTERPRET_ALL_CONFIGS: run & cross-check all
+    schedule_seed: int | None = None  # TILUS_SCHEDULE_SEED: shuffled interpreter scheduling
+    cache_dir: str | None = None  # TILUS_CACHE_DIR
+    parallel_workers: int | None = None  # TILUS_PARALLEL_WORKERS
+    bench_warmup: int = 5
+    bench_repeat: int = 50
+
+
+_ENV = {
+    "interpret": ("TILUS_INTERPRET", bool),
+    "interpret_all_configs": ("TILUS_INTERPRET_ALL_CONFIGS", bool),
+    "schedule_seed": ("TILUS_SCHEDULE_SEED", int),
+    "cache_dir": ("TILUS_CACHE_DIR", str),
+    "parallel_workers": ("TILUS_PARALLEL_WORKERS", int),
+}
+
+_overrides: dict = {}
+
+
+def get_option(name: str):
+    """The current value of option ``name`` (override, else environment, else default)."""
+    if name in _overrides:
+        return _overrides[name]
+    default = {f.name: f.default for f in fields(_Options)}
+    if name not in default:
+        raise KeyError(f"unknown tilus option {name!r}")
+    if name in _ENV:
+        env, kind = _ENV[name]
+        if env in os.environ:
+            if kind is bool:
+                return _env_bool(env, default[name])
+            return kind(os.environ[env])
+    return default[name]
+
+
+def set_option(name: str, value):
+    """Set option ``name`` for the rest of the process."""
+    get_option(name)
+    _overrides[name] = value
+
+
+@contextlib.contextmanager
+def scoped(**values):
+    """Temporarily set options: ``with tilus.option.scoped(interpret=True): ...``."""
+    for k in values:
+        get_option(k)
+    saved = {k: _overrides[k] for k in values if k in _overrides}
+    _overrides.update(values)
+    try:
+        yield
+    finally:
+        for k in values:
+            _overrides.pop(k, None)
+        _overrides.update(saved)
+
+
+def interpret(enable: bool = True):
+    """Run kernels on the CPU interpreter even when a GPU is present."""
+    set_option("interpret", enable)
+
+
+def interpret_all_configs(enable: bool = True):
+    """On the interpreter, run every autotune config and cross-check their outputs."""
+    set_option("interpret_all_configs", enable)
+
+
+def schedule_seed(seed: int | None):
+    """Interpreter scheduling: None = deterministic order; an int = seeded shuffled order."""
+    set_option("schedule_seed", seed)
+
+
+def cache_dir(path: str):
+    """Directory of the on-disk compile cache."""
+    set_option("cache_dir", str(path))
+
+
+def parallel_workers(n: int):
+    """Processes used to compile autotune configs in parallel."""
+    set_option("parallel_workers", n)
+
+
+def bench_warmup(n: int):
+    """Warm-up runs before timing a config."""
+    set_option("bench_warmup", n)
+
+
+def bench_repeat(n: int):
+    """Timed runs per config (the median is used)."""
+    set_option("bench_repeat", n)
