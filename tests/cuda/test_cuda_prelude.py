@@ -1,0 +1,212 @@
+"""Every prelude family compiles under NVRTC for sm_90a and lowers to the expected SASS."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.cuda.conftest import compile_sm90a, needs_nvrtc
+from tilus.backends.cuda.prelude import prelude
+from tilus.backends.cuda.ptx import registry, wgmma
+
+# One kernel per family that calls every helper of the family (unused inline functions would
+# never reach ptxas), and SASS opcodes each must produce.
+_HEAD = """
+extern "C" __global__ void __launch_bounds__(128, 1)
+use_{fam}(const __grid_constant__ CUtensorMap_t map, float* out, uint32_t* out2) {{
+  __shared__ alignas(1024) uint8_t buf[8192];
+  __shared__ alignas(8) uint64_t bars[2];
+  const uint32_t s = tl_smem_addr(buf), b = tl_smem_addr(bars);
+  (void)s; (void)b;
+"""
+USES = {
+    "mbarrier": (
+        """
+  if (threadIdx.x == 0) { tl_mbar_init(b, 1); tl_mbar_init(b + 8, 2); tl_fence_mbarrier_init(); }
+  __syncthreads();
+  tl_mbar_arrive_expect_tx(b, 64);
+  tl_mbar_expect_tx(b, 0);
+  tl_mbar_arrive(b + 8);
+  tl_mbar_arrive_count(b + 8, 1);
+  tl_mbar_arrive_cluster(b + 8);
+  tl_mbar_wait_parity(b, 0);
+  tl_mbar_wait_parity_relaxed(b + 8, 0);
+  out[threadIdx.x] = tl_mbar_try_wait_parity_acquire(b, 1) + tl_mbar_try_wait_parity_relaxed(b, 1);
+  tl_fence_proxy_async();
+""",
+        {"SYNCS"},
+    ),
+    "tma": (
+        """
+  if (threadIdx.x == 0) {
+    tl_tma_prefetch_map(&map);
+    tl_tma_load_1d(s, &map, b, 0);
+    tl_tma_load_2d(s, &map, b, 0, 1);
+    tl_tma_load_3d(s, &map, b, 0, 1, 2);
+    tl_tma_load_4d(s, &map, b, 0, 1, 2, 3);
+    tl_tma_load_5d(s, &map, b, 0, 1, 2, 3, 4);
+    tl_tma_load_1d_multicast(s, &map, b, 3, 0);
+    tl_tma_load_2d_multicast(s, &map, b, 3, 0, 1);
+    tl_tma_load_3d_multicast(s, &map, b, 3, 0, 1, 2);
+    tl_tma_load_4d_multicast(s, &map, b, 3, 0, 1, 2, 3);
+    tl_tma_load_5d_multicast(s, &map, b, 3, 0, 1, 2, 3, 4);
+    tl_tma_store_1d(&map, s, 0);
+    tl_tma_store_2d(&map, s, 0, 1);
+    tl_tma_store_3d(&map, s, 0, 1, 2);
+    tl_tma_store_4d(&map, s, 0, 1, 2, 3);
+    tl_tma_store_5d(&map, s, 0, 1, 2, 3, 4);
+    tl_tma_store_commit();
+    tl_tma_store_wait_read<1>();
+    tl_tma_store_wait<0>();
+  }
+""",
+        {"UTMALDG", "UTMASTG"},
+    ),
+    "wgmma": (
+        """
+  float d[64];
+  uint64_t da = tl_wgmma_make_desc(s, 16, 1024, 1, 0);
+  uint64_t db = tl_wgmma_desc_with_addr(0x4000004000010000ull, s + 32);
+  tl_wgmma_fence();
+  tl_wgmma_m64n128k16_f32_f16_ss(d, da, db, 0);
+  tl_wgmma_commit_group();
+  tl_wgmma_wait_group<0>();
+  float acc = 0.f;
+  for (int i = 0; i < 64; ++i) acc += d[i];
+  out[threadIdx.x] = acc;
+""",
+        {"HGMMA", "WARPGROUP"},
+    ),
+    "mma": (
+        """
+  uint32_t a4[4], t4[4], r2[2], t2[2], r1[1], t1[1];
+  tl_ldmatrix_x4(a4, s); tl_ldmatrix_x4_trans(t4, s + 512);
+  tl_ldmatrix_x2(r2, s); tl_ldmatrix_x2_trans(t2, s + 256);
+  tl_ldmatrix_x1(r1, s); tl_ldmatrix_x1_trans(t1, s + 128);
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  tl_mma_m16n8k16_f32_f16(d, a4, r2);
+  tl_mma_m16n8k16_f32_bf16(d, t4, t2);
+  out[threadIdx.x] = d[0] + d[1] + d[2] + d[3] + r1[0] + t1[0];
+""",
+        {"HMMA", "LDSM"},
+    ),
+    "sync": (
+        """
+  tl_syncthreads();
+  tl_bar_sync(1, 128);
+  tl_bar_arrive(2, 64);
+  tl_syncwarp();
+  tl_cluster_sync();
+  tl_cluster_arrive();
+  tl_cluster_wait();
+  uint32_t remote = tl_mapa(s, tl_cluster_ctarank());
+  if (blockIdx.x & 1) tl_setmaxnreg_dec<40>(); else tl_setmaxnreg_inc<232>();
+  out[threadIdx.x] = tl_elect_one() + remote;
+""",
+        {"BAR", "ELECT", "USETMAXREG", "UCGABAR_ARV"},
+    ),
+    "ldst": (
+        """
+  uint32_t q[4];
+  tl_ld_global_v4_b32(out2, q);
+  tl_st_global_b32(out2, tl_pack_f16x2(out[0], out[1]));
+  tl_st_global_v2_b32(out2 + 2, tl_pack_bf16x2(out[2], out[3]), q[0]);
+  tl_st_global_v4_b32(out2 + 4, q[0], q[1], q[2], q[3]);
+  tl_st_shared_b32(s, q[1]);
+  tl_st_shared_v4_b32(s + 16, q[0], q[1], q[2], q[3]);
+""",
+        {"F2FP", "STG", "LDG", "STS"},
+    ),
+}
+
+
+def _kernel(fam: str) -> str:
+    extra = [wgmma.mma_async(128)] if fam == "wgmma" else []
+    return prelude([fam, *extra]) + _HEAD.format(fam=fam) + USES[fam][0] + "}\n"
+
+
+def test_every_family_has_a_use_kernel():
+    assert set(registry.families()) == set(USES)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("fam", sorted(USES))
+def test_family_compiles_for_sm90a(fam):
+    binary, ops = compile_sm90a(_kernel(fam))
+    # Every helper of the family must be called by the use kernel.
+    for frag in registry.fragments(fam):
+        names = re.findall(r"__device__ __forceinline__ \w+ (tl_\w+)\(", frag.text)
+        for name in names:
+            assert name + "(" in USES[fam][0] or name + "<" in USES[fam][0], name
+    assert "warning" not in binary.log.lower(), binary.log
+    missing = {op for op in USES[fam][1] if not any(k.startswith(op) for k in ops)}
+    assert not missing, f"{fam}: no {missing} in SASS ({sorted(ops)})"
+    assert not ops.get("LDL") and not ops.get("STL")
+
+
+@needs_nvrtc
+def test_wgmma_every_n_and_type_compiles():
+    frags, kernels = [], []
+    for i, n in enumerate(wgmma.LEGAL_N):
+        ab = "f16" if i % 2 == 0 else "bf16"
+        a_from = "smem" if i % 4 < 2 else "regs"
+        frag = wgmma.mma_async(n, ab, a_from=a_from)
+        frags.append(frag)
+        a_arg = "da" if a_from == "smem" else "a"
+        kernels.append(f"""
+extern "C" __global__ void __launch_bounds__(128) k{n}(float* out, uint64_t da, uint64_t db) {{
+  float d[{n // 2}];
+  uint32_t a[4] = {{1u, 2u, 3u, 4u}};
+  tl_wgmma_fence();
+  {frag.name}(d, {a_arg}, db, 0);
+  tl_wgmma_commit_group();
+  tl_wgmma_wait_group<0>();
+  float acc = 0.f;
+  for (int i = 0; i < {n // 2}; ++i) acc += d[i];
+  out[threadIdx.x] = acc;
+}}""")
+    binary, ops = compile_sm90a(prelude(["wgmma", *frags]) + "\n".join(kernels))
+    assert ops["HGMMA"] == len(wgmma.LEGAL_N)
+    assert not ops.get("LDL") and not ops.get("STL")
+
+
+def test_mma_async_text():
+    frag = wgmma.mma_async(256)
+    assert frag.name == "tl_wgmma_m64n256k16_f32_f16_ss"
+    assert frag.text.count('"+f"(d[') == 128
+    assert "%127}" in frag.text and "%128, %129, p, 1, 1, 0, 0;" in frag.text
+    rs = wgmma.mma_async(8, "bf16", a_from="regs")
+    assert "{%4, %5, %6, %7}, %8, p, 1, 1, 0;" in rs.text
+    assert wgmma.mma_async(64, trans_b=1).name.endswith("_t01")
+    for bad in (dict(n=4), dict(n=264), dict(n=12), dict(n=64, ab="f32")):
+        with pytest.raises(ValueError):
+            wgmma.mma_async(**bad)
+    with pytest.raises(ValueError):
+        wgmma.mma_async(64, a_from="regs", trans_a=1)
+
+
+def test_check_operands():
+    assert registry.check_operands("mov.u32 %0, %1;", 2)
+    with pytest.raises(AssertionError):
+        registry.check_operands("mov.u32 %0, %2;", 2)
+    with pytest.raises(AssertionError):
+        registry.check_operands("mov.u32 %0, %1;", 3)
+
+
+def test_prelude_shape():
+    text = prelude(["tma", "mbarrier"])
+    assert text == prelude(["mbarrier", "tma"])  # deterministic, order independent
+    assert "#include" not in prelude(registry.families())
+    assert "struct alignas(64) CUtensorMap_t { unsigned long long opaque[16]; };" in prelude()
+    assert "typedef unsigned int uint32_t;" in prelude()
+    assert "tl_mbar_init" in text and "tl_wgmma_fence" not in text
+    names = re.findall(r"__forceinline__ \w+ (\w+)\(", prelude(registry.families()))
+    assert all(n.startswith("tl_") for n in names)
+    assert len(names) == len(set(names))
+    frag = wgmma.mma_async(64)
+    once = prelude([frag, frag])
+    assert once.count(f"void {frag.name}(") == 1
+    assert "tl_wgmma_fence" in once  # a fragment brings its family
+    with pytest.raises(KeyError):
+        prelude(["no_such_family"])
