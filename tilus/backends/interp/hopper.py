@@ -25,7 +25,7 @@ class MBarrier:
     pending: int
     tx: int = 0
     phase: int = 0  # number of completed phases; the current phase's parity is phase & 1
-    arrived_locs: list = field(default_factory=list)
+    expect_loc: SourceLoc | None = None  # last arrive_and_expect_tx of the current phase
 
     @property
     def label(self) -> str:
@@ -43,8 +43,9 @@ class MBarrier:
         self.pending -= n
         return self._maybe_complete(loc)
 
-    def expect_tx(self, nbytes: int):
+    def expect_tx(self, nbytes: int, loc: SourceLoc | None = None):
         self.tx += nbytes
+        self.expect_loc = loc
 
     def complete_tx(self, nbytes: int, loc: SourceLoc) -> bool:
         self.tx -= nbytes
@@ -83,6 +84,7 @@ class PendingTma:
     nbytes: int
     loc: SourceLoc
     seq: int
+    phase: int  # the barrier's phase when the load was issued
 
 
 @dataclass
@@ -164,14 +166,28 @@ class AsyncUnits:
                 )
         self.check_write(dst, loc, "this TMA load")
         self.seq += 1
-        self.tma.append(PendingTma(dst, data, bar, nbytes, loc, self.seq))
+        self.tma.append(PendingTma(dst, data, bar, nbytes, loc, self.seq, bar.phase))
 
     def complete_tma(self, index: int = 0) -> MBarrier:
         """Land one in-flight TMA load (the oldest by default) and complete its bytes."""
         p = self.tma.pop(index)
         p.dst.arr[...] = p.data
-        p.barrier.complete_tx(p.nbytes, p.loc)
+        if p.barrier.complete_tx(p.nbytes, p.loc):
+            self.phase_completed(p.barrier, p.loc)
         return p.barrier
+
+    def phase_completed(self, bar: MBarrier, loc):
+        """A phase may only complete once every TMA load issued in it has landed."""
+        for p in self.tma:
+            if p.barrier is bar and p.phase == bar.phase - 1:
+                raise TilusRuntimeError(
+                    f"mbarrier {bar.label}: transaction mismatch: phase {p.phase} completed while "
+                    f"the TMA load into `{p.dst.name}` (issued at line {p.loc.line}, {p.nbytes} "
+                    f"bytes) was still in flight: more bytes are delivered than the phase "
+                    f"expected (arrive_and_expect_tx's transaction_bytes is too small, or a plain "
+                    f"arrive was used)",
+                    bar.expect_loc or loc,
+                )
 
     def end_checks(self, loc):
         """Protocol checks when the block's last task ends."""

@@ -188,6 +188,16 @@ class CTA:
                 self.ready.append(p)
 
     def _deadlock(self):
+        for t in self.waiting:
+            if t.blocked[0] == "wait":
+                bar = t.blocked[1]
+                if bar.pending == 0 and bar.tx > 0:
+                    raise TilusRuntimeError(
+                        f"transaction mismatch: mbarrier {bar.label} expects {bar.tx} more "
+                        f"byte(s) in phase {bar.phase} but no TMA load in flight will deliver "
+                        f"them; {t.label} waits for it forever at {t.blocked[-1]}",
+                        bar.expect_loc or t.blocked[-1],
+                    )
         lines = []
         first = None
         for t in self.waiting:

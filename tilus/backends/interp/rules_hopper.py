@@ -37,14 +37,16 @@ def _mbarrier_arrive(task, inst, loc):
     bar = _bar(task, inst, loc)
     n = task.size * int(scal(task, inst.count, loc))  # every thread of the group arrives
     if bar.arrive(n, loc, task.label):
+        task.cta.units.phase_completed(bar, loc)
         task.cta.wake(bar)
 
 
 @rule(I.MBarrierArriveExpectTx)
 def _mbarrier_arrive_expect_tx(task, inst, loc):
     bar = _bar(task, inst, loc)
-    bar.expect_tx(task.size * int(scal(task, inst.tx_bytes, loc)))
+    bar.expect_tx(task.size * int(scal(task, inst.tx_bytes, loc)), loc)
     if bar.arrive(task.size, loc, task.label):
+        task.cta.units.phase_completed(bar, loc)
         task.cta.wake(bar)
 
 

@@ -158,17 +158,32 @@ class Transpiler(ExprVisitor):
         pass
 
     def stmt_Assign(self, node):
-        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            self.builder.name_hint = node.targets[0].id
+        self.builder.name_hint = (
+            self.target_hint(node.targets[0]) if len(node.targets) == 1 else None
+        )
         value = self.eval(node.value)
         self.builder.name_hint = None
         for target in node.targets:
             self.assign(target, value, None, node)
 
+    def target_hint(self, target) -> str | None:
+        """The name a value assigned to ``target`` gets in the IR (``ring.full`` for attributes
+        of a tilus.Class object), so errors and generated code use the user's names."""
+        from tilus.lang.klass import Class
+
+        if isinstance(target, ast.Name):
+            return target.id
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+            hit = self.frame.lookup(target.value.id)
+            obj = hit[1] if hit is not None else None
+            if isinstance(obj, Class):
+                return f"{getattr(obj, '_tilus_name', type(obj).__name__.lower())}.{target.attr}"
+            return target.attr
+        return None
+
     def stmt_AnnAssign(self, node):
         ann = self.eval(node.annotation)
-        if isinstance(node.target, ast.Name):
-            self.builder.name_hint = node.target.id
+        self.builder.name_hint = self.target_hint(node.target)
         if node.value is None:
             if not isinstance(ann, (DataType, PointerType)):
                 raise self.error(
