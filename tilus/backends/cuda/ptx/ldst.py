@@ -6,7 +6,7 @@ from tilus.backends.cuda.ptx.registry import check_operands, register
 
 FAMILY = "ldst"
 
-# PTX ISA: Data Movement and Conversion Instructions: cvt
+# PTX ISA 9.7.9.21 Data Movement and Conversion Instructions: cvt
 # (cvt.rn.f16x2.f32 d, a, b puts a in the upper and b in the lower half; we take (lo, hi))
 PACK = register(
     FAMILY,
@@ -25,7 +25,7 @@ __device__ __forceinline__ uint32_t tl_pack_bf16x2(float lo, float hi) {{
 """,
 )
 
-# PTX ISA: Data Movement and Conversion Instructions: st
+# PTX ISA 9.7.9.11 Data Movement and Conversion Instructions: st
 # (st.global of 1, 2 or 4 32-bit words; the address must be aligned to the access size)
 STORES = register(
     FAMILY,
@@ -47,7 +47,7 @@ __device__ __forceinline__ void tl_st_global_v4_b32(void* ptr, uint32_t a, uint3
 """,
 )
 
-# PTX ISA: Data Movement and Conversion Instructions: ld
+# PTX ISA 9.7.9.8 Data Movement and Conversion Instructions: ld
 LOADS = register(
     FAMILY,
     "tl_ld_global",
@@ -59,7 +59,7 @@ __device__ __forceinline__ void tl_ld_global_v4_b32(const void* ptr, uint32_t (&
 """,
 )
 
-# PTX ISA: Data Movement and Conversion Instructions: st (.shared, for staging epilogues)
+# PTX ISA 9.7.9.11 Data Movement and Conversion Instructions: st (.shared, for staging epilogues)
 SHARED_STORES = register(
     FAMILY,
     "tl_st_shared",

@@ -8,7 +8,7 @@ FAMILY = "mbarrier"
 
 # Every function takes the barrier as a 32-bit shared-window address (see tl_smem_addr).
 
-# PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.init
+# PTX ISA 9.7.13.15.9 Parallel Synchronization and Communication Instructions: mbarrier.init
 INIT = register(
     FAMILY,
     "tl_mbar_init",
@@ -20,7 +20,7 @@ __device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {{
 """,
 )
 
-# PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.arrive
+# PTX ISA 9.7.13.15.13 Parallel Synchronization and Communication Instructions: mbarrier.arrive
 ARRIVE = register(
     FAMILY,
     "tl_mbar_arrive",
@@ -32,7 +32,7 @@ __device__ __forceinline__ void tl_mbar_arrive(uint32_t bar) {{
 """,
 )
 
-# PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.arrive
+# PTX ISA 9.7.13.15.13 Parallel Synchronization and Communication Instructions: mbarrier.arrive
 # (the count operand form, sm_90)
 ARRIVE_COUNT = register(
     FAMILY,
@@ -45,7 +45,7 @@ __device__ __forceinline__ void tl_mbar_arrive_count(uint32_t bar, uint32_t coun
 """,
 )
 
-# PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.arrive
+# PTX ISA 9.7.13.15.13 Parallel Synchronization and Communication Instructions: mbarrier.arrive
 # (.expect_tx: raise the phase's tx-count by `bytes`, then arrive once)
 _EXPECT_TX_ASM = check_operands(
     "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;", 2
@@ -61,7 +61,7 @@ __device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t 
 """,
 )
 
-# PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.arrive
+# PTX ISA 9.7.13.15.13 Parallel Synchronization and Communication Instructions: mbarrier.arrive
 # (on a barrier of another CTA of the cluster: `bar` is a shared::cluster address, see tl_mapa)
 ARRIVE_CLUSTER = register(
     FAMILY,
@@ -74,7 +74,7 @@ __device__ __forceinline__ void tl_mbar_arrive_cluster(uint32_t bar) {{
 """,
 )
 
-# PTX ISA: Parallel Synchronization and Communication Instructions: mbarrier.expect_tx
+# PTX ISA 9.7.13.15.11 Parallel Synchronization and Communication Instructions: mbarrier.expect_tx
 EXPECT_TX = register(
     FAMILY,
     "tl_mbar_expect_tx",
@@ -104,8 +104,8 @@ __device__ __forceinline__ uint32_t {name}(uint32_t bar, uint32_t parity) {{
 """
 
 
-# PTX ISA: Parallel Synchronization and Communication Instructions:
-# mbarrier.test_wait/mbarrier.try_wait (.parity; .acquire or .relaxed at .cta scope)
+# PTX ISA 9.7.13.15.16 Parallel Synchronization and Communication Instructions:
+# mbarrier.test_wait / mbarrier.try_wait (.parity; .acquire or .relaxed at .cta scope)
 TRY_WAIT_ACQUIRE = register(FAMILY, "tl_mbar_try_wait_parity_acquire", _try_wait("acquire"))
 TRY_WAIT_RELAXED = register(FAMILY, "tl_mbar_try_wait_parity_relaxed", _try_wait("relaxed"))
 
@@ -125,7 +125,7 @@ __device__ __forceinline__ void tl_mbar_wait_parity_relaxed(uint32_t bar, uint32
 """,
 )
 
-# PTX ISA: Parallel Synchronization and Communication Instructions: membar/fence
+# PTX ISA 9.7.13.4 Parallel Synchronization and Communication Instructions: membar / fence
 # (fence.mbarrier_init: make mbarrier.init visible to the async proxy and the cluster)
 FENCE_INIT = register(
     FAMILY,
@@ -137,7 +137,7 @@ __device__ __forceinline__ void tl_fence_mbarrier_init() {{
 """,
 )
 
-# PTX ISA: Parallel Synchronization and Communication Instructions: membar/fence
+# PTX ISA 9.7.13.4 Parallel Synchronization and Communication Instructions: membar / fence
 # (fence.proxy.async: order generic-proxy shared-memory accesses against the async proxy)
 FENCE_PROXY_ASYNC = register(
     FAMILY,

@@ -23,7 +23,7 @@ __device__ __forceinline__ void tl_mma_m16n8k16_f32_{ab}(float (&d)[4], const ui
 """
 
 
-# PTX ISA: Warp Level Matrix Multiply-Accumulate Instructions: mma (.m16n8k16, f32 accumulate)
+# PTX ISA 9.7.14.5.14 Multiply-and-Accumulate Instruction: mma (.m16n8k16, f32 accumulate)
 MMA_F16 = register(FAMILY, "tl_mma_m16n8k16_f32_f16", _mma("f16"))
 MMA_BF16 = register(FAMILY, "tl_mma_m16n8k16_f32_bf16", _mma("bf16"))
 
@@ -41,7 +41,7 @@ __device__ __forceinline__ void {name}(uint32_t (&r)[{num}], uint32_t addr) {{
 """
 
 
-# PTX ISA: Warp Level Matrix Multiply-Accumulate Instructions: ldmatrix
+# PTX ISA 9.7.14.5.15 Warp-level matrix load instruction: ldmatrix
 # (each lane passes the shared-window address of one 16-byte row of the 8x8 matrices)
 LDMATRIX = {
     (num, trans): register(

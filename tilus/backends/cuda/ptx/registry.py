@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+# Each family module puts the PTX ISA section above every builder. Section numbers follow the
+# PTX ISA 9.x document (they shift between releases; the titles are stable).
+
 # family name -> fragment name -> fragment, in registration order.
 _FAMILIES: dict[str, dict[str, Fragment]] = {}
 

@@ -6,7 +6,7 @@ from tilus.backends.cuda.ptx.registry import check_operands, register
 
 FAMILY = "sync"
 
-# PTX ISA: Parallel Synchronization and Communication Instructions: bar, barrier
+# PTX ISA 9.7.13.1 Parallel Synchronization and Communication Instructions: bar, barrier
 # (bar.sync / bar.arrive on named barrier `id` for `nthreads` threads, a multiple of 32)
 BAR = register(
     FAMILY,
@@ -24,7 +24,7 @@ __device__ __forceinline__ void tl_syncthreads() {{
 """,
 )
 
-# PTX ISA: Parallel Synchronization and Communication Instructions: bar.warp.sync
+# PTX ISA 9.7.13.2 Parallel Synchronization and Communication Instructions: bar.warp.sync
 SYNCWARP = register(
     FAMILY,
     "tl_syncwarp",
@@ -35,7 +35,7 @@ __device__ __forceinline__ void tl_syncwarp(uint32_t mask = 0xffffffffu) {{
 """,
 )
 
-# PTX ISA: Parallel Synchronization and Communication Instructions: elect.sync
+# PTX ISA 9.7.13.14 Parallel Synchronization and Communication Instructions: elect.sync
 # (returns 1 in exactly one active lane of `mask`, 0 in the others)
 _ELECT_ASM = check_operands(
     "{\\n\\t.reg .pred p;\\n\\telect.sync _|p, %1;\\n\\tselp.u32 %0, 1, 0, p;\\n\\t}", 2
@@ -53,7 +53,7 @@ __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {{
 """,
 )
 
-# PTX ISA: Miscellaneous Instructions: setmaxnreg
+# PTX ISA 9.7.19.5 Miscellaneous Instructions: setmaxnreg
 # (warpgroup-wide; N in 24..256, a multiple of 8; needs a register cap at kernel entry)
 SETMAXNREG = register(
     FAMILY,
@@ -70,7 +70,7 @@ __device__ __forceinline__ void tl_setmaxnreg_dec() {{
 """,
 )
 
-# PTX ISA: Parallel Synchronization and Communication Instructions: barrier.cluster
+# PTX ISA 9.7.13.3 Parallel Synchronization and Communication Instructions: barrier.cluster
 # (every non-exited thread of every CTA of the cluster arrives, then waits)
 CLUSTER_SYNC = register(
     FAMILY,
@@ -102,7 +102,7 @@ __device__ __forceinline__ uint32_t tl_cluster_ctarank() {{
 """,
 )
 
-# PTX ISA: Data Movement and Conversion Instructions: mapa
+# PTX ISA 9.7.9.23 Data Movement and Conversion Instructions: mapa
 # (the shared::cluster address of the same shared-memory offset in CTA `rank` of the cluster)
 MAPA = register(
     FAMILY,

@@ -75,7 +75,7 @@ LOADS_MULTICAST = {
 # (shared::cta -> global, .tile, bulk async-group completion)
 STORES = {d: register(FAMILY, f"tl_tma_store_{d}d", _store(d)) for d in range(1, 6)}
 
-# PTX ISA: Data Movement and Conversion Instructions: cp.async.bulk.commit_group
+# PTX ISA 9.7.9.27.2.1 Data Movement and Conversion Instructions: cp.async.bulk.commit_group
 COMMIT = register(
     FAMILY,
     "tl_tma_store_commit",
@@ -86,7 +86,7 @@ __device__ __forceinline__ void tl_tma_store_commit() {{
 """,
 )
 
-# PTX ISA: Data Movement and Conversion Instructions: cp.async.bulk.wait_group
+# PTX ISA 9.7.9.27.2.2 Data Movement and Conversion Instructions: cp.async.bulk.wait_group
 # (N = how many most recent bulk groups may stay pending; .read waits only for the source
 # reads, so the shared memory may be reused, not for the global writes to land)
 WAIT = register(
@@ -104,7 +104,7 @@ __device__ __forceinline__ void tl_tma_store_wait_read() {{
 """,
 )
 
-# PTX ISA: Data Movement and Conversion Instructions: prefetch, prefetchu
+# PTX ISA 9.7.9.15 Data Movement and Conversion Instructions: prefetch, prefetchu
 # (prefetch.tensormap: pull a tensor map into the cache ahead of its first use)
 PREFETCH_MAP = register(
     FAMILY,
