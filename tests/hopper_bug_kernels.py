@@ -190,7 +190,7 @@ class WarpSpecialized(tilus.Script):
                 ring.p_advance()
         with self.thread_group(thread_begin=0, num_threads=128):
             acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
-            for offset_k in self.range(0, k_size, 16, unroll=self.stages):
+            for _ in self.range(0, k_size, 16, unroll=self.stages):
                 self.mbarrier.wait(ring.full[ring.c_stage], phase=ring.c_phase)
                 self.wgmma.fence()
                 self.wgmma.mma(sa[ring.c_stage], sb[ring.c_stage].transpose(), acc)
