@@ -209,6 +209,7 @@ def make_source(
                                    tile_n * TL_BN + rank * (TL_BN / 2));"""
         release = """\
   // Stage `s` is free once the consumers of both CTAs (the peer multicasts into it) let go.
+  // The wgmma reads are complete (wait_group), so the remote arrive needs no release fence.
   tl_mbar_arrive(bar);
   tl_mbar_arrive_cluster(tl_mapa(bar, rank ^ 1u));"""
         sync_all, end_sync = (

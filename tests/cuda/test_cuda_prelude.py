@@ -30,6 +30,7 @@ USES = {
   tl_mbar_arrive(b + 8);
   tl_mbar_arrive_count(b + 8, 1);
   tl_mbar_arrive_cluster(b + 8);
+  tl_mbar_arrive_cluster_release(b + 8);
   tl_mbar_wait_parity(b, 0);
   tl_mbar_wait_parity_relaxed(b + 8, 0);
   out[threadIdx.x] = tl_mbar_try_wait_parity_acquire(b, 1) + tl_mbar_try_wait_parity_relaxed(b, 1);

@@ -34,6 +34,14 @@ def test_prototype_compiles_to_hgmma_and_tma(name):
     assert spec.smem_bytes <= 227 * 1024
 
 
+@needs_nvrtc
+def test_cluster_release_has_no_gpu_membar_in_the_loop():
+    # Only the three barrier.cluster.arrive.release sites (start, two ends) may fence; the
+    # per-stage remote arrive must not (a MEMBAR.ALL.GPU per k step halved the throughput).
+    _, ops = compile_sm90a(make_source(cluster_m=2, persistent=True).source)
+    assert ops["MEMBAR"] == 2 * ops["UCGABAR_ARV"] == 6
+
+
 def test_spec_geometry():
     spec = make_source(128, 256, 64, 4, 2)
     assert spec.threads == 384 and spec.grid(8000, 8192) == (63 * 32, 1, 1)

@@ -62,14 +62,25 @@ __device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t 
 )
 
 # PTX ISA 9.7.13.15.13 Parallel Synchronization and Communication Instructions: mbarrier.arrive
-# (on a barrier of another CTA of the cluster: `bar` is a shared::cluster address, see tl_mapa)
+# (on a barrier of any CTA of the cluster: `bar` is a shared::cluster address, see tl_mapa).
+# The .relaxed form orders nothing: use it when the work being signalled is already complete
+# (e.g. after wgmma.wait_group). The .release.cluster form costs a GPU-scope memory barrier
+# (MEMBAR.ALL.GPU in SASS) per call: keep it out of hot loops.
+_ARRIVE_CLUSTER_ASM = check_operands(
+    "mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];", 1
+)
+_ARRIVE_CLUSTER_RELEASE_ASM = check_operands(
+    "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];", 1
+)
 ARRIVE_CLUSTER = register(
     FAMILY,
     "tl_mbar_arrive_cluster",
     f"""
 __device__ __forceinline__ void tl_mbar_arrive_cluster(uint32_t bar) {{
-  asm volatile("{check_operands("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];", 1)}"
-               :: "r"(bar) : "memory");
+  asm volatile("{_ARRIVE_CLUSTER_ASM}" :: "r"(bar) : "memory");
+}}
+__device__ __forceinline__ void tl_mbar_arrive_cluster_release(uint32_t bar) {{
+  asm volatile("{_ARRIVE_CLUSTER_RELEASE_ASM}" :: "r"(bar) : "memory");
 }}
 """,
 )
