@@ -131,7 +131,7 @@ def check(run, m, n, k, torch) -> float:
 
 
 def time_ms(fn, torch, flush, reps=20, warmup=5) -> float:
-    """Median milliseconds of `fn` over `reps` runs, the L2 flushed by a 256 MB write before each."""
+    """Median ms of `fn` over `reps` runs, the L2 flushed by a 256 MB write before each."""
     for _ in range(warmup):
         fn()
     events = []
@@ -226,7 +226,7 @@ def run_all(out_dir: str) -> int:
         for name, b in built.items():
             err = check(b.launcher, m, n, k, torch)
             results.append({"variant": name, "M": m, "N": n, "K": k, "rel_err": _finite(err)})
-            say(f"check {name:22s} {m}x{n}x{k}: rel_err={err:.3e} {'OK' if err < 1e-2 else 'FAIL'}")
+            say(f"check {name:28s} {m}x{n}x{k}: rel_err={err:.3e} {'OK' if err < 1e-2 else 'FAIL'}")
         err = check(lambda a, b_, c: lambda: torch.matmul(a, b_.T, out=c), m, n, k, torch)
         results.append({"variant": "cublas", "M": m, "N": n, "K": k, "rel_err": _finite(err)})
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
@@ -244,7 +244,7 @@ def run_all(out_dir: str) -> int:
     flops = {(r["M"], r["N"], r["K"]): 2.0 * r["M"] * r["N"] * r["K"] for r in timings}
     say(f"\nGPU: {gpu}   NVRTC {nvrtc.nvrtc_version()}   torch {torch.__version__}")
     say(
-        f"{'variant':22s} {'size':>16s} {'ms':>8s} {'TFLOPS':>8s} {'x cuBLAS':>8s} "
+        f"{'variant':28s} {'size':>16s} {'ms':>8s} {'TFLOPS':>8s} {'x cuBLAS':>8s} "
         f"{'nvrtc s':>7s} {'regs':>5s} {'spill':>5s}"
     )
     for row in timings:
@@ -255,7 +255,7 @@ def run_all(out_dir: str) -> int:
             ci = compile_info.get(name, {})
             spill = ci.get("local_bytes", ci.get("stack_bytes", "-"))
             say(
-                f"{name:22s} {'x'.join(map(str, size)):>16s} {ms:8.3f} {tf:8.1f} "
+                f"{name:28s} {'x'.join(map(str, size)):>16s} {ms:8.3f} {tf:8.1f} "
                 f"{row['cublas'] / ms:8.3f} {ci.get('nvrtc_seconds', '-'):>7} "
                 f"{ci.get('registers', '-'):>5} {spill:>5}"
             )

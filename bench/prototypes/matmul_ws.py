@@ -88,8 +88,8 @@ def _mma_step(m_tiles: int, block_k: int, row_base: str, mma_name: str, indent: 
             # would serialize the wgmma pipeline (ptxas C7515).
             scale = "kt > 0" if kk == 0 else "1"
             lines.append(
-                f"{indent}{mma_name}(acc{mt}, tl_wgmma_desc_with_addr(TL_DESC_HIGH, a_stage + {aoff}),"
-                f" desc_b, {scale});"
+                f"{indent}{mma_name}(acc{mt},\n{indent}    "
+                f"tl_wgmma_desc_with_addr(TL_DESC_HIGH, a_stage + {aoff}), desc_b, {scale});"
             )
     return "\n".join(lines)
 
@@ -97,7 +97,8 @@ def _mma_step(m_tiles: int, block_k: int, row_base: str, mma_name: str, indent: 
 def _epilogue(m_tiles: int, row_base: str) -> str:
     """Store the fp32 accumulators as fp16 straight from registers, with bounds checks."""
     out = [
-        "    // Epilogue: accumulator i of an m64nN tile sits at row warp*16 + lane/4 + 8*((i/2)%2),"
+        "    // Epilogue: accumulator i of an m64nN tile sits at row"
+        " warp*16 + lane/4 + 8*((i/2)%2),"
     ]
     out.append("    // column (i/4)*8 + (lane%4)*2 + i%2; pairs (i, i+1) become one f16x2 store.")
     for mt in range(m_tiles):
@@ -223,7 +224,8 @@ def make_source(
         release = "  (void)rank;\n  tl_mbar_arrive(bar);"
         sync_all, end_sync = "__syncthreads();", ""
     tile_loop = f"""\
-    for (int tile = blockIdx.x / TL_CLUSTER_M; tile < num_tiles; tile += gridDim.x / TL_CLUSTER_M) {{
+    const int tile_step = gridDim.x / TL_CLUSTER_M;  // 1 iteration unless persistent
+    for (int tile = blockIdx.x / TL_CLUSTER_M; tile < num_tiles; tile += tile_step) {{
 {_indent(_raster(group_m, "tile", "grid_mc"), 4)}
       tile_m = tile_m * TL_CLUSTER_M + (int)rank;"""
     body = f"""

@@ -39,7 +39,8 @@ def _load_multicast(dims: int) -> str:
         f".multicast::cluster [%0], [%1, {vector}], [%2], %3;"
     )
     return f"""
-__device__ __forceinline__ void tl_tma_load_{dims}d_multicast(uint32_t dst, const CUtensorMap_t* map,
+__device__ __forceinline__ void tl_tma_load_{dims}d_multicast(uint32_t dst,
+                                                            const CUtensorMap_t* map,
                                                             uint32_t bar, uint16_t cta_mask,
                                                             {params}) {{
   asm volatile("{check_operands(asm, 4 + dims)}"
