@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import sys
 from pathlib import Path
 
@@ -36,11 +35,3 @@ def seed_kernels():
         sys.path.insert(0, str(SEED_KERNELS))
     return SEED_KERNELS
 
-
-def marker_line(obj, marker: str) -> int:
-    """The source line number of the line in ``obj``'s source containing ``marker``."""
-    lines, first = inspect.getsourcelines(obj)
-    for i, text in enumerate(lines):
-        if marker in text:
-            return first + i
-    raise AssertionError(f"marker {marker!r} not found in {obj}")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import marker_line
 from hopper_bug_kernels import MisuseTma, MisuseWgmma, RingOverwrite, TmaWgmma, WarpSpecialized
 
 import tilus
+from tilus.testing import marker_line
 
 
 def _inputs(m=64, n=64, k=32):
