@@ -119,6 +119,8 @@ class AsyncUnits:
         self.tma: list[PendingTma] = []
         self.seq = 0
         self.wgmma_states: list[WgmmaState] = []
+        # TMA stores still reading their shared source: owner task -> [open, *committed groups]
+        self.stores: dict = {}
 
     def barrier(self, addr, loc) -> MBarrier:
         bar = self.barriers.get(int(addr))
@@ -143,6 +145,14 @@ class AsyncUnits:
 
     def check_write(self, view, loc, what: str):
         self.check_read(view, loc, what)
+        for groups in self.stores.values():
+            for group in groups:
+                for src, sloc in group:
+                    if view.overlaps(src.lo, src.hi):
+                        raise TilusRuntimeError(
+                            f"race: {what} overwrites shared tile `{view.name}` while the TMA "
+                            f"store issued at line {sloc.line} may still read it (wait for it "
+                            f"with tma.commit_group() and tma.wait_group(...) first)", loc)
         for st in self.wgmma_states:
             for op in st.unretired():
                 for opnd in (op.a, op.b):
@@ -188,6 +198,31 @@ class AsyncUnits:
                     f"arrive was used)",
                     bar.expect_loc or loc,
                 )
+
+    # --- TMA stores (PTX ISA 9.7.9.25.6 bulk async-groups) --------------------------------------
+    def store_issued(self, owner, src, loc):
+        self.stores.setdefault(owner, [[]])[0].append((src, loc))
+
+    def store_commit(self, owner):
+        groups = self.stores.setdefault(owner, [[]])
+        if groups[0]:
+            groups.append(groups[0])
+            groups[0] = []
+
+    def store_wait(self, owner, n: int):
+        groups = self.stores.get(owner)
+        if groups:
+            while len(groups) - 1 > n:
+                groups.pop(1)
+
+    def store_task_end(self, owner, label):
+        groups = self.stores.pop(owner, None)
+        if groups and any(groups):
+            src, sloc = next(x for g in groups for x in g)
+            raise TilusRuntimeError(
+                f"{label} ends with the TMA store of `{src.name}` (issued at line {sloc.line}) "
+                f"never waited for: shared memory must stay valid until the store has read it "
+                f"(tma.commit_group() + tma.wait_group(0))", sloc)
 
     def end_checks(self, loc):
         """Protocol checks when the block's last task ends."""

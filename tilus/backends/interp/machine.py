@@ -179,6 +179,7 @@ class CTA:
                 f"{op.loc.line} needs wgmma.commit_group and wgmma.wait_group)",
                 op.loc,
             )
+        self.units.store_task_end(task, task.label)
         p = task.parent
         if p is not None:
             p.children.discard(task)

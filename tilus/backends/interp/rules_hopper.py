@@ -77,16 +77,18 @@ def _tma_s2g(task, inst, loc):
     if gidx is not None:
         order = sorted(range(len(inst.dims)), key=lambda k: inst.dims[k])
         g.arr[gidx] = convert(np.transpose(src.arr[tidx], order), inst.dst.dtype)
+    task.cta.units.store_issued(task, src, loc)
 
 
 @rule(I.TmaCommitGroup)
 def _tma_commit(task, inst, loc):
-    pass  # stores complete at issue in this model, so groups are always retired
+    task.cta.units.store_commit(task)
 
 
 @rule(I.TmaWaitGroup)
 def _tma_wait(task, inst, loc):
-    pass
+    # global memory is written at issue in this model; what waiting protects is the shared source
+    task.cta.units.store_wait(task, inst.n)
 
 
 @rule(I.WgmmaFence)
