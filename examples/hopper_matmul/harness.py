@@ -1,0 +1,173 @@
+"""Shared driver of the Hopper matmul examples (V0..V5): inputs, checking, timing, the table.
+
+Every version computes ``C = A @ B^T`` with ``A [m, k]``, ``B [n, k]`` and ``C [m, n]`` in
+float16, accumulating in float32. ``run(kernel_cls)`` is what each example's ``main()`` calls:
+
+- without a CUDA GPU (no torch, no CUDA, or ``TILUS_INTERPRET=1``) the kernel runs on the tilus
+  CPU interpreter on NumPy arrays at a small size whose M is not a multiple of the tile;
+- with torch and a CUDA GPU it runs on CUDA tensors at 4096^3 and a ragged 4000x4096x4096, and
+  times cuBLAS (``torch.matmul``) beside it.
+
+Results are checked against NumPy float64: the error is ``max |C - ref| / max |ref|`` and must be
+below 1e-2, and C must hold no NaN (C is poisoned with NaN before the kernel runs). The return
+value is the process exit status (0: every row passed).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import traceback
+
+import numpy as np
+
+import tilus
+
+TOLERANCE = 1e-2
+CPU_SIZES = [(200, 256, 256), (130, 320, 136)]  # (m, n, k), ragged in M (and N, K)
+GPU_SIZES = [(4096, 4096, 4096), (4000, 4096, 4096)]
+
+
+def cuda_torch():
+    """The torch module when kernels should run on a CUDA GPU, else None."""
+    if tilus.option.get_option("interpret"):
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def random_inputs(m: int, n: int, k: int, rng: np.random.Generator):
+    """Fresh fp16 operands A [m, k], B [n, k] (values in [-1, 1))."""
+    a = rng.uniform(-1.0, 1.0, size=(m, k)).astype(np.float16)
+    b = rng.uniform(-1.0, 1.0, size=(n, k)).astype(np.float16)
+    return a, b
+
+
+def check(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[bool, float, str]:
+    """(passed, error, note) of C against A @ B^T computed in float64."""
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    c64 = c.astype(np.float64)
+    nans = int(np.isnan(c64).sum())
+    if nans:
+        return False, float("nan"), f"{nans} NaN in C"
+    err = float(np.max(np.abs(c64 - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
+    return err < TOLERANCE, err, ""
+
+
+def config_str(config: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def gpu_time(torch, fn, warmup: int = 3, repeat: int = 20) -> float:
+    """Median seconds of ``fn()`` on the current CUDA stream (CUDA events)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return float(np.median(times))
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, ["-" * w for w in widths], *rows]:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip())
+
+
+def run_cpu(kernel_cls, sizes, configs=None) -> int:
+    """Interpreter run: each size with the given configs (default: the space's first one)."""
+    space = kernel_cls().configs
+    configs = configs or space[:1]
+    rng = np.random.default_rng()
+    ok_all, rows = True, []
+    for m, n, k in sizes:
+        a, b = random_inputs(m, n, k, rng)
+        for cfg in configs:
+            c = np.full((m, n), np.nan, dtype=np.float16)
+            kernel = kernel_cls(**cfg)
+            start = time.perf_counter()
+            try:
+                kernel(m, n, k, a, b, c)
+            except tilus.TilusError as e:
+                ok_all = False
+                rows.append([f"{m}x{n}x{k}", config_str(cfg), "ERROR", "-", "FAIL"])
+                print(f"{kernel_cls.__name__} {cfg} at {m}x{n}x{k} failed:\n{e}")
+                continue
+            seconds = time.perf_counter() - start
+            ok, err, note = check(c, a, b)
+            ok_all &= ok
+            status = "ok" if ok else f"FAIL {note}".strip()
+            rows.append([f"{m}x{n}x{k}", config_str(cfg), f"{err:.2e}", f"{seconds:.3f}", status])
+    print(f"{kernel_cls.__name__} on the tilus interpreter ({len(space)} configs in the space)")
+    print_table(["m x n x k", "config", "max err", "seconds", "status"], rows)
+    return 0 if ok_all else 1
+
+
+def run_gpu(torch, kernel_cls, sizes) -> int:
+    """CUDA run: the autotuned kernel on CUDA tensors, timed beside cuBLAS."""
+    kernel = kernel_cls()
+    rng = np.random.default_rng()
+    ok_all, rows = True, []
+    for m, n, k in sizes:
+        a_np, b_np = random_inputs(m, n, k, rng)
+        a = torch.from_numpy(a_np).cuda()
+        b = torch.from_numpy(b_np).cuda()
+        c = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+        flops = 2.0 * m * n * k
+        size = f"{m}x{n}x{k}"
+        try:
+            kernel(m, n, k, a, b, c)  # compiles and autotunes on first use
+            torch.cuda.synchronize()
+            c_np = c.cpu().numpy()
+            seconds = gpu_time(torch, functools.partial(kernel, m, n, k, a, b, c))
+        except Exception as e:  # noqa: BLE001 - report any backend failure, do not hide it
+            ok_all = False
+            print(f"{kernel_cls.__name__} FAILED on the CUDA backend at {size}:")
+            traceback.print_exception(e)
+            rows.append([size, "ERROR", "-", "-", "-", "-", "-", "FAIL (CUDA backend)"])
+            continue
+        ok, err, note = check(c_np, a_np, b_np)
+        ok_all &= ok
+        try:
+            cublas = gpu_time(torch, functools.partial(torch.matmul, a, b.T))
+            cublas_s, cublas_tf = f"{cublas * 1e3:.3f}", f"{flops / cublas / 1e12:.0f}"
+        except Exception as e:  # noqa: BLE001
+            print(f"cuBLAS timing failed at {size}: {type(e).__name__}: {e}")
+            cublas_s = cublas_tf = "error"
+        status = "ok" if ok else f"FAIL {note}".strip()
+        rows.append(
+            [
+                size,
+                f"autotuned ({len(kernel.configs)})",
+                f"{err:.2e}",
+                f"{seconds * 1e3:.3f}",
+                f"{flops / seconds / 1e12:.0f}",
+                cublas_s,
+                cublas_tf,
+                status,
+            ]
+        )
+    print(f"{kernel_cls.__name__} on {torch.cuda.get_device_name()}")
+    print_table(
+        ["m x n x k", "config", "max err", "ms", "TFLOPS", "cuBLAS ms", "cuBLAS TFLOPS", "status"],
+        rows,
+    )
+    return 0 if ok_all else 1
+
+
+def run(kernel_cls, cpu_sizes=None, gpu_sizes=None) -> int:
+    """Run, check and time ``kernel_cls``; returns the exit status."""
+    torch = cuda_torch()
+    if torch is None:
+        return run_cpu(kernel_cls, cpu_sizes or CPU_SIZES)
+    return run_gpu(torch, kernel_cls, gpu_sizes or GPU_SIZES)
