@@ -1,0 +1,509 @@
+"""Refusals of the front end: each error has the right type, file, line and a useful message.
+
+Every refused kernel marks the line the error must point at with an ``# ERR`` comment.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+
+import numpy as np
+import pytest
+
+import tilus
+from tilus import float16, float32, int32
+
+THIS_FILE = os.path.basename(__file__)
+
+
+def err_line(obj) -> int:
+    """The line of ``obj``'s source that carries the ``# ERR`` marker."""
+    lines, first = inspect.getsourcelines(obj)
+    hits = [first + i for i, text in enumerate(lines) if "# ERR" in text]
+    assert len(hits) == 1, f"{obj} needs exactly one # ERR marker"
+    return hits[0]
+
+
+def _args(kernel_cls):
+    """Plausible arguments for a kernel's parameters (the kernels below use few kinds)."""
+    from tilus.lang.frontend.kernel import kernel_params
+
+    out = []
+    for _name, ann, _ in kernel_params(kernel_cls):
+        if ann is int:
+            out.append(4)
+        elif isinstance(ann, tilus.PointerType):
+            out.append(np.ones(64 * 64, dtype=ann.base.np_storage))
+        else:
+            out.append(4)
+    return out
+
+
+def expect_error(kernel_cls, cls=tilus.TilusProgramError, fragment=None, marker_obj=None, *a):
+    """Call the kernel and check the error's type, file, line and message."""
+    args = a or _args(kernel_cls)
+    with pytest.raises(cls) as info:
+        kernel_cls()(*args)
+    err = info.value
+    text = str(err)
+    assert type(err) is cls, f"{type(err).__name__}: {text}"
+    assert err.loc is not None, text
+    assert os.path.basename(err.loc.file) == THIS_FILE, text
+    assert err.loc.line == err_line(marker_obj or kernel_cls), text
+    head = text.splitlines()[0]
+    assert re.match(rf".*{re.escape(THIS_FILE)}:{err.loc.line}:\d+ \(in \w+\): ", head), head
+    if fragment is not None:
+        assert re.search(fragment, text, re.IGNORECASE), text
+    return err
+
+
+# --------------------------------------------------------------------------------------------
+# unsupported statements
+
+
+class UsesTry(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        try:  # ERR
+            pass
+        except ValueError:
+            pass
+
+
+class UsesContinue(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        for i in range(n):
+            if i > 2:
+                continue  # ERR
+
+
+class UsesDel(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        x = n + 1
+        del x  # ERR
+
+
+class UsesGlobal(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        global SOME_GLOBAL  # ERR
+
+
+class NestedDef(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+
+        def inner(x):  # ERR
+            return x
+
+        inner(n)
+
+
+class WithOpen(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        with open(os.devnull):  # ERR
+            pass
+
+
+class WithOpenMissingFile(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        with open("tilus-no-such-file.txt"):  # ERR
+            pass
+
+
+class LambdaAssignedAndImport(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        import math  # ERR
+
+        math.sqrt(2.0)
+
+
+@pytest.mark.parametrize(
+    "kernel, fragment",
+    [
+        (UsesTry, "try"),
+        (UsesContinue, "continue"),
+        (UsesDel, "delete|del"),
+        (UsesGlobal, "global"),
+        (NestedDef, "functiondef|def"),
+        (WithOpen, "thread_group"),
+        (LambdaAssignedAndImport, "import"),
+    ],
+)
+def test_unsupported_statements(kernel, fragment):
+    expect_error(kernel, tilus.TilusProgramError, fragment)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="`with open(missing)` evaluates open() on the host and lets FileNotFoundError "
+    "escape instead of a located TilusProgramError",
+)
+def test_with_open_of_a_missing_file_is_a_program_error():
+    expect_error(WithOpenMissingFile, tilus.TilusProgramError, "thread_group|open")
+
+
+# --------------------------------------------------------------------------------------------
+# kernel signatures
+
+
+class MissingAnnotation(tilus.Script):
+    def __call__(
+        self,
+        n: int32,
+        m,  # ERR
+    ):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+
+
+class VarArgs(tilus.Script):
+    def __call__(self, n: int32, *rest):  # ERR
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+
+
+class ReturnAnnotation(tilus.Script):
+    def __call__(self, n: int32) -> int:  # ERR
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+
+
+class ReturnsValue(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        return n  # ERR
+
+
+def test_missing_annotation_on_a_kernel_param():
+    expect_error(MissingAnnotation, tilus.TilusProgramError, r"`m`.*annotation", None, 1, 2)
+
+
+def test_star_args_param():
+    expect_error(VarArgs, tilus.TilusProgramError, r"\*args", None, 1)
+
+
+def test_return_type_annotation():
+    expect_error(ReturnAnnotation, tilus.TilusProgramError, "return type", None, 1)
+
+
+def test_return_value_in_call():
+    expect_error(ReturnsValue, tilus.TilusProgramError, "return a value", None, 1)
+
+
+def test_return_none_annotation_is_accepted():
+    class ReturnsNone(tilus.Script):
+        def __call__(self, out: ~int32) -> None:
+            self.attrs.blocks = 1
+            self.attrs.warps = 1
+            g = self.global_view(out, dtype=int32, shape=[2])
+            self.store_global(g, self.register_tensor(dtype=int32, shape=[2], init=5), offsets=[0])
+
+    out = np.zeros(2, dtype=np.int32)
+    ReturnsNone()(out)
+    assert list(out) == [5, 5]
+
+
+# --------------------------------------------------------------------------------------------
+# names
+
+
+class UnknownName(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        x = n + no_such_name  # ERR  # noqa: F821
+        self.printf("%d\n", x)
+
+
+class MissingSelfAttr(tilus.Script):
+    def __init__(self):
+        super().__init__()
+        self.block_m = 64
+
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        x = n * self.block_q  # ERR
+        self.printf("%d\n", x)
+
+
+class BranchLocal(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        if n > 2:
+            inside = n * 2
+            self.printf("%d\n", inside)
+        self.printf("%d\n", inside)  # ERR
+
+
+class RebindConstInLoop(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        count = 0
+        for _ in range(n):
+            count = count + 1  # ERR
+        self.printf("%d\n", count)
+
+
+class HelperIntParam(tilus.Script):
+    def helper(self, k: int):
+        return k * 2
+
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        x = self.helper(n)  # ERR
+        self.printf("%d\n", x)
+
+
+def test_unknown_name():
+    expect_error(UnknownName, tilus.TilusProgramError, "no_such_name")
+
+
+def test_attribute_missing_on_self():
+    expect_error(MissingSelfAttr, tilus.TilusProgramError, "block_q")
+
+
+def test_name_defined_only_inside_a_runtime_if():
+    expect_error(BranchLocal, tilus.TilusProgramError, "`inside`.*only defined.*runtime")
+
+
+def test_rebinding_a_compile_time_value_inside_a_runtime_loop():
+    expect_error(RebindConstInLoop, tilus.TilusProgramError, "count")
+
+
+def test_int_param_of_a_helper_receiving_a_runtime_value():
+    expect_error(HelperIntParam, tilus.TilusProgramError, "`k`.*compile-time")
+
+
+# --------------------------------------------------------------------------------------------
+# tile types and shapes
+
+
+class MixedDtypes(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        a = self.register_tensor(dtype=float16, shape=[4, 4], init=1.0)
+        b = self.register_tensor(dtype=int32, shape=[4, 4], init=1)
+        c = a + b  # ERR
+        self.print_tensor("c", c)
+
+
+class StoreRankMismatch(tilus.Script):
+    def __call__(self, out: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        g = self.global_view(out, dtype=float32, shape=[2, 64, 32])
+        t = self.register_tensor(dtype=float32, shape=[64, 32], init=0.0)
+        self.store_global(g, t, offsets=[0, 0, 0])  # ERR
+
+
+class StoreDtypeMismatch(tilus.Script):
+    def __call__(self, out: ~float16):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        g = self.global_view(out, dtype=float16, shape=[64, 64])
+        t = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+        self.store_global(g, t, offsets=[0, 0])  # ERR
+
+
+class LoadWrongOffsets(tilus.Script):
+    def __call__(self, a: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        g = self.global_view(a, dtype=float32, shape=[64, 64])
+        t = self.load_global(g, offsets=[0], shape=[16, 16])  # ERR
+        self.print_tensor("t", t)
+
+
+class DotInnerMismatch(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        a = self.register_tensor(dtype=float16, shape=[16, 32], init=1.0)
+        b = self.register_tensor(dtype=float16, shape=[16, 8], init=1.0)
+        c = self.dot(a, b, acc_dtype=float32)  # ERR
+        self.print_tensor("c", c)
+
+
+class BroadcastMismatch(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        a = self.register_tensor(dtype=float32, shape=[4, 8], init=1.0)
+        b = self.register_tensor(dtype=float32, shape=[4, 3], init=1.0)
+        c = a * b  # ERR
+        self.print_tensor("c", c)
+
+
+def test_adding_a_float16_tile_to_an_int32_tile():
+    expect_error(MixedDtypes, tilus.TilusProgramError, "float16.*int32|int32.*float16")
+
+
+def test_storing_a_2d_tile_into_a_rank_3_view():
+    expect_error(StoreRankMismatch, tilus.TilusProgramError, r"\[64, 32\].*rank 3|dims")
+
+
+def test_store_global_of_float32_into_float16_view():
+    expect_error(StoreDtypeMismatch, tilus.TilusProgramError, "float32.*float16")
+
+
+def test_load_global_with_the_wrong_number_of_offsets():
+    expect_error(LoadWrongOffsets, tilus.TilusProgramError, "offsets.*1.*2|rank 2")
+
+
+def test_dot_with_mismatched_inner_dims():
+    expect_error(DotInnerMismatch, tilus.TilusProgramError, "inner|32.*16")
+
+
+def test_shape_mismatch_in_broadcasting():
+    expect_error(BroadcastMismatch, tilus.TilusProgramError, r"\[4, 8\].*\[4, 3\].*broadcast")
+
+
+# --------------------------------------------------------------------------------------------
+# limits and launch attributes
+
+
+class SharedTooBig(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        a = self.shared_tensor(dtype=float16, shape=[256, 256])
+        b = self.shared_tensor(dtype=float16, shape=[256, 256])  # ERR
+        self.free_shared(a)
+        self.free_shared(b)
+
+
+class TooManyWarps(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 40  # ERR
+
+
+class GroupTooBig(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        with self.thread_group(64, 32):
+            with self.thread_group(16, 32):  # ERR
+                self.sync()
+
+
+class NoWarps(tilus.Script):
+    def __call__(self, n: int32):  # ERR
+        self.attrs.blocks = 1
+
+
+def test_shared_tensor_over_the_shared_memory_limit():
+    err = expect_error(SharedTooBig, tilus.TilusCompileError, "232448")
+    assert "shared" in str(err)
+
+
+def test_warps_out_of_range():
+    expect_error(TooManyWarps, tilus.TilusProgramError, "warps.*40")
+
+
+def test_thread_group_that_does_not_fit_its_parent():
+    expect_error(GroupTooBig, tilus.TilusProgramError, "does not fit.*32")
+
+
+def test_kernel_that_never_sets_warps():
+    expect_error(NoWarps, tilus.TilusProgramError, "warps")
+
+
+# --------------------------------------------------------------------------------------------
+# runtime values used where Python needs a bool
+
+
+class ComprehensionOnRuntimeValue(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        picks = [i for i in range(4) if n > i]  # ERR
+        self.printf("%d\n", len(picks))
+
+
+class AndOfTileAndScalar(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        t = self.register_tensor(dtype=int32, shape=[4], init=1)
+        u = t and n  # ERR
+        self.print_tensor("u", u)
+
+
+class TileAsIfCondition(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        t = self.register_tensor(dtype=int32, shape=[4], init=1)
+        if t > 0:  # ERR
+            self.printf("x\n")
+
+
+def test_runtime_value_as_bool_in_a_comprehension():
+    expect_error(ComprehensionOnRuntimeValue, tilus.TilusProgramError, "runtime value")
+
+
+def test_and_between_a_tile_and_a_scalar():
+    expect_error(AndOfTileAndScalar, tilus.TilusProgramError, "and/or")
+
+
+def test_tile_as_an_if_condition():
+    expect_error(TileAsIfCondition, tilus.TilusProgramError, "tile")
+
+
+# --------------------------------------------------------------------------------------------
+# the message format, and errors inside helpers
+
+
+class HelperError(tilus.Script):
+    def helper(self, t):
+        return t + self.register_tensor(dtype=int32, shape=[3], init=0)  # ERR
+
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        t = self.register_tensor(dtype=int32, shape=[4], init=1)
+        self.helper(t)
+
+
+def test_error_inside_a_helper_points_at_the_helper_line():
+    err = expect_error(HelperError, tilus.TilusProgramError, "broadcast", HelperError.helper)
+    assert err.loc.func == "helper"
+    assert "(in helper)" in str(err).splitlines()[0]
+
+
+def test_message_shows_the_source_line_and_a_caret():
+    err = expect_error(MixedDtypes, tilus.TilusProgramError)
+    lines = str(err).splitlines()
+    assert lines[1].strip() == "c = a + b  # ERR"
+    caret = lines[2]
+    assert caret.strip() == "^"
+    col = caret.index("^") - 4  # the snippet is indented by four spaces
+    assert lines[1][4:][col:].startswith("a + b") or lines[1][4:][col:].startswith("c = ")
+    assert head_has_location(lines[0], err_line(MixedDtypes))
+
+
+def head_has_location(head: str, line: int) -> bool:
+    return re.match(rf".*{re.escape(THIS_FILE)}:{line}:\d+ \(in __call__\): .+", head) is not None
