@@ -105,6 +105,14 @@ class PermuteTensor(Inst):
     dims: tuple[int, ...]
 
 
+@instruction("reshape")
+class ReshapeTensor(Inst):
+    """The same elements in row-major order with a new shape (squeeze/unsqueeze/reshape)."""
+
+    out: TensorVar
+    src: TensorVar
+
+
 # --- data movement ---------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from tilus.ir.function import Function
 from tilus.ir.printer import print_ir
 from tilus.passes.shared_memory import SharedPlan, plan_shared_memory
+from tilus.passes.uniformity import check_uniformity
 from tilus.passes.verify import verify
 
 
@@ -22,5 +23,6 @@ class Program:
 def lower(fn: Function) -> Program:
     """Run the passes in order."""
     fn = verify(fn)  # catch front-end scoping slips before anything relies on the IR
+    fn = check_uniformity(fn)  # values changed by one thread group only must stay there
     smem = plan_shared_memory(fn)  # place tiles and barriers; enforce the per-block limit
     return Program(fn, smem, print_ir(fn))

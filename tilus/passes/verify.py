@@ -20,22 +20,9 @@ from tilus.ir.stmt import (
 )
 from tilus.ir.tensor import TensorVar
 
-DEFINING = (
-    I.AllocRegister,
-    I.AllocShared,
-    I.GlobalView,
-    I.SliceTensor,
-    I.PermuteTensor,
-    I.LoadGlobal,
-    I.LoadShared,
-    I.CastTensor,
-    I.ElementwiseBinary,
-    I.ElementwiseUnary,
-    I.Where,
-    I.Reduce,
-    I.Dot,
-    I.MBarrierAlloc,
-)
+# instructions whose ``out`` must already exist (they overwrite it); every other instruction with
+# an ``out`` defines it (or, given ``out=``, overwrites an existing tile)
+OVERWRITING = (I.AssignTensor, I.StoreElement)
 
 
 class _Verifier:
@@ -118,7 +105,7 @@ class _Verifier:
 
     def inst(self, inst):
         out = inst.output()
-        defines = isinstance(inst, DEFINING) and out is not None and not self.defined(out)
+        defines = not isinstance(inst, OVERWRITING) and out is not None and not self.defined(out)
         for name, value in inst.items():
             if name == "out" and defines:
                 continue

@@ -152,7 +152,9 @@ class AsyncUnits:
                         raise TilusRuntimeError(
                             f"race: {what} overwrites shared tile `{view.name}` while the TMA "
                             f"store issued at line {sloc.line} may still read it (wait for it "
-                            f"with tma.commit_group() and tma.wait_group(...) first)", loc)
+                            f"with tma.commit_group() and tma.wait_group(...) first)",
+                            loc,
+                        )
         for st in self.wgmma_states:
             for op in st.unretired():
                 for opnd in (op.a, op.b):
@@ -222,7 +224,9 @@ class AsyncUnits:
             raise TilusRuntimeError(
                 f"{label} ends with the TMA store of `{src.name}` (issued at line {sloc.line}) "
                 f"never waited for: shared memory must stay valid until the store has read it "
-                f"(tma.commit_group() + tma.wait_group(0))", sloc)
+                f"(tma.commit_group() + tma.wait_group(0))",
+                sloc,
+            )
 
     def end_checks(self, loc):
         """Protocol checks when the block's last task ends."""

@@ -178,6 +178,18 @@ def _permute(task, inst, loc):
         task.env[inst.out] = GlobalViewValue(np.transpose(v.arr, inst.dims), src.dtype, v.name)
 
 
+@rule(I.ReshapeTensor)
+def _reshape(task, inst, loc):
+    src = inst.src
+    if src.kind == "register":
+        task.env[inst.out] = np.reshape(reg(task, src, loc), inst.out.shape)
+    else:
+        v = shared(task, src, loc)
+        task.env[inst.out] = SharedView.of(
+            v.alloc, np.reshape(v.arr, inst.out.shape), src.dtype, inst.out.name
+        )
+
+
 # --- global memory ---------------------------------------------------------------------------
 
 

@@ -60,8 +60,9 @@ MATH_FUNCS = {
     math.isnan: "isnan",
     math.isinf: "isinf",
     math.log2: "log2",
-    math.exp2 if hasattr(math, "exp2") else None: "exp2",
 }
+if hasattr(math, "exp2"):  # Python 3.11+
+    MATH_FUNCS[math.exp2] = "exp2"
 HOST_ERRORS = (
     TypeError,
     ValueError,
@@ -101,6 +102,16 @@ class TensorMethod:
             from tilus.lang.instructions.generic import GenericInstructions
 
             return GenericInstructions.cast(None, t, kwargs.get("dtype", args[0] if args else None))
+        if n in ("squeeze", "unsqueeze"):
+            from tilus.lang.instructions.generic import squeeze_tensor, unsqueeze_tensor
+
+            dim = kwargs.get("dim", args[0] if args else None)
+            return (squeeze_tensor if n == "squeeze" else unsqueeze_tensor)(t, dim)
+        if n == "reshape":
+            from tilus.lang.instructions.generic import reshape_tensor
+
+            shape = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
+            return reshape_tensor(t, list(shape))
         if n == "item":
             if t.kind != "register" or t.size != 1:
                 raise TypeError("item() needs a one-element register tile")
@@ -108,7 +119,7 @@ class TensorMethod:
         raise TypeError(f"tiles have no method {n}()")
 
 
-TENSOR_METHODS = ("transpose", "permute", "to", "item")
+TENSOR_METHODS = ("transpose", "permute", "to", "item", "squeeze", "unsqueeze", "reshape")
 
 
 def _range(*args, unroll=None):

@@ -550,6 +550,24 @@ class GenericInstructions:
             raise b.error("transpose needs a 2-D tile")
         return permute_tensor(x, (1, 0))
 
+    def reshape(self, x, shape) -> TensorVar:
+        """The elements of a register tile in row-major order, with a new shape."""
+        return reshape_tensor(x, shape, "reshape")
+
+    def reshape_shared(self, x, shape) -> TensorVar:
+        """A view of a whole shared tile with a new shape (row-major order)."""
+        b = current()
+        b.expect_tensor(x, ("shared",), "reshape_shared's operand")
+        return reshape_tensor(x, shape, "reshape_shared")
+
+    def squeeze(self, x, *, dim: int) -> TensorVar:
+        """Drop dim ``dim`` (of size 1)."""
+        return squeeze_tensor(x, dim)
+
+    def unsqueeze(self, x, *, dim: int) -> TensorVar:
+        """Insert a dim of size 1 at ``dim``."""
+        return unsqueeze_tensor(x, dim)
+
     def assign(self, dst, src):
         """Copy register tile ``src`` into ``dst``."""
         b = current()
@@ -607,3 +625,37 @@ for _op in (
         return f
 
     setattr(GenericInstructions, _op, _make(_op))
+
+
+def reshape_tensor(x, shape, what="reshape") -> TensorVar:
+    """A tile with the same elements (row-major) and a new shape."""
+    b = current()
+    if not isinstance(x, TensorVar) or x.kind == "global":
+        raise b.error(f"{what} needs a register or shared tile")
+    shape = _int_list(b, shape, "shape") if shape not in ([], ()) else ()
+    if int(np.prod(shape)) != int(np.prod(x.shape)):
+        raise b.error(
+            f"{what}: cannot view {x.type_str()} as shape {list(shape)} "
+            f"({int(np.prod(x.shape))} vs {int(np.prod(shape))} elements)"
+        )
+    out = type(x)(b.fresh(b.take_hint(x.name)), x.dtype, tuple(shape))
+    b.inst(I.ReshapeTensor(out, x))
+    return out
+
+
+def squeeze_tensor(x, dim: int) -> TensorVar:
+    """Drop a dim of size 1."""
+    b = current()
+    if not isinstance(x, TensorVar) or not -x.ndim <= dim < x.ndim or x.shape[dim] != 1:
+        raise b.error(f"squeeze(dim={dim}) needs a dim of size 1")
+    d = dim % x.ndim
+    return reshape_tensor(x, x.shape[:d] + x.shape[d + 1 :], "squeeze")
+
+
+def unsqueeze_tensor(x, dim: int) -> TensorVar:
+    """Insert a dim of size 1."""
+    b = current()
+    if not isinstance(x, TensorVar) or not -x.ndim - 1 <= dim <= x.ndim:
+        raise b.error(f"unsqueeze(dim={dim}) is out of range")
+    d = dim % (x.ndim + 1)
+    return reshape_tensor(x, x.shape[:d] + (1,) + x.shape[d:], "unsqueeze")
