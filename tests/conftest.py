@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -26,12 +27,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
-def seed_kernels():
-    """Import path of the user's seed kernels (they are imported, never copied)."""
+def load_seed(name: str):
+    """Import ``../shared/seed_kernels/<name>.py`` under a unique module name (never copied).
+
+    The examples folder has files with the same names, so the seeds are loaded by path.
+    """
     if not SEED_KERNELS.is_dir():
         pytest.skip(f"seed kernels not found beside the repository ({SEED_KERNELS})")
-    if str(SEED_KERNELS) not in sys.path:
-        sys.path.insert(0, str(SEED_KERNELS))
-    return SEED_KERNELS
+    mod_name = f"seed_{name}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, SEED_KERNELS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    spec.loader.exec_module(module)
+    return module
 
+
+@pytest.fixture(scope="session")
+def seeds():
+    """Loader of the user's seed kernels: ``seeds("matmul_v2").MatmulWGMMAV2``."""
+    return load_seed

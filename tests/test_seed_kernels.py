@@ -25,8 +25,8 @@ V2_SIZES = [(200, 256, 192), (64, 128, 64), (300, 384, 320)]
 
 
 @pytest.mark.parametrize("m, n, k", V2_SIZES)
-def test_seed_v2_every_config(seed_kernels, m, n, k):
-    from matmul_v2 import MatmulWGMMAV2
+def test_seed_v2_every_config(seeds, m, n, k):
+    MatmulWGMMAV2 = seeds("matmul_v2").MatmulWGMMAV2
 
     space = MatmulWGMMAV2().configs
     assert len(space) == 45
@@ -43,8 +43,8 @@ def test_seed_v2_every_config(seed_kernels, m, n, k):
     assert ran == 44
 
 
-def test_seed_v2_all_configs_option_cross_checks(seed_kernels):
-    from matmul_v2 import MatmulWGMMAV2
+def test_seed_v2_all_configs_option_cross_checks(seeds):
+    MatmulWGMMAV2 = seeds("matmul_v2").MatmulWGMMAV2
 
     kernel = MatmulWGMMAV2()
     with tilus.option.scoped(interpret_all_configs=True), warnings.catch_warnings(record=True) as w:
@@ -59,22 +59,22 @@ def test_seed_v2_all_configs_option_cross_checks(seed_kernels):
 @pytest.mark.parametrize(
     "m, n, k", [(200, 256, 192), (256, 512, 256), (130, 1280, 128), (64, 256, 64)]
 )
-def test_seed_v4(seed_kernels, m, n, k):
-    from matmul_v4 import MatmulWGMMAV4
+def test_seed_v4(seeds, m, n, k):
+    MatmulWGMMAV4 = seeds("matmul_v4").MatmulWGMMAV4
 
     assert _run(MatmulWGMMAV4(), m, n, k) < 1e-3
 
 
 @pytest.mark.parametrize("seed", [3, 4])
-def test_seed_v4_shuffled_schedule(seed_kernels, seed):
-    from matmul_v4 import MatmulWGMMAV4
+def test_seed_v4_shuffled_schedule(seeds, seed):
+    MatmulWGMMAV4 = seeds("matmul_v4").MatmulWGMMAV4
 
     with tilus.option.scoped(schedule_seed=seed):
         assert _run(MatmulWGMMAV4(), 200, 512, 256) < 1e-3
 
 
-def test_seed_v4_space_and_ir_are_stable(seed_kernels):
-    from matmul_v4 import MatmulWGMMAV4
+def test_seed_v4_space_and_ir_are_stable(seeds):
+    MatmulWGMMAV4 = seeds("matmul_v4").MatmulWGMMAV4
 
     kernel = MatmulWGMMAV4()
     assert kernel.configs == [
