@@ -1,1 +1,44 @@
-"""tilus.tune."""
+"""Autotuning: tuning keys, benchmarking, parallel compilation, cross-checked picking, dispatch."""
+
+from tilus.tune.dispatch import DispatchTable, DispatchTableWarning, Entry, dispatch_dir
+from tilus.tune.keys import (
+    config_id,
+    device_fingerprint,
+    dispatch_key,
+    fingerprint_matches,
+    script_file_name,
+    script_identity,
+    tuning_bucket,
+    tuning_ints,
+)
+from tilus.tune.parallel import Progress, Result, compile_all, default_workers
+from tilus.tune.timing import Timing, benchmark, cuda_available
+from tilus.tune.tuner import TuneError, TuneResult, TuneWarning, compare, tolerance, tune
+
+__all__ = [
+    "DispatchTable",
+    "DispatchTableWarning",
+    "Entry",
+    "Progress",
+    "Result",
+    "Timing",
+    "TuneError",
+    "TuneResult",
+    "TuneWarning",
+    "benchmark",
+    "compare",
+    "compile_all",
+    "config_id",
+    "cuda_available",
+    "default_workers",
+    "device_fingerprint",
+    "dispatch_dir",
+    "dispatch_key",
+    "fingerprint_matches",
+    "script_file_name",
+    "script_identity",
+    "tolerance",
+    "tune",
+    "tuning_bucket",
+    "tuning_ints",
+]

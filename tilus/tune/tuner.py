@@ -1,0 +1,335 @@
+"""Picking the fastest correct config: a cross-checked run of every candidate, then timing."""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tilus.errors import TilusError
+from tilus.tune.dispatch import DispatchTable, Entry
+from tilus.tune.keys import config_id, device_fingerprint
+from tilus.tune.parallel import _describe
+from tilus.tune.timing import Timing, benchmark, synchronize
+
+
+class TuneWarning(UserWarning):
+    """A candidate config produced wrong outputs (or crashed) while tuning."""
+
+
+class TuneError(TilusError):
+    """No candidate config could be run and agreed with the others."""
+
+
+@dataclass
+class TuneResult:
+    """The outcome of ``tune``.
+
+    Attributes:
+        winner: The chosen config.
+        timings: Config id (``config_id``) -> ``Timing`` of every timed candidate.
+        failures: ``(config, reason)`` of candidates that failed (compile or run).
+        disagreements: ``(config, error)`` of candidates whose outputs were wrong.
+        cached: True when the winner came from the dispatch table and nothing was run.
+        entry: The dispatch-table entry that was read or written (None without a table).
+    """
+
+    winner: Any
+    timings: dict = field(default_factory=dict)
+    failures: list = field(default_factory=list)
+    disagreements: list = field(default_factory=list)
+    cached: bool = False
+    entry: Entry | None = None
+
+
+# --- comparing outputs -------------------------------------------------------------------------
+_TOLERANCES = {"float16": 1e-2, "bfloat16": 1e-2, "float32": 1e-4, "float64": 1e-6}
+
+
+def _dtype_name(x) -> str:
+    dt = getattr(x, "dtype", None)
+    name = str(dt).replace("torch.", "") if dt is not None else type(x).__name__
+    return {"half": "float16", "float": "float32", "double": "float64"}.get(name, name)
+
+
+def tolerance(dtype_name: str) -> float:
+    """Relative tolerance of outputs of a dtype: 1e-2 for fp16/bf16, 1e-4 for fp32, 1e-6 for
+    fp64, 1e-1 for 8-bit (and smaller) floats, 0 (exact) for integers and booleans."""
+    if dtype_name in _TOLERANCES:
+        return _TOLERANCES[dtype_name]
+    if dtype_name.startswith("float"):
+        return 1e-1
+    return 0.0
+
+
+def to_numpy(x) -> np.ndarray:
+    """A host NumPy copy of an array or a (CPU or CUDA) torch tensor; bfloat16 and other
+    dtypes NumPy lacks are widened to float32."""
+    if isinstance(x, np.ndarray):
+        return x.copy()
+    if type(x).__module__.startswith("torch") and hasattr(x, "detach"):
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        try:
+            return t.clone().numpy()
+        except (TypeError, RuntimeError):
+            return t.float().numpy()
+    return np.array(x)
+
+
+def compare(out: np.ndarray, ref: np.ndarray, tol: float) -> str | None:
+    """None when ``out`` matches ``ref``, else the error: a NaN, a shape mismatch, or the
+    norm-wise relative error ``max|out - ref| / max|ref|`` above ``tol`` (exact when 0)."""
+    if out.shape != ref.shape:
+        return f"shape {tuple(out.shape)} instead of {tuple(ref.shape)}"
+    if out.dtype.kind in "fc":
+        if np.isnan(out).any():
+            return f"{int(np.isnan(out).sum())} NaN value(s)"
+        a, b = out.astype(np.float64), ref.astype(np.float64)
+        if np.isnan(b).any():
+            return "the reference has NaN values"
+        if tol == 0.0:
+            bad = int(np.count_nonzero(a != b))
+            return f"{bad} element(s) differ" if bad else None
+        with np.errstate(invalid="ignore", over="ignore"):
+            inf_mismatch = np.isinf(a) | np.isinf(b)
+            if inf_mismatch.any() and not np.array_equal(a[inf_mismatch], b[inf_mismatch]):
+                return "infinities differ"
+            diff = np.abs(np.where(inf_mismatch, 0.0, a - b))
+            scale = np.abs(np.where(inf_mismatch, 0.0, b))
+        err = float(diff.max(initial=0.0)) / max(float(scale.max(initial=0.0)), 1e-30)
+        return None if err <= tol else f"relative error {err:.3g} > {tol:g}"
+    bad = int(np.count_nonzero(out != ref))
+    return f"{bad} element(s) differ" if bad else None
+
+
+def _compare_all(outs, ref, dtypes) -> str | None:
+    for pos, (o, r, dt) in enumerate(zip(outs, ref, dtypes)):
+        err = compare(o, r, tolerance(dt))
+        if err is not None:
+            return f"output #{pos}: {err}"
+    return None
+
+
+# --- the tuner ---------------------------------------------------------------------------------
+def _cfg_text(cfg) -> str:
+    return config_id(cfg) if isinstance(cfg, Mapping) else repr(cfg)
+
+
+def _pick_cached(entry: Entry, candidates):
+    want = config_id(entry.winner)
+    for cfg, _ in candidates:
+        if isinstance(cfg, Mapping) and config_id(cfg) == want:
+            return cfg
+    return None
+
+
+def tune(
+    candidates: Sequence[tuple[Any, Callable]],
+    make_args: Callable[[], Sequence],
+    *,
+    outputs: Sequence[int],
+    check: bool = True,
+    reference: Callable | None = None,
+    warmup: int | None = None,
+    repeat: int | None = None,
+    flush_l2: bool = True,
+    table: DispatchTable | None = None,
+    key: str | None = None,
+    fingerprint: Mapping | None = None,
+    failed: Sequence[tuple[Any, str]] = (),
+    info: Mapping | None = None,
+) -> TuneResult:
+    """Pick the fastest candidate whose outputs agree with the others.
+
+    1. With ``table`` and ``key``: a stored entry for this machine whose winner is among the
+       candidates is returned at once (``cached=True``); nothing runs.
+    2. With ``check``: every candidate runs once on fresh arguments (``make_args()``); the
+       arguments at positions ``outputs`` are compared to the consensus (the largest group of
+       candidates agreeing with each other; ties go to the earlier group) or, if given, to the
+       outputs of ``reference(*args)``. NaN anywhere, a shape change or a relative error above
+       ``tolerance(dtype)`` is a disagreement: that candidate is dropped and a ``TuneWarning``
+       names it. A candidate that raises is a failure.
+    3. Every remaining candidate is timed with ``benchmark`` on fresh arguments; the smallest
+       median wins (ties: smallest minimum, then the earlier candidate). A single remaining
+       candidate wins without timing.
+    4. With ``table`` and ``key`` the decision is recorded (merged into the file).
+
+    Args:
+        candidates: ``(config, runner)`` pairs; ``runner(*args)`` launches that config.
+        make_args: Returns a fresh argument list (copies), so candidates never see each
+            other's outputs.
+        outputs: Positions in the argument list of the arrays/tensors the kernel writes.
+        check: Cross-check outputs before timing.
+        reference: Optional ground truth: a callable writing the correct outputs into args.
+        warmup, repeat, flush_l2: Passed to ``benchmark``.
+        table, key: Where the decision is looked up and stored.
+        fingerprint: The machine; default ``device_fingerprint()``.
+        failed: ``(config, reason)`` of configs that failed earlier (e.g. to compile), recorded
+            with the entry.
+        info: Free-form context stored with the entry (shown in the text report).
+
+    Returns:
+        A ``TuneResult``; raises ``TuneError`` when no candidate survives.
+    """
+    candidates = list(candidates)
+    failures = [(cfg, str(reason)) for cfg, reason in failed]
+    if not candidates:
+        raise TuneError("tune: no candidate configs" + _reasons(failures, []))
+    use_table = table is not None and key is not None
+    fp = dict(fingerprint) if fingerprint is not None else None
+    if use_table:
+        fp = fp if fp is not None else device_fingerprint()
+        entry = table.lookup(key, fp)
+        if entry is not None:
+            cfg = _pick_cached(entry, candidates)
+            if cfg is not None:
+                return TuneResult(winner=cfg, cached=True, entry=entry)
+
+    disagreements: list[tuple[Any, str]] = []
+    alive = list(range(len(candidates)))
+    if check and (len(candidates) > 1 or reference is not None):
+        alive = _cross_check(candidates, make_args, outputs, reference, failures, disagreements)
+
+    timings: dict[str, Timing] = {}
+    timed: list[tuple[Any, Timing]] = []
+    if len(alive) > 1:
+        for i in list(alive):
+            cfg, runner = candidates[i]
+            args = list(make_args())
+            try:
+                t = benchmark(
+                    lambda runner=runner, args=args: runner(*args),
+                    warmup=warmup,
+                    repeat=repeat,
+                    flush_l2=flush_l2,
+                )
+                timings[_cfg_text(cfg)] = t
+                timed.append((cfg, t))
+            except Exception as e:
+                alive.remove(i)
+                failures.append((cfg, _describe(e)))
+                _warn(f"config {_cfg_text(cfg)} failed while being timed: {_describe(e)}")
+            finally:
+                del args
+    if not alive:
+        raise TuneError("tune: no candidate config survived" + _reasons(failures, disagreements))
+    if len(alive) == 1:
+        best = alive[0]
+    else:
+
+        def rank(i):
+            t = timings[_cfg_text(candidates[i][0])]
+            return (t.median, t.min, i)
+
+        best = min(alive, key=rank)
+    winner = candidates[best][0]
+    result = TuneResult(winner, timings, failures, disagreements)
+    if use_table:
+        result.entry = _make_entry(winner, timed, failures, disagreements, fp, info)
+        table.record(key, result.entry)
+    return result
+
+
+def _cross_check(candidates, make_args, outputs, reference, failures, disagreements):
+    """Run each candidate once; return the indices of those that agree with the consensus."""
+    clusters: list[dict] = []  # {"rep": outputs, "members": [index]}
+    ran: dict[int, list] = {}
+    dtypes: list[str] | None = None
+    ref = None
+    if reference is not None:
+        args = list(make_args())
+        reference(*args)
+        synchronize()
+        ref = [to_numpy(args[p]) for p in outputs]
+        dtypes = [_dtype_name(args[p]) for p in outputs]
+    for i, (cfg, runner) in enumerate(candidates):
+        args = list(make_args())
+        try:
+            runner(*args)
+            synchronize()
+        except Exception as e:
+            failures.append((cfg, _describe(e)))
+            _warn(f"config {_cfg_text(cfg)} failed to run: {_describe(e)}")
+            continue
+        if dtypes is None:
+            dtypes = [_dtype_name(args[p]) for p in outputs]
+        outs = [to_numpy(args[p]) for p in outputs]
+        del args
+        nan = next(
+            (p for p, o in enumerate(outs) if o.dtype.kind in "fc" and np.isnan(o).any()), None
+        )
+        if nan is not None:
+            _disagree(cfg, f"output #{nan}: NaN values", disagreements)
+            continue
+        if ref is not None:
+            err = _compare_all(outs, ref, dtypes)
+            if err is not None:
+                _disagree(cfg, f"{err} against the reference", disagreements)
+                continue
+        ran[i] = outs
+        for c in clusters:
+            if _compare_all(outs, c["rep"], dtypes) is None:
+                c["members"].append(i)
+                break
+        else:
+            clusters.append({"rep": outs, "members": [i]})
+    if not clusters:
+        return []
+    consensus = max(clusters, key=lambda c: len(c["members"]))  # first of the largest
+    if (
+        len(clusters) > 1
+        and sum(len(c["members"]) == len(consensus["members"]) for c in clusters) > 1
+        and ref is None
+    ):
+        _warn(
+            "no majority among the candidate configs' outputs; trusting the first group "
+            f"({', '.join(_cfg_text(candidates[i][0]) for i in consensus['members'])})"
+        )
+    for c in clusters:
+        if c is consensus:
+            continue
+        for i in c["members"]:
+            err = _compare_all(ran[i], consensus["rep"], dtypes)
+            n = len(consensus["members"])
+            _disagree(
+                candidates[i][0], f"{err} against the consensus of {n} config(s)", disagreements
+            )
+    return sorted(consensus["members"])
+
+
+def _disagree(cfg, err, disagreements):
+    disagreements.append((cfg, err))
+    _warn(f"config {_cfg_text(cfg)} disagrees with the other configs ({err}); it is never picked")
+
+
+def _warn(msg: str) -> None:
+    warnings.warn(f"tilus autotune: {msg}", TuneWarning, stacklevel=4)
+
+
+def _reasons(failures, disagreements) -> str:
+    lines = [f"\n  {_cfg_text(c)}: {r}" for c, r in failures]
+    lines += [f"\n  {_cfg_text(c)}: wrong outputs ({e})" for c, e in disagreements]
+    return "".join(lines)
+
+
+def _make_entry(winner, timed, failures, disagreements, fp, info) -> Entry:
+
+    def cfg_json(c):
+        return json.loads(config_id(c)) if isinstance(c, Mapping) else repr(c)
+
+    return Entry(
+        winner=cfg_json(winner),
+        times=[{"config": cfg_json(c), "median_ms": t.median, "min_ms": t.min} for c, t in timed],
+        failed=[{"config": cfg_json(c), "reason": r} for c, r in failures],
+        disagreed=[{"config": cfg_json(c), "error": e} for c, e in disagreements],
+        fingerprint=dict(fp),
+        timestamp=time.time(),
+        info=dict(info or {}),
+    )
