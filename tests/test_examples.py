@@ -54,7 +54,8 @@ def test_every_example_is_listed():
 
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_example_runs(example):
-    env = dict(os.environ, TILUS_INTERPRET="1")
+    pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, TILUS_INTERPRET="1", PYTHONPATH=pythonpath)
     proc = subprocess.run(
         [sys.executable, f"examples/{example}"],
         cwd=ROOT,
@@ -68,10 +69,19 @@ def test_example_runs(example):
     assert " ok" in proc.stdout
 
 
-@pytest.fixture
-def hopper_examples(monkeypatch):
-    monkeypatch.syspath_prepend(str(EXAMPLES_DIR / "hopper_matmul"))
-    return lambda module: importlib.import_module(module)
+@pytest.fixture(scope="module")
+def hopper_examples():
+    """``import_module`` for the files of examples/hopper_matmul (imported by their plain names,
+    as the scripts import each other); the names are taken out of ``sys.modules`` around the
+    tests so that other modules of the same name cannot get in the way."""
+    names = ["harness"] + [m for m, _ in HOPPER_KERNELS]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(EXAMPLES_DIR / "hopper_matmul"))
+        for name in names:
+            mp.delitem(sys.modules, name, raising=False)
+        yield importlib.import_module
+        for name in names:
+            sys.modules.pop(name, None)
 
 
 @pytest.mark.parametrize("seed", [None, 1], ids=["in-order", "shuffled"])
