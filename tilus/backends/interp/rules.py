@@ -288,10 +288,11 @@ def _cast(task, inst, loc):
 
 
 def _c_intdiv(a, b, loc):
-    if np.any(b == 0):
-        raise TilusRuntimeError("integer division by zero in a tile operation", loc)
-    q = np.abs(a) // np.abs(b)
-    return np.where((a < 0) != (b < 0), -q, q)
+    # PTX leaves integer division by zero unspecified (no trap); lanes of zero padding from an
+    # out-of-bounds load hit it legitimately, so such lanes get -1 instead of an error
+    safe = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(safe)
+    return np.where(b == 0, -1, np.where((a < 0) != (safe < 0), -q, q))
 
 
 def apply_binary(op, a, b, dtype, loc):
@@ -321,9 +322,10 @@ def apply_binary(op, a, b, dtype, loc):
                 else _c_intdiv(a.astype(np.int64), b.astype(np.int64), loc)
             )
         elif op == "%":
-            if not dtype.is_float() and np.any(b == 0):
-                raise TilusRuntimeError("integer modulo by zero in a tile operation", loc)
-            r = np.fmod(wide, wb)
+            if dtype.is_float():
+                r = np.fmod(wide, wb)
+            else:  # C remainder; by zero unspecified in PTX (-1 here, like the quotient)
+                r = np.where(b == 0, -1, np.fmod(a, np.where(b == 0, 1, b)))
         elif op == "max":
             r = np.maximum(wide, wb)
         elif op == "min":
@@ -450,9 +452,24 @@ def _printf(task, inst, loc):
 def _print_tensor(task, inst, loc):
     t = inst.tensor
     v = task.env[t] if t.kind != "register" else reg(task, t, loc)
-    arr = v.arr if hasattr(v, "arr") else v
-    with np.printoptions(linewidth=160, threshold=4096):
-        print(f"{inst.msg}\n{np.asarray(arr)}", flush=True)
+    arr = np.asarray(v.arr if hasattr(v, "arr") else v)
+    fmt = inst.fmt or _default_fmt(t.dtype)
+    text = np.array2string(
+        arr,
+        separator=" ",
+        threshold=1 << 16,
+        max_line_width=1 << 16,
+        formatter={"all": lambda x: c_format(fmt, [x.item()])},
+    )
+    print(f"{inst.msg}\n{text}", flush=True)
+
+
+def _default_fmt(dt) -> str:
+    if dt.kind == "bool":
+        return "%1d"
+    if dt.is_integer():
+        return "%5d"
+    return "%6.3f" if dt.nbits >= 32 else "%5.2f"
 
 
 # --- vectorized evaluation for tiles initialised by a function of the indices ---------------

@@ -145,6 +145,8 @@ class ExprVisitor:
             raise
         except HOST_ERRORS as e:
             raise TilusProgramError(str(e), self.frame.parsed.loc(node)) from None
+        except Exception as e:  # host code the kernel calls failed: locate it, keep the cause
+            raise TilusProgramError(f"{type(e).__name__}: {e}", self.frame.parsed.loc(node)) from e
 
     def lookup(self, name: str, node):
         f = self.frame

@@ -135,6 +135,8 @@ class Transpiler(ExprVisitor):
             raise
         except HOST_ERRORS as e:
             raise self.error(str(e), node) from None
+        except Exception as e:  # host code the kernel calls failed: locate it, keep the cause
+            raise self.error(f"{type(e).__name__}: {e}", node) from e
 
     def visit_block(self, stmts, scope: Scope | None = None):
         if scope is not None:
@@ -232,11 +234,26 @@ class Transpiler(ExprVisitor):
         elif isinstance(target, (ast.Tuple, ast.List)):
             if ann is not None:
                 raise self.error("annotated tuple assignment is not supported", node)
-            if isinstance(value, TensorVar) or not isinstance(value, (tuple, list)):
-                raise self.error("only a tuple or list can be unpacked", node)
+            if isinstance(value, (TensorVar, Expr)) or not hasattr(value, "__iter__"):
+                raise self.error("only a tuple, list or other host sequence can be unpacked", node)
+            value = tuple(value)
             if len(value) != len(target.elts):
                 raise self.error(
                     f"cannot unpack {len(value)} values into {len(target.elts)} names", node
+                )
+            # `p, q = q, p`: Python evaluates every value before assigning any, so values that
+            # read a variable this statement assigns are first copied into temporaries
+            assigned = {
+                self.frame.lookup(t.id)[1]
+                for t in target.elts
+                if isinstance(t, ast.Name) and self.frame.lookup(t.id) is not None
+            }
+            if assigned:
+                value = tuple(
+                    self.builder.declare("tmp", v.dtype, v)
+                    if isinstance(v, Expr) and _reads_any(v, assigned)
+                    else v
+                    for v in value
                 )
             for t, v in zip(target.elts, value):
                 self.assign(t, v, None, node)
@@ -520,3 +537,11 @@ def _resolve_annotation(ann, fn):
 
 
 _ = boolean, cast
+
+
+def _reads_any(e, values) -> bool:
+    from tilus.passes.uniformity import _reads
+
+    found: list = []
+    _reads(e, found)
+    return any(x in values for x in found)
