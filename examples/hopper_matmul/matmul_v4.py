@@ -104,13 +104,13 @@ class MatmulWGMMAV4(tilus.Script):
         """(m, n) index of the C tile that the block with linear index ``tile`` computes."""
         swizzle = self.swizzle
         full_groups = num_n // swizzle  # groups of exactly `swizzle` N tiles
-        last_width = num_n - full_groups * swizzle  # N tiles in the ragged last group (maybe 0)
+        last_width = num_n - full_groups * swizzle  # N tiles of the ragged last group, if any
         group, pos = self.fast_divmod(tile, num_m * swizzle)
         m_tile: int32 = 0
         dn: int32 = 0
         if group < full_groups:
             m_tile, dn = self.fast_divmod(pos, swizzle)
-        else:
+        else:  # only reached when last_width > 0
             m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
         return m_tile, group * swizzle + dn
 
