@@ -55,8 +55,9 @@ class TmaWgmma(tilus.Script):
             else:
                 self.mbarrier.wait(bars[0], phase=phase)
             self.sync()
-            self.wgmma.fence()
-            self.wgmma.mma(sa, sb.transpose(), acc)  # BUG:missing_wait BUG:no_expect BUG:wrong_phase
+            if self.bug != "no_fence":
+                self.wgmma.fence()
+            self.wgmma.mma(sa, sb.transpose(), acc)  # BUG:missing_wait BUG:no_expect BUG:wrong_phase BUG:no_fence
             self.wgmma.commit_group()
             if self.bug != "no_retire":
                 self.wgmma.wait_group(0)

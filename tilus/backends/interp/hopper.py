@@ -104,6 +104,8 @@ class WgmmaState:
     open: list = field(default_factory=list)
     groups: list = field(default_factory=list)
     pending_acc: dict = field(default_factory=dict)  # TensorVar -> loc of the pending mma
+    accumulators: set = field(default_factory=set)  # tiles ever used as wgmma accumulators
+    fenced: bool = False  # a wgmma.fence since the last generic access to an accumulator
 
     def unretired(self):
         for g in self.groups:

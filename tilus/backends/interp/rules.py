@@ -39,6 +39,8 @@ def rule(cls):
 def reg(task, t: TensorVar, loc) -> np.ndarray:
     """A register tile's array, checking it has no unretired wgmma update pending."""
     st = task.wgmma
+    if st is not None and t in st.accumulators:
+        st.fenced = False  # PTX: a generic register access needs a new wgmma.fence before mma
     if st is not None and t in st.pending_acc:
         raise TilusRuntimeError(
             f"tile `{t.name}` is used while a wgmma into it (issued at line "

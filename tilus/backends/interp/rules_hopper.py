@@ -93,7 +93,7 @@ def _tma_wait(task, inst, loc):
 
 @rule(I.WgmmaFence)
 def _wgmma_fence(task, inst, loc):
-    task.wgmma_state()
+    task.wgmma_state().fenced = True
 
 
 @rule(I.WgmmaMma)
@@ -109,6 +109,14 @@ def _wgmma_mma(task, inst, loc):
             f"wgmma accumulator `{inst.d.name}` is used before it is defined in this thread group",
             loc,
         )
+    if not st.fenced:
+        raise TilusRuntimeError(
+            f"wgmma.mma into `{inst.d.name}` without a wgmma.fence() since the accumulator was "
+            f"last written or read by other instructions (PTX ISA 9.7.15.6.1: the fence orders "
+            f"register accesses before wgmma.mma_async)",
+            loc,
+        )
+    st.accumulators.add(inst.d)
     st.open.append(WgmmaOp(a, b, inst.d, loc))
     st.pending_acc[inst.d] = loc
 
