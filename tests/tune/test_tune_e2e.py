@@ -106,3 +106,67 @@ def test_tune_vector_add_on_the_interpreter(tmp_path):
     args = make_args()
     TuneVecAdd(**second.winner)(*args)
     np.testing.assert_allclose(args[3], args[1] + args[2], rtol=1e-6)
+
+
+def build_program(cfg, const_args):
+    """The 'build' step, run in a worker: lowers the config and returns a picklable artifact.
+
+    (Lowered programs pickle, but unpickling breaks the identity of the IR's global variables
+    such as blockIdx, so the artifact is a token and the loader looks the program up here,
+    as the CUDA path would load a cubin from the on-disk cache.)
+    """
+    TuneVecAdd().program(cfg, const_args)
+    return ("lowered", cfg["block"])
+
+
+def make_loader(launched):
+    from tilus.backends.interp.launch import prepare, run_program
+
+    def load(cfg, const_args, artifact):
+        assert artifact == ("lowered", cfg["block"])
+        program = TuneVecAdd().program(cfg, const_args)
+
+        def launch(*values):
+            launched.append(cfg["block"])
+            kernel = TuneVecAdd()
+            _, runtime = kernel.bind(values, {})
+            prepared, _ = prepare("TuneVecAdd", runtime)
+            run_program(program, prepared)
+
+        return launch
+
+    return load
+
+
+def test_autotuner_select(tmp_path):
+    from tilus.tune import Autotuner
+
+    kernel = TuneVecAdd()
+    table = DispatchTable(tmp_path / "vec.json")
+    launched = []
+    tuner = Autotuner(kernel, build_program, make_loader(launched), table=table, progress=False)
+    args = make_args()
+    const_args, runtime = kernel.bind(args, {})
+    sel = tuner.select(const_args, runtime)
+    assert sel.config in kernel.configs and sel.result is not None
+    assert sorted(set(launched)) == [32, 64, 128]
+    assert np.all(args[3] == 0)  # tuning ran on clones, never on the caller's arrays
+    sel.launch(*args)
+    np.testing.assert_allclose(args[3], args[1] + args[2], rtol=1e-6)
+
+    launched.clear()
+    _, runtime2 = kernel.bind([N - 10, *args[1:]], {})  # same bucket: the in-memory fast path
+    assert tuner.select(const_args, runtime2) is sel and launched == []
+
+    built = []
+
+    def counting_build(cfg, const_args):
+        built.append(cfg)
+        return build_program(cfg, const_args)
+
+    later = Autotuner(
+        kernel, counting_build, make_loader(launched), table=DispatchTable(table.path)
+    )
+    again = later.select(const_args, runtime)  # a later process: only the winner is built
+    assert again.config == sel.config and again.result is None
+    assert built == [sel.config] and launched == []

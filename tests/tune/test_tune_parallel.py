@@ -2,8 +2,11 @@
 
 import io
 import os
+import sys
 
-from tilus.tune import Progress, compile_all
+import pytest
+
+from tilus.tune import Progress, compile_all, parallel
 
 
 def square_or_fail(cfg):
@@ -26,17 +29,31 @@ def test_process_pool_with_a_failing_config():
     assert any(r.value[1] != os.getpid() for r in res if r.ok)  # ran in worker processes
 
 
-def test_non_picklable_callable_falls_back_to_threads():
+@pytest.mark.parametrize("executor", ["auto", "thread", "serial"])
+def test_non_picklable_callable(executor):
     offset = 10
     res = compile_all(
         [{"block": b} for b in range(5)],
         lambda c: (c["block"] + offset, os.getpid()) if c["block"] != 2 else 1 / 0,
         workers=4,
         progress=False,
+        executor=executor,
     )
     assert [r.value[0] if r.ok else None for r in res] == [10, 11, None, 13, 14]
     assert res[2].error.startswith("ZeroDivisionError")
-    assert all(r.value[1] == os.getpid() for r in res if r.ok)  # threads, this process
+    pids = {r.value[1] for r in res if r.ok}
+    if executor == "auto" and sys.platform.startswith("linux"):
+        assert os.getpid() not in pids  # forked workers inherit the closure
+    else:
+        assert pids == {os.getpid()}
+
+
+def test_thread_fallback_without_fork(monkeypatch):
+    monkeypatch.setattr(parallel, "_fork_available", lambda: False)
+    res = compile_all([1, 2, 3], lambda c: (c, os.getpid()), workers=3, progress=False)
+    assert [r.value for r in res] == [(c, os.getpid()) for c in (1, 2, 3)]
+    with pytest.raises(ValueError):
+        compile_all([1, 2], lambda c: c, workers=2, progress=False, executor="process")
 
 
 def test_unpicklable_values_are_recomputed_here():

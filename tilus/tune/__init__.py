@@ -1,5 +1,6 @@
 """Autotuning: tuning keys, benchmarking, parallel compilation, cross-checked picking, dispatch."""
 
+from tilus.tune.autotuner import Autotuner, Selection, clone_arg
 from tilus.tune.dispatch import DispatchTable, DispatchTableWarning, Entry, dispatch_dir
 from tilus.tune.keys import (
     config_id,
@@ -16,16 +17,19 @@ from tilus.tune.timing import Timing, benchmark, cuda_available
 from tilus.tune.tuner import TuneError, TuneResult, TuneWarning, compare, tolerance, tune
 
 __all__ = [
+    "Autotuner",
     "DispatchTable",
     "DispatchTableWarning",
     "Entry",
     "Progress",
     "Result",
+    "Selection",
     "Timing",
     "TuneError",
     "TuneResult",
     "TuneWarning",
     "benchmark",
+    "clone_arg",
     "compare",
     "compile_all",
     "config_id",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -114,11 +115,21 @@ def _picklable(*objs) -> bool:
         return False
 
 
-def _process_pool(workers: int):
-    if sys.platform.startswith("linux"):
-        ctx = multiprocessing.get_context("fork")
-    else:  # pragma: no cover - macOS / Windows
-        ctx = multiprocessing.get_context("spawn")
+# Callables handed to forked workers by inheritance (a token travels instead of the callable).
+_FORKED: dict[int, Callable] = {}
+_next_token = itertools.count()
+
+
+def _run_forked(token: int, config):
+    return _run_one(_FORKED[token], config)
+
+
+def _fork_available() -> bool:
+    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+
+
+def _process_pool(workers: int, fork: bool):
+    ctx = multiprocessing.get_context("fork" if fork else "spawn")
     return cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
@@ -129,13 +140,17 @@ def compile_all(
     workers: int | None = None,
     progress: bool = True,
     label: str = "compiling",
+    executor: str = "auto",
 ) -> list[Result]:
     """Run ``compile_one(config)`` for every config, in parallel, and collect the outcomes.
 
-    Work is spread over a process pool (fork context on Linux) when ``compile_one`` and the
-    configs can be pickled, else over a thread pool. An exception in ``compile_one`` becomes
-    that config's ``Result.error``; it never stops the others. A value that cannot be sent back
-    from a worker process (or a worker that died) is recomputed in this process.
+    Work is spread over a process pool. On Linux the workers are forked and inherit
+    ``compile_one``, so closures and lambdas work too (only configs and values are pickled);
+    elsewhere a ``compile_one`` that cannot be pickled runs on a thread pool instead. Side
+    effects of ``compile_one`` in a worker process (e.g. in-memory caches) do not reach this
+    process: return what is needed, or write it to the on-disk cache. An exception in
+    ``compile_one`` becomes that config's ``Result.error``; it never stops the others. A value
+    that cannot be sent back from a worker (or a worker that died) is recomputed here.
 
     Args:
         configs: The configs, in order.
@@ -143,6 +158,8 @@ def compile_all(
         workers: Pool size; default ``default_workers()``. 1 runs everything in this process.
         progress: Show a progress bar on stderr.
         label: The word shown on the progress bar.
+        executor: ``"auto"`` (processes, as above), ``"process"`` (processes, or an error if
+            impossible), ``"thread"`` or ``"serial"``.
 
     Returns:
         One ``Result`` per config, in the order of ``configs``.
@@ -157,16 +174,29 @@ def compile_all(
         results[i] = Result(configs[i], payload, None) if ok else Result(configs[i], None, payload)
         bar.step(ok)
 
+    if executor not in ("auto", "process", "thread", "serial"):
+        raise ValueError(f"unknown executor {executor!r}")
+    token = None
     try:
-        if workers <= 1:
+        if workers <= 1 or executor == "serial":
             for i, cfg in enumerate(configs):
                 finish(i, *_run_one(compile_one, cfg))
             return results  # type: ignore[return-value]
-        use_processes = _picklable(compile_one, configs)
-        pool = _process_pool(workers) if use_processes else cf.ThreadPoolExecutor(workers)
+        fork = _fork_available()
+        if executor == "thread" or not (fork or _picklable(compile_one)):
+            if executor == "process":
+                raise ValueError("compile_all: compile_one cannot be pickled for processes")
+            pool, submit = cf.ThreadPoolExecutor(workers), _run_one
+            first = compile_one
+        elif fork:
+            token = next(_next_token)
+            _FORKED[token] = compile_one  # before the pool forks its workers
+            pool, submit, first = _process_pool(workers, True), _run_forked, token
+        else:  # pragma: no cover - platforms without fork
+            pool, submit, first = _process_pool(workers, False), _run_one, compile_one
         retry = []
         with pool:
-            futures = {pool.submit(_run_one, compile_one, cfg): i for i, cfg in enumerate(configs)}
+            futures = {pool.submit(submit, first, cfg): i for i, cfg in enumerate(configs)}
             for fut in cf.as_completed(futures):
                 i = futures[fut]
                 try:
@@ -179,4 +209,6 @@ def compile_all(
             finish(i, *_run_one(compile_one, configs[i]))
         return results  # type: ignore[return-value]
     finally:
+        if token is not None:
+            _FORKED.pop(token, None)
         bar.close()

@@ -1,0 +1,199 @@
+"""Per-kernel tuning state: compile the space, pick a config per call, remember it."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tilus.errors import TilusCompileError
+from tilus.tune.dispatch import DispatchTable
+from tilus.tune.keys import (
+    canonical_json,
+    config_id,
+    device_fingerprint,
+    dispatch_key,
+    script_identity,
+    tuning_bucket,
+    tuning_ints,
+)
+from tilus.tune.parallel import _describe, compile_all
+from tilus.tune.tuner import TuneResult, TuneWarning, tune
+
+
+@dataclass
+class Selection:
+    """The config picked for a tuning key and its loaded launcher.
+
+    Attributes:
+        config: The winning config.
+        launch: ``launch(*runtime_values)`` runs the winner.
+        result: The ``TuneResult`` (None when there was a single config).
+        failures: ``(config, reason)`` of configs that failed to compile or load.
+    """
+
+    config: dict
+    launch: Callable
+    result: TuneResult | None = None
+    failures: list = field(default_factory=list)
+
+
+def _is_array(v) -> bool:
+    return hasattr(v, "shape") and hasattr(v, "dtype") and not isinstance(v, (int, float))
+
+
+def clone_arg(v):
+    """A copy of an array/tensor argument (same device); other values are returned as is."""
+    if not _is_array(v):
+        return v
+    if hasattr(v, "clone"):
+        return v.clone()
+    return v.copy()
+
+
+def _cuda_index(values) -> int | None:
+    for v in values:
+        dev = getattr(v, "device", None)
+        if getattr(dev, "type", None) == "cuda":
+            return dev.index or 0
+    return None
+
+
+class Autotuner:
+    """Tuning of one ``InstantiatedScript`` for the compiled (CUDA) path.
+
+    ``select(const_args, runtime)`` returns the launcher of the best config for the call:
+
+    1. an in-memory hit on (compile-time args, tuning buckets, device) returns at once;
+    2. a dispatch-table hit for this machine builds and loads only the stored winner;
+    3. otherwise every config is built in parallel (``compile_all``), loaded, cross-checked and
+       timed on clones of the call's arguments (``tune``), and the decision is stored.
+
+    ``build(config, const_args)`` runs in a forked worker process and must return something
+    picklable (e.g. the key of an on-disk artifact, or the cubin bytes); it must not use the
+    CUDA driver. ``load(config, const_args, artifact)`` runs in this process and returns
+    ``launch(*runtime_values)``.
+    """
+
+    def __init__(
+        self,
+        instantiated,
+        build: Callable[[dict, dict], Any],
+        load: Callable[[dict, dict, Any], Callable],
+        *,
+        table: DispatchTable | None = None,
+        workers: int | None = None,
+        progress: bool = True,
+        interpreter: bool = False,
+    ):
+        """Tune ``instantiated`` (an ``InstantiatedScript``) with the given build/load steps.
+
+        Args:
+            instantiated: The kernel; its ``configs`` are the candidates.
+            build: Compiles one config (in a worker process).
+            load: Turns a build artifact into a launcher (in this process).
+            table: Where decisions persist; default ``DispatchTable.for_script(cls)``.
+            workers, progress: Passed to ``compile_all``.
+            interpreter: Timings come from the CPU interpreter (fingerprint ``cpu-interpreter``).
+        """
+        self.instantiated = instantiated
+        self.build, self.load = build, load
+        self.table = (
+            table if table is not None else DispatchTable.for_script(instantiated.script_cls)
+        )
+        self.workers, self.progress, self.interpreter = workers, progress, interpreter
+        self._fast: dict[tuple, Selection] = {}
+        self._identity = script_identity(instantiated)
+
+    def clear(self) -> None:
+        """Forget the in-memory decisions (the dispatch table is kept)."""
+        self._fast.clear()
+
+    def select(self, const_args: Mapping, runtime) -> Selection:
+        """The launcher of the best config for a call.
+
+        Args:
+            const_args: Compile-time arguments of the call (from ``InstantiatedScript.bind``).
+            runtime: ``(name, annotation, value)`` runtime arguments (from ``bind``); arrays and
+                tensors among them are cloned for tuning, never written.
+        """
+        ints = tuning_ints(runtime)
+        values = [v for _, _, v in runtime]
+        device = None if self.interpreter else _cuda_index(values)
+        fast_key = (
+            canonical_json(dict(const_args)),
+            tuple(sorted((k, tuning_bucket(v)) for k, v in ints.items())),
+            device,
+        )
+        hit = self._fast.get(fast_key)
+        if hit is not None:
+            return hit
+        sel = self._select(dict(const_args), values, ints, device)
+        self._fast[fast_key] = sel
+        return sel
+
+    # --- the slow path -------------------------------------------------------------------------
+    def _build_one(self, cfg, const_args):
+        return self.load(cfg, const_args, self.build(cfg, const_args))
+
+    def _select(self, const_args, values, ints, device) -> Selection:
+        configs = self.instantiated.configs
+        name = self.instantiated.script_cls.__name__
+        if len(configs) == 1:
+            return Selection(configs[0], self._build_one(configs[0], const_args))
+        fp = device_fingerprint(device or 0, interpreter=device is None)
+        key = dispatch_key(self._identity, const_args, configs, ints, fp)
+        entry = self.table.lookup(key, fp)
+        if entry is not None:
+            want = config_id(entry.winner)
+            cfg = next((c for c in configs if config_id(c) == want), None)
+            if cfg is not None:
+                try:
+                    return Selection(cfg, self._build_one(cfg, const_args))
+                except Exception as e:
+                    warnings.warn(
+                        f"tilus autotune: {name}: the stored winner {want} no longer builds "
+                        f"({_describe(e)}); tuning again",
+                        TuneWarning,
+                        stacklevel=3,
+                    )
+
+        build = self.build
+        built = compile_all(
+            configs,
+            lambda cfg: build(cfg, const_args),
+            workers=self.workers,
+            progress=self.progress,
+            label=f"compiling {name}",
+        )
+        failures = [(r.config, r.error) for r in built if not r.ok]
+        candidates = []
+        for r in built:
+            if not r.ok:
+                continue
+            try:
+                candidates.append((r.config, self.load(r.config, const_args, r.value)))
+            except Exception as e:
+                failures.append((r.config, _describe(e)))
+        if not candidates:
+            reasons = "\n".join(f"  {config_id(c)}: {why}" for c, why in failures)
+            raise TilusCompileError(f"no config of {name} compiles:\n{reasons}")
+
+        outputs = [i for i, v in enumerate(values) if _is_array(v)]
+        result = tune(
+            candidates,
+            lambda: [clone_arg(v) for v in values],
+            outputs=outputs,
+            table=self.table,
+            key=key,
+            fingerprint=fp,
+            failed=failures,
+            info={
+                "script": self._identity,
+                "const_args": canonical_json(const_args),
+                "buckets": canonical_json({k: tuning_bucket(v) for k, v in ints.items()}),
+            },
+        )
+        launch = next(run for cfg, run in candidates if cfg is result.winner)
+        return Selection(result.winner, launch, result, result.failures)
