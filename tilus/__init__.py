@@ -1,6 +1,7 @@
 """tilus: a tile-level GPU kernel language embedded in Python, targeting NVIDIA Hopper."""
 
 from tilus import option, utils
+from tilus.backends.cuda.api import compile  # noqa: A004 - tilus.compile(kernel, ...)
 from tilus.dtypes import (
     ALL_DTYPES,
     DataType,
@@ -61,6 +62,7 @@ __all__ = [
     "autotune",
     "bfloat16",
     "boolean",
+    "compile",
     "float16",
     "float32",
     "float64",

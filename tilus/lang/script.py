@@ -179,11 +179,9 @@ class InstantiatedScript:
         const_args, runtime = self.bind(args, kwargs)
         if wants_interpreter(runtime):
             return run_interpreted(self, const_args, runtime)
-        raise TilusError(
-            f"{self.script_cls.__name__}: the arguments live on a CUDA device, but the CUDA "
-            "backend is not part of this build yet; pass NumPy arrays or CPU tensors (or set "
-            "TILUS_INTERPRET=1) to run on the interpreter"
-        )
+        from tilus.backends.cuda.launch import run_cuda
+
+        return run_cuda(self, const_args, runtime)
 
     def runnable_programs(self, const_args, all_configs: bool):
         """The programs to run: the first config that compiles, or all that compile."""

@@ -1,0 +1,153 @@
+"""Compile generated kernels with NVRTC through the on-disk artifact cache."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import pathlib
+from dataclasses import dataclass, field
+
+from tilus.backends.cuda.codegen.kernel import CODEGEN_VERSION, KernelSource, generate
+
+#: Extra NVRTC options: -v makes ptxas report registers and spills in the log; 177 is
+#: "variable declared but never referenced" (views the program builds and does not use).
+NVRTC_OPTIONS = ("--ptxas-options=-v", "--diag-suppress=177")
+SUPPORTED_TARGETS = ("sm_90a",)
+
+
+@functools.cache
+def codegen_version() -> str:
+    """CODEGEN_VERSION plus a hash of the code generator's and prelude's sources."""
+    here = pathlib.Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    files = sorted(here.glob("*.py")) + sorted((here.parent / "ptx").glob("*.py"))
+    files += [here.parent / "prelude.py", here.parents[3] / "passes" / "layout_inference.py"]
+    for f in files:
+        if f.is_file():
+            h.update(f.read_bytes())
+    return f"{CODEGEN_VERSION}+{h.hexdigest()[:12]}"
+
+
+@dataclass
+class CompiledKernel:
+    """One compiled config: the source, cubin, resource usage and NVRTC time.
+
+    Attributes:
+        config: the autotune configuration.
+        kernel: the generated source and launch facts.
+        cubin: the sm_90a binary.
+        log: the NVRTC/ptxas log.
+        compile_seconds: NVRTC wall time when it was compiled (also for cache hits).
+        cached: True when the artifacts came from the cache.
+        resources: registers, shared/local/stack bytes, spills (``tilus.runtime.sass``).
+    """
+
+    config: dict
+    kernel: KernelSource
+    cubin: bytes
+    log: str
+    compile_seconds: float
+    cached: bool
+    resources: dict = field(default_factory=dict)
+    _modules: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def source(self) -> str:
+        """The CUDA C++ source."""
+        return self.kernel.source
+
+    @property
+    def name(self) -> str:
+        """The kernel's ``extern "C"`` name."""
+        return self.kernel.name
+
+    def sass(self) -> str:
+        """The SASS listing of the cubin (needs cuobjdump)."""
+        from tilus.runtime.sass import disassemble
+
+        return disassemble(self.cubin)
+
+    def function(self, device_index: int):
+        """The loaded kernel on a device (loaded once, dynamic shared memory limit raised)."""
+        fn = self._modules.get(device_index)
+        if fn is None:
+            from tilus.runtime.driver import Module, ensure_context
+
+            ensure_context(device_index)
+            fn = Module.load(self.cubin).function(self.name)
+            if self.kernel.smem_bytes > 48 * 1024:
+                fn.set_max_dynamic_shared_memory(self.kernel.smem_bytes)
+            self._modules[device_index] = fn
+        return fn
+
+
+def _resources(cubin: bytes, name: str, log: str) -> dict:
+    try:
+        from tilus.runtime.sass import resource_usage
+
+        return resource_usage(cubin, name, log)
+    except Exception as e:  # noqa: BLE001 - cuobjdump missing: report what we know
+        from tilus.runtime.sass import parse_spills
+
+        return {"function": name, "error": str(e), **parse_spills(log)}
+
+
+def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> CompiledKernel:
+    """Generate and compile one program (cache hit: no NVRTC call).
+
+    Raises:
+        TilusCompileError: no CUDA lowering for a construct (names the user's line).
+        TilusBackendError: NVRTC failed (log attached).
+    """
+    import tilus
+    from tilus.errors import TilusBackendError
+    from tilus.runtime.cache import ArtifactCache, cache_key
+    from tilus.runtime.nvrtc import compile_cuda, nvrtc_version
+
+    if arch not in SUPPORTED_TARGETS:
+        raise TilusBackendError(f"target {arch!r} is not supported; use one of {SUPPORTED_TARGETS}")
+    ks = generate(program)
+    cache = cache if cache is not None else ArtifactCache()
+    nv = ".".join(map(str, nvrtc_version()))
+    key = cache_key(
+        program.text, tilus.__version__, nv, " ".join(NVRTC_OPTIONS), arch, codegen_version()
+    )
+    hit = cache.lookup(key)
+    if hit is not None and "kernel.cubin" in hit:
+        meta = cache.meta(key) or {}
+        return CompiledKernel(
+            config=dict(config),
+            kernel=ks,
+            cubin=hit["kernel.cubin"],
+            log=meta.get("log", ""),
+            compile_seconds=float(meta.get("nvrtc_seconds", 0.0)),
+            cached=True,
+            resources=meta.get("resources", {}),
+        )
+    binary = compile_cuda(ks.source, arch=arch, options=NVRTC_OPTIONS, name=f"{ks.name}.cu")
+    res = _resources(binary.cubin, ks.name, binary.log)
+    meta = {
+        "kernel": ks.name,
+        "config": dict(config),
+        "nvrtc_seconds": round(binary.seconds, 4),
+        "compiler": binary.compiler,
+        "options": list(binary.options),
+        "codegen": codegen_version(),
+        "resources": res,
+        "threads": ks.num_threads,
+        "smem_bytes": ks.smem_bytes,
+        "log": binary.log,
+    }
+    try:
+        cache.store(key, {"kernel.cu": ks.source, "kernel.cubin": binary.cubin}, meta)
+    except OSError:
+        pass  # a read-only cache is no reason to fail the compile
+    return CompiledKernel(
+        config=dict(config),
+        kernel=ks,
+        cubin=binary.cubin,
+        log=binary.log,
+        compile_seconds=binary.seconds,
+        cached=False,
+        resources=res,
+    )

@@ -1,0 +1,106 @@
+"""Code generation state: output lines, indentation, deterministic names, the group stack."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+
+from tilus.errors import TilusCompileError
+from tilus.passes.layout_inference import Group, LayoutPlan
+
+C_RESERVED = {
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+    "enum", "extern", "float", "for", "goto", "if", "int", "long", "register", "return",
+    "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned",
+    "void", "volatile", "while", "bool", "true", "false", "class", "new", "delete", "this",
+    "template", "typename", "namespace", "using", "operator", "private", "public", "friend",
+    "virtual", "inline", "min", "max", "abs", "threadIdx", "blockIdx", "gridDim", "blockDim",
+    "warpSize", "half", "asm", "not", "and", "or", "xor",
+}  # fmt: skip
+
+
+class Context:
+    """Everything the emitters share while one kernel is generated."""
+
+    def __init__(self, program, plan: LayoutPlan):
+        self.program = program
+        self.fn = program.fn
+        self.smem = program.smem
+        self.plan = plan
+        self.lines: list[str] = []
+        self.indent = 1
+        self.names: dict[int, str] = {}
+        self.used: set[str] = set()
+        self.groups: list[Group] = [Group(0, self.fn.num_threads)]
+        self.named_barriers: dict = {}  # (begin, size) -> named barrier id
+        self.fragments: list = []  # extra prelude fragments (wgmma shapes)
+        self.tmp = 0
+        self.stmt = None  # the statement being emitted (for errors)
+        self.last_loc = None  # (file, line) of the last source comment
+        self.gview_info: dict = {}  # global TensorVar -> (C name, shape codes, stride codes)
+        self.shared_names: dict = {}  # shared view TensorVar -> C name of its byte offset
+
+    # --- output ------------------------------------------------------------------------------
+    def emit(self, line: str = ""):
+        """Append one line at the current indentation."""
+        if line.startswith("#"):
+            self.lines.append(line)
+        else:
+            self.lines.append("  " * self.indent + line if line else "")
+
+    def open(self, head: str):
+        """Emit ``head {`` (a bare block when ``head`` is empty) and indent."""
+        self.emit(f"{head} {{" if head else "{")
+        self.indent += 1
+
+    def close(self, tail: str = "}"):
+        """Dedent and emit the closing brace."""
+        self.indent -= 1
+        self.emit(tail)
+
+    def error(self, msg: str) -> TilusCompileError:
+        """A compile error at the statement being emitted."""
+        loc = self.stmt.loc if self.stmt is not None else None
+        return TilusCompileError(f"CUDA backend: {msg}", loc)
+
+    def source_comment(self, stmt):
+        """``// file.py:LINE  <source text>`` above an instruction's code."""
+        loc = stmt.loc
+        if loc is None or (loc.file, loc.line) == self.last_loc:
+            return
+        self.last_loc = (loc.file, loc.line)
+        text = linecache.getline(loc.file, loc.line).strip()
+        text = text.replace("*/", "* /")
+        self.emit(f"// {os.path.basename(loc.file)}:{loc.line}  {text}".rstrip())
+
+    # --- names -------------------------------------------------------------------------------
+    def name(self, v) -> str:
+        """A stable, unique C identifier for a variable or tile."""
+        key = id(v)
+        if key not in self.names:
+            base = re.sub(r"[^A-Za-z0-9_]", "_", v.name) or "v"
+            if base[0].isdigit() or base in C_RESERVED or base.startswith("tl_"):
+                base = "v_" + base
+            name, i = base, 0
+            while name in self.used:
+                i += 1
+                name = f"{base}_{i}"
+            self.used.add(name)
+            self.names[key] = name
+        return self.names[key]
+
+    def fresh(self, hint: str = "t") -> str:
+        """A new temporary name."""
+        self.tmp += 1
+        return f"tl_{hint}{self.tmp}"
+
+    # --- thread groups -----------------------------------------------------------------------
+    @property
+    def group(self) -> Group:
+        """The innermost thread group."""
+        return self.groups[-1]
+
+    def tid(self, g: Group) -> str:
+        """The thread index relative to group ``g``."""
+        return "(int)threadIdx.x" if g.begin == 0 else f"((int)threadIdx.x - {g.begin})"

@@ -1,0 +1,143 @@
+"""Hopper instructions: mbarriers, TMA bulk tensor copies, WGMMA, proxy fences."""
+
+from __future__ import annotations
+
+from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.codegen.memory import shared_offset
+from tilus.backends.cuda.ptx import wgmma as W
+from tilus.ir.expr import Const
+
+
+def mbarrier_alloc(ctx, inst, expr):
+    """Barriers are initialized at kernel entry; here only a note."""
+    off = ctx.smem.barrier_offsets[inst.out]
+    ctx.emit(f"// {len(inst.counts)} mbarrier(s) at shared offset {off} (initialized at entry)")
+
+
+def _scope(ctx, inst):
+    if inst.scope != "cta":
+        raise ctx.error("mbarrier scope 'cluster' needs clusters, not supported by the backend")
+
+
+def mbarrier_arrive(ctx, inst, expr):
+    """Every thread of the group arrives (``count`` times)."""
+    _scope(ctx, inst)
+    bar = expr(inst.barrier)
+    if isinstance(inst.count, Const) and inst.count.value == 1:
+        ctx.emit(f"tl_mbar_arrive({bar});")
+    else:
+        ctx.emit(f"tl_mbar_arrive_count({bar}, {expr(inst.count)});")
+
+
+def mbarrier_arrive_expect_tx(ctx, inst, expr):
+    """Every thread of the group adds the expected bytes and arrives."""
+    _scope(ctx, inst)
+    ctx.emit(f"tl_mbar_arrive_expect_tx({expr(inst.barrier)}, {expr(inst.tx_bytes)});")
+
+
+def mbarrier_wait(ctx, inst, expr):
+    """Spin on try_wait.parity until the phase of that parity has completed."""
+    _scope(ctx, inst)
+    fn = "tl_mbar_wait_parity" if inst.sem == "acquire" else "tl_mbar_wait_parity_relaxed"
+    ctx.emit(f"{fn}({expr(inst.barrier)}, (uint32_t)({expr(inst.phase)}));")
+
+
+def _issue(ctx, body: list[str]):
+    """Issue once per group: directly in a single thread, by an elected lane in a warp."""
+    g = ctx.group
+    if g.size == 1:
+        for line in body:
+            ctx.emit(line)
+    elif g.size == 32 and g.begin % 32 == 0:
+        ctx.open("if (tl_elect_one())")
+        for line in body:
+            ctx.emit(line)
+        ctx.close()
+    else:
+        raise ctx.error("TMA copies are issued by one thread or one whole warp")
+
+
+def _coords(inst, expr) -> str:
+    return ", ".join(f"(int32_t)({expr(o)})" for o in reversed(inst.offsets))
+
+
+def tma_global_to_shared(ctx, inst, expr):
+    """cp.async.bulk.tensor global -> shared, completing bytes on the mbarrier."""
+    k = ctx.plan.tmap_of[inst]
+    rank = inst.src.ndim
+    dst = shared_offset(ctx, inst.dst)
+    bar = expr(inst.mbarrier)
+    call = f"tl_tma_load_{rank}d(tl_smem + {dst}, &tl_map{k}, {bar}, {_coords(inst, expr)});"
+    _issue(ctx, [call])
+
+
+def tma_shared_to_global(ctx, inst, expr):
+    """cp.async.bulk.tensor shared -> global in the current bulk group."""
+    k = ctx.plan.tmap_of[inst]
+    rank = inst.dst.ndim
+    src = shared_offset(ctx, inst.src)
+    _issue(ctx, [f"tl_tma_store_{rank}d(&tl_map{k}, tl_smem + {src}, {_coords(inst, expr)});"])
+
+
+def tma_commit_group(ctx, inst, expr):
+    """cp.async.bulk.commit_group (by the issuing thread)."""
+    _issue(ctx, ["tl_tma_store_commit();"])
+
+
+def tma_wait_group(ctx, inst, expr):
+    """cp.async.bulk.wait_group n (by the issuing thread)."""
+    _issue(ctx, [f"tl_tma_store_wait<{inst.n}>();"])
+
+
+def wgmma_fence(ctx, inst, expr):
+    """wgmma.fence.sync.aligned."""
+    ctx.emit("tl_wgmma_fence();")
+
+
+def wgmma_commit_group(ctx, inst, expr):
+    """wgmma.commit_group.sync.aligned."""
+    ctx.emit("tl_wgmma_commit_group();")
+
+
+def wgmma_wait_group(ctx, inst, expr):
+    """wgmma.wait_group.sync.aligned n."""
+    ctx.emit(f"tl_wgmma_wait_group<{inst.n}>();")
+
+
+def fence_proxy_async(ctx, inst, expr):
+    """fence.proxy.async.shared::cta."""
+    ctx.emit("tl_fence_proxy_async();")
+
+
+def wgmma_mma(ctx, inst, expr):
+    """``d += a @ b``: one m64nNk16 wgmma per (m64 tile, k16 step), operands by descriptor."""
+    a, b, d = inst.a, inst.b, inst.d
+    va, vb = ctx.plan.shared[a], ctx.plan.shared[b]
+    m, k = a.shape
+    n = b.shape[1]
+    ab = "f16" if a.dtype.name == "float16" else "bf16"
+    frag = W.mma_async(n, ab)
+    if frag.name not in {f.name for f in ctx.fragments}:
+        ctx.fragments.append(frag)
+    eb = a.dtype.nbits // 8
+    ta = W.KMajorTile(rows=8, cols=k, dtype_bytes=eb, swizzle=va.layout.swizzle)
+    tb = W.KMajorTile(rows=8, cols=k, dtype_bytes=eb, swizzle=vb.layout.swizzle)
+    layout = R.layout_of(ctx, d)
+    if layout.kind != "wgmma_acc":
+        raise ctx.error(f"wgmma accumulator %{d.name} does not have the wgmma layout")
+    ctx.open("")
+    pa, pb = ctx.fresh("da"), ctx.fresh("db")
+    ctx.emit(f"const uint32_t {pa} = tl_smem + {shared_offset(ctx, a)};")
+    ctx.emit(f"const uint32_t {pb} = tl_smem + {shared_offset(ctx, b)};")
+    row_a = va.layout.row_bytes
+    for kk in range(k // 16):
+        koa = ta.k_offset(16 * kk)
+        kob = tb.k_offset(16 * kk)
+        for mt in range(m // 64):
+            aoff = mt * 64 * row_a + koa
+            ctx.emit(
+                f"{frag.name}({ctx.name(d)}[{mt}], "
+                f"tl_wgmma_desc_with_addr({ta.high_bits():#x}ull, {pa} + {aoff}u), "
+                f"tl_wgmma_desc_with_addr({tb.high_bits():#x}ull, {pb} + {kob}u), 1);"
+            )
+    ctx.close()

@@ -1,0 +1,190 @@
+"""Shared and global memory: views, slices, and elementwise loads/stores with bounds checks."""
+
+from __future__ import annotations
+
+import math
+
+from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.codegen.scalar import ctype
+from tilus.ir.expr import Expr
+from tilus.ir.tensor import TensorVar
+
+
+def global_view(ctx, inst, expr):
+    """``T* g = ptr;`` and the view's shape and strides as C expressions."""
+    t = inst.out
+    shape = [expr(s) if isinstance(s, Expr) else str(s) for s in t.shape]
+    if inst.strides is not None:
+        strides = [f"(int64_t)({expr(s)})" for s in inst.strides]
+    else:
+        strides, acc = [], "1"
+        for s in reversed(shape):
+            strides.append(acc)
+            acc = s if acc == "1" else f"{acc} * (int64_t)({s})"
+        strides = [x if x == "1" else f"(int64_t)({x})" for x in reversed(strides)]
+    ctx.gview_info[t] = (ctx.name(t), shape, strides)
+    ctx.emit(f"{ctype(t.dtype)}* const {ctx.name(t)} = ({ctype(t.dtype)}*)({expr(inst.ptr)});")
+
+
+def shared_offset(ctx, t: TensorVar) -> str:
+    """The byte offset (from the aligned shared base) of a shared tile or view, as C code."""
+    if t in ctx.smem.offsets:
+        return f"{ctx.smem.offsets[t]}u"
+    if t in ctx.shared_names:
+        return ctx.shared_names[t]
+    raise ctx.error(f"shared tile %{t.name} is used outside the scope it was made in")
+
+
+def shared_slice(ctx, inst, expr):
+    """A view of a shared tile: ``const uint32_t v = base + index * stride;``."""
+    view = ctx.plan.shared[inst.out]
+    strides = view.layout.strides_bytes()
+    code = f"{ctx.smem.offsets[view.root]}u"
+    for i, x in enumerate(view.index):
+        code += f" + (uint32_t)({expr(x)}) * {strides[i]}u"
+    name = ctx.name(inst.out)
+    ctx.shared_names[inst.out] = name
+    ctx.emit(f"const uint32_t {name} = {code};")
+
+
+def _tile_base(ctx, layout, offsets, expr):
+    base = R.emit_thread_coords(ctx, layout, ctx.group)
+    offs = []
+    for o in offsets:
+        n = ctx.fresh("o")
+        ctx.emit(f"const int {n} = {expr(o)};")
+        offs.append(n)
+    return base, offs
+
+
+def _global_index(gi, offs, base, dims, lc):
+    """Per global dim: the C index expression of one element."""
+    idx = list(offs)
+    for k, d in enumerate(dims):
+        c = R.coord(base[k], lc[k])
+        idx[d] = f"{offs[d]} + {c}" if c != "0" else offs[d]
+    return idx
+
+
+def _in_bounds(idx, shape, dims) -> str:
+    conds = [f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})" for d in range(len(shape))]
+    return " && ".join(conds)
+
+
+def _address(idx, strides) -> str:
+    parts = []
+    for i, s in zip(idx, strides):
+        parts.append(f"(int64_t)({i})" if s == "1" else f"(int64_t)({i}) * {s}")
+    return " + ".join(parts)
+
+
+def load_global(ctx, inst, expr):
+    """Each thread loads its registers; out-of-bounds elements read zero."""
+    out, g = inst.out, inst.src
+    layout = R.layout_of(ctx, out)
+    R.declare(ctx, out)
+    name, shape, strides = ctx.gview_info[g]
+    ctx.open("")
+    base, offs = _tile_base(ctx, layout, inst.offsets, expr)
+    for i in range(layout.local_size):
+        idx = _global_index(g, offs, base, inst.dims, layout.local_coords(i))
+        ok = _in_bounds(idx, shape, inst.dims)
+        ctx.emit(
+            f"{R.elem(ctx, out, i)} = ({ok}) ? {name}[{_address(idx, strides)}] : "
+            f"{R.zero(out.dtype)};"
+        )
+    ctx.close()
+
+
+def store_global(ctx, inst, expr):
+    """Each thread stores its registers; out-of-bounds elements are skipped. Two adjacent
+    16-bit elements are stored as one 32-bit word when in bounds and aligned."""
+    src, g = inst.src, inst.dst
+    layout = R.layout_of(ctx, src)
+    name, shape, strides = ctx.gview_info[g]
+    pairs = (
+        src.dtype.nbits == 16
+        and layout.locals[-1].dim == src.ndim - 1
+        and layout.locals[-1].extent % 2 == 0
+        and layout.locals[-1].stride == 1
+        and strides[inst.dims[-1]] == "1"
+    )
+    ctx.open("")
+    base, offs = _tile_base(ctx, layout, inst.offsets, expr)
+    last = inst.dims[-1]
+    step = 2 if pairs else 1
+    for i in range(0, layout.local_size, step):
+        idx = _global_index(g, offs, base, inst.dims, layout.local_coords(i))
+        addr = _address(idx, strides)
+        v0 = R.elem(ctx, src, i)
+        if not pairs:
+            ctx.emit(f"if ({_in_bounds(idx, shape, inst.dims)}) {name}[{addr}] = {v0};")
+            continue
+        v1 = R.elem(ctx, src, i + 1)
+        a = ctx.fresh("a")
+        rows = [d for d in range(len(shape)) if d != last]
+        row_ok = (
+            " && ".join(f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})" for d in rows) or "true"
+        )
+        col = idx[last]
+        ctx.open(f"if ({row_ok})")
+        ctx.emit(f"{ctype(src.dtype)}* {a} = {name} + {addr};")
+        ctx.open(
+            f"if ((uint32_t)({col}) + 1u < (uint32_t)({shape[last]}) && (((uint64_t){a}) & 3) == 0)"
+        )
+        ctx.emit(f"*(uint32_t*){a} = (uint32_t){v0} | ((uint32_t){v1} << 16);")
+        ctx.close("} else {")
+        ctx.indent += 1
+        ctx.emit(f"if ((uint32_t)({col}) < (uint32_t)({shape[last]})) {a}[0] = {v0};")
+        ctx.emit(f"if ((uint32_t)({col}) + 1u < (uint32_t)({shape[last]})) {a}[1] = {v1};")
+        ctx.close()
+        ctx.close()
+    ctx.close()
+
+
+def _shared_elem(ctx, t: TensorVar, view, coords) -> str:
+    """The byte offset expression (pre-swizzle linear part) of view coords in the root tile."""
+    if view.perm is not None:
+        c = [None] * len(coords)
+        for k, p in enumerate(view.perm):
+            c[p] = coords[k]
+        coords = c
+    strides = view.layout.strides_bytes()[len(view.index) :]
+    return " + ".join(f"({x}) * {s}" if s != 1 else f"({x})" for x, s in zip(coords, strides))
+
+
+def _shared_access(ctx, inst, tile, reg, load: bool):
+    view = ctx.plan.shared[tile]
+    layout = R.layout_of(ctx, reg)
+    ct = ctype(reg.dtype)
+    w = view.layout.swizzle
+    off = shared_offset(ctx, tile)
+    ctx.open("")
+    base = R.emit_thread_coords(ctx, layout, ctx.group)
+    for i in range(layout.local_size):
+        lc = layout.local_coords(i)
+        coords = [R.coord(b, k) for b, k in zip(base, lc)]
+        lin = _shared_elem(ctx, tile, view, coords)
+        ptr = f"(({ct}*)(tl_smem_ptr + tl_swz<{w}>({off} + {lin})))"
+        if load:
+            ctx.emit(f"{R.elem(ctx, reg, i)} = *{ptr};")
+        else:
+            ctx.emit(f"*{ptr} = {R.elem(ctx, reg, i)};")
+    ctx.close()
+
+
+def load_shared(ctx, inst, expr):
+    """Copy a whole shared tile into registers (through the tile's swizzle)."""
+    R.declare(ctx, inst.out)
+    _shared_access(ctx, inst, inst.src, inst.out, True)
+
+
+def store_shared(ctx, inst, expr):
+    """Copy a register tile into a whole shared tile."""
+    # A tile every thread holds whole is written by each of them with the same values.
+    _shared_access(ctx, inst, inst.dst, inst.src, False)
+
+
+def nbytes(t: TensorVar) -> int:
+    """Bytes of a tile."""
+    return math.prod(t.shape) * t.dtype.nbits // 8

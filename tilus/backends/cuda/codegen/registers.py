@@ -1,0 +1,333 @@
+"""Register tiles: declarations, element access, elementwise instructions, scalar element reads.
+
+Every register loop is emitted straight-line with constant register indices, so that ptxas keeps
+tiles in registers (no local-memory LDL/STL). Dynamic indices into small replicated tiles become
+select chains (reads) and guarded writes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tilus.backends.cuda.codegen.scalar import HALF, const, ctype, from_float, to_float
+from tilus.ir.expr import Const
+from tilus.ir.tensor import TensorVar
+
+UNARY_F32 = {
+    "exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf",
+    "rsqrt": "rsqrtf", "sin": "sinf", "cos": "cosf", "tanh": "tanhf", "round": "rintf",
+    "floor": "floorf", "ceil": "ceilf",
+}  # fmt: skip
+BINARY_FUNCS = {"max": "tl_max", "min": "tl_min"}
+
+
+def layout_of(ctx, t: TensorVar):
+    """The register layout of a tile (raises if it has none)."""
+    try:
+        return ctx.plan.registers[t]
+    except KeyError:
+        raise ctx.error(f"register tile %{t.name} has no layout") from None
+
+
+def row_len(layout) -> int:
+    """Registers per row of the declared C array (wgmma accumulators: one row per m64 tile)."""
+    if layout.kind == "wgmma_acc":
+        return layout.shape[1] // 2
+    return layout.local_size
+
+
+def declare(ctx, t: TensorVar):
+    """Declare the per-thread array of a register tile."""
+    layout = layout_of(ctx, t)
+    n, rl = layout.local_size, row_len(layout)
+    ct = ctype(t.dtype)
+    if layout.kind == "wgmma_acc":
+        ctx.emit(f"{ct} {ctx.name(t)}[{n // rl}][{rl}];")
+    else:
+        ctx.emit(f"{ct} {ctx.name(t)}[{n}];")
+
+
+def elem(ctx, t: TensorVar, i) -> str:
+    """The C lvalue of register ``i`` of tile ``t`` (``i`` an int, or a loop variable name)."""
+    layout = layout_of(ctx, t)
+    rl = row_len(layout)
+    if layout.kind == "wgmma_acc":
+        if isinstance(i, str):
+            return f"{ctx.name(t)}[{i} / {rl}][{i} % {rl}]"
+        return f"{ctx.name(t)}[{i // rl}][{i % rl}]"
+    return f"{ctx.name(t)}[{i}]"
+
+
+def unrolled(ctx, n: int):
+    """Open a fully unrolled loop over ``n`` registers; returns the index variable name.
+
+    The trip count is a constant, so ptxas unrolls it and every register index is constant.
+    """
+    i = ctx.fresh("i")
+    ctx.emit("#pragma unroll")
+    ctx.open(f"for (int {i} = 0; {i} < {n}; ++{i})")
+    return i
+
+
+def thread_coords(ctx, layout, group) -> list[str]:
+    """Per-dim C expressions of the calling thread's coordinate contribution."""
+    tid = ctx.tid(group)
+    out = [[] for _ in layout.shape]
+    inner = 1
+    facs = []
+    for f in reversed(layout.threads):
+        facs.append((f, inner))
+        inner *= f.extent
+    for f, below in facs:
+        if f.dim < 0 or f.extent == 1:
+            continue
+        d = tid if below == 1 else f"({tid} / {below})"
+        if below * f.extent < inner:
+            d = f"({d} % {f.extent})"
+        out[f.dim].append(d if f.stride == 1 else f"{d} * {f.stride}")
+    return [" + ".join(x) if x else "0" for x in out]
+
+
+def emit_thread_coords(ctx, layout, group) -> list[str]:
+    """Emit ``const int`` temporaries for the thread's coordinates; return their names."""
+    names = []
+    for code in thread_coords(ctx, layout, group):
+        if code == "0":
+            names.append("0")
+        else:
+            n = ctx.fresh("c")
+            ctx.emit(f"const int {n} = {code};")
+            names.append(n)
+    return names
+
+
+def coord(base: str, k: int) -> str:
+    """``base + k`` tidied."""
+    if base == "0":
+        return str(k)
+    return base if k == 0 else f"{base} + {k}"
+
+
+def linear_index(t: TensorVar, indices) -> int | None:
+    """Row-major index of constant ``indices``, or None when one is dynamic."""
+    lin = 0
+    for x, n in zip(indices, t.shape):
+        if not isinstance(x, Const):
+            return None
+        lin = lin * n + int(x.value)
+    return lin
+
+
+def element_read(ctx, e, expr) -> str:
+    """Code reading ``t[indices]`` of a replicated tile (or an mbarrier's address)."""
+    t = e.tensor
+    if t in ctx.plan.barriers:
+        off = ctx.smem.barrier_offsets[t]
+        (i,) = e.indices
+        return f"(tl_smem + {off}u + 8u * (uint32_t)({expr(i)}))"
+    layout = layout_of(ctx, t)
+    if not layout.replicated:
+        raise ctx.error(
+            f"reading one element of %{t.name}, which is spread over threads, is not supported"
+        )
+    lin = linear_index(t, e.indices)
+    if lin is not None:
+        return elem(ctx, t, lin)
+    idx = _dyn_index(t, e.indices, expr)
+    code = elem(ctx, t, t.size - 1)
+    for k in reversed(range(t.size - 1)):
+        code = f"({idx} == {k} ? {elem(ctx, t, k)} : {code})"
+    return code
+
+
+def _dyn_index(t, indices, expr) -> str:
+    parts = []
+    stride = 1
+    for x, n in reversed(list(zip(indices, t.shape))):
+        parts.append(f"({expr(x)}) * {stride}" if stride != 1 else f"({expr(x)})")
+        stride *= n
+    return "(" + " + ".join(reversed(parts)) + ")"
+
+
+def store_element(ctx, inst, expr):
+    """``t[i] = v`` on a replicated tile (guarded writes for a dynamic index)."""
+    t = inst.out
+    layout = layout_of(ctx, t)
+    if not layout.replicated:
+        raise ctx.error(f"writing one element of %{t.name}, spread over threads, is unsupported")
+    v = ctx.fresh("v")
+    ctx.emit(f"const {ctype(t.dtype)} {v} = {expr(inst.value)};")
+    lin = linear_index(t, inst.indices)
+    if lin is not None:
+        ctx.emit(f"{elem(ctx, t, lin)} = {v};")
+        return
+    idx = ctx.fresh("i")
+    ctx.emit(f"const int {idx} = {_dyn_index(t, inst.indices, expr)};")
+    for k in range(t.size):
+        ctx.emit(f"if ({idx} == {k}) {elem(ctx, t, k)} = {v};")
+
+
+def alloc_register(ctx, inst, expr):
+    """Declare a tile and fill it with ``init`` (a scalar, or an expression of the axes)."""
+    t = inst.out
+    declare(ctx, t)
+    if inst.init is None:
+        return
+    layout = layout_of(ctx, t)
+    if not inst.axes:
+        v = ctx.fresh("v")
+        ctx.emit(f"const {ctype(t.dtype)} {v} = {expr(inst.init)};")
+        i = unrolled(ctx, layout.local_size)
+        ctx.emit(f"{elem(ctx, t, i)} = {v};")
+        ctx.close()
+        return
+    base = emit_thread_coords(ctx, layout, ctx.plan.owner[t])
+    for i in range(layout.local_size):
+        lc = layout.local_coords(i)
+        ctx.open("")
+        for ax, b, k in zip(inst.axes, base, lc):
+            ctx.emit(f"const int {ctx.name(ax)} = {coord(b, k)};")
+        ctx.emit(f"{elem(ctx, t, i)} = {expr(inst.init)};")
+        ctx.close()
+
+
+def _check_same(ctx, out, *srcs):
+    lo = layout_of(ctx, out)
+    for s in srcs:
+        if isinstance(s, TensorVar) and layout_of(ctx, s) != lo:
+            raise ctx.error(f"tiles %{out.name} and %{s.name} have different layouts")
+    return lo
+
+
+def cast(ctx, inst, expr):
+    """Elementwise conversion (same layout); float -> f16 pairs use cvt.rn.f16x2.f32."""
+    out, src = inst.out, inst.src
+    layout = _check_same(ctx, out, src)
+    declare(ctx, out)
+    sd, dd = src.dtype, out.dtype
+    i = unrolled(ctx, layout.local_size)
+    a = elem(ctx, src, i)
+    if sd == dd:
+        code = a
+    elif dd.name in HALF:
+        code = from_float(f"(float)({to_float(a, sd)})", dd)
+    elif dd.name == "bool":
+        code = f"({to_float(a, sd)} != 0)"
+    else:
+        code = f"(({ctype(dd)}){to_float(a, sd)})"
+    ctx.emit(f"{elem(ctx, out, i)} = {code};")
+    ctx.close()
+
+
+def assign(ctx, inst, expr):
+    """Copy a tile into another of the same layout."""
+    layout = _check_same(ctx, inst.out, inst.src)
+    i = unrolled(ctx, layout.local_size)
+    ctx.emit(f"{elem(ctx, inst.out, i)} = {elem(ctx, inst.src, i)};")
+    ctx.close()
+
+
+def _operand(ctx, x, i, expr, pre):
+    if isinstance(x, TensorVar):
+        return elem(ctx, x, i)
+    return pre[id(x)]
+
+
+def _scalar_operands(ctx, ops, expr, dtype):
+    pre = {}
+    for x in ops:
+        if not isinstance(x, TensorVar):
+            v = ctx.fresh("s")
+            ctx.emit(f"const {ctype(x.dtype)} {v} = {expr(x)};")
+            pre[id(x)] = v
+    return pre
+
+
+def _declare_unless_same(ctx, out, ops):
+    if not any(x is out for x in ops):
+        declare(ctx, out)
+
+
+def binary(ctx, inst, expr):
+    """Elementwise ``a op b`` (16-bit floats computed in float and rounded)."""
+    out, a, b = inst.out, inst.a, inst.b
+    layout = _check_same(ctx, out, a, b)
+    ops = (a, b)
+    pre = _scalar_operands(ctx, ops, expr, out.dtype)
+    _declare_unless_same(ctx, out, ops)
+    odt = a.dtype
+    half = odt.name in HALF
+    i = unrolled(ctx, layout.local_size)
+    x = _operand(ctx, a, i, expr, pre)
+    y = _operand(ctx, b, i, expr, pre)
+    if half:
+        x, y = to_float(x, odt), to_float(y, odt)
+    if inst.op in BINARY_FUNCS:
+        ct = "float" if half else ctype(odt)
+        code = f"{BINARY_FUNCS[inst.op]}<{ct}>({x}, {y})"
+    elif inst.op == "%" and odt.is_float():
+        code = f"fmodf({x}, {y})"
+    else:
+        code = f"({x} {inst.op} {y})"
+    if half and out.dtype.name != "bool":
+        code = from_float(code, odt)
+    ctx.emit(f"{elem(ctx, out, i)} = {code};")
+    ctx.close()
+
+
+def unary(ctx, inst, expr):
+    """Elementwise ``f(a)``."""
+    out, a = inst.out, inst.a
+    layout = _check_same(ctx, out, a)
+    _declare_unless_same(ctx, out, (a,))
+    dt = a.dtype
+    half = dt.name in HALF
+    i = unrolled(ctx, layout.local_size)
+    x = elem(ctx, a, i)
+    if half:
+        x = to_float(x, dt)
+    op = inst.op
+    if op == "neg":
+        code = f"(-{x})"
+    elif op == "not":
+        code = f"(!{x})"
+    elif op == "bitnot":
+        code = f"(~{x})"
+    elif op == "abs":
+        code = f"tl_abs<{'float' if half else ctype(dt)}>({x})"
+    elif op == "square":
+        code = f"({x} * {x})"
+    elif op in UNARY_F32 and (dt.is_float()):
+        fname = UNARY_F32[op] if dt.name != "float64" else UNARY_F32[op][:-1]
+        code = f"{fname}({x})"
+    elif op in ("round", "floor", "ceil"):
+        code = x
+    else:
+        raise ctx.error(f"unary {op} on {dt} is not supported by the CUDA backend")
+    if half and op != "not":
+        code = from_float(code, dt)
+    ctx.emit(f"{elem(ctx, out, i)} = {code};")
+    ctx.close()
+
+
+def where(ctx, inst, expr):
+    """Elementwise ``cond ? x : y``."""
+    out = inst.out
+    ops = (inst.cond, inst.x, inst.y)
+    layout = _check_same(ctx, out, *ops)
+    pre = _scalar_operands(ctx, ops, expr, out.dtype)
+    _declare_unless_same(ctx, out, ops)
+    i = unrolled(ctx, layout.local_size)
+    c, x, y = (_operand(ctx, o, i, expr, pre) for o in ops)
+    ctx.emit(f"{elem(ctx, out, i)} = {c} ? {x} : {y};")
+    ctx.close()
+
+
+def zero(dtype) -> str:
+    """The literal zero of ``dtype``."""
+    return const(0, dtype)
+
+
+def num_regs(layout) -> int:
+    """Registers per thread of a layout."""
+    return math.prod(f.extent for f in layout.locals)

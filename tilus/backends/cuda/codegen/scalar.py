@@ -1,0 +1,218 @@
+"""Scalar expressions to C++: types, constants, operators (C semantics, like the IR), calls."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+
+from tilus.dtypes import DataType, PointerType
+from tilus.ir.expr import Binary, Call, Cast, Const, Select, TensorElement, Unary, Var
+
+C_TYPES = {
+    "bool": "bool",
+    "int8": "int8_t",
+    "int16": "int16_t",
+    "int32": "int",
+    "int64": "int64_t",
+    "uint8": "uint8_t",
+    "uint16": "uint16_t",
+    "uint32": "uint32_t",
+    "uint64": "uint64_t",
+    "float32": "float",
+    "float64": "double",
+    "float16": "uint16_t",  # bits; arithmetic goes through float
+    "bfloat16": "uint16_t",
+}
+HALF = ("float16", "bfloat16")
+
+#: Helpers every kernel gets (conversions of 16-bit floats, min/max, the shared swizzle).
+HELPERS = r"""
+// ---- tilus codegen helpers ----
+__device__ __forceinline__ float tl_h2f(uint16_t h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+}
+__device__ __forceinline__ uint16_t tl_f2h(float f) {
+  uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+__device__ __forceinline__ float tl_b2f(uint16_t h) {
+  return __uint_as_float(((uint32_t)h) << 16);
+}
+__device__ __forceinline__ uint16_t tl_f2b(float f) {
+  uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+template <class T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
+template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? -a : a; }
+// Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
+template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
+  return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
+}
+"""
+
+_F32_FUNCS = {
+    "exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf",
+    "rsqrt": "rsqrtf", "sin": "sinf", "cos": "cosf", "tan": "tanf", "tanh": "tanhf",
+    "floor": "floorf", "ceil": "ceilf", "round": "rintf", "trunc": "truncf",
+}  # fmt: skip
+
+
+def ctype(dtype) -> str:
+    """The C++ type holding a value of ``dtype``."""
+    if isinstance(dtype, PointerType):
+        base = dtype.base
+        return "void*" if base is None else f"{ctype(base)}*"
+    try:
+        return C_TYPES[dtype.name]
+    except KeyError:
+        raise TypeError(f"the CUDA backend has no C type for {dtype.name} yet") from None
+
+
+def to_float(code: str, dtype: DataType) -> str:
+    """Code converting a value of a 16-bit float dtype to float (other types unchanged)."""
+    if dtype.name == "float16":
+        return f"tl_h2f({code})"
+    if dtype.name == "bfloat16":
+        return f"tl_b2f({code})"
+    return code
+
+
+def from_float(code: str, dtype: DataType) -> str:
+    """Code rounding a float to a 16-bit float dtype's bits (other types unchanged)."""
+    if dtype.name == "float16":
+        return f"tl_f2h({code})"
+    if dtype.name == "bfloat16":
+        return f"tl_f2b({code})"
+    return code
+
+
+def const(value, dtype: DataType) -> str:
+    """A C++ literal of ``dtype``."""
+    if isinstance(dtype, PointerType):
+        return f"(({ctype(dtype)}){int(value)}ull)"
+    n = dtype.name
+    if n == "bool":
+        return "true" if value else "false"
+    if n in HALF:
+        bits = (
+            int(np.array(value, np.float16).view(np.uint16))
+            if n == "float16"
+            else struct.unpack("<I", struct.pack("<f", float(value)))[0] >> 16
+        )
+        return f"(uint16_t){bits:#06x}"
+    if dtype.is_float():
+        v = float(value)
+        if math.isnan(v):
+            return (
+                "__int_as_float(0x7fc00000)"
+                if n == "float32"
+                else "__longlong_as_double(0x7ff8000000000000ll)"
+            )
+        if math.isinf(v):
+            s = "-" if v < 0 else ""
+            return f"({s}__int_as_float(0x7f800000))" if n == "float32" else f"({s}(1.0/0.0))"
+        text = repr(v)
+        if "e" not in text and "." not in text:
+            text += ".0"
+        return f"{text}f" if n == "float32" else text
+    v = int(value)
+    suffix = {"uint32": "u", "int64": "ll", "uint64": "ull"}.get(n, "")
+    text = f"{v}{suffix}"
+    if n == "int32" and v == -(2**31):
+        text = "(-2147483647 - 1)"
+    elif n not in ("int32", "uint32", "int64", "uint64"):
+        text = f"({ctype(dtype)}){v}"
+    return f"({text})" if v < 0 else text
+
+
+class ExprPrinter:
+    """Prints IR scalar expressions; ``element`` prints a TensorElement (a register read)."""
+
+    def __init__(self, ctx, element):
+        self.ctx = ctx
+        self.element = element
+
+    def __call__(self, e) -> str:
+        return self.expr(e)
+
+    def expr(self, e) -> str:
+        if isinstance(e, int | float) and not isinstance(e, bool):
+            return str(e)
+        t = type(e)
+        if t is Const:
+            return const(e.value, e.dtype)
+        if t is Var:
+            if e.kind == "builtin":
+                return f"(int){e.name}"
+            return self.ctx.name(e)
+        if t is Binary:
+            return self.binary(e)
+        if t is Unary:
+            a = self.expr(e.a)
+            if e.dtype.name in HALF and e.op == "-":
+                return from_float(f"(-{to_float(a, e.dtype)})", e.dtype)
+            return f"({e.op}{a})"
+        if t is Select:
+            return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+        if t is Cast:
+            return self.cast(self.expr(e.a), e.a.dtype, e.dtype)
+        if t is Call:
+            return self.call(e)
+        if t is TensorElement:
+            return self.element(e)
+        raise self.ctx.error(f"cannot generate code for the expression {e!r}")
+
+    def binary(self, e: Binary) -> str:
+        a, b = self.expr(e.a), self.expr(e.b)
+        at = e.a.dtype
+        if isinstance(at, DataType) and at.name in HALF:
+            a, b = to_float(a, at), to_float(b, e.b.dtype)
+            r = f"({a} {e.op} {b})"
+            return r if e.dtype.name == "bool" else from_float(r, e.dtype)
+        if e.op in ("/", "%") and isinstance(e.dtype, DataType) and e.dtype.is_float():
+            if e.op == "%":
+                return f"fmod{'f' if e.dtype.name == 'float32' else ''}({a}, {b})"
+        r = f"({a} {e.op} {b})"
+        if isinstance(e.dtype, DataType) and e.dtype.is_integer() and e.dtype.nbits < 32:
+            r = f"(({ctype(e.dtype)}){r})"
+        return r
+
+    def cast(self, code: str, src, dst: DataType) -> str:
+        if src == dst:
+            return code
+        if isinstance(dst, PointerType) or isinstance(src, PointerType):
+            return f"(({ctype(dst)}){code})"
+        if dst.name == "bool":
+            return f"({to_float(code, src)} != 0)"
+        if src.name in HALF and dst.name in HALF:
+            return from_float(to_float(code, src), dst)
+        if dst.name in HALF:
+            return from_float(f"(float)({code})", dst)
+        if src.name in HALF:
+            return f"(({ctype(dst)}){to_float(code, src)})"
+        return f"(({ctype(dst)}){code})"
+
+    def call(self, e: Call) -> str:
+        f = e.func
+        args = [self.expr(a) for a in e.args]
+        dt = e.dtype
+        if f in ("fastdiv", "fastmod"):
+            # TODO: magic-number division; plain / and % for now (non-negative operands).
+            return f"({args[0]} {'/' if f == 'fastdiv' else '%'} {args[1]})"
+        if f in ("isnan", "isinf"):
+            x = to_float(args[0], e.args[0].dtype)
+            return f"{f}({x})"
+        if dt.name in HALF:
+            args = [to_float(a, x.dtype) for a, x in zip(args, e.args)]
+        if f in ("min", "max", "abs"):
+            ct = "float" if dt.name in HALF else ctype(dt)
+            r = f"tl_{f}<{ct}>({', '.join(args)})"
+            return from_float(r, dt) if dt.name in HALF else r
+        name = _F32_FUNCS.get(f)
+        if name is None:
+            raise self.ctx.error(f"scalar function {f} is not supported by the CUDA backend")
+        if dt.name == "float64":
+            name = name[:-1]
+        r = f"{name}({', '.join(args)})"
+        return from_float(r, dt) if dt.name in HALF else r

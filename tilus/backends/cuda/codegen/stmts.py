@@ -1,0 +1,215 @@
+"""Statements: scalars, structured control flow, thread groups and barriers; instruction dispatch."""
+
+from __future__ import annotations
+
+from tilus.backends.cuda.codegen import hopper, memory
+from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.codegen.scalar import ExprPrinter, ctype
+from tilus.ir.stmt import (
+    AssignStmt,
+    BreakStmt,
+    DeclareStmt,
+    ForStmt,
+    IfStmt,
+    InstStmt,
+    ReturnStmt,
+    SeqStmt,
+    ThreadGroupStmt,
+    WhileStmt,
+)
+from tilus.passes.layout_inference import Group
+
+MAX_NAMED_BARRIERS = 15  # ids 1..15; id 0 is __syncthreads()
+
+
+def _sync(ctx, inst, expr):
+    g = ctx.group
+    if g.size == 1:
+        ctx.emit("// sync() of a single thread: nothing to wait for")
+    elif g.begin == 0 and g.size == ctx.fn.num_threads:
+        ctx.emit("__syncthreads();")
+    elif g.size == 32 and g.begin % 32 == 0:
+        ctx.emit("__syncwarp();")
+    elif g.size % 32 == 0 and g.begin % 32 == 0:
+        key = (g.begin, g.size)
+        if key not in ctx.named_barriers:
+            if len(ctx.named_barriers) >= MAX_NAMED_BARRIERS:
+                raise ctx.error("more than 15 distinct thread groups use sync()")
+            ctx.named_barriers[key] = len(ctx.named_barriers) + 1
+        ctx.emit(f"tl_bar_sync({ctx.named_barriers[key]}, {g.size});")
+    else:
+        raise ctx.error(
+            f"sync() in threads [{g.begin}, {g.begin + g.size}): groups that are not whole "
+            "warps cannot use a hardware barrier"
+        )
+
+
+def _slice(ctx, inst, expr):
+    if inst.out.kind == "shared":
+        memory.shared_slice(ctx, inst, expr)
+    else:
+        raise ctx.error(f"slicing a {inst.out.kind} tile is not supported")
+
+
+def _permute(ctx, inst, expr):
+    if inst.out.kind != "shared":
+        raise ctx.error("permuting a register tile is not supported")
+    name = ctx.name(inst.out)
+    ctx.shared_names[inst.out] = name
+    ctx.emit(f"const uint32_t {name} = {memory.shared_offset(ctx, inst.src)};  // transposed view")
+
+
+def _printf(ctx, inst, expr):
+    args = []
+    for a in inst.args:
+        code = expr(a)
+        dt = a.dtype
+        if dt.name in ("float16", "bfloat16", "float32"):
+            from tilus.backends.cuda.codegen.scalar import to_float
+
+            code = f"(double){to_float(code, dt)}"
+        args.append(code)
+    fmt = inst.fmt.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    lead = "true" if ctx.group.size == 1 else f"threadIdx.x == {ctx.group.begin}"
+    ctx.emit(f'if ({lead}) printf("{fmt}"{"".join(", " + a for a in args)});')
+
+
+RULES = {
+    "alloc_register": R.alloc_register,
+    "alloc_shared": lambda ctx, inst, expr: ctx.emit(
+        f"// %{inst.out.name}: shared bytes [{ctx.smem.offsets[inst.out]}, "
+        f"{ctx.smem.offsets[inst.out] + inst.out.nbytes})"
+    ),
+    "free_shared": lambda ctx, inst, expr: ctx.emit("// free_shared: nothing to do"),
+    "global_view": memory.global_view,
+    "slice": _slice,
+    "permute": _permute,
+    "load_global": memory.load_global,
+    "store_global": memory.store_global,
+    "load_shared": memory.load_shared,
+    "store_shared": memory.store_shared,
+    "assign": R.assign,
+    "store_element": lambda ctx, inst, expr: R.store_element(ctx, inst, expr),
+    "cast": R.cast,
+    "binary": R.binary,
+    "unary": R.unary,
+    "where": R.where,
+    "sync": _sync,
+    "printf": _printf,
+    "mbarrier_alloc": hopper.mbarrier_alloc,
+    "mbarrier_arrive": hopper.mbarrier_arrive,
+    "mbarrier_arrive_expect_tx": hopper.mbarrier_arrive_expect_tx,
+    "mbarrier_wait": hopper.mbarrier_wait,
+    "tma_global_to_shared": hopper.tma_global_to_shared,
+    "tma_shared_to_global": hopper.tma_shared_to_global,
+    "tma_commit_group": hopper.tma_commit_group,
+    "tma_wait_group": hopper.tma_wait_group,
+    "wgmma_fence": hopper.wgmma_fence,
+    "wgmma_mma": hopper.wgmma_mma,
+    "wgmma_commit_group": hopper.wgmma_commit_group,
+    "wgmma_wait_group": hopper.wgmma_wait_group,
+    "fence_proxy_async": hopper.fence_proxy_async,
+}
+
+
+class StmtEmitter:
+    """Walks the function body and emits C++ statements."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.expr = ExprPrinter(ctx, lambda e: R.element_read(ctx, e, self.expr))
+
+    def stmt(self, s):
+        ctx = self.ctx
+        prev, ctx.stmt = ctx.stmt, s
+        try:
+            self._stmt(s)
+        finally:
+            ctx.stmt = prev
+
+    def _stmt(self, s):
+        ctx, expr = self.ctx, self.expr
+        if isinstance(s, SeqStmt):
+            for x in s.stmts:
+                self.stmt(x)
+        elif isinstance(s, DeclareStmt):
+            init = f" = {expr(s.init)}" if s.init is not None else ""
+            ctx.emit(f"{ctype(s.var.dtype)} {ctx.name(s.var)}{init};")
+        elif isinstance(s, AssignStmt):
+            ctx.emit(f"{ctx.name(s.var)} = {expr(s.value)};")
+        elif isinstance(s, InstStmt):
+            rule = RULES.get(s.inst.NAME)
+            if rule is None:
+                raise ctx.error(f"instruction {s.inst.NAME} is not supported by the CUDA backend")
+            ctx.source_comment(s)
+            rule(ctx, s.inst, expr)
+        elif isinstance(s, ForStmt):
+            self.for_stmt(s)
+        elif isinstance(s, WhileStmt):
+            ctx.open(f"while ({expr(s.cond)})")
+            self.stmt(s.body)
+            ctx.close()
+        elif isinstance(s, IfStmt):
+            ctx.open(f"if ({expr(s.cond)})")
+            self.stmt(s.then_body)
+            if s.else_body is not None:
+                ctx.close("} else {")
+                ctx.indent += 1
+                self.stmt(s.else_body)
+            ctx.close()
+        elif isinstance(s, BreakStmt):
+            ctx.emit("break;")
+        elif isinstance(s, ReturnStmt):
+            ctx.emit("return;")
+        elif isinstance(s, ThreadGroupStmt):
+            self.thread_group(s)
+        else:
+            raise ctx.error(f"statement {type(s).__name__} is not supported by the CUDA backend")
+
+    def for_stmt(self, s: ForStmt):
+        ctx, expr = self.ctx, self.expr
+        ctx.source_comment(s)
+        if s.unroll == "all":
+            ctx.emit("#pragma unroll")
+        elif isinstance(s.unroll, int):
+            ctx.emit(f"#pragma unroll {s.unroll}")
+        v = ctx.name(s.var)
+        cmp = "<" if s.step > 0 else ">"
+        inc = f"{v} += {s.step}" if s.step != 1 else f"++{v}"
+        ctx.open(
+            f"for ({ctype(s.var.dtype)} {v} = {expr(s.start)}; {v} {cmp} {expr(s.stop)}; {inc})"
+        )
+        self.stmt(s.body)
+        ctx.close()
+
+    def thread_group(self, s: ThreadGroupStmt):
+        ctx = self.ctx
+        parent = ctx.group
+        ctx.source_comment(s)
+        if s.begin < 0:
+            g = Group(parent.begin, 1, True)
+            if parent.size == 1:
+                cond = None
+            elif parent.size % 32 == 0 and parent.begin % 32 == 0:
+                cond = f"threadIdx.x / 32 == {parent.begin // 32} && tl_elect_one()"
+            else:
+                cond = f"threadIdx.x == {parent.begin}"
+            what = "single_thread: one elected thread"
+        else:
+            g = Group(parent.begin + s.begin, s.num_threads)
+            if g.begin == parent.begin and g.size == parent.size:
+                cond = None
+            elif g.size == 1:
+                cond = f"threadIdx.x == {g.begin}"
+            else:
+                lo = f"threadIdx.x >= {g.begin} && " if g.begin > 0 else ""
+                cond = f"{lo}threadIdx.x < {g.begin + g.size}"
+            what = f"threads [{g.begin}, {g.begin + g.size})"
+        ctx.open(f"if ({cond})" if cond else "")
+        ctx.lines[-1] += f"  // {what}"
+        ctx.groups.append(g)
+        try:
+            self.stmt(s.body)
+        finally:
+            ctx.groups.pop()
+        ctx.close()
