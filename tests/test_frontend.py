@@ -196,11 +196,6 @@ class Swap(tilus.Script):
         self.store_global(g, r, offsets=[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tuple assignment of runtime variables is emitted as sequential assignments "
-    "(`p = q; q = p`), so `p, q = q, p` leaves both equal to q",
-)
 def test_tuple_swap_of_runtime_variables():
     out = np.zeros(2, dtype=np.int32)
     Swap()(3, out)

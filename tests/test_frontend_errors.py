@@ -149,11 +149,6 @@ def test_unsupported_statements(kernel, fragment):
     expect_error(kernel, tilus.TilusProgramError, fragment)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`with open(missing)` evaluates open() on the host and lets FileNotFoundError "
-    "escape instead of a located TilusProgramError",
-)
 def test_with_open_of_a_missing_file_is_a_program_error():
     expect_error(WithOpenMissingFile, tilus.TilusProgramError, "thread_group|open")
 

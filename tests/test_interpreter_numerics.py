@@ -214,11 +214,6 @@ def test_int_binary_operators(op):
         np.testing.assert_array_equal(c[1], f(a, np.full(n, s)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="integer / and % of tiles raise 'division by zero' for lanes that hold the zero "
-    "padding of an out-of-bounds load, although those lanes are never stored",
-)
 @pytest.mark.parametrize("op", ["/", "%"])
 def test_int_division_by_padding_lanes_is_harmless(op):
     n = 45  # the second block's tile reaches past the end: its padding lanes hold 0
@@ -441,7 +436,9 @@ def test_reductions(op, dim, keepdim):
     )
     out = nan_like(max(np.size(ref), 1) + 3)
     Reduce(op, dim, keepdim)(a, out)
-    assert_close(out[: np.size(ref)], np.ravel(ref), rtol=1e-5)
+    scale = np.sum(np.abs(a.astype(np.float64)), axis=dim, keepdims=keepdim)
+    atol = 1e-6 * float(np.max(scale)) if op == "sum" else 0.0  # sums may cancel
+    assert_close(out[: np.size(ref)], np.ravel(ref), rtol=1e-6, atol=atol)
     assert np.isnan(out[np.size(ref) :]).all()  # nothing written past the result
 
 
@@ -832,7 +829,6 @@ class PrintFmt(tilus.Script):
         self.print_tensor("t", t, fmt="%.3f")
 
 
-@pytest.mark.xfail(strict=True, reason="the interpreter's print_tensor ignores its fmt argument")
 def test_print_tensor_honours_fmt(capsys):
     PrintFmt()(np.array([2.75, -1.5, 3.125], dtype=np.float32))
     out = capsys.readouterr().out
@@ -893,11 +889,6 @@ class UnpackBlockIdx(tilus.Script):
         self.store_global(gi, i, offsets=[z, y, x])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="self.blockIdx (a Dim3, documented as iterable) cannot be tuple-unpacked: "
-    "'only a tuple or list can be unpacked'",
-)
 def test_block_idx_unpacks_into_x_y_z():
     ids = np.full((2, 2, 2), -1, dtype=np.int32)
     UnpackBlockIdx()(ids)
