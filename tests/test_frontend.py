@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tilus
-from tilus import int8, int32, uint32
+from tilus import float32, int8, int32, uint32
 from tilus.lang.frontend.kernel import transpile
 from tilus.passes.pipeline import lower
 from tilus.utils import cdiv
@@ -649,3 +649,141 @@ def test_ir_text_changes_with_constants():
     assert _text(ConstParams(4), {"n": 4}) != base
     assert _text(ConstParams(3), {"n": 5}) != base
     assert _text(PhaseFlip(2), {}) != _text(PhaseFlip(3), {})
+
+
+# --------------------------------------------------------------------------------------------
+# more helpers, Class tiles, breaks in range loops
+
+
+class Accumulator(tilus.Class):
+    def __init__(self, width: int):
+        self.acc = self.register_tensor(dtype=int32, shape=[width], init=0)
+        self.calls: int32 = 0
+
+    def add(self, t):
+        self.acc = self.acc + t  # rebinding a tile attribute copies into it
+        self.calls += 1
+
+    def total(self):
+        return self.calls * 1000
+
+
+class MoreHelpers(tilus.Script):
+    def scaled(self, x: int32, scale: int = 2, *, shift: int = 1):
+        return self.plus_hundred(x * scale) + shift
+
+    def plus_hundred(self, y: int32):
+        return y + 100
+
+    def filled(self, v: int32):
+        t = self.register_tensor(dtype=int32, shape=[4], init=v)
+        return t
+
+    def __call__(self, m: int32, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[3, 4])
+        acc = Accumulator(4)
+        for i in range(m):
+            acc.add(self.filled(i))
+        r = self.register_tensor(dtype=int32, shape=[4], init=0)
+        r[0] = self.scaled(m, shift=5)
+        r[1] = self.scaled(m, 3)
+        r[2] = self.scaled(x=m, scale=4, shift=0)
+        r[3] = acc.total()
+        self.store_global(g, r, offsets=[0, 0], dims=[1])
+        self.store_global(g, acc.acc, offsets=[1, 0], dims=[1])
+        self.store_global(g, self.filled(m * 7), offsets=[2, 0], dims=[1])
+
+
+@pytest.mark.parametrize("m", [0, 1, 6])
+def test_nested_helpers_defaults_keywords_and_class_tiles(m):
+    out = np.full((3, 4), -1, dtype=np.int32)
+    MoreHelpers()(m, out)
+    assert out[0].tolist() == [2 * m + 105, 3 * m + 101, 4 * m + 100, 1000 * m]
+    assert out[1].tolist() == [sum(range(m))] * 4
+    assert out[2].tolist() == [7 * m] * 4
+
+
+class Breaks(tilus.Script):
+    def __call__(self, m: int32, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[3])
+        r = self.register_tensor(dtype=int32, shape=[3], init=0)
+        for i in range(m):
+            for j in range(m):
+                if j > i:
+                    break  # leaves the inner loop only
+                r[0] += 1
+        for i in range(100):
+            if i == m:
+                break
+            r[1] += 1
+        n: int32 = 0
+        while n < 1000:
+            n += 3
+            if n > m:
+                break
+        r[2] = n
+        self.store_global(g, r, offsets=[0])
+
+
+@pytest.mark.parametrize("m", [0, 1, 5, 12])
+def test_break_in_range_and_while_loops(m):
+    out = np.full(3, -1, dtype=np.int32)
+    Breaks()(m, out)
+    n = 0
+    while n < 1000:
+        n += 3
+        if n > m:
+            break
+    assert out.tolist() == [m * (m + 1) // 2, m, n]
+
+
+class EnumerateLoop(tilus.Script):
+    def __call__(self, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[4])
+        r = self.register_tensor(dtype=int32, shape=[4], init=0)
+        for i, v in enumerate([3, 4, 5]):
+            r[i] = v
+        for a, b in zip([1, 2], [10, 20]):
+            r[3] += a * b
+        self.store_global(g, r, offsets=[0])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a loop over a host iterable other than a list/tuple (enumerate, zip, dict items) "
+    "is refused instead of being unrolled like a list",
+)
+def test_loops_over_enumerate_and_zip_unroll():
+    out = np.full(4, -1, dtype=np.int32)
+    EnumerateLoop()(out)
+    assert out.tolist() == [3, 4, 5, 50]
+
+
+class FloatScalars(tilus.Script):
+    def __call__(self, m: int32, f: float32, out: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=float32, shape=[6])
+        r = self.register_tensor(dtype=float32, shape=[6], init=0.0)
+        y: float32 = f * 3
+        r[0] = y
+        r[1] = max(f, m)
+        r[2] = f // 2  # floor division of floats
+        r[3] = m / 2  # integer division (C semantics) before the conversion
+        r[4] = 1.0 if f > 0 else -1.0
+        k: int32 = f  # float -> int truncates toward zero
+        r[5] = k
+        self.store_global(g, r, offsets=[0])
+
+
+@pytest.mark.parametrize("m, f", [(5, -2.5), (-7, 3.75)])
+def test_float_scalars(m, f):
+    out = np.full(6, np.nan, dtype=np.float32)
+    FloatScalars()(m, f, out)
+    assert out.tolist() == [3 * f, max(f, m), np.floor(f / 2), _c_div(m, 2), np.sign(f), int(f)]
