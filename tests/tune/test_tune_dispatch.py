@@ -98,6 +98,7 @@ def _writer(path, tag, n):
         t.record(f"{tag}-{i}", entry(i))
 
 
+@pytest.mark.filterwarnings("ignore:.*use of fork:DeprecationWarning")
 def test_concurrent_writers_merge(tmp_path):
     path = tmp_path / "dispatch" / "shared.json"
     ctx = multiprocessing.get_context("fork")

@@ -189,6 +189,7 @@ class Autotuner:
             key=key,
             fingerprint=fp,
             failed=failures,
+            cuda=device is not None,
             info={
                 "script": self._identity,
                 "const_args": canonical_json(const_args),

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -133,6 +134,11 @@ def _process_pool(workers: int, fork: bool):
     return cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
+# Python 3.12+ warns on every fork of a multi-threaded process (torch starts threads); the
+# workers only run compile_one, so the warning is silenced for the pool's forks.
+_FORK_WARNING = r".*use of fork\(\) may lead to deadlocks.*"
+
+
 def compile_all(
     configs: Sequence,
     compile_one: Callable[[Any], Any],
@@ -195,7 +201,8 @@ def compile_all(
         else:  # pragma: no cover - platforms without fork
             pool, submit, first = _process_pool(workers, False), _run_one, compile_one
         retry = []
-        with pool:
+        with pool, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", _FORK_WARNING, DeprecationWarning)
             futures = {pool.submit(submit, first, cfg): i for i, cfg in enumerate(configs)}
             for fut in cf.as_completed(futures):
                 i = futures[fut]

@@ -57,8 +57,16 @@ def _flush_buffer(torch):
 def _bench_cuda(fn, warmup: int, repeat: int, flush_l2: bool) -> list[float]:
     import torch
 
-    for _ in range(warmup):
+    # Host time of one call (launches are asynchronous): how far the GPU must be kept busy
+    # ahead of each timed call so that the start event does not wait for the host's launch.
+    host = []
+    for _ in range(max(warmup, 1)):
+        t0 = time.perf_counter()
         fn()
+        host.append(time.perf_counter() - t0)
+    spin = getattr(torch.cuda, "_sleep", None)
+    # ~2 GHz SM clock; twice the host time (a lower clock only lengthens the spin)
+    spin_cycles = int(min(statistics.median(host), 0.01) * 2e9 * 2) + 20_000
     flush = _flush_buffer(torch) if flush_l2 else None
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
@@ -66,6 +74,8 @@ def _bench_cuda(fn, warmup: int, repeat: int, flush_l2: bool) -> list[float]:
     for start, end in zip(starts, ends):
         if flush is not None:
             flush.zero_()  # evict the kernel's working set from L2 (outside the timed span)
+        if spin is not None:
+            spin(spin_cycles)  # keeps the GPU busy while the host enqueues the timed call
         start.record()
         fn()
         end.record()
@@ -96,7 +106,9 @@ def benchmark(
 
     On a GPU (see ``cuda_available``) each run is bracketed by CUDA events on the current
     stream, and a 256 MB buffer is written before each run so that it starts with a cold L2;
-    the flush is not part of the measured span. Elsewhere (the CPU interpreter, tests) each run
+    the flush is not part of the measured span. A short spin kernel is queued before each
+    start event, sized from the host time of a call, so that the measured span holds the GPU
+    work and not the host's launch overhead. Elsewhere (the CPU interpreter, tests) each run
     is timed with ``time.perf_counter``; ``flush_l2`` is then ignored.
 
     Args:

@@ -145,6 +145,7 @@ def tune(
     fingerprint: Mapping | None = None,
     failed: Sequence[tuple[Any, str]] = (),
     info: Mapping | None = None,
+    cuda: bool | None = None,
 ) -> TuneResult:
     """Pick the fastest candidate whose outputs agree with the others.
 
@@ -174,6 +175,8 @@ def tune(
         failed: ``(config, reason)`` of configs that failed earlier (e.g. to compile), recorded
             with the entry.
         info: Free-form context stored with the entry (shown in the text report).
+        cuda: Time with CUDA events (True) or the host clock (False); None = CUDA events when
+            an argument is a CUDA tensor (NumPy or CPU arguments mean the interpreter).
 
     Returns:
         A ``TuneResult``; raises ``TuneError`` when no candidate survives.
@@ -203,12 +206,15 @@ def tune(
         for i in list(alive):
             cfg, runner = candidates[i]
             args = list(make_args())
+            if cuda is None:
+                cuda = any(_on_cuda(a) for a in args)
             try:
                 t = benchmark(
                     lambda runner=runner, args=args: runner(*args),
                     warmup=warmup,
                     repeat=repeat,
                     flush_l2=flush_l2,
+                    cuda=cuda,
                 )
                 timings[_cfg_text(cfg)] = t
                 timed.append((cfg, t))
@@ -237,6 +243,10 @@ def tune(
     return result
 
 
+def _on_cuda(x) -> bool:
+    return getattr(getattr(x, "device", None), "type", None) == "cuda"
+
+
 def _cross_check(candidates, make_args, outputs, reference, failures, disagreements):
     """Run each candidate once; return the indices of those that agree with the consensus."""
     clusters: list[dict] = []  # {"rep": outputs, "members": [index]}
@@ -246,14 +256,14 @@ def _cross_check(candidates, make_args, outputs, reference, failures, disagreeme
     if reference is not None:
         args = list(make_args())
         reference(*args)
-        synchronize()
+        _sync(args)
         ref = [to_numpy(args[p]) for p in outputs]
         dtypes = [_dtype_name(args[p]) for p in outputs]
     for i, (cfg, runner) in enumerate(candidates):
         args = list(make_args())
         try:
             runner(*args)
-            synchronize()
+            _sync(args)
         except Exception as e:
             failures.append((cfg, _describe(e)))
             _warn(f"config {_cfg_text(cfg)} failed to run: {_describe(e)}")
@@ -302,6 +312,11 @@ def _cross_check(candidates, make_args, outputs, reference, failures, disagreeme
                 candidates[i][0], f"{err} against the consensus of {n} config(s)", disagreements
             )
     return sorted(consensus["members"])
+
+
+def _sync(args) -> None:
+    if any(_on_cuda(a) for a in args):
+        synchronize()
 
 
 def _disagree(cfg, err, disagreements):
