@@ -79,3 +79,16 @@ def test_progress_bar(capsys):
     bar.close()
     out = buf.getvalue()
     assert out.count("\r") == 4 and out.endswith("\n") and "[" + "#" * 24 + "]" in out
+
+
+def _nested(_):
+    # inside a daemonic pool worker: compile_all must not try to start processes
+    res = compile_all([1, 2], lambda c: c * 2, workers=2, progress=False)
+    return [r.value for r in res]
+
+
+def test_nested_compile_all_in_a_worker():
+    res = compile_all(["x"], _nested, workers=1, progress=False)
+    assert res[0].value == [2, 4]
+    res = compile_all(["x", "y"], _nested, workers=2, progress=False)
+    assert [r.value for r in res] == [[2, 4], [2, 4]]

@@ -189,7 +189,9 @@ def compile_all(
                 finish(i, *_run_one(compile_one, cfg))
             return results  # type: ignore[return-value]
         fork = _fork_available()
-        if executor == "thread" or not (fork or _picklable(compile_one)):
+        # a daemonic process (e.g. a pool worker itself) may not start processes
+        in_daemon = multiprocessing.current_process().daemon
+        if executor == "thread" or in_daemon or not (fork or _picklable(compile_one)):
             if executor == "process":
                 raise ValueError("compile_all: compile_one cannot be pickled for processes")
             pool, submit = cf.ThreadPoolExecutor(workers), _run_one

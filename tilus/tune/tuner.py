@@ -249,8 +249,9 @@ def _on_cuda(x) -> bool:
 
 def _cross_check(candidates, make_args, outputs, reference, failures, disagreements):
     """Run each candidate once; return the indices of those that agree with the consensus."""
+    # Candidates agreeing with each other form a cluster; only one representative's outputs
+    # are kept per cluster, so memory stays at a few copies of the outputs.
     clusters: list[dict] = []  # {"rep": outputs, "members": [index]}
-    ran: dict[int, list] = {}
     dtypes: list[str] | None = None
     ref = None
     if reference is not None:
@@ -283,7 +284,6 @@ def _cross_check(candidates, make_args, outputs, reference, failures, disagreeme
             if err is not None:
                 _disagree(cfg, f"{err} against the reference", disagreements)
                 continue
-        ran[i] = outs
         for c in clusters:
             if _compare_all(outs, c["rep"], dtypes) is None:
                 c["members"].append(i)
@@ -305,9 +305,9 @@ def _cross_check(candidates, make_args, outputs, reference, failures, disagreeme
     for c in clusters:
         if c is consensus:
             continue
+        err = _compare_all(c["rep"], consensus["rep"], dtypes)
+        n = len(consensus["members"])
         for i in c["members"]:
-            err = _compare_all(ran[i], consensus["rep"], dtypes)
-            n = len(consensus["members"])
             _disagree(
                 candidates[i][0], f"{err} against the consensus of {n} config(s)", disagreements
             )
