@@ -1,0 +1,210 @@
+"""CUDA backend, compile only (CPU): seed kernels and small kernels through NVRTC to sm_90a SASS."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import tilus
+from tests.cuda.conftest import needs_nvrtc
+from tilus import float16, float32, int32
+from tilus.utils import cdiv
+
+SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seed_kernels"
+SMEM_LIMIT = 232448
+MAX_ACC_REGS = 192  # tilus.passes.layout_inference.MAX_TILE_REGISTERS
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_cache(tmp_path_factory):
+    # Compile for real (no hits from an earlier run's cache).
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TILUS_CACHE_DIR", str(tmp_path_factory.mktemp("tilus-cache")))
+    yield
+    mp.undo()
+
+
+def seed(module: str):
+    """Import a seed kernel module from ../shared/seed_kernels beside the repository."""
+    if not SEEDS.is_dir():
+        pytest.skip(f"seed kernels not found at {SEEDS}")
+    if str(SEEDS) not in sys.path:
+        sys.path.insert(0, str(SEEDS))
+    return __import__(module)
+
+
+def opcodes(ck):
+    from tilus.runtime.sass import sass_opcodes
+
+    return sass_opcodes(ck.sass())
+
+
+def assert_clean(ck):
+    ops = opcodes(ck)
+    assert not ops.get("LDL") and not ops.get("STL"), ck.config
+    assert ck.resources.get("local_bytes", 0) == 0, ck.resources
+    assert ck.resources.get("spill_store_bytes", 0) == 0, ck.resources
+    assert "C7515" not in ck.log, ck.log  # no serialized wgmma pipeline
+    return ops
+
+
+def _v2_expected(cfg) -> str | None:
+    smem = cfg["num_stages"] * (cfg["block_m"] + cfg["block_n"]) * cfg["block_k"] * 2
+    if smem > SMEM_LIMIT:
+        return "232448"
+    if cfg["block_m"] * cfg["block_n"] // 128 > MAX_ACC_REGS:
+        return "registers per thread"
+    return None
+
+
+@needs_nvrtc
+def test_seed_v2_every_config_compiles_to_hgmma_and_tma():
+    V2 = seed("matmul_v2").MatmulWGMMAV2
+    space = V2().configs
+    compiled = 0
+    for cfg in space:
+        kernel = V2(**cfg)
+        why = _v2_expected(cfg)
+        if why is not None:
+            with pytest.raises(tilus.TilusCompileError, match=why):
+                tilus.compile(kernel, 4096, 4096, 4096, float16, float16, float16, config=cfg)
+            continue
+        ck = tilus.compile(kernel, 4096, 4096, 4096, float16, float16, float16, config=cfg)
+        ops = assert_clean(ck)
+        assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0, (cfg, sorted(ops))
+        assert ck.compile_seconds > 0
+        compiled += 1
+    assert compiled == 18
+
+
+@needs_nvrtc
+def test_seed_v2_register_limit_error_names_the_line():
+    V2 = seed("matmul_v2").MatmulWGMMAV2
+    cfg = dict(num_stages=2, block_m=128, block_n=256, block_k=64)
+    with pytest.raises(tilus.TilusCompileError) as e:
+        tilus.compile(V2(**cfg), 4096, 4096, 4096, float16, float16, float16, config=cfg)
+    msg = str(e.value)
+    assert "matmul_v2.py:55" in msg and "acc" in msg and "256 registers" in msg
+
+
+@needs_nvrtc
+def test_seed_v4_compiles_warp_specialized():
+    V4 = seed("matmul_v4").MatmulWGMMAV4
+    ck = tilus.compile(V4(), 8192, 8192, 8192, float16, float16, float16)
+    ops = assert_clean(ck)
+    assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0
+    src = ck.source
+    assert "threadIdx.x >= 256 && threadIdx.x < 288" in src  # producer warp
+    assert "threadIdx.x >= 128 && threadIdx.x < 256" in src  # consumer warp group 1
+    assert "tl_elect_one()" in src
+    assert "__launch_bounds__(288, 1)" in src
+    assert ck.kernel.smem_bytes <= SMEM_LIMIT
+
+
+@needs_nvrtc
+def test_source_is_stable_and_commented():
+    V2 = seed("matmul_v2").MatmulWGMMAV2
+    from tilus.backends.cuda.codegen import generate
+
+    cfg = dict(num_stages=3, block_m=128, block_n=128, block_k=64)
+    prog = V2(**cfg).program(cfg, {"n_size": 512, "k_size": 512})
+    a, b = generate(prog).source, generate(prog).source
+    assert a == b
+    assert "// matmul_v2.py:89  self.wgmma.mma(sa[stage], sb[stage].transpose(), acc)" in a
+    assert "#include" not in a
+    assert "const __grid_constant__ CUtensorMap_t tl_map0" in a
+
+
+class VectorAdd(tilus.Script):
+    def __call__(self, n: int32, x_ptr: ~float32, y_ptr: ~float32, z_ptr: ~float32):
+        self.attrs.blocks = cdiv(n, 512)
+        self.attrs.warps = 4
+        gx = self.global_view(x_ptr, dtype=float32, shape=[n])
+        gy = self.global_view(y_ptr, dtype=float32, shape=[n])
+        gz = self.global_view(z_ptr, dtype=float32, shape=[n])
+        offset: int32 = self.blockIdx.x * 512
+        x = self.load_global(gx, offsets=[offset], shape=[512])
+        y = self.load_global(gy, offsets=[offset], shape=[512])
+        self.store_global(gz, self.exp(x) + y * 2.0, offsets=[offset])
+
+
+@needs_nvrtc
+def test_vector_add_compiles():
+    ck = tilus.compile(VectorAdd(), 1000, float32, float32, float32)
+    ops = assert_clean(ck)
+    assert ops.get("LDG", 0) >= 8 and ops.get("STG", 0) >= 4, sorted(ops)
+
+
+class TiledMatmul(tilus.Script):
+    def __init__(self, bm=64, bn=64, bk=16):
+        super().__init__()
+        self.bm, self.bn, self.bk = bm, bn, bk
+
+    def __call__(self, m: int32, n: int, k: int, a_ptr: ~float16, b_ptr: ~float16, c_ptr: ~float32):
+        self.attrs.blocks = [cdiv(m, self.bm), cdiv(n, self.bn)]
+        self.attrs.warps = 4
+        om: int32 = self.bm * self.blockIdx.x
+        on: int32 = self.bn * self.blockIdx.y
+        ga = self.global_view(a_ptr, dtype=float16, shape=[m, k])
+        gb = self.global_view(b_ptr, dtype=float16, shape=[k, n])
+        gc = self.global_view(c_ptr, dtype=float32, shape=[m, n])
+        acc = self.register_tensor(dtype=float32, shape=[self.bm, self.bn], init=0.0)
+        for ok in range(0, k, self.bk):
+            a = self.load_global(ga, offsets=[om, ok], shape=[self.bm, self.bk])
+            b = self.load_global(gb, offsets=[ok, on], shape=[self.bk, self.bn])
+            self.dot(a, b, acc, out=acc)
+        self.store_global(gc, acc, offsets=[om, on])
+
+
+@needs_nvrtc
+def test_tiled_matmul_with_dot():
+    from tilus.backends.cuda.codegen.kernel import DOT_SUPPORTED
+
+    if not DOT_SUPPORTED:
+        with pytest.raises(tilus.TilusCompileError, match=r"test_codegen.py:\d+.*dot"):
+            tilus.compile(TiledMatmul(), 256, 256, 256, float16, float16, float32)
+        return
+    ck = tilus.compile(TiledMatmul(), 256, 256, 256, float16, float16, float32)
+    ops = assert_clean(ck)
+    assert ops["HMMA"] > 0
+
+
+class Unsupported(tilus.Script):
+    def __call__(self, x_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(x_ptr, dtype=float32, shape=[32])
+        x = self.load_global(g, offsets=[0], shape=[32])
+        s = self.sum(x, dim=0, keepdim=True)  # no CUDA lowering yet
+        self.store_global(g, s, offsets=[0])
+
+
+@needs_nvrtc
+def test_unsupported_construct_names_the_users_line():
+    with pytest.raises(tilus.TilusCompileError) as e:
+        tilus.compile(Unsupported(), float32)
+    msg = str(e.value)
+    assert (
+        "test_codegen.py:" in msg and "self.sum(x, dim=0, keepdim=True)" in msg and "reduce" in msg
+    )
+
+
+class NonKMajorB(tilus.Script):
+    def __call__(self, a_ptr: ~float16):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        sa = self.shared_tensor(dtype=float16, shape=[64, 64])
+        sb = self.shared_tensor(dtype=float16, shape=[64, 64])
+        acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+        self.wgmma.fence()
+        self.wgmma.mma(sa, sb, acc)  # B not transposed: N-major, unsupported
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(0)
+
+
+@needs_nvrtc
+def test_wgmma_b_layout_error():
+    with pytest.raises(tilus.TilusCompileError, match=r"test_codegen.py:\d+.*transpose"):
+        tilus.compile(NonKMajorB(), float16)
