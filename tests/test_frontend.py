@@ -787,3 +787,62 @@ def test_float_scalars(m, f):
     out = np.full(6, np.nan, dtype=np.float32)
     FloatScalars()(m, f, out)
     assert out.tolist() == [3 * f, max(f, m), np.floor(f / 2), _c_div(m, 2), np.sign(f), int(f)]
+
+
+# --------------------------------------------------------------------------------------------
+# host-evaluated expressions that build runtime values
+
+
+class HostBuilt(tilus.Script):
+    def __init__(self, tag):
+        super().__init__()
+        self.tag = tag
+
+    def __call__(self, m: int32, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[6])
+        r = self.register_tensor(dtype=int32, shape=[6], init=0)
+        terms = [m * k for k in range(1, 4)]  # a comprehension of runtime values
+        for k, term in [(0, terms[0]), (1, terms[1]), (2, terms[2])]:
+            r[k] = term
+        twice = lambda v: v * 2  # noqa: E731 - a host lambda over runtime values
+        r[3] = twice(m) + twice(1)
+        table = {"a": 10, "b": 20}
+        r[4] = table[self.tag] + m
+        r[5] = sum(terms)
+        self.printf(f"tag={self.tag} m=%d\n", m)
+        self.store_global(g, r, offsets=[0])
+
+
+@pytest.mark.parametrize("tag", ["a", "b"])
+def test_comprehensions_lambdas_dicts_and_fstrings_on_the_host(tag, capsys):
+    out = np.full(6, -1, dtype=np.int32)
+    HostBuilt(tag)(4, out)
+    assert out.tolist() == [4, 8, 12, 10, (10 if tag == "a" else 20) + 4, 24]
+    assert capsys.readouterr().out == f"tag={tag} m=4\n"
+
+
+def test_ir_text_is_stable_across_processes():
+    """Two fresh interpreters with different hash seeds print the same IR."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import test_frontend as t; "
+        "print(t._text(t.Loops(), {}) + t._text(t.UsesClass(), {}) + "
+        "t._text(t.ConstParams(3), {'n': 4}), end='')"
+    )
+    texts = []
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        res = subprocess.run(
+            [sys.executable, "-c", code, here], capture_output=True, text=True, env=env
+        )
+        assert res.returncode == 0, res.stderr
+        texts.append(res.stdout)
+    assert texts[0] == texts[1]
+    local = _text(Loops(), {}) + _text(UsesClass(), {}) + _text(ConstParams(3), {"n": 4})
+    assert texts[0] == local
