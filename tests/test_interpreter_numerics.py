@@ -1001,3 +1001,117 @@ def test_torch_cpu_float16_and_int_tensors():
     out = torch.full((n,), float("nan"), dtype=torch.float16)
     CastToF16()(n, x, out)
     assert torch.equal(out, x.to(torch.float16))
+
+
+# --------------------------------------------------------------------------------------------
+# more tile semantics: a fixed dim out of bounds, init functions, permutes, narrow arithmetic
+
+
+class FixedDimOOB(tilus.Script):
+    def __call__(self, b: int32, a_ptr: ~float32, out: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(a_ptr, dtype=float32, shape=[2, 4, 8])
+        go = self.global_view(out, dtype=float32, shape=[4, 8])
+        t = self.load_global(g, offsets=[b, 0, 0], shape=[4, 8], dims=[1, 2])
+        self.store_global(go, t + 1.0, offsets=[0, 0])
+        self.store_global(g, t + 100.0, offsets=[b, 0, 0], dims=[1, 2])
+
+
+@pytest.mark.parametrize("b", [-1, 2, 7])
+def test_a_fixed_dim_out_of_bounds_reads_zeros_and_skips_stores(b):
+    a = rand_f32((2, 4, 8))
+    before = a.copy()
+    out = nan_like((4, 8))
+    FixedDimOOB()(b, a, out)
+    np.testing.assert_array_equal(out, np.ones((4, 8), np.float32))
+    np.testing.assert_array_equal(a, before)
+
+
+class InitFunctions(tilus.Script):
+    def __call__(self, m: int32, s: float32, out: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 2
+        go = self.global_view(out, dtype=float32, shape=[3, 4, 8])
+        r = self.register_tensor(dtype=float32, shape=[4, 8], init=lambda i, j: i * m + j * s)
+        q = self.register_tensor(dtype=float32, shape=[4, 8], init=lambda i, j: (i + j) % 3)
+        c = self.register_tensor(dtype=float32, shape=[4, 8], init=s)
+        self.store_global(go, r, offsets=[0, 0, 0], dims=[1, 2])
+        self.store_global(go, q, offsets=[1, 0, 0], dims=[1, 2])
+        self.store_global(go, c, offsets=[2, 0, 0], dims=[1, 2])
+
+
+def test_register_tensor_init_functions_over_runtime_values():
+    m = int(rng.integers(2, 9))
+    s = float(np.float32(rng.uniform(0.5, 2.0)))
+    out = nan_like((3, 4, 8))
+    InitFunctions()(m, s, out)
+    i, j = np.indices((4, 8))
+    assert_close(out[0], i * m + j * np.float32(s))
+    assert_close(out[1], (i + j) % 3)
+    assert_close(out[2], np.full((4, 8), s))
+
+
+class PermuteRound(tilus.Script):
+    def __call__(self, a_ptr: ~float32, out: ~float32, out_t: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(a_ptr, dtype=float32, shape=[2, 4, 8])
+        x = self.load_global(g, offsets=[0, 0, 0], shape=[2, 4, 8])
+        p = x.permute([2, 0, 1])
+        g3 = self.global_view(out, dtype=float32, shape=[8, 2, 4])
+        self.store_global(g3, self.round(p * 2.0), offsets=[0, 0, 0])
+        y = self.load_global(g, offsets=[1, 0, 0], shape=[4, 8], dims=[1, 2])
+        gt = self.global_view(out_t, dtype=float32, shape=[8, 4])
+        self.store_global(gt, self.transpose(y), offsets=[0, 0])
+
+
+def test_permute_transpose_and_round_half_to_even():
+    a = rand_f32((2, 4, 8))
+    a[0, 0, :4] = [0.25, 0.75, -1.25, 1.25]  # doubled: exact ties 0.5, 1.5, -2.5, 2.5
+    out = nan_like((8, 2, 4))
+    out_t = nan_like((8, 4))
+    PermuteRound()(a, out, out_t)
+    np.testing.assert_array_equal(out, np.rint(a.transpose(2, 0, 1) * 2))
+    assert out[:4, 0, 0].tolist() == [0.0, 2.0, -2.0, 2.0]
+    np.testing.assert_array_equal(out_t, a[1].T)
+
+
+class NarrowArith(tilus.Script):
+    def __init__(self, dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def __call__(self, a_ptr: ~float32, b_ptr: ~float32, out: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        ga = self.global_view(a_ptr, dtype=float32, shape=[64])
+        gb = self.global_view(b_ptr, dtype=float32, shape=[64])
+        go = self.global_view(out, dtype=float32, shape=[4, 64])
+        a = self.cast(self.load_global(ga, offsets=[0], shape=[64]), dtype=self.dtype)
+        b = self.cast(self.load_global(gb, offsets=[0], shape=[64]), dtype=self.dtype)
+        s = self.shared_tensor(dtype=self.dtype, shape=[2, 64])
+        self.store_shared(s[1], a - b)
+        for k, r in [(0, a + b), (1, a * b), (2, a / b), (3, self.load_shared(s[1]))]:
+            self.store_global(go, self.cast(r, dtype=float32), offsets=[k, 0], dims=[1])
+        self.free_shared(s)
+
+
+def test_float16_tile_arithmetic_rounds_each_result():
+    a = rand_f32(64, -10, 10)
+    b = rand_f32(64, 1, 3)
+    out = nan_like((4, 64))
+    NarrowArith(float16)(a, b, out)
+    ah, bh = a.astype(np.float16), b.astype(np.float16)
+    for k, want in enumerate([ah + bh, ah * bh, ah / bh, ah - bh]):
+        np.testing.assert_array_equal(out[k], want.astype(np.float32))
+
+
+def test_bfloat16_tile_arithmetic_rounds_each_result():
+    a = rand_f32(64, -10, 10)
+    b = rand_f32(64, 1, 3)
+    out = nan_like((4, 64))
+    NarrowArith(bfloat16)(a, b, out)
+    ab, bb = _bf16_rne(a).astype(np.float64), _bf16_rne(b).astype(np.float64)
+    for k, want in enumerate([ab + bb, ab * bb, ab / bb, ab - bb]):
+        np.testing.assert_array_equal(out[k], _bf16_rne(want.astype(np.float32)))
