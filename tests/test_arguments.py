@@ -207,3 +207,58 @@ def test_array_argument_errors_leave_outputs_untouched():
     with pytest.raises(tilus.TilusArgumentError):
         Scale()(50, x, out, "bad")
     assert np.isnan(out).all()
+
+
+class Flags(tilus.Script):
+    def __call__(self, c: tilus.boolean, f: float32, out: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=float32, shape=[4])
+        r = self.register_tensor(dtype=float32, shape=[4], init=f)
+        r[0] = 1.0 if c else 2.0
+        self.store_global(g, r, offsets=[0])
+
+
+def test_boolean_and_float_params():
+    out = np.full(4, np.nan, np.float32)
+    Flags()(False, 1.5, out)
+    assert out.tolist() == [2.0, 1.5, 1.5, 1.5]
+    Flags()(np.bool_(True), 3, out)  # NumPy bools and Python ints are fine
+    assert out.tolist() == [1.0, 3.0, 3.0, 3.0]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a boolean param accepts any object through bool(v): the string 'no' runs the "
+    "kernel with c=True instead of raising TilusArgumentError",
+)
+def test_string_for_a_boolean_param():
+    out = np.full(4, np.nan, np.float32)
+    with pytest.raises(tilus.TilusArgumentError) as info:
+        Flags()("no", 1.0, out)
+    assert "'c'" in str(info.value)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an int too large for a float param escapes as a raw OverflowError from float() "
+    "instead of a TilusArgumentError naming the parameter",
+)
+def test_huge_int_for_a_float_param():
+    out = np.full(4, np.nan, np.float32)
+    with pytest.raises(tilus.TilusArgumentError) as info:
+        Flags()(True, 10**400, out)
+    assert "'f'" in str(info.value)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a read-only output array fails inside NumPy with a raw ValueError ('assignment "
+    "destination is read-only') instead of a tilus error naming the parameter",
+)
+def test_read_only_output_array():
+    out = np.zeros(4, np.float32)
+    out.setflags(write=False)
+    with pytest.raises(tilus.TilusError) as info:
+        Flags()(True, 1.0, out)
+    assert "out" in str(info.value)
