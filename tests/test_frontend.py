@@ -846,3 +846,51 @@ def test_ir_text_is_stable_across_processes():
     assert texts[0] == texts[1]
     local = _text(Loops(), {}) + _text(UsesClass(), {}) + _text(ConstParams(3), {"n": 4})
     assert texts[0] == local
+
+
+# --------------------------------------------------------------------------------------------
+# tiles bound in runtime branches, and aliasing
+
+
+class TileInBranches(tilus.Script):
+    def __call__(self, m: int32, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[4])
+        a = self.register_tensor(dtype=int32, shape=[4], init=lambda i: i)
+        t = self.register_tensor(dtype=int32, shape=[4], init=0)  # declared before the if
+        if m > 0:
+            t = a + m
+        else:
+            t = a - m
+        self.store_global(g, t, offsets=[0])
+
+
+@pytest.mark.parametrize("m", [3, -5])
+def test_tile_declared_before_a_runtime_if_and_rebound_in_branches(m):
+    out = np.full(4, -1, dtype=np.int32)
+    TileInBranches()(m, out)
+    assert out.tolist() == [i + abs(m) for i in range(4)]
+
+
+class Alias(tilus.Script):
+    def __call__(self, m: int32, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[2, 4])
+        a = self.register_tensor(dtype=int32, shape=[4], init=1)
+        t = a  # t names the same tile as a
+        t = a + m  # Python semantics: rebinding t leaves a alone
+        self.store_global(g, a, offsets=[0, 0], dims=[1])
+        self.store_global(g, t, offsets=[1, 0], dims=[1])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="rebinding a name that aliases another tile (`t = a; t = a + m`) copies into the "
+    "shared tile, so `a` changes too (a == t == 1 + m)",
+)
+def test_rebinding_an_alias_leaves_the_original_tile_alone():
+    out = np.full((2, 4), -1, dtype=np.int32)
+    Alias()(5, out)
+    assert out.tolist() == [[1] * 4, [6] * 4]
