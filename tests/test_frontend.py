@@ -894,3 +894,29 @@ def test_rebinding_an_alias_leaves_the_original_tile_alone():
     out = np.full((2, 4), -1, dtype=np.int32)
     Alias()(5, out)
     assert out.tolist() == [[1] * 4, [6] * 4]
+
+
+class HelperRebindsParam(tilus.Script):
+    def bump(self, t):
+        t = t + 1  # rebinds the helper's own name
+        return t
+
+    def __call__(self, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[2, 4])
+        a = self.register_tensor(dtype=int32, shape=[4], init=1)
+        b = self.bump(a)
+        self.store_global(g, a, offsets=[0, 0], dims=[1])
+        self.store_global(g, b, offsets=[1, 0], dims=[1])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a helper that rebinds its tile parameter (`t = t + 1`) copies into the caller's "
+    "tile, so the caller's `a` changes too",
+)
+def test_helper_rebinding_its_tile_parameter_leaves_the_callers_tile_alone():
+    out = np.full((2, 4), -1, dtype=np.int32)
+    HelperRebindsParam()(out)
+    assert out.tolist() == [[1] * 4, [2] * 4]

@@ -805,3 +805,33 @@ class BadAnnotation(tilus.Script):
 )
 def test_unresolvable_annotation_names_the_unknown_name():
     expect_error(BadAnnotation, tilus.TilusProgramError, "no_such_dtype", None, 1)
+
+
+class GridInRuntimeIf(tilus.Script):
+    def __call__(self, m: int32, out: ~int32):
+        if m > 0:
+            self.attrs.blocks = 4  # ERR
+        else:
+            self.attrs.blocks = 2
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[4])
+        r = self.register_tensor(dtype=int32, shape=[1], init=7)
+        self.store_global(g, r, offsets=[self.blockIdx.x])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="launch attributes set inside a runtime if are applied from both branches (the "
+    "last one wins): the grid is 2 blocks although m > 0 selects 4, with no error",
+)
+def test_launch_attributes_inside_a_runtime_if():
+    out = np.zeros(4, np.int32)
+    try:
+        GridInRuntimeIf()(1, out)
+    except tilus.TilusProgramError as e:  # a refusal inside the if is fine
+        assert e.loc is not None and e.loc.line in (
+            err_line(GridInRuntimeIf),
+            err_line(GridInRuntimeIf) + 2,
+        ), str(e)
+        return
+    assert out.tolist() == [7, 7, 7, 7], "silently miscompiled"
