@@ -309,3 +309,33 @@ def test_undecorated_subclass_inherits_the_space():
         pass
 
     assert Sub().configs == Space().configs
+
+
+@tilus.autotune("block", [48, 64, 96])
+class Asserted(tilus.Script):
+    """static_assert rejects the configs whose block is not a multiple of 32."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def __call__(self, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        self.static_assert(self.block % 32 == 0, "block must be a multiple of 32")
+        g = self.global_view(out, dtype=int32, shape=[64])
+        r = self.register_tensor(dtype=int32, shape=[self.block], init=self.block)
+        self.store_global(g, r, offsets=[0])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a config that fails to transpile (here a static_assert written to reject it) "
+    "aborts the call instead of being dropped like a config over the shared-memory limit",
+)
+def test_configs_rejected_by_static_assert_are_dropped():
+    out = np.full(64, -1, dtype=np.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Asserted()(out)
+    assert out.tolist() == [64] * 64
