@@ -258,3 +258,34 @@ def test_float6_e3m2_grid():
     for x, g in zip(a, got):
         assert g in grid
         assert abs(g - x) <= np.min(np.abs(grid - x)) + 1e-12
+
+
+class IntCast(tilus.Script):
+    def __init__(self, dtype, from_int):
+        super().__init__()
+        self.dtype = dtype
+        self.from_int = from_int
+
+    def __call__(self, a_ptr: ~float32, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        ga = self.global_view(a_ptr, dtype=float32, shape=[8])
+        go = self.global_view(out, dtype=int32, shape=[8])
+        a = self.load_global(ga, offsets=[0], shape=[8])
+        if self.from_int:
+            a = self.cast(a, dtype=int32)
+        narrow = self.cast(a, dtype=self.dtype)
+        self.store_global(go, self.cast(narrow, dtype=int32), offsets=[0])
+
+
+@pytest.mark.parametrize("name", ["int8", "uint8", "int4b", "uint4b", "int2b", "uint16"])
+def test_integer_casts_saturate_from_floats_and_wrap_from_ints(name):
+    dt = getattr(tilus, name)
+    a = np.array([300.7, -300.2, 127.9, -128.9, 5.5, -5.5, 255.9, 70000.0], np.float32)
+    lo, hi, bits = dt.min_value(), dt.max_value(), dt.nbits
+    out = np.full(8, -12345, np.int32)
+    IntCast(dt, False)(a, out)
+    assert out.tolist() == [int(np.clip(np.trunc(x), lo, hi)) for x in a]
+    IntCast(dt, True)(a, out)
+    wrapped = [(int(np.trunc(x)) - lo) % 2**bits + lo for x in a]
+    assert out.tolist() == wrapped
