@@ -835,3 +835,33 @@ def test_launch_attributes_inside_a_runtime_if():
         ), str(e)
         return
     assert out.tolist() == [7, 7, 7, 7], "silently miscompiled"
+
+
+class KeywordOnly(tilus.Script):
+    def __call__(self, n: int32, *, m: int32):  # ERR
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+
+
+class StarKwargs(tilus.Script):
+    def __call__(self, n: int32, **extra):  # ERR
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+
+
+@pytest.mark.parametrize("kernel", [KeywordOnly, StarKwargs])
+def test_keyword_only_and_star_kwargs_params(kernel):
+    expect_error(kernel, tilus.TilusProgramError, "positional-or-keyword", None, 1)
+
+
+def test_kernel_without_a_source_file_is_refused_clearly():
+    namespace = {"tilus": tilus, "int32": int32}
+    exec(  # noqa: S102 - a kernel whose source cannot be read back
+        "class NoSource(tilus.Script):\n"
+        "    def __call__(self, n: int32):\n"
+        "        self.attrs.blocks = 1\n"
+        "        self.attrs.warps = 1\n",
+        namespace,
+    )
+    with pytest.raises(tilus.TilusProgramError, match="source"):
+        namespace["NoSource"]()(1)
