@@ -262,3 +262,28 @@ def test_read_only_output_array():
     with pytest.raises(tilus.TilusError) as info:
         Flags()(True, 1.0, out)
     assert "out" in str(info.value)
+
+
+class Grid(tilus.Script):
+    def __call__(self, gx: int32, gy: int32, out: ~int32):
+        self.attrs.blocks = [gx, gy]
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[4])
+        r = self.register_tensor(dtype=int32, shape=[1], init=1)
+        self.store_global(g, r, offsets=[self.blockIdx.x])
+
+
+def test_empty_grid_runs_nothing():
+    out = np.full(4, -1, np.int32)
+    Grid()(0, 3, out)
+    assert out.tolist() == [-1] * 4
+    Grid()(2, 1, out)
+    assert out.tolist() == [1, 1, -1, -1]
+
+
+@pytest.mark.parametrize("gx, gy, axis", [(-1, 1, "x"), (1, 65536, "y")])
+def test_grid_outside_the_launch_limits(gx, gy, axis):
+    out = np.full(4, -1, np.int32)
+    with pytest.raises(tilus.TilusRuntimeError, match=f"grid dim {axis}"):
+        Grid()(gx, gy, out)
+    assert out.tolist() == [-1] * 4
