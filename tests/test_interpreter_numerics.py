@@ -1115,3 +1115,29 @@ def test_bfloat16_tile_arithmetic_rounds_each_result():
     ab, bb = _bf16_rne(a).astype(np.float64), _bf16_rne(b).astype(np.float64)
     for k, want in enumerate([ab + bb, ab * bb, ab / bb, ab - bb]):
         np.testing.assert_array_equal(out[k], _bf16_rne(want.astype(np.float32)))
+
+
+class ChainedCompare(tilus.Script):
+    def __call__(self, a_ptr: ~int32, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        ga = self.global_view(a_ptr, dtype=int32, shape=[8])
+        go = self.global_view(out, dtype=int32, shape=[8])
+        t = self.load_global(ga, offsets=[0], shape=[8])
+        c = 0 < t < 5
+        self.store_global(go, self.cast(c, dtype=int32), offsets=[0])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a chained comparison of tiles (`0 < t < 5`) combines the parts with Python's "
+    "`and`, which returns the last tile: it silently computes `t < 5`",
+)
+def test_chained_comparison_of_tiles():
+    a = np.array([-3, 0, 1, 4, 5, 9, 2, -1], np.int32)
+    out = np.full(8, -1, np.int32)
+    try:
+        ChainedCompare()(a, out)
+    except tilus.TilusProgramError:
+        return  # refusing it is fine too
+    np.testing.assert_array_equal(out, ((0 < a) & (a < 5)).astype(np.int32))
