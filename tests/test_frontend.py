@@ -945,3 +945,39 @@ def test_ir_text_shows_global_view_shapes():
     a = _text(ViewShapes(False), {})
     b = _text(ViewShapes(True), {})
     assert a != b
+
+
+class WarpHelpers(tilus.Script):
+    def record(self, g, row: int):
+        r = self.register_tensor(dtype=int32, shape=[3], init=0)
+        r[0] = self.current_thread_begin
+        r[1] = self.current_num_threads
+        r[2] = self.current_thread_end
+        self.store_global(g, r, offsets=[row, 0], dims=[1])
+
+    def __call__(self, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 8
+        g = self.global_view(out, dtype=int32, shape=[5, 3])
+        with self.single_warp(2):
+            self.record(g, 0)
+        with self.warp_group(4, 4):
+            self.record(g, 1)
+            with self.single_warp(1):
+                self.record(g, 2)
+                with self.single_thread(5):
+                    self.record(g, 3)
+        with self.thread_group(100, 20):
+            self.record(g, 4)
+
+
+def test_single_warp_warp_group_and_single_thread_offsets():
+    out = np.full((5, 3), -1, dtype=np.int32)
+    WarpHelpers()(out)
+    assert out.tolist() == [
+        [64, 32, 96],
+        [128, 128, 256],
+        [160, 32, 192],
+        [165, 1, 166],
+        [100, 20, 120],
+    ]
