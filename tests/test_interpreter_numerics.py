@@ -1141,3 +1141,38 @@ def test_chained_comparison_of_tiles():
     except tilus.TilusProgramError:
         return  # refusing it is fine too
     np.testing.assert_array_equal(out, ((0 < a) & (a < 5)).astype(np.int32))
+
+
+class DotTyped(tilus.Script):
+    def __init__(self, in_dtype, acc_dtype):
+        super().__init__()
+        self.in_dtype = in_dtype
+        self.acc_dtype = acc_dtype
+
+    def __call__(self, a_ptr: ~float32, b_ptr: ~float32, d_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        ga = self.global_view(a_ptr, dtype=float32, shape=[16, 64])
+        gb = self.global_view(b_ptr, dtype=float32, shape=[64, 32])
+        gd = self.global_view(d_ptr, dtype=float32, shape=[16, 32])
+        a = self.cast(self.load_global(ga, offsets=[0, 0], shape=[16, 64]), dtype=self.in_dtype)
+        b = self.cast(self.load_global(gb, offsets=[0, 0], shape=[64, 32]), dtype=self.in_dtype)
+        acc = self.dot(a, b, acc_dtype=self.acc_dtype)
+        self.store_global(gd, self.cast(acc, dtype=float32), offsets=[0, 0])
+
+
+def test_dot_int8_accumulates_exactly_in_int32():
+    a = rng.integers(-128, 128, size=(16, 64)).astype(np.float32)
+    b = rng.integers(-128, 128, size=(64, 32)).astype(np.float32)
+    d = nan_like((16, 32))
+    DotTyped(tilus.int8, int32)(a, b, d)
+    np.testing.assert_array_equal(d, a.astype(np.int64) @ b.astype(np.int64))
+
+
+def test_dot_bfloat16_inputs_float32_accumulation():
+    a = rand_f32((16, 64), -2, 2)
+    b = rand_f32((64, 32), -2, 2)
+    d = nan_like((16, 32))
+    DotTyped(bfloat16, float32)(a, b, d)
+    ref = _bf16_rne(a).astype(np.float64) @ _bf16_rne(b).astype(np.float64)
+    assert_close(d, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
