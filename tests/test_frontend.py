@@ -981,3 +981,51 @@ def test_single_warp_warp_group_and_single_thread_offsets():
         [165, 1, 166],
         [100, 20, 120],
     ]
+
+
+class StepBase(tilus.Class):
+    def __init__(self, n: int):
+        super().__init__()
+        self.n: int = n
+        self.v: int32 = 0
+
+    def step(self):
+        self.v += self.n
+
+
+class StepDerived(StepBase):
+    def __init__(self, n: int, extra: int32):
+        super().__init__(n)
+        self.extra: int32 = extra
+
+    def step(self):
+        super().step()
+        self.v += self.extra
+
+    def twice(self):
+        self.step()
+        self.step()
+
+
+class UsesDerived(tilus.Script):
+    def drive(self, d: StepDerived, times: int32):
+        for _ in range(times):
+            d.twice()
+
+    def __call__(self, m: int32, k: int32, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[2])
+        d = StepDerived(3, m)
+        self.drive(d, k)
+        r = self.register_tensor(dtype=int32, shape=[2], init=0)
+        r[0] = d.v
+        r[1] = d.n
+        self.store_global(g, r, offsets=[0])
+
+
+@pytest.mark.parametrize("m, k", [(10, 2), (-1, 5), (7, 0)])
+def test_class_inheritance_super_and_passing_objects_to_helpers(m, k):
+    out = np.full(2, -99, dtype=np.int32)
+    UsesDerived()(m, k, out)
+    assert out.tolist() == [2 * k * (3 + m), 3]
