@@ -287,3 +287,40 @@ def test_grid_outside_the_launch_limits(gx, gy, axis):
     with pytest.raises(tilus.TilusRuntimeError, match=f"grid dim {axis}"):
         Grid()(gx, gy, out)
     assert out.tolist() == [-1] * 4
+
+
+class ReversedView(tilus.Script):
+    """A view walking backwards from the last element (negative stride)."""
+
+    def __init__(self, touch):
+        super().__init__()
+        self.touch = touch
+
+    def __call__(self, n: int32, a_ptr: ~float32, out: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        ga = self.global_view(a_ptr + (n - 1), dtype=float32, shape=[n], strides=[-1])
+        if self.touch:
+            go = self.global_view(out, dtype=float32, shape=[n])
+            self.store_global(go, self.load_global(ga, offsets=[0], shape=[16]), offsets=[0])
+
+
+def test_reversed_view_with_a_negative_stride():
+    a = np.random.default_rng().uniform(1, 2, size=10).astype(np.float32)
+    out = np.full(10, np.nan, np.float32)
+    ReversedView(True)(10, a, out)
+    np.testing.assert_array_equal(out, a[::-1])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the bounds check of global_view ignores the upper end when a stride is negative: "
+    "a view starting one element past the array is accepted (and loads from it read memory "
+    "outside the array)",
+)
+def test_view_with_a_negative_stride_past_the_end_is_refused():
+    a = np.ones(10, np.float32)
+    out = np.full(11, np.nan, np.float32)
+    # the kernel only builds the view, so the unchecked case never touches memory
+    with pytest.raises(tilus.TilusRuntimeError, match="a_ptr"):
+        ReversedView(False)(11, a, out)
