@@ -9,7 +9,7 @@ from tilus.ir import inst as I
 from tilus.ir.expr import Binary, Call, Cast, Expr, Select, TensorElement, Unary, Var
 from tilus.ir.function import Function
 from tilus.ir.layout import RegisterLayout, SharedLayout, blocked, choose_swizzle, replicated
-from tilus.ir.layout.register import wgmma_acc
+from tilus.ir.layout.register import mma_a, mma_b, mma_c, mma_warps, permute, wgmma_acc
 from tilus.ir.stmt import InstStmt, ThreadGroupStmt
 from tilus.ir.tensor import TensorVar
 from tilus.passes.walk import children
@@ -110,6 +110,7 @@ class _Inference:
         self.uf = _UnionFind()
         self.anchor: dict = {}  # class root -> (layout, stmt)
         self.anchors: list = []  # (tensor, layout, stmt) requirements
+        self.perms: dict = {}  # permuted register tile -> (source tile, dims)
         self.defs: dict = {}  # register tensor -> (Group, stmt) of its first definition
         self.uses: list = []  # (tensor, Group, stmt) where a distributed layout must match
 
@@ -140,10 +141,61 @@ class _Inference:
 
     def use(self, t, g: Group, stmt):
         if isinstance(t, TensorVar) and t.kind == "register":
-            self.uses.append((t, g, stmt))
+            self.uses.append((self.base(t)[0], g, stmt))
+
+    def base(self, t):
+        """A register tile with the permutations that made it undone: (source, dims or None)."""
+        dims = None
+        while t in self.perms:
+            src, d = self.perms[t]
+            dims = d if dims is None else tuple(d[i] for i in dims)
+            t = src
+        return t, dims
+
+    def no_perm(self, stmt, t):
+        if t in self.perms:
+            raise _err(
+                stmt,
+                f"elementwise use of the transposed register tile %{t.name} is not supported "
+                "yet (only dot operands may be transposed views)",
+            )
 
     def set_anchor(self, t: TensorVar, layout: RegisterLayout, stmt):
-        self.anchors.append((t, layout, stmt))
+        src, dims = self.base(t)
+        if dims is not None:
+            inv = [0] * len(dims)
+            for k, d in enumerate(dims):
+                inv[d] = k
+            layout = permute(layout, inv)
+        self.anchors.append((src, layout, stmt))
+
+    def dot(self, stmt, inst, g: Group):
+        m, k = inst.a.shape
+        n = inst.b.shape[1]
+        if inst.a.dtype.name not in ("float16", "bfloat16") or inst.out.dtype.name != "float32":
+            raise _err(
+                stmt,
+                f"dot on the CUDA backend needs float16/bfloat16 operands and a float32 "
+                f"accumulator (mma.sync), got {inst.a.dtype} -> {inst.out.dtype}",
+            )
+        if g.size % 32 or g.begin % 32:
+            raise _err(stmt, "dot (mma.sync) needs a thread group of whole warps")
+        w = mma_warps(g.size // 32, m, n)
+        if w is None or k % 16:
+            raise _err(
+                stmt,
+                f"dot [{m}, {k}] @ [{k}, {n}] does not tile into mma.sync m16n8k16 over "
+                f"{g.size // 32} warps",
+            )
+        wm, wn = w
+        for t in (inst.a, inst.b, inst.out) + ((inst.c,) if inst.c is not None else ()):
+            self.use(t, g, stmt)
+        self.define(inst.out, g, stmt)
+        if inst.c is not None:
+            self.uf.union(inst.out, inst.c)
+        self.set_anchor(inst.out, mma_c(m, n, wm, wn), stmt)
+        self.set_anchor(inst.a, mma_a(m, k, wm, wn), stmt)
+        self.set_anchor(inst.b, mma_b(k, n, wm, wn), stmt)
 
     def resolve_anchors(self):
         for t, layout, stmt in self.anchors:
@@ -190,6 +242,8 @@ class _Inference:
             if v.perm is not None:
                 raise _err(stmt, "permuting a permuted shared view is not supported yet")
             p.shared[inst.out] = SharedView(v.root, v.layout, v.index, tuple(inst.dims))
+        elif isinstance(inst, I.PermuteTensor) and inst.src.kind == "register":
+            self.perms[inst.out] = (inst.src, tuple(inst.dims))
         elif isinstance(inst, I.SliceTensor | I.PermuteTensor):
             raise _err(
                 stmt, f"{inst.NAME} of a {inst.src.kind} tile is not supported by the CUDA backend"
@@ -215,6 +269,7 @@ class _Inference:
         elif isinstance(inst, I.AllocRegister):
             self.define(inst.out, g, stmt)
         elif isinstance(inst, I.CastTensor | I.AssignTensor):
+            self.no_perm(stmt, inst.src)
             self.define(inst.out, g, stmt)
             self.use(inst.src, g, stmt)
             self.uf.union(inst.out, inst.src)
@@ -223,6 +278,7 @@ class _Inference:
             ops = [getattr(inst, n) for n in ("a", "b", "cond", "x", "y") if hasattr(inst, n)]
             for o in ops:
                 if isinstance(o, TensorVar):
+                    self.no_perm(stmt, o)
                     self.use(o, g, stmt)
                     if o.shape != inst.out.shape:
                         raise _err(
@@ -246,9 +302,7 @@ class _Inference:
         elif isinstance(inst, I.TmaGlobalToShared | I.TmaSharedToGlobal):
             self.tma(stmt, inst)
         elif isinstance(inst, I.Dot):
-            raise _err(
-                stmt, "dot (mma.sync) is not supported by the CUDA backend yet; use wgmma.mma"
-            )
+            self.dot(stmt, inst, g)
         elif isinstance(inst, I.Reduce | I.PrintTensor):
             raise _err(stmt, f"{inst.NAME} is not supported by the CUDA backend yet")
 
@@ -355,6 +409,11 @@ class _Inference:
                     )
                 p.registers[t] = layout
                 p.owner[t] = dg
+        for t, (src, _) in self.perms.items():
+            base, dims = self.base(t)
+            if base in p.registers:
+                p.registers[t] = permute(p.registers[base], dims)
+                p.owner[t] = p.owner[base]
         for t, g, stmt in self.uses:
             layout = p.registers.get(t)
             if layout is None:

@@ -32,7 +32,7 @@ def layout_of(ctx, t: TensorVar):
 def row_len(layout) -> int:
     """Registers per row of the declared C array (wgmma accumulators: one row per m64 tile)."""
     if layout.kind == "wgmma_acc":
-        return layout.shape[1] // 2
+        return layout.local_size // layout.locals[0].extent
     return layout.local_size
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilus.backends.cuda.codegen import hopper, memory
+from tilus.backends.cuda.codegen import hopper, memory, mma
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import ExprPrinter, ctype
 from tilus.ir.stmt import (
@@ -52,8 +52,11 @@ def _slice(ctx, inst, expr):
 
 
 def _permute(ctx, inst, expr):
-    if inst.out.kind != "shared":
-        raise ctx.error("permuting a register tile is not supported")
+    if inst.out.kind == "register":
+        # the same registers under a permuted layout: an alias
+        ctx.names[id(inst.out)] = ctx.name(inst.src)
+        ctx.emit(f"// %{inst.out.name}: the registers of {ctx.name(inst.src)}, dims {inst.dims}")
+        return
     name = ctx.name(inst.out)
     ctx.shared_names[inst.out] = name
     ctx.emit(f"const uint32_t {name} = {memory.shared_offset(ctx, inst.src)};  // transposed view")
@@ -95,6 +98,7 @@ RULES = {
     "unary": R.unary,
     "where": R.where,
     "sync": _sync,
+    "dot": mma.dot,
     "printf": _printf,
     "mbarrier_alloc": hopper.mbarrier_alloc,
     "mbarrier_arrive": hopper.mbarrier_arrive,

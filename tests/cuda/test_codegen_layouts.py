@@ -1,0 +1,84 @@
+"""Register and shared layouts (pure Python): completeness, fragment formulas, swizzles."""
+
+from __future__ import annotations
+
+import pytest
+
+from tilus.ir.layout import SharedLayout, blocked, choose_swizzle, replicated, wgmma_acc
+from tilus.ir.layout.register import mma_a, mma_b, mma_c, mma_warps, permute
+
+
+@pytest.mark.parametrize("m, n", [(64, 8), (64, 128), (128, 256), (192, 64)])
+def test_wgmma_accumulator(m, n):
+    layout = wgmma_acc(m, n)
+    assert layout.num_threads == 128 and layout.local_size == m * n // 128
+    assert layout.is_complete()
+    # PTX ISA wgmma D fragment: row warp*16 + lane/4 + 8*((i/2)%2), col (i/4)*8 + (lane%4)*2 + i%2
+    for t in (0, 5, 37, 127):
+        warp, lane = divmod(t, 32)
+        for i in range(n // 2):
+            assert layout.coords(t, i) == (
+                warp * 16 + lane // 4 + 8 * ((i // 2) % 2),
+                (i // 4) * 8 + (lane % 4) * 2 + i % 2,
+            )
+    # repeats over M are the outermost registers
+    assert layout.coords(0, n // 2) == (64, 0) if m > 64 else True
+
+
+def test_mma_fragments():
+    wm, wn = mma_warps(4, 64, 64)
+    assert (wm, wn) == (2, 2)
+    c, a, b = mma_c(64, 64, wm, wn), mma_a(64, 32, wm, wn), mma_b(32, 64, wm, wn)
+    assert c.is_complete() and a.is_complete() and b.is_complete()
+    # PTX ISA m16n8k16: a0..a7 of lane l, warp 0
+    for lane in (0, 6, 31):
+        g, q = divmod(lane, 4)
+        assert [a.coords(lane, h) for h in range(8)] == [
+            (g, 2 * q), (g, 2 * q + 1), (g + 8, 2 * q), (g + 8, 2 * q + 1),
+            (g, 2 * q + 8), (g, 2 * q + 9), (g + 8, 2 * q + 8), (g + 8, 2 * q + 9),
+        ]  # fmt: skip
+        assert [b.coords(lane, h) for h in range(4)] == [
+            (2 * q, g),
+            (2 * q + 1, g),
+            (2 * q + 8, g),
+            (2 * q + 9, g),
+        ]
+        assert [c.coords(lane, r) for r in range(4)] == [
+            (g, 2 * q),
+            (g, 2 * q + 1),
+            (g + 8, 2 * q),
+            (g + 8, 2 * q + 1),
+        ]
+    assert mma_warps(4, 16, 8) is None
+
+
+def test_permute_and_replicated_and_blocked():
+    b = mma_b(16, 64, 2, 2)
+    bt = permute(b, (1, 0))
+    assert bt.shape == (64, 16) and bt.is_complete()
+    assert all(bt.coords(t, i) == b.coords(t, i)[::-1] for t in range(128) for i in range(4))
+    r = replicated((4,), 256)
+    assert r.replicated and r.local_size == 4 and r.is_complete()
+    for shape, threads in (((1024,), 128), ((128, 128), 128), ((16, 16), 128), ((4, 8), 64)):
+        layout = blocked(shape, threads)
+        assert layout.is_complete(), (shape, threads)
+
+
+def test_shared_swizzle():
+    assert [choose_swizzle(b) for b in (16, 32, 64, 128, 256)] == [0, 32, 64, 128, 0]
+    s = SharedLayout((3, 64, 64), 2, 128)
+    assert s.row_bytes == 128 and s.atom_bytes == 1024 and s.nbytes == 3 * 64 * 64 * 2
+    # 128B: the 16-byte chunk index is XORed with the row index within each 8-row atom
+    for row in range(16):
+        for chunk in range(8):
+            assert s.offset((0, row, chunk * 8)) == row * 128 + ((chunk ^ (row % 8)) * 16)
+    assert s.offset((1, 0, 0)) == 64 * 64 * 2
+    s64 = SharedLayout((8, 32), 2, 64)
+    assert s64.offset((2, 0)) == 2 * 64 + 16  # row 2: (2*64 >> 7) & 3 = 1 -> chunk ^ 1
+    assert s64.offset((3, 8)) == 3 * 64 + 0  # chunk 1 ^ 1
+    # every element lands on a distinct byte offset inside the tile
+    offs = {s.offset((0, r, c)) for r in range(64) for c in range(64)}
+    assert len(offs) == 64 * 64 and max(offs) < 64 * 64 * 2
+    with pytest.raises(ValueError):
+        SharedLayout((64, 32), 2, 128)
+    assert s.slice(1).shape == (64, 64)
