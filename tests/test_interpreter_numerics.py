@@ -1176,3 +1176,43 @@ def test_dot_bfloat16_inputs_float32_accumulation():
     DotTyped(bfloat16, float32)(a, b, d)
     ref = _bf16_rne(a).astype(np.float64) @ _bf16_rne(b).astype(np.float64)
     assert_close(d, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+
+
+class VoidView(tilus.Script):
+    def __init__(self, dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def __call__(self, p: tilus.void_p, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(p, dtype=self.dtype, shape=[4])
+        go = self.global_view(out, dtype=int32, shape=[4])
+        t = self.load_global(g, offsets=[0], shape=[4])
+        self.store_global(go, self.cast(t, dtype=int32), offsets=[0])
+
+
+def test_void_pointer_view_of_the_same_dtype():
+    a = rand_i32(4)
+    out = np.full(4, -1, np.int32)
+    VoidView(int32)(a, out)
+    np.testing.assert_array_equal(out, a)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a global_view of int32 over a void_p argument holding float32 data converts the "
+    "values numerically instead of reinterpreting the bytes (a float16 view even indexes the "
+    "float32 elements one by one)",
+)
+@pytest.mark.parametrize("dtype", [int32, float16])
+def test_void_pointer_view_reinterprets_memory(dtype):
+    a = rand_f32(4)
+    out = np.full(4, -1, np.int32)
+    try:
+        VoidView(dtype)(a, out)
+    except (tilus.TilusArgumentError, tilus.TilusRuntimeError):
+        return  # refusing a view whose dtype differs from the array is fine too
+    want = np.trunc(a.view(dtype.np_storage)[:4].astype(np.float64))
+    want = np.where(np.isnan(want), 0, np.clip(want, -(2**31), 2**31 - 1))
+    np.testing.assert_array_equal(out, want.astype(np.int64))
