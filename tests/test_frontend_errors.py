@@ -865,3 +865,24 @@ def test_kernel_without_a_source_file_is_refused_clearly():
     )
     with pytest.raises(tilus.TilusProgramError, match="source"):
         namespace["NoSource"]()(1)
+
+
+class PythonPrint(tilus.Script):
+    def __call__(self, m: int32):
+        self.attrs.blocks = 2
+        self.attrs.warps = 1
+        print("value", m + 1)  # ERR
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Python's print() of a runtime value runs on the host at transpile time and prints "
+    "the IR node (`value Binary(op='+', ...)`) once, instead of being refused (builtins "
+    "other than min/max/abs/int/float/bool/math.* on runtime values are errors; use "
+    "self.printf)",
+)
+def test_python_print_of_a_runtime_value(capsys):
+    try:
+        expect_error(PythonPrint, tilus.TilusProgramError, "printf|print", None, 3)
+    finally:
+        capsys.readouterr()
