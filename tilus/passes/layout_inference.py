@@ -409,7 +409,7 @@ class _Inference:
                     )
                 p.registers[t] = layout
                 p.owner[t] = dg
-        for t, (src, _) in self.perms.items():
+        for t in self.perms:
             base, dims = self.base(t)
             if base in p.registers:
                 p.registers[t] = permute(p.registers[base], dims)

@@ -7,8 +7,6 @@ select chains (reads) and guarded writes.
 
 from __future__ import annotations
 
-import math
-
 from tilus.backends.cuda.codegen.scalar import HALF, const, ctype, from_float, to_float
 from tilus.ir.expr import Const
 from tilus.ir.tensor import TensorVar
@@ -326,8 +324,3 @@ def where(ctx, inst, expr):
 def zero(dtype) -> str:
     """The literal zero of ``dtype``."""
     return const(0, dtype)
-
-
-def num_regs(layout) -> int:
-    """Registers per thread of a layout."""
-    return math.prod(f.extent for f in layout.locals)

@@ -165,11 +165,16 @@ class ExprPrinter:
 
     def binary(self, e: Binary) -> str:
         a, b = self.expr(e.a), self.expr(e.b)
-        at = e.a.dtype
-        if isinstance(at, DataType) and at.name in HALF:
-            a, b = to_float(a, at), to_float(b, e.b.dtype)
-            r = f"({a} {e.op} {b})"
-            return r if e.dtype.name == "bool" else from_float(r, e.dtype)
+        at, bt = e.a.dtype, e.b.dtype
+        halves = [t for t in (at, bt, e.dtype) if isinstance(t, DataType) and t.name in HALF]
+        if halves:
+            # 16-bit floats are bits in C: compute in float, round to the result type
+            a, b = to_float(a, at), to_float(b, bt)
+            if e.op == "%":
+                r = f"fmodf({a}, {b})"
+            else:
+                r = f"({a} {e.op} {b})"
+            return from_float(r, e.dtype) if e.dtype.name in HALF else r
         if e.op in ("/", "%") and isinstance(e.dtype, DataType) and e.dtype.is_float():
             if e.op == "%":
                 return f"fmod{'f' if e.dtype.name == 'float32' else ''}({a}, {b})"
