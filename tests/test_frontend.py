@@ -1029,3 +1029,27 @@ def test_class_inheritance_super_and_passing_objects_to_helpers(m, k):
     out = np.full(2, -99, dtype=np.int32)
     UsesDerived()(m, k, out)
     assert out.tolist() == [2 * k * (3 + m), 3]
+
+
+class LoopVarSemantics(tilus.Script):
+    def __call__(self, m: int32, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[3])
+        r = self.register_tensor(dtype=int32, shape=[3], init=0)
+        for i in range(4):
+            i = i * 10  # noqa: PLW2901 - rebinding the loop variable lasts one iteration
+            r[0] += i
+        n: int32 = m
+        for _ in range(n):  # the bound is evaluated once, like Python's range
+            n = n - 1
+            r[1] += 1
+        r[2] = n
+        self.store_global(g, r, offsets=[0])
+
+
+@pytest.mark.parametrize("m", [0, 3, 8])
+def test_loop_variable_and_bound_follow_python_semantics(m):
+    out = np.full(3, -1, dtype=np.int32)
+    LoopVarSemantics()(m, out)
+    assert out.tolist() == [60, m, 0]
