@@ -77,6 +77,12 @@ def _printf(ctx, inst, expr):
     ctx.emit(f'if ({lead}) printf("{fmt}"{"".join(", " + a for a in args)});')
 
 
+def _unsupported(ctx, inst, expr):
+    raise ctx.error(
+        f"{inst.NAME} is not supported by the CUDA backend yet (the interpreter runs it)"
+    )
+
+
 RULES = {
     "alloc_register": R.alloc_register,
     "alloc_shared": lambda ctx, inst, expr: ctx.emit(
@@ -113,6 +119,10 @@ RULES = {
     "wgmma_commit_group": hopper.wgmma_commit_group,
     "wgmma_wait_group": hopper.wgmma_wait_group,
     "fence_proxy_async": hopper.fence_proxy_async,
+    # No lowering yet: a clear error at the user's line (layout inference raises it first).
+    "reduce": _unsupported,
+    "reshape": _unsupported,
+    "print_tensor": _unsupported,
 }
 
 
