@@ -26,7 +26,7 @@ if str(REPO) not in sys.path:
 
 V2_CONFIGS = [
     dict(num_stages=s, block_m=bm, block_n=bn, block_k=64)
-    for (bm, bn) in ((128, 128), (128, 256))
+    for (bm, bn) in ((128, 128), (64, 128), (128, 256))
     for s in (2, 3, 4)
 ]
 

@@ -72,6 +72,13 @@ def test_hopper_example_every_config(version):
     assert not bad, bad
 
 
+@pytest.mark.parametrize("m, n, k", [(4096, 4096, 4096), (8000, 8192, 8192)])
+def test_hopper_example_v1_big(m, n, k):
+    mod = _example("hopper_matmul", "matmul_v1")
+    cfg = dict(block_m=128, block_n=128, block_k=64)
+    assert _check_abt(mod.MatmulWGMMA(**cfg), m, n, k) < 1e-2
+
+
 def test_tiled_matmul_dot():
     import torch
 

@@ -173,6 +173,8 @@ def run_cuda(script, const_args: dict, runtime):
     """Compile (first config that compiles, cached) and launch on the tensors' device."""
     import torch
 
+    from tilus.runtime.driver import ensure_context
+
     kname = script.script_cls.__name__
     ck = select_kernel(script, const_args)
     fn = ck.kernel.program.fn
@@ -186,6 +188,7 @@ def run_cuda(script, const_args: dict, runtime):
     args = _kernel_args(kname, ck, env, tensors)
     index = device.index if device is not None else torch.cuda.current_device()
     kernel = ck.function(index)
+    ensure_context(index)  # the device's primary context (torch's) is current for the launch
     stream = torch.cuda.current_stream(index).cuda_stream
     kernel.launch(grid, (fn.num_threads, 1, 1), ck.kernel.smem_bytes, stream, args)
     return None
