@@ -1,10 +1,11 @@
-"""Register layouts: how a tile is spread over the threads of a group and their registers.
+"""Register layouts: how a tile is spread over the threads of a group and their registers."""
 
-A layout is an affine mixed-radix map. The thread index ``t`` (relative to the group) is split
-into digits by ``threads`` (first factor most significant), the register index ``i`` by
-``locals``; each digit ``d`` of a factor ``(dim, extent, stride)`` adds ``d * stride`` to the
-coordinate along ``dim``. A factor with ``dim == -1`` replicates: those digits select copies.
-"""
+# A layout is an affine mixed-radix map. The thread index t (relative to the group) is split
+# into digits by `threads` (first factor most significant), the register index i by `locals`;
+# each digit d of a factor (dim, extent, stride) adds d * stride to the coordinate along dim.
+# A factor with dim == -1 replicates: those digits select copies. Spatial factors are the
+# thread digits, local factors the register digits; composing them gives the usual
+# local(...).spatial(...) layouts, and the wgmma/mma.sync fragments are written this way.
 
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ def codegen_version() -> str:
     here = pathlib.Path(__file__).resolve().parent
     h = hashlib.sha256()
     files = sorted(here.glob("*.py")) + sorted((here.parent / "ptx").glob("*.py"))
-    files += [here.parent / "prelude.py", here.parents[3] / "passes" / "layout_inference.py"]
+    files += [here.parent / "prelude.py", here.parents[2] / "passes" / "layout_inference.py"]
+    files += sorted((here.parents[2] / "ir" / "layout").glob("*.py"))
     for f in files:
         if f.is_file():
             h.update(f.read_bytes())

@@ -1,9 +1,8 @@
-"""Register tiles: declarations, element access, elementwise instructions, scalar element reads.
+"""Register tiles: declarations, element access, elementwise instructions, scalar element reads."""
 
-Every register loop is emitted straight-line with constant register indices, so that ptxas keeps
-tiles in registers (no local-memory LDL/STL). Dynamic indices into small replicated tiles become
-select chains (reads) and guarded writes.
-"""
+# Register loops have constant trip counts and are fully unrolled (or emitted straight-line), so
+# every register index is a constant and ptxas keeps tiles in registers (no LDL/STL). Dynamic
+# indices into small replicated tiles become select chains (reads) and guarded writes.
 
 from __future__ import annotations
 
