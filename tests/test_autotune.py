@@ -107,11 +107,6 @@ def test_malformed_autotune_arguments():
         tilus.autotune("", [1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="autotune on a subclass of a tuned Script starts from an empty space, dropping the "
-    "parent's dimensions (an undecorated subclass inherits them)",
-)
 def test_subclass_space_extends_the_parent_space():
     @tilus.autotune("x", [1, 2])
     class Parent(tilus.Script):
@@ -328,11 +323,6 @@ class Asserted(tilus.Script):
         self.store_global(g, r, offsets=[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a config that fails to transpile (here a static_assert written to reject it) "
-    "aborts the call instead of being dropped like a config over the shared-memory limit",
-)
 def test_configs_rejected_by_static_assert_are_dropped():
     out = np.full(64, -1, dtype=np.int32)
     with warnings.catch_warnings():

@@ -115,11 +115,6 @@ def test_subbyte_floats(name):
         _ = dt.nbytes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the short aliases of the sub-byte families (i4, u4, f6e3m2, ...) are not exported "
-    "from tilus (only tilus.dtypes.SHORT_NAMES has them)",
-)
 def test_subbyte_short_aliases_exported_from_tilus():
     assert tilus.i4 is tilus.int4b
     assert tilus.u2 is tilus.uint2b

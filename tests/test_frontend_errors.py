@@ -776,12 +776,6 @@ class CountsInLoop(tilus.Script):
         self.store_global(g, r, offsets=[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a tilus.Class attribute bound to a host int and updated inside a runtime loop "
-    "silently keeps a compile-time value (the kernel counts 1 instead of n); a Script-level "
-    "name in the same situation is refused",
-)
 def test_class_host_attribute_updated_in_a_runtime_loop():
     out = np.full(1, -1, np.int32)
     try:
@@ -798,11 +792,6 @@ class BadAnnotation(tilus.Script):
         self.attrs.warps = 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an annotation that cannot be resolved (a NameError under `from __future__ import "
-    "annotations`) is reported as 'needs an annotation' without naming the unknown name",
-)
 def test_unresolvable_annotation_names_the_unknown_name():
     expect_error(BadAnnotation, tilus.TilusProgramError, "no_such_dtype", None, 1)
 
@@ -819,11 +808,6 @@ class GridInRuntimeIf(tilus.Script):
         self.store_global(g, r, offsets=[self.blockIdx.x])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="launch attributes set inside a runtime if are applied from both branches (the "
-    "last one wins): the grid is 2 blocks although m > 0 selects 4, with no error",
-)
 def test_launch_attributes_inside_a_runtime_if():
     out = np.zeros(4, np.int32)
     try:
@@ -874,13 +858,6 @@ class PythonPrint(tilus.Script):
         print("value", m + 1)  # ERR
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Python's print() of a runtime value runs on the host at transpile time and prints "
-    "the IR node (`value Binary(op='+', ...)`) once, instead of being refused (builtins "
-    "other than min/max/abs/int/float/bool/math.* on runtime values are errors; use "
-    "self.printf)",
-)
 def test_python_print_of_a_runtime_value(capsys):
     try:
         expect_error(PythonPrint, tilus.TilusProgramError, "printf|print", None, 3)

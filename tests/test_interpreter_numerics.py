@@ -1128,11 +1128,6 @@ class ChainedCompare(tilus.Script):
         self.store_global(go, self.cast(c, dtype=int32), offsets=[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a chained comparison of tiles (`0 < t < 5`) combines the parts with Python's "
-    "`and`, which returns the last tile: it silently computes `t < 5`",
-)
 def test_chained_comparison_of_tiles():
     a = np.array([-3, 0, 1, 4, 5, 9, 2, -1], np.int32)
     out = np.full(8, -1, np.int32)
@@ -1199,12 +1194,6 @@ def test_void_pointer_view_of_the_same_dtype():
     np.testing.assert_array_equal(out, a)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a global_view of int32 over a void_p argument holding float32 data converts the "
-    "values numerically instead of reinterpreting the bytes (a float16 view even indexes the "
-    "float32 elements one by one)",
-)
 @pytest.mark.parametrize("dtype", [int32, float16])
 def test_void_pointer_view_reinterprets_memory(dtype):
     a = rand_f32(4)

@@ -4,6 +4,7 @@ from tilus import option, utils
 from tilus.backends.cuda.api import compile  # noqa: A004 - tilus.compile(kernel, ...)
 from tilus.dtypes import (
     ALL_DTYPES,
+    SHORT_NAMES,
     DataType,
     PointerType,
     bfloat16,
@@ -38,6 +39,7 @@ from tilus.lang.script import InstantiatedScript, Script
 
 # sub-byte integer and float families (int4b, uint2b, float6_e3m2, ...) and short aliases
 globals().update({name: dt for name, dt in ALL_DTYPES.items() if name not in globals()})
+globals().update({name: dt for name, dt in SHORT_NAMES.items() if name not in globals()})
 i8, i16, i32, i64 = int8, int16, int32, int64
 u8, u16, u32, u64 = uint8, uint16, uint32, uint64
 f16, f32, f64, bf16, tf32 = float16, float32, float64, bfloat16, tfloat32

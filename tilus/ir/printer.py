@@ -70,6 +70,12 @@ class Printer:
             return "_"
         return repr(e)
 
+    def type_str(self, t) -> str:
+        """``global[float16; m_size, 256]``: runtime dims printed as expressions, so the text
+        (a compile-cache key) tells views of different shapes apart."""
+        dims = ", ".join(str(d) if isinstance(d, int) else self.expr(d) for d in t.shape)
+        return f"{t.kind}[{t.dtype.name}; {dims}]"
+
     def inst(self, inst: Inst) -> str:
         out = inst.output()
         parts = []
@@ -79,7 +85,7 @@ class Printer:
             parts.append(f"{k}={self.expr(v)}")
         text = f"{inst.NAME}({', '.join(parts)})"
         if out is not None:
-            return f"%{self.name(out)}: {out.type_str()} = {text}"
+            return f"%{self.name(out)}: {self.type_str(out)} = {text}"
         return text
 
     # --- statements ----------------------------------------------------------------------------

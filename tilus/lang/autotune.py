@@ -30,15 +30,19 @@ def autotune(arg_names: str, arg_values):
                 )
 
     def wrap(cls):
-        space = dict(cls.__dict__.get("_autotune_space", {}))
-        for key in space:
+        space = dict(getattr(cls, "_autotune_space", {}))  # inherit the parent's dims
+        own = set(cls.__dict__.get("_autotune_own", ()))
+        for key in list(space):
             clash = set(key) & set(names)
-            if clash:
+            if clash and key in own:
                 raise TilusError(
                     f"autotune: {', '.join(sorted(clash))} is given twice on {cls.__name__}"
                 )
+            if clash:  # a subclass re-tunes a dimension of its parent: replace it
+                del space[key]
         space[names] = values
         cls._autotune_space = space
+        cls._autotune_own = own | {names}
         return cls
 
     return wrap

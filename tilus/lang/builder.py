@@ -63,6 +63,13 @@ class Attributes:
                     f"self.attrs.warps must be a compile-time int in [1, 32], got {value!r}",
                     _current_loc(),
                 )
+        b = getattr(_local, "builder", None)
+        if name != "_locs" and b is not None and b.runtime_depth:
+            raise TilusProgramError(
+                f"self.attrs.{name} must be set outside runtime loops, ifs and thread groups "
+                f"(it is a launch attribute, fixed before the kernel starts)",
+                _current_loc(),
+            )
         if name == "cluster_blocks" and value not in (None, (1, 1, 1), [1, 1, 1], 1):
             raise TilusProgramError(
                 "thread-block clusters are not supported yet (cluster_blocks must be 1)",
@@ -93,6 +100,7 @@ class Builder:
         self.names: dict[str, int] = {}
         self.name_hint: str | None = None
         self.loop_depth = 0
+        self.runtime_depth = 0  # runtime loops/ifs/thread groups around the current statement
         self.params: list[Var] = []
         self.decl_init: dict[Var, Expr | None] = {}  # for re-expressing the grid over params
         self.assigned: set[Var] = set()

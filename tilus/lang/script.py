@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import warnings
 
-from tilus.errors import TilusArgumentError, TilusCompileError, TilusError
+from tilus.errors import TilusArgumentError, TilusCompileError, TilusError, TilusProgramError
 from tilus.lang.autotune import expand_space
 from tilus.lang.instructions.generic import GenericInstructions
 from tilus.lang.instructions.hopper import HopperInstructions
@@ -105,7 +105,7 @@ class InstantiatedScript:
         if hit is None:
             try:
                 hit = lower(transpile(self.instance(config), const_args, config))
-            except TilusCompileError as e:
+            except TilusProgramError as e:  # kept, so a failing config fails once and quickly
                 hit = e
                 self.failed_configs[_hashable(config)] = str(e)
             self._programs[key] = hit
@@ -127,6 +127,9 @@ class InstantiatedScript:
         return out
 
     def _none_compiled(self):
+        errors = [e for e in self._programs.values() if isinstance(e, Exception)]
+        if errors and len({str(e) for e in errors}) == 1:
+            return errors[0]  # every config fails the same way: show that error as it is
         reasons = "\n".join(f"  {dict(k)}: {v}" for k, v in self.failed_configs.items())
         return TilusCompileError(f"no config of {self.script_cls.__name__} compiles:\n{reasons}")
 
@@ -189,7 +192,7 @@ class InstantiatedScript:
         for cfg in self._configs:
             try:
                 progs.append((cfg, self.program(cfg, const_args)))
-            except TilusCompileError as e:
+            except TilusProgramError as e:  # the spec: configs that fail are dropped
                 if len(self._configs) == 1:
                     raise
                 warnings.warn(

@@ -99,10 +99,17 @@ def _scalar(kernel, name, ann: DataType, v):
             raise TilusArgumentError(f"{kernel}: argument {name!r}={v} does not fit {ann}")
         return v
     if ann.kind == "bool":
+        if not isinstance(v, (bool, int)):
+            raise TilusArgumentError(
+                f"{kernel}: argument {name!r} is boolean but got {type(v).__name__} {v!r}"
+            )
         return bool(v)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TilusArgumentError(f"{kernel}: argument {name!r} is {ann} but got {type(v).__name__}")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:
+        raise TilusArgumentError(f"{kernel}: argument {name!r}={v} does not fit {ann}") from None
 
 
 def prepare(kernel: str, runtime):

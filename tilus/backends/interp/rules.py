@@ -120,19 +120,33 @@ def _global_view(task, inst, loc):
         strides = [int(np.prod(shape[i + 1 :])) for i in range(len(shape))]
     else:
         strides = [int(scal(task, s, loc)) for s in inst.strides]
-    buf = ptr.buf
-    need = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if all(shape) else 0
-    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0) if all(shape) else 0
-    if ptr.offset + lo < 0 or ptr.offset + need > buf.size:
-        raise TilusRuntimeError(
-            f"global_view of shape {shape} over `{ptr.name}` reaches element "
-            f"{ptr.offset + need - 1}, but the array passed as `{ptr.name}` has only "
-            f"{buf.size} elements",
-            loc,
-        )
-    base = buf[ptr.offset :]
+    buf, offset = ptr.buf, ptr.offset
+    st = out.dtype.np_storage
+    if st != buf.dtype:  # a void pointer viewed as another dtype: reinterpret the bytes
+        native = out.dtype.nbits == st.itemsize * 8 and ptr.dtype.nbits == buf.itemsize * 8
+        if not native:
+            raise TilusRuntimeError(
+                f"global_view of dtype {out.dtype} over `{ptr.name}` ({ptr.dtype} array) would "
+                f"reinterpret bits the interpreter stores widened; pass a {out.dtype} array",
+                loc,
+            )
+        raw = buf.view(np.uint8)[offset * buf.itemsize :]
+        buf, offset = raw[: raw.size // st.itemsize * st.itemsize].view(st), 0
+    if all(shape):
+        lo = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+        hi = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+        if lo < 0 or hi >= buf.size:
+            raise TilusRuntimeError(
+                f"global_view of shape {shape} (strides {strides}) over `{ptr.name}` reaches "
+                f"element {hi if hi >= buf.size else lo}, outside the array passed as "
+                f"`{ptr.name}` ({buf.size} elements)",
+                loc,
+            )
     arr = np.lib.stride_tricks.as_strided(
-        base, shape=shape, strides=[s * buf.itemsize for s in strides], writeable=True
+        buf[offset:],
+        shape=shape,
+        strides=[s * buf.itemsize for s in strides],
+        writeable=buf.flags.writeable,
     )
     task.env[out] = GlobalViewValue(arr, out.dtype, ptr.name)
 
@@ -236,6 +250,10 @@ def _load_global(task, inst, loc):
 @rule(I.StoreGlobal)
 def _store_global(task, inst, loc):
     g = task.env[inst.dst]
+    if not g.arr.flags.writeable:
+        raise TilusRuntimeError(
+            f"the kernel stores into `{g.name}`, but the array passed for it is read-only", loc
+        )
     src = reg(task, inst.src, loc)
     offs = [int(scal(task, o, loc)) for o in inst.offsets]
     gidx, tidx = box_index(g.arr, offs, inst.dims, src.shape)

@@ -336,6 +336,10 @@ class ExprVisitor:
                 r = fn(lhs, rhs)
             if result is None:
                 result = r
+            elif isinstance(result, TensorVar) or isinstance(r, TensorVar):
+                if not (isinstance(result, TensorVar) and isinstance(r, TensorVar)):
+                    raise TypeError("a chained comparison cannot mix tiles and scalars")
+                result = tensor_binary("&", result, r)  # elementwise `and` of the links
             elif isinstance(result, Expr) or isinstance(r, Expr):
                 result = binary("&&", to_bool(result), to_bool(r))
             else:
@@ -401,6 +405,16 @@ class ExprVisitor:
         if isinstance(func, DataType) and any_ir:
             (v,) = args
             return cast(v, func)
+        if (
+            any_ir
+            and getattr(func, "__module__", None) == "builtins"
+            and func not in (builtins.len, builtins.isinstance, builtins.tuple, builtins.list)
+        ):
+            name = getattr(func, "__name__", str(func))
+            hint = "; use self.printf to print runtime values" if name == "print" else ""
+            raise TypeError(
+                f"Python's {name}() runs at compile time and cannot take runtime values{hint}"
+            )
         user = self.user_callable(func)
         if user is not None:
             return user(args, kwargs, node)

@@ -40,7 +40,14 @@ def kernel_params(script_cls) -> list[tuple[str, object, ast.arg]]:
         )
     out = []
     for node, name in zip(args.args[1:], list(sig.parameters)[1:]):
-        ann = _resolve_annotation(fn.__annotations__.get(name), fn)
+        raw = fn.__annotations__.get(name)
+        ann = _resolve_annotation(raw, fn)
+        if ann is None and isinstance(raw, str):
+            raise TilusProgramError(
+                f"the annotation `{raw}` of kernel parameter `{name}` cannot be evaluated "
+                "(unknown name?)",
+                parsed.loc(node),
+            )
         if ann is None:
             raise TilusProgramError(
                 f"kernel parameter `{name}` needs an annotation: int/float/bool/str for a "

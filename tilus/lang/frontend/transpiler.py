@@ -139,12 +139,15 @@ class Transpiler(ExprVisitor):
             raise self.error(f"{type(e).__name__}: {e}", node) from e
 
     def visit_block(self, stmts, scope: Scope | None = None):
+        runtime = scope is not None and scope.runtime
         if scope is not None:
             self.frame.scopes.append(scope)
+        self.builder.runtime_depth += runtime
         try:
             for s in stmts:
                 self.visit(s)
         finally:
+            self.builder.runtime_depth -= runtime
             if scope is not None:
                 popped = self.frame.scopes.pop()
                 for name in popped.names:
@@ -332,8 +335,20 @@ class Transpiler(ExprVisitor):
             and value is not cur
             and isinstance(value, TensorVar)
             and value.kind == "register"
+            and f.runtime_between(idx)
         ):
+            # a tile bound outside this loop/if: copy, so the value survives the block
             if value.shape == cur.shape and value.dtype == cur.dtype:
+                aliases = [
+                    n for sc in f.scopes for n, v in sc.names.items() if v is cur and n != name
+                ]
+                if aliases:
+                    raise self.error(
+                        f"`{name}` is the same tile as `{aliases[0]}`; assigning to it inside "
+                        f"this runtime loop/if would change `{aliases[0]}` too. Make a separate "
+                        f"tile first (self.register_tensor(...) and self.assign)",
+                        node,
+                    )
                 self.builder.inst(I.AssignTensor(cur, value))
                 return
         if value is cur:
@@ -352,6 +367,26 @@ class Transpiler(ExprVisitor):
 
         if isinstance(obj, Class):
             cur = obj.__dict__.get(attr)
+            depths = obj.__dict__.setdefault("_tilus_depths", {})
+            bound_at = depths.get(attr)
+            is_var = isinstance(cur, Var) and cur.kind == "local"
+            is_tile = isinstance(cur, TensorVar) and cur.kind == "register"
+            if (
+                ann is None
+                and bound_at is not None
+                and not is_var
+                and not is_tile
+                and self.builder.runtime_depth > bound_at
+                and value is not cur
+            ):
+                raise self.error(
+                    f"attribute `{attr}` holds a compile-time value bound outside this runtime "
+                    f"loop/if; it cannot be rebound here. Annotate it where it is first set "
+                    f"(e.g. `self.{attr}: int32 = ...`) to make it a kernel variable",
+                    node,
+                )
+            if ann is not None or bound_at is None:
+                depths[attr] = self.builder.runtime_depth
             hint = f"{getattr(obj, '_tilus_name', type(obj).__name__.lower())}.{attr}"
             if ann is None and isinstance(cur, Var) and cur.kind == "local":
                 self.builder.assign(cur, self.builder.expect_scalar(value, hint))
@@ -398,8 +433,8 @@ class Transpiler(ExprVisitor):
         if node.orelse:
             raise self.error("for ... else is not supported", node)
         it = self.eval(node.iter)
-        if isinstance(it, (list, tuple)):
-            for item in it:  # a host sequence: unrolled at compile time
+        if not isinstance(it, (RangeSpec, Expr, TensorVar)) and hasattr(it, "__iter__"):
+            for item in list(it):  # a host sequence (list, enumerate, zip...): unrolled
                 self.assign(node.target, item, None, node)
                 self.visit_block(node.body)
             return
