@@ -66,6 +66,7 @@ class _UnionFind:
         self.parent: dict = {}
 
     def find(self, x):
+        """The class representative of ``x``."""
         self.parent.setdefault(x, x)
         while self.parent[x] is not x:
             self.parent[x] = self.parent[self.parent[x]]
@@ -73,6 +74,7 @@ class _UnionFind:
         return x
 
     def union(self, a, b):
+        """Merge the classes of ``a`` and ``b`` (they get one layout)."""
         ra, rb = self.find(a), self.find(b)
         if ra is not rb:
             self.parent[rb] = ra
@@ -116,12 +118,14 @@ class _Inference:
 
     # --- walk --------------------------------------------------------------------------------
     def run(self) -> LayoutPlan:
+        """Walk the function and assign every layout."""
         root = Group(0, self.fn.num_threads)
         self.walk(self.fn.body, root)
         self.assign()
         return self.plan
 
     def walk(self, s, g: Group):
+        """Visit statements in order, tracking the thread group."""
         if isinstance(s, ThreadGroupStmt):
             if s.begin < 0:
                 g = Group(g.begin, 1, True)
@@ -135,11 +139,13 @@ class _Inference:
             self.walk(c, g)
 
     def define(self, t: TensorVar, g: Group, stmt):
+        """Record the group a register tile is created in."""
         if t.kind == "register" and t not in self.defs:
             self.defs[t] = (g, stmt)
             self.uf.find(t)
 
     def use(self, t, g: Group, stmt):
+        """Record a use that needs the tile's threads to be the current group's."""
         if isinstance(t, TensorVar) and t.kind == "register":
             self.uses.append((self.base(t)[0], g, stmt))
 
@@ -153,6 +159,7 @@ class _Inference:
         return t, dims
 
     def no_perm(self, stmt, t):
+        """Reject elementwise uses of transposed register views."""
         if t in self.perms:
             raise _err(
                 stmt,
@@ -161,6 +168,7 @@ class _Inference:
             )
 
     def set_anchor(self, t: TensorVar, layout: RegisterLayout, stmt):
+        """Require a layout for a tile (through transposed views to their source)."""
         src, dims = self.base(t)
         if dims is not None:
             inv = [0] * len(dims)
@@ -170,6 +178,7 @@ class _Inference:
         self.anchors.append((src, layout, stmt))
 
     def dot(self, stmt, inst, g: Group):
+        """mma.sync fragment layouts for a dot's operands and accumulator."""
         m, k = inst.a.shape
         n = inst.b.shape[1]
         if inst.a.dtype.name not in ("float16", "bfloat16") or inst.out.dtype.name != "float32":
@@ -198,6 +207,7 @@ class _Inference:
         self.set_anchor(inst.b, mma_b(k, n, wm, wn), stmt)
 
     def resolve_anchors(self):
+        """Attach the required layouts to the final equivalence classes."""
         for t, layout, stmt in self.anchors:
             r = self.uf.find(t)
             old = self.anchor.get(r)
@@ -206,12 +216,14 @@ class _Inference:
             self.anchor[r] = (layout, stmt)
 
     def shared_view(self, t: TensorVar, stmt) -> SharedView:
+        """The SharedView of a shared tile."""
         v = self.plan.shared.get(t)
         if v is None:
             raise _err(stmt, f"shared tile %{t.name} is not a view of an allocation")
         return v
 
     def inst(self, stmt, inst, g: Group):
+        """Collect the layout facts one instruction implies."""
         p = self.plan
         if isinstance(inst, I.AllocShared):
             t = inst.out
@@ -307,6 +319,7 @@ class _Inference:
             raise _err(stmt, f"{inst.NAME} is not supported by the CUDA backend yet")
 
     def wgmma(self, stmt, inst, g: Group):
+        """Check the wgmma operands' shared layouts; the accumulator gets the wgmma layout."""
         a = self.shared_view(inst.a, stmt)
         b = self.shared_view(inst.b, stmt)
         if a.perm is not None or not a.layout.swizzle:
@@ -329,6 +342,7 @@ class _Inference:
         self.set_anchor(inst.d, wgmma_acc(m, n), stmt)
 
     def tma(self, stmt, inst):
+        """Check a TMA copy's box against the shared layout; register its tensor map."""
         p = self.plan
         load = isinstance(inst, I.TmaGlobalToShared)
         g, s = (inst.src, inst.dst) if load else (inst.dst, inst.src)
@@ -364,6 +378,7 @@ class _Inference:
 
     # --- assignment --------------------------------------------------------------------------
     def assign(self):
+        """Give every class of register tiles a layout and check the uses."""
         p = self.plan
         self.resolve_anchors()
         classes: dict = {}

@@ -221,6 +221,7 @@ def permute(layout: RegisterLayout, dims) -> RegisterLayout:
     where = {d: k for k, d in enumerate(dims)}
 
     def f(x: Factor) -> Factor:
+        """The factor with its dim renumbered."""
         return Factor(where[x.dim] if x.dim >= 0 else -1, x.extent, x.stride)
 
     shape = tuple(layout.shape[d] for d in dims)

@@ -137,6 +137,7 @@ class ExprPrinter:
         return self.expr(e)
 
     def expr(self, e) -> str:
+        """C++ code of one expression."""
         if isinstance(e, int | float) and not isinstance(e, bool):
             return str(e)
         t = type(e)
@@ -164,6 +165,7 @@ class ExprPrinter:
         raise self.ctx.error(f"cannot generate code for the expression {e!r}")
 
     def binary(self, e: Binary) -> str:
+        """``a op b``; 16-bit floats are computed in float and rounded back."""
         a, b = self.expr(e.a), self.expr(e.b)
         at, bt = e.a.dtype, e.b.dtype
         halves = [t for t in (at, bt, e.dtype) if isinstance(t, DataType) and t.name in HALF]
@@ -184,6 +186,7 @@ class ExprPrinter:
         return r
 
     def cast(self, code: str, src, dst: DataType) -> str:
+        """Code converting ``code`` of type ``src`` to ``dst``."""
         if src == dst:
             return code
         if isinstance(dst, PointerType) or isinstance(src, PointerType):
@@ -199,6 +202,7 @@ class ExprPrinter:
         return f"(({ctype(dst)}){code})"
 
     def call(self, e: Call) -> str:
+        """A built-in scalar function call."""
         f = e.func
         args = [self.expr(a) for a in e.args]
         dt = e.dtype

@@ -134,6 +134,7 @@ class StmtEmitter:
         self.expr = ExprPrinter(ctx, lambda e: R.element_read(ctx, e, self.expr))
 
     def stmt(self, s):
+        """Emit one statement (errors point at it)."""
         ctx = self.ctx
         prev, ctx.stmt = ctx.stmt, s
         try:
@@ -181,6 +182,7 @@ class StmtEmitter:
             raise ctx.error(f"statement {type(s).__name__} is not supported by the CUDA backend")
 
     def for_stmt(self, s: ForStmt):
+        """A counted loop; ``unroll`` becomes ``#pragma unroll``."""
         ctx, expr = self.ctx, self.expr
         ctx.source_comment(s)
         if s.unroll == "all":
@@ -197,6 +199,7 @@ class StmtEmitter:
         ctx.close()
 
     def thread_group(self, s: ThreadGroupStmt):
+        """A warp-uniform branch on the group's thread range (elect.sync for one thread)."""
         ctx = self.ctx
         parent = ctx.group
         ctx.source_comment(s)
