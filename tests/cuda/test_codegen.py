@@ -9,7 +9,7 @@ import pytest
 
 import tilus
 from tests.cuda.conftest import needs_nvrtc
-from tilus import float16, float32, int32
+from tilus import bfloat16, float16, float32, int32, uint32
 from tilus.utils import cdiv
 
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seed_kernels"
@@ -255,3 +255,43 @@ def test_compile_accepts_arrays_dtypes_and_meta_tensors():
     torch = pytest.importorskip("torch")
     m = torch.empty(1000, device="meta")
     assert tilus.compile(VectorAdd(), 1000, m, m, m).cubin == ck.cubin
+
+
+class Bf16Wgmma(tilus.Script):
+    def __call__(
+        self, m: int32, n: int, k: int, a_ptr: ~bfloat16, b_ptr: ~bfloat16, c_ptr: ~bfloat16
+    ):
+        self.attrs.blocks = [cdiv(m, 64), cdiv(n, 64)]
+        self.attrs.warps = 4
+        om: int32 = 64 * self.blockIdx.x
+        on: int32 = 64 * self.blockIdx.y
+        ga = self.global_view(a_ptr, dtype=bfloat16, shape=[m, k])
+        gb = self.global_view(b_ptr, dtype=bfloat16, shape=[n, k])
+        sa = self.shared_tensor(dtype=bfloat16, shape=[64, 32])
+        sb = self.shared_tensor(dtype=bfloat16, shape=[64, 32])
+        acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+        bar = self.mbarrier.alloc(counts=[1])
+        phase: uint32 = 0
+        for ok in range(0, k, 32):
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(bar[0], transaction_bytes=sa.nbytes + sb.nbytes)
+                self.tma.global_to_shared(src=ga, dst=sa, offsets=[om, ok], mbarrier=bar[0])
+                self.tma.global_to_shared(src=gb, dst=sb, offsets=[on, ok], mbarrier=bar[0])
+            self.mbarrier.wait(bar[0], phase=phase)
+            self.wgmma.fence()
+            self.wgmma.mma(sa, sb.transpose(), acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            self.sync()
+            phase ^= 1
+        gc = self.global_view(c_ptr, dtype=bfloat16, shape=[m, n])
+        self.store_global(gc, self.cast(acc, dtype=bfloat16), offsets=[om, on])
+
+
+@needs_nvrtc
+def test_bf16_wgmma_with_64b_swizzle():
+    ck = tilus.compile(Bf16Wgmma(), 256, 256, 256, bfloat16, bfloat16, bfloat16)
+    ops = assert_clean(ck)
+    assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0
+    assert "f32_bf16_ss" in ck.source and "tl_f2b(" in ck.source
+    assert ck.kernel.tmaps[0].swizzle == 64  # 32 bf16 = 64-byte rows
