@@ -38,6 +38,10 @@ def declare(ctx, t: TensorVar):
     layout = layout_of(ctx, t)
     n, rl = layout.local_size, row_len(layout)
     ct = ctype(t.dtype)
+    g = ctx.plan.owner.get(t)
+    where = f"threads [{g.begin}, {g.begin + g.size})" if g is not None else "the group"
+    spread = "every thread holds it whole" if layout.replicated else f"over {where}"
+    ctx.emit(f"// %{t.name} {list(t.shape)}: {layout.kind} layout, {n} per thread, {spread}")
     if layout.kind == "wgmma_acc":
         ctx.emit(f"{ct} {ctx.name(t)}[{n // rl}][{rl}];")
     else:
