@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import ctype
 from tilus.ir.expr import Expr
@@ -57,7 +55,7 @@ def _tile_base(ctx, layout, offsets, expr):
     return base, offs
 
 
-def _global_index(gi, offs, base, dims, lc):
+def _global_index(offs, base, dims, lc):
     """Per global dim: the C index expression of one element."""
     idx = list(offs)
     for k, d in enumerate(dims):
@@ -66,7 +64,7 @@ def _global_index(gi, offs, base, dims, lc):
     return idx
 
 
-def _in_bounds(idx, shape, dims) -> str:
+def _in_bounds(idx, shape) -> str:
     conds = [f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})" for d in range(len(shape))]
     return " && ".join(conds)
 
@@ -87,8 +85,8 @@ def load_global(ctx, inst, expr):
     ctx.open("")
     base, offs = _tile_base(ctx, layout, inst.offsets, expr)
     for i in range(layout.local_size):
-        idx = _global_index(g, offs, base, inst.dims, layout.local_coords(i))
-        ok = _in_bounds(idx, shape, inst.dims)
+        idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
+        ok = _in_bounds(idx, shape)
         ctx.emit(
             f"{R.elem(ctx, out, i)} = ({ok}) ? {name}[{_address(idx, strides)}] : "
             f"{R.zero(out.dtype)};"
@@ -114,11 +112,11 @@ def store_global(ctx, inst, expr):
     last = inst.dims[-1]
     step = 2 if pairs else 1
     for i in range(0, layout.local_size, step):
-        idx = _global_index(g, offs, base, inst.dims, layout.local_coords(i))
+        idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
         addr = _address(idx, strides)
         v0 = R.elem(ctx, src, i)
         if not pairs:
-            ctx.emit(f"if ({_in_bounds(idx, shape, inst.dims)}) {name}[{addr}] = {v0};")
+            ctx.emit(f"if ({_in_bounds(idx, shape)}) {name}[{addr}] = {v0};")
             continue
         v1 = R.elem(ctx, src, i + 1)
         a = ctx.fresh("a")
@@ -142,7 +140,7 @@ def store_global(ctx, inst, expr):
     ctx.close()
 
 
-def _shared_elem(ctx, t: TensorVar, view, coords) -> str:
+def _shared_elem(view, coords) -> str:
     """The byte offset expression (pre-swizzle linear part) of view coords in the root tile."""
     if view.perm is not None:
         c = [None] * len(coords)
@@ -164,7 +162,7 @@ def _shared_access(ctx, inst, tile, reg, load: bool):
     for i in range(layout.local_size):
         lc = layout.local_coords(i)
         coords = [R.coord(b, k) for b, k in zip(base, lc)]
-        lin = _shared_elem(ctx, tile, view, coords)
+        lin = _shared_elem(view, coords)
         ptr = f"(({ct}*)(tl_smem_ptr + tl_swz<{w}>({off} + {lin})))"
         if load:
             ctx.emit(f"{R.elem(ctx, reg, i)} = *{ptr};")
@@ -183,8 +181,3 @@ def store_shared(ctx, inst, expr):
     """Copy a register tile into a whole shared tile."""
     # A tile every thread holds whole is written by each of them with the same values.
     _shared_access(ctx, inst, inst.dst, inst.src, False)
-
-
-def nbytes(t: TensorVar) -> int:
-    """Bytes of a tile."""
-    return math.prod(t.shape) * t.dtype.nbits // 8

@@ -234,7 +234,7 @@ def _operand(ctx, x, i, expr, pre):
     return pre[id(x)]
 
 
-def _scalar_operands(ctx, ops, expr, dtype):
+def _scalar_operands(ctx, ops, expr):
     pre = {}
     for x in ops:
         if not isinstance(x, TensorVar):
@@ -254,7 +254,7 @@ def binary(ctx, inst, expr):
     out, a, b = inst.out, inst.a, inst.b
     layout = _check_same(ctx, out, a, b)
     ops = (a, b)
-    pre = _scalar_operands(ctx, ops, expr, out.dtype)
+    pre = _scalar_operands(ctx, ops, expr)
     _declare_unless_same(ctx, out, ops)
     odt = a.dtype
     half = odt.name in HALF
@@ -316,7 +316,7 @@ def where(ctx, inst, expr):
     out = inst.out
     ops = (inst.cond, inst.x, inst.y)
     layout = _check_same(ctx, out, *ops)
-    pre = _scalar_operands(ctx, ops, expr, out.dtype)
+    pre = _scalar_operands(ctx, ops, expr)
     _declare_unless_same(ctx, out, ops)
     i = unrolled(ctx, layout.local_size)
     c, x, y = (_operand(ctx, o, i, expr, pre) for o in ops)
