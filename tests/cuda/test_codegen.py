@@ -295,3 +295,26 @@ def test_bf16_wgmma_with_64b_swizzle():
     assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0
     assert "f32_bf16_ss" in ck.source and "tl_f2b(" in ck.source
     assert ck.kernel.tmaps[0].swizzle == 64  # 32 bf16 = 64-byte rows
+
+
+class LoopSemantics(tilus.Script):
+    def __call__(self, m: int32, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[2])
+        r = self.register_tensor(dtype=int32, shape=[2], init=0)
+        for i in range(4):
+            i = i * 10  # noqa: PLW2901 - lasts one iteration, like Python
+            r[0] += i
+        n: int32 = m
+        for _ in range(n):  # the bound is evaluated once, like Python's range
+            n = n - 1
+            r[1] += 1
+        self.store_global(g, r, offsets=[0])
+
+
+@needs_nvrtc
+def test_loops_follow_python_semantics():
+    src = tilus.compile(LoopSemantics(), 3, int32).source
+    assert "int i = tl_k" in src  # a hidden counter drives the rebound loop variable
+    assert "const int tl_end" in src  # the runtime bound is hoisted

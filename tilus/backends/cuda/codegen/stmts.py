@@ -5,6 +5,7 @@ from __future__ import annotations
 from tilus.backends.cuda.codegen import hopper, memory, mma
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import ExprPrinter, ctype
+from tilus.ir.expr import Const
 from tilus.ir.stmt import (
     AssignStmt,
     BreakStmt,
@@ -18,6 +19,7 @@ from tilus.ir.stmt import (
     WhileStmt,
 )
 from tilus.passes.layout_inference import Group
+from tilus.passes.walk import walk
 
 MAX_NAMED_BARRIERS = 15  # ids 1..15; id 0 is __syncthreads()
 
@@ -182,21 +184,38 @@ class StmtEmitter:
             raise ctx.error(f"statement {type(s).__name__} is not supported by the CUDA backend")
 
     def for_stmt(self, s: ForStmt):
-        """A counted loop; ``unroll`` becomes ``#pragma unroll``."""
+        """A counted loop; ``unroll`` becomes ``#pragma unroll``.
+
+        Python semantics: the bound is evaluated once (hoisted unless constant), and rebinding
+        the loop variable in the body lasts one iteration (a hidden counter then drives it).
+        """
         ctx, expr = self.ctx, self.expr
         ctx.source_comment(s)
+        ct = ctype(s.var.dtype)
+        stop = expr(s.stop)
+        opened = False
+        if not isinstance(s.stop, Const):
+            ctx.open("")
+            opened = True
+            end = ctx.fresh("end")
+            ctx.emit(f"const {ct} {end} = {stop};")
+            stop = end
+        rebinds = any(isinstance(x, AssignStmt) and x.var is s.var for x in walk(s.body))
+        v = ctx.name(s.var)
+        k = ctx.fresh("k") if rebinds else v
         if s.unroll == "all":
             ctx.emit("#pragma unroll")
         elif isinstance(s.unroll, int):
             ctx.emit(f"#pragma unroll {s.unroll}")
-        v = ctx.name(s.var)
         cmp = "<" if s.step > 0 else ">"
-        inc = f"{v} += {s.step}" if s.step != 1 else f"++{v}"
-        ctx.open(
-            f"for ({ctype(s.var.dtype)} {v} = {expr(s.start)}; {v} {cmp} {expr(s.stop)}; {inc})"
-        )
+        inc = f"{k} += {s.step}" if s.step != 1 else f"++{k}"
+        ctx.open(f"for ({ct} {k} = {expr(s.start)}; {k} {cmp} {stop}; {inc})")
+        if rebinds:
+            ctx.emit(f"{ct} {v} = {k};")
         self.stmt(s.body)
         ctx.close()
+        if opened:
+            ctx.close()
 
     def thread_group(self, s: ThreadGroupStmt):
         """A warp-uniform branch on the group's thread range (elect.sync for one thread)."""
