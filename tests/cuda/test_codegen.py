@@ -318,3 +318,29 @@ def test_loops_follow_python_semantics():
     src = tilus.compile(LoopSemantics(), 3, int32).source
     assert "int i = tl_k" in src  # a hidden counter drives the rebound loop variable
     assert "const int tl_end" in src  # the runtime bound is hoisted
+
+
+class OutParams(tilus.Script):
+    def __call__(self, x_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        g = self.global_view(x_ptr, dtype=float32, shape=[512])
+        s = self.shared_tensor(dtype=float32, shape=[512])
+        acc = self.register_tensor(dtype=float32, shape=[512], init=0.0)
+        buf = self.register_tensor(dtype=float32, shape=[512], init=0.0)
+        for _ in range(3):
+            x = self.load_global(g, offsets=[0], shape=[512])
+            self.store_shared(s, x)
+            self.sync()
+            self.load_shared(s, out=buf)  # writes the tile declared outside the loop
+            self.exp(buf, out=buf)
+            self.add(acc, buf, out=acc)
+            self.sync()
+        self.store_global(g, acc, offsets=[0])
+
+
+@needs_nvrtc
+def test_out_tiles_are_not_redeclared():
+    src = tilus.compile(OutParams(), float32).source
+    body = src[src.index('extern "C"') :]
+    assert body.count("float buf[") == 1 and body.count("float acc[") == 1

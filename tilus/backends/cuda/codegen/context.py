@@ -37,6 +37,7 @@ class Context:
         self.fragments: list = []  # extra prelude fragments (wgmma shapes)
         self.tmp = 0
         self.stmt = None  # the statement being emitted (for errors)
+        self.declared: set = set()  # ids of register tiles already declared
         self.last_loc = None  # (file, line) of the last source comment
         self.gview_info: dict = {}  # global TensorVar -> (C name, shape codes, stride codes)
         self.shared_names: dict = {}  # shared view TensorVar -> C name of its byte offset

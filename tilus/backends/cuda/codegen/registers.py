@@ -34,7 +34,10 @@ def row_len(layout) -> int:
 
 
 def declare(ctx, t: TensorVar):
-    """Declare the per-thread array of a register tile."""
+    """Declare the per-thread array of a register tile (once: ``out=`` tiles are reused)."""
+    if id(t) in ctx.declared:
+        return
+    ctx.declared.add(id(t))
     layout = layout_of(ctx, t)
     n, rl = layout.local_size, row_len(layout)
     ct = ctype(t.dtype)
