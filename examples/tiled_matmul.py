@@ -159,7 +159,14 @@ def main() -> int:
         ok_all &= ok
         tflops = f"{flops / seconds / 1e12:.0f}"
         status = "ok" if ok else "FAIL"
-        row = [size, "autotuned", f"{err:.1e}", f"{seconds * 1e3:.3f}", tflops, cublas_ms]
+        row = [
+            size,
+            f"tilus' pick of {len(kernel.configs)}",
+            f"{err:.1e}",
+            f"{seconds * 1e3:.3f}",
+            tflops,
+            cublas_ms,
+        ]
         rows.append([*row, cublas_tf, status])
     if torch is None:
         print("TiledMatmul on the tilus interpreter")
