@@ -10,7 +10,7 @@ from tilus.ir.expr import Binary, Call, Cast, Expr, Select, TensorElement, Unary
 from tilus.ir.function import Function
 from tilus.ir.layout import RegisterLayout, SharedLayout, blocked, choose_swizzle, replicated
 from tilus.ir.layout.register import mma_a, mma_b, mma_c, mma_warps, permute, wgmma_acc
-from tilus.ir.stmt import InstStmt, ThreadGroupStmt
+from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt
 from tilus.ir.tensor import TensorVar
 from tilus.passes.walk import children
 
@@ -124,19 +124,37 @@ class _Inference:
         self.assign()
         return self.plan
 
-    def walk(self, s, g: Group):
-        """Visit statements in order, tracking the thread group."""
+    def walk(self, s, g: Group, nested: bool = False):
+        """Visit statements in order, tracking the thread group (and control-flow nesting)."""
         if isinstance(s, ThreadGroupStmt):
             if s.begin < 0:
                 g = Group(g.begin, 1, True)
             else:
                 g = Group(g.begin + s.begin, s.num_threads)
-            self.walk(s.body, g)
+            self.walk(s.body, g, True)
             return
         if isinstance(s, InstStmt):
+            if isinstance(s.inst, I.MBarrierAlloc):
+                self.check_barrier_alloc(s, nested)
             self.inst(s, s.inst, g)
+        inner = nested or not isinstance(s, SeqStmt)
         for c in children(s):
-            self.walk(c, g)
+            self.walk(c, g, inner)
+
+    def check_barrier_alloc(self, stmt, nested: bool):
+        """Barriers are initialized once at kernel entry: the alloc must be at the top level,
+        with counts known there (constants or parameters)."""
+        if nested:
+            raise _err(
+                stmt,
+                "mbarrier.alloc inside a loop, branch or thread group is not supported (barriers "
+                "are initialized once at kernel entry); allocate them at the top of the kernel",
+            )
+        bad = set()
+        for c in stmt.inst.counts:
+            free_vars(c, bad)
+        if any(v.kind != "param" for v in bad):
+            raise _err(stmt, "mbarrier counts must be constants or kernel parameters")
 
     def define(self, t: TensorVar, g: Group, stmt):
         """Record the group a register tile is created in."""
