@@ -75,7 +75,8 @@ def test_grid_and_tensor_maps(encoded):
     a, b, c = FakeTensor((m, k), 1 << 20), FakeTensor((n, k), 2 << 20), FakeTensor((m, n), 3 << 20)
     grid, args = _prepare(kernel, m, n, k, a, b, c)
     assert grid == [8, 4, 1]
-    assert [x.kind for x in args] == ["i32", "ptr", "ptr", "ptr", "tensormap", "tensormap"]
+    assert [x.kind for x in args] == ["int32", "ptr", "ptr", "ptr", "tensormap", "tensormap"]
+    assert args[0].raw() == (1000).to_bytes(4, "little")
     assert encoded[0] == dict(
         dtype_name="float16",
         address=1 << 20,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 from tilus.dtypes import DataType, PointerType, from_torch_dtype
@@ -10,6 +11,20 @@ from tilus.ir.expr import Expr, Var
 from tilus.runtime.tensormap import TensorMapCache
 
 _TMAPS = TensorMapCache()
+# scalar parameter dtype -> the ctypes type with the C ABI of its kernel parameter
+_CTYPES = {
+    "boolean": ctypes.c_bool,
+    "int8": ctypes.c_int8,
+    "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+}
 MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
@@ -86,6 +101,13 @@ def _check_args(kname: str, fn, runtime):
             tensors[p] = v
             env[p] = v.data_ptr()
         else:
+            if p.dtype.kind == "bool":
+                if not isinstance(v, bool | int):
+                    raise TilusArgumentError(
+                        f"{kname}: argument {p.name!r} is a bool, got {type(v).__name__}"
+                    )
+                env[p] = bool(v)
+                continue
             if isinstance(v, bool) or not isinstance(v, int | float):
                 if hasattr(v, "__index__"):
                     v = int(v)
@@ -119,18 +141,12 @@ def _kernel_args(kname, ck, env, tensors):
         v = env[p]
         if isinstance(p.dtype, PointerType):
             args.append(D.arg_ptr(v))
-        elif p.dtype.is_float():
-            args.append(D.arg_f32(float(v)))
-        elif p.dtype.name in ("int64",):
-            args.append(D.arg_i64(v))
-        elif p.dtype.name in ("uint64",):
-            args.append(D.arg_u64(v))
-        elif p.dtype.name == "uint32":
-            args.append(D.arg_u32(v))
-        elif p.dtype.name == "int32":
-            args.append(D.arg_i32(v))
-        else:
+            continue
+        ct = _CTYPES.get(p.dtype.name)
+        if ct is None:
             raise TilusArgumentError(f"{kname}: parameter type {p.dtype} is not supported on CUDA")
+        obj = ct(v)
+        args.append(D.KernelArg(p.dtype.name, obj, ctypes.addressof(obj)))
     plan = ck.kernel.plan
     # every global view must fit inside its tensor
     for g, gv in plan.gviews.items():

@@ -215,7 +215,7 @@ def cast(ctx, inst, expr):
         code = a
     elif dd.name in HALF:
         code = from_float(f"(float)({to_float(a, sd)})", dd)
-    elif dd.name == "bool":
+    elif dd.kind == "bool":
         code = f"({to_float(a, sd)} != 0)"
     else:
         code = f"(({ctype(dd)}){to_float(a, sd)})"
@@ -273,7 +273,7 @@ def binary(ctx, inst, expr):
         code = f"fmodf({x}, {y})"
     else:
         code = f"({x} {inst.op} {y})"
-    if half and out.dtype.name != "bool":
+    if half and out.dtype.kind != "bool":
         code = from_float(code, odt)
     ctx.emit(f"{elem(ctx, out, i)} = {code};")
     ctx.close()

@@ -12,6 +12,7 @@ from tilus.ir.expr import Binary, Call, Cast, Const, Select, TensorElement, Unar
 
 C_TYPES = {
     "bool": "bool",
+    "boolean": "bool",
     "int8": "int8_t",
     "int16": "int16_t",
     "int32": "int",
@@ -92,7 +93,7 @@ def const(value, dtype: DataType) -> str:
     if isinstance(dtype, PointerType):
         return f"(({ctype(dtype)}){int(value)}ull)"
     n = dtype.name
-    if n == "bool":
+    if dtype.kind == "bool":
         return "true" if value else "false"
     if n in HALF:
         bits = (
@@ -191,7 +192,7 @@ class ExprPrinter:
             return code
         if isinstance(dst, PointerType) or isinstance(src, PointerType):
             return f"(({ctype(dst)}){code})"
-        if dst.name == "bool":
+        if dst.kind == "bool":
             return f"({to_float(code, src)} != 0)"
         if src.name in HALF and dst.name in HALF:
             return from_float(to_float(code, src), dst)
