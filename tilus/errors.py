@@ -26,6 +26,13 @@ class SourceLoc:
         return f"    {text}\n    {' ' * self.col}^"
 
 
+def at(loc: SourceLoc | None) -> str:
+    """Short ``file.py:LINE`` of a location, for messages that mention a second place."""
+    if loc is None:
+        return "an unknown line"
+    return f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}"
+
+
 class TilusError(Exception):
     """Base class of every error tilus raises on purpose."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tilus.errors import SourceLoc, TilusRuntimeError
+from tilus.errors import SourceLoc, TilusRuntimeError, at
 
 
 @dataclass
@@ -140,7 +140,7 @@ class AsyncUnits:
             if view.overlaps(p.dst.lo, p.dst.hi):
                 raise TilusRuntimeError(
                     f"race: {what} reads shared tile `{view.name}` while a TMA write into it "
-                    f"(issued at line {p.loc.line}, completing on mbarrier {p.barrier.label}) "
+                    f"(issued at {at(p.loc)}, completing on mbarrier {p.barrier.label}) "
                     f"is still in flight; wait on that mbarrier first",
                     loc,
                 )
@@ -153,7 +153,7 @@ class AsyncUnits:
                     if view.overlaps(src.lo, src.hi):
                         raise TilusRuntimeError(
                             f"race: {what} overwrites shared tile `{view.name}` while the TMA "
-                            f"store issued at line {sloc.line} may still read it (wait for it "
+                            f"store issued at {at(sloc)} may still read it (wait for it "
                             f"with tma.commit_group() and tma.wait_group(...) first)",
                             loc,
                         )
@@ -163,7 +163,7 @@ class AsyncUnits:
                     if view.overlaps(opnd.lo, opnd.hi):
                         raise TilusRuntimeError(
                             f"race: {what} overwrites shared tile `{view.name}` while the wgmma "
-                            f"issued at line {op.loc.line} still reads it (its group has not "
+                            f"issued at {op.loc} still reads it (its group has not "
                             f"been retired by wgmma.wait_group)",
                             loc,
                         )
@@ -174,7 +174,7 @@ class AsyncUnits:
             if dst.overlaps(p.dst.lo, p.dst.hi):
                 raise TilusRuntimeError(
                     f"race: TMA write into shared tile `{dst.name}` overlaps another TMA write "
-                    f"still in flight (issued at line {p.loc.line}); the stage is refilled "
+                    f"still in flight (issued at {at(p.loc)}); the stage is refilled "
                     f"before it was consumed",
                     loc,
                 )
@@ -196,7 +196,7 @@ class AsyncUnits:
             if p.barrier is bar and p.phase == bar.phase - 1:
                 raise TilusRuntimeError(
                     f"mbarrier {bar.label}: transaction mismatch: phase {p.phase} completed while "
-                    f"the TMA load into `{p.dst.name}` (issued at line {p.loc.line}, {p.nbytes} "
+                    f"the TMA load into `{p.dst.name}` (issued at {at(p.loc)}, {p.nbytes} "
                     f"bytes) was still in flight: more bytes are delivered than the phase "
                     f"expected (arrive_and_expect_tx's transaction_bytes is too small, or a plain "
                     f"arrive was used)",
@@ -224,7 +224,7 @@ class AsyncUnits:
         if groups and any(groups):
             src, sloc = next(x for g in groups for x in g)
             raise TilusRuntimeError(
-                f"{label} ends with the TMA store of `{src.name}` (issued at line {sloc.line}) "
+                f"{label} ends with the TMA store of `{src.name}` (issued at {at(sloc)}) "
                 f"never waited for: shared memory must stay valid until the store has read it "
                 f"(tma.commit_group() + tma.wait_group(0))",
                 sloc,
@@ -235,8 +235,8 @@ class AsyncUnits:
         if self.tma:
             p = self.tma[0]
             raise TilusRuntimeError(
-                f"the kernel ended with a TMA load into `{p.dst.name}` (issued at line "
-                f"{p.loc.line}) still in flight",
+                f"the kernel ended with a TMA load into `{p.dst.name}` (issued at "
+                f"{at(p.loc)}) still in flight",
                 p.loc,
             )
         for bar in self.barriers.values():

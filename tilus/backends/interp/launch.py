@@ -44,7 +44,7 @@ class _Buffer:
                     f"{kernel}: argument {name!r} is a non-contiguous array;"
                     " pass np.ascontiguousarray(...)"
                 )
-            self.flat, self.torch = v.reshape(-1), None
+            self.flat, self.torch, self.copied = v.reshape(-1), None, False
         elif _is_torch(v):
             dt = from_torch_dtype(v.dtype)
             if not v.is_contiguous():
@@ -53,10 +53,16 @@ class _Buffer:
                 )
             t = v.detach()
             self.torch = t
+            # the interpreter works on host copies of device tensors (TILUS_INTERPRET=1 on a GPU
+            # machine), and on float32 copies of bfloat16, which NumPy lacks; both write back
+            self.copied = t.device.type != "cpu" or (dt is not None and dt.name == "bfloat16")
+            host = t.cpu() if t.device.type != "cpu" else t
             if dt is not None and dt.name == "bfloat16":
-                self.flat = t.float().reshape(-1).numpy().copy()
+                self.flat = host.float().reshape(-1).numpy().copy()
             else:
-                self.flat = t.reshape(-1).numpy()
+                self.flat = host.reshape(-1).numpy()
+                if self.copied:
+                    self.flat = self.flat.copy()
         else:
             raise TilusArgumentError(
                 f"{kernel}: argument {name!r} ({ann!r}) needs an array or "
@@ -74,7 +80,7 @@ class _Buffer:
         self.name = name
 
     def write_back(self):
-        if self.torch is not None and self.dtype.name == "bfloat16":
+        if self.torch is not None and self.copied:
             import torch
 
             self.torch.copy_(torch.from_numpy(self.flat).reshape(self.torch.shape))

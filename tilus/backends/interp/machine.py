@@ -14,7 +14,7 @@ import random
 from tilus.backends.interp.hopper import AsyncUnits, WgmmaState
 from tilus.backends.interp.numeric import scalar_convert
 from tilus.backends.interp.values import eval_scalar
-from tilus.errors import TilusRuntimeError
+from tilus.errors import TilusRuntimeError, at
 from tilus.ir.stmt import (
     AssignStmt,
     BreakStmt,
@@ -175,8 +175,8 @@ class CTA:
         if st is not None and (st.open or st.groups):
             op = next(iter(st.unretired()))
             raise TilusRuntimeError(
-                f"{task.label} ends with wgmma operations never retired (the mma at line "
-                f"{op.loc.line} needs wgmma.commit_group and wgmma.wait_group)",
+                f"{task.label} ends with wgmma operations never retired (the mma at "
+                f"{at(op.loc)} needs wgmma.commit_group and wgmma.wait_group)",
                 op.loc,
             )
         self.units.store_task_end(task, task.label)

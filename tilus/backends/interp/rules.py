@@ -15,7 +15,7 @@ from tilus.backends.interp.values import (
     eval_scalar,
 )
 from tilus.dtypes import float32, int32
-from tilus.errors import TilusRuntimeError
+from tilus.errors import TilusRuntimeError, at
 from tilus.ir import inst as I
 from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, Unary, Var
 from tilus.ir.tensor import TensorVar
@@ -43,8 +43,8 @@ def reg(task, t: TensorVar, loc) -> np.ndarray:
         st.fenced = False  # PTX: a generic register access needs a new wgmma.fence before mma
     if st is not None and t in st.pending_acc:
         raise TilusRuntimeError(
-            f"tile `{t.name}` is used while a wgmma into it (issued at line "
-            f"{st.pending_acc[t].line}) has not been retired; call wgmma.commit_group() and "
+            f"tile `{t.name}` is used while a wgmma into it (issued at "
+            f"{at(st.pending_acc[t])}) has not been retired; call wgmma.commit_group() and "
             f"wgmma.wait_group(...) first",
             loc,
         )
