@@ -49,7 +49,11 @@ def test_mma_fragments():
             (g + 8, 2 * q),
             (g + 8, 2 * q + 1),
         ]
-    assert mma_warps(4, 16, 8) is None
+    # fewer atoms than warps: the spare warps hold copies
+    assert mma_warps(4, 16, 8) == (1, 1) and mma_warps(4, 8, 8) is None
+    rep = mma_c(16, 8, 1, 1, 4)
+    assert rep.num_threads == 128 and rep.local_size == 4 and rep.is_complete()
+    assert all(rep.coords(t, 0) == rep.coords(t % 32, 0) for t in range(128))
 
 
 def test_permute_and_replicated_and_blocked():

@@ -220,9 +220,10 @@ class _Inference:
         self.define(inst.out, g, stmt)
         if inst.c is not None:
             self.uf.union(inst.out, inst.c)
-        self.set_anchor(inst.out, mma_c(m, n, wm, wn), stmt)
-        self.set_anchor(inst.a, mma_a(m, k, wm, wn), stmt)
-        self.set_anchor(inst.b, mma_b(k, n, wm, wn), stmt)
+        nw = g.size // 32
+        self.set_anchor(inst.out, mma_c(m, n, wm, wn, nw), stmt)
+        self.set_anchor(inst.a, mma_a(m, k, wm, wn, nw), stmt)
+        self.set_anchor(inst.b, mma_b(k, n, wm, wn, nw), stmt)
 
     def resolve_anchors(self):
         """Attach the required layouts to the final equivalence classes."""

@@ -152,28 +152,47 @@ def blocked(shape, num_threads: int, vector: int = 1) -> RegisterLayout:
 
 
 def mma_warps(num_warps: int, m: int, n: int) -> tuple[int, int] | None:
-    """How ``num_warps`` warps tile an [m, n] mma.sync accumulator: (warps along m, along n)."""
-    options = []
-    wm = 1
-    while wm <= num_warps:
-        if num_warps % wm == 0:
-            wn = num_warps // wm
-            if m % (16 * wm) == 0 and n % (8 * wn) == 0:
-                options.append((abs((m // wm) - (n // wn)), wm, wn))
-        wm *= 2
-    if not options:
-        return None
-    _, wm, wn = min(options)
-    return wm, wn
+    """How warps tile an [m, n] mma.sync accumulator: (warps along m, warps along n).
+
+    Uses as many of the ``num_warps`` warps as the tile allows (a power-of-two share of them);
+    the warps left over hold copies (``num_warps // (wm * wn)`` replicas).
+    """
+    used = num_warps
+    while used >= 1:
+        options = []
+        wm = 1
+        while wm <= used:
+            if used % wm == 0:
+                wn = used // wm
+                if m % (16 * wm) == 0 and n % (8 * wn) == 0:
+                    options.append((abs((m // wm) - (n // wn)), wm, wn))
+            wm *= 2
+        if options:
+            _, wm, wn = min(options)
+            return wm, wn
+        if used % 2:
+            return None
+        used //= 2
+    return None
 
 
-def mma_c(m: int, n: int, wm: int, wn: int) -> RegisterLayout:
+def _rep(num_warps: int, wm: int, wn: int) -> tuple[Factor, ...]:
+    r = num_warps // (wm * wn) if num_warps else 1
+    return (Factor(-1, r, 0),) if r > 1 else ()
+
+
+def mma_c(m: int, n: int, wm: int, wn: int, num_warps: int = 0) -> RegisterLayout:
     """The mma.sync m16n8 f32 accumulator over ``wm x wn`` warps, repeated over the tile.
 
     Register ``r`` of an m16n8 atom sits at row ``lane/4 + 8*(r/2)``, column
     ``(lane%4)*2 + r%2`` (PTX ISA, mma.m16n8k16 C/D fragment).
     """
-    threads = (Factor(0, wm, m // wm), Factor(1, wn, n // wn), Factor(0, 8, 1), Factor(1, 4, 2))
+    threads = _rep(num_warps, wm, wn) + (
+        Factor(0, wm, m // wm),
+        Factor(1, wn, n // wn),
+        Factor(0, 8, 1),
+        Factor(1, 4, 2),
+    )
     locs = (
         Factor(0, m // (16 * wm), 16),
         Factor(1, n // (8 * wn), 8),
@@ -183,13 +202,18 @@ def mma_c(m: int, n: int, wm: int, wn: int) -> RegisterLayout:
     return RegisterLayout((m, n), threads, locs, "mma_c")
 
 
-def mma_a(m: int, k: int, wm: int, wn: int) -> RegisterLayout:
+def mma_a(m: int, k: int, wm: int, wn: int, num_warps: int = 0) -> RegisterLayout:
     """The mma.sync m16k16 A fragment (row major), replicated over the ``wn`` warp columns.
 
     Half ``h`` of an atom sits at row ``lane/4 + 8*((h/2)%2)``, column
     ``(lane%4)*2 + h%2 + 8*(h/4)``.
     """
-    threads = (Factor(0, wm, m // wm), Factor(-1, wn, 0), Factor(0, 8, 1), Factor(1, 4, 2))
+    threads = _rep(num_warps, wm, wn) + (
+        Factor(0, wm, m // wm),
+        Factor(-1, wn, 0),
+        Factor(0, 8, 1),
+        Factor(1, 4, 2),
+    )
     locs = (
         Factor(0, m // (16 * wm), 16),
         Factor(1, k // 16, 16),
@@ -200,12 +224,17 @@ def mma_a(m: int, k: int, wm: int, wn: int) -> RegisterLayout:
     return RegisterLayout((m, k), threads, locs, "mma_a")
 
 
-def mma_b(k: int, n: int, wm: int, wn: int) -> RegisterLayout:
+def mma_b(k: int, n: int, wm: int, wn: int, num_warps: int = 0) -> RegisterLayout:
     """The mma.sync k16n8 B fragment (column major), replicated over the ``wm`` warp rows.
 
     Half ``h`` of an atom sits at row (k) ``(lane%4)*2 + h%2 + 8*(h/2)``, column ``lane/4``.
     """
-    threads = (Factor(-1, wm, 0), Factor(1, wn, n // wn), Factor(1, 8, 1), Factor(0, 4, 2))
+    threads = _rep(num_warps, wm, wn) + (
+        Factor(-1, wm, 0),
+        Factor(1, wn, n // wn),
+        Factor(1, 8, 1),
+        Factor(0, 4, 2),
+    )
     locs = (
         Factor(1, n // (8 * wn), 8),
         Factor(0, k // 16, 16),
