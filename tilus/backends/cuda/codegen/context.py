@@ -41,6 +41,10 @@ class Context:
         self.last_loc = None  # (file, line) of the last source comment
         self.gview_info: dict = {}  # global TensorVar -> (C name, shape codes, stride codes)
         self.shared_names: dict = {}  # shared view TensorVar -> C name of its byte offset
+        self.blocks: list[int] = [0]  # ids of the open C blocks (for scope checks)
+        self.block_seq = 0
+        self.decl_scope: dict = {}  # id(register tile) -> open blocks at its declaration
+        self.wgmma_accs: dict = {}  # id(tile) -> tile, every wgmma accumulator so far
 
     # --- output ------------------------------------------------------------------------------
     def emit(self, line: str = ""):
@@ -54,11 +58,21 @@ class Context:
         """Emit ``head {`` (a bare block when ``head`` is empty) and indent."""
         self.emit(f"{head} {{" if head else "{")
         self.indent += 1
+        self.block_seq += 1
+        self.blocks.append(self.block_seq)
 
     def close(self, tail: str = "}"):
         """Dedent and emit the closing brace."""
         self.indent -= 1
+        self.blocks.pop()
         self.emit(tail)
+
+    def reopen(self, text: str = "} else {"):
+        """Close the current block and open its sibling on one line (``} else {``)."""
+        self.close(text)
+        self.indent += 1
+        self.block_seq += 1
+        self.blocks.append(self.block_seq)
 
     def error(self, msg: str) -> TilusCompileError:
         """A compile error at the statement being emitted."""
@@ -74,6 +88,11 @@ class Context:
         text = linecache.getline(loc.file, loc.line).strip()
         text = text.replace("*/", "* /")
         self.emit(f"// {os.path.basename(loc.file)}:{loc.line}  {text}".rstrip())
+
+    def in_scope(self, t) -> bool:
+        """Whether register tile ``t`` was declared in a C block that is still open."""
+        scope = self.decl_scope.get(id(t))
+        return scope is not None and tuple(self.blocks[: len(scope)]) == scope
 
     # --- names -------------------------------------------------------------------------------
     def name(self, v) -> str:

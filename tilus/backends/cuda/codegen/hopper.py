@@ -100,8 +100,21 @@ def wgmma_commit_group(ctx, inst, expr):
 
 
 def wgmma_wait_group(ctx, inst, expr):
-    """wgmma.wait_group.sync.aligned n."""
+    """wgmma.wait_group.sync.aligned n, then pin the accumulators after it.
+
+    The wait's asm names no registers, so without the pins the compiler may hoist reads of an
+    accumulator (a cast, a store) above the wait and read values the tensor cores have not
+    written yet. An empty volatile asm that reads and writes each accumulator register keeps
+    every later access after the wait.
+    """
     ctx.emit(f"tl_wgmma_wait_group<{inst.n}>();")
+    for t in ctx.wgmma_accs.values():
+        if not ctx.in_scope(t):
+            continue
+        layout = R.layout_of(ctx, t)
+        i = R.unrolled(ctx, layout.local_size)
+        ctx.emit(f'asm volatile("" : "+f"({R.elem(ctx, t, i)}) :: "memory");')
+        ctx.close()
 
 
 def fence_proxy_async(ctx, inst, expr):
@@ -123,6 +136,7 @@ def wgmma_mma(ctx, inst, expr):
     ta = W.KMajorTile(rows=8, cols=k, dtype_bytes=eb, swizzle=va.layout.swizzle)
     tb = W.KMajorTile(rows=8, cols=k, dtype_bytes=eb, swizzle=vb.layout.swizzle)
     layout = R.layout_of(ctx, d)
+    ctx.wgmma_accs[id(d)] = d
     if layout.kind != "wgmma_acc":
         raise ctx.error(f"wgmma accumulator %{d.name} does not have the wgmma layout")
     ctx.open("")

@@ -131,8 +131,7 @@ def store_global(ctx, inst, expr):
             f"if ((uint32_t)({col}) + 1u < (uint32_t)({shape[last]}) && (((uint64_t){a}) & 3) == 0)"
         )
         ctx.emit(f"*(uint32_t*){a} = (uint32_t){v0} | ((uint32_t){v1} << 16);")
-        ctx.close("} else {")
-        ctx.indent += 1
+        ctx.reopen("} else {")
         ctx.emit(f"if ((uint32_t)({col}) < (uint32_t)({shape[last]})) {a}[0] = {v0};")
         ctx.emit(f"if ((uint32_t)({col}) + 1u < (uint32_t)({shape[last]})) {a}[1] = {v1};")
         ctx.close()

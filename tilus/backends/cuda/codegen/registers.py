@@ -38,6 +38,7 @@ def declare(ctx, t: TensorVar):
     if id(t) in ctx.declared:
         return
     ctx.declared.add(id(t))
+    ctx.decl_scope[id(t)] = tuple(ctx.blocks)
     layout = layout_of(ctx, t)
     n, rl = layout.local_size, row_len(layout)
     ct = ctype(t.dtype)
