@@ -16,12 +16,20 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hopper_matmul"
 
 
 def _load(name):
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    spec = importlib.util.spec_from_file_location(f"ordering_{name}", EXAMPLES / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    # the examples import each other by plain module names that the seed kernels share:
+    # load with the examples folder first and restore whatever those names meant before
+    saved = {k: sys.modules.pop(k) for k in ("matmul_v4", "harness") if k in sys.modules}
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        spec = importlib.util.spec_from_file_location(f"ordering_{name}", EXAMPLES / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(EXAMPLES))
+        for k in ("matmul_v4", "harness"):
+            sys.modules.pop(k, None)
+        sys.modules.update(saved)
 
 
 def test_v5_epilogue_waits_for_the_last_wgmma_group():
