@@ -76,6 +76,40 @@ def rel_error(run, torch, m, n, k) -> float:
     return float((c.float() - ref).abs().max() / ref.abs().max())
 
 
+def example_variants() -> dict:
+    """Our V3/V4/V5 examples with pinned configs (the CUDA path does not autotune yet)."""
+    import importlib.util
+
+    folder = REPO / "examples" / "hopper_matmul"
+    saved = {k: sys.modules.pop(k) for k in ("matmul_v4", "harness") if k in sys.modules}
+    sys.path.insert(0, str(folder))
+    mods = {}
+    try:
+        for v in ("matmul_v3", "matmul_v4", "matmul_v5"):
+            spec = importlib.util.spec_from_file_location(f"bench_ex_{v}", folder / f"{v}.py")
+            mods[v] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mods[v])
+    finally:
+        sys.path.remove(str(folder))
+        for k in ("matmul_v4", "harness"):
+            sys.modules.pop(k, None)
+        sys.modules.update(saved)
+    out = {}
+    for s in (3, 4):
+        out[f"ex_v3_128x128x64_s{s}"] = mods["matmul_v3"].MatmulWGMMAV3(
+            num_stages=s, block_m=128, block_n=128, block_k=64
+        )
+    for v, cls in (
+        ("v4", mods["matmul_v4"].MatmulWGMMAV4),
+        ("v5", mods["matmul_v5"].MatmulWGMMAV5),
+    ):
+        for s in (3, 4):
+            out[f"ex_{v}_128x256x64_s{s}"] = cls(
+                num_stages=s, block_m=128, block_n=256, block_k=64, swizzle=4
+            )
+    return out
+
+
 def git_commit() -> str:
     """The commit, from $TILUS_GIT_COMMIT or git."""
     env = os.environ.get("TILUS_GIT_COMMIT")
@@ -92,6 +126,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", default="8192,4096", help="comma-separated square sizes")
     ap.add_argument("--no-v4", action="store_true")
+    ap.add_argument(
+        "--examples",
+        action="store_true",
+        help="also our examples/hopper_matmul V3, V4, V5 with pinned configs",
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -136,6 +175,21 @@ def main(argv=None) -> int:
             variants["v4"] = kernel
         except tilus.TilusCompileError as e:
             compile_info["v4"] = {"error": e.msg.split("\n")[0]}
+    if args.examples:
+        for name, kernel in example_variants().items():
+            try:
+                ck = tilus.compile(kernel, sizes[0], sizes[0], sizes[0], f16, f16, f16)
+                compile_info[name] = {
+                    "nvrtc_seconds": round(ck.compile_seconds, 3),
+                    "cached": ck.cached,
+                    "resources": ck.resources,
+                    "smem_bytes": ck.kernel.smem_bytes,
+                    "config": ck.config,
+                }
+                variants[name] = kernel
+            except tilus.TilusCompileError as e:
+                compile_info[name] = {"error": e.msg.split("\n")[0]}
+                print(f"{name}: does not compile: {e.msg.splitlines()[0]}", flush=True)
     flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
     results = []
     for size in sizes:

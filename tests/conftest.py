@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SEED_KERNELS = REPO.parent / "shared" / "seed_kernels"
+# the user's seed kernels live beside the repository; a GPU machine gets them via an env var
+SEED_KERNELS = Path(os.environ.get("TILUS_SEED_KERNELS", REPO.parent / "shared" / "seed_kernels"))
 
 
 def pytest_collection_modifyitems(config, items):
