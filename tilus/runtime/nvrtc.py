@@ -122,20 +122,24 @@ def _run_nvrtc(source: str, name: str, options: tuple[str, ...], want: str) -> t
         opts = [o.encode() for o in options]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        buf = b" " * size
+        # NVRTC writes into the buffer: it must be a fresh mutable one. (`b" " * 1` is CPython's
+        # shared one-byte object; writing into it once turned every later single space of
+        # newly compiled Python code into NUL.)
+        buf = bytearray(size)
         _check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-        log = buf.rstrip(b"\x00").decode(errors="replace")
+        log = bytes(buf).rstrip(b"\x00").decode(errors="replace")
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise compile_error(f"nvrtc-{'.'.join(map(str, nvrtc_version()))}", log, source, name)
         if want == "cubin":
             size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-            out = b" " * size
-            _check(nvrtc.nvrtcGetCUBIN(prog, out), "nvrtcGetCUBIN")
+            buf = bytearray(size)
+            _check(nvrtc.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
+            out = bytes(buf)
         else:
             size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-            out = b" " * size
-            _check(nvrtc.nvrtcGetPTX(prog, out), "nvrtcGetPTX")
-            out = out.rstrip(b"\x00")
+            buf = bytearray(size)
+            _check(nvrtc.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
+            out = bytes(buf).rstrip(b"\x00")
         return out, log
     finally:
         # Always release the program, also when compilation failed.
