@@ -139,4 +139,4 @@ def test_gpu_test_kernels_compile(add_one_source, tma_copy_source):
 def test_nvrtc_buffers_never_alias_shared_bytes():
     """An empty NVRTC log is one byte: the buffer must not be CPython's shared b" " object."""
     compile_cuda('extern "C" __global__ void empty_log() {}', arch="sm_90a")
-    assert b" "[0] == 32 and " ".encode()[0] == 32
+    assert b" "[0] == 32  # the shared one-byte object still holds a space
