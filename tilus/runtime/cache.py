@@ -14,7 +14,15 @@ META_FILE = "meta.json"
 
 
 def cache_dir() -> pathlib.Path:
-    """Return the root of the tilus cache: `$TILUS_CACHE_DIR`, else `~/.cache/tilus`."""
+    """Return the root of the tilus cache.
+
+    ``tilus.option.cache_dir(...)`` if set, else `$TILUS_CACHE_DIR`, else `~/.cache/tilus`.
+    """
+    from tilus import option
+
+    chosen = option.get_option("cache_dir")  # the option reads $TILUS_CACHE_DIR itself
+    if chosen:
+        return pathlib.Path(chosen).expanduser()
     env = os.environ.get("TILUS_CACHE_DIR")
     if env:
         return pathlib.Path(env).expanduser()
