@@ -489,22 +489,7 @@ class GenericInstructions:
         b.inst(I.PrintTensor(str(msg), tensor, fmt))
 
 
-for _op in (
-    "exp",
-    "exp2",
-    "log",
-    "log2",
-    "sqrt",
-    "rsqrt",
-    "sin",
-    "cos",
-    "tanh",
-    "abs",
-    "square",
-    "round",
-    "floor",
-    "ceil",
-):
+for _op in [op for op in UNARY_OPS if op not in ("neg", "not", "bitnot")]:
 
     def _make(op):
         def f(self, x, *, out=None):
