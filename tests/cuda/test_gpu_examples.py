@@ -72,11 +72,32 @@ def test_hopper_example_every_config(version):
     assert not bad, bad
 
 
-@pytest.mark.parametrize("m, n, k", [(4096, 4096, 4096), (8000, 8192, 8192)])
+BIG = [(4096, 4096, 4096), (8192, 8192, 8192), (8000, 8192, 8192)]
+
+
+@pytest.mark.parametrize("m, n, k", BIG)
 def test_hopper_example_v1_big(m, n, k):
     mod = _example("hopper_matmul", "matmul_v1")
     cfg = dict(block_m=128, block_n=128, block_k=64)
     assert _check_abt(mod.MatmulWGMMA(**cfg), m, n, k) < 1e-2
+
+
+@pytest.mark.parametrize("m, n, k", BIG)
+def test_hopper_example_v0_big(m, n, k):
+    mod = _example("hopper_matmul", "matmul_v0")
+    kernel = mod.MatmulTMA(**mod.MatmulTMA().configs[0])
+    assert _check_abt(kernel, m, n, k) < 1e-2
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_hopper_example_warp_specialized_big(version):
+    mod = _example("hopper_matmul", f"matmul_v{version}")
+    (cls,) = _scripts(mod)
+    cfg = dict(num_stages=4, block_m=128, block_n=128, block_k=64)
+    if version >= 4:
+        cfg.update(block_n=256, swizzle=4)
+    for m, n, k in BIG:
+        assert _check_abt(cls(**cfg), m, n, k) < 1e-2, (m, n, k)
 
 
 def test_tiled_matmul_dot():
