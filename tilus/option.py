@@ -21,6 +21,7 @@ class _Options:
     schedule_seed: int | None = None  # TILUS_SCHEDULE_SEED: shuffled interpreter scheduling
     cache_dir: str | None = None  # TILUS_CACHE_DIR
     parallel_workers: int | None = None  # TILUS_PARALLEL_WORKERS
+    keep_ptx: bool = False  # TILUS_KEEP_PTX: also produce and cache the PTX of each kernel
     bench_warmup: int = 5
     bench_repeat: int = 50
 
@@ -31,6 +32,7 @@ _ENV = {
     "schedule_seed": ("TILUS_SCHEDULE_SEED", int),
     "cache_dir": ("TILUS_CACHE_DIR", str),
     "parallel_workers": ("TILUS_PARALLEL_WORKERS", int),
+    "keep_ptx": ("TILUS_KEEP_PTX", bool),
 }
 
 _overrides: dict = {}
@@ -96,6 +98,12 @@ def cache_dir(path: str):
 def parallel_workers(n: int):
     """Processes used to compile autotune configs in parallel."""
     set_option("parallel_workers", n)
+
+
+def keep_ptx(enable: bool = True):
+    """Also produce the PTX of each compiled kernel (``CompiledKernel.ptx``, kernel.ptx in the
+    cache entry)."""
+    set_option("keep_ptx", enable)
 
 
 def bench_warmup(n: int):

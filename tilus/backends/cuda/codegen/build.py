@@ -41,6 +41,7 @@ class CompiledKernel:
         compile_seconds: NVRTC wall time when it was compiled (also for cache hits).
         cached: True when the artifacts came from the cache.
         resources: registers, shared/local/stack bytes, spills (``tilus.runtime.sass``).
+        ptx: the PTX, when asked for with ``tilus.option.keep_ptx(True)`` (else None).
     """
 
     config: dict
@@ -50,6 +51,7 @@ class CompiledKernel:
     compile_seconds: float
     cached: bool
     resources: dict = field(default_factory=dict)
+    ptx: str | None = None
     _modules: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -113,7 +115,12 @@ def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> Compile
     key = cache_key(
         program.text, tilus.__version__, nv, " ".join(NVRTC_OPTIONS), arch, codegen_version()
     )
+    from tilus import option
+
+    want_ptx = bool(option.get_option("keep_ptx"))
     hit = cache.lookup(key)
+    if want_ptx and hit is not None and "kernel.ptx" not in hit:
+        hit = None  # built before PTX was asked for: build again to keep it
     if hit is not None and "kernel.cubin" in hit:
         meta = cache.meta(key) or {}
         return CompiledKernel(
@@ -124,8 +131,11 @@ def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> Compile
             compile_seconds=float(meta.get("nvrtc_seconds", 0.0)),
             cached=True,
             resources=meta.get("resources", {}),
+            ptx=hit["kernel.ptx"].decode() if "kernel.ptx" in hit else None,
         )
-    binary = compile_cuda(ks.source, arch=arch, options=NVRTC_OPTIONS, name=f"{ks.name}.cu")
+    binary = compile_cuda(
+        ks.source, arch=arch, options=NVRTC_OPTIONS, name=f"{ks.name}.cu", want_ptx=want_ptx
+    )
     res = _resources(binary.cubin, ks.name, binary.log)
     meta = {
         "kernel": ks.name,
@@ -140,7 +150,10 @@ def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> Compile
         "log": binary.log,
     }
     try:
-        cache.store(key, {"kernel.cu": ks.source, "kernel.cubin": binary.cubin}, meta)
+        files = {"kernel.cu": ks.source, "kernel.cubin": binary.cubin}
+        if binary.ptx is not None:
+            files["kernel.ptx"] = binary.ptx
+        cache.store(key, files, meta)
     except OSError:
         pass  # a read-only cache is no reason to fail the compile
     return CompiledKernel(
@@ -151,4 +164,5 @@ def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> Compile
         compile_seconds=binary.seconds,
         cached=False,
         resources=res,
+        ptx=binary.ptx,
     )
