@@ -33,3 +33,26 @@ def test_no_ptx_by_default(tmp_path):
         ck = tilus.compile(Scale(), 1000, tilus.float32, tilus.float32)
     assert ck.ptx is None
     assert not any(p.name == "kernel.ptx" for p in tmp_path.rglob("*"))
+
+
+class RowCopy(tilus.Script):
+    def __call__(self, m: int32, k: int, x_ptr: ~tilus.float16):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        gx = self.global_view(x_ptr, dtype=tilus.float16, shape=[m, k])
+        sx = self.shared_tensor(dtype=tilus.float16, shape=[64, 64])
+        bar = self.mbarrier.alloc(counts=[1])
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(bar[0], transaction_bytes=sx.nbytes)
+            self.tma.global_to_shared(src=gx, dst=sx, offsets=[0, 0], mbarrier=bar[0])  # TMA
+        self.mbarrier.wait(bar[0], phase=0)
+
+
+def test_misaligned_tma_stride_is_a_compile_error_at_the_line():
+    from tilus.testing import marker_line
+
+    with pytest.raises(tilus.TilusCompileError, match="multiple of 16 bytes") as info:
+        tilus.compile(RowCopy(), 128, 100, tilus.float16)
+    assert info.value.loc.line == marker_line(RowCopy, "# TMA")
+    assert "200 bytes" in str(info.value)
+    tilus.compile(RowCopy(), 128, 104, tilus.float16)  # 208-byte rows are fine

@@ -377,6 +377,21 @@ class _Inference:
             raise _err(stmt, "TMA needs a global_view directly over a pointer parameter")
         if p.gviews[g].strides is not None:
             raise _err(stmt, "TMA on a global_view with explicit strides is not supported yet")
+        # cuTensorMapEncodeTiled: every global stride but the innermost is a multiple of 16
+        # bytes; with compile-time inner extents that is known here, before any launch
+        stride = g.dtype.nbits // 8
+        for d in range(g.ndim - 1, 0, -1):
+            n = g.shape[d]
+            if not isinstance(n, int):
+                break
+            stride *= n
+            if stride % 16:
+                raise _err(
+                    stmt,
+                    f"TMA needs every global stride but the innermost to be a multiple of 16 "
+                    f"bytes; %{g.name} of shape [{', '.join(str(x) if isinstance(x, int) else '?' for x in g.shape)}] "
+                    f"({g.dtype}) has a dim-{d - 1} stride of {stride} bytes",
+                )
         box = [1] * g.ndim
         for d, n in zip(dims, s.shape):
             box[d] = n
