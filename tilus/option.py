@@ -24,6 +24,7 @@ class _Options:
     keep_ptx: bool = False  # TILUS_KEEP_PTX: also produce and cache the PTX of each kernel
     bench_warmup: int = 5
     bench_repeat: int = 50
+    autotune: bool = True  # TILUS_AUTOTUNE: time every config on CUDA (False: first compiling)
 
 
 _ENV = {
@@ -33,16 +34,20 @@ _ENV = {
     "cache_dir": ("TILUS_CACHE_DIR", str),
     "parallel_workers": ("TILUS_PARALLEL_WORKERS", int),
     "keep_ptx": ("TILUS_KEEP_PTX", bool),
+    "autotune": ("TILUS_AUTOTUNE", bool),
 }
 
 _overrides: dict = {}
+_DEFAULTS = {f.name: f.default for f in fields(_Options)}
+#: Bumped whenever an override changes; the CUDA fast path's cached decisions compare it.
+epoch = [0]
 
 
 def get_option(name: str):
     """The current value of option ``name`` (override, else environment, else default)."""
     if name in _overrides:
         return _overrides[name]
-    default = {f.name: f.default for f in fields(_Options)}
+    default = _DEFAULTS
     if name not in default:
         raise KeyError(f"unknown tilus option {name!r}")
     if name in _ENV:
@@ -58,6 +63,7 @@ def set_option(name: str, value):
     """Set option ``name`` for the rest of the process."""
     get_option(name)
     _overrides[name] = value
+    epoch[0] += 1
 
 
 @contextlib.contextmanager
@@ -67,12 +73,14 @@ def scoped(**values):
         get_option(k)
     saved = {k: _overrides[k] for k in values if k in _overrides}
     _overrides.update(values)
+    epoch[0] += 1
     try:
         yield
     finally:
         for k in values:
             _overrides.pop(k, None)
         _overrides.update(saved)
+        epoch[0] += 1
 
 
 def interpret(enable: bool = True):
@@ -114,3 +122,9 @@ def bench_warmup(n: int):
 def bench_repeat(n: int):
     """Timed runs per config (the median is used)."""
     set_option("bench_repeat", n)
+
+
+def autotune(enable: bool = True):
+    """On CUDA, time every config of a kernel's space and use the fastest (True, the default),
+    or use the first config that compiles (False; also ``TILUS_AUTOTUNE=0``)."""
+    set_option("autotune", enable)

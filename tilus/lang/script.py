@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import warnings
 
+from tilus.backends.cuda.launcher import MISS as _MISS
 from tilus.errors import TilusArgumentError, TilusCompileError, TilusError, TilusProgramError
 from tilus.lang.autotune import expand_space
 from tilus.lang.instructions.generic import GenericInstructions
@@ -170,8 +171,16 @@ class InstantiatedScript:
                 runtime.append((n, ann, v))
         return const_args, runtime
 
+    #: ``fast(args)``: the CUDA dispatcher's launcher of calls seen before (set on first use)
+    _fast = None
+
     def __call__(self, *args, **kwargs):
         try:
+            fast = self._fast
+            if fast is not None and not kwargs:
+                out = fast(args)
+                if out is not _MISS:
+                    return out
             return self._call(args, kwargs)
         except TilusError as e:
             raise e.with_traceback(None) from None
@@ -184,7 +193,7 @@ class InstantiatedScript:
             return run_interpreted(self, const_args, runtime)
         from tilus.backends.cuda.launch import run_cuda
 
-        return run_cuda(self, const_args, runtime)
+        return run_cuda(self, const_args, runtime, None if kwargs else args)
 
     def runnable_programs(self, const_args, all_configs: bool):
         """The programs to run: the first config that compiles, or all that compile."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -109,9 +110,62 @@ def compare(out: np.ndarray, ref: np.ndarray, tol: float) -> str | None:
     return f"{bad} element(s) differ" if bad else None
 
 
+def _is_cuda_tensor(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor) and _on_cuda(x)
+
+
+def snapshot(x):
+    """A private copy of an output for comparing: a device copy of a CUDA torch tensor (compared
+    on the GPU: large outputs would be slow on the host), else a host NumPy copy."""
+    if _is_cuda_tensor(x):
+        return x.detach().clone()
+    return to_numpy(x)
+
+
+def _has_nan(o) -> bool:
+    if isinstance(o, np.ndarray):
+        return o.dtype.kind in "fc" and bool(np.isnan(o).any())
+    return bool((o.is_floating_point() or o.is_complex()) and o.isnan().any())
+
+
+def compare_tensors(out, ref, tol: float) -> str | None:
+    """``compare`` for two torch tensors on one device, computed there (same rules)."""
+    import torch
+
+    if tuple(out.shape) != tuple(ref.shape):
+        return f"shape {tuple(out.shape)} instead of {tuple(ref.shape)}"
+    if not (out.is_floating_point() or out.is_complex()):
+        bad = int((out != ref).sum())
+        return f"{bad} element(s) differ" if bad else None
+    if out.isnan().any():
+        return f"{int(out.isnan().sum())} NaN value(s)"
+    a, b = out.double(), ref.double()
+    if b.isnan().any():
+        return "the reference has NaN values"
+    if tol == 0.0:
+        bad = int((a != b).sum())
+        return f"{bad} element(s) differ" if bad else None
+    inf = a.isinf() | b.isinf()
+    if inf.any() and not torch.equal(a[inf], b[inf]):
+        return "infinities differ"
+    if a.numel() == 0:
+        return None
+    diff = float(torch.where(inf, 0.0, a - b).abs().max())
+    scale = float(torch.where(inf, 0.0, b).abs().max())
+    err = diff / max(scale, 1e-30)
+    return None if err <= tol else f"relative error {err:.3g} > {tol:g}"
+
+
+def _compare_any(o, r, tol: float) -> str | None:
+    if isinstance(o, np.ndarray) or isinstance(r, np.ndarray):
+        return compare(to_numpy(o), to_numpy(r), tol)
+    return compare_tensors(o, r, tol)
+
+
 def _compare_all(outs, ref, dtypes) -> str | None:
     for pos, (o, r, dt) in enumerate(zip(outs, ref, dtypes)):
-        err = compare(o, r, tolerance(dt))
+        err = _compare_any(o, r, tolerance(dt))
         if err is not None:
             return f"output #{pos}: {err}"
     return None
@@ -258,7 +312,7 @@ def _cross_check(candidates, make_args, outputs, reference, failures, disagreeme
         args = list(make_args())
         reference(*args)
         _sync(args)
-        ref = [to_numpy(args[p]) for p in outputs]
+        ref = [snapshot(args[p]) for p in outputs]
         dtypes = [_dtype_name(args[p]) for p in outputs]
     for i, (cfg, runner) in enumerate(candidates):
         args = list(make_args())
@@ -271,11 +325,9 @@ def _cross_check(candidates, make_args, outputs, reference, failures, disagreeme
             continue
         if dtypes is None:
             dtypes = [_dtype_name(args[p]) for p in outputs]
-        outs = [to_numpy(args[p]) for p in outputs]
+        outs = [snapshot(args[p]) for p in outputs]
         del args
-        nan = next(
-            (p for p, o in enumerate(outs) if o.dtype.kind in "fc" and np.isnan(o).any()), None
-        )
+        nan = next((p for p, o in enumerate(outs) if _has_nan(o)), None)
         if nan is not None:
             _disagree(cfg, f"output #{nan}: NaN values", disagreements)
             continue

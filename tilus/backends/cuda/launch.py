@@ -1,12 +1,16 @@
-"""Running a kernel on a CUDA device: config choice, argument checks, tensor maps, launch."""
+"""Running a kernel on a CUDA device: config choice (autotuning), argument checks, launch."""
 
 from __future__ import annotations
 
 import ctypes
 import math
+import os
+import time
 
+from tilus import option as _option
+from tilus.backends.cuda.launcher import MISS, Launcher, LaunchPlan
 from tilus.dtypes import DataType, PointerType, from_torch_dtype
-from tilus.errors import TilusArgumentError, TilusCompileError
+from tilus.errors import TilusArgumentError, TilusBackendError, TilusCompileError
 from tilus.ir.expr import Expr, Var
 from tilus.runtime.tensormap import TensorMapCache
 
@@ -35,10 +39,11 @@ def _const_key(const_args: dict):
 def select_kernel(script, const_args: dict, arch: str = "sm_90a"):
     """The first config (in autotune-space order) that compiles for CUDA; cached per script.
 
-    Autotuning (timing every config) is not done yet: pin a config through the constructor
-    arguments (``Kernel(num_stages=3, ...)``) to choose one.
+    What runs with ``tilus.option.autotune(False)``; configs that fail keep their reasons in
+    ``script.failed_configs``.
     """
     from tilus.backends.cuda.codegen.build import build
+    from tilus.lang.script import _hashable
 
     table = script.__dict__.setdefault("_cuda_kernels", {})
     key = _const_key(const_args)
@@ -49,8 +54,9 @@ def select_kernel(script, const_args: dict, arch: str = "sm_90a"):
     for cfg in script.configs:
         try:
             ck = build(script.program(cfg, const_args), cfg, arch=arch)
-        except TilusCompileError as e:
+        except (TilusCompileError, TilusBackendError) as e:
             reasons.append(f"  {cfg}: {e}")
+            script.failed_configs[_hashable(cfg)] = str(e)
             if len(script.configs) == 1:
                 raise
             continue
@@ -67,9 +73,14 @@ def _is_torch(v) -> bool:
 
 def _check_args(kname: str, fn, runtime):
     """Map param Var -> value; check tensors (device, dtype, contiguity) and scalars."""
+    return _check_values(kname, fn.params, runtime)
+
+
+def _check_values(kname: str, params, runtime):
+    """Check the runtime values against ``params`` (objects with ``name`` and ``dtype``)."""
     by_name = {n: (ann, v) for n, ann, v in runtime}
     env, tensors, device = {}, {}, None
-    for p in fn.params:
+    for p in params:
         ann, v = by_name[p.name]
         if isinstance(p.dtype, PointerType):
             if not _is_torch(v):
@@ -185,26 +196,243 @@ def _kernel_args(kname, ck, env, tensors):
     return args
 
 
-def run_cuda(script, const_args: dict, runtime):
-    """Compile (first config that compiles, cached) and launch on the tensors' device."""
+# --- autotuned dispatch ------------------------------------------------------------------------
+_CONST_ANNOTATIONS = (int, float, bool, str)
+_FALSY = ("", "0", "false", "no", "off")
+
+
+class _Param:
+    __slots__ = ("name", "dtype")
+
+    def __init__(self, name, dtype):
+        self.name, self.dtype = name, dtype
+
+
+def _getter(positions):
+    """``get(args) -> tuple`` of the values at ``positions``."""
+    import operator
+
+    if not positions:
+        return lambda args: ()
+    if len(positions) == 1:
+        (i,) = positions
+        return lambda args: (args[i],)
+    return operator.itemgetter(*positions)
+
+
+class Dispatcher:
+    """The CUDA side of one ``InstantiatedScript``: the parameter plan (computed once), the
+    autotuner, and the launchers of decided calls keyed by the call's compile-time and integer
+    arguments (with their Python types), so that a repeated call skips binding, checking of
+    everything but the tensors, tuning and tensor-map encoding.
+    """
+
+    def __init__(self, inst, arch: str = "sm_90a"):
+        self.inst, self.arch = inst, arch
+        self.kname = inst.script_cls.__name__
+        params = inst.params
+        self.names = [n for n, _ in params]
+        self.n = len(params)
+        self.runtime_names = [n for n, a in params if a not in _CONST_ANNOTATIONS]
+        key_pos = [
+            i
+            for i, (_, a) in enumerate(params)
+            if a in _CONST_ANNOTATIONS
+            or (
+                not isinstance(a, PointerType)
+                and isinstance(a, DataType)
+                and (a.is_integer() or a.is_boolean())
+            )
+        ]
+        self._key_of = _getter(key_pos)
+        self._full_pos = {n: i for i, n in enumerate(self.names)}
+        self.entries: dict = {}  # (values, types) of the key positions -> Prepared
+        self._preps: dict = {}  # (launcher id, scalars) -> Prepared
+        self._launchers: dict = {}  # (compiled kernel id, device) -> (ck, Launcher)
+        self._prechecked: set = set()
+        self.tuner = None
+        self.last_tuning: dict | None = None
+        self._index = 0
+        self._sync_options()
+
+    def _sync_options(self):
+        from tilus import option
+
+        self.epoch = option.epoch[0]
+        self.env_interpret = "interpret" not in option._overrides
+
+    # --- the fast path -------------------------------------------------------------------------
+    def fast(self, args):
+        """Launch a call seen before with cheap checks only; ``MISS`` otherwise."""
+        if len(args) != self.n or _EPOCH[0] != self.epoch:
+            return MISS
+        if self.env_interpret:
+            v = os.environ.get("TILUS_INTERPRET")
+            if v is not None and v.strip().lower() not in _FALSY:
+                return MISS
+        vals = self._key_of(args)
+        try:
+            prep = self.entries.get((vals, tuple(map(type, vals))))
+        except TypeError:  # an unhashable argument: the checked path reports it
+            return MISS
+        if prep is None:
+            return MISS
+        return prep.fast(args)
+
+    # --- the checked path ----------------------------------------------------------------------
+    def run(self, const_args: dict, runtime, raw_args=None):
+        """Check the arguments, pick the config (tuning on a new key), launch, remember."""
+        if self.epoch != _EPOCH[0]:  # an option changed: decide afresh
+            self.entries.clear()
+            self._sync_options()
+        params = [_Param(n, a) for n, a, _ in runtime]
+        env, tensors, device = _check_values(self.kname, params, runtime)
+        index = device.index if device.index is not None else _current_device()
+        values = {p.name: tensors[p] if p in tensors else env[p] for p in params}
+        full = [const_args[n] if n in const_args else values[n] for n in self.names]
+        scalars = {
+            p.name: values[p.name]
+            for p in params
+            if not isinstance(p.dtype, PointerType) and not p.dtype.is_float()
+        }
+        self._precheck(const_args, scalars, full)
+        launcher = self._choose(const_args, runtime, index)
+        skey = (id(launcher), tuple(sorted(scalars.items())))
+        prep = self._preps.get(skey)
+        if prep is None or prep.launcher is not launcher:
+            prep = launcher.prepare(scalars, self._full_pos)
+            if len(self._preps) > 1024:
+                self._preps.clear()
+            self._preps[skey] = prep
+        prep.checked(full)
+        if raw_args is not None and len(raw_args) == self.n:
+            vals = self._key_of(raw_args)
+            try:
+                key = (vals, tuple(map(type, vals)))
+                if len(self.entries) > 4096:
+                    self.entries.clear()
+                self.entries[key] = prep
+            except TypeError:
+                pass
+        return None
+
+    def _precheck(self, const_args, scalars, full):
+        """Argument sizes and TMA alignment, checked before tuning runs anything."""
+        key = (_const_key(const_args), tuple(sorted(scalars.items())))
+        if key in self._prechecked:
+            return
+        from tilus.backends.cuda.codegen.kernel import generate
+        from tilus.errors import TilusProgramError
+
+        for cfg in self.inst.configs:
+            try:
+                ks = generate(self.inst.program(cfg, const_args))
+            except TilusProgramError:
+                continue
+            LaunchPlan(self.kname, ks).bind(scalars, self._full_pos).check(full)
+            break
+        self._prechecked.add(key)
+
+    def _choose(self, const_args, runtime, index):
+        from tilus.option import get_option
+
+        if len(self.inst.configs) > 1 and not get_option("autotune"):
+            return self._launcher(select_kernel(self.inst, const_args, self.arch), index)
+        if self.tuner is None:
+            from tilus.tune import Autotuner
+
+            self.tuner = Autotuner(self.inst, self._build, self._load)
+        self._index = index
+        self._t_loaded, self._pids = None, set()
+        t0 = time.perf_counter()
+        sel = self.tuner.select(const_args, runtime)
+        if sel.result is not None or sel.failures:
+            from tilus.lang.script import _hashable
+
+            for cfg, why in sel.failures:
+                self.inst.failed_configs[_hashable(cfg)] = why
+        if sel.result is not None and not sel.result.cached:
+            t1 = time.perf_counter()
+            tl = self._t_loaded or t0
+            self.last_tuning = {
+                "configs": len(self.inst.configs),
+                "failed": len(sel.failures),
+                "disagreed": len(sel.result.disagreements),
+                "timed": len(sel.result.timings),
+                "compile_s": round(tl - t0, 3),
+                "tune_s": round(t1 - tl, 3),
+                "total_s": round(t1 - t0, 3),
+                "winner": dict(sel.config),
+                "workers": len(self._pids),
+                "build_pids": sorted(self._pids),
+            }
+        return sel.launch
+
+    # --- the autotuner's steps -----------------------------------------------------------------
+    def _build(self, config: dict, const_args: dict):
+        """Compile one config into the artifact cache (in a forked worker: no CUDA driver)."""
+        from tilus.backends.cuda.codegen.build import build
+
+        ck = build(self.inst.program(config, const_args), config, arch=self.arch)
+        out = {
+            "pid": os.getpid(),
+            "cached": ck.cached,
+            "nvrtc_seconds": ck.compile_seconds,
+            "smem_bytes": ck.kernel.smem_bytes,
+        }
+        if os.getpid() == _PID:  # built here (one config, or a stored winner): keep it
+            out["kernel"] = ck
+        return out
+
+    def _load(self, config: dict, const_args: dict, artifact):
+        """Load a built config on the call's device (the cubin comes from the artifact cache)."""
+        from tilus.backends.cuda.codegen.build import build
+
+        if self._t_loaded is None:
+            self._t_loaded = time.perf_counter()
+        ck = artifact.get("kernel") if isinstance(artifact, dict) else None
+        if isinstance(artifact, dict):
+            self._pids.add(artifact.get("pid"))
+        if ck is None:
+            ck = build(self.inst.program(config, const_args), config, arch=self.arch)
+        return self._launcher(ck, self._index)
+
+    def _launcher(self, ck, index):
+        hit = self._launchers.get((id(ck), index))
+        if hit is not None and hit[0] is ck:
+            return hit[1]
+        launcher = Launcher(LaunchPlan(self.kname, ck.kernel), ck, index, self.runtime_names)
+        self._launchers[(id(ck), index)] = (ck, launcher)
+        return launcher
+
+
+_PID = os.getpid()
+_EPOCH = _option.epoch
+
+
+def _current_device() -> int:
     import torch
 
-    from tilus.runtime.driver import ensure_context
+    return torch.cuda.current_device()
 
-    kname = script.script_cls.__name__
-    ck = select_kernel(script, const_args)
-    fn = ck.kernel.program.fn
-    env, tensors, device = _check_args(kname, fn, runtime)
-    grid = tuple(_eval(b, env) for b in fn.blocks)
-    for g, lim in zip(grid, MAX_GRID):
-        if not 0 <= g <= lim:
-            raise TilusArgumentError(f"{kname}: grid {list(grid)} is out of range")
-    if 0 in grid:
-        return None
-    args = _kernel_args(kname, ck, env, tensors)
-    index = device.index if device is not None else torch.cuda.current_device()
-    kernel = ck.function(index)
-    ensure_context(index)  # the device's primary context (torch's) is current for the launch
-    stream = torch.cuda.current_stream(index).cuda_stream
-    kernel.launch(grid, (fn.num_threads, 1, 1), ck.kernel.smem_bytes, stream, args)
-    return None
+
+def dispatcher(script) -> Dispatcher:
+    """The ``Dispatcher`` of an ``InstantiatedScript`` (made on first use)."""
+    disp = script.__dict__.get("_cuda_dispatch")
+    if disp is None:
+        disp = script.__dict__["_cuda_dispatch"] = Dispatcher(script)
+        script._fast = disp.fast
+    return disp
+
+
+def run_cuda(script, const_args: dict, runtime, raw_args=None):
+    """Pick a config (autotuned per compile-time arguments and integer buckets), check the
+    arguments and launch on the tensors' device, on torch's current stream.
+
+    Args:
+        script: The ``InstantiatedScript``.
+        const_args, runtime: From ``script.bind``.
+        raw_args: The call's positional arguments when it had no keywords: later calls with
+            equal arguments of the same types then take ``Dispatcher.fast``.
+    """
+    return dispatcher(script).run(const_args, runtime, raw_args)

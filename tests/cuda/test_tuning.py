@@ -1,0 +1,288 @@
+"""Autotuned CUDA calls on CPU: real NVRTC builds, the driver, tensors and timing faked."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import tilus
+from tests.cuda.conftest import needs_nvrtc
+from tilus import float32, int32, option
+from tilus.backends.cuda import launch as L
+from tilus.backends.cuda import launcher as LR
+from tilus.lang.script import InstantiatedScript
+from tilus.tune import Timing, TuneWarning
+from tilus.utils import cdiv
+
+pytestmark = needs_nvrtc
+
+
+@tilus.autotune("block", [32, 64, 128, 256])
+class TunedAdd(tilus.Script):
+    """c = a + b; block 256 needs 256 KB of shared memory and does not compile."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def __call__(self, n: int32, a: ~float32, b: ~float32, c: ~float32):
+        self.attrs.blocks = [cdiv(n, self.block)]
+        self.attrs.warps = 1
+        scratch = self.shared_tensor(dtype=float32, shape=[self.block, self.block])
+        self.free_shared(scratch)
+        ga = self.global_view(a, dtype=float32, shape=[n])
+        gb = self.global_view(b, dtype=float32, shape=[n])
+        gc = self.global_view(c, dtype=float32, shape=[n])
+        offset: int32 = self.blockIdx.x * self.block
+        x = self.load_global(ga, offsets=[offset], shape=[self.block])
+        y = self.load_global(gb, offsets=[offset], shape=[self.block])
+        self.store_global(gc, x + y, offsets=[offset])
+
+
+# --- fakes -------------------------------------------------------------------------------------
+class _Device:
+    type = "cuda"
+    index = 0
+
+    def __eq__(self, other):
+        return getattr(other, "type", None) == "cuda" and getattr(other, "index", 0) == 0
+
+    def __repr__(self):
+        return "cuda:0"
+
+
+class _Host:
+    def __init__(self, array):
+        self.array = array
+
+    def clone(self):
+        return _Host(self.array.copy())
+
+    def numpy(self):
+        return self.array
+
+
+class FakeTensor:
+    """A 'CUDA tensor' backed by a NumPy array at a fake, 256-byte aligned address."""
+
+    __module__ = "torch.fake"
+    registry: dict = {}
+    _next = [1 << 24]
+
+    def __init__(self, array):
+        self.array = np.ascontiguousarray(array, dtype=np.float32)
+        self.ptr = FakeTensor._next[0]
+        FakeTensor._next[0] += (self.array.nbytes + 255) // 256 * 256 + 256
+        self.dtype = "torch.float32"
+        self.device = _Device()
+        self.shape = self.array.shape
+        self.writes = 0
+        FakeTensor.registry[self.ptr] = self
+
+    def data_ptr(self):
+        return self.ptr
+
+    def get_device(self):
+        return 0
+
+    def is_contiguous(self):
+        return True
+
+    def numel(self):
+        return self.array.size
+
+    def clone(self):
+        return FakeTensor(self.array.copy())
+
+    def detach(self):
+        return self
+
+    def cpu(self):
+        return _Host(self.array)
+
+
+class FakeGPU:
+    """The driver seams of ``tilus.backends.cuda.launcher``: each launch computes c = a + b on
+    the fake tensors (block 128 adds 1 more: its output disagrees) and advances a fake clock."""
+
+    cost = {32: 3.0, 64: 2.0, 128: 1.0, 256: 0.5}
+
+    def __init__(self):
+        self.clock = 0.0
+        self.launches: list[int] = []
+        self.loads: list[int] = []
+        self.pinned_block = 32
+
+    def load(self, ck, index):
+        block = ck.config.get("block", self.pinned_block)  # a pinned block is no config
+        self.loads.append(block)
+        return block  # the 'kernel handle' is the config's block
+
+    def make_launch(self, block, threads, smem):
+        def go(gx, gy, gz, stream, params):
+            slots = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+            n = ctypes.c_int32.from_address(slots[0]).value
+            a, b, c = (
+                FakeTensor.registry[ctypes.c_uint64.from_address(slots[i]).value] for i in (1, 2, 3)
+            )
+            assert gx == -(-n // block) and (gy, gz) == (1, 1) and threads == 32
+            c.array[:n] = a.array[:n] + b.array[:n] + (1.0 if block == 128 else 0.0)
+            c.writes += 1
+            self.launches.append(block)
+            self.clock += self.cost[block]
+
+        return go
+
+    def benchmark(self, fn, *, warmup=None, repeat=None, flush_l2=True, cuda=None):
+        from tilus.tune import timing
+
+        t0 = self.clock
+        timing.benchmark(fn, warmup=warmup, repeat=repeat, cuda=False)  # honours the options
+        runs = (option.get_option("bench_warmup") if warmup is None else warmup) + (
+            option.get_option("bench_repeat") if repeat is None else repeat
+        )
+        return Timing.of([(self.clock - t0) / runs])
+
+
+@pytest.fixture
+def gpu(monkeypatch, tmp_path):
+    fake = FakeGPU()
+    monkeypatch.setenv("TILUS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(LR, "_load", fake.load)
+    monkeypatch.setattr(LR, "_make_launch", fake.make_launch)
+    monkeypatch.setattr(LR, "_make_context", lambda index: lambda: None)
+    monkeypatch.setattr(LR, "_stream_getter", lambda index: lambda: 0)
+    monkeypatch.setattr("tilus.tune.tuner.benchmark", fake.benchmark)
+    with option.scoped(parallel_workers=4, bench_warmup=1, bench_repeat=3):
+        yield fake
+
+
+def _args(n=1000, seed=0):
+    rng = np.random.default_rng(seed)
+    a = FakeTensor(rng.standard_normal(n))
+    b = FakeTensor(rng.standard_normal(n))
+    return [n, a, b, FakeTensor(np.full(n, np.nan))]
+
+
+def _fresh(**kwargs) -> InstantiatedScript:
+    """A new InstantiatedScript (as a new process would make), bypassing Script's cache."""
+    return InstantiatedScript(TunedAdd, (), kwargs)
+
+
+def _builds(monkeypatch):
+    from tilus.backends.cuda.codegen import build as B
+
+    built, real = [], B.build
+
+    def counting(program, config, **kw):
+        built.append(dict(config))
+        return real(program, config, **kw)
+
+    monkeypatch.setattr(B, "build", counting)
+    return built
+
+
+# --- tests -------------------------------------------------------------------------------------
+def test_tuning_compiles_in_parallel_skips_failures_and_wrong_outputs(gpu, tmp_path):
+    kernel = _fresh()
+    args = _args()
+    with pytest.warns(TuneWarning, match='"block":128.*never picked'):
+        kernel(*args)
+    n, a, b, c = args
+    np.testing.assert_array_equal(c.array, a.array + b.array)
+    assert c.writes == 1  # tuning ran on clones: the caller's output was written once
+    disp = L.dispatcher(kernel)
+    stats = disp.last_tuning
+    assert stats["winner"] == {"block": 64} and stats["configs"] == 4
+    assert stats["failed"] == 1 and stats["disagreed"] == 1 and stats["timed"] == 2
+    assert stats["workers"] >= 2 and os.getpid() not in stats["build_pids"]  # forked workers
+    (reason,) = kernel.failed_configs.values()
+    assert list(kernel.failed_configs) == [(("block", 256),)]
+    assert "shared memory" in reason
+    # each timed config: one cross-check run, then bench_warmup + bench_repeat runs
+    assert gpu.launches.count(32) == gpu.launches.count(64) - 1 == 1 + 1 + 3
+    assert gpu.launches.count(128) == 1
+    table = json.loads((tmp_path / "dispatch" / "tuned_add.json").read_text())
+    (entry,) = table["entries"].values()
+    assert entry["winner"] == {"block": 64}
+    assert [f["config"] for f in entry["failed"]] == [{"block": 256}]
+    assert "shared memory" in entry["failed"][0]["reason"]
+    assert [d["config"] for d in entry["disagreed"]] == [{"block": 128}]
+
+
+def test_repeated_calls_take_the_fast_path(gpu, monkeypatch):
+    kernel = _fresh()
+    with pytest.warns(TuneWarning):
+        kernel(*_args())
+    assert kernel._fast is not None
+    slow = []
+    real_run = L.Dispatcher.run
+    monkeypatch.setattr(L.Dispatcher, "run", lambda self, *a: slow.append(1) or real_run(self, *a))
+    gpu.launches.clear()
+    for seed in range(3):  # new tensors each time: pointers are rewritten
+        args = _args(seed=seed)
+        kernel(*args)
+        np.testing.assert_array_equal(args[3].array, args[1].array + args[2].array)
+    assert gpu.launches == [64, 64, 64] and slow == []
+    # a call the fast path cannot vouch for goes through the checked path and its errors
+    bad = _args()
+    bad[2] = FakeTensor(np.zeros(10))
+    with pytest.raises(tilus.TilusArgumentError, match="'b' has 10 elements"):
+        kernel(*bad)
+    assert slow == [1]
+    kernel(np.int64(1000), *_args()[1:])  # a NumPy int: checked path, same decision
+    kernel(1020, *_args(1020)[1:])  # same bucket (1024): no tuning again
+    assert len(slow) == 3 and gpu.launches[-2:] == [64, 64]
+
+
+def test_dispatch_table_reused_by_a_new_instance(gpu, tmp_path, monkeypatch):
+    with pytest.warns(TuneWarning):
+        _fresh()(*_args())
+    shutil.rmtree(tmp_path / "programs")  # as on a machine that has only the table
+    built = _builds(monkeypatch)
+    gpu.loads.clear()
+    kernel = _fresh()
+    args = _args()
+    kernel(*args)
+    assert built == [{"block": 64}] and gpu.loads == [64]  # only the stored winner
+    assert len(list((tmp_path / "programs").iterdir())) == 1
+    assert L.dispatcher(kernel).last_tuning is None
+    np.testing.assert_array_equal(args[3].array, args[1].array + args[2].array)
+
+
+def test_pinned_config_skips_tuning(gpu, monkeypatch):
+    built = _builds(monkeypatch)
+    kernel = _fresh(block=32)
+    args = _args()
+    kernel(*args)
+    assert built == [{}] and gpu.launches == [32]  # the one config is {} (block is pinned)
+    assert L.dispatcher(kernel).last_tuning is None
+
+
+def test_autotune_off_uses_the_first_compiling_config(gpu, monkeypatch):
+    built = _builds(monkeypatch)
+    with option.scoped(autotune=False):
+        kernel = _fresh()
+        kernel(*_args())
+    assert built == [{"block": 32}] and gpu.launches == [32]
+    monkeypatch.setenv("TILUS_AUTOTUNE", "0")
+    kernel = _fresh()
+    kernel(*_args())
+    assert gpu.launches == [32, 32] and len(built) == 2
+
+
+def test_option_change_is_seen_by_the_fast_path(gpu):
+    kernel = _fresh(block=32)
+    kernel(*_args())
+    kernel(*_args())
+    assert gpu.launches == [32, 32]
+    with option.scoped(interpret=True):  # the interpreter takes over (fakes are no tensors)
+        with pytest.raises(Exception):  # noqa: B017
+            kernel(*_args())
+    kernel(*_args())
+    assert gpu.launches == [32, 32, 32]

@@ -1,0 +1,390 @@
+"""Launching one compiled kernel with little host work: argument storage built once per shape."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+import os
+import threading
+
+from tilus.dtypes import PointerType
+from tilus.errors import TilusArgumentError
+from tilus.ir.expr import Expr, Var
+
+#: Returned by the unchecked fast path when a call needs the checked (slow) path.
+MISS = object()
+MAX_GRID = (2**31 - 1, 65535, 65535)
+TMAP_BYTES, TMAP_ALIGN = 128, 64
+# scalar parameter dtype -> the ctypes type with the C ABI of its kernel parameter
+CTYPES = {
+    "boolean": ctypes.c_bool,
+    "int8": ctypes.c_int8,
+    "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+}
+
+
+def _eval(e, env):
+    from tilus.backends.interp.values import eval_scalar
+
+    return int(eval_scalar(e, env)) if isinstance(e, Expr) else int(e)
+
+
+def _tmaps():
+    from tilus.backends.cuda import launch
+
+    return launch._TMAPS  # looked up per use: tests replace it with a fake encoder
+
+
+class LaunchPlan:
+    """What launching a generated kernel needs, independent of its cubin: parameters, the grid
+    and view-shape expressions, the TMA maps (from a ``KernelSource``)."""
+
+    def __init__(self, kname: str, ks):
+        self.kname = kname
+        self.ks = ks
+        fn = ks.program.fn
+        self.params = list(fn.params)
+        self.names = [p.name for p in self.params]
+        self.blocks = list(fn.blocks)
+        self.threads = int(fn.num_threads)
+        self.smem = int(ks.smem_bytes)
+        for p in self.params:
+            if not isinstance(p.dtype, PointerType) and p.dtype.name not in CTYPES:
+                raise TilusArgumentError(
+                    f"{kname}: parameter {p.name!r} has type {p.dtype}, which is not supported "
+                    "on CUDA"
+                )
+
+    def bind(self, scalars: dict, positions: dict) -> Bound:
+        """Evaluate grid, view sizes and tensor-map shapes for integer/bool arguments.
+
+        Args:
+            scalars: Parameter name -> value of the int and bool parameters.
+            positions: Parameter name -> position of its value in the tuples later passed.
+        """
+        return Bound(self, scalars, positions)
+
+
+class Bound:
+    """A ``LaunchPlan`` with its integer arguments known: grid, minimum tensor sizes, maps."""
+
+    def __init__(self, plan: LaunchPlan, scalars: dict, positions: dict):
+        self.plan, self.scalars, self.positions = plan, dict(scalars), dict(positions)
+        kname = plan.kname
+        env = {p: scalars[p.name] for p in plan.params if p.name in scalars}
+        self.grid = tuple(_eval(b, env) for b in plan.blocks)
+        for g, lim in zip(self.grid, MAX_GRID):
+            if not 0 <= g <= lim:
+                raise TilusArgumentError(f"{kname}: grid {list(self.grid)} is out of range")
+        self.empty = 0 in self.grid
+        gviews = plan.ks.plan.gviews
+        need: dict = {}  # param name -> (elements, shape)
+        for g, gv in gviews.items():
+            if (
+                isinstance(gv.ptr, Var)
+                and gv.strides is None
+                and any(gv.ptr is p for p in plan.params)
+            ):
+                shape = [_eval(s, env) for s in g.shape]
+                n = math.prod(shape)
+                if n > need.get(gv.ptr.name, (-1, None))[0]:
+                    need[gv.ptr.name] = (n, shape)
+        self.tensors = []  # (position, name, elements needed, view shape)
+        for p in plan.params:
+            if isinstance(p.dtype, PointerType):
+                n, shape = need.get(p.name, (0, None))
+                self.tensors.append((positions[p.name], p.name, n, shape))
+        self.maps = []  # (position, name, dtype name, shape, byte strides, box, swizzle)
+        for m in plan.ks.plan.tmaps:
+            ptr = gviews[m.gview].ptr
+            shape = tuple(_eval(s, env) for s in m.gview.shape)
+            eb = m.gview.dtype.nbits // 8
+            strides, acc = [], eb
+            for n in reversed(shape):
+                strides.append(acc)
+                acc *= n
+            swz = f"{m.swizzle}B" if m.swizzle else "none"
+            self.maps.append(
+                (
+                    positions[ptr.name],
+                    ptr.name,
+                    m.gview.dtype.name,
+                    shape,
+                    tuple(strides[::-1]),
+                    tuple(m.box),
+                    swz,
+                )
+            )
+
+    def check(self, values) -> None:
+        """Raise ``TilusArgumentError`` (naming the argument) when a tensor is smaller than the
+        kernel's view of it or cannot be read by TMA; needs no GPU."""
+        kname = self.plan.kname
+        for pos, name, n, shape in self.tensors:
+            t = values[pos]
+            if n > t.numel():
+                raise TilusArgumentError(
+                    f"{kname}: argument {name!r} has {t.numel()} elements but the kernel views "
+                    f"it as {shape} ({n} elements)"
+                )
+        for pos, name, dt, shape, strides, box, swz in self.maps:
+            from tilus.runtime.tensormap import validate_tiled
+
+            try:
+                validate_tiled(
+                    dtype_name=dt,
+                    address=values[pos].data_ptr(),
+                    shape=shape,
+                    strides_bytes=strides,
+                    box=box,
+                    swizzle=swz,
+                )
+            except TilusArgumentError as e:
+                raise _tma_error(kname, name, e) from None
+
+
+def _tma_error(kname, name, e) -> TilusArgumentError:
+    return TilusArgumentError(
+        f"{kname}: argument {name!r} cannot be read by TMA: {e} (TMA needs 16-byte aligned data "
+        "and rows whose byte size is a multiple of 16)"
+    )
+
+
+# --- the driver seams (tests replace these four) -----------------------------------------------
+@functools.cache
+def _libcuda():
+    """libcuda through ctypes (the cheapest launch from Python), or None."""
+    if os.environ.get("TILUS_LAUNCH_BINDINGS"):
+        return None
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        f = lib.cuLaunchKernel
+        f.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        f.restype = ctypes.c_int
+        lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+        lib.cuCtxSetCurrent.restype = ctypes.c_int
+        return lib
+    except (OSError, AttributeError):
+        return None
+
+
+def _load(ck, index: int):
+    """The loaded kernel (``tilus.runtime.driver.Kernel``) of a compiled kernel on a device."""
+    return ck.function(index)
+
+
+def _make_launch(kernel, threads: int, smem: int):
+    """``go(gx, gy, gz, stream, params_address)``: launch ``kernel`` (raises on an error).
+
+    Through ctypes when libcuda loads; should a ctypes launch fail, the same launch is retried
+    through cuda-bindings, whose error (if any) is the one raised.
+    """
+    from tilus.runtime.driver import check, cuda_driver
+
+    drv = cuda_driver()
+    name = f"cuLaunchKernel({kernel.name})"
+
+    def go_bindings(gx, gy, gz, stream, params):
+        check(
+            drv.cuLaunchKernel(
+                kernel.handle, gx, gy, gz, threads, 1, 1, smem, drv.CUstream(stream), params, 0
+            ),
+            name,
+        )
+
+    lib = _libcuda()
+    if lib is None:
+        return go_bindings
+    f, handle = lib.cuLaunchKernel, int(kernel.handle)
+
+    def go(gx, gy, gz, stream, params):
+        if f(handle, gx, gy, gz, threads, 1, 1, smem, stream, params, None):
+            go_bindings(gx, gy, gz, stream, params)
+
+    return go
+
+
+def _make_context(index: int):
+    """``set_ctx()``: make the device's primary context (torch's) current on this thread."""
+    from tilus.runtime.driver import ensure_context
+
+    ctx = ensure_context(index)
+    lib = _libcuda()
+    if lib is None:
+        return functools.partial(ensure_context, index)
+    f, handle = lib.cuCtxSetCurrent, int(ctx)
+
+    def set_ctx():
+        if f(handle):
+            ensure_context(index)  # raises the driver's error, if it persists
+
+    return set_ctx
+
+
+def _stream_getter(index: int):
+    """``stream()``: torch's current stream on the device, as an int handle."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return functools.partial(raw, index)
+    return lambda: torch.cuda.current_stream(index).cuda_stream
+
+
+class Launcher:
+    """One compiled config loaded on one device; ``launcher(*runtime_values)`` runs it with
+    every argument checked (how tuning runs the candidates)."""
+
+    def __init__(self, plan: LaunchPlan, ck, index: int, runtime_names):
+        self.plan, self.ck, self.index = plan, ck, index
+        self.config = dict(ck.config)
+        self.kernel = _load(ck, index)
+        self.go = _make_launch(self.kernel, plan.threads, plan.smem)
+        self.set_ctx = _make_context(index)
+        self.stream = _stream_getter(index)
+        self._positions = {n: i for i, n in enumerate(runtime_names)}
+        self._int_pos = [
+            (n, self._positions[n])
+            for p, n in zip(plan.params, plan.names)
+            if not isinstance(p.dtype, PointerType) and not p.dtype.is_float()
+        ]
+        self._prepared: dict = {}
+
+    def prepare(self, scalars: dict, positions: dict) -> Prepared:
+        """Argument storage for these int/bool arguments (see ``LaunchPlan.bind``)."""
+        return Prepared(self, self.plan.bind(scalars, positions))
+
+    def __call__(self, *values):
+        key = tuple(values[i] for _, i in self._int_pos)
+        prep = self._prepared.get(key)
+        if prep is None:
+            scalars = {n: values[i] for n, i in self._int_pos}
+            prep = self.prepare(scalars, self._positions)
+            if len(self._prepared) > 256:
+                self._prepared.clear()
+            self._prepared[key] = prep
+        prep.checked(values)
+
+    def __repr__(self):
+        return f"<Launcher {self.plan.kname} {self.config} on cuda:{self.index}>"
+
+
+class Prepared:
+    """Preallocated kernel-argument storage of one ``Bound``: a call only writes the pointers
+    (and tensor maps) that changed and the float scalars, then launches."""
+
+    def __init__(self, launcher: Launcher, bound: Bound):
+        self.launcher, self.bound = launcher, bound
+        self.device = launcher.index
+        self.grid = bound.grid
+        self._keep = []  # the ctypes objects whose addresses the params array holds
+        addrs, slot_of, self.floats = [], {}, []  # floats: (position, ctypes object)
+        for p in launcher.plan.params:
+            if isinstance(p.dtype, PointerType):
+                obj = slot_of[p.name] = ctypes.c_uint64(0)
+            elif p.dtype.is_float():
+                obj = CTYPES[p.dtype.name]()
+                self.floats.append((bound.positions[p.name], obj))
+            else:  # ints and bools are part of what the storage was made for
+                obj = CTYPES[p.dtype.name](bound.scalars[p.name])
+            self._keep.append(obj)
+            addrs.append(ctypes.addressof(obj))
+        self.ptr_slots = [slot_of[name] for _, name, _, _ in bound.tensors]
+        self.map_addrs = []
+        for _ in bound.maps:
+            buf = (ctypes.c_char * (TMAP_BYTES + TMAP_ALIGN))()
+            base = ctypes.addressof(buf)
+            self._keep.append(buf)
+            self.map_addrs.append(base + (-base) % TMAP_ALIGN)
+            addrs.append(self.map_addrs[-1])
+        self.params = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
+        self.params_addr = ctypes.addressof(self.params)
+        self.checks = [(pos, n) for pos, _, n, _ in bound.tensors]
+        self.types = None  # (type, dtype) per tensor, from the first checked call
+        self.last = None  # the pointers the storage holds
+        self.lock = threading.Lock()
+
+    def _fill(self, ptrs, values) -> None:
+        for slot, ptr in zip(self.ptr_slots, ptrs):
+            slot.value = ptr
+        cache = _tmaps()
+        for addr, (pos, name, dt, shape, strides, box, swz) in zip(self.map_addrs, self.bound.maps):
+            try:
+                blob = cache.get(
+                    dtype_name=dt,
+                    address=values[pos].data_ptr(),
+                    shape=shape,
+                    strides_bytes=strides,
+                    box=box,
+                    swizzle=swz,
+                )
+            except TilusArgumentError as e:
+                self.last = None
+                raise _tma_error(self.bound.plan.kname, name, e) from None
+            ctypes.memmove(addr, blob, TMAP_BYTES)
+        self.last = ptrs
+
+    def checked(self, values) -> None:
+        """Check the sizes of the tensors (types were checked by the caller) and launch."""
+        self.bound.check(values)
+        self.types = [(type(values[pos]), values[pos].dtype) for pos, _ in self.checks]
+        ptrs = tuple(values[pos].data_ptr() for pos, _ in self.checks)
+        if self.bound.empty:
+            return
+        with self.lock:
+            for pos, obj in self.floats:
+                obj.value = values[pos]
+            if ptrs != self.last:
+                self._fill(ptrs, values)
+            self._launch()
+
+    def fast(self, args):
+        """Launch with only cheap checks; ``MISS`` when the checked path is needed."""
+        types = self.types
+        if types is None:
+            return MISS
+        ptrs = []
+        dev = self.device
+        for (pos, need), (ttype, dtype) in zip(self.checks, types):
+            t = args[pos]
+            if (
+                type(t) is not ttype
+                or t.dtype != dtype
+                or t.get_device() != dev
+                or not t.is_contiguous()
+                or t.numel() < need
+            ):
+                return MISS
+            ptrs.append(t.data_ptr())
+        if self.bound.empty:
+            return None
+        ptrs = tuple(ptrs)
+        with self.lock:
+            for pos, obj in self.floats:
+                v = args[pos]
+                tv = type(v)
+                if tv is not float and tv is not int:
+                    return MISS
+                obj.value = v
+            if ptrs != self.last:
+                try:
+                    self._fill(ptrs, args)
+                except TilusArgumentError:
+                    return MISS
+            self._launch()
+        return None
+
+    def _launch(self):
+        launcher = self.launcher
+        gx, gy, gz = self.grid
+        launcher.set_ctx()
+        launcher.go(gx, gy, gz, launcher.stream(), self.params_addr)
