@@ -263,6 +263,10 @@ def main() -> int:
         return MatmulWGMMAV4()
 
     example("seed_v4", seed_v4)
+    reports = sorted(Path(cache, "dispatch").glob("*.txt"))
+    if os.environ.get("OUT") and reports:  # the dispatch tables' text reports, for the record
+        text = "\n".join(r.read_text() for r in reports)
+        Path(os.environ["OUT"], "dispatch_reports.txt").write_text(text)
     print_table(out)
     return 1 if out.get("errors") else 0
 

@@ -74,11 +74,11 @@ class FakeTensor:
     registry: dict = {}
     _next = [1 << 24]
 
-    def __init__(self, array):
-        self.array = np.ascontiguousarray(array, dtype=np.float32)
+    def __init__(self, array, dtype=np.float32):
+        self.array = np.ascontiguousarray(array, dtype=dtype)
         self.ptr = FakeTensor._next[0]
         FakeTensor._next[0] += (self.array.nbytes + 255) // 256 * 256 + 256
-        self.dtype = "torch.float32"
+        self.dtype = f"torch.{self.array.dtype.name}"
         self.device = _Device()
         self.shape = self.array.shape
         self.writes = 0
@@ -97,7 +97,7 @@ class FakeTensor:
         return self.array.size
 
     def clone(self):
-        return FakeTensor(self.array.copy())
+        return FakeTensor(self.array.copy(), self.array.dtype)
 
     def detach(self):
         return self
@@ -286,3 +286,62 @@ def test_option_change_is_seen_by_the_fast_path(gpu):
             kernel(*_args())
     kernel(*_args())
     assert gpu.launches == [32, 32, 32]
+
+
+def test_fast_path_refreshes_tensor_maps_when_pointers_change(gpu, monkeypatch):
+    from tests.cuda.test_codegen import seed
+
+    encoded = []
+
+    def encode(**kw):
+        from tilus.runtime.tensormap import validate_tiled
+
+        validate_tiled(**kw)
+        encoded.append(kw["address"])
+        return kw["address"].to_bytes(8, "little") + bytes(120)
+
+    monkeypatch.setattr(L, "_TMAPS", L.TensorMapCache(encoder=encode))
+    seen = []
+
+    def make_launch(kernel, threads, smem):
+        def go(gx, gy, gz, stream, params):
+            slots = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+            m = ctypes.c_int32.from_address(slots[0]).value
+            ptrs = [ctypes.c_uint64.from_address(slots[i]).value for i in (1, 2, 3)]
+            maps = [ctypes.c_uint64.from_address(slots[i]).value for i in (4, 5)]
+            assert slots[4] % 64 == 0 and slots[5] % 64 == 0  # __grid_constant__ alignment
+            seen.append((m, (gx, gy, gz), ptrs, maps))
+
+        return go
+
+    monkeypatch.setattr(LR, "_make_launch", make_launch)
+    V2 = seed("matmul_v2").MatmulWGMMAV2
+    kernel = InstantiatedScript(V2, (), dict(num_stages=3, block_m=128, block_n=128, block_k=64))
+    m, n, k = 1000, 512, 256
+
+    def tensors():
+        f16 = np.float16
+        return (
+            FakeTensor(np.zeros((m, k)), f16),
+            FakeTensor(np.zeros((n, k)), f16),
+            FakeTensor(np.zeros((m, n)), f16),
+        )
+
+    a, b, c = tensors()
+    kernel(m, n, k, a, b, c)
+    kernel(m, n, k, a, b, c)  # the fast path: nothing encoded again
+    assert encoded == [a.ptr, b.ptr]
+    a2, _, c2 = tensors()
+    kernel(m, n, k, a2, b, c2)
+    assert encoded == [a.ptr, b.ptr, a2.ptr]
+    assert seen[0] == (m, (8, 4, 1), [a.ptr, b.ptr, c.ptr], [a.ptr, b.ptr]) == seen[1]
+    assert seen[2] == (m, (8, 4, 1), [a2.ptr, b.ptr, c2.ptr], [a2.ptr, b.ptr])
+    big_a, big_c = (FakeTensor(np.zeros((2000, x)), np.float16) for x in (k, n))
+    kernel(2000, n, k, big_a, b, big_c)  # a new M: new storage, grid and tensor maps
+    assert seen[3][:2] == (2000, (16, 4, 1))
+    misaligned = FakeTensor(np.zeros((m, k)), np.float16)
+    misaligned.ptr += 8
+    FakeTensor.registry[misaligned.ptr] = misaligned
+    with pytest.raises(tilus.TilusArgumentError, match="a_ptr.*TMA"):
+        kernel(m, n, k, misaligned, b, c)
+    assert len(seen) == 4
