@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 import inspect
 
-from tilus.dtypes import DataType, PointerType, boolean, int32
+from tilus.dtypes import DataType, PointerType, int32
 from tilus.errors import TilusError, TilusProgramError
 from tilus.ir import inst as I
-from tilus.ir.expr import Const, Expr, TensorElement, Var, cast
+from tilus.ir.expr import Const, Expr, TensorElement, Var
 from tilus.ir.stmt import BreakStmt, ForStmt, IfStmt, ReturnStmt, ThreadGroupStmt, WhileStmt
 from tilus.ir.tensor import TensorVar
 from tilus.lang.builder import Builder, Group
@@ -570,8 +570,6 @@ def _resolve_annotation(ann, fn):
             return None
     return ann
 
-
-_ = boolean, cast
 
 
 def _reads_any(e, values) -> bool:
