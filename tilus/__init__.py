@@ -29,6 +29,7 @@ from tilus.errors import (
     TilusArgumentError,
     TilusCompileError,
     TilusError,
+    TilusPerformanceWarning,
     TilusProgramError,
     TilusRuntimeError,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "TilusArgumentError",
     "TilusCompileError",
     "TilusError",
+    "TilusPerformanceWarning",
     "TilusProgramError",
     "TilusRuntimeError",
     "autotune",

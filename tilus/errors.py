@@ -76,3 +76,8 @@ class TilusArgumentError(TilusError):
 
 class TilusBackendError(TilusError):
     """The compiler toolchain or the CUDA driver failed (NVRTC log or driver error attached)."""
+
+
+class TilusPerformanceWarning(UserWarning):
+    """The generated kernel compiled, but the toolchain reports code that will run slowly
+    (for example, ptxas serialized the kernel's wgmma instructions)."""

@@ -12,6 +12,7 @@ from tilus.passes.walk import instructions
 ALIGN = 128  # TMA and the 128B swizzle need 128-byte aligned tiles (1024 for the swizzle atom)
 SWIZZLE_ALIGN = 1024
 MBARRIER_BYTES = 8
+SCRATCH_BYTES = 8
 SM90_SMEM_LIMIT = 232448  # bytes of dynamic shared memory one block may opt in to on sm_90
 
 
@@ -22,6 +23,7 @@ class SharedPlan:
     offsets: dict  # AllocShared.out -> byte offset
     barrier_offsets: dict  # MBarrierAlloc.out -> byte offset of its first barrier
     total_bytes: int
+    scratch_offset: int | None = None  # 8 bytes the CUDA backend's guarded stores may hit
 
 
 def _round_up(x: int, a: int) -> int:
@@ -33,7 +35,10 @@ def plan_shared_memory(fn: Function, limit: int = SM90_SMEM_LIMIT) -> SharedPlan
     free: list[tuple[int, int]] = [(0, 1 << 40)]  # (start, size) holes, sorted
     offsets, live, peak = {}, {}, 0
     barriers = []
+    in_flight = stores = False
     for stmt, inst in instructions(fn.body):
+        in_flight = in_flight or (isinstance(inst, I.WgmmaWaitGroup) and inst.n > 0)
+        stores = stores or isinstance(inst, I.StoreGlobal)
         if isinstance(inst, I.AllocShared):
             size = _round_up(max(inst.out.nbytes, 1), ALIGN)
             align = SWIZZLE_ALIGN  # every tile may be swizzled by the CUDA backend
@@ -89,4 +94,16 @@ def plan_shared_memory(fn: Function, limit: int = SM90_SMEM_LIMIT) -> SharedPlan
                 f"per-block limit of {limit} bytes",
                 stmt.loc,
             )
-    return SharedPlan(offsets, barrier_offsets, at)
+    scratch = None
+    if in_flight and stores:
+        # a kernel that keeps wgmma groups in flight (wait_group(n > 0)) sends out-of-bounds
+        # elements of its bounds-checked global stores here instead of predicating the store
+        # (see the CUDA backend's ptx.ldst)
+        scratch, at = at, at + SCRATCH_BYTES
+        if at > limit:
+            raise TilusCompileError(
+                f"shared memory: the {SCRATCH_BYTES}-byte store scratch of the epilogue brings "
+                f"the block to {at} bytes, over the sm_90a per-block limit of {limit} bytes",
+                None,
+            )
+    return SharedPlan(offsets, barrier_offsets, at, scratch)

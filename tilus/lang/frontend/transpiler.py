@@ -571,7 +571,6 @@ def _resolve_annotation(ann, fn):
     return ann
 
 
-
 def _reads_any(e, values) -> bool:
     from tilus.passes.uniformity import _reads
 

@@ -60,6 +60,11 @@ class CompiledKernel:
         return self.kernel.source
 
     @property
+    def wgmma_serialized(self) -> bool:
+        """ptxas reported that it serialized the kernel's wgmma (each waits for the previous)."""
+        return _SERIALIZED in self.log
+
+    @property
     def name(self) -> str:
         """The kernel's ``extern "C"`` name."""
         return self.kernel.name
@@ -93,6 +98,28 @@ def _resources(cubin: bytes, name: str, log: str) -> dict:
         from tilus.runtime.sass import parse_spills
 
         return {"function": name, "error": str(e), **parse_spills(log)}
+
+
+#: ptxas info C7514-C7520: "Potential Performance Loss: wgmma.mma_async instructions are
+#: serialized due to ..." (the reason follows).
+_SERIALIZED = "wgmma.mma_async instructions are serialized"
+
+
+def _warn_serialized(ks, log: str) -> None:
+    import warnings
+
+    from tilus.errors import TilusPerformanceWarning
+
+    for line in log.splitlines():
+        if _SERIALIZED in line:
+            reason = line.split("Potential Performance Loss:", 1)[-1].strip()
+            warnings.warn(
+                f"{ks.name}: ptxas serialized every wgmma of the kernel, so no wgmma group "
+                f"overlaps another: {reason}",
+                TilusPerformanceWarning,
+                stacklevel=3,
+            )
+            return
 
 
 def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> CompiledKernel:
@@ -137,6 +164,7 @@ def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> Compile
         ks.source, arch=arch, options=NVRTC_OPTIONS, name=f"{ks.name}.cu", want_ptx=want_ptx
     )
     res = _resources(binary.cubin, ks.name, binary.log)
+    _warn_serialized(ks, binary.log)
     meta = {
         "kernel": ks.name,
         "config": dict(config),

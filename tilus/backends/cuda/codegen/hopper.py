@@ -105,7 +105,7 @@ def wgmma_wait_group(ctx, inst, expr):
     The wait's asm names no registers, so without the pins the compiler may hoist reads of an
     accumulator (a cast, a store) above the wait and read values the tensor cores have not
     written yet. An empty volatile asm that reads and writes each accumulator register keeps
-    every later access after the wait.
+    every later access after the wait. (The pins emit no PTX: ptxas never sees them.)
     """
     ctx.emit(f"tl_wgmma_wait_group<{inst.n}>();")
     for t in ctx.wgmma_accs.values():

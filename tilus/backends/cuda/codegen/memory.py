@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import ctype
+from tilus.backends.cuda.ptx.ldst import GUARDED_SUFFIX
 from tilus.ir.expr import Expr
 from tilus.ir.tensor import TensorVar
 
@@ -96,7 +97,11 @@ def load_global(ctx, inst, expr):
 
 def store_global(ctx, inst, expr):
     """Each thread stores its registers; out-of-bounds elements are skipped. Two adjacent
-    16-bit elements are stored as one 32-bit word when in bounds and aligned."""
+    16-bit elements are stored as one 32-bit word when in bounds and aligned.
+
+    The bounds checks are not branches: the store is predicated or, in a kernel that keeps
+    wgmma groups in flight (its plan has a scratch word), always made, to the scratch word when
+    out of bounds (why: see ``ptx.ldst``)."""
     src, g = inst.src, inst.dst
     layout = R.layout_of(ctx, src)
     name, shape, strides = ctx.gview_info[g]
@@ -110,33 +115,60 @@ def store_global(ctx, inst, expr):
     ctx.open("")
     base, offs = _tile_base(ctx, layout, inst.offsets, expr)
     last = inst.dims[-1]
-    step = 2 if pairs else 1
-    for i in range(0, layout.local_size, step):
+    rows_of = [d for d in range(len(shape)) if d != last]
+    ct = ctype(src.dtype)
+    row_memo: dict = {}  # row index expressions -> (row pointer, row in bounds)
+    col_memo: dict = {}  # column expression -> (column in bounds, column + 1 in bounds)
+
+    def row(idx):
+        # each distinct row is addressed and bounds-checked once (keeps the epilogue's register
+        # pressure down: a wgmma accumulator has 2 rows per m64 tile and many columns)
+        key = tuple(idx[d] for d in rows_of)
+        if key not in row_memo:
+            p, ok = ctx.fresh("row"), ctx.fresh("rok")
+            parts = [_address([idx[d]], [strides[d]]) for d in rows_of]
+            ctx.emit(f"{ct}* const {p} = {' + '.join([name, *parts])};")
+            conds = [f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})" for d in rows_of]
+            ctx.emit(f"const bool {ok} = {' && '.join(conds) or 'true'};")
+            row_memo[key] = (p, ok)
+        return row_memo[key]
+
+    def col(c):
+        if c not in col_memo:
+            ok0, ok1 = ctx.fresh("cok"), ctx.fresh("cok")
+            ctx.emit(f"const bool {ok0} = (uint32_t)({c}) < (uint32_t)({shape[last]});")
+            if pairs:
+                ctx.emit(f"const bool {ok1} = (uint32_t)({c}) + 1u < (uint32_t)({shape[last]});")
+            col_memo[c] = (ok0, ok1)
+        return col_memo[c]
+
+    for i in range(0, layout.local_size, 2 if pairs else 1):
         idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
-        addr = _address(idx, strides)
+        p, rok = row(idx)
+        cok0, cok1 = col(idx[last])
+        a = f"{p} + {_address([idx[last]], [strides[last]])}"
         v0 = R.elem(ctx, src, i)
         if not pairs:
-            ctx.emit(f"if ({_in_bounds(idx, shape)}) {name}[{addr}] = {v0};")
+            _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", f"{a}, {v0}, {rok} && {cok0}")
             continue
         v1 = R.elem(ctx, src, i + 1)
-        a = ctx.fresh("a")
-        rows = [d for d in range(len(shape)) if d != last]
-        row_ok = (
-            " && ".join(f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})" for d in rows) or "true"
-        )
-        col = idx[last]
-        ctx.open(f"if ({row_ok})")
-        ctx.emit(f"{ctype(src.dtype)}* {a} = {name} + {addr};")
-        ctx.open(
-            f"if ((uint32_t)({col}) + 1u < (uint32_t)({shape[last]}) && (((uint64_t){a}) & 3) == 0)"
-        )
-        ctx.emit(f"*(uint32_t*){a} = (uint32_t){v0} | ((uint32_t){v1} << 16);")
-        ctx.reopen("} else {")
-        ctx.emit(f"if ((uint32_t)({col}) < (uint32_t)({shape[last]})) {a}[0] = {v0};")
-        ctx.emit(f"if ((uint32_t)({col}) + 1u < (uint32_t)({shape[last]})) {a}[1] = {v1};")
-        ctx.close()
-        ctx.close()
+        pa, lo, hi, both = (ctx.fresh(x) for x in ("a", "lo", "hi", "both"))
+        ctx.emit(f"{ct}* const {pa} = {a};")
+        ctx.emit(f"const bool {lo} = {rok} && {cok0}, {hi} = {rok} && {cok1};")
+        ctx.emit(f"const bool {both} = {lo} && {hi} && (((uint64_t){pa}) & 3) == 0;")
+        w = f"(uint32_t){v0} | ((uint32_t){v1} << 16)"
+        _guarded(ctx, "_pair", f"{pa}, {w}, {both}, {lo} && !{both}, {hi} && !{both}")
     ctx.close()
+
+
+def _guarded(ctx, kind: str, args: str) -> None:
+    """``tl_st_global_if_<kind>`` (predicated) or ``tl_st_global_or_<kind>`` (to the scratch
+    word when out of bounds)."""
+    scratch = ctx.smem.scratch_offset
+    if scratch is None:
+        ctx.emit(f"tl_st_global_if{kind}({args});")
+    else:
+        ctx.emit(f"tl_st_global_or{kind}({args}, tl_smem + {scratch}u);")
 
 
 def _shared_elem(view, coords) -> str:
