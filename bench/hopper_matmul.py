@@ -107,6 +107,9 @@ def example_variants() -> dict:
             out[f"ex_{v}_128x256x64_s{s}"] = cls(
                 num_stages=s, block_m=128, block_n=256, block_k=64, swizzle=4
             )
+        out[f"ex_{v}_128x256x64_s4_sw8"] = cls(
+            num_stages=4, block_m=128, block_n=256, block_k=64, swizzle=8
+        )
     return out
 
 
