@@ -3,8 +3,9 @@
 Run on a Hopper GPU with torch: ``python3 bench/hopper_matmul.py [--sizes 8192,4096]``. The seed
 kernels are imported from ``$TILUS_SEED_KERNELS``, else ``../shared/seed_kernels`` beside the
 repository, else ``.seed/`` inside it. Each kernel is checked against ``torch.matmul`` in fp32
-(NaN-poisoned output, fresh random inputs) before it is timed with CUDA events (median of 20
-after 5 warm-ups, the L2 flushed by a 256 MB write before each run). Prints a table; writes
+(NaN-poisoned output, fresh random inputs) before it is timed with CUDA events, in interleaved
+rounds over all kernels (``--rounds``, each the median of ``--reps`` runs, the L2 flushed by a
+256 MB write before each run; the median round is reported with the spread). Prints a table; writes
 JSON to ``$OUT/hopper_matmul.json`` when ``$OUT`` is set and to
 ``bench/results/<YYYY-MM-DD>-h200.json``.
 """
@@ -129,6 +130,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", default="8192,4096", help="comma-separated square sizes")
     ap.add_argument("--no-v4", action="store_true")
+    ap.add_argument("--no-v2", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
+    ap.add_argument("--reps", type=int, default=10, help="timed runs per kernel per round")
     ap.add_argument(
         "--examples",
         action="store_true",
@@ -148,7 +152,7 @@ def main(argv=None) -> int:
     f16 = tilus.float16
     variants = {}  # name -> kernel
     compile_info = {}
-    for cfg in V2_CONFIGS:
+    for cfg in [] if args.no_v2 else V2_CONFIGS:
         name = "v2_{block_m}x{block_n}x{block_k}_s{num_stages}".format(**cfg)
         kernel = MatmulWGMMAV2(**cfg)
         try:
@@ -204,6 +208,7 @@ def main(argv=None) -> int:
         runs = {"cublas": lambda a_, b_, c_: torch.matmul(a_, b_.T, out=c_)}
         for name, kernel in variants.items():
             runs[name] = lambda a_, b_, c_, kern=kernel, s=size: kern(s, s, s, a_, b_, c_)
+        timed = {}
         for name, run in runs.items():
             t0 = time.perf_counter()
             err = rel_error(run, torch, m, n, k)  # also compiles for this size (first call)
@@ -211,14 +216,22 @@ def main(argv=None) -> int:
             if not err < 5e-3:
                 print(f"{name} at {size}: WRONG (rel err {err})", flush=True)
                 continue
-            ms = time_ms(lambda run=run, a=a, b=b, c=c: run(a, b, c), torch, flush)
+            timed[name] = lambda run=run, a=a, b=b, c=c: run(a, b, c)
+            print(f"{size}: {name:24s} err {err:.1e}, first call {time.perf_counter() - t0:.1f} s")
+        # interleaved rounds: each round times every kernel once (median of `reps`), so clock
+        # and thermal drift hit all kernels alike; the result is the median over rounds and
+        # the spread (max/min of the round medians) says how much to trust a difference
+        rounds: dict = {name: [] for name in timed}
+        for _ in range(args.rounds):
+            for name, fn in timed.items():
+                rounds[name].append(time_ms(fn, torch, flush, reps=args.reps, warmup=2))
+        row["spread"] = {}
+        for name, ts in rounds.items():
+            ts.sort()
+            ms = ts[len(ts) // 2]
             row["ms"][name] = round(ms, 4)
             row["tflops"][name] = round(2 * m * n * k / ms / 1e9, 1)
-            print(
-                f"{size}: {name:22s} {ms:8.3f} ms {row['tflops'][name]:7.1f} TFLOPS "
-                f"(err {err:.1e}, first call {time.perf_counter() - t0:.1f} s)",
-                flush=True,
-            )
+            row["spread"][name] = round(ts[-1] / ts[0], 4)
         base = row["ms"].get("cublas")
         for name, ms in row["ms"].items():
             if base:
@@ -237,8 +250,10 @@ def main(argv=None) -> int:
         "torch": torch.__version__,
         "nvrtc": ".".join(map(str, nvrtc_version())),
         "timing": (
-            "CUDA events, median of 20 after 5 warm-ups, 256 MB L2 flush and a ~0.1 ms GPU "
-            "sleep (hides host launch overhead) before each"
+            f"{args.rounds} interleaved rounds over all kernels; per round CUDA events, median "
+            f"of {args.reps} after 2 warm-ups, a 256 MB L2 flush and a ~0.1 ms GPU sleep (hides "
+            "host launch overhead) before each; reported: median of the round medians, spread "
+            "= slowest/fastest round"
         ),
         "config_choice": "pinned configs (so each row is one config); V4: its one-config space",
         "compile": compile_info,
@@ -253,12 +268,12 @@ def main(argv=None) -> int:
         (REPO / "bench" / "results" / f"{day}-h200.json").write_text(text)
     except OSError:
         pass
-    print("\nsize   kernel                  ms      TFLOPS  vs cuBLAS")
+    print("\nsize   kernel                    ms      TFLOPS  vs cuBLAS  spread")
     for row in results:
         for name, ms in sorted(row["ms"].items(), key=lambda x: x[1]):
             print(
-                f"{row['M']:<6d} {name:22s} {ms:7.3f} {row['tflops'][name]:8.1f}  "
-                f"{row['vs_cublas'].get(name, 0):.3f}x"
+                f"{row['M']:<6d} {name:24s} {ms:7.3f} {row['tflops'][name]:8.1f}  "
+                f"{row['vs_cublas'].get(name, 0):.3f}x   {row['spread'][name]:.3f}"
             )
     return 0
 

@@ -10,8 +10,9 @@
    A is staged as ``[num_stages, 2, block_m / 2, block_k]`` and warp group ``g`` multiplies
    ``sa[stage, g]`` by the shared B tile into its own ``[block_m / 2, block_n]`` accumulator, so
    two independent WGMMA streams keep the tensor cores busy. The producer warp (threads
-   256-287, 9 warps in all) issues three TMA copies per stage: both A halves and B. All 256
-   consumer threads arrive on the empty barrier of a slot when they are done with it.
+   256-287, 9 warps in all) issues three TMA copies per stage: both A halves and B. One elected
+   thread per consumer warp group arrives on the empty barrier of a slot when the group is done
+   with it (two arrivals free a slot).
 3. Rasterization: the grid is 1-D and ``tile_coords`` maps the block index to a C tile so that
    consecutive blocks sweep groups of ``swizzle`` neighbouring N tiles down M, walking N fastest
    inside a group; blocks that run together then share B tiles in L2. When the number of N tiles
@@ -72,8 +73,10 @@ class Pipeline(tilus.Class):
         self.mbarrier.wait(self.full[self.consumer_stage], phase=self.consumer_phase)
 
     def consumer_release(self, stage: int32):
-        """Every thread of the current group arrives on the empty barrier of ``stage``."""
-        self.mbarrier.arrive(self.empty[stage])
+        """One elected thread of the current warp group arrives on the empty barrier of
+        ``stage`` (called after ``wait_group`` retired the group's reads of it)."""
+        with self.single_thread():
+            self.mbarrier.arrive(self.empty[stage])
 
     def consumer_advance(self):
         """Move the consumer to the next slot (flipping its phase on wrap-around)."""
@@ -166,7 +169,7 @@ class MatmulWGMMAV4(tilus.Script):
         gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
         sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m_half, block_k])
         sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
-        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=256)
+        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=2)
 
         with self.thread_group(256, 32):  # producer warp
             for offset_k in self.range(0, k_size, block_k, unroll=num_stages):
