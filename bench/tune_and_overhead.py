@@ -114,6 +114,9 @@ def per_call_us(fn, torch, calls=CALLS) -> dict:
     }
 
 
+TUNED: dict = {}  # name -> the tuned kernel instance, for the interleaved timing at the end
+
+
 def matmul_row(name, kernel, torch, flush, cublas_ms, extra=None) -> dict:
     """First call (tunes), a correctness check on fresh tensors, then the timing."""
     m = n = k = SIZE
@@ -133,6 +136,7 @@ def matmul_row(name, kernel, torch, flush, cublas_ms, extra=None) -> dict:
     b = torch.randn(n, k, device="cuda", dtype=torch.float16)
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
     ms = hm.time_ms(lambda: kernel(m, n, k, a, b, c), torch, flush)
+    TUNED[name] = kernel
     row.update(ms=round(ms, 4), tflops=round(2 * m * n * k / ms / 1e9, 1))
     row["vs_cublas"] = round(cublas_ms / ms, 3)
     print(f"{name}: {ms:.3f} ms, {row['tflops']} TFLOPS, {row['vs_cublas']}x cuBLAS", flush=True)
@@ -263,12 +267,35 @@ def main() -> int:
         return MatmulWGMMAV4()
 
     example("seed_v4", seed_v4)
+    _guard(out, "interleaved", lambda: interleaved(out, torch, flush, a, b, c))
     reports = sorted(Path(cache, "dispatch").glob("*.txt"))
     if os.environ.get("OUT") and reports:  # the dispatch tables' text reports, for the record
         text = "\n".join(r.read_text() for r in reports)
         Path(os.environ["OUT"], "dispatch_reports.txt").write_text(text)
     print_table(out)
     return 1 if out.get("errors") else 0
+
+
+def interleaved(out, torch, flush, a, b, c, rounds=7, reps=10) -> None:
+    """(e) cuBLAS and every tuned kernel timed in interleaved rounds (each round times each
+    once: median of ``reps``), so drift of the GPU's clocks hits all alike; the median round
+    and the spread (slowest / fastest round) per kernel."""
+    m = SIZE
+    fns = {"cublas": lambda: torch.matmul(a, b.T, out=c)}
+    for name, kern in TUNED.items():
+        fns[name] = lambda kern=kern: kern(m, m, m, a, b, c)
+    times: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(hm.time_ms(fn, torch, flush, reps=reps, warmup=2))
+    res = {}
+    for name, ts in times.items():
+        ts.sort()
+        res[name] = {"ms": round(ts[len(ts) // 2], 4), "spread": round(ts[-1] / ts[0], 3)}
+    base = res["cublas"]["ms"]
+    for r in res.values():
+        r["vs_cublas"] = round(base / r["ms"], 3)
+    out["interleaved"] = {"rounds": rounds, "reps_per_round": reps, "results": res}
 
 
 def print_table(out: dict) -> None:
@@ -306,6 +333,14 @@ def print_table(out: dict) -> None:
             f"    {r['kernel']:12s} {r.get('ms', nan):8.3f} {r.get('tflops', nan):8.1f} "
             f"{r.get('vs_cublas', nan):10.3f}  {win}"
         )
+    il = out.get("interleaved")
+    if il:
+        print(f"(e) interleaved: {il['rounds']} rounds x {il['reps_per_round']} runs, median round")
+        for name, r in sorted(il["results"].items(), key=lambda x: x[1]["ms"]):
+            print(
+                f"    {name:12s} {r['ms']:8.3f} {2 * SIZE**3 / r['ms'] / 1e9:8.1f} "
+                f"{r['vs_cublas']:10.3f}  spread {r['spread']}"
+            )
     for k, v in out.get("errors", {}).items():
         print(f"    ERROR in {k}: {v}")
 
