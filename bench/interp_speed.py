@@ -70,8 +70,9 @@ def main():
         v2 = load(seeds / "matmul_v2.py", "bench_seed_v2").MatmulWGMMAV2
         f, b, e = timed(v2(), 256, 256, 256, True, np.float16)
         rows.append(("seed matmul_v2", str(v2().configs[0]), f, b, e, 10.0))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                            capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
     result = {
         "date": datetime.date.today().isoformat(),
         "machine": f"{platform.processor() or platform.machine()}, 1 core (affinity pinned)",
@@ -80,8 +81,17 @@ def main():
         "commit": commit,
         "command": "python bench/interp_speed.py",
         "size": "256x256x256",
-        "rows": [dict(kernel=r[0], config=r[1], first_call_s=round(r[2], 4),
-                      best_of_3_s=round(r[3], 4), rel_err=r[4], target_s=r[5]) for r in rows],
+        "rows": [
+            dict(
+                kernel=r[0],
+                config=r[1],
+                first_call_s=round(r[2], 4),
+                best_of_3_s=round(r[3], 4),
+                rel_err=r[4],
+                target_s=r[5],
+            )
+            for r in rows
+        ],
     }
     out = REPO / "bench" / "results" / f"{result['date']}-cpu-interpreter.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -69,7 +69,9 @@ class InstantiatedScript:
                     f"{cls.__name__}: constructor arguments do not fit the autotune space ({e})"
                 ) from None
         self._programs: dict = {}
-        self.failed_configs: dict = {}  # config key -> reason
+        # config key -> why it was dropped: set when lowering or tuning fails a config, and
+        # restored from the dispatch table when a later process reuses a stored winner
+        self.failed_configs: dict = {}
         self._params = None
 
     def __repr__(self):

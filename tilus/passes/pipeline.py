@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tilus.ir.function import Function
 from tilus.ir.printer import print_ir
+from tilus.passes.fast_divmod import FastDivPlan, plan_fast_divmod
 from tilus.passes.shared_memory import SharedPlan, plan_shared_memory
 from tilus.passes.uniformity import check_uniformity
 from tilus.passes.verify import verify
@@ -13,11 +14,13 @@ from tilus.passes.verify import verify
 
 @dataclass(frozen=True)
 class Program:
-    """A kernel ready for a backend: the function, its shared-memory plan and its IR text."""
+    """A kernel ready for a backend: the function, its shared-memory plan, its IR text and the
+    ``fast_divmod`` divisors that the host computes (hidden kernel parameters)."""
 
     fn: Function
     smem: SharedPlan
     text: str
+    fastdiv: FastDivPlan = field(default_factory=FastDivPlan)
 
 
 def lower(fn: Function) -> Program:
@@ -25,4 +28,5 @@ def lower(fn: Function) -> Program:
     fn = verify(fn)  # catch front-end scoping slips before anything relies on the IR
     fn = check_uniformity(fn)  # values changed by one thread group only must stay there
     smem = plan_shared_memory(fn)  # place tiles and barriers; enforce the per-block limit
-    return Program(fn, smem, print_ir(fn))
+    fastdiv = plan_fast_divmod(fn)  # launch-invariant divisors get host-computed magic numbers
+    return Program(fn, smem, print_ir(fn) + fastdiv.describe(), fastdiv)

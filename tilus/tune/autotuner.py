@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tilus.errors import TilusCompileError
-from tilus.tune.dispatch import DispatchTable
+from tilus.tune.dispatch import DispatchTable, Entry
 from tilus.tune.keys import (
     canonical_json,
     config_id,
@@ -29,8 +29,10 @@ class Selection:
     Attributes:
         config: The winning config.
         launch: ``launch(*runtime_values)`` runs the winner.
-        result: The ``TuneResult`` (None when there was a single config).
-        failures: ``(config, reason)`` of configs that failed to compile or load.
+        result: The ``TuneResult`` (None when there was a single config); on a dispatch-table
+            hit a ``cached`` one holding the stored failures and disagreements.
+        failures: ``(config, reason)`` of configs that failed to compile, load or run (on a
+            table hit: as stored by the tuning that made the entry).
     """
 
     config: dict
@@ -66,7 +68,8 @@ class Autotuner:
     ``select(const_args, runtime)`` returns the launcher of the best config for the call:
 
     1. an in-memory hit on (compile-time args, tuning buckets, device) returns at once;
-    2. a dispatch-table hit for this machine builds and loads only the stored winner;
+    2. a dispatch-table hit for this machine builds and loads only the stored winner (the
+       stored failures come back in ``Selection.failures``);
     3. otherwise every config is built in parallel (``compile_all``), loaded, cross-checked and
        timed on clones of the call's arguments (``tune``), and the decision is stored.
 
@@ -150,7 +153,7 @@ class Autotuner:
             cfg = next((c for c in configs if config_id(c) == want), None)
             if cfg is not None:
                 try:
-                    return Selection(cfg, self._build_one(cfg, const_args))
+                    launch = self._build_one(cfg, const_args)
                 except Exception as e:
                     warnings.warn(
                         f"tilus autotune: {name}: the stored winner {want} no longer builds "
@@ -158,6 +161,8 @@ class Autotuner:
                         TuneWarning,
                         stacklevel=3,
                     )
+                else:
+                    return _stored_selection(cfg, launch, entry, configs)
 
         build = self.build
         built = compile_all(
@@ -198,3 +203,23 @@ class Autotuner:
         )
         launch = next(run for cfg, run in candidates if cfg is result.winner)
         return Selection(result.winner, launch, result, result.failures)
+
+
+def _stored_selection(cfg, launch, entry: Entry, configs) -> Selection:
+    """The Selection of a dispatch-table hit: the stored failures and disagreements come back
+    (as the configs of the space where they still are), so a later process can tell why configs
+    were dropped without tuning again."""
+    by_id = {config_id(c): c for c in configs}
+
+    def restored(items, why):
+        out = []
+        for item in items:
+            if isinstance(item, Mapping) and isinstance(item.get("config"), Mapping):
+                c = item["config"]
+                out.append((by_id.get(config_id(c), dict(c)), str(item.get(why, ""))))
+        return out
+
+    failures = restored(entry.failed, "reason")
+    disagreed = restored(entry.disagreed, "error")
+    result = TuneResult(cfg, failures=failures, disagreements=disagreed, cached=True, entry=entry)
+    return Selection(cfg, launch, result, failures)

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import warnings
+
 
 def compile(kernel, *args, target: str = "sm_90a", config: dict | None = None, **kwargs):  # noqa: A001
     """Compile ``kernel`` for ``target`` through NVRTC, no GPU needed.
+
+    Several configs are compiled in parallel, in ``tilus.option.parallel_workers`` forked
+    processes (default: one per usable core; 1 compiles them one after another here), with a
+    progress bar on stderr; the result does not depend on the number of workers.
 
     Args:
         kernel: an instantiated Script (``MyKernel(...)``).
@@ -17,10 +24,12 @@ def compile(kernel, *args, target: str = "sm_90a", config: dict | None = None, *
     Returns:
         A ``CompiledKernel`` (``.source``, ``.cubin``, ``.resources``, ``.sass()``,
         ``.compile_seconds``) when one config is compiled; a list of them, one per config that
-        compiles, when the kernel has several configs and ``config`` is None.
+        compiles, in config order, when the kernel has several configs and ``config`` is None
+        (configs that fail with ``TilusCompileError`` are skipped).
 
     Raises:
-        TilusCompileError: the config (or every config) cannot be compiled.
+        TilusCompileError: the config (or every config) cannot be compiled; with several
+            configs the message lists every config's reason.
     """
     from tilus.backends.cuda.codegen.build import build
     from tilus.errors import TilusCompileError
@@ -31,8 +40,14 @@ def compile(kernel, *args, target: str = "sm_90a", config: dict | None = None, *
     configs = kernel.configs
     if len(configs) == 1:
         return build(kernel.program(configs[0], const_args), configs[0], arch=target)
+    built = _build_in_workers(kernel, configs, const_args, target)
     out, reasons = [], []
-    for cfg in configs:
+    for cfg, done in zip(configs, built):
+        if done is not None:
+            out.append(done)
+            continue
+        # not built by a worker (it failed there, or there were no workers): build it here, so
+        # errors keep their type and failures land in kernel.failed_configs as when serial
         try:
             out.append(build(kernel.program(cfg, const_args), cfg, arch=target))
         except TilusCompileError as e:
@@ -41,4 +56,41 @@ def compile(kernel, *args, target: str = "sm_90a", config: dict | None = None, *
         raise TilusCompileError(
             f"no config of {kernel.script_cls.__name__} compiles:\n" + "\n".join(reasons)
         )
+    return out
+
+
+def _build_in_workers(kernel, configs, const_args, target) -> list:
+    """Build ``configs`` in forked worker processes (``tilus.tune.compile_all``).
+
+    Returns, per config, its ``CompiledKernel`` (sent back whole: source, cubin, resources) or
+    None where the worker failed; warnings raised in a worker are raised again here.
+    """
+    from tilus.tune.parallel import compile_all, default_workers
+
+    if default_workers() <= 1:
+        return [None] * len(configs)
+    here = os.getpid()
+
+    def build_one(cfg):
+        from tilus.backends.cuda.codegen.build import build
+
+        if os.getpid() == here:  # a thread pool or a retry: warnings already reach the caller
+            return build(kernel.program(cfg, const_args), cfg, arch=target), []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # a forked worker inherits 'already warned' marks
+            ck = build(kernel.program(cfg, const_args), cfg, arch=target)
+        return ck, [(w.category, str(w.message)) for w in caught]
+
+    results = compile_all(
+        configs, build_one, label=f"compiling {kernel.script_cls.__name__}", executor="auto"
+    )
+    out = []
+    for r in results:
+        if not r.ok:
+            out.append(None)
+            continue
+        ck, caught = r.value
+        for category, message in caught:
+            warnings.warn(message, category, stacklevel=3)
+        out.append(ck)
     return out

@@ -220,6 +220,36 @@ def _getter(positions):
     return operator.itemgetter(*positions)
 
 
+def _entry_key(positions):
+    """``key(args)``: ``(values, their types)`` at ``positions``, the key of
+    ``Dispatcher.entries``, built without a generic loop for up to two positions."""
+    if not positions:
+        return lambda args: ((), ())
+    if len(positions) == 1:
+        (i,) = positions
+
+        def key1(args):
+            v = args[i]
+            return (v,), (type(v),)
+
+        return key1
+    if len(positions) == 2:
+        i, j = positions
+
+        def key2(args):
+            v, w = args[i], args[j]
+            return (v, w), (type(v), type(w))
+
+        return key2
+    get = _getter(positions)
+
+    def key(args):
+        vals = get(args)
+        return vals, tuple(map(type, vals))
+
+    return key
+
+
 class Dispatcher:
     """The CUDA side of one ``InstantiatedScript``: the parameter plan (computed once), the
     autotuner, and the launchers of decided calls keyed by the call's compile-time and integer
@@ -256,23 +286,22 @@ class Dispatcher:
         self._sync_options()
 
     def _sync_options(self):
+        """Take the options (environment variables included: read here, at creation and after
+        every ``tilus.option`` change, never per call) that the fast path depends on."""
         from tilus import option
 
         self.epoch = option.epoch[0]
-        self.env_interpret = "interpret" not in option._overrides
+        self.interpret = bool(option.get_option("interpret"))
+        # the key positions, recovered from the getter (indexing a range gives the indices)
+        self._entry_key = _entry_key(tuple(self._key_of(range(self.n))))
 
     # --- the fast path -------------------------------------------------------------------------
     def fast(self, args):
         """Launch a call seen before with cheap checks only; ``MISS`` otherwise."""
-        if len(args) != self.n or _EPOCH[0] != self.epoch:
+        if len(args) != self.n or _EPOCH[0] != self.epoch or self.interpret:
             return MISS
-        if self.env_interpret:
-            v = os.environ.get("TILUS_INTERPRET")
-            if v is not None and v.strip().lower() not in _FALSY:
-                return MISS
-        vals = self._key_of(args)
         try:
-            prep = self.entries.get((vals, tuple(map(type, vals))))
+            prep = self.entries.get(self._entry_key(args))
         except TypeError:  # an unhashable argument: the checked path reports it
             return MISS
         if prep is None:

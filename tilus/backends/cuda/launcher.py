@@ -57,6 +57,8 @@ class LaunchPlan:
         self.blocks = list(fn.blocks)
         self.threads = int(fn.num_threads)
         self.smem = int(ks.smem_bytes)
+        # hidden fast_divmod divisors, passed after the tensor maps (tilus/passes/fast_divmod.py)
+        self.divisors = tuple(getattr(ks, "divisors", ()))
         for p in self.params:
             if not isinstance(p.dtype, PointerType) and p.dtype.name not in CTYPES:
                 raise TilusArgumentError(
@@ -86,6 +88,7 @@ class Bound:
             if not 0 <= g <= lim:
                 raise TilusArgumentError(f"{kname}: grid {list(self.grid)} is out of range")
         self.empty = 0 in self.grid
+        self.divisors = [self._divisor(d, env) for d in plan.divisors]  # (d, magic, shift)
         gviews = plan.ks.plan.gviews
         need: dict = {}  # param name -> (elements, shape)
         for g, gv in gviews.items():
@@ -124,6 +127,25 @@ class Bound:
                     swz,
                 )
             )
+
+    def _divisor(self, hd, env) -> tuple[int, int, int]:
+        """``(d, magic, shift)`` of a hidden fast_divmod divisor for these integer arguments."""
+        from tilus.errors import TilusRuntimeError
+        from tilus.passes.fast_divmod import MAX_DIVISOR, magic_numbers
+
+        if self.empty:
+            return (1, 0, 0)  # nothing runs: the divisor is never used
+        try:
+            d = _eval(hd.expr, env)
+        except TilusRuntimeError as e:  # e.g. a division by zero inside the divisor
+            d = f"not computable ({e})"
+        if not isinstance(d, int) or not 1 <= d <= MAX_DIVISOR:
+            raise TilusArgumentError(
+                f"{self.plan.kname}: fast_divmod divisor `{hd.text}` is {d} for these arguments "
+                f"({hd.where() or 'in the kernel'}); it must be in [1, {MAX_DIVISOR}] whenever "
+                "the kernel launches"
+            )
+        return (d, *magic_numbers(d))
 
     def check(self, values) -> None:
         """Raise ``TilusArgumentError`` (naming the argument) when a tensor is smaller than the
@@ -172,9 +194,27 @@ def _libcuda():
         f.restype = ctypes.c_int
         lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
         lib.cuCtxSetCurrent.restype = ctypes.c_int
-        return lib
     except (OSError, AttributeError):
         return None
+    try:  # CUDA >= 12: 4 arguments (prebuilt ctypes objects: no per-call conversion)
+        lib.cuLaunchKernelEx.argtypes = None
+        lib.cuLaunchKernelEx.restype = ctypes.c_int
+    except AttributeError:
+        pass
+    return lib
+
+
+class _LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig`` of cuda.h (CUDA >= 12), without launch attributes."""
+
+    _fields_ = [
+        ("grid", ctypes.c_uint * 3),
+        ("block", ctypes.c_uint * 3),
+        ("smem", ctypes.c_uint),
+        ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.c_void_p),
+        ("num_attrs", ctypes.c_uint),
+    ]
 
 
 def _load(ck, index: int):
@@ -186,7 +226,12 @@ def _make_launch(kernel, threads: int, smem: int):
     """``go(gx, gy, gz, stream, params_address)``: launch ``kernel`` (raises on an error).
 
     Through ctypes when libcuda loads; should a ctypes launch fail, the same launch is retried
-    through cuda-bindings, whose error (if any) is the one raised.
+    through cuda-bindings, whose error (if any) is the one raised. ``go.bind(gx, gy, gz,
+    params_address)`` returns ``(stream_slot, fire)`` for one grid and argument storage:
+    ``fire()`` launches on the stream held by the ``ctypes.c_void_p`` ``stream_slot`` and returns
+    the driver's CUresult (0: launched) instead of raising, so that the caller can make the
+    context current and retry. Through ctypes, ``fire`` is cuLaunchKernelEx with four prebuilt
+    ctypes arguments (CUDA >= 12): ctypes converts no Python value per call.
     """
     from tilus.runtime.driver import check, cuda_driver
 
@@ -201,15 +246,52 @@ def _make_launch(kernel, threads: int, smem: int):
             name,
         )
 
+    def bind_bindings(gx, gy, gz, params):
+        slot = ctypes.c_void_p()
+
+        def fire():
+            r = drv.cuLaunchKernel(
+                kernel.handle,
+                gx,
+                gy,
+                gz,
+                threads,
+                1,
+                1,
+                smem,
+                drv.CUstream(slot.value or 0),
+                params,
+                0,
+            )
+            return int(r[0] if isinstance(r, tuple) else r)
+
+        return slot, fire
+
+    go_bindings.bind = bind_bindings
     lib = _libcuda()
     if lib is None:
         return go_bindings
     f, handle = lib.cuLaunchKernel, int(kernel.handle)
+    ex = getattr(lib, "cuLaunchKernelEx", None)
 
     def go(gx, gy, gz, stream, params):
         if f(handle, gx, gy, gz, threads, 1, 1, smem, stream, params, None):
             go_bindings(gx, gy, gz, stream, params)
 
+    def bind(gx, gy, gz, params):
+        if ex is None:  # an older driver: 11 arguments converted per call
+            slot = ctypes.c_void_p()
+
+            def fire():
+                return f(handle, gx, gy, gz, threads, 1, 1, smem, slot.value, params, None)
+
+            return slot, fire
+        cfg = _LaunchConfig((gx, gy, gz), (threads, 1, 1), smem)
+        slot = ctypes.c_void_p.from_buffer(cfg, _LaunchConfig.stream.offset)  # keeps cfg alive
+        cfg_ref, h, p = ctypes.byref(cfg), ctypes.c_void_p(handle), ctypes.c_void_p(params)
+        return slot, functools.partial(ex, cfg_ref, h, p, None)
+
+    go.bind = bind
     return go
 
 
@@ -240,6 +322,21 @@ def _stream_getter(index: int):
     return lambda: torch.cuda.current_stream(index).cuda_stream
 
 
+class _Current(threading.local):
+    """Per thread, the device whose primary context tilus last made current there, so that a
+    launch skips cuCtxSetCurrent. Only a hint: a CUfunction launched in a context that did not
+    load it fails, and a failed launch makes the context current and launches again."""
+
+    device = None
+
+
+_CURRENT = _Current()
+
+
+def _made_current(index: int) -> None:
+    _CURRENT.device = index
+
+
 class Launcher:
     """One compiled config loaded on one device; ``launcher(*runtime_values)`` runs it with
     every argument checked (how tuning runs the candidates)."""
@@ -250,6 +347,7 @@ class Launcher:
         self.kernel = _load(ck, index)
         self.go = _make_launch(self.kernel, plan.threads, plan.smem)
         self.set_ctx = _make_context(index)
+        _made_current(index)  # loading made it current on this thread
         self.stream = _stream_getter(index)
         self._positions = {n: i for i, n in enumerate(runtime_names)}
         self._int_pos = [
@@ -306,6 +404,10 @@ class Prepared:
             self._keep.append(buf)
             self.map_addrs.append(base + (-base) % TMAP_ALIGN)
             addrs.append(self.map_addrs[-1])
+        for d, magic, shift in bound.divisors:  # struct tl_divisor_t {uint32_t d, magic, shift;}
+            obj = (ctypes.c_uint32 * 3)(d, magic, shift)
+            self._keep.append(obj)
+            addrs.append(ctypes.addressof(obj))
         self.params = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
         self.params_addr = ctypes.addressof(self.params)
         self.checks = [(pos, n) for pos, _, n, _ in bound.tensors]
@@ -333,14 +435,24 @@ class Prepared:
             ctypes.memmove(addr, blob, TMAP_BYTES)
         self.last = ptrs
 
+    #: set by the first checked call: (position, elements needed, type, dtype) per tensor for
+    #: the fast path, and the launch bound to this storage (see ``_make_launch``)
+    _tchecks = None
+    _slot = _fire = None
+
     def checked(self, values) -> None:
         """Check the sizes of the tensors (types were checked by the caller) and launch."""
         self.bound.check(values)
-        self.types = [(type(values[pos]), values[pos].dtype) for pos, _ in self.checks]
+        types = [(type(values[pos]), values[pos].dtype) for pos, _ in self.checks]
+        tchecks = tuple((pos, n, tt, dt) for (pos, n), (tt, dt) in zip(self.checks, types))
         ptrs = tuple(values[pos].data_ptr() for pos, _ in self.checks)
         if self.bound.empty:
+            self.types, self._tchecks = types, tchecks
             return
         with self.lock:
+            if self._fire is None:
+                self._bind()
+            self.types, self._tchecks = types, tchecks  # after _bind: fast() may launch now
             for pos, obj in self.floats:
                 obj.value = values[pos]
             if ptrs != self.last:
@@ -349,16 +461,16 @@ class Prepared:
 
     def fast(self, args):
         """Launch with only cheap checks; ``MISS`` when the checked path is needed."""
-        types = self.types
-        if types is None:
+        checks = self._tchecks
+        if checks is None:
             return MISS
-        ptrs = []
         dev = self.device
-        for (pos, need), (ttype, dtype) in zip(self.checks, types):
+        ptrs = []
+        for pos, need, ttype, dtype in checks:
             t = args[pos]
             if (
                 type(t) is not ttype
-                or t.dtype != dtype
+                or (t.dtype is not dtype and t.dtype != dtype)  # torch dtypes are singletons
                 or t.get_device() != dev
                 or not t.is_contiguous()
                 or t.numel() < need
@@ -368,23 +480,58 @@ class Prepared:
         if self.bound.empty:
             return None
         ptrs = tuple(ptrs)
-        with self.lock:
-            for pos, obj in self.floats:
-                v = args[pos]
-                tv = type(v)
-                if tv is not float and tv is not int:
-                    return MISS
-                obj.value = v
+        lock = self.lock  # acquire/release: cheaper than ``with``
+        lock.acquire()
+        try:
+            if self.floats:
+                for pos, obj in self.floats:
+                    v = args[pos]
+                    tv = type(v)
+                    if tv is not float and tv is not int:
+                        return MISS
+                    obj.value = v
             if ptrs != self.last:
                 try:
                     self._fill(ptrs, args)
                 except TilusArgumentError:
                     return MISS
-            self._launch()
+            launcher = self.launcher  # _launch, inlined: one Python call less
+            if _CURRENT.device != dev:
+                launcher.set_ctx()
+                _made_current(dev)
+            self._slot.value = launcher.stream()
+            if self._fire():
+                self._relaunch()
+        finally:
+            lock.release()
         return None
 
-    def _launch(self):
-        launcher = self.launcher
+    def _bind(self):
         gx, gy, gz = self.grid
+        go = self.launcher.go
+        bind = getattr(go, "bind", None)
+        if bind is not None:
+            self._slot, self._fire = bind(gx, gy, gz, self.params_addr)
+            return
+        slot, params = ctypes.c_void_p(), self.params_addr  # a launch without bind (a fake)
+        self._slot = slot
+        self._fire = lambda: go(gx, gy, gz, slot.value or 0, params)
+
+    def _launch(self):
+        # cuCtxSetCurrent only on a thread where tilus has not made this device's context
+        # current; should another context be current there, the launch fails and _relaunch
+        # makes ours current and launches again
+        launcher = self.launcher
+        if _CURRENT.device != self.device:
+            launcher.set_ctx()
+            _made_current(self.device)
+        self._slot.value = launcher.stream()
+        if self._fire():
+            self._relaunch()
+
+    def _relaunch(self):
+        launcher = self.launcher
         launcher.set_ctx()
-        launcher.go(gx, gy, gz, launcher.stream(), self.params_addr)
+        _made_current(self.device)
+        gx, gy, gz = self.grid
+        launcher.go(gx, gy, gz, self._slot.value or 0, self.params_addr)  # raises on an error

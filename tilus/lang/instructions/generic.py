@@ -179,7 +179,23 @@ class GenericInstructions:
 
     # --- scalar helpers ------------------------------------------------------------------------
     def fast_divmod(self, a, b):
-        """``(a // b, a % b)`` for non-negative ints (magic-number division on the GPU)."""
+        """``(a // b, a % b)`` for a dividend ``a >= 0`` and a divisor ``b >= 1``.
+
+        On the GPU, an ``int32`` divisor that only depends on int/bool kernel parameters and
+        constants (``num_m * swizzle`` with ``num_m = cdiv(m_size, block_m)``) is computed by the
+        launcher, with its magic numbers, once per set of integer arguments and passed as a
+        hidden kernel parameter; the division is then a multiply-high, an add and a shift (the
+        remainder one multiply more). Such a divisor must be in [1, 2**31 - 1] whenever the
+        kernel launches (else ``TilusArgumentError``), even if this call is in a branch the
+        launch does not take. Constant divisors compile to the compiler's own multiply-shift;
+        divisors that vary inside the kernel (block/thread indices, loop variables, reassigned
+        variables) use plain ``/`` and ``%``. Negative dividends are not supported (undefined on
+        the GPU). The interpreter computes ``divmod(a, b)``. See tilus/passes/fast_divmod.py.
+
+        Returns:
+            ``(quotient, remainder)``: Python ints when both operands are, else scalar
+            expressions.
+        """
         bld = current()
         if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
             return divmod(int(a), int(b))

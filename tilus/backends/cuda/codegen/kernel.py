@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from tilus.backends.cuda.codegen.context import Context
-from tilus.backends.cuda.codegen.scalar import HELPERS, ctype
+from tilus.backends.cuda.codegen.scalar import FASTDIV_HELPERS, HELPERS, ctype
 from tilus.backends.cuda.codegen.stmts import StmtEmitter
 from tilus.backends.cuda.prelude import prelude
 from tilus.dtypes import PointerType
@@ -38,6 +38,12 @@ class KernelSource:
         """The TMA tensor maps, passed after the parameters in this order."""
         return self.plan.tmaps
 
+    @property
+    def divisors(self):
+        """The hidden ``fast_divmod`` divisors (``HostDivisor``), passed after the tensor maps
+        in this order, each as ``{d, magic, shift}`` (three uint32)."""
+        return _hidden_divisors(self.program)
+
 
 def kernel_name(fn) -> str:
     """The ``extern "C"`` name of a function's kernel."""
@@ -62,6 +68,9 @@ def generate(program) -> KernelSource:
             params.append(f"{ctype(p.dtype)} {ctx.name(p)}")
     for k in range(len(plan.tmaps)):
         params.append(f"const __grid_constant__ CUtensorMap_t tl_map{k}")
+    divisors = _hidden_divisors(program)
+    for d in divisors:  # after the maps; the launcher fills them (tilus/passes/fast_divmod.py)
+        params.append(f"const tl_divisor_t tl_div{d.index}")
     emitter = StmtEmitter(ctx)
     total = program.smem.total_bytes
     slack = SMEM_ALIGN_SLACK if total + SMEM_ALIGN_SLACK <= SM90_SMEM_LIMIT else 0
@@ -97,6 +106,7 @@ def generate(program) -> KernelSource:
         header
         + prelude([*FAMILIES, *ctx.fragments])
         + HELPERS
+        + (FASTDIV_HELPERS if divisors else "")
         + f'\nextern "C" __global__ void __launch_bounds__({fn.num_threads}, 1)\n'
         + f"{name}(\n    {sig}) {{\n{body}\n}}\n"
     )
@@ -115,3 +125,8 @@ def _barrier_allocs(fn):
     from tilus.passes.walk import instructions
 
     return [inst for _, inst in instructions(fn.body) if isinstance(inst, MBarrierAlloc)]
+
+
+def _hidden_divisors(program) -> tuple:
+    plan = getattr(program, "fastdiv", None)
+    return plan.divisors if plan is not None else ()

@@ -52,6 +52,20 @@ template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
 }
 """
 
+#: Emitted when a kernel has hidden ``fast_divmod`` divisors (tilus/passes/fast_divmod.py).
+FASTDIV_HELPERS = r"""
+// ---- fast_divmod by a launch-invariant divisor d: d, magic and shift come from the host ----
+// shift = ceil(log2 d), magic = ceil(2^(32 + shift) / d) - 2^32 (the 33rd bit is the "+ n").
+// Exact for 0 <= n < 2^31 and 1 <= d < 2^31; the sum cannot overflow since umulhi(n, m) < n.
+struct tl_divisor_t { uint32_t d, magic, shift; };
+__device__ __forceinline__ int tl_fastdiv(int n, tl_divisor_t v) {
+  return (int)((__umulhi((uint32_t)n, v.magic) + (uint32_t)n) >> v.shift);
+}
+__device__ __forceinline__ int tl_fastmod(int n, tl_divisor_t v) {
+  return n - tl_fastdiv(n, v) * (int)v.d;
+}
+"""
+
 _F32_FUNCS = {
     "exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf",
     "rsqrt": "rsqrtf", "sin": "sinf", "cos": "cosf", "tan": "tanf", "tanh": "tanhf",
@@ -208,7 +222,11 @@ class ExprPrinter:
         args = [self.expr(a) for a in e.args]
         dt = e.dtype
         if f in ("fastdiv", "fastmod"):
-            # TODO: magic-number division; plain / and % for now (non-negative operands).
+            plan = getattr(self.ctx.program, "fastdiv", None)
+            d = plan.divisor_of(e) if plan is not None else None
+            if d is not None:  # launch-invariant divisor: host-computed magic numbers
+                return f"tl_{f}({args[0]}, tl_div{d.index})"
+            # constant divisors (strength-reduced by the compiler) and ones that vary in-kernel
             return f"({args[0]} {'/' if f == 'fastdiv' else '%'} {args[1]})"
         if f in ("isnan", "isinf"):
             x = to_float(args[0], e.args[0].dtype)
