@@ -134,6 +134,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=10, help="timed runs per kernel per round")
     ap.add_argument(
+        "--cooldown",
+        type=float,
+        default=0.0,
+        help="seconds the GPU idles before each kernel's timing (each then starts from the same "
+        "power state; a sustained load makes the H200 hit its power cap and lower its clocks)",
+    )
+    ap.add_argument(
         "--examples",
         action="store_true",
         help="also our examples/hopper_matmul V3, V4, V5 with pinned configs",
@@ -224,6 +231,9 @@ def main(argv=None) -> int:
         rounds: dict = {name: [] for name in timed}
         for _ in range(args.rounds):
             for name, fn in timed.items():
+                if args.cooldown:
+                    torch.cuda.synchronize()
+                    time.sleep(args.cooldown)
                 rounds[name].append(time_ms(fn, torch, flush, reps=args.reps, warmup=2))
         row["spread"] = {}
         for name, ts in rounds.items():
@@ -250,7 +260,8 @@ def main(argv=None) -> int:
         "torch": torch.__version__,
         "nvrtc": ".".join(map(str, nvrtc_version())),
         "timing": (
-            f"{args.rounds} interleaved rounds over all kernels; per round CUDA events, median "
+            f"{args.rounds} interleaved rounds over all kernels, {args.cooldown} s idle before "
+            f"each kernel's timing; per round CUDA events, median "
             f"of {args.reps} after 2 warm-ups, a 256 MB L2 flush and a ~0.1 ms GPU sleep (hides "
             "host launch overhead) before each; reported: median of the round medians, spread "
             "= slowest/fastest round"
