@@ -5,7 +5,6 @@ from __future__ import annotations
 from tilus.backends.cuda.codegen import hopper, memory, mma
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import ExprPrinter, ctype
-from tilus.ir import inst as I
 from tilus.ir.expr import Const
 from tilus.ir.stmt import (
     AssignStmt,
@@ -203,17 +202,7 @@ class StmtEmitter:
         rebinds = any(isinstance(x, AssignStmt) and x.var is s.var for x in walk(s.body))
         v = ctx.name(s.var)
         k = ctx.fresh("k") if rebinds else v
-        in_flight = any(
-            isinstance(x, InstStmt) and isinstance(x.inst, I.WgmmaWaitGroup) and x.inst.n > 0
-            for x in walk(s.body)
-        )
-        if in_flight:
-            # ptxas (13.0 and 13.5) hoists accumulator reads above the final wgmma.wait_group
-            # when a loop that keeps wgmma groups in flight is unrolled, so the epilogue reads
-            # registers the tensor cores are still writing; such loops are never unrolled
-            ctx.emit("// not unrolled: this loop keeps wgmma groups in flight (see codegen)")
-            ctx.emit("#pragma unroll 1")
-        elif s.unroll == "all":
+        if s.unroll == "all":
             ctx.emit("#pragma unroll")
         elif isinstance(s.unroll, int):
             ctx.emit(f"#pragma unroll {s.unroll}")
