@@ -172,3 +172,30 @@ def test_torch_tensors():
     with pytest.warns(TuneWarning, match="relative error"):
         res = tune([({"v": 0}, good), ({"v": 1}, bad), ({"v": 2}, good)], make, outputs=[2], **FAST)
     assert res.winner in ({"v": 0}, {"v": 2}) and res.disagreements[0][0] == {"v": 1}
+
+
+def test_close_candidates_are_retimed_in_interleaved_rounds(monkeypatch):
+    # a GPU whose clocks drop under sustained load: every timing is 5% slower than the one
+    # before. Screened one after the other, the truly faster config (timed second) looks
+    # slower; in interleaved rounds with rotating order the drift falls on both alike
+    from tilus.tune import tuner
+    from tilus.tune.timing import Timing
+
+    calls, ran = [], []
+    base = {"slow": 1.00, "fast": 0.97, "far": 3.0}
+
+    def drifting(fn, **kw):
+        fn()
+        calls.append(ran[-1])
+        return Timing.of([base[ran[-1]] * (1 + 0.05 * (len(calls) - 1))])
+
+    def runner_of(name):
+        return lambda *args: ran.append(name)
+
+    monkeypatch.setattr(tuner, "benchmark", drifting)
+    cands = [({"c": name}, runner_of(name)) for name in ("slow", "fast", "far")]
+    res = tune(cands, lambda: [], outputs=[], check=False)
+    assert res.winner == {"c": "fast"}
+    assert calls[:3] == ["slow", "fast", "far"]  # screening; "far" is no finalist
+    assert "far" not in calls[3:] and len(calls[3:]) == 2 * tuner.FINAL_ROUNDS
+    assert calls[3:5] == ["slow", "fast"] and calls[5:7] == ["fast", "slow"]
