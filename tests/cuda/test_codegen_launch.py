@@ -59,12 +59,18 @@ def encoded(monkeypatch, tmp_path):
 
 
 def _prepare(kernel, *args):
+    # the launcher's own plan: arguments checked, grid and tensor maps for these integers
+    from tilus.backends.cuda.launcher import LaunchPlan
+
     const, rt = kernel.bind(args, {})
     ck = L.select_kernel(kernel, const)
     fn = ck.kernel.program.fn
     env, tensors, _ = L._check_args("K", fn, rt)
-    grid = [L._eval(b, env) for b in fn.blocks]
-    return grid, L._kernel_args("K", ck, env, tensors)
+    names = [p.name for p in fn.params]
+    scalars = {p.name: v for p, v in env.items() if p not in tensors}
+    bound = LaunchPlan("K", ck.kernel).bind(scalars, {n: i for i, n in enumerate(names)})
+    bound.check([tensors.get(p, env.get(p)) for p in fn.params])
+    return list(bound.grid), bound
 
 
 @needs_nvrtc
@@ -73,19 +79,14 @@ def test_grid_and_tensor_maps(encoded):
     kernel = V2(num_stages=3, block_m=128, block_n=128, block_k=64)
     m, n, k = 1000, 512, 256
     a, b, c = FakeTensor((m, k), 1 << 20), FakeTensor((n, k), 2 << 20), FakeTensor((m, n), 3 << 20)
-    grid, args = _prepare(kernel, m, n, k, a, b, c)
+    grid, bound = _prepare(kernel, m, n, k, a, b, c)
     assert grid == [8, 4, 1]
-    assert [x.kind for x in args] == ["int32", "ptr", "ptr", "ptr", "tensormap", "tensormap"]
-    assert args[0].raw() == (1000).to_bytes(4, "little")
-    assert encoded[0] == dict(
-        dtype_name="float16",
-        address=1 << 20,
-        shape=(1000, 256),
-        strides_bytes=(512, 2),
-        box=(128, 64),
-        swizzle="128B",
-    )
-    assert encoded[1]["shape"] == (512, 256) and encoded[1]["box"] == (128, 64)
+    assert [name for _, name, _, _ in bound.tensors] == ["a_ptr", "b_ptr", "c_ptr"]
+    # (argument position, name, dtype, shape, byte strides, box, swizzle) of each tensor map
+    assert bound.maps == [
+        (1, "a_ptr", "float16", (1000, 256), (512, 2), (128, 64), "128B"),
+        (2, "b_ptr", "float16", (512, 256), (512, 2), (128, 64), "128B"),
+    ]
 
 
 @needs_nvrtc

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import math
 import os
 import time
 
@@ -11,25 +9,10 @@ from tilus import option as _option
 from tilus.backends.cuda.launcher import MISS, Launcher, LaunchPlan
 from tilus.dtypes import DataType, PointerType, from_torch_dtype
 from tilus.errors import TilusArgumentError, TilusBackendError, TilusCompileError
-from tilus.ir.expr import Expr, Var
+from tilus.ir.expr import Expr
 from tilus.runtime.tensormap import TensorMapCache
 
 _TMAPS = TensorMapCache()
-# scalar parameter dtype -> the ctypes type with the C ABI of its kernel parameter
-_CTYPES = {
-    "boolean": ctypes.c_bool,
-    "int8": ctypes.c_int8,
-    "int16": ctypes.c_int16,
-    "int32": ctypes.c_int32,
-    "int64": ctypes.c_int64,
-    "uint8": ctypes.c_uint8,
-    "uint16": ctypes.c_uint16,
-    "uint32": ctypes.c_uint32,
-    "uint64": ctypes.c_uint64,
-    "float32": ctypes.c_float,
-    "float64": ctypes.c_double,
-}
-MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
 def _const_key(const_args: dict):
@@ -143,62 +126,8 @@ def _eval(e, env):
     return int(eval_scalar(e, env)) if isinstance(e, Expr) else int(e)
 
 
-def _kernel_args(kname, ck, env, tensors):
-    from tilus.runtime import driver as D
-
-    fn = ck.kernel.program.fn
-    args = []
-    for p in fn.params:
-        v = env[p]
-        if isinstance(p.dtype, PointerType):
-            args.append(D.arg_ptr(v))
-            continue
-        ct = _CTYPES.get(p.dtype.name)
-        if ct is None:
-            raise TilusArgumentError(f"{kname}: parameter type {p.dtype} is not supported on CUDA")
-        obj = ct(v)
-        args.append(D.KernelArg(p.dtype.name, obj, ctypes.addressof(obj)))
-    plan = ck.kernel.plan
-    # every global view must fit inside its tensor
-    for g, gv in plan.gviews.items():
-        if isinstance(gv.ptr, Var) and gv.ptr in tensors and gv.strides is None:
-            need = math.prod(_eval(s, env) for s in g.shape)
-            t = tensors[gv.ptr]
-            if need > t.numel():
-                raise TilusArgumentError(
-                    f"{kname}: argument {gv.ptr.name!r} has {t.numel()} elements but the "
-                    f"kernel views it as {[_eval(s, env) for s in g.shape]} ({need} elements)"
-                )
-    for m in plan.tmaps:
-        gv = plan.gviews[m.gview]
-        t = tensors[gv.ptr]
-        shape = [_eval(s, env) for s in m.gview.shape]
-        eb = m.gview.dtype.nbits // 8
-        strides, acc = [], eb
-        for n in reversed(shape):
-            strides.append(acc)
-            acc *= n
-        try:
-            blob = _TMAPS.get(
-                dtype_name=m.gview.dtype.name,
-                address=t.data_ptr(),
-                shape=shape,
-                strides_bytes=strides[::-1],
-                box=m.box,
-                swizzle=f"{m.swizzle}B" if m.swizzle else "none",
-            )
-        except TilusArgumentError as e:
-            raise TilusArgumentError(
-                f"{kname}: argument {gv.ptr.name!r} cannot be read by TMA: {e} (TMA needs "
-                "16-byte aligned data and rows whose byte size is a multiple of 16)"
-            ) from None
-        args.append(D.arg_tensormap(blob))
-    return args
-
-
 # --- autotuned dispatch ------------------------------------------------------------------------
 _CONST_ANNOTATIONS = (int, float, bool, str)
-_FALSY = ("", "0", "false", "no", "off")
 
 
 class _Param:
