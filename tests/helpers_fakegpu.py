@@ -37,6 +37,20 @@ class TunedAdd(tilus.Script):
         self.store_global(gc, x + y, offsets=[offset])
 
 
+class Add1(tilus.Script):
+    """z = x + y over one block of 32 threads: a launch with next to no GPU work."""
+
+    def __call__(self, n: int32, x: ~float32, y: ~float32, z: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        gx = self.global_view(x, dtype=float32, shape=[n])
+        gy = self.global_view(y, dtype=float32, shape=[n])
+        gz = self.global_view(z, dtype=float32, shape=[n])
+        a = self.load_global(gx, offsets=[0], shape=[32])
+        b = self.load_global(gy, offsets=[0], shape=[32])
+        self.store_global(gz, a + b, offsets=[0])
+
+
 class _Device:
     type = "cuda"
     index = 0
@@ -46,6 +60,9 @@ class _Device:
 
     def __repr__(self):
         return "cuda:0"
+
+    def __hash__(self):
+        return 0
 
 
 class _Host:

@@ -16,6 +16,7 @@ import pytest
 import tilus
 from tests.cuda.conftest import needs_gpu, needs_nvrtc
 from tests.cuda.test_codegen import seed
+from tests.helpers_fakegpu import FakeTensor as _Fake
 from tests.test_fast_divmod_math import device_divmod
 from tilus import float16, int32
 from tilus.backends.cuda import launcher as LR
@@ -153,37 +154,9 @@ def test_seed_v4_sass_has_no_division_sequence(monkeypatch, tmp_path):
 
 
 # --- the launcher (driver faked) ---------------------------------------------------------------
-class _Device:
-    type = "cuda"
-    index = 0
-
-    def __eq__(self, other):
-        return getattr(other, "type", None) == "cuda"
-
-
-class FakeTensor:
-    """An int32 'CUDA tensor' backed by a NumPy array at a fake address."""
-
-    __module__ = "torch.fake"
-    registry: dict = {}
-
-    def __init__(self, array):
-        self.array = np.ascontiguousarray(array, dtype=np.int32)
-        self.ptr = (1 << 24) + 4096 * len(FakeTensor.registry)
-        self.dtype, self.device, self.shape = "torch.int32", _Device(), self.array.shape
-        FakeTensor.registry[self.ptr] = self
-
-    def data_ptr(self):
-        return self.ptr
-
-    def get_device(self):
-        return 0
-
-    def is_contiguous(self):
-        return True
-
-    def numel(self):
-        return self.array.size
+def FakeTensor(array):  # noqa: N802 - reads like the class it builds
+    """An int32 'CUDA tensor' (tests/helpers_fakegpu.py) backed by ``array``."""
+    return _Fake(array, dtype=np.int32)
 
 
 class FakeGPU:
@@ -197,7 +170,7 @@ class FakeGPU:
         def go(gx, gy, gz, stream, params):
             slots = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
             n, rows, cols = (ctypes.c_int32.from_address(slots[i]).value for i in range(3))
-            out = FakeTensor.registry[ctypes.c_uint64.from_address(slots[3]).value]
+            out = _Fake.registry[ctypes.c_uint64.from_address(slots[3]).value]
             hidden = [tuple((ctypes.c_uint32 * 3).from_address(slots[i])) for i in (4, 5)]
             self.hidden.append(hidden)
             assert gx == n and threads == 32

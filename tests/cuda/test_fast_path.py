@@ -6,11 +6,12 @@ from __future__ import annotations
 import ctypes
 import threading
 
+import numpy as np
 import pytest
 
-import tilus
 from tests.cuda.conftest import needs_nvrtc
-from tilus import float32, int32, option
+from tests.helpers_fakegpu import Add1, FakeTensor
+from tilus import option
 from tilus.backends.cuda import launch as L
 from tilus.backends.cuda import launcher as LR
 from tilus.lang.script import InstantiatedScript
@@ -18,58 +19,8 @@ from tilus.lang.script import InstantiatedScript
 pytestmark = needs_nvrtc
 
 
-class Add1(tilus.Script):
-    """z = x + y over one block of 32 threads."""
-
-    def __call__(self, n: int32, x: ~float32, y: ~float32, z: ~float32):
-        self.attrs.blocks = [1]
-        self.attrs.warps = 1
-        gx = self.global_view(x, dtype=float32, shape=[n])
-        gy = self.global_view(y, dtype=float32, shape=[n])
-        gz = self.global_view(z, dtype=float32, shape=[n])
-        a = self.load_global(gx, offsets=[0], shape=[32])
-        b = self.load_global(gy, offsets=[0], shape=[32])
-        self.store_global(gz, a + b, offsets=[0])
-
-
-class _Device:
-    type = "cuda"
-    index = 0
-
-    def __eq__(self, other):
-        return getattr(other, "type", None) == "cuda" and getattr(other, "index", 0) == 0
-
-    def __hash__(self):
-        return 0
-
-
-class Tensor:
-    """A 32-element 'CUDA float32 tensor' at a fake address."""
-
-    __module__ = "torch.fake"
-    _next = [1 << 24]
-
-    def __init__(self):
-        self.ptr = Tensor._next[0]
-        Tensor._next[0] += 256
-        self.dtype = "torch.float32"
-        self.device = _Device()
-
-    def data_ptr(self):
-        return self.ptr
-
-    def get_device(self):
-        return 0
-
-    def is_contiguous(self):
-        return True
-
-    def numel(self):
-        return 32
-
-
 def _tensors():
-    return Tensor(), Tensor(), Tensor()
+    return tuple(FakeTensor(np.ones(32, np.float32)) for _ in range(3))
 
 
 def _ptrs(params) -> list[int]:
