@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 import tilus
+from tests.conftest import load_seed
 from tests.cuda.conftest import needs_nvrtc
 from tilus import bfloat16, float16, float32, int32, uint32
 from tilus.utils import cdiv
 
-SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seed_kernels"
 SMEM_LIMIT = 232448
 MAX_ACC_REGS = 192  # tilus.passes.layout_inference.MAX_TILE_REGISTERS
 
@@ -27,12 +24,9 @@ def _fresh_cache(tmp_path_factory):
 
 
 def seed(module: str):
-    """Import a seed kernel module from ../shared/seed_kernels beside the repository."""
-    if not SEEDS.is_dir():
-        pytest.skip(f"seed kernels not found at {SEEDS}")
-    if str(SEEDS) not in sys.path:
-        sys.path.insert(0, str(SEEDS))
-    return __import__(module)
+    """A seed kernel module (../shared/seed_kernels or $TILUS_SEED_KERNELS), loaded by path under
+    a name of its own: the examples folder has modules with the same names."""
+    return load_seed(module)
 
 
 def opcodes(ck):

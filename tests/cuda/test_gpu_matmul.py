@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_seed
 from tests.cuda.conftest import needs_gpu
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 
 REPO = Path(__file__).resolve().parents[2]
-SEEDS = Path(os.environ.get("TILUS_SEED_KERNELS", REPO.parent / "shared" / "seed_kernels"))
 SMEM_LIMIT = 232448
 PINNED_V2 = [
     dict(num_stages=4, block_m=128, block_n=128, block_k=64),
@@ -25,12 +23,9 @@ SMALL = [(200, 256, 192), (130, 257, 64), (64, 128, 1000), (1, 8, 16), (777, 520
 
 
 def seed(module: str):
-    """Import a seed kernel module (../shared/seed_kernels, or $TILUS_SEED_KERNELS)."""
-    if not SEEDS.is_dir():
-        pytest.skip(f"seed kernels not found at {SEEDS}")
-    if str(SEEDS) not in sys.path:
-        sys.path.insert(0, str(SEEDS))
-    return __import__(module)
+    """A seed kernel module (../shared/seed_kernels or $TILUS_SEED_KERNELS), loaded by path under
+    a name of its own: the examples folder has modules with the same names."""
+    return load_seed(module)
 
 
 def rel_error(kernel, m, n, k) -> float:
