@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from helpers_numerics import (  # noqa: F401
@@ -18,6 +20,7 @@ from test_interp_reduce_cast_dot import CastToF16, _bf16_rne  # noqa: E402
 
 import tilus
 from tilus import bfloat16, float16, float32, int32
+from tilus.testing import marker_line
 from tilus.utils import cdiv
 
 # --------------------------------------------------------------------------------------------
@@ -164,6 +167,31 @@ def test_register_tensor_init_functions_over_runtime_values():
     assert_close(out[0], i * m + j * np.float32(s))
     assert_close(out[1], (i + j) % 3)
     assert_close(out[2], np.full((4, 8), s))
+
+
+class InitCalls(tilus.Script):
+    def __call__(self, n: int32, out: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=int32, shape=[2, 32])
+        q = self.register_tensor(
+            dtype=int32, shape=[32], init=lambda i: self.fast_divmod(i + n, 3)[0]
+        )
+        r = self.register_tensor(
+            dtype=int32, shape=[32], init=lambda i: self.fast_divmod(i * n, 7)[1]
+        )
+        self.store_global(g, q, offsets=[0, 0], dims=[1])
+        self.store_global(g, r, offsets=[1, 0], dims=[1])
+
+
+def test_register_tensor_init_calls_over_the_axes():
+    # fast_divmod of the axis variables (the CUDA backend handled it; the interpreter did not)
+    n = int(rng.integers(1, 50))
+    out = np.full((2, 32), -1, np.int32)
+    InitCalls()(n, out)
+    i = np.arange(32)
+    np.testing.assert_array_equal(out[0], (i + n) // 3)
+    np.testing.assert_array_equal(out[1], (i * n) % 7)
 
 
 class PermuteRound(tilus.Script):
@@ -319,3 +347,18 @@ def test_void_pointer_view_reinterprets_memory(dtype):
     want = np.trunc(a.view(dtype.np_storage)[:4].astype(np.float64))
     want = np.where(np.isnan(want), 0, np.clip(want, -(2**31), 2**31 - 1))
     np.testing.assert_array_equal(out, want.astype(np.int64))
+
+
+class MathInInit(tilus.Script):
+    def __call__(self, s: float32, out: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(out, dtype=float32, shape=[32])
+        t = self.register_tensor(dtype=float32, shape=[32], init=lambda i: math.exp(i * s))  # HERE
+        self.store_global(g, t, offsets=[0])
+
+
+def test_math_function_in_an_init_lambda_is_refused_with_a_hint():
+    with pytest.raises(tilus.TilusProgramError, match=r"self\.exp\(tile\)") as e:
+        MathInInit()(0.5, nan_like((32,)))
+    assert e.value.loc.line == marker_line(MathInInit, "# HERE")

@@ -156,7 +156,18 @@ class Expr:
         )
 
     def __index__(self):
-        raise IRValueAsBoolError("a runtime value is used where a compile-time int is required")
+        raise IRValueAsBoolError(
+            "a runtime value is used where a compile-time int is required (or a Python number: "
+            "`math` functions in a lambda, such as an `init=` function, run on the host; build "
+            "the tile first and apply the tile function, e.g. `self.exp(tile)`)"
+        )
+
+    def __float__(self):
+        raise IRValueAsBoolError(
+            "a runtime value is used where a Python float is required (`math` functions in a "
+            "lambda, such as an `init=` function, run on the host; build the tile first and "
+            "apply the tile function, e.g. `self.exp(tile)`)"
+        )
 
 
 @dataclass(frozen=True, eq=False, slots=True)

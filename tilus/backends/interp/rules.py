@@ -529,4 +529,7 @@ def vector_eval(e, env, task, loc):
         return np.minimum(a, b) if e.func == "min" else np.maximum(a, b)
     if t is Call and e.func in _UNARY:
         return _UNARY[e.func](convert(vector_eval(e.args[0], env, task, loc), float32))
+    if t is Call and e.func in ("fastdiv", "fastmod"):
+        a, b = (convert(vector_eval(x, env, task, loc), e.dtype) for x in e.args)
+        return apply_binary("/" if e.func == "fastdiv" else "%", a, b, e.dtype, loc)
     return np.asarray(scal(task, e, loc))
