@@ -192,7 +192,11 @@ def test_ctypes_launch_sets_the_context_once_per_thread_and_retries(kernel, libc
 
 
 @pytest.mark.parametrize("positions", [(), (2,), (0, 3), (1, 2, 4)])
-def test_entry_key_equals_the_key_the_checked_path_stores(positions):
+def test_entry_key_is_the_values_and_types_at_the_positions(positions):
+    # True == 1 and 1.0 == 1: the types keep such calls apart
     args = (7, True, 2.5, "s", 9)
-    vals = L._getter(positions)(args)
-    assert L._entry_key(positions)(args) == (vals, tuple(map(type, vals)))
+    vals = tuple(args[i] for i in positions)
+    assert L._entry_key(positions)(args) == (vals, tuple(type(v) for v in vals))
+    other = (7, 1, 2.5, "s", 9.0)
+    if any(i in (1, 4) for i in positions):
+        assert L._entry_key(positions)(other) != L._entry_key(positions)(args)

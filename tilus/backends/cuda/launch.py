@@ -137,18 +137,6 @@ class _Param:
         self.name, self.dtype = name, dtype
 
 
-def _getter(positions):
-    """``get(args) -> tuple`` of the values at ``positions``."""
-    import operator
-
-    if not positions:
-        return lambda args: ()
-    if len(positions) == 1:
-        (i,) = positions
-        return lambda args: (args[i],)
-    return operator.itemgetter(*positions)
-
-
 def _entry_key(positions):
     """``key(args)``: ``(values, their types)`` at ``positions``, the key of
     ``Dispatcher.entries``, built without a generic loop for up to two positions."""
@@ -170,7 +158,9 @@ def _entry_key(positions):
             return (v, w), (type(v), type(w))
 
         return key2
-    get = _getter(positions)
+    import operator
+
+    get = operator.itemgetter(*positions)
 
     def key(args):
         vals = get(args)
@@ -203,7 +193,8 @@ class Dispatcher:
                 and (a.is_integer() or a.is_boolean())
             )
         ]
-        self._key_of = _getter(key_pos)
+        # the key of ``entries``: values and types of the compile-time and integer arguments
+        self._entry_key = _entry_key(tuple(key_pos))
         self._full_pos = {n: i for i, n in enumerate(self.names)}
         self.entries: dict = {}  # (values, types) of the key positions -> Prepared
         self._preps: dict = {}  # (launcher id, scalars) -> Prepared
@@ -221,8 +212,6 @@ class Dispatcher:
 
         self.epoch = option.epoch[0]
         self.interpret = bool(option.get_option("interpret"))
-        # the key positions, recovered from the getter (indexing a range gives the indices)
-        self._entry_key = _entry_key(tuple(self._key_of(range(self.n))))
 
     # --- the fast path -------------------------------------------------------------------------
     def fast(self, args):
@@ -264,9 +253,8 @@ class Dispatcher:
             self._preps[skey] = prep
         prep.checked(full)
         if raw_args is not None and len(raw_args) == self.n:
-            vals = self._key_of(raw_args)
             try:
-                key = (vals, tuple(map(type, vals)))
+                key = self._entry_key(raw_args)
                 if len(self.entries) > 4096:
                     self.entries.clear()
                 self.entries[key] = prep

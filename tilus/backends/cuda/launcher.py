@@ -58,7 +58,7 @@ class LaunchPlan:
         self.threads = int(fn.num_threads)
         self.smem = int(ks.smem_bytes)
         # hidden fast_divmod divisors, passed after the tensor maps (tilus/passes/fast_divmod.py)
-        self.divisors = tuple(getattr(ks, "divisors", ()))
+        self.divisors = tuple(ks.divisors)
         for p in self.params:
             if not isinstance(p.dtype, PointerType) and p.dtype.name not in CTYPES:
                 raise TilusArgumentError(
@@ -411,7 +411,6 @@ class Prepared:
         self.params = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
         self.params_addr = ctypes.addressof(self.params)
         self.checks = [(pos, n) for pos, _, n, _ in bound.tensors]
-        self.types = None  # (type, dtype) per tensor, from the first checked call
         self.last = None  # the pointers the storage holds
         self.lock = threading.Lock()
 
@@ -443,16 +442,15 @@ class Prepared:
     def checked(self, values) -> None:
         """Check the sizes of the tensors (types were checked by the caller) and launch."""
         self.bound.check(values)
-        types = [(type(values[pos]), values[pos].dtype) for pos, _ in self.checks]
-        tchecks = tuple((pos, n, tt, dt) for (pos, n), (tt, dt) in zip(self.checks, types))
+        tchecks = tuple((pos, n, type(values[pos]), values[pos].dtype) for pos, n in self.checks)
         ptrs = tuple(values[pos].data_ptr() for pos, _ in self.checks)
         if self.bound.empty:
-            self.types, self._tchecks = types, tchecks
+            self._tchecks = tchecks
             return
         with self.lock:
             if self._fire is None:
                 self._bind()
-            self.types, self._tchecks = types, tchecks  # after _bind: fast() may launch now
+            self._tchecks = tchecks  # after _bind: fast() may launch now
             for pos, obj in self.floats:
                 obj.value = values[pos]
             if ptrs != self.last:
