@@ -128,5 +128,4 @@ def _barrier_allocs(fn):
 
 
 def _hidden_divisors(program) -> tuple:
-    plan = getattr(program, "fastdiv", None)
-    return plan.divisors if plan is not None else ()
+    return program.fastdiv.divisors

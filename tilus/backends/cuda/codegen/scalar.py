@@ -222,8 +222,7 @@ class ExprPrinter:
         args = [self.expr(a) for a in e.args]
         dt = e.dtype
         if f in ("fastdiv", "fastmod"):
-            plan = getattr(self.ctx.program, "fastdiv", None)
-            d = plan.divisor_of(e) if plan is not None else None
+            d = self.ctx.program.fastdiv.divisor_of(e)
             if d is not None:  # launch-invariant divisor: host-computed magic numbers
                 return f"tl_{f}({args[0]}, tl_div{d.index})"
             # constant divisors (strength-reduced by the compiler) and ones that vary in-kernel

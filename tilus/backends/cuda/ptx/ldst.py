@@ -131,9 +131,10 @@ _PAIR_OR = (
 # scratch word otherwise. Kernels that keep wgmma groups in flight (wait_group(n > 0)) use it:
 # ptxas sinks accumulator reads (the fp32 -> fp16 packs of an epilogue) under store predicates
 # or branches, and then either serializes every wgmma of the kernel (info C7514) or, when the
-# loop that keeps a group in flight is unrolled, schedules them above the final wait_group. A pair of adjacent 16-bit elements goes out of one
-# packed register: the word when ``both`` (in bounds and aligned), else each half in bounds.
-# (st may take a register wider than its type: bytes go out of 16-bit registers.)
+# loop that keeps a group in flight is unrolled, schedules them above the final wait_group.
+# A pair of adjacent 16-bit elements goes out of one packed register: the word when ``both``
+# (in bounds and aligned), else each half in bounds. (st may take a register wider than its
+# type: bytes go out of 16-bit registers.)
 GUARDED_STORES = register(
     FAMILY,
     "tl_st_global_if",
