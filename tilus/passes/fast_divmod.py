@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from tilus.dtypes import PointerType
 from tilus.errors import SourceLoc
-from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, TensorElement, Unary, Var
+from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, Unary, Var
 from tilus.ir.function import Function
 from tilus.ir.printer import Printer
 from tilus.ir.stmt import (
@@ -40,7 +40,7 @@ from tilus.ir.stmt import (
     WhileStmt,
 )
 from tilus.ir.tensor import TensorVar
-from tilus.passes.walk import walk
+from tilus.passes.walk import operands, walk
 
 #: Names the device-side scheme; part of the program text, so a change rebuilds cached kernels.
 FASTDIV_SCHEME = "umulhi-add-shift-v1"
@@ -120,21 +120,6 @@ class FastDivPlan:
 
 
 # --- traversal -------------------------------------------------------------------------------
-def _children(e) -> list:
-    t = type(e)
-    if t is Binary:
-        return [e.a, e.b]
-    if t in (Unary, Cast):
-        return [e.a]
-    if t is Select:
-        return [e.cond, e.a, e.b]
-    if t is Call:
-        return list(e.args)
-    if t is TensorElement:
-        return list(e.indices)
-    return []
-
-
 def _calls_in(value, out: list) -> None:
     """Append the fastdiv/fastmod calls in an expression, a field value or a tuple of them."""
     if isinstance(value, (list, tuple)):
@@ -145,7 +130,7 @@ def _calls_in(value, out: list) -> None:
     elif isinstance(value, Expr):
         if type(value) is Call and value.func in ("fastdiv", "fastmod"):
             out.append(value)
-        for c in _children(value):
+        for c in operands(value):
             _calls_in(c, out)
 
 
@@ -213,11 +198,11 @@ def _key(e):
     if t is Const:
         return ("const", e.value, e.dtype.name)
     tag = getattr(e, "op", None) or getattr(e, "func", None)
-    return (t.__name__, tag, e.dtype.name, *(_key(c) for c in _children(e)))
+    return (t.__name__, tag, e.dtype.name, *(_key(c) for c in operands(e)))
 
 
 def _reads_param(e) -> bool:
-    return type(e) is Var or any(_reads_param(c) for c in _children(e))
+    return type(e) is Var or any(_reads_param(c) for c in operands(e))
 
 
 def plan_fast_divmod(fn: Function) -> FastDivPlan:

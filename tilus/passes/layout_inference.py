@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 
 from tilus.errors import TilusCompileError
 from tilus.ir import inst as I
-from tilus.ir.expr import Binary, Call, Cast, Expr, Select, TensorElement, Unary, Var
+from tilus.ir.expr import Expr, Var
 from tilus.ir.function import Function
 from tilus.ir.layout import RegisterLayout, SharedLayout, blocked, choose_swizzle, replicated
 from tilus.ir.layout.register import mma_a, mma_b, mma_c, mma_warps, permute, wgmma_acc
 from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt
 from tilus.ir.tensor import TensorVar
-from tilus.passes.walk import children
+from tilus.passes.walk import children, operands
 
 #: Most 32-bit registers one tile may take per thread before it surely spills.
 MAX_TILE_REGISTERS = 192
@@ -80,25 +80,12 @@ class _UnionFind:
             self.parent[rb] = ra
 
 
-def free_vars(e, out: set) -> set:
+def free_vars(e, out: set) -> None:
     """Collect the variables an expression reads."""
     if isinstance(e, Var):
         out.add(e)
-    elif isinstance(e, Binary):
-        free_vars(e.a, out)
-        free_vars(e.b, out)
-    elif isinstance(e, Unary | Cast):
-        free_vars(e.a, out)
-    elif isinstance(e, Select):
-        for x in (e.cond, e.a, e.b):
-            free_vars(x, out)
-    elif isinstance(e, Call):
-        for x in e.args:
-            free_vars(x, out)
-    elif isinstance(e, TensorElement):
-        for x in e.indices:
-            free_vars(x, out)
-    return out
+    for x in operands(e):
+        free_vars(x, out)
 
 
 def _err(stmt, msg):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tilus.errors import TilusCompileError
 from tilus.ir import inst as I
-from tilus.ir.expr import Binary, Call, Cast, Select, TensorElement, Unary, Var
+from tilus.ir.expr import TensorElement, Var
 from tilus.ir.function import Function
 from tilus.ir.stmt import (
     AssignStmt,
@@ -23,6 +23,7 @@ from tilus.ir.stmt import (
     WhileStmt,
 )
 from tilus.ir.tensor import TensorVar
+from tilus.passes.walk import operands
 
 OVERWRITING = (I.AssignTensor, I.StoreElement)
 
@@ -31,20 +32,13 @@ def _reads(e, out: list):
     if isinstance(e, (list, tuple)):
         for x in e:
             _reads(x, out)
-    elif isinstance(e, (Var, TensorVar)):
+        return
+    if isinstance(e, (Var, TensorVar)):
         out.append(e)
-    elif isinstance(e, Binary):
-        _reads(e.a, out)
-        _reads(e.b, out)
-    elif isinstance(e, (Unary, Cast)):
-        _reads(e.a, out)
-    elif isinstance(e, Select):
-        _reads((e.cond, e.a, e.b), out)
-    elif isinstance(e, Call):
-        _reads(e.args, out)
     elif isinstance(e, TensorElement):
         out.append(e.tensor)
-        _reads(e.indices, out)
+    for x in operands(e):
+        _reads(x, out)
 
 
 class _Uniformity:

@@ -1,7 +1,8 @@
-"""Generic traversal helpers over tile-IR statements."""
+"""Generic traversal helpers over tile-IR statements and expressions."""
 
 from __future__ import annotations
 
+from tilus.ir.expr import Binary, Call, Cast, Select, TensorElement, Unary
 from tilus.ir.stmt import ForStmt, IfStmt, InstStmt, SeqStmt, Stmt, ThreadGroupStmt, WhileStmt
 
 
@@ -28,3 +29,20 @@ def instructions(s: Stmt):
     for x in walk(s):
         if isinstance(x, InstStmt):
             yield x, x.inst
+
+
+def operands(e) -> tuple:
+    """The direct scalar sub-expressions of expression ``e`` (a tile element's indices, not its
+    tile); empty for leaves (constants, variables)."""
+    t = type(e)
+    if t is Binary:
+        return (e.a, e.b)
+    if t is Unary or t is Cast:
+        return (e.a,)
+    if t is Select:
+        return (e.cond, e.a, e.b)
+    if t is Call:
+        return tuple(e.args)
+    if t is TensorElement:
+        return tuple(e.indices)
+    return ()
