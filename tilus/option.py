@@ -24,6 +24,7 @@ class _Options:
     keep_ptx: bool = False  # TILUS_KEEP_PTX: also produce and cache the PTX of each kernel
     bench_warmup: int = 5
     bench_repeat: int = 50
+    tune_rest: float = 0.4  # TILUS_TUNE_REST: idle seconds before each finalist timing (CUDA)
     autotune: bool = True  # TILUS_AUTOTUNE: time every config on CUDA (False: first compiling)
 
 
@@ -35,6 +36,7 @@ _ENV = {
     "parallel_workers": ("TILUS_PARALLEL_WORKERS", int),
     "keep_ptx": ("TILUS_KEEP_PTX", bool),
     "autotune": ("TILUS_AUTOTUNE", bool),
+    "tune_rest": ("TILUS_TUNE_REST", float),
 }
 
 _overrides: dict = {}
@@ -122,6 +124,17 @@ def bench_warmup(n: int):
 def bench_repeat(n: int):
     """Timed runs per config (the median is used)."""
     set_option("bench_repeat", n)
+
+
+def tune_rest(seconds: float):
+    """Idle time before each timing of the autotuner's final rounds on a GPU (0: none).
+
+    A sustained matmul load drives an H200 into its power cap within a fraction of a second,
+    and configs then rank by energy per tile, not by speed; resting first times every finalist
+    from the same, unthrottled state, as a benchmark that runs a kernel in bursts sees it."""
+    if seconds < 0:
+        raise ValueError(f"tune_rest needs seconds >= 0, got {seconds}")
+    set_option("tune_rest", float(seconds))
 
 
 def autotune(enable: bool = True):

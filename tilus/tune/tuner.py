@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tilus.errors import TilusError
+from tilus.option import get_option
 from tilus.tune.dispatch import DispatchTable, Entry
 from tilus.tune.keys import config_id, device_fingerprint
 from tilus.tune.parallel import _describe
@@ -315,7 +316,9 @@ def _final_rounds(candidates, alive, timings, make_args, bench, cuda, failures) 
     Timed one after the other, the candidates see a GPU whose clocks drift (on an H200 a
     sustained load reaches the power cap within a second and the clocks drop), so a screening
     order that puts a candidate late makes it look slower. In a round every finalist runs once,
-    the order rotating from round to round, so the drift falls on all of them alike.
+    the order rotating from round to round, so the drift falls on all of them alike. On a GPU
+    each finalist timing follows ``tune_rest`` idle seconds: under the power cap configs rank by
+    energy per tile rather than by speed, so every finalist is timed from the idle state.
     """
     if not alive:
         return alive
@@ -327,11 +330,14 @@ def _final_rounds(candidates, alive, timings, make_args, bench, cuda, failures) 
     if len(close) < 2:
         return alive
     rounds: dict = {i: [] for i in close}
+    rest = float(get_option("tune_rest")) if cuda else 0.0
     for r in range(FINAL_ROUNDS):
         order = close[r % len(close) :] + close[: r % len(close)]
         for i in order:
             if i not in alive:
                 continue
+            if rest > 0:
+                time.sleep(rest)  # every finalist starts from the same (idle) power state
             t = _time_one(candidates, i, make_args, bench, cuda, alive, failures)
             if t is not None:
                 rounds[i].append(t[0].median)

@@ -188,17 +188,41 @@ def _shared_access(ctx, inst, tile, reg, load: bool):
     ct = ctype(reg.dtype)
     w = view.layout.swizzle
     off = shared_offset(ctx, tile)
+    # Two 16-bit elements adjacent in a thread's registers and in the tile's rows move as one
+    # 32-bit word: half the instructions, and a wgmma accumulator's pairs stay packed. (A
+    # swizzle permutes 16-byte chunks, so an even-aligned pair stays contiguous.)
+    pairs = (
+        reg.dtype.nbits == 16
+        and view.perm is None
+        and layout.locals[-1].dim == reg.ndim - 1
+        and layout.locals[-1].extent % 2 == 0
+        and layout.locals[-1].stride == 1
+        and view.layout.shape[-1] % 2 == 0  # every row starts 4-byte aligned
+        and all(  # and every pair starts at an even column
+            f.stride % 2 == 0
+            for f in (*layout.threads, *layout.locals[:-1])
+            if f.dim == reg.ndim - 1
+        )
+    )
     ctx.open("")
     base = R.emit_thread_coords(ctx, layout, ctx.group)
-    for i in range(layout.local_size):
+    for i in range(0, layout.local_size, 2 if pairs else 1):
         lc = layout.local_coords(i)
         coords = [R.coord(b, k) for b, k in zip(base, lc)]
         lin = _shared_elem(view, coords)
-        ptr = f"(({ct}*)(tl_smem_ptr + tl_swz<{w}>({off} + {lin})))"
-        if load:
-            ctx.emit(f"{R.elem(ctx, reg, i)} = *{ptr};")
+        addr = f"tl_smem_ptr + tl_swz<{w}>({off} + {lin})"
+        if pairs:
+            v0, v1 = R.elem(ctx, reg, i), R.elem(ctx, reg, i + 1)
+            if load:
+                word = ctx.fresh("w")
+                ctx.emit(f"const uint32_t {word} = *((const uint32_t*)({addr}));")
+                ctx.emit(f"{v0} = ({ct})({word} & 0xffffu); {v1} = ({ct})({word} >> 16);")
+            else:
+                ctx.emit(f"*((uint32_t*)({addr})) = (uint32_t){v0} | ((uint32_t){v1} << 16);")
+        elif load:
+            ctx.emit(f"{R.elem(ctx, reg, i)} = *(({ct}*)({addr}));")
         else:
-            ctx.emit(f"*{ptr} = {R.elem(ctx, reg, i)};")
+            ctx.emit(f"*(({ct}*)({addr})) = {R.elem(ctx, reg, i)};")
     ctx.close()
 
 
