@@ -100,16 +100,18 @@ def example_variants() -> dict:
         out[f"ex_v3_128x128x64_s{s}"] = mods["matmul_v3"].MatmulWGMMAV3(
             num_stages=s, block_m=128, block_n=128, block_k=64
         )
-    for v, cls in (
-        ("v4", mods["matmul_v4"].MatmulWGMMAV4),
-        ("v5", mods["matmul_v5"].MatmulWGMMAV5),
+    # V5's shared C tiles leave room for 3 stages of 128 x 256 x 64 (V4: 4)
+    for v, cls, stages in (
+        ("v4", mods["matmul_v4"].MatmulWGMMAV4, (3, 4)),
+        ("v5", mods["matmul_v5"].MatmulWGMMAV5, (2, 3)),
     ):
-        for s in (3, 4):
+        for s in stages:
             out[f"ex_{v}_128x256x64_s{s}"] = cls(
                 num_stages=s, block_m=128, block_n=256, block_k=64, swizzle=4
             )
-        out[f"ex_{v}_128x256x64_s4_sw8"] = cls(
-            num_stages=4, block_m=128, block_n=256, block_k=64, swizzle=8
+        s = stages[-1]
+        out[f"ex_{v}_128x256x64_s{s}_sw8"] = cls(
+            num_stages=s, block_m=128, block_n=256, block_k=64, swizzle=8
         )
     return out
 

@@ -326,10 +326,19 @@ class FloatShift(tilus.Script):
         self.print_tensor("s", s)
 
 
+class TmaWaitReadNotBool(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        with self.single_thread():
+            self.tma.wait_group(0, read=1)  # ERR
+
+
 @pytest.mark.parametrize(
     "kernel, fragment",
     [
         (RuntimeStep, "step"),
+        (TmaWaitReadNotBool, "read must be True or False"),
         (ForElse, "else"),
         (StaticAssert, "multiple of 32"),
         (AssertFalse, "three is not more than four"),

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+import tilus
+from tilus import float16, float32
+from tilus.backends.cuda.codegen import generate
+from tilus.errors import TilusCompileError
 from tilus.ir.layout import SharedLayout, blocked, choose_swizzle, replicated, wgmma_acc
 from tilus.ir.layout.register import mma_a, mma_b, mma_c, mma_warps, permute
+from tilus.passes.layout_inference import infer_layouts
 
 
 @pytest.mark.parametrize("m, n", [(64, 8), (64, 128), (128, 256), (192, 64)])
@@ -86,3 +91,67 @@ def test_shared_swizzle():
     with pytest.raises(ValueError):
         SharedLayout((64, 32), 2, 128)
     assert s.slice(1).shape == (64, 64)
+
+
+def test_shared_column_blocks():
+    # rows wider than the swizzle span: 128-byte column blocks of a [64, 256] fp16 leaf, each a
+    # swizzled [64, 64] leaf, one after the other (TMA moves one box per block)
+    s = SharedLayout((2, 64, 256), 2, 128)
+    assert s.col_blocks == 4 and s.block_cols == 64 and s.block_bytes == 64 * 128
+    for r in (0, 5, 63):
+        for c in (0, 9, 64, 130, 255):
+            lin = (c // 64) * 8192 + r * 128 + (c % 64) * 2
+            assert s.offset((1, r, c)) == 64 * 256 * 2 + s.apply_swizzle(lin)
+    offs = {s.offset((0, r, c)) for r in range(64) for c in range(256)}
+    assert len(offs) == 64 * 256 and max(offs) < 64 * 256 * 2
+    # a warp's 32-bit writes of a wgmma accumulator row pair hit 32 distinct banks
+    banks = {(s.offset((0, lane // 4, 2 * (lane % 4))) // 4) % 32 for lane in range(32)}
+    assert len(banks) == 32
+    # one block: the plain row-major swizzled leaf
+    one = SharedLayout((64, 64), 2, 128)
+    assert one.col_blocks == 1 and one.offset((3, 8)) == SharedLayout((64, 64), 2, 128).offset(
+        (3, 8)
+    )
+    with pytest.raises(ValueError):
+        SharedLayout((64, 96), 2, 128)  # 192-byte rows are no multiple of 128
+
+
+class _Staged(tilus.Script):
+    def __call__(self, p: ~float16):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        g = self.global_view(p, dtype=float16, shape=[64, 128])
+        s = self.shared_tensor(dtype=float16, shape=[64, 128])
+        self.store_shared(s, self.load_global(g, offsets=[0, 0], shape=[64, 128]))
+        self.fence.proxy_async()
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(s, g, offsets=[0, 0])
+            self.tma.commit_group()
+            self.tma.wait_group(0, read=True)
+
+
+class _Operand(tilus.Script):
+    def __call__(self, p: ~float16):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        sa = self.shared_tensor(dtype=float16, shape=[64, 128])
+        sb = self.shared_tensor(dtype=float16, shape=[64, 128])
+        acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+        self.wgmma.mma(sa, sb.transpose(), acc)  # OPERAND LINE
+
+
+def test_only_tma_and_elementwise_tiles_get_column_blocks():
+    # a shared tile with 256-byte rows used only by store_shared and TMA is stored in column
+    # blocks (128B swizzle) and moved as one box per block; the same shape as a wgmma operand
+    # is not (wgmma needs rows of the swizzle span) and stays an error naming the line
+    k = _Staged()
+    prog = k.program(k.configs[0], {})
+    (layout,) = [v.layout for v in infer_layouts(prog.fn).shared.values()]
+    assert layout.swizzle == 128 and layout.col_blocks == 2
+    src = generate(prog).source
+    assert src.count("tl_tma_store_2d(&tl_map") == 2 and "tl_tma_store_wait_read<0>" in src
+    with pytest.raises(TilusCompileError) as e:
+        generate(_Operand().program(_Operand().configs[0], {}))
+    line = next(i for i, t in enumerate(open(__file__), 1) if "# OPERAND LINE" in t)
+    assert f"test_codegen_layouts.py:{line}:" in str(e.value)

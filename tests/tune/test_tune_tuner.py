@@ -199,3 +199,25 @@ def test_close_candidates_are_retimed_in_interleaved_rounds(monkeypatch):
     assert calls[:3] == ["slow", "fast", "far"]  # screening; "far" is no finalist
     assert "far" not in calls[3:] and len(calls[3:]) == 2 * tuner.FINAL_ROUNDS
     assert calls[3:5] == ["slow", "fast"] and calls[5:7] == ["fast", "slow"]
+
+
+def test_finalists_are_timed_after_a_rest_on_a_gpu(monkeypatch):
+    # under a sustained load an H200 reaches its power cap and configs rank by energy, not
+    # speed: on a GPU every finalist timing starts after `tune_rest` idle seconds
+    import tilus
+    from tilus.tune import tuner
+    from tilus.tune.timing import Timing
+
+    slept = []
+    monkeypatch.setattr(tuner.time, "sleep", slept.append)
+    monkeypatch.setattr(tuner, "benchmark", lambda fn, **kw: (fn(), Timing.of([1.0]))[1])
+    cands = [({"c": i}, lambda *a: None) for i in range(3)]
+    tune(cands, lambda: [], outputs=[], check=False, cuda=True)
+    assert slept == [0.4] * (3 * tuner.FINAL_ROUNDS)
+    slept.clear()
+    with tilus.option.scoped(tune_rest=0.0):
+        tune(cands, lambda: [], outputs=[], check=False, cuda=True)
+    tune(cands, lambda: [], outputs=[], check=False, cuda=False)  # the interpreter: no rest
+    assert slept == []
+    with pytest.raises(ValueError):
+        tilus.option.tune_rest(-1)

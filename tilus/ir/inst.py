@@ -324,9 +324,11 @@ class TmaCommitGroup(Inst):
 
 @instruction("tma_wait_group", ptx="9.7.9.25.6.3 cp.async.bulk.wait_group")
 class TmaWaitGroup(Inst):
-    """Wait until at most ``n`` bulk async groups are pending."""
+    """Wait until at most ``n`` bulk async groups are pending (``read``: until their shared
+    sources have been read, not until their global writes are done)."""
 
     n: int
+    read: bool = False
 
 
 @instruction("wgmma_fence", ptx="9.7.15.6.1 wgmma.fence")

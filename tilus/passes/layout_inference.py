@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from tilus.errors import TilusCompileError
@@ -12,7 +13,7 @@ from tilus.ir.layout import RegisterLayout, SharedLayout, blocked, choose_swizzl
 from tilus.ir.layout.register import mma_a, mma_b, mma_c, mma_warps, permute, wgmma_acc
 from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt
 from tilus.ir.tensor import TensorVar
-from tilus.passes.walk import children, operands
+from tilus.passes.walk import children, instructions, operands
 
 #: Most 32-bit registers one tile may take per thread before it surely spills.
 MAX_TILE_REGISTERS = 192
@@ -107,6 +108,7 @@ class _Inference:
     def run(self) -> LayoutPlan:
         """Walk the function and assign every layout."""
         root = Group(0, self.fn.num_threads)
+        self.blockable = _blockable_tiles(self.fn)
         self.walk(self.fn.body, root)
         self.assign()
         return self.plan
@@ -235,6 +237,8 @@ class _Inference:
             t = inst.out
             eb = t.dtype.nbits // 8
             sw = choose_swizzle(t.shape[-1] * eb) if t.ndim >= 2 else 0
+            if not sw and t.ndim >= 2 and t in self.blockable and t.shape[-1] * eb % 128 == 0:
+                sw = 128  # wide rows as 128-byte column blocks: conflict-free, TMA-movable
             if sw and t.shape[-2] % 8:
                 sw = 0
             p.shared[t] = SharedView(t, SharedLayout(tuple(t.shape), eb, sw), ())
@@ -383,6 +387,7 @@ class _Inference:
         for d, n in zip(dims, s.shape):
             box[d] = n
         sw = v.layout.swizzle
+        box[-1] = v.layout.block_cols if sw else box[-1]  # one box per column block
         if box[-1] * v.layout.elem_bytes % 16:
             raise _err(
                 stmt,
@@ -461,6 +466,49 @@ class _Inference:
                     f"{p.owner[t].begin + p.owner[t].size}) but used by the group "
                     f"[{g.begin}, {g.begin + g.size})",
                 )
+
+
+#: What may use a shared tile stored in column blocks: element-wise copies and TMA, which
+#: address it through ``SharedLayout``; wgmma descriptors and permuted views do not.
+_BLOCKABLE_USES = (
+    I.AllocShared,
+    I.SliceTensor,
+    I.LoadShared,
+    I.StoreShared,
+    I.TmaGlobalToShared,
+    I.TmaSharedToGlobal,
+    I.FreeShared,
+)
+
+
+def _blockable_tiles(fn: Function) -> set:
+    """Shared allocations whose every use (through leading-dim slices) is in
+    ``_BLOCKABLE_USES``: those with rows wider than 128 bytes get column blocks."""
+    root: dict = {}
+    bad: set = set()
+    for _, inst in instructions(fn.body):
+        if isinstance(inst, I.AllocShared):
+            root[inst.out] = inst.out
+            continue
+        used = [
+            v
+            for f in dataclasses.fields(inst)
+            for v in _tensor_vars(getattr(inst, f.name))
+            if v in root
+        ]
+        if isinstance(inst, I.SliceTensor) and inst.src in root:
+            root[inst.out] = root[inst.src]
+        elif not isinstance(inst, _BLOCKABLE_USES):
+            bad.update(root[v] for v in used)
+    return {t for t in root.values() if t not in bad}
+
+
+def _tensor_vars(x):
+    if isinstance(x, TensorVar):
+        yield x
+    elif isinstance(x, tuple | list):
+        for y in x:
+            yield from _tensor_vars(y)
 
 
 def infer_layouts(fn: Function) -> LayoutPlan:

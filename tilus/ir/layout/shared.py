@@ -18,10 +18,16 @@ def choose_swizzle(inner_bytes: int) -> int:
 class SharedLayout:
     """A tile of ``shape`` stored row-major, its 2-D leaves swizzled.
 
-    With ``swizzle`` W bytes (32/64/128) each row of the innermost two dims spans exactly W
-    bytes (the K-major canonical form of TMA boxes and WGMMA operands): the 16-byte chunk index
-    of byte offset ``o`` is XORed with ``(o >> 7) % (W // 16)``, repeating every ``8 * W``
-    bytes; the leaf must start at a multiple of ``8 * W`` bytes (1024 for 128B).
+    With ``swizzle`` W bytes (32/64/128) each row of the innermost two dims spans W bytes (the
+    K-major canonical form of TMA boxes and WGMMA operands): the 16-byte chunk index of byte
+    offset ``o`` is XORed with ``(o >> 7) % (W // 16)``, repeating every ``8 * W`` bytes; the
+    leaf must start at a multiple of ``8 * W`` bytes (1024 for 128B).
+
+    A leaf whose rows are a multiple of W bytes wide is stored as ``col_blocks`` column blocks
+    of W bytes, one after the other, each a swizzled ``[rows, W / elem_bytes]`` leaf (how TMA
+    moves a tile wider than its swizzle span: one box per block). Element ``(r, c)`` of a leaf
+    of R rows sits at ``(c // cb) * R * W + r * W + (c % cb) * elem_bytes``, ``cb = W /
+    elem_bytes``; with one block that is plain row-major.
     """
 
     shape: tuple[int, ...]
@@ -31,15 +37,31 @@ class SharedLayout:
     def __post_init__(self):
         if self.swizzle not in SWIZZLES:
             raise ValueError(f"swizzle must be one of {SWIZZLES}, got {self.swizzle}")
-        if self.swizzle and self.row_bytes != self.swizzle:
+        if self.swizzle and (len(self.shape) < 2 or self.row_bytes % self.swizzle):
             raise ValueError(
-                f"a {self.swizzle}B swizzle needs {self.swizzle}-byte rows, got {self.row_bytes}"
+                f"a {self.swizzle}B swizzle needs 2-D leaves with rows of a multiple of "
+                f"{self.swizzle} bytes, got shape {self.shape} of {self.elem_bytes}-byte elements"
             )
 
     @property
     def row_bytes(self) -> int:
         """Bytes of one row of the innermost dim."""
         return self.shape[-1] * self.elem_bytes
+
+    @property
+    def col_blocks(self) -> int:
+        """Column blocks per leaf: ``row_bytes / swizzle`` (1 when unswizzled)."""
+        return self.row_bytes // self.swizzle if self.swizzle else 1
+
+    @property
+    def block_cols(self) -> int:
+        """Elements of one row of a column block."""
+        return self.shape[-1] // self.col_blocks
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one column block of a leaf (its rows times the swizzle span)."""
+        return self.shape[-2] * self.row_bytes // self.col_blocks if self.swizzle else self.nbytes
 
     @property
     def nbytes(self) -> int:
@@ -68,7 +90,12 @@ class SharedLayout:
 
     def offset(self, coords) -> int:
         """The physical byte offset of element ``coords``."""
-        lin = sum(c * s for c, s in zip(coords, self.strides_bytes()))
+        strides = self.strides_bytes()
+        lin = sum(c * s for c, s in zip(coords, strides))
+        if self.col_blocks > 1:  # rows of the leaf stacked per column block
+            r, c, cb = coords[-2], coords[-1], self.block_cols
+            lin += -r * strides[-2] - c * strides[-1]
+            lin += (c // cb) * self.block_bytes + r * self.swizzle + (c % cb) * self.elem_bytes
         return self.apply_swizzle(lin)
 
     def slice(self, ndrop: int) -> SharedLayout:

@@ -155,11 +155,15 @@ class TmaGroup:
         current().inst(I.TmaCommitGroup())
 
     def wait_group(self, n: int, read: bool = False):
-        """Wait until at most ``n`` groups of shared -> global copies are pending."""
+        """Wait until at most ``n`` groups of shared -> global copies are pending; with
+        ``read`` only until their shared sources have been read (the tiles may be reused or the
+        block may exit; the global writes land later)."""
         b = current()
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise b.error(f"wait_group needs a non-negative compile-time int, got {n!r}")
-        b.inst(I.TmaWaitGroup(n))
+        if not isinstance(read, bool):
+            raise b.error(f"wait_group's read must be True or False, got {read!r}")
+        b.inst(I.TmaWaitGroup(n, read))
 
 
 class WgmmaGroup:

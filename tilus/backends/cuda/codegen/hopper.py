@@ -57,26 +57,41 @@ def _issue(ctx, body: list[str]):
         raise ctx.error("TMA copies are issued by one thread or one whole warp")
 
 
-def _coords(inst, expr) -> str:
-    return ", ".join(f"(int32_t)({expr(o)})" for o in reversed(inst.offsets))
+def _boxes(ctx, inst, tile, expr):
+    """Per TMA box of the copy: (shared address, coordinates innermost first). A tile stored in
+    column blocks (see SharedLayout) moves as one box per block."""
+    layout = ctx.plan.shared[tile].layout
+    base = shared_offset(ctx, tile)
+    coords = [f"(int32_t)({expr(o)})" for o in reversed(inst.offsets)]
+    out = []
+    for j in range(layout.col_blocks):
+        addr = f"tl_smem + {base}" + (f" + {j * layout.block_bytes}u" if j else "")
+        inner = coords[0] + (f" + {j * layout.block_cols}" if j else "")
+        out.append((addr, ", ".join([inner, *coords[1:]])))
+    return out
 
 
 def tma_global_to_shared(ctx, inst, expr):
     """cp.async.bulk.tensor global -> shared, completing bytes on the mbarrier."""
     k = ctx.plan.tmap_of[inst]
     rank = inst.src.ndim
-    dst = shared_offset(ctx, inst.dst)
     bar = expr(inst.mbarrier)
-    call = f"tl_tma_load_{rank}d(tl_smem + {dst}, &tl_map{k}, {bar}, {_coords(inst, expr)});"
-    _issue(ctx, [call])
+    calls = [
+        f"tl_tma_load_{rank}d({addr}, &tl_map{k}, {bar}, {coords});"
+        for addr, coords in _boxes(ctx, inst, inst.dst, expr)
+    ]
+    _issue(ctx, calls)
 
 
 def tma_shared_to_global(ctx, inst, expr):
     """cp.async.bulk.tensor shared -> global in the current bulk group."""
     k = ctx.plan.tmap_of[inst]
     rank = inst.dst.ndim
-    src = shared_offset(ctx, inst.src)
-    _issue(ctx, [f"tl_tma_store_{rank}d(&tl_map{k}, tl_smem + {src}, {_coords(inst, expr)});"])
+    calls = [
+        f"tl_tma_store_{rank}d(&tl_map{k}, {addr}, {coords});"
+        for addr, coords in _boxes(ctx, inst, inst.src, expr)
+    ]
+    _issue(ctx, calls)
 
 
 def tma_commit_group(ctx, inst, expr):
@@ -85,8 +100,9 @@ def tma_commit_group(ctx, inst, expr):
 
 
 def tma_wait_group(ctx, inst, expr):
-    """cp.async.bulk.wait_group n (by the issuing thread)."""
-    _issue(ctx, [f"tl_tma_store_wait<{inst.n}>();"])
+    """cp.async.bulk.wait_group[.read] n (by the issuing thread)."""
+    kind = "tl_tma_store_wait_read" if inst.read else "tl_tma_store_wait"
+    _issue(ctx, [f"{kind}<{inst.n}>();"])
 
 
 def wgmma_fence(ctx, inst, expr):

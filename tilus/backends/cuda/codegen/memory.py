@@ -178,8 +178,18 @@ def _shared_elem(view, coords) -> str:
         for k, p in enumerate(view.perm):
             c[p] = coords[k]
         coords = c
-    strides = view.layout.strides_bytes()[len(view.index) :]
-    return " + ".join(f"({x}) * {s}" if s != 1 else f"({x})" for x, s in zip(coords, strides))
+    layout = view.layout
+    strides = layout.strides_bytes()[len(view.index) :]
+    if layout.col_blocks == 1:
+        return " + ".join(f"({x}) * {s}" if s != 1 else f"({x})" for x, s in zip(coords, strides))
+    # column blocks (see SharedLayout): the leaf's rows are stacked per block of columns
+    lead = [f"({x}) * {s}" for x, s in zip(coords[:-2], strides[:-2])]
+    r, c, cb = coords[-2], coords[-1], layout.block_cols
+    leaf = (
+        f"(({c}) / {cb}) * {layout.block_bytes} + ({r}) * {layout.swizzle}"
+        f" + (({c}) % {cb}) * {layout.elem_bytes}"
+    )
+    return " + ".join([*lead, leaf])
 
 
 def _shared_access(ctx, inst, tile, reg, load: bool):
