@@ -96,6 +96,8 @@ def test_hopper_example_warp_specialized_big(version):
     cfg = dict(num_stages=4, block_m=128, block_n=128, block_k=64)
     if version >= 4:
         cfg.update(block_n=256, swizzle=4)
+    if version == 5:
+        cfg.update(num_stages=3)  # the shared C tiles leave room for 3 stages
     for m, n, k in BIG:
         assert _check_abt(cls(**cfg), m, n, k) < 1e-2, (m, n, k)
 

@@ -208,12 +208,23 @@ def test_finalists_are_timed_after_a_rest_on_a_gpu(monkeypatch):
     from tilus.tune import tuner
     from tilus.tune.timing import Timing
 
-    slept = []
+    slept, repeats = [], []
+
+    def bench(fn, **kw):
+        fn()
+        repeats.append(kw["repeat"])
+        return Timing.of([1.0])
+
     monkeypatch.setattr(tuner.time, "sleep", slept.append)
-    monkeypatch.setattr(tuner, "benchmark", lambda fn, **kw: (fn(), Timing.of([1.0]))[1])
+    monkeypatch.setattr(tuner, "benchmark", bench)
     cands = [({"c": i}, lambda *a: None) for i in range(3)]
-    tune(cands, lambda: [], outputs=[], check=False, cuda=True)
-    assert slept == [0.4] * (3 * tuner.FINAL_ROUNDS)
+    with tilus.option.scoped(bench_repeat=50):
+        tune(cands, lambda: [], outputs=[], check=False, cuda=True)
+    # screening: short bursts (a fifth of the runs), each followed by a pause proportional to
+    # it; then every final timing (all the runs) after the full rest
+    assert repeats == [10] * 3 + [None] * (3 * tuner.FINAL_ROUNDS)  # None: bench_repeat
+    assert all(0 <= t < 0.4 for t in slept[:3])
+    assert slept[3:] == [0.4] * (3 * tuner.FINAL_ROUNDS)
     slept.clear()
     with tilus.option.scoped(tune_rest=0.0):
         tune(cands, lambda: [], outputs=[], check=False, cuda=True)

@@ -212,9 +212,12 @@ def tune(
        outputs of ``reference(*args)``. NaN anywhere, a shape change or a relative error above
        ``tolerance(dtype)`` is a disagreement: that candidate is dropped and a ``TuneWarning``
        names it. A candidate that raises is a failure.
-    3. Every remaining candidate is timed with ``benchmark`` on fresh arguments; the smallest
-       median wins (ties: smallest minimum, then the earlier candidate). A single remaining
-       candidate wins without timing.
+    3. Every remaining candidate is screened with ``benchmark`` on fresh arguments (a fifth of
+       the runs; on a GPU each burst is followed by an idle pause, so the GPU stays below its
+       power cap). The candidates within ``FINAL_MARGIN`` of the best are timed again in
+       interleaved rounds with all the runs, each after ``tune_rest`` idle seconds on a GPU;
+       the smallest median wins (ties: smallest minimum, then the earlier candidate). A single
+       remaining candidate wins without timing.
     4. With ``table`` and ``key`` the decision is recorded (merged into the file).
 
     Args:
@@ -259,8 +262,9 @@ def tune(
     timed: list[tuple[Any, Timing]] = []
     if len(alive) > 1:
         bench = dict(warmup=warmup, repeat=repeat, flush_l2=flush_l2)
+        screen = _screening(bench)
         for i in list(alive):
-            t = _time_one(candidates, i, make_args, bench, cuda, alive, failures)
+            t = _time_one(candidates, i, make_args, screen, cuda, alive, failures, cool=True)
             if t is not None:
                 cuda = t[1]
                 timings[_cfg_text(candidates[i][0])] = t[0]
@@ -286,18 +290,36 @@ def tune(
 
 
 #: Candidates whose screening median is within this factor of the best are timed again.
-FINAL_MARGIN = 1.06
+FINAL_MARGIN = 1.10
 #: At most this many finalists; ``FINAL_ROUNDS`` interleaved rounds time each once.
 FINAL_MAX, FINAL_ROUNDS = 6, 3
+#: Screening times each candidate with this fraction of the runs of a final timing ...
+SCREEN_FRACTION, SCREEN_MIN_REPEAT = 5, 5
+#: ... and on a GPU idles this many times as long as the timing took (at most ``tune_rest``).
+COOL_FACTOR = 3.0
 
 
-def _time_one(candidates, i, make_args, bench, cuda, alive, failures):
+def _screening(bench: dict) -> dict:
+    """The benchmark settings of the screening: short bursts (see ``_time_one``'s ``cool``)."""
+    repeat = bench["repeat"] if bench["repeat"] is not None else get_option("bench_repeat")
+    warmup = bench["warmup"] if bench["warmup"] is not None else get_option("bench_warmup")
+    screen_repeat = max(SCREEN_MIN_REPEAT, -(-int(repeat) // SCREEN_FRACTION))
+    return dict(bench, repeat=min(int(repeat), screen_repeat), warmup=min(int(warmup), 2))
+
+
+def _time_one(candidates, i, make_args, bench, cuda, alive, failures, cool=False):
     """``(Timing, cuda)`` of candidate ``i`` on fresh arguments, or None (it failed: it is
-    dropped from ``alive`` and recorded)."""
+    dropped from ``alive`` and recorded).
+
+    With ``cool`` on a GPU the timing is followed by an idle pause ``COOL_FACTOR`` times as
+    long (at most ``tune_rest``): short bursts at a low duty cycle keep the GPU below its power
+    cap, so that candidates are ranked at the clocks a benchmark run sees, not at the lower
+    clocks of a GPU that has been busy for a second (where configs rank by energy per tile)."""
     cfg, runner = candidates[i]
     args = list(make_args())
     if cuda is None:
         cuda = any(_on_cuda(a) for a in args)
+    t0 = time.perf_counter()
     try:
         return benchmark(lambda a=args: runner(*a), cuda=cuda, **bench), cuda
     except Exception as e:
@@ -307,6 +329,9 @@ def _time_one(candidates, i, make_args, bench, cuda, alive, failures):
         return None
     finally:
         del args
+        rest = float(get_option("tune_rest")) if (cool and cuda) else 0.0
+        if rest > 0:
+            time.sleep(min(rest, COOL_FACTOR * (time.perf_counter() - t0)))
 
 
 def _final_rounds(candidates, alive, timings, make_args, bench, cuda, failures) -> list:
