@@ -77,18 +77,27 @@ def _tma_s2g(task, inst, loc):
     if gidx is not None:
         order = sorted(range(len(inst.dims)), key=lambda k: inst.dims[k])
         g.arr[gidx] = convert(np.transpose(src.arr[tidx], order), inst.dst.dtype)
-    task.cta.units.store_issued(task, src, loc)
+    task.cta.units.store_issued(_bulk_owner(task), src, loc)
+
+
+def _bulk_owner(task):
+    # Bulk async-groups belong to the issuing thread. elect.sync elects the same lane for the
+    # same mask every time (PTX ISA 9.7.13.12), so every single_thread() of one group is the
+    # same thread: its groups outlive one single_thread() block (a persistent kernel waits for
+    # a tile's store just before it rewrites the tile) and must be waited for by the time the
+    # enclosing group ends.
+    return task.parent if task.elected and task.parent is not None else task
 
 
 @rule(I.TmaCommitGroup)
 def _tma_commit(task, inst, loc):
-    task.cta.units.store_commit(task)
+    task.cta.units.store_commit(_bulk_owner(task))
 
 
 @rule(I.TmaWaitGroup)
 def _tma_wait(task, inst, loc):
     # global memory is written at issue in this model; what waiting protects is the shared source
-    task.cta.units.store_wait(task, inst.n)
+    task.cta.units.store_wait(_bulk_owner(task), inst.n)
 
 
 @rule(I.WgmmaFence)
