@@ -39,6 +39,12 @@ class _Return(Exception):
     pass
 
 
+def _in_program_order(task) -> bool:
+    """Whether ``task`` may run now: the single_thread() blocks of one group are one thread
+    (elect.sync elects the same lane every time), so they run in the order they were forked."""
+    return not task.elected or task.parent is None or task.parent.elected_live[0] is task
+
+
 class Task:
     """A thread group executing part of the kernel."""
 
@@ -54,6 +60,8 @@ class Task:
         self.blocked = None  # ("wait", bar, parity, loc) | ("sync", loc)
         self.loc = None
         self.wgmma: WgmmaState | None = None
+        self.done = False  # its own statements have all run (children may still be live)
+        self.elected_live: list = []  # live single_thread() children, in the order they were forked
 
     @property
     def label(self) -> str:
@@ -94,9 +102,10 @@ class CTA:
         self.live = 1
         self.ready = [root]
         while self.live:
-            if self.ready:
+            runnable = [k for k, t in enumerate(self.ready) if _in_program_order(t)]
+            if runnable:
                 self._maybe_land_random()
-                i = self.rng.randrange(len(self.ready)) if self.rng else 0
+                i = runnable[self.rng.randrange(len(runnable))] if self.rng else runnable[0]
                 self._step(self.ready.pop(i))
             elif self.units.tma:
                 self._land(0)
@@ -166,6 +175,8 @@ class CTA:
         child = Task(self, dict(parent.env), begin, stmt.num_threads, elected, parent)
         child.gen = self._top(stmt.body, child)
         parent.children.add(child)
+        if elected:
+            parent.elected_live.append(child)
         self.live += 1
         return child
 
@@ -179,10 +190,18 @@ class CTA:
                 f"{at(op.loc)} needs wgmma.commit_group and wgmma.wait_group)",
                 op.loc,
             )
-        self.units.store_task_end(task, task.label)
+        # a group's TMA stores may be issued by its single_thread() children (see
+        # rules_hopper._bulk_owner): checked once the group and all of them have ended
+        task.done = True
+        if not task.children:
+            self.units.store_task_end(task, task.label)
         p = task.parent
         if p is not None:
             p.children.discard(task)
+            if task.elected:
+                p.elected_live.remove(task)
+            if p.done and not p.children:
+                self.units.store_task_end(p, p.label)
             if not p.children and p.blocked is not None and p.blocked[0] == "sync":
                 p.blocked = None
                 self.waiting.remove(p)
