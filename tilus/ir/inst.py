@@ -362,6 +362,14 @@ class FenceProxyAsync(Inst):
     """Order generic-proxy shared-memory writes before async-proxy (TMA/WGMMA) reads."""
 
 
+@instruction("setmaxnreg", ptx="9.7.19.5 setmaxnreg")
+class SetMaxNReg(Inst):
+    """Set the registers per thread of the current warp groups to ``count`` (sm90+): warp
+    groups that only issue copies give registers back, ones that hold accumulators take them."""
+
+    count: int
+
+
 def inst_dtype(inst: Inst) -> DataType | None:
     """The dtype of an instruction's output, if it has one."""
     out = inst.output()

@@ -152,6 +152,11 @@ def _wgmma_wait(task, inst, loc):
     st.pending_acc = {op.d: op.loc for op in st.unretired()}
 
 
+@rule(I.SetMaxNReg)
+def _setmaxnreg(task, inst, loc):
+    pass  # registers are not modelled; the pass register_budget checks the requests
+
+
 @rule(I.FenceProxyAsync)
 def _fence_proxy_async(task, inst, loc):
     pass

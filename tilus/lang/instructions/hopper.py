@@ -253,9 +253,36 @@ class FenceGroup:
 
 
 class HopperInstructions:
-    """Adds ``self.mbarrier``, ``self.tma``, ``self.wgmma`` and ``self.fence``."""
+    """Adds ``self.mbarrier``, ``self.tma``, ``self.wgmma``, ``self.fence`` and
+    ``self.setmaxnreg``."""
 
     mbarrier = MBarrierGroup()
     tma = TmaGroup()
     wgmma = WgmmaGroup()
     fence = FenceGroup()
+
+    def setmaxnreg(self, count: int):
+        """Give the current warp groups ``count`` registers per thread from here on (PTX
+        ``setmaxnreg``; sm90+). A warp-specialized kernel lowers its producer's count and raises
+        its consumers' so that their accumulators fit: with 3 warp groups each thread starts
+        with at most 168 registers; a producer at 40 leaves two consumers 232 each.
+
+        ``count`` is a compile-time multiple of 8 in [24, 256]; the current group must be whole
+        warp groups (``warp_group(4 * i, 4 * n)``) and the block a whole number of warp groups.
+        Whether the count is raised or lowered follows from the count the block starts with;
+        the compiler refuses requests whose sum over the block's warp groups exceeds the 64K
+        registers of an SM (the raise would wait forever) and, after ptxas, a raise below or a
+        lowering above the count it gave the kernel.
+        """
+        b = current()
+        if isinstance(count, bool) or not isinstance(count, int) or not 24 <= count <= 256:
+            raise b.error(f"setmaxnreg needs a compile-time int in [24, 256], got {count!r}")
+        if count % 8:
+            raise b.error(f"setmaxnreg needs a multiple of 8, got {count}")
+        g = b.group
+        if g.begin < 0 or g.abs_begin % 128 or g.size % 128:
+            raise b.error(
+                "setmaxnreg must run on whole warp groups (threads [128 * i, 128 * (i + n))); "
+                f"the current thread group has {g.size} threads from thread {g.abs_begin}"
+            )
+        b.inst(I.SetMaxNReg(count))

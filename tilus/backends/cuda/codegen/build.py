@@ -122,6 +122,27 @@ def _warn_serialized(ks, log: str) -> None:
             return
 
 
+def _check_setmaxnreg(program, resources: dict) -> None:
+    """``setmaxnreg.dec`` below a count must start from at least that count: refuse a lowering
+    to more registers than ptxas gave the kernel (undefined behaviour on the GPU)."""
+    from tilus.errors import TilusCompileError
+    from tilus.ir import inst as I
+    from tilus.passes.register_budget import entry_registers
+    from tilus.passes.walk import instructions
+
+    have = resources.get("registers")
+    if not have:
+        return
+    start = entry_registers(program.fn.num_threads)
+    for stmt, inst in instructions(program.fn.body):
+        if isinstance(inst, I.SetMaxNReg) and have < inst.count < start:
+            raise TilusCompileError(
+                f"setmaxnreg {inst.count} would lower the register count, but ptxas gave the "
+                f"kernel {have} registers per thread: ask for at most {have} here",
+                stmt.loc,
+            )
+
+
 def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> CompiledKernel:
     """Generate and compile one program (cache hit: no NVRTC call).
 
@@ -165,6 +186,7 @@ def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> Compile
     )
     res = _resources(binary.cubin, ks.name, binary.log)
     _warn_serialized(ks, binary.log)
+    _check_setmaxnreg(program, res)
     meta = {
         "kernel": ks.name,
         "config": dict(config),

@@ -6,6 +6,7 @@ from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.memory import shared_offset
 from tilus.backends.cuda.ptx import wgmma as W
 from tilus.ir.expr import Const
+from tilus.passes.register_budget import entry_registers
 
 
 def mbarrier_alloc(ctx, inst, expr):
@@ -136,6 +137,17 @@ def wgmma_wait_group(ctx, inst, expr):
 def fence_proxy_async(ctx, inst, expr):
     """fence.proxy.async.shared::cta."""
     ctx.emit("tl_fence_proxy_async();")
+
+
+def setmaxnreg(ctx, inst, expr):
+    """setmaxnreg.inc or .dec: raise or lower from the count the block starts with."""
+    start = entry_registers(ctx.fn.num_threads)
+    if inst.count > start:
+        ctx.emit(f"tl_setmaxnreg_inc<{inst.count}>();")
+    elif inst.count < start:
+        ctx.emit(f"tl_setmaxnreg_dec<{inst.count}>();")
+    else:
+        ctx.emit(f"// setmaxnreg {inst.count}: the count the block starts with")
 
 
 def wgmma_mma(ctx, inst, expr):

@@ -121,6 +121,7 @@ RULES = {
     "wgmma_commit_group": hopper.wgmma_commit_group,
     "wgmma_wait_group": hopper.wgmma_wait_group,
     "fence_proxy_async": hopper.fence_proxy_async,
+    "setmaxnreg": hopper.setmaxnreg,
     # No lowering yet: a clear error at the user's line (layout inference raises it first).
     "reduce": _unsupported,
     "reshape": _unsupported,
