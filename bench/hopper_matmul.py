@@ -78,21 +78,22 @@ def rel_error(run, torch, m, n, k) -> float:
 
 
 def example_variants() -> dict:
-    """Our V3/V4/V5 examples with pinned configs (bench/tune_and_overhead.py times tuned ones)."""
+    """Our V3-V6 examples with pinned configs (bench/tune_and_overhead.py times tuned ones)."""
     import importlib.util
 
     folder = REPO / "examples" / "hopper_matmul"
-    saved = {k: sys.modules.pop(k) for k in ("matmul_v4", "harness") if k in sys.modules}
+    names = ("matmul_v4", "matmul_v5", "harness")
+    saved = {k: sys.modules.pop(k) for k in names if k in sys.modules}
     sys.path.insert(0, str(folder))
     mods = {}
     try:
-        for v in ("matmul_v3", "matmul_v4", "matmul_v5"):
+        for v in ("matmul_v3", "matmul_v4", "matmul_v5", "matmul_v6"):
             spec = importlib.util.spec_from_file_location(f"bench_ex_{v}", folder / f"{v}.py")
             mods[v] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(mods[v])
     finally:
         sys.path.remove(str(folder))
-        for k in ("matmul_v4", "harness"):
+        for k in names:
             sys.modules.pop(k, None)
         sys.modules.update(saved)
     out = {}
@@ -113,6 +114,9 @@ def example_variants() -> dict:
         out[f"ex_{v}_128x256x64_s{s}_sw8"] = cls(
             num_stages=s, block_m=128, block_n=256, block_k=64, swizzle=8
         )
+    out["ex_v6_128x256x64_s3_sw8"] = mods["matmul_v6"].MatmulWGMMAV6(
+        num_stages=3, block_m=128, block_n=256, block_k=64, swizzle=8
+    )
     return out
 
 

@@ -2,7 +2,7 @@
 
 Every example is run as a script (``python examples/...``, from the repository root, with
 ``TILUS_INTERPRET=1`` so a GPU is never used) and must exit 0; its ``main()`` compares the result
-with NumPy float64. For the Hopper matmul tutorial (V0..V5) every config of the autotune space is
+with NumPy float64. For the Hopper matmul tutorial (V0..V6) every config of the autotune space is
 also run at one small ragged size and cross-checked with ``interpret_all_configs``.
 """
 
@@ -32,6 +32,7 @@ EXAMPLES = [
     "hopper_matmul/matmul_v3.py",
     "hopper_matmul/matmul_v4.py",
     "hopper_matmul/matmul_v5.py",
+    "hopper_matmul/matmul_v6.py",
 ]
 HELPERS = ["hopper_matmul/harness.py"]  # imported by the examples, not run on their own
 
@@ -42,6 +43,7 @@ HOPPER_KERNELS = [
     ("matmul_v3", "MatmulWGMMAV3"),
     ("matmul_v4", "MatmulWGMMAV4"),
     ("matmul_v5", "MatmulWGMMAV5"),
+    ("matmul_v6", "MatmulWGMMAV6"),
 ]
 # ragged in M, N and K; K spans more tiles than any config has stages, so slots get refilled
 ALL_CONFIGS_SIZE = (200, 320, 392)
@@ -104,3 +106,20 @@ def test_hopper_matmul_all_configs(hopper_examples, module, kernel, seed):
     ref = a.astype(np.float64) @ b.astype(np.float64).T
     err = np.max(np.abs(c.astype(np.float64) - ref)) / np.max(np.abs(ref))
     assert err < 1e-2
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2])
+def test_hopper_matmul_v6_runs_several_tiles_per_block(hopper_examples, seed):
+    # 3 "SMs": every block loops over several C tiles, the ring's phases run on across tiles
+    # and the shared C tile is rewritten only after its TMA store has read it
+    kernel = hopper_examples("matmul_v6").MatmulWGMMAV6(num_sms=3)
+    m, n, k = 520, 600, 200  # 5 x 5 tiles of 128 x 128 (ragged), 3 x 3 of 128 x 256
+    rng = np.random.default_rng()
+    a = rng.uniform(-1.0, 1.0, size=(m, k)).astype(np.float16)
+    b = rng.uniform(-1.0, 1.0, size=(n, k)).astype(np.float16)
+    c = np.full((m, n), np.nan, dtype=np.float16)
+    with tilus.option.scoped(interpret=True, interpret_all_configs=True, schedule_seed=seed):
+        kernel(m, n, k, a, b, c)
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    assert not np.isnan(c).any()
+    assert np.max(np.abs(c.astype(np.float64) - ref)) / np.max(np.abs(ref)) < 1e-2

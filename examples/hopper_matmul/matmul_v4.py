@@ -118,6 +118,44 @@ class MatmulWGMMAV4(tilus.Script):
             m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
         return m_tile, group * swizzle + dn
 
+    def produce(
+        self,
+        pipe: Pipeline,
+        sa: SharedTensor,
+        sb: SharedTensor,
+        ga: GlobalTensor,
+        gb: GlobalTensor,
+        k_size: int,
+        offset_m: int32,
+        offset_n: int32,
+    ):
+        """The producer warp's loop over the K tiles of the C tile at ``(offset_m, offset_n)``:
+        per stage, both A halves and the B tile, completing on the stage's full barrier."""
+        block_m_half = self.block_m // 2
+        for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+            pipe.producer_acquire()
+            stage = pipe.producer_stage
+            with self.single_thread():  # count the bytes once
+                self.mbarrier.arrive_and_expect_tx(
+                    pipe.producer_barrier(),
+                    transaction_bytes=sa[stage].nbytes + sb[stage].nbytes,
+                )
+            # the whole warp issues the copies (the hardware elects one lane)
+            for half in self.range(2, unroll=2):
+                self.tma.global_to_shared(
+                    src=ga,
+                    dst=sa[stage, half],
+                    offsets=[offset_m + half * block_m_half, offset_k],
+                    mbarrier=pipe.producer_barrier(),
+                )
+            self.tma.global_to_shared(
+                src=gb,
+                dst=sb[stage],
+                offsets=[offset_n, offset_k],
+                mbarrier=pipe.producer_barrier(),
+            )
+            pipe.producer_advance()
+
     def consume(
         self,
         half: int,
@@ -173,29 +211,7 @@ class MatmulWGMMAV4(tilus.Script):
         pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=2)
 
         with self.thread_group(256, 32):  # producer warp
-            for offset_k in self.range(0, k_size, block_k, unroll=num_stages):
-                pipe.producer_acquire()
-                stage = pipe.producer_stage
-                with self.single_thread():  # count the bytes once
-                    self.mbarrier.arrive_and_expect_tx(
-                        pipe.producer_barrier(),
-                        transaction_bytes=sa[stage].nbytes + sb[stage].nbytes,
-                    )
-                # the whole warp issues the copies (the hardware elects one lane)
-                for half in self.range(2, unroll=2):
-                    self.tma.global_to_shared(
-                        src=ga,
-                        dst=sa[stage, half],
-                        offsets=[offset_m + half * block_m_half, offset_k],
-                        mbarrier=pipe.producer_barrier(),
-                    )
-                self.tma.global_to_shared(
-                    src=gb,
-                    dst=sb[stage],
-                    offsets=[offset_n, offset_k],
-                    mbarrier=pipe.producer_barrier(),
-                )
-                pipe.producer_advance()
+            self.produce(pipe, sa, sb, ga, gb, k_size, offset_m, offset_n)
             # drain: wait until the consumers have released every slot still in use
             for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
                 pipe.producer_acquire()

@@ -33,7 +33,7 @@ import harness
 from matmul_v4 import MatmulWGMMAV4, Pipeline
 
 import tilus
-from tilus import GlobalTensor, SharedTensor, float16, float32, int32
+from tilus import GlobalTensor, RegisterTensor, SharedTensor, float16, float32, int32
 
 
 # The tutorial's space: num_stages in {3, 4, 5, 6} x (block_m, block_n) in {(128, 128), (128, 256),
@@ -49,6 +49,31 @@ class MatmulWGMMAV5(MatmulWGMMAV4):
     """V4 whose consumers keep one WGMMA group in flight, release the previous stage, and store
     C through shared memory with TMA."""
 
+    def mainloop(
+        self,
+        half: int,
+        pipe: Pipeline,
+        sa: SharedTensor,
+        sb: SharedTensor,
+        acc: RegisterTensor,
+        k_size: int,
+    ):
+        """``acc += A_half @ B^T`` over all K tiles, one WGMMA group kept in flight; every
+        slot is released once the group that read it has retired."""
+        prev_stage: int32 = 0
+        for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+            pipe.consumer_acquire()
+            self.wgmma.fence()
+            self.wgmma.mma(sa[pipe.consumer_stage, half], sb[pipe.consumer_stage].transpose(), acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
+            if offset_k > 0:
+                pipe.consumer_release(prev_stage)  # ... so its slot can be refilled
+            prev_stage = pipe.consumer_stage
+            pipe.consumer_advance()
+        self.wgmma.wait_group(0)
+        pipe.consumer_release(prev_stage)
+
     def consume(
         self,
         half: int,
@@ -63,19 +88,7 @@ class MatmulWGMMAV5(MatmulWGMMAV4):
         """The loop of the consumer warp group that owns rows ``half`` of the M tile."""
         block_m_half = self.block_m // 2
         acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
-        prev_stage: int32 = 0
-        for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
-            pipe.consumer_acquire()
-            self.wgmma.fence()
-            self.wgmma.mma(sa[pipe.consumer_stage, half], sb[pipe.consumer_stage].transpose(), acc)
-            self.wgmma.commit_group()
-            self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
-            if offset_k > 0:
-                pipe.consumer_release(prev_stage)  # ... so its slot can be refilled
-            prev_stage = pipe.consumer_stage
-            pipe.consumer_advance()
-        self.wgmma.wait_group(0)
-        pipe.consumer_release(prev_stage)
+        self.mainloop(half, pipe, sa, sb, acc, k_size)
         sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
         self.store_shared(sc, self.cast(acc, dtype=float16))
         self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
