@@ -203,29 +203,40 @@ def test_close_candidates_are_retimed_in_interleaved_rounds(monkeypatch):
 
 def test_finalists_are_timed_after_a_rest_on_a_gpu(monkeypatch):
     # under a sustained load an H200 reaches its power cap and configs rank by energy, not
-    # speed: on a GPU every finalist timing starts after `tune_rest` idle seconds
+    # speed: on a GPU screening runs short bursts with pauses three times as long, and every
+    # final timing follows a pause ten times its expected length (at most `tune_rest`)
     import tilus
     from tilus.tune import tuner
     from tilus.tune.timing import Timing
 
+    clock = [0.0]
     slept, repeats = [], []
 
     def bench(fn, **kw):
         fn()
         repeats.append(kw["repeat"])
+        clock[0] += burst[0] * (kw["repeat"] or 50) / 10  # seconds per 10 runs
         return Timing.of([1.0])
 
     monkeypatch.setattr(tuner.time, "sleep", slept.append)
+    monkeypatch.setattr(tuner.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(tuner, "benchmark", bench)
     cands = [({"c": i}, lambda *a: None) for i in range(3)]
+    finals = 3 * tuner.FINAL_ROUNDS
+    burst = [0.03]  # a big matmul: 30 ms per screening timing of 10 runs
     with tilus.option.scoped(bench_repeat=50):
         tune(cands, lambda: [], outputs=[], check=False, cuda=True)
-    # screening: short bursts (a fifth of the runs), each followed by a pause proportional to
-    # it; then every final timing (all the runs) after the full rest
-    assert repeats == [10] * 3 + [None] * (3 * tuner.FINAL_ROUNDS)  # None: bench_repeat
-    assert all(0 <= t < 0.4 for t in slept[:3])
-    assert slept[3:] == [0.4] * (3 * tuner.FINAL_ROUNDS)
+    assert repeats == [10] * 3 + [None] * finals  # None: bench_repeat
+    assert slept[:3] == pytest.approx([0.09] * 3)  # 3 x 30 ms
+    # final rounds: between the timings of round r (the pauses after screening come first)
+    assert slept[3:] == pytest.approx([0.4] * finals)  # 10 x 5 x 30 ms, capped at tune_rest
     slept.clear()
+    burst[0] = 1e-4  # a small kernel: next to no pause
+    with tilus.option.scoped(bench_repeat=50):
+        tune(cands, lambda: [], outputs=[], check=False, cuda=True)
+    assert slept[3:] == pytest.approx([10 * 5 * 1e-4] * finals)
+    slept.clear()
+    burst[0] = 0.03
     with tilus.option.scoped(tune_rest=0.0):
         tune(cands, lambda: [], outputs=[], check=False, cuda=True)
     tune(cands, lambda: [], outputs=[], check=False, cuda=False)  # the interpreter: no rest

@@ -215,9 +215,9 @@ def tune(
     3. Every remaining candidate is screened with ``benchmark`` on fresh arguments (a fifth of
        the runs; on a GPU each burst is followed by an idle pause, so the GPU stays below its
        power cap). The candidates within ``FINAL_MARGIN`` of the best are timed again in
-       interleaved rounds with all the runs, each after ``tune_rest`` idle seconds on a GPU;
-       the smallest median wins (ties: smallest minimum, then the earlier candidate). A single
-       remaining candidate wins without timing.
+       interleaved rounds with all the runs, each after an idle pause on a GPU (ten times
+       its expected length, at most ``tune_rest``); the smallest median wins (ties: smallest
+       minimum, then the earlier candidate). A single remaining candidate wins without timing.
     4. With ``table`` and ``key`` the decision is recorded (merged into the file).
 
     Args:
@@ -262,13 +262,13 @@ def tune(
     timed: list[tuple[Any, Timing]] = []
     if len(alive) > 1:
         bench = dict(warmup=warmup, repeat=repeat, flush_l2=flush_l2)
-        screen = _screening(bench)
+        screen, spent = _screening(bench), {}
         for i in list(alive):
-            t = _time_one(candidates, i, make_args, screen, cuda, alive, failures, cool=True)
+            t = _time_one(candidates, i, make_args, screen, cuda, alive, failures, spent=spent)
             if t is not None:
                 cuda = t[1]
                 timings[_cfg_text(candidates[i][0])] = t[0]
-        pool = _final_rounds(candidates, alive, timings, make_args, bench, cuda, failures)
+        pool = _final_rounds(candidates, alive, timings, make_args, bench, cuda, failures, spent)
         timed = [(candidates[i][0], timings[_cfg_text(candidates[i][0])]) for i in alive]
     if not alive:
         raise TuneError("tune: no candidate config survived" + _reasons(failures, disagreements))
@@ -297,6 +297,10 @@ FINAL_MAX, FINAL_ROUNDS = 6, 3
 SCREEN_FRACTION, SCREEN_MIN_REPEAT = 5, 5
 #: ... and on a GPU idles this many times as long as the timing took (at most ``tune_rest``).
 COOL_FACTOR = 3.0
+#: Before each final timing the GPU idles this many times as long as that timing is expected
+#: to take (at most ``tune_rest``): a full rest for kernels that can heat the GPU, next to
+#: nothing for small ones.
+FINAL_COOL_FACTOR = 10.0
 
 
 def _screening(bench: dict) -> dict:
@@ -307,14 +311,15 @@ def _screening(bench: dict) -> dict:
     return dict(bench, repeat=min(int(repeat), screen_repeat), warmup=min(int(warmup), 2))
 
 
-def _time_one(candidates, i, make_args, bench, cuda, alive, failures, cool=False):
+def _time_one(candidates, i, make_args, bench, cuda, alive, failures, spent=None):
     """``(Timing, cuda)`` of candidate ``i`` on fresh arguments, or None (it failed: it is
     dropped from ``alive`` and recorded).
 
-    With ``cool`` on a GPU the timing is followed by an idle pause ``COOL_FACTOR`` times as
-    long (at most ``tune_rest``): short bursts at a low duty cycle keep the GPU below its power
-    cap, so that candidates are ranked at the clocks a benchmark run sees, not at the lower
-    clocks of a GPU that has been busy for a second (where configs rank by energy per tile)."""
+    With ``spent`` (a dict: candidate -> seconds the timing took) on a GPU the timing is
+    followed by an idle pause ``COOL_FACTOR`` times as long (at most ``tune_rest``): short
+    bursts at a low duty cycle keep the GPU below its power cap, so that candidates are ranked
+    at the clocks a benchmark run sees, not at the lower clocks of a GPU that has been busy for
+    a second (where configs rank by energy per tile)."""
     cfg, runner = candidates[i]
     args = list(make_args())
     if cuda is None:
@@ -329,12 +334,14 @@ def _time_one(candidates, i, make_args, bench, cuda, alive, failures, cool=False
         return None
     finally:
         del args
-        rest = float(get_option("tune_rest")) if (cool and cuda) else 0.0
-        if rest > 0:
-            time.sleep(min(rest, COOL_FACTOR * (time.perf_counter() - t0)))
+        if spent is not None:
+            spent[i] = time.perf_counter() - t0
+            rest = float(get_option("tune_rest")) if cuda else 0.0
+            if rest > 0:
+                time.sleep(min(rest, COOL_FACTOR * spent[i]))
 
 
-def _final_rounds(candidates, alive, timings, make_args, bench, cuda, failures) -> list:
+def _final_rounds(candidates, alive, timings, make_args, bench, cuda, failures, spent) -> list:
     """Time the close finalists again in interleaved rounds and keep the median round; returns
     the candidates the winner is chosen from (the finalists still alive, else all alive).
 
@@ -342,8 +349,9 @@ def _final_rounds(candidates, alive, timings, make_args, bench, cuda, failures) 
     sustained load reaches the power cap within a second and the clocks drop), so a screening
     order that puts a candidate late makes it look slower. In a round every finalist runs once,
     the order rotating from round to round, so the drift falls on all of them alike. On a GPU
-    each finalist timing follows ``tune_rest`` idle seconds: under the power cap configs rank by
-    energy per tile rather than by speed, so every finalist is timed from the idle state.
+    each finalist timing follows an idle pause (``FINAL_COOL_FACTOR`` times its expected
+    length, at most ``tune_rest``): under the power cap configs rank by energy per tile rather
+    than by speed, so every finalist is timed from the idle state.
     """
     if not alive:
         return alive
@@ -355,7 +363,10 @@ def _final_rounds(candidates, alive, timings, make_args, bench, cuda, failures) 
     if len(close) < 2:
         return alive
     rounds: dict = {i: [] for i in close}
-    rest = float(get_option("tune_rest")) if cuda else 0.0
+    rest = 0.0
+    if cuda:  # a final timing has about SCREEN_FRACTION times the runs of a screening one
+        busy = SCREEN_FRACTION * max(spent.get(i, 0.0) for i in close)
+        rest = min(float(get_option("tune_rest")), FINAL_COOL_FACTOR * busy)
     for r in range(FINAL_ROUNDS):
         order = close[r % len(close) :] + close[: r % len(close)]
         for i in order:
