@@ -227,8 +227,6 @@ def main(argv=None) -> int:
     """Run (a)-(e) (``--only-tuning``: (a), (b) and (e)); print the table; write the JSON."""
     import argparse
 
-    import torch
-
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument(
         "--only-tuning",
@@ -237,6 +235,7 @@ def main(argv=None) -> int:
         "comparison of its winner with cuBLAS",
     )
     args = ap.parse_args(argv)
+    import torch
 
     cache = tempfile.mkdtemp(prefix="tilus-tune-bench-")
     tilus.option.cache_dir(cache)  # a cold compile cache and an empty dispatch table
