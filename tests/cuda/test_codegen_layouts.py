@@ -109,9 +109,8 @@ def test_shared_column_blocks():
     assert len(banks) == 32
     # one block: the plain row-major swizzled leaf
     one = SharedLayout((64, 64), 2, 128)
-    assert one.col_blocks == 1 and one.offset((3, 8)) == SharedLayout((64, 64), 2, 128).offset(
-        (3, 8)
-    )
+    assert one.col_blocks == 1 and one.block_bytes == 64 * 128
+    assert one.offset((3, 8)) == 3 * 128 + (1 ^ 3) * 16  # row 3, chunk 1 XOR row
     with pytest.raises(ValueError):
         SharedLayout((64, 96), 2, 128)  # 192-byte rows are no multiple of 128
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from tilus.errors import TilusCompileError
@@ -490,12 +489,7 @@ def _blockable_tiles(fn: Function) -> set:
         if isinstance(inst, I.AllocShared):
             root[inst.out] = inst.out
             continue
-        used = [
-            v
-            for f in dataclasses.fields(inst)
-            for v in _tensor_vars(getattr(inst, f.name))
-            if v in root
-        ]
+        used = [v for _, value in inst.items() for v in _tensor_vars(value) if v in root]
         if isinstance(inst, I.SliceTensor) and inst.src in root:
             root[inst.out] = root[inst.src]
         elif not isinstance(inst, _BLOCKABLE_USES):

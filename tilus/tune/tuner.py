@@ -304,7 +304,7 @@ FINAL_COOL_FACTOR = 10.0
 
 
 def _screening(bench: dict) -> dict:
-    """The benchmark settings of the screening: short bursts (see ``_time_one``'s ``cool``)."""
+    """The benchmark settings of the screening: short bursts (see ``_time_one``'s ``spent``)."""
     repeat = bench["repeat"] if bench["repeat"] is not None else get_option("bench_repeat")
     warmup = bench["warmup"] if bench["warmup"] is not None else get_option("bench_warmup")
     screen_repeat = max(SCREEN_MIN_REPEAT, -(-int(repeat) // SCREEN_FRACTION))

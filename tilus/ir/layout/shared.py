@@ -91,12 +91,12 @@ class SharedLayout:
     def offset(self, coords) -> int:
         """The physical byte offset of element ``coords``."""
         strides = self.strides_bytes()
-        lin = sum(c * s for c, s in zip(coords, strides))
-        if self.col_blocks > 1:  # rows of the leaf stacked per column block
-            r, c, cb = coords[-2], coords[-1], self.block_cols
-            lin += -r * strides[-2] - c * strides[-1]
-            lin += (c // cb) * self.block_bytes + r * self.swizzle + (c % cb) * self.elem_bytes
-        return self.apply_swizzle(lin)
+        if self.col_blocks == 1:
+            return self.apply_swizzle(sum(c * s for c, s in zip(coords, strides)))
+        lead = sum(c * s for c, s in zip(coords[:-2], strides[:-2]))
+        r, c, cb = coords[-2], coords[-1], self.block_cols  # rows stacked per column block
+        leaf = (c // cb) * self.block_bytes + r * self.swizzle + (c % cb) * self.elem_bytes
+        return self.apply_swizzle(lead + leaf)
 
     def slice(self, ndrop: int) -> SharedLayout:
         """The layout of a sub-tile indexed by ``ndrop`` leading integer indices."""

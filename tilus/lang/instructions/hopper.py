@@ -271,8 +271,8 @@ class HopperInstructions:
         warp groups (``warp_group(4 * i, 4 * n)``) and the block a whole number of warp groups.
         Whether the count is raised or lowered follows from the count the block starts with;
         the compiler refuses requests whose sum over the block's warp groups exceeds the 64K
-        registers of an SM (the raise would wait forever) and, after ptxas, a raise below or a
-        lowering above the count it gave the kernel.
+        registers of an SM (the raise would wait forever) and, after ptxas, a lowering to more
+        registers than ptxas gave the kernel.
         """
         b = current()
         if isinstance(count, bool) or not isinstance(count, int) or not 24 <= count <= 256:

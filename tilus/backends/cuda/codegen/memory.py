@@ -95,6 +95,18 @@ def load_global(ctx, inst, expr):
     ctx.close()
 
 
+def _register_pairs(t, layout) -> bool:
+    """Whether registers 2i and 2i + 1 of each thread hold adjacent 16-bit elements of a row of
+    tile ``t`` (the innermost register digit runs along the last dim with stride 1)."""
+    inner = layout.locals[-1]
+    return (
+        t.dtype.nbits == 16
+        and inner.dim == t.ndim - 1
+        and inner.extent % 2 == 0
+        and inner.stride == 1
+    )
+
+
 def store_global(ctx, inst, expr):
     """Each thread stores its registers; out-of-bounds elements are skipped. Two adjacent
     16-bit elements are stored as one 32-bit word when in bounds and aligned.
@@ -105,13 +117,7 @@ def store_global(ctx, inst, expr):
     src, g = inst.src, inst.dst
     layout = R.layout_of(ctx, src)
     name, shape, strides = ctx.gview_info[g]
-    pairs = (
-        src.dtype.nbits == 16
-        and layout.locals[-1].dim == src.ndim - 1
-        and layout.locals[-1].extent % 2 == 0
-        and layout.locals[-1].stride == 1
-        and strides[inst.dims[-1]] == "1"
-    )
+    pairs = _register_pairs(src, layout) and strides[inst.dims[-1]] == "1"
     ctx.open("")
     base, offs = _tile_base(ctx, layout, inst.offsets, expr)
     last = inst.dims[-1]
@@ -202,11 +208,8 @@ def _shared_access(ctx, inst, tile, reg, load: bool):
     # 32-bit word: half the instructions, and a wgmma accumulator's pairs stay packed. (A
     # swizzle permutes 16-byte chunks, so an even-aligned pair stays contiguous.)
     pairs = (
-        reg.dtype.nbits == 16
+        _register_pairs(reg, layout)
         and view.perm is None
-        and layout.locals[-1].dim == reg.ndim - 1
-        and layout.locals[-1].extent % 2 == 0
-        and layout.locals[-1].stride == 1
         and view.layout.shape[-1] % 2 == 0  # every row starts 4-byte aligned
         and all(  # and every pair starts at an even column
             f.stride % 2 == 0
