@@ -20,6 +20,7 @@ import time
 import traceback
 
 import numpy as np
+from example_support import cuda_torch, gpu_time, print_table
 
 import tilus
 from tilus import float16, float32, int32
@@ -68,17 +69,6 @@ class TiledMatmul(tilus.Script):
         self.store_global(gc, acc, offsets=[offset_m, offset_n])
 
 
-def cuda_torch():
-    """The torch module when the kernel should run on a CUDA GPU, else None."""
-    if tilus.option.get_option("interpret"):
-        return None
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
-
-
 def rel_error(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
     """``max |C - A @ B| / max |A @ B|`` in float64 (NaN if C holds a NaN)."""
     ref = a.astype(np.float64) @ b.astype(np.float64)
@@ -86,28 +76,6 @@ def rel_error(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
     if np.isnan(c64).any():
         return float("nan")
     return float(np.max(np.abs(c64 - ref))) / max(float(np.max(np.abs(ref))), 1e-30)
-
-
-def gpu_time(torch, fn, warmup=3, repeat=20) -> float:
-    """Median seconds of ``fn()`` measured with CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return float(np.median(times))
-
-
-def print_table(header, rows):
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, ["-" * w for w in widths], *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
 
 
 def main() -> int:

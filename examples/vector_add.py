@@ -17,6 +17,7 @@ import time
 import traceback
 
 import numpy as np
+from example_support import cuda_torch, gpu_time, print_table
 
 import tilus
 from tilus import float32, int32
@@ -49,17 +50,6 @@ class VectorAdd(tilus.Script):
         self.store_global(gz, x + y, offsets=[offset])
 
 
-def cuda_torch():
-    """The torch module when the kernel should run on a CUDA GPU, else None."""
-    if tilus.option.get_option("interpret"):
-        return None
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
-
-
 def rel_error(z: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
     """``max |z - ref| / max |ref|`` against float64 (NaN if z holds a NaN)."""
     ref = x.astype(np.float64) + y.astype(np.float64)
@@ -67,28 +57,6 @@ def rel_error(z: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
     if np.isnan(z64).any():
         return float("nan")
     return float(np.max(np.abs(z64 - ref), initial=0.0)) / max(float(np.max(np.abs(ref))), 1e-30)
-
-
-def gpu_time(torch, fn, warmup=3, repeat=20) -> float:
-    """Median seconds of ``fn()`` measured with CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return float(np.median(times))
-
-
-def print_table(header, rows):
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, ["-" * w for w in widths], *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
 
 
 def main() -> int:

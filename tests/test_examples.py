@@ -34,7 +34,7 @@ EXAMPLES = [
     "hopper_matmul/matmul_v5.py",
     "hopper_matmul/matmul_v6.py",
 ]
-HELPERS = ["hopper_matmul/harness.py"]  # imported by the examples, not run on their own
+HELPERS = ["example_support.py", "hopper_matmul/harness.py"]  # imported, not run alone
 
 HOPPER_KERNELS = [
     ("matmul_v0", "MatmulTMA"),

@@ -16,27 +16,23 @@ value is the process exit status (0: every row passed).
 from __future__ import annotations
 
 import functools
+import sys
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
 
 import tilus
 
+# the helpers every example shares live one folder up (examples/example_support.py)
+if str(Path(__file__).resolve().parents[1]) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from example_support import cuda_torch, gpu_time, print_table  # noqa: E402
+
 TOLERANCE = 1e-2
 CPU_SIZES = [(200, 256, 256), (130, 320, 392)]  # (m, n, k), ragged in M (and N, K)
 GPU_SIZES = [(4096, 4096, 4096), (4000, 4096, 4096)]
-
-
-def cuda_torch():
-    """The torch module when kernels should run on a CUDA GPU, else None."""
-    if tilus.option.get_option("interpret"):
-        return None
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
 
 
 def random_inputs(m: int, n: int, k: int, rng: np.random.Generator):
@@ -59,29 +55,6 @@ def check(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[bool, float, str
 
 def config_str(config: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items())
-
-
-def gpu_time(torch, fn, warmup: int = 3, repeat: int = 20) -> float:
-    """Median seconds of ``fn()`` on the current CUDA stream (CUDA events)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return float(np.median(times))
-
-
-def print_table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, ["-" * w for w in widths], *rows]:
-        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip())
 
 
 def run_cpu(kernel_cls, sizes, configs=None) -> int:
