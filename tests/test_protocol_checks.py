@@ -132,8 +132,13 @@ def test_accumulator_read_before_wait_group():
 
 def test_wgmma_without_fence():
     a, b, c = _inputs()
-    _raises(TmaWgmma("no_fence"), (64, 64, 32, a, b, c), tilus.TilusRuntimeError,
-            "without a wgmma.fence()", marker_line(TmaWgmma, "BUG:no_fence"))
+    _raises(
+        TmaWgmma("no_fence"),
+        (64, 64, 32, a, b, c),
+        tilus.TilusRuntimeError,
+        "without a wgmma.fence()",
+        marker_line(TmaWgmma, "BUG:no_fence"),
+    )
 
 
 def test_wgmma_outside_a_warp_group_is_refused():
