@@ -11,7 +11,7 @@ from tilus import bfloat16, float16, float32, int32, uint32
 from tilus.utils import cdiv
 
 SMEM_LIMIT = 232448
-MAX_ACC_REGS = 192  # tilus.passes.layout_inference.MAX_TILE_REGISTERS
+MAX_ACC_REGS = 192  # tilus.backends.cuda.layout.MAX_TILE_REGISTERS
 
 
 @pytest.fixture(scope="module", autouse=True)

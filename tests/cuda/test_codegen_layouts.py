@@ -7,10 +7,10 @@ import pytest
 import tilus
 from tilus import float16, float32
 from tilus.backends.cuda.codegen import generate
+from tilus.backends.cuda.layout import infer_layouts
 from tilus.errors import TilusCompileError
 from tilus.ir.layout import SharedLayout, blocked, choose_swizzle, replicated, wgmma_acc
 from tilus.ir.layout.register import mma_a, mma_b, mma_c, mma_warps, permute
-from tilus.passes.layout_inference import infer_layouts
 
 
 @pytest.mark.parametrize("m, n", [(64, 8), (64, 128), (128, 256), (192, 64)])

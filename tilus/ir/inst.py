@@ -1,8 +1,9 @@
-"""Tile instructions: one frozen definition each, registered by name.
+"""Tile instructions: one frozen definition each, with the checks of its operands.
 
-Every instruction is a frozen dataclass whose fields are its operands and attributes. The
-interpreter and the CUDA backend register their rule for each instruction name in their own
-rule tables; ``tests/test_registry.py`` asserts that no instruction lacks a rule.
+Every instruction is a frozen dataclass whose fields are its operands and attributes. Each job
+done per instruction (interpreting, lowering to CUDA, choosing layouts, describing effects) is a
+:class:`tilus.ir.rules.RuleTable` keyed by the instruction's class; ``tests/test_registry.py``
+asserts that no instruction lacks a rule (or an explicit not-lowered reason) in any table.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import ClassVar
 
 from tilus.dtypes import DataType
-from tilus.ir.expr import Expr
+from tilus.ir.expr import Const, Expr
 from tilus.ir.tensor import TensorVar
 
 INSTRUCTIONS: dict[str, type[Inst]] = {}
@@ -32,6 +33,18 @@ class Inst:
     def output(self) -> TensorVar | None:
         """The tensor this instruction defines or overwrites, if any."""
         return getattr(self, "out", None)
+
+    def validate(self) -> None:
+        """Check the operands known when the instruction is built; raise :class:`InstError`.
+
+        The front end calls it on every instruction it emits and reports the error at the
+        user's line; checks that need runtime values live beside it as functions of the class
+        (e.g. :meth:`MBarrierAlloc.count_error`) so every backend applies the same rule.
+        """
+
+
+class InstError(ValueError):
+    """An instruction's operands break one of its rules (reported at the user's line)."""
 
 
 def instruction(name: str, ptx: str = ""):
@@ -264,6 +277,24 @@ class MBarrierAlloc(Inst):
 
     out: TensorVar
     counts: tuple
+
+    #: PTX ISA 9.7.13.15.1: the expected arrival count is in [1, 2^20 - 1]
+    MAX_COUNT: ClassVar[int] = (1 << 20) - 1
+
+    @classmethod
+    def count_error(cls, n: int) -> str | None:
+        """Why ``n`` cannot be an expected arrival count (None when it can)."""
+        if not 1 <= n <= cls.MAX_COUNT:
+            return f"an mbarrier's expected arrival count must be in [1, 2^20), got {n}"
+        return None
+
+    def validate(self) -> None:
+        """Constant counts are checked now; the others when the barriers are initialized."""
+        if not self.counts:
+            raise InstError("mbarrier.alloc needs at least one count")
+        for c in self.counts:
+            if isinstance(c, Const) and (msg := self.count_error(c.value)):
+                raise InstError(msg)
 
 
 @instruction("mbarrier_arrive", ptx="9.7.13.15.13 mbarrier.arrive")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from tilus.dtypes import DataType, PointerType
 from tilus.errors import SourceLoc, TilusProgramError
 from tilus.ir.expr import Expr, Var, cast
-from tilus.ir.inst import Inst
+from tilus.ir.inst import Inst, InstError
 from tilus.ir.stmt import (
     AssignStmt,
     DeclareStmt,
@@ -129,7 +129,12 @@ class Builder:
         return seq(self.blocks.pop())
 
     def inst(self, inst: Inst) -> Inst:
-        """Append an instruction statement at the current source position."""
+        """Check an instruction (a located error if its operands break a rule) and append it
+        at the current source position."""
+        try:
+            inst.validate()
+        except InstError as e:
+            raise self.error(str(e)) from None
         self.emit(InstStmt(self.loc, inst))
         return inst
 

@@ -9,7 +9,7 @@ could not reproduce that), so such a read is a compile-time error pointing at bo
 from __future__ import annotations
 
 from tilus.errors import TilusCompileError
-from tilus.ir import inst as I
+from tilus.ir.effects import EFFECTS
 from tilus.ir.expr import TensorElement, Var
 from tilus.ir.function import Function
 from tilus.ir.stmt import (
@@ -24,8 +24,6 @@ from tilus.ir.stmt import (
 )
 from tilus.ir.tensor import TensorVar
 from tilus.passes.walk import operands
-
-OVERWRITING = (I.AssignTensor, I.StoreElement)
 
 
 def _reads(e, out: list):
@@ -141,22 +139,25 @@ class _Uniformity:
                         self.pending[-1][v] = loc  # diverges from the enclosing group too
 
     def inst(self, inst, loc):
+        fx = EFFECTS.lookup(inst)
         out = inst.output()
         vals: list = []
         for name, value in inst.items():
-            if name == "out" and not isinstance(inst, OVERWRITING):
+            if name == "out" and not fx.overwrites:
                 continue
-            if name == "axes":
+            if name in fx.binders:
                 continue
             _reads(value, vals)
         self.read(vals, loc)
         if out is not None:
-            if out in self.home and not isinstance(inst, (I.AllocRegister, I.AllocShared)):
+            # an allocation always makes a new tile; other definitions given an existing
+            # tile (``out=``) change it
+            if out in self.home and not fx.allocates:
                 self.write(out, loc)
             else:
                 self.declare(out)
-        if isinstance(inst, I.WgmmaMma):
-            self.write(inst.d, loc)
+        for name in fx.updates:
+            self.write(getattr(inst, name), loc)
 
 
 def check_uniformity(fn: Function) -> Function:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tilus.errors import TilusCompileError
-from tilus.ir import inst as I
+from tilus.ir.effects import EFFECTS
 from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, TensorElement, Unary, Var
 from tilus.ir.function import Function
 from tilus.ir.stmt import (
@@ -19,10 +19,6 @@ from tilus.ir.stmt import (
     WhileStmt,
 )
 from tilus.ir.tensor import TensorVar
-
-# instructions whose ``out`` must already exist (they overwrite it); every other instruction with
-# an ``out`` defines it (or, given ``out=``, overwrites an existing tile)
-OVERWRITING = (I.AssignTensor, I.StoreElement)
 
 
 class _Verifier:
@@ -104,15 +100,17 @@ class _Verifier:
             raise TilusCompileError(f"unknown statement {type(s).__name__}", self.loc)
 
     def inst(self, inst):
+        fx = EFFECTS.lookup(inst)
         out = inst.output()
-        defines = not isinstance(inst, OVERWRITING) and out is not None and not self.defined(out)
+        # an instruction that defines ``out`` may also be given an existing tile to overwrite
+        defines = not fx.overwrites and out is not None and not self.defined(out)
         for name, value in inst.items():
             if name == "out" and defines:
                 continue
-            if name == "axes":
+            if name in fx.binders:
                 continue
-            if name == "init" and isinstance(inst, I.AllocRegister):
-                self.scopes.append(set(inst.axes))
+            if name == fx.scoped:
+                self.scopes.append({v for b in fx.binders for v in getattr(inst, b)})
                 self.use(value)
                 self.scopes.pop()
                 continue

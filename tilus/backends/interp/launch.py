@@ -146,7 +146,7 @@ def run_program(program, values, seed=None):
     for z, y, x in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
         benv = dict(env)
         benv[BLOCK_IDX.x], benv[BLOCK_IDX.y], benv[BLOCK_IDX.z] = x, y, z
-        CTA(program, benv, INTERP_RULES, seed, (x, y, z)).run()
+        CTA(program, benv, INTERP_RULES.rules, seed, (x, y, z)).run()
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> tuple[bool, float]:

@@ -259,7 +259,7 @@ class CTA:
             for x in s.stmts:
                 yield from self.exec(x, task)
         elif t is InstStmt:
-            r = self.rules[s.inst.NAME](task, s.inst, s.loc)
+            r = self.rules[type(s.inst)](task, s.inst, s.loc)
             if r is not None:
                 yield from r
             if self.rng is not None:

@@ -18,19 +18,13 @@ from tilus.dtypes import float32, int32
 from tilus.errors import TilusRuntimeError, at
 from tilus.ir import inst as I
 from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, Unary, Var
+from tilus.ir.rules import RuleTable
 from tilus.ir.tensor import TensorVar
 
-INTERP_RULES: dict = {}
-
-
-def rule(cls):
-    """Register the interpreter rule of instruction class ``cls``."""
-
-    def wrap(fn):
-        INTERP_RULES[cls.NAME] = fn
-        return fn
-
-    return wrap
+#: The interpreter's rule of every instruction: ``fn(task, inst, loc)``, a plain function or
+#: a generator that yields requests to the scheduler (the interpreter runs every instruction).
+INTERP_RULES = RuleTable("interpreter")
+rule = INTERP_RULES.rule
 
 
 # --- operand access --------------------------------------------------------------------------

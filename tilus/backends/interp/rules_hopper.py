@@ -17,11 +17,8 @@ def _mbarrier_alloc(task, inst, loc):
     addrs = []
     for i, c in enumerate(inst.counts):
         n = int(scal(task, c, loc))
-        if not 1 <= n < (1 << 20):
-            raise TilusRuntimeError(
-                f"mbarrier {inst.out.name}[{i}]: expected arrival count {n} is outside [1, 2^20)",
-                loc,
-            )
+        if msg := I.MBarrierAlloc.count_error(n):
+            raise TilusRuntimeError(f"mbarrier {inst.out.name}[{i}]: {msg}", loc)
         addr = base + 8 * i
         task.cta.units.barriers[addr] = MBarrier(inst.out.name, i, n, n)
         addrs.append(addr)

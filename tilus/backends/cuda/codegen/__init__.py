@@ -1,6 +1,7 @@
 """CUDA C++ code generation from the tile IR (one module per concern)."""
 
+from tilus.backends.cuda.codegen import stmts as _stmts  # noqa: F401 - registers the rules
 from tilus.backends.cuda.codegen.kernel import CODEGEN_VERSION, KernelSource, generate
-from tilus.backends.cuda.codegen.stmts import RULES as CUDA_RULES
+from tilus.backends.cuda.tables import CODEGEN_RULES
 
-__all__ = ["CODEGEN_VERSION", "CUDA_RULES", "KernelSource", "generate"]
+__all__ = ["CODEGEN_VERSION", "CODEGEN_RULES", "KernelSource", "generate"]

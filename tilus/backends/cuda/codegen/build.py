@@ -17,12 +17,13 @@ SUPPORTED_TARGETS = ("sm_90a",)
 
 @functools.cache
 def codegen_version() -> str:
-    """CODEGEN_VERSION plus a hash of the code generator's and prelude's sources."""
-    here = pathlib.Path(__file__).resolve().parent
+    """CODEGEN_VERSION plus a hash of the sources that decide the generated code: the CUDA
+    backend (layouts, code generation, prelude, PTX), the IR and the passes."""
+    pkg = pathlib.Path(__file__).resolve().parents[3]
     h = hashlib.sha256()
-    files = sorted(here.glob("*.py")) + sorted((here.parent / "ptx").glob("*.py"))
-    files += [here.parent / "prelude.py", here.parents[2] / "passes" / "layout_inference.py"]
-    files += sorted((here.parents[2] / "ir" / "layout").glob("*.py"))
+    files = []
+    for sub in ("backends/cuda", "ir", "passes"):
+        files += sorted((pkg / sub).rglob("*.py"))
     for f in files:
         if f.is_file():
             h.update(f.read_bytes())

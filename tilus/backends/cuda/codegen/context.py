@@ -6,8 +6,8 @@ import linecache
 import os
 import re
 
+from tilus.backends.cuda.layout import Group, LayoutPlan
 from tilus.errors import TilusCompileError
-from tilus.passes.layout_inference import Group, LayoutPlan
 
 C_RESERVED = {
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",

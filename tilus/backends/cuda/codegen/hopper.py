@@ -5,10 +5,15 @@ from __future__ import annotations
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.memory import shared_offset
 from tilus.backends.cuda.ptx import wgmma as W
+from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.ir import inst as I
 from tilus.ir.expr import Const
 from tilus.passes.register_budget import entry_registers
 
+rule = CODEGEN_RULES.rule
 
+
+@rule(I.MBarrierAlloc)
 def mbarrier_alloc(ctx, inst, expr):
     """Barriers are initialized at kernel entry; here only a note."""
     off = ctx.smem.barrier_offsets[inst.out]
@@ -20,6 +25,7 @@ def _scope(ctx, inst):
         raise ctx.error("mbarrier scope 'cluster' needs clusters, not supported by the backend")
 
 
+@rule(I.MBarrierArrive)
 def mbarrier_arrive(ctx, inst, expr):
     """Every thread of the group arrives (``count`` times)."""
     _scope(ctx, inst)
@@ -30,12 +36,14 @@ def mbarrier_arrive(ctx, inst, expr):
         ctx.emit(f"tl_mbar_arrive_count({bar}, {expr(inst.count)});")
 
 
+@rule(I.MBarrierArriveExpectTx)
 def mbarrier_arrive_expect_tx(ctx, inst, expr):
     """Every thread of the group adds the expected bytes and arrives."""
     _scope(ctx, inst)
     ctx.emit(f"tl_mbar_arrive_expect_tx({expr(inst.barrier)}, {expr(inst.tx_bytes)});")
 
 
+@rule(I.MBarrierWait)
 def mbarrier_wait(ctx, inst, expr):
     """Spin on try_wait.parity until the phase of that parity has completed."""
     _scope(ctx, inst)
@@ -72,6 +80,7 @@ def _boxes(ctx, inst, tile, expr):
     return out
 
 
+@rule(I.TmaGlobalToShared)
 def tma_global_to_shared(ctx, inst, expr):
     """cp.async.bulk.tensor global -> shared, completing bytes on the mbarrier."""
     k = ctx.plan.tmap_of[inst]
@@ -84,6 +93,7 @@ def tma_global_to_shared(ctx, inst, expr):
     _issue(ctx, calls)
 
 
+@rule(I.TmaSharedToGlobal)
 def tma_shared_to_global(ctx, inst, expr):
     """cp.async.bulk.tensor shared -> global in the current bulk group."""
     k = ctx.plan.tmap_of[inst]
@@ -95,27 +105,32 @@ def tma_shared_to_global(ctx, inst, expr):
     _issue(ctx, calls)
 
 
+@rule(I.TmaCommitGroup)
 def tma_commit_group(ctx, inst, expr):
     """cp.async.bulk.commit_group (by the issuing thread)."""
     _issue(ctx, ["tl_tma_store_commit();"])
 
 
+@rule(I.TmaWaitGroup)
 def tma_wait_group(ctx, inst, expr):
     """cp.async.bulk.wait_group[.read] n (by the issuing thread)."""
     kind = "tl_tma_store_wait_read" if inst.read else "tl_tma_store_wait"
     _issue(ctx, [f"{kind}<{inst.n}>();"])
 
 
+@rule(I.WgmmaFence)
 def wgmma_fence(ctx, inst, expr):
     """wgmma.fence.sync.aligned."""
     ctx.emit("tl_wgmma_fence();")
 
 
+@rule(I.WgmmaCommitGroup)
 def wgmma_commit_group(ctx, inst, expr):
     """wgmma.commit_group.sync.aligned."""
     ctx.emit("tl_wgmma_commit_group();")
 
 
+@rule(I.WgmmaWaitGroup)
 def wgmma_wait_group(ctx, inst, expr):
     """wgmma.wait_group.sync.aligned n, then pin the accumulators after it.
 
@@ -134,11 +149,13 @@ def wgmma_wait_group(ctx, inst, expr):
         ctx.close()
 
 
+@rule(I.FenceProxyAsync)
 def fence_proxy_async(ctx, inst, expr):
     """fence.proxy.async.shared::cta."""
     ctx.emit("tl_fence_proxy_async();")
 
 
+@rule(I.SetMaxNReg)
 def setmaxnreg(ctx, inst, expr):
     """setmaxnreg.inc or .dec: raise or lower from the count the block starts with."""
     start = entry_registers(ctx.fn.num_threads)
@@ -150,6 +167,7 @@ def setmaxnreg(ctx, inst, expr):
         ctx.emit(f"// setmaxnreg {inst.count}: the count the block starts with")
 
 
+@rule(I.WgmmaMma)
 def wgmma_mma(ctx, inst, expr):
     """``d += a @ b``: one m64nNk16 wgmma per (m64 tile, k16 step), operands by descriptor."""
     a, b, d = inst.a, inst.b, inst.d

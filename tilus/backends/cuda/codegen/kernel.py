@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from tilus.backends.cuda.codegen.context import Context
 from tilus.backends.cuda.codegen.scalar import FASTDIV_HELPERS, HELPERS, ctype
 from tilus.backends.cuda.codegen.stmts import StmtEmitter
+from tilus.backends.cuda.layout import LayoutPlan, infer_layouts
 from tilus.backends.cuda.prelude import prelude
 from tilus.dtypes import PointerType
-from tilus.passes.layout_inference import LayoutPlan, infer_layouts
 from tilus.passes.shared_memory import SM90_SMEM_LIMIT
 
 #: Bumped whenever generated code changes meaning; part of the compile-cache key.

@@ -5,10 +5,15 @@ from __future__ import annotations
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import ctype
 from tilus.backends.cuda.ptx.ldst import GUARDED_SUFFIX
+from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.ir import inst as I
 from tilus.ir.expr import Expr
 from tilus.ir.tensor import TensorVar
 
+rule = CODEGEN_RULES.rule
 
+
+@rule(I.GlobalView)
 def global_view(ctx, inst, expr):
     """``T* g = ptr;`` and the view's shape and strides as C expressions."""
     t = inst.out
@@ -77,6 +82,7 @@ def _address(idx, strides) -> str:
     return " + ".join(parts)
 
 
+@rule(I.LoadGlobal)
 def load_global(ctx, inst, expr):
     """Each thread loads its registers; out-of-bounds elements read zero."""
     out, g = inst.out, inst.src
@@ -107,6 +113,7 @@ def _register_pairs(t, layout) -> bool:
     )
 
 
+@rule(I.StoreGlobal)
 def store_global(ctx, inst, expr):
     """Each thread stores its registers; out-of-bounds elements are skipped. Two adjacent
     16-bit elements are stored as one 32-bit word when in bounds and aligned.
@@ -239,12 +246,14 @@ def _shared_access(ctx, inst, tile, reg, load: bool):
     ctx.close()
 
 
+@rule(I.LoadShared)
 def load_shared(ctx, inst, expr):
     """Copy a whole shared tile into registers (through the tile's swizzle)."""
     R.declare(ctx, inst.out)
     _shared_access(ctx, inst, inst.src, inst.out, True)
 
 
+@rule(I.StoreShared)
 def store_shared(ctx, inst, expr):
     """Copy a register tile into a whole shared tile."""
     # A tile every thread holds whole is written by each of them with the same values.

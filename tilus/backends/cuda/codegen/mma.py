@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.ir import inst as I
+
+rule = CODEGEN_RULES.rule
 
 
 def _pack(lo: str, hi: str) -> str:
     return f"((uint32_t){lo} | ((uint32_t){hi} << 16))"
 
 
+@rule(I.Dot)
 def dot(ctx, inst, expr):
     """``out = a @ b + c``: one mma.sync per (m16 atom, n8 atom, k16 step) of each warp."""
     out, a, b, c = inst.out, inst.a, inst.b, inst.c

@@ -7,8 +7,12 @@
 from __future__ import annotations
 
 from tilus.backends.cuda.codegen.scalar import HALF, const, ctype, from_float, to_float
+from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.ir import inst as I
 from tilus.ir.expr import Const
 from tilus.ir.tensor import TensorVar
+
+rule = CODEGEN_RULES.rule
 
 UNARY_F32 = {
     "exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf",
@@ -154,6 +158,7 @@ def _dyn_index(t, indices, expr) -> str:
     return "(" + " + ".join(reversed(parts)) + ")"
 
 
+@rule(I.StoreElement)
 def store_element(ctx, inst, expr):
     """``t[i] = v`` on a replicated tile (guarded writes for a dynamic index)."""
     t = inst.out
@@ -172,6 +177,7 @@ def store_element(ctx, inst, expr):
         ctx.emit(f"if ({idx} == {k}) {elem(ctx, t, k)} = {v};")
 
 
+@rule(I.AllocRegister)
 def alloc_register(ctx, inst, expr):
     """Declare a tile and fill it with ``init`` (a scalar, or an expression of the axes)."""
     t = inst.out
@@ -204,6 +210,7 @@ def _check_same(ctx, out, *srcs):
     return lo
 
 
+@rule(I.CastTensor)
 def cast(ctx, inst, expr):
     """Elementwise conversion (same layout); float -> f16 pairs use cvt.rn.f16x2.f32."""
     out, src = inst.out, inst.src
@@ -224,6 +231,7 @@ def cast(ctx, inst, expr):
     ctx.close()
 
 
+@rule(I.AssignTensor)
 def assign(ctx, inst, expr):
     """Copy a tile into another of the same layout."""
     layout = _check_same(ctx, inst.out, inst.src)
@@ -253,6 +261,7 @@ def _declare_unless_same(ctx, out, ops):
         declare(ctx, out)
 
 
+@rule(I.ElementwiseBinary)
 def binary(ctx, inst, expr):
     """Elementwise ``a op b`` (16-bit floats computed in float and rounded)."""
     out, a, b = inst.out, inst.a, inst.b
@@ -280,6 +289,7 @@ def binary(ctx, inst, expr):
     ctx.close()
 
 
+@rule(I.ElementwiseUnary)
 def unary(ctx, inst, expr):
     """Elementwise ``f(a)``."""
     out, a = inst.out, inst.a
@@ -315,6 +325,7 @@ def unary(ctx, inst, expr):
     ctx.close()
 
 
+@rule(I.Where)
 def where(ctx, inst, expr):
     """Elementwise ``cond ? x : y``."""
     out = inst.out

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from tilus.backends.cuda.codegen import hopper, memory, mma
+from tilus.backends.cuda.codegen import hopper, memory, mma  # noqa: F401 - register rules
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import ExprPrinter, ctype
+from tilus.backends.cuda.layout import Group
+from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.ir import inst as I
 from tilus.ir.expr import Const
+from tilus.ir.rules import NotLowered
 from tilus.ir.stmt import (
     AssignStmt,
     BreakStmt,
@@ -18,12 +22,14 @@ from tilus.ir.stmt import (
     ThreadGroupStmt,
     WhileStmt,
 )
-from tilus.passes.layout_inference import Group
 from tilus.passes.walk import walk
+
+rule = CODEGEN_RULES.rule
 
 MAX_NAMED_BARRIERS = 15  # ids 1..15; id 0 is __syncthreads()
 
 
+@rule(I.Sync)
 def _sync(ctx, inst, expr):
     g = ctx.group
     if g.size == 1:
@@ -46,6 +52,7 @@ def _sync(ctx, inst, expr):
         )
 
 
+@rule(I.SliceTensor)
 def _slice(ctx, inst, expr):
     if inst.out.kind == "shared":
         memory.shared_slice(ctx, inst, expr)
@@ -53,6 +60,7 @@ def _slice(ctx, inst, expr):
         raise ctx.error(f"slicing a {inst.out.kind} tile is not supported")
 
 
+@rule(I.PermuteTensor)
 def _permute(ctx, inst, expr):
     if inst.out.kind == "register":
         # the same registers under a permuted layout: an alias
@@ -64,6 +72,7 @@ def _permute(ctx, inst, expr):
     ctx.emit(f"const uint32_t {name} = {memory.shared_offset(ctx, inst.src)};  // transposed view")
 
 
+@rule(I.Printf)
 def _printf(ctx, inst, expr):
     args = []
     for a in inst.args:
@@ -79,54 +88,15 @@ def _printf(ctx, inst, expr):
     ctx.emit(f'if ({lead}) printf("{fmt}"{"".join(", " + a for a in args)});')
 
 
-def _unsupported(ctx, inst, expr):
-    raise ctx.error(
-        f"{inst.NAME} is not supported by the CUDA backend yet (the interpreter runs it)"
-    )
+@rule(I.AllocShared)
+def _alloc_shared(ctx, inst, expr):
+    off = ctx.smem.offsets[inst.out]
+    ctx.emit(f"// %{inst.out.name}: shared bytes [{off}, {off + inst.out.nbytes})")
 
 
-RULES = {
-    "alloc_register": R.alloc_register,
-    "alloc_shared": lambda ctx, inst, expr: ctx.emit(
-        f"// %{inst.out.name}: shared bytes [{ctx.smem.offsets[inst.out]}, "
-        f"{ctx.smem.offsets[inst.out] + inst.out.nbytes})"
-    ),
-    "free_shared": lambda ctx, inst, expr: ctx.emit("// free_shared: nothing to do"),
-    "global_view": memory.global_view,
-    "slice": _slice,
-    "permute": _permute,
-    "load_global": memory.load_global,
-    "store_global": memory.store_global,
-    "load_shared": memory.load_shared,
-    "store_shared": memory.store_shared,
-    "assign": R.assign,
-    "store_element": lambda ctx, inst, expr: R.store_element(ctx, inst, expr),
-    "cast": R.cast,
-    "binary": R.binary,
-    "unary": R.unary,
-    "where": R.where,
-    "sync": _sync,
-    "dot": mma.dot,
-    "printf": _printf,
-    "mbarrier_alloc": hopper.mbarrier_alloc,
-    "mbarrier_arrive": hopper.mbarrier_arrive,
-    "mbarrier_arrive_expect_tx": hopper.mbarrier_arrive_expect_tx,
-    "mbarrier_wait": hopper.mbarrier_wait,
-    "tma_global_to_shared": hopper.tma_global_to_shared,
-    "tma_shared_to_global": hopper.tma_shared_to_global,
-    "tma_commit_group": hopper.tma_commit_group,
-    "tma_wait_group": hopper.tma_wait_group,
-    "wgmma_fence": hopper.wgmma_fence,
-    "wgmma_mma": hopper.wgmma_mma,
-    "wgmma_commit_group": hopper.wgmma_commit_group,
-    "wgmma_wait_group": hopper.wgmma_wait_group,
-    "fence_proxy_async": hopper.fence_proxy_async,
-    "setmaxnreg": hopper.setmaxnreg,
-    # No lowering yet: a clear error at the user's line (layout inference raises it first).
-    "reduce": _unsupported,
-    "reshape": _unsupported,
-    "print_tensor": _unsupported,
-}
+@rule(I.FreeShared)
+def _free_shared(ctx, inst, expr):
+    ctx.emit("// free_shared: nothing to do")
 
 
 class StmtEmitter:
@@ -156,11 +126,12 @@ class StmtEmitter:
         elif isinstance(s, AssignStmt):
             ctx.emit(f"{ctx.name(s.var)} = {expr(s.value)};")
         elif isinstance(s, InstStmt):
-            rule = RULES.get(s.inst.NAME)
-            if rule is None:
-                raise ctx.error(f"instruction {s.inst.NAME} is not supported by the CUDA backend")
+            try:
+                emit = CODEGEN_RULES.lookup(s.inst)
+            except NotLowered as e:
+                raise ctx.error(f"{s.inst.NAME} is not supported: {e.reason}") from None
             ctx.source_comment(s)
-            rule(ctx, s.inst, expr)
+            emit(ctx, s.inst, expr)
         elif isinstance(s, ForStmt):
             self.for_stmt(s)
         elif isinstance(s, WhileStmt):

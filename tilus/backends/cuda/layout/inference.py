@@ -1,0 +1,264 @@
+"""Layout inference: the walk, equivalence classes of tiles, and the final layout choice."""
+
+from __future__ import annotations
+
+from tilus.backends.cuda.layout.plan import Group, LayoutPlan, SharedView, err, free_vars
+from tilus.backends.cuda.tables import LAYOUT_RULES
+from tilus.ir import inst as I
+from tilus.ir.function import Function
+from tilus.ir.layout import RegisterLayout, blocked, replicated
+from tilus.ir.layout.register import permute
+from tilus.ir.rules import NotLowered
+from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt
+from tilus.ir.tensor import TensorVar
+from tilus.passes.walk import children, instructions
+
+#: Most 32-bit registers one tile may take per thread before it surely spills.
+MAX_TILE_REGISTERS = 192
+#: Tiles up to this many elements that no instruction distributes are kept whole per thread.
+SMALL_TILE = 64
+
+
+class _UnionFind:
+    def __init__(self):
+        self.parent: dict = {}
+
+    def find(self, x):
+        """The class representative of ``x``."""
+        self.parent.setdefault(x, x)
+        while self.parent[x] is not x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a, b):
+        """Merge the classes of ``a`` and ``b`` (they get one layout)."""
+        ra, rb = self.find(a), self.find(b)
+        if ra is not rb:
+            self.parent[rb] = ra
+
+
+class _Inference:
+    def __init__(self, fn: Function):
+        self.fn = fn
+        self.plan = LayoutPlan()
+        self.uf = _UnionFind()
+        self.anchor: dict = {}  # class root -> (layout, stmt)
+        self.anchors: list = []  # (tensor, layout, stmt) requirements
+        self.perms: dict = {}  # permuted register tile -> (source tile, dims)
+        self.defs: dict = {}  # register tensor -> (Group, stmt) of its first definition
+        self.uses: list = []  # (tensor, Group, stmt) where a distributed layout must match
+        self.nested = False  # whether the instruction being visited is inside control flow
+
+    # --- walk --------------------------------------------------------------------------------
+    def run(self) -> LayoutPlan:
+        """Walk the function and assign every layout."""
+        root = Group(0, self.fn.num_threads)
+        self.blockable = _blockable_tiles(self.fn)
+        self.walk(self.fn.body, root)
+        self.assign()
+        return self.plan
+
+    def walk(self, s, g: Group, nested: bool = False):
+        """Visit statements in order, tracking the thread group (and control-flow nesting)."""
+        if isinstance(s, ThreadGroupStmt):
+            if s.begin < 0:
+                g = Group(g.begin, 1, True)
+            else:
+                g = Group(g.begin + s.begin, s.num_threads)
+            self.walk(s.body, g, True)
+            return
+        if isinstance(s, InstStmt):
+            self.nested = nested
+            self.inst(s, s.inst, g)
+        inner = nested or not isinstance(s, SeqStmt)
+        for c in children(s):
+            self.walk(c, g, inner)
+
+    def check_barrier_alloc(self, stmt):
+        """Barriers are initialized once at kernel entry: the alloc must be at the top level,
+        with counts known there (constants or parameters)."""
+        if self.nested:
+            raise err(
+                stmt,
+                "mbarrier.alloc inside a loop, branch or thread group is not supported (barriers "
+                "are initialized once at kernel entry); allocate them at the top of the kernel",
+            )
+        bad = set()
+        for c in stmt.inst.counts:
+            free_vars(c, bad)
+        if any(v.kind != "param" for v in bad):
+            raise err(stmt, "mbarrier counts must be constants or kernel parameters")
+
+    def define(self, t: TensorVar, g: Group, stmt):
+        """Record the group a register tile is created in."""
+        if t.kind == "register" and t not in self.defs:
+            self.defs[t] = (g, stmt)
+            self.uf.find(t)
+
+    def use(self, t, g: Group, stmt):
+        """Record a use that needs the tile's threads to be the current group's."""
+        if isinstance(t, TensorVar) and t.kind == "register":
+            self.uses.append((self.base(t)[0], g, stmt))
+
+    def base(self, t):
+        """A register tile with the permutations that made it undone: (source, dims or None)."""
+        dims = None
+        while t in self.perms:
+            src, d = self.perms[t]
+            dims = d if dims is None else tuple(d[i] for i in dims)
+            t = src
+        return t, dims
+
+    def no_perm(self, stmt, t):
+        """Reject elementwise uses of transposed register views."""
+        if t in self.perms:
+            raise err(
+                stmt,
+                f"elementwise use of the transposed register tile %{t.name} is not supported "
+                "yet (only dot operands may be transposed views)",
+            )
+
+    def set_anchor(self, t: TensorVar, layout: RegisterLayout, stmt):
+        """Require a layout for a tile (through transposed views to their source)."""
+        src, dims = self.base(t)
+        if dims is not None:
+            inv = [0] * len(dims)
+            for k, d in enumerate(dims):
+                inv[d] = k
+            layout = permute(layout, inv)
+        self.anchors.append((src, layout, stmt))
+
+    def resolve_anchors(self):
+        """Attach the required layouts to the final equivalence classes."""
+        for t, layout, stmt in self.anchors:
+            r = self.uf.find(t)
+            old = self.anchor.get(r)
+            if old is not None and old[0] != layout:
+                raise err(stmt, f"tile %{t.name} needs two different register layouts")
+            self.anchor[r] = (layout, stmt)
+
+    def shared_view(self, t: TensorVar, stmt) -> SharedView:
+        """The SharedView of a shared tile."""
+        v = self.plan.shared.get(t)
+        if v is None:
+            raise err(stmt, f"shared tile %{t.name} is not a view of an allocation")
+        return v
+
+    def inst(self, stmt, inst, g: Group):
+        """Collect the layout facts one instruction implies (its rule in ``LAYOUT_RULES``)."""
+        try:
+            rule = LAYOUT_RULES.lookup(inst)
+        except NotLowered as e:
+            raise err(
+                stmt, f"{inst.NAME} is not supported by the CUDA backend: {e.reason}"
+            ) from None
+        rule(self, stmt, inst, g)
+
+    # --- assignment --------------------------------------------------------------------------
+    def assign(self):
+        """Give every class of register tiles a layout and check the uses."""
+        p = self.plan
+        self.resolve_anchors()
+        classes: dict = {}
+        for t in self.defs:
+            classes.setdefault(self.uf.find(t), []).append(t)
+        for r, members in classes.items():
+            t0 = members[0]
+            g, stmt = self.defs[t0]
+            anchor = self.anchor.get(r)
+            if anchor is not None:
+                layout = anchor[0]
+                g = self.defs[t0][0]
+                for t in members:
+                    dg = self.defs[t][0]
+                    if dg.size != layout.num_threads:
+                        raise err(
+                            self.defs[t][1],
+                            f"tile %{t.name} is created in a group of {dg.size} threads but "
+                            f"its layout ({layout.kind}) spans {layout.num_threads}",
+                        )
+            elif t0 in p.barriers:
+                layout = replicated(t0.shape, g.size)
+            elif t0.size <= SMALL_TILE:
+                layout = replicated(t0.shape, g.size)
+            else:
+                layout = blocked(t0.shape, g.size)
+            for t in members:
+                dg, dstmt = self.defs[t]
+                if not layout.replicated and dg != g:
+                    raise err(
+                        dstmt,
+                        f"tile %{t.name} is created in a different thread group than the tiles "
+                        "it is computed with",
+                    )
+                regs = layout.local_size * max(1, t.dtype.nbits // 32)
+                if regs > MAX_TILE_REGISTERS:
+                    raise err(
+                        dstmt,
+                        f"tile %{t.name} ({t.type_str()}) needs {regs} registers per thread "
+                        f"over {dg.size} threads (layout {layout.kind}); at most "
+                        f"{MAX_TILE_REGISTERS} fit without spilling; use smaller tiles or more "
+                        "threads",
+                    )
+                p.registers[t] = layout
+                p.owner[t] = dg
+        for t in self.perms:
+            base, dims = self.base(t)
+            if base in p.registers:
+                p.registers[t] = permute(p.registers[base], dims)
+                p.owner[t] = p.owner[base]
+        for t, g, stmt in self.uses:
+            layout = p.registers.get(t)
+            if layout is None:
+                raise err(stmt, f"tile %{t.name} is used before it is defined")
+            if not layout.replicated and (g.begin, g.size) != (p.owner[t].begin, p.owner[t].size):
+                raise err(
+                    stmt,
+                    f"tile %{t.name} is spread over threads [{p.owner[t].begin}, "
+                    f"{p.owner[t].begin + p.owner[t].size}) but used by the group "
+                    f"[{g.begin}, {g.begin + g.size})",
+                )
+
+
+#: What may use a shared tile stored in column blocks: element-wise copies and TMA, which
+#: address it through ``SharedLayout``; wgmma descriptors and permuted views do not.
+_BLOCKABLE_USES = (
+    I.AllocShared,
+    I.SliceTensor,
+    I.LoadShared,
+    I.StoreShared,
+    I.TmaGlobalToShared,
+    I.TmaSharedToGlobal,
+    I.FreeShared,
+)
+
+
+def _blockable_tiles(fn: Function) -> set:
+    """Shared allocations whose every use (through leading-dim slices) is in
+    ``_BLOCKABLE_USES``: those with rows wider than 128 bytes get column blocks."""
+    root: dict = {}
+    bad: set = set()
+    for _, inst in instructions(fn.body):
+        if isinstance(inst, I.AllocShared):
+            root[inst.out] = inst.out
+            continue
+        used = [v for _, value in inst.items() for v in _tensor_vars(value) if v in root]
+        if isinstance(inst, I.SliceTensor) and inst.src in root:
+            root[inst.out] = root[inst.src]
+        elif not isinstance(inst, _BLOCKABLE_USES):
+            bad.update(root[v] for v in used)
+    return {t for t in root.values() if t not in bad}
+
+
+def _tensor_vars(x):
+    if isinstance(x, TensorVar):
+        yield x
+    elif isinstance(x, tuple | list):
+        for y in x:
+            yield from _tensor_vars(y)
+
+
+def infer_layouts(fn: Function) -> LayoutPlan:
+    """Choose the layout of every tile of ``fn``; raise TilusCompileError where none fits."""
+    return _Inference(fn).run()

@@ -1,0 +1,270 @@
+"""Layout rules: the layout facts each instruction implies (``LAYOUT_RULES``, by IR class)."""
+
+from __future__ import annotations
+
+from tilus.backends.cuda.layout.inference import err, free_vars
+from tilus.backends.cuda.layout.plan import Group, SharedView, TmaMap
+from tilus.backends.cuda.tables import LAYOUT_RULES
+from tilus.ir import inst as I
+from tilus.ir.expr import Expr, Var
+from tilus.ir.layout import SharedLayout, choose_swizzle
+from tilus.ir.layout.register import mma_a, mma_b, mma_c, mma_warps, wgmma_acc
+from tilus.ir.tensor import TensorVar
+
+rule = LAYOUT_RULES.rule
+
+
+@rule(
+    I.FreeShared,
+    I.Sync,
+    I.Printf,
+    I.MBarrierArrive,
+    I.MBarrierArriveExpectTx,
+    I.MBarrierWait,
+    I.TmaCommitGroup,
+    I.TmaWaitGroup,
+    I.WgmmaFence,
+    I.WgmmaCommitGroup,
+    I.WgmmaWaitGroup,
+    I.FenceProxyAsync,
+    I.SetMaxNReg,
+)
+def _no_layout(inf, stmt, inst, g: Group):
+    """Instructions on scalars, barriers or whole groups: no tile layout to decide."""
+
+
+# --- shared tiles and views ------------------------------------------------------------------
+
+
+@rule(I.AllocShared)
+def _alloc_shared(inf, stmt, inst, g):
+    t = inst.out
+    eb = t.dtype.nbits // 8
+    sw = choose_swizzle(t.shape[-1] * eb) if t.ndim >= 2 else 0
+    if not sw and t.ndim >= 2 and t in inf.blockable and t.shape[-1] * eb % 128 == 0:
+        sw = 128  # wide rows as 128-byte column blocks: conflict-free, TMA-movable
+    if sw and t.shape[-2] % 8:
+        sw = 0
+    inf.plan.shared[t] = SharedView(t, SharedLayout(tuple(t.shape), eb, sw), ())
+
+
+@rule(I.SliceTensor)
+def _slice(inf, stmt, inst, g):
+    if inst.src.kind != "shared":
+        raise err(stmt, f"slice of a {inst.src.kind} tile is not supported by the CUDA backend")
+    v = inf.shared_view(inst.src, stmt)
+    idx = list(inst.indices)
+    if v.perm is not None:
+        raise err(stmt, "slicing a permuted shared view is not supported yet")
+    k = 0
+    while k < len(idx) and idx[k] is not None:
+        k += 1
+    if any(i is not None for i in idx[k:]):
+        raise err(
+            stmt,
+            "shared slices must index leading dims only (e.g. s[stage] or s[stage, 0])",
+        )
+    nidx = len(v.index) + k
+    if v.layout.swizzle and nidx > len(v.layout.shape) - 2:
+        raise err(stmt, "indexing inside the rows of a swizzled shared tile")
+    inf.plan.shared[inst.out] = SharedView(v.root, v.layout, v.index + tuple(idx[:k]))
+
+
+@rule(I.PermuteTensor)
+def _permute(inf, stmt, inst, g):
+    if inst.src.kind == "register":
+        inf.perms[inst.out] = (inst.src, tuple(inst.dims))
+        return
+    if inst.src.kind != "shared":
+        raise err(stmt, f"permute of a {inst.src.kind} tile is not supported by the CUDA backend")
+    v = inf.shared_view(inst.src, stmt)
+    if v.perm is not None:
+        raise err(stmt, "permuting a permuted shared view is not supported yet")
+    inf.plan.shared[inst.out] = SharedView(v.root, v.layout, v.index, tuple(inst.dims))
+
+
+@rule(I.GlobalView)
+def _global_view(inf, stmt, inst, g):
+    bad = set()
+    exprs = [inst.ptr] + [s for s in inst.out.shape if isinstance(s, Expr)]
+    exprs += list(inst.strides or ())
+    for e in exprs:
+        free_vars(e, bad)
+    bad = {v for v in bad if v.kind != "param"}
+    if bad:
+        names = ", ".join(sorted(v.name for v in bad))
+        raise err(
+            stmt,
+            f"global_view %{inst.out.name}: its pointer, shape and strides must be "
+            f"expressions over kernel parameters, but they read {names}",
+        )
+    inf.plan.gviews[inst.out] = inst
+
+
+# --- register tiles --------------------------------------------------------------------------
+
+
+@rule(I.MBarrierAlloc)
+def _mbarrier_alloc(inf, stmt, inst, g):
+    inf.check_barrier_alloc(stmt)
+    inf.plan.barriers.add(inst.out)
+    inf.define(inst.out, g, stmt)
+
+
+@rule(I.AllocRegister, I.LoadGlobal, I.LoadShared)
+def _defines(inf, stmt, inst, g):
+    """A new register tile with no layout requirement of its own."""
+    inf.define(inst.out, g, stmt)
+
+
+@rule(I.StoreGlobal, I.StoreShared)
+def _stores(inf, stmt, inst, g):
+    inf.use(inst.src, g, stmt)
+
+
+@rule(I.StoreElement)
+def _store_element(inf, stmt, inst, g):
+    inf.use(inst.out, g, stmt)
+
+
+@rule(I.CastTensor, I.AssignTensor)
+def _same_layout(inf, stmt, inst, g):
+    """The output takes the layout of its source."""
+    inf.no_perm(stmt, inst.src)
+    inf.define(inst.out, g, stmt)
+    inf.use(inst.src, g, stmt)
+    inf.uf.union(inst.out, inst.src)
+
+
+@rule(I.ElementwiseBinary, I.Where, I.ElementwiseUnary)
+def _elementwise(inf, stmt, inst, g):
+    inf.define(inst.out, g, stmt)
+    ops = [getattr(inst, n) for n in ("a", "b", "cond", "x", "y") if hasattr(inst, n)]
+    for o in ops:
+        if isinstance(o, TensorVar):
+            inf.no_perm(stmt, o)
+            inf.use(o, g, stmt)
+            if o.shape != inst.out.shape:
+                raise err(
+                    stmt,
+                    f"{inst.NAME} with broadcasting ({o.type_str()} to "
+                    f"{inst.out.type_str()}) is not supported yet",
+                )
+            inf.uf.union(inst.out, o)
+
+
+# --- tensor cores ----------------------------------------------------------------------------
+
+
+@rule(I.Dot)
+def _dot(inf, stmt, inst, g: Group):
+    """mma.sync fragment layouts for a dot's operands and accumulator."""
+    m, k = inst.a.shape
+    n = inst.b.shape[1]
+    if inst.a.dtype.name not in ("float16", "bfloat16") or inst.out.dtype.name != "float32":
+        raise err(
+            stmt,
+            f"dot on the CUDA backend needs float16/bfloat16 operands and a float32 "
+            f"accumulator (mma.sync), got {inst.a.dtype} -> {inst.out.dtype}",
+        )
+    if g.size % 32 or g.begin % 32:
+        raise err(stmt, "dot (mma.sync) needs a thread group of whole warps")
+    w = mma_warps(g.size // 32, m, n)
+    if w is None or k % 16:
+        raise err(
+            stmt,
+            f"dot [{m}, {k}] @ [{k}, {n}] does not tile into mma.sync m16n8k16 over "
+            f"{g.size // 32} warps",
+        )
+    wm, wn = w
+    for t in (inst.a, inst.b, inst.out) + ((inst.c,) if inst.c is not None else ()):
+        inf.use(t, g, stmt)
+    inf.define(inst.out, g, stmt)
+    if inst.c is not None:
+        inf.uf.union(inst.out, inst.c)
+    nw = g.size // 32
+    inf.set_anchor(inst.out, mma_c(m, n, wm, wn, nw), stmt)
+    inf.set_anchor(inst.a, mma_a(m, k, wm, wn, nw), stmt)
+    inf.set_anchor(inst.b, mma_b(k, n, wm, wn, nw), stmt)
+
+
+@rule(I.WgmmaMma)
+def _wgmma(inf, stmt, inst, g: Group):
+    """Check the wgmma operands' shared layouts; the accumulator gets the wgmma layout."""
+    a = inf.shared_view(inst.a, stmt)
+    b = inf.shared_view(inst.b, stmt)
+    if a.perm is not None or not a.layout.swizzle:
+        raise err(
+            stmt,
+            f"wgmma operand a %{inst.a.name} must be a K-major shared tile whose rows span "
+            "32, 64 or 128 bytes (a [M, K] tile with K contiguous)",
+        )
+    if b.perm != (1, 0) or not b.layout.swizzle:
+        raise err(
+            stmt,
+            f"wgmma operand b %{inst.b.name} must be the transpose of a K-major shared tile "
+            "[N, K] whose rows span 32, 64 or 128 bytes (as in s[stage].transpose())",
+        )
+    m, n = inst.d.shape
+    if n > 256:
+        raise err(stmt, f"wgmma N={n} is over 256")
+    inf.define(inst.d, g, stmt)
+    inf.use(inst.d, g, stmt)
+    inf.set_anchor(inst.d, wgmma_acc(m, n), stmt)
+
+
+# --- TMA -------------------------------------------------------------------------------------
+
+
+@rule(I.TmaGlobalToShared, I.TmaSharedToGlobal)
+def _tma(inf, stmt, inst, g):
+    """Check a TMA copy's box against the shared layout; register its tensor map."""
+    p = inf.plan
+    load = isinstance(inst, I.TmaGlobalToShared)
+    gv, s = (inst.src, inst.dst) if load else (inst.dst, inst.src)
+    v = inf.shared_view(s, stmt)
+    if v.perm is not None:
+        raise err(stmt, "a TMA copy to or from a permuted shared view is not supported")
+    dims = tuple(inst.dims)
+    if list(dims) != sorted(dims):
+        raise err(stmt, f"TMA dims={list(dims)} must be increasing (no transposed boxes)")
+    if gv not in p.gviews:
+        raise err(stmt, f"%{gv.name} is not a global_view")
+    if not (isinstance(p.gviews[gv].ptr, Var) and p.gviews[gv].ptr.kind == "param"):
+        raise err(stmt, "TMA needs a global_view directly over a pointer parameter")
+    if p.gviews[gv].strides is not None:
+        raise err(stmt, "TMA on a global_view with explicit strides is not supported yet")
+    # cuTensorMapEncodeTiled: every global stride but the innermost is a multiple of 16
+    # bytes; with compile-time inner extents that is known here, before any launch
+    stride = gv.dtype.nbits // 8
+    for d in range(gv.ndim - 1, 0, -1):
+        n = gv.shape[d]
+        if not isinstance(n, int):
+            break
+        stride *= n
+        if stride % 16:
+            shape = ", ".join(str(x) if isinstance(x, int) else "?" for x in gv.shape)
+            raise err(
+                stmt,
+                f"TMA needs every global stride but the innermost to be a multiple of 16 "
+                f"bytes; %{gv.name} of shape [{shape}] ({gv.dtype}) has a dim-{d - 1} stride "
+                f"of {stride} bytes",
+            )
+    box = [1] * gv.ndim
+    for d, n in zip(dims, s.shape):
+        box[d] = n
+    sw = v.layout.swizzle
+    box[-1] = v.layout.block_cols if sw else box[-1]  # one box per column block
+    if box[-1] * v.layout.elem_bytes % 16:
+        raise err(
+            stmt,
+            f"TMA box {box} of {gv.dtype}: the innermost dim must span a multiple of 16 bytes",
+        )
+    if dims[-1] != gv.ndim - 1 and box[-1] != 1:
+        raise err(stmt, "TMA boxes must include the innermost global dim")
+    if sw and box[-1] * v.layout.elem_bytes != sw:
+        raise err(stmt, "TMA box rows do not match the shared tile's swizzle")
+    key = TmaMap(gv, tuple(box), sw)
+    if key not in p.tmaps:
+        p.tmaps.append(key)
+    p.tmap_of[inst] = p.tmaps.index(key)
