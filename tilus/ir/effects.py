@@ -59,6 +59,7 @@ for _cls in (
     I.Reduce,
     I.Dot,
     I.MBarrierAlloc,
+    I.Random,
 ):
     EFFECTS.add(_cls, _DEFINES)
 

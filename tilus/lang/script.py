@@ -10,6 +10,7 @@ from tilus.errors import TilusArgumentError, TilusCompileError, TilusError, Tilu
 from tilus.lang.autotune import expand_space
 from tilus.lang.instructions.generic import GenericInstructions
 from tilus.lang.instructions.hopper import HopperInstructions
+from tilus.lang.instructions.random import RandomInstructions
 
 _instances: dict = {}
 
@@ -26,7 +27,7 @@ def _hashable(v):
         return id(v)
 
 
-class Script(GenericInstructions, HopperInstructions):
+class Script(GenericInstructions, HopperInstructions, RandomInstructions):
     """Base class of tilus kernels.
 
     Subclasses store compile-time hyper-parameters in ``__init__`` and write the kernel body in

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 
 from tilus import option
-from tilus.backends.interp import rules_hopper  # noqa: F401 - registers the Hopper rules
+from tilus.backends.interp import rules_hopper, rules_random  # noqa: F401 - register rules
 from tilus.backends.interp.machine import CTA
 from tilus.backends.interp.rules import INTERP_RULES
 from tilus.backends.interp.values import PointerValue, eval_scalar

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilus.backends.cuda.codegen import hopper, memory, mma  # noqa: F401 - register rules
+from tilus.backends.cuda.codegen import hopper, memory, mma, random  # noqa: F401 - register rules
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import ExprPrinter, ctype
 from tilus.backends.cuda.layout import Group

@@ -136,6 +136,15 @@ def _same_layout(inf, stmt, inst, g):
     inf.uf.union(inst.out, inst.src)
 
 
+@rule(I.Random)
+def _random(inf, stmt, inst, g):
+    """Random numbers take the layout of their offsets."""
+    inf.no_perm(stmt, inst.offset)
+    inf.define(inst.out, g, stmt)
+    inf.use(inst.offset, g, stmt)
+    inf.uf.union(inst.out, inst.offset)
+
+
 @rule(I.ElementwiseBinary, I.Where, I.ElementwiseUnary)
 def _elementwise(inf, stmt, inst, g):
     inf.define(inst.out, g, stmt)

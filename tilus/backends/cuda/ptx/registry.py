@@ -77,4 +77,4 @@ def families() -> list[str]:
 
 def _load_all() -> None:
     # Importing the family modules runs their register() calls.
-    from tilus.backends.cuda.ptx import ldst, mbarrier, mma, sync, tma, wgmma  # noqa: F401
+    from tilus.backends.cuda.ptx import ldst, mbarrier, mma, random, sync, tma, wgmma  # noqa: F401
