@@ -81,3 +81,9 @@ class TilusBackendError(TilusError):
 class TilusPerformanceWarning(UserWarning):
     """The generated kernel compiled, but the toolchain reports code that will run slowly
     (for example, ptxas serialized the kernel's wgmma instructions)."""
+
+
+class TilusCacheWarning(UserWarning):
+    """An on-disk cache entry or dispatch-table entry failed its checks and is rebuilt, or the
+    cache directory cannot be written (kernels are then kept in memory) or is writable by other
+    users."""

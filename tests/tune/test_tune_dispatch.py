@@ -89,7 +89,8 @@ def test_corrupt_file_is_ignored_with_a_warning(tmp_path, content):
 def test_malformed_entry_is_a_miss(tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"version": 1, "entries": {"k": {"times": []}}}))
-    assert DispatchTable(path).lookup("k", FP) is None
+    with pytest.warns(DispatchTableWarning, match="entry k is damaged"):
+        assert DispatchTable(path).lookup("k", FP) is None
 
 
 def _writer(path, tag, n):
