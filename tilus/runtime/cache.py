@@ -131,10 +131,9 @@ def guard_dir(path: str | os.PathLike, what: str = "tilus cache directory") -> s
 
 def warn_unwritable(root: str | os.PathLike, err: BaseException) -> None:
     """Warn once per process and cache root that writes fail and results stay in memory."""
-    why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
     warn_once(
         ("unwritable", str(root)),
-        f"tilus cache directory {root} cannot be written ({why}); compiled kernels and "
+        f"tilus cache directory {root} cannot be written ({err}); compiled kernels and "
         "tuning decisions are kept in memory for this process only",
     )
 
