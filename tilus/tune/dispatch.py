@@ -117,7 +117,7 @@ class DispatchTable:
         ``DispatchTableWarning`` per state of the file, when ``warn``)."""
         try:
             raw = self.path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return {}
         except OSError as e:
             entries, why = None, f"is unreadable ({e.strerror or e})"
@@ -138,11 +138,7 @@ class DispatchTable:
 
     def _entries(self) -> dict:
         """Entries, re-read only when the file changed since the last read."""
-        try:
-            st = self.path.stat()
-            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-        except FileNotFoundError:
-            stamp = None
+        stamp = _stamp(self.path)  # None: absent (or its directory cannot be entered)
         if self._cache is None or stamp != self._stamp:
             if stamp is not None:
                 from tilus.runtime.cache import guard_dir
@@ -243,7 +239,7 @@ class DispatchTable:
         report = report if report is not None else CacheReport(self.path.parent)
         try:
             entries, why = _parse_table(self.path.read_bytes())
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return report
         except OSError as e:
             entries, why = None, f"is unreadable ({e.strerror or e})"
@@ -281,7 +277,7 @@ class DispatchTable:
 
     def remove(self, key: str) -> bool:
         """Delete the entry of ``key`` (if any); returns whether one was removed."""
-        if not self.path.exists():
+        if _stamp(self.path) is None:
             return False
         _in_memory.get(str(self.path), {}).pop(key, None)
         with self._locked():
