@@ -472,3 +472,13 @@ def test_verify_reports_and_drops(root):
         build_other()
     assert w.messages == []
     assert verify_cache(root).ok == 2
+
+
+def test_entry_without_ptx_is_replaced_once_ptx_is_asked_for(root):
+    build()
+    with option.scoped(keep_ptx=True), Caught() as w:
+        ck = build()
+        assert not ck.cached and ".entry" in ck.ptx
+        again = build()
+    assert again.cached and again.ptx == ck.ptx and w.messages == []
+    assert build().cached and "kernel.ptx" in C.ArtifactCache(root).lookup(only_entry(root).name)

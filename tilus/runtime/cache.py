@@ -212,11 +212,14 @@ def _read_entry(entry: pathlib.Path, key: str) -> dict[str, bytes]:
     out = {META_FILE: raw}
     for name, want in doc[_RECORD]["files"].items():
         try:
-            data = (entry / name).read_bytes()
+            with open(entry / name, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                # the size first: a file of the wrong length is not read at all
+                data = f.read() if size == want["size"] else b""
         except OSError:
             raise _Damaged(f"{name} is missing or unreadable") from None
-        if len(data) != want["size"]:
-            raise _Damaged(f"{name} has {len(data)} bytes, expected {want['size']}")
+        if size != want["size"] or len(data) != size:
+            raise _Damaged(f"{name} has {size} bytes, expected {want['size']}")
         if _sha256(data) != want["sha256"]:
             raise _Damaged(f"{name} does not match its sha256")
         out[name] = data
@@ -335,8 +338,8 @@ class ArtifactCache:
 
         Everything is written into a temporary directory next to the final one, then moved
         into place with one rename, so readers never see a half-written entry. If another
-        writer got there first with an intact entry, that entry is kept; a damaged one is
-        replaced. If the cache cannot be written (read-only, disk full), one warning per
+        writer got there first with an intact entry holding at least these files, that entry
+        is kept; a damaged one (or one with fewer files) is replaced. If the cache cannot be written (read-only, disk full), one warning per
         process says so and the entry is kept in memory for this process.
 
         Args:
@@ -370,16 +373,16 @@ class ArtifactCache:
             warn_unwritable(self.root, e)
             return None
 
-    def _intact(self, key: str) -> bool:
+    def _intact(self, key: str, names) -> bool:
+        """Whether the entry on disk is intact and has at least the files ``names``."""
         try:
-            _read_entry(self.path(key), key)
+            return set(names) <= set(_read_entry(self.path(key), key))
         except _Damaged:
             return False
-        return True
 
     def _install(self, key: str, data: dict[str, bytes], raw_meta: bytes) -> pathlib.Path:
         final = self.path(key)
-        if _inode(final) is not None and self._intact(key):
+        if _inode(final) is not None and self._intact(key, data):
             return final
         make_private_dir(self.root)
         make_private_dir(self.programs)
@@ -397,9 +400,9 @@ class ArtifactCache:
                 except OSError as e:
                     if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
                         raise
-                if self._intact(key):
+                if self._intact(key, data):
                     return final  # another writer won the race with an intact entry
-                _set_aside(final)  # damaged (or a crashed writer's): replace it
+                _set_aside(final)  # damaged, or lacking a file we have (kernel.ptx): replace it
             return final
         finally:
             if tmp.exists():
