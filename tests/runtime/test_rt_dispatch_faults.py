@@ -359,3 +359,25 @@ def test_autotuned_call_does_not_trust_a_tampered_winner(tmp_path, monkeypatch):
     n, a, b, c = args
     np.testing.assert_array_equal(c.array, a.array + b.array)
     assert json.loads(path.read_text())["entries"][key]["winner"] == {"block": 64}
+
+
+@needs_nvrtc
+def test_autotuned_call_with_an_unwritable_cache_runs(tmp_path, monkeypatch):
+    fake = FakeGPU()
+    fake.install(monkeypatch.setattr)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    root = blocker / "cache"
+    monkeypatch.setenv("TILUS_CACHE_DIR", str(root))
+    with option.scoped(**OPTIONS, cache_dir=str(root)):
+        args = fake_args()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kernel = fresh()
+            kernel(*args)
+            kernel(*fake_args())  # the decision is kept in memory: no tuning, no warning
+    mine = [str(w.message) for w in caught if issubclass(w.category, TilusCacheWarning)]
+    assert len(mine) == 1 and str(root) in mine[0] and "cannot be written" in mine[0]
+    n, a, b, c = args
+    np.testing.assert_array_equal(c.array, a.array + b.array)
+    assert fake.launches[-1] == 64 and not blocker.is_dir()

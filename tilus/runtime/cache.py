@@ -139,11 +139,12 @@ def warn_unwritable(root: str | os.PathLike, err: BaseException) -> None:
 
 
 class _Damaged(Exception):
-    """An entry failed a check; ``reason`` says which."""
+    """An entry failed a check; ``reason`` says which. ``quiet``: an entry of an older tilus
+    (no verification record), expected after an upgrade: rebuilt without a warning."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, quiet: bool = False):
         super().__init__(reason)
-        self.reason = reason
+        self.reason, self.quiet = reason, quiet
 
 
 def _sha256(data: bytes) -> str:
@@ -173,7 +174,7 @@ def _parse_meta(raw: bytes, key: str) -> dict:
         raise _Damaged("meta.json is not a JSON object")
     record = doc.get(_RECORD)
     if not isinstance(record, dict):
-        raise _Damaged("meta.json has no verification record (written by an older tilus?)")
+        raise _Damaged("meta.json has no verification record (an older tilus wrote it)", True)
     if record.get("format") != ENTRY_FORMAT:
         raise _Damaged(f"entry format {record.get('format')!r}, expected {ENTRY_FORMAT}")
     if record.get("key") != key:
@@ -298,7 +299,7 @@ class ArtifactCache:
             except _Damaged as d:
                 if _inode(entry) != ino:
                     continue  # replaced by another writer while we read it: read again
-                if warn:
+                if warn and not d.quiet:
                     warn_once(
                         ("damaged", _signature(entry)),
                         f"tilus cache entry {entry} is damaged ({d.reason}); rebuilding it",
