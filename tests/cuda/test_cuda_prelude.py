@@ -146,6 +146,14 @@ USES = {
 """,
         {"F2FP", "STG", "LDG", "STS", "ST"},
     ),
+    "random": (
+        """
+  uint32_t w[4];
+  tl_philox((uint64_t)out2[0] << 32 | out2[1], threadIdx.x, 10, w);
+  out[threadIdx.x] = tl_uniform24(w[0]) + (float)(w[1] ^ w[2] ^ w[3]);
+""",
+        {"IMAD"},
+    ),
 }
 
 
