@@ -6,12 +6,12 @@ without knowing it. Constants fold eagerly, so compile-time arithmetic never rea
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from tilus import dtypes
 from tilus.dtypes import DataType, PointerType, boolean, float32, int32, promote
+from tilus.ir import cscalar
 
 ARITH_OPS = ("+", "-", "*", "/", "%")
 BIT_OPS = ("&", "|", "^", "<<", ">>")
@@ -180,7 +180,7 @@ class Const(Expr):
     @staticmethod
     def of(value, dtype: DataType) -> Const:
         """A constant of ``dtype`` holding ``value`` converted like a C cast would."""
-        return Const(convert_scalar(value, dtype), dtype)
+        return Const(cscalar.convert(value, dtype), dtype)
 
     __hash__ = object.__hash__
 
@@ -267,24 +267,6 @@ class TensorElement(Expr):
 # construction helpers with constant folding
 
 
-def convert_scalar(value, dtype: DataType):
-    """Convert a Python number to the value ``dtype`` holds (wrap ints, round floats)."""
-    if isinstance(dtype, PointerType):
-        return int(value)
-    if dtype.kind == "bool":
-        return bool(value)
-    if dtype.is_integer():
-        if isinstance(value, float):
-            if math.isnan(value):
-                return 0
-            value = math.trunc(value)
-        v = int(value) & ((1 << dtype.nbits) - 1)
-        if dtype.kind == "int" and v >= 1 << (dtype.nbits - 1):
-            v -= 1 << dtype.nbits
-        return v
-    return float(value)
-
-
 def as_expr(v, like: DataType | None = None) -> Expr:
     """Turn a Python number into a constant (typed like ``like`` where that makes sense)."""
     if isinstance(v, Expr):
@@ -310,59 +292,47 @@ def _operand_types(a, b) -> tuple[Expr, Expr]:
     return as_expr(a), as_expr(b)
 
 
-def _fold(op: str, x, y, dtype: DataType):
-    if op == "+":
-        r = x + y
-    elif op == "-":
-        r = x - y
-    elif op == "*":
-        r = x * y
-    elif op == "/":
-        if dtype.is_float():
-            r = x / y if y != 0 else math.copysign(math.inf, x) if x != 0 else math.nan
-        else:
-            if y == 0:
-                return None  # leave division by zero to run time
-            r = abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1)
-    elif op == "%":
-        if y == 0:
-            return None
-        r = math.fmod(x, y) if dtype.is_float() else _cmod(x, y)
-    elif op == "&":
-        r = x & y
-    elif op == "|":
-        r = x | y
-    elif op == "^":
-        r = x ^ y
-    elif op == "<<":
-        r = x << y
-    elif op == ">>":
-        r = x >> y
-    elif op == "==":
-        r = x == y
-    elif op == "!=":
-        r = x != y
-    elif op == "<":
-        r = x < y
-    elif op == "<=":
-        r = x <= y
-    elif op == ">":
-        r = x > y
-    elif op == ">=":
-        r = x >= y
-    elif op == "&&":
-        r = bool(x) and bool(y)
-    elif op == "||":
-        r = bool(x) or bool(y)
-    else:
+def _fold(op: str, a: Const, b: Const, operand_t: DataType, rtype: DataType) -> Const | None:
+    """``a op b`` of two constants (None: division by zero, left to run time)."""
+    x = cscalar.convert(a.value, operand_t)
+    y = cscalar.convert(b.value, operand_t)
+    try:
+        return Const.of(cscalar.binary(op, x, y, operand_t, rtype), rtype)
+    except (ZeroDivisionError, KeyError):
         return None
-    return Const.of(r, dtype)
 
 
-def _cmod(x: int, y: int) -> int:
-    """C remainder: the sign follows the dividend."""
-    r = abs(x) % abs(y)
-    return -r if x < 0 else r
+def _is(e: Expr, value) -> bool:
+    return type(e) is Const and e.value == value and not isinstance(e.value, bool)
+
+
+def _identity(op: str, a: Expr, b: Expr, rtype: DataType) -> Expr | None:
+    """``a op b`` without the operation when a constant operand makes it a no-op.
+
+    Only rewrites that hold for every value: ``x * 1``, ``x / 1`` and ``x - 0`` also for floats
+    (IEEE gives ``x`` exactly, NaN and -0.0 included); ``x + 0`` (``-0.0 + 0.0`` is ``+0.0``),
+    ``x * 0`` (NaN, inf) and ``x % 1`` only for integers.
+    """
+    integer = rtype.is_integer()
+    if op == "*":
+        if _is(b, 1):
+            return cast(a, rtype)
+        if _is(a, 1):
+            return cast(b, rtype)
+        if integer and (_is(a, 0) or _is(b, 0)):
+            return Const.of(0, rtype)
+    elif op == "/" and _is(b, 1):
+        return cast(a, rtype)
+    elif op == "%" and integer and _is(b, 1):
+        return Const.of(0, rtype)
+    elif op == "-" and _is(b, 0):
+        return cast(a, rtype)
+    elif op == "+" and integer:
+        if _is(b, 0):
+            return cast(a, rtype)
+        if _is(a, 0):
+            return cast(b, rtype)
+    return None
 
 
 def binary(op: str, a, b) -> Expr:
@@ -390,20 +360,13 @@ def binary(op: str, a, b) -> Expr:
         if rtype.kind == "bool":
             operand_t = rtype = int32
     if isinstance(a, Const) and isinstance(b, Const):
-        x = convert_scalar(a.value, operand_t)
-        y = convert_scalar(b.value, operand_t)
-        folded = _fold(op, x, y, operand_t if rtype is operand_t else rtype)
+        folded = _fold(op, a, b, operand_t, rtype)
         if folded is not None:
-            return Const.of(folded.value, rtype)
-    # cheap identities keep generated code tidy
-    if op in ("+", "-") and isinstance(b, Const) and b.value == 0 and a.dtype == rtype:
-        return a
-    if op == "+" and isinstance(a, Const) and a.value == 0 and b.dtype == rtype:
-        return b
-    if op == "*" and isinstance(b, Const) and b.value == 1 and a.dtype == rtype:
-        return a
-    if op == "*" and isinstance(a, Const) and a.value == 1 and b.dtype == rtype:
-        return b
+            return folded
+    if op in ARITH_OPS and rtype.kind != "bool":
+        same = _identity(op, a, b, rtype)
+        if same is not None:
+            return same
     return Binary(op, a, b, rtype)
 
 
@@ -465,9 +428,11 @@ def call(func: str, *args) -> Expr:
                 return Const.of(min(a.value, b.value), t)
             if func == "max":
                 return Const.of(max(a.value, b.value), t)
-            folded = _fold("/" if func == "fastdiv" else "%", a.value, b.value, t)
+            folded = _fold("/" if func == "fastdiv" else "%", a, b, t, t)
             if folded is not None:
                 return folded
+        if func in ("fastdiv", "fastmod") and t.is_integer() and _is(b, 1):
+            return a if func == "fastdiv" else Const.of(0, t)
         return Call(func, (a, b), t)
     (a,) = args
     a = as_expr(a)

@@ -1,12 +1,14 @@
-"""Numerics of the interpreter: storage arrays, GPU-like conversions, scalar arithmetic."""
+"""Numerics of the interpreter: storage arrays and GPU-like conversions of whole tiles.
+
+Scalar semantics (and the narrow-float rounding both share) live in ``tilus.ir.cscalar``.
+"""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from tilus.dtypes import DataType, PointerType
+from tilus.dtypes import DataType
+from tilus.ir.cscalar import round_float_format
 
 POISON_INT = 0x5A  # byte pattern for uninitialized integer storage
 
@@ -14,35 +16,6 @@ POISON_INT = 0x5A  # byte pattern for uninitialized integer storage
 def storage(dt: DataType) -> np.dtype:
     """NumPy dtype holding values of ``dt`` (bf16/fp8/sub-byte floats live in float32)."""
     return dt.np_storage
-
-
-def round_float_format(x: np.ndarray, dt: DataType) -> np.ndarray:
-    """Round float32/64 values to the nearest value of a narrow float format (ties to even)."""
-    x = np.asarray(x, dtype=np.float64)
-    e, m = dt.exponent_bits, dt.mantissa_bits
-    bias = (1 << (e - 1)) - 1
-    min_exp = 1 - bias  # exponent of the smallest normal
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        _, exp = np.frexp(x)  # x = f * 2**exp, 0.5 <= |f| < 1
-        exp = np.maximum(exp - 1, min_exp)  # unbiased exponent, clamped for subnormals
-        quantum = np.ldexp(1.0, (exp - m).astype(np.int64))
-        r = np.rint(x / quantum) * quantum
-        fmax = _fmax(dt)
-        ieee_like = dt.nbits >= 16 or e == 5
-        big = np.abs(r) > fmax
-        if ieee_like:
-            r = np.where(big, np.copysign(np.inf, r), r)
-        else:
-            r = np.where(big, np.copysign(fmax, r), r)
-        r = np.where(np.isnan(x), np.nan, r)
-        r = np.where(np.isinf(x), x if ieee_like else np.copysign(fmax, x), r)
-    return r.astype(np.float32)
-
-
-def _fmax(dt: DataType) -> float:
-    from tilus.dtypes import float_max
-
-    return float_max(dt)
 
 
 def convert(x, dt: DataType) -> np.ndarray:
@@ -88,41 +61,3 @@ def poison(shape, dt: DataType) -> np.ndarray:
     a = np.empty(shape, dtype=st)
     a.view(np.uint8)[...] = POISON_INT
     return a
-
-
-# --- scalars ---------------------------------------------------------------------------------
-
-
-def wrap_int(v: int, dt: DataType) -> int:
-    """Wrap a Python int into the range of an integer type (two's complement)."""
-    n = dt.nbits
-    v &= (1 << n) - 1
-    if dt.kind == "int" and v >= 1 << (n - 1):
-        v -= 1 << n
-    return v
-
-
-def scalar_convert(v, dt):
-    """Convert a Python scalar to the value a variable of type ``dt`` holds."""
-    if isinstance(dt, PointerType):
-        return v
-    if dt.kind == "bool":
-        return bool(v)
-    if dt.is_integer():
-        if isinstance(v, float):
-            if math.isnan(v):
-                return 0
-            v = (
-                max(min(math.trunc(v), dt.max_value()), dt.min_value())
-                if math.isfinite(v)
-                else (dt.max_value() if v > 0 else dt.min_value())
-            )
-        return wrap_int(int(v), dt)
-    v = float(v)
-    if dt.nbits == 64:
-        return v
-    if dt.nbits == 32 and dt.name == "float32":
-        return float(np.float32(v))
-    if dt.name == "float16":
-        return float(np.float16(v))
-    return float(round_float_format(np.array([v]), dt)[0])

@@ -17,6 +17,7 @@ from tilus.backends.interp.values import (
 from tilus.dtypes import float32, int32
 from tilus.errors import TilusRuntimeError, at
 from tilus.ir import inst as I
+from tilus.ir.cscalar import intdiv, intmod, shift_array
 from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, Unary, Var
 from tilus.ir.rules import RuleTable
 from tilus.ir.tensor import TensorVar
@@ -301,12 +302,16 @@ def _cast(task, inst, loc):
     task.env[inst.out] = convert(reg(task, inst.src, loc), inst.out.dtype)
 
 
-def _c_intdiv(a, b, loc):
+def _c_intdiv(a, b):
     # PTX leaves integer division by zero unspecified (no trap); lanes of zero padding from an
     # out-of-bounds load hit it legitimately, so such lanes get -1 instead of an error
-    safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(safe)
-    return np.where(b == 0, -1, np.where((a < 0) != (safe < 0), -q, q))
+    zero = b == 0
+    return np.where(zero, -1, intdiv(a, np.where(zero, 1, b)))
+
+
+def _c_intmod(a, b):
+    zero = b == 0  # unspecified in PTX: -1 here, like the quotient
+    return np.where(zero, -1, intmod(a, np.where(zero, 1, b)))
 
 
 def apply_binary(op, a, b, dtype, loc):
@@ -330,16 +335,12 @@ def apply_binary(op, a, b, dtype, loc):
         elif op == "*":
             r = wide * wb
         elif op == "/":
-            r = (
-                wide / wb
-                if dtype.is_float()
-                else _c_intdiv(a.astype(np.int64), b.astype(np.int64), loc)
-            )
+            r = wide / wb if dtype.is_float() else _c_intdiv(a.astype(np.int64), b.astype(np.int64))
         elif op == "%":
             if dtype.is_float():
                 r = np.fmod(wide, wb)
-            else:  # C remainder; by zero unspecified in PTX (-1 here, like the quotient)
-                r = np.where(b == 0, -1, np.fmod(a, np.where(b == 0, 1, b)))
+            else:
+                r = _c_intmod(a.astype(np.int64), b.astype(np.int64))
         elif op == "max":
             r = np.maximum(wide, wb)
         elif op == "min":
@@ -348,14 +349,12 @@ def apply_binary(op, a, b, dtype, loc):
             if dtype.kind == "bool":
                 r = {"&": np.logical_and, "|": np.logical_or, "^": np.logical_xor}[op](a, b)
             else:
-                fn = {
-                    "&": np.bitwise_and,
-                    "|": np.bitwise_or,
-                    "^": np.bitwise_xor,
-                    "<<": np.left_shift,
-                    ">>": np.right_shift,
-                }[op]
-                r = fn(a.astype(np.int64), b.astype(np.int64))
+                a64, b64 = a.astype(np.int64), b.astype(np.int64)
+                if op in ("<<", ">>"):
+                    r = shift_array(op, a64, b64, dtype.nbits)
+                else:
+                    fn = {"&": np.bitwise_and, "|": np.bitwise_or, "^": np.bitwise_xor}[op]
+                    r = fn(a64, b64)
         else:
             raise TilusRuntimeError(f"unknown tile operator {op}", loc)
     return convert(r, dtype)

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tilus.backends.interp.numeric import scalar_convert, wrap_int
 from tilus.dtypes import DataType, PointerType
 from tilus.errors import SourceLoc, TilusRuntimeError
+from tilus.ir.cscalar import ARITH, COMPARE, convert, intdiv, intmod, wrap
 from tilus.ir.expr import Binary, Call, Cast, Const, Select, TensorElement, Unary, Var
 
 
@@ -78,46 +78,6 @@ class SharedView:
 # --- scalar evaluation -----------------------------------------------------------------------
 
 
-def _c_div(a, b, dt):
-    if dt.is_float():
-        if b == 0:
-            return math.copysign(math.inf, a) if a != 0 else math.nan
-        return a / b
-    if b == 0:
-        raise ZeroDivisionError("integer division by zero in kernel code")
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
-def _c_mod(a, b, dt):
-    if dt.is_float():
-        return math.fmod(a, b) if b != 0 else math.nan
-    if b == 0:
-        raise ZeroDivisionError("integer modulo by zero in kernel code")
-    r = abs(a) % abs(b)
-    return -r if a < 0 else r
-
-
-_ARITH = {
-    "+": lambda a, b, t: a + b,
-    "-": lambda a, b, t: a - b,
-    "*": lambda a, b, t: a * b,
-    "/": _c_div,
-    "%": _c_mod,
-    "&": lambda a, b, t: a & b,
-    "|": lambda a, b, t: a | b,
-    "^": lambda a, b, t: a ^ b,
-    "<<": lambda a, b, t: a << b if 0 <= b < 64 else 0,
-    ">>": lambda a, b, t: a >> b if 0 <= b < 64 else (0 if a >= 0 else -1),
-}
-_CMP = {
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
 _CALLS = {
     "abs": abs,
     "exp": math.exp,
@@ -155,33 +115,29 @@ def eval_scalar(e, env: dict, loc: SourceLoc | None = None):
         a = eval_scalar(e.a, env, loc)
         b = eval_scalar(e.b, env, loc)
         op = e.op
-        if op in _CMP:
-            return _CMP[op](a, b)
-        if op == "&&":
-            return bool(a) and bool(b)
-        if op == "||":
-            return bool(a) or bool(b)
+        f = COMPARE.get(op)
+        if f is not None:
+            return f(a, b)
         if isinstance(a, PointerValue):
             return a + b if op == "+" else a - b
         dt = e.dtype
         if dt.is_integer():
-            a, b = int(a), int(b)
+            try:
+                return wrap(ARITH[op](int(a), int(b), dt), dt)
+            except ZeroDivisionError as ex:
+                raise TilusRuntimeError(str(ex), loc) from None
         try:
-            r = _ARITH[op](a, b, dt)
-        except ZeroDivisionError as ex:
-            raise TilusRuntimeError(str(ex), loc) from None
+            r = ARITH[op](a, b, dt)
         except OverflowError:
             r = math.inf
-        return wrap_int(r, dt) if dt.is_integer() else scalar_convert(r, dt)
+        return convert(r, dt)
     if t is Unary:
         a = eval_scalar(e.a, env, loc)
         if e.op == "!":
             return not a
         if e.op == "-":
-            return (
-                scalar_convert(-a, e.dtype) if not e.dtype.is_integer() else wrap_int(-a, e.dtype)
-            )
-        return wrap_int(~int(a), e.dtype)
+            return wrap(-a, e.dtype) if e.dtype.is_integer() else convert(-a, e.dtype)
+        return wrap(~int(a), e.dtype)
     if t is Select:
         c = eval_scalar(e.cond, env, loc)
         return eval_scalar(e.a, env, loc) if c else eval_scalar(e.b, env, loc)
@@ -189,7 +145,7 @@ def eval_scalar(e, env: dict, loc: SourceLoc | None = None):
         a = eval_scalar(e.a, env, loc)
         if isinstance(e.dtype, PointerType):
             return a
-        return scalar_convert(a, e.dtype)
+        return convert(a, e.dtype)
     if t is Call:
         args = [eval_scalar(a, env, loc) for a in e.args]
         f = e.func
@@ -197,15 +153,16 @@ def eval_scalar(e, env: dict, loc: SourceLoc | None = None):
             return min(args)
         if f == "max":
             return max(args)
-        if f == "fastdiv":
-            return wrap_int(_c_div(int(args[0]), int(args[1]), e.dtype), e.dtype)
-        if f == "fastmod":
-            return wrap_int(_c_mod(int(args[0]), int(args[1]), e.dtype), e.dtype)
+        if f == "fastdiv" or f == "fastmod":
+            n, d = int(args[0]), int(args[1])
+            if d == 0:
+                raise TilusRuntimeError(f"fast_divmod by zero in kernel code (dividend {n})", loc)
+            return wrap(intdiv(n, d) if f == "fastdiv" else intmod(n, d), e.dtype)
         try:
             r = _CALLS[f](*args)
         except (ValueError, OverflowError):
             r = math.nan
-        return scalar_convert(r, e.dtype)
+        return convert(r, e.dtype)
     if t is TensorElement:
         arr = env[e.tensor]
         idx = tuple(int(eval_scalar(i, env, loc)) for i in e.indices)

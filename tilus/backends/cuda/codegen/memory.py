@@ -6,8 +6,11 @@ from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import ctype
 from tilus.backends.cuda.ptx.ldst import GUARDED_SUFFIX
 from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.dtypes import uint32
 from tilus.ir import inst as I
-from tilus.ir.expr import Expr
+from tilus.ir.cscalar import convert as cconvert
+from tilus.ir.cscalar import wrap
+from tilus.ir.expr import Const, Expr
 from tilus.ir.tensor import TensorVar
 
 rule = CODEGEN_RULES.rule
@@ -43,9 +46,13 @@ def shared_slice(ctx, inst, expr):
     """A view of a shared tile: ``const uint32_t v = base + index * stride;``."""
     view = ctx.plan.shared[inst.out]
     strides = view.layout.strides_bytes()
-    code = f"{ctx.smem.offsets[view.root]}u"
+    base, terms = ctx.smem.offsets[view.root], ""
     for i, x in enumerate(view.index):
-        code += f" + (uint32_t)({expr(x)}) * {strides[i]}u"
+        if isinstance(x, Const):  # fold constant indices into the base (uint32 arithmetic)
+            base = wrap(base + cconvert(x.value, uint32) * strides[i], uint32)
+        else:
+            terms += f" + (uint32_t)({expr(x)}) * {strides[i]}u"
+    code = f"{base}u{terms}"
     name = ctx.name(inst.out)
     ctx.shared_names[inst.out] = name
     ctx.emit(f"const uint32_t {name} = {code};")

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from tilus.backends.cuda.codegen.scalar import HALF, const, ctype, from_float, to_float
 from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.dtypes import uint32
 from tilus.ir import inst as I
+from tilus.ir.cscalar import convert as cconvert
+from tilus.ir.cscalar import wrap
 from tilus.ir.expr import Const
 from tilus.ir.tensor import TensorVar
 
@@ -133,6 +136,8 @@ def element_read(ctx, e, expr) -> str:
     if t in ctx.plan.barriers:
         off = ctx.smem.barrier_offsets[t]
         (i,) = e.indices
+        if isinstance(i, Const):  # a constant index folds into the offset (uint32 arithmetic)
+            return f"(tl_smem + {wrap(off + 8 * cconvert(i.value, uint32), uint32)}u)"
         return f"(tl_smem + {off}u + 8u * (uint32_t)({expr(i)}))"
     layout = layout_of(ctx, t)
     if not layout.replicated:
