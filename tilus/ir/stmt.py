@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from tilus.errors import SourceLoc
 from tilus.ir.expr import Expr, Var
@@ -10,9 +11,19 @@ from tilus.ir.expr import Expr, Var
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Stmt:
-    """Base of all statements; ``loc`` is the user's source position it came from."""
+    """Base of all statements; ``loc`` is the user's source position it came from.
+
+    What the generic passes need to know of a statement class beyond its fields (see
+    ``tilus.ir.visit``): ``BINDS`` names the fields that declare a new variable (visible in the
+    statement's sub-statements, or after the statement when it has none), ``WRITES`` the fields
+    that assign an existing one, and ``SCOPED`` whether sub-statements open a scope of their
+    own. Every other expression field is read.
+    """
 
     loc: SourceLoc | None
+    BINDS: ClassVar[tuple[str, ...]] = ()
+    WRITES: ClassVar[tuple[str, ...]] = ()
+    SCOPED: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -20,6 +31,7 @@ class SeqStmt(Stmt):
     """Statements run in order."""
 
     stmts: tuple[Stmt, ...]
+    SCOPED: ClassVar[bool] = False
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -28,6 +40,7 @@ class DeclareStmt(Stmt):
 
     var: Var
     init: Expr | None
+    BINDS: ClassVar[tuple[str, ...]] = ("var",)
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -36,6 +49,7 @@ class AssignStmt(Stmt):
 
     var: Var
     value: Expr
+    WRITES: ClassVar[tuple[str, ...]] = ("var",)
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -55,6 +69,7 @@ class ForStmt(Stmt):
     step: int
     body: Stmt
     unroll: int | str | None
+    BINDS: ClassVar[tuple[str, ...]] = ("var",)
 
 
 @dataclass(frozen=True, eq=False, slots=True)

@@ -21,26 +21,17 @@ not take; the launcher raises ``TilusArgumentError`` otherwise.
 
 from __future__ import annotations
 
-import dataclasses
 import linecache
 import os
 from dataclasses import dataclass, field
 
 from tilus.dtypes import PointerType
 from tilus.errors import SourceLoc
-from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, Unary, Var
+from tilus.ir.expr import Call, Const, Expr, TensorElement, Var
 from tilus.ir.function import Function
 from tilus.ir.printer import Printer
-from tilus.ir.stmt import (
-    AssignStmt,
-    DeclareStmt,
-    ForStmt,
-    IfStmt,
-    InstStmt,
-    WhileStmt,
-)
-from tilus.ir.tensor import TensorVar
-from tilus.passes.walk import operands, walk
+from tilus.ir.stmt import AssignStmt, DeclareStmt
+from tilus.ir.visit import fields, own_nodes, rewrite, stmts, walk
 
 #: Names the device-side scheme; part of the program text, so a change rebuilds cached kernels.
 FASTDIV_SCHEME = "umulhi-add-shift-v1"
@@ -120,32 +111,12 @@ class FastDivPlan:
 
 
 # --- traversal -------------------------------------------------------------------------------
-def _calls_in(value, out: list) -> None:
-    """Append the fastdiv/fastmod calls in an expression, a field value or a tuple of them."""
-    if isinstance(value, (list, tuple)):
-        for x in value:
-            _calls_in(x, out)
-    elif isinstance(value, TensorVar):
-        _calls_in(tuple(s for s in value.shape if isinstance(s, Expr)), out)
-    elif isinstance(value, Expr):
-        if type(value) is Call and value.func in ("fastdiv", "fastmod"):
-            out.append(value)
-        for c in operands(value):
-            _calls_in(c, out)
+def _is_fast_call(n) -> bool:
+    return type(n) is Call and n.func in ("fastdiv", "fastmod")
 
 
-def _stmt_values(s) -> list:
-    if isinstance(s, DeclareStmt):
-        return [s.init]
-    if isinstance(s, AssignStmt):
-        return [s.value]
-    if isinstance(s, ForStmt):
-        return [s.start, s.stop]
-    if isinstance(s, (WhileStmt, IfStmt)):
-        return [s.cond]
-    if isinstance(s, InstStmt):
-        return [v for _, v in s.inst.items()]
-    return []
+class _Varies(Exception):
+    """The expression varies inside the kernel (raised out of a rewrite)."""
 
 
 class _HostExprs:
@@ -153,7 +124,7 @@ class _HostExprs:
 
     def __init__(self, fn: Function):
         self.defs: dict = {}  # local Var -> list of definitions (init expr or None)
-        for s in walk(fn.body):
+        for s in stmts(fn.body):
             if isinstance(s, DeclareStmt):
                 self.defs.setdefault(s.var, []).append(s.init)
             elif isinstance(s, AssignStmt):
@@ -162,19 +133,20 @@ class _HostExprs:
         self.visiting: set = set()
 
     def __call__(self, e):
-        t = type(e)
-        if t is Const:
-            return e
-        if t is Var:
-            return self.var(e)
-        if t in (Binary, Unary, Cast, Select, Call):
-            names = {Binary: ("a", "b"), Unary: ("a",), Cast: ("a",), Select: ("cond", "a", "b")}
-            if t is Call:
-                args = tuple(self(a) for a in e.args)
-                return None if any(a is None for a in args) else dataclasses.replace(e, args=args)
-            new = {n: self(getattr(e, n)) for n in names[t]}
-            return None if any(v is None for v in new.values()) else dataclasses.replace(e, **new)
-        return None  # tile elements and anything unknown vary
+        try:
+            return rewrite(e, self._leaf)
+        except _Varies:
+            return None
+
+    def _leaf(self, e):
+        if type(e) is Var:
+            r = self.var(e)
+            if r is None:
+                raise _Varies
+            return r
+        if type(e) is TensorElement:
+            raise _Varies  # a tile element varies
+        return None  # operators: rewrite the operands
 
     def var(self, v: Var):
         if v.kind == "param":
@@ -191,18 +163,18 @@ class _HostExprs:
 
 
 def _key(e):
-    """A structural key: equal keys compute equal values."""
-    t = type(e)
-    if t is Var:
+    """A structural key: equal keys compute equal values (variables by identity)."""
+    if isinstance(e, Var):
         return ("var", id(e))
-    if t is Const:
-        return ("const", e.value, e.dtype.name)
-    tag = getattr(e, "op", None) or getattr(e, "func", None)
-    return (t.__name__, tag, e.dtype.name, *(_key(c) for c in operands(e)))
+    if isinstance(e, Expr):
+        return (type(e).__name__, *(_key(v) for _, v in fields(e)))
+    if isinstance(e, tuple):
+        return tuple(_key(x) for x in e)
+    return e  # operator names, dtypes, constant values
 
 
 def _reads_param(e) -> bool:
-    return type(e) is Var or any(_reads_param(c) for c in operands(e))
+    return any(type(n) is Var for n in walk(e))
 
 
 def plan_fast_divmod(fn: Function) -> FastDivPlan:
@@ -210,10 +182,8 @@ def plan_fast_divmod(fn: Function) -> FastDivPlan:
     host = _HostExprs(fn)
     by_key: dict = {}
     calls: dict = {}
-    for s in walk(fn.body):
-        found: list = []
-        _calls_in(_stmt_values(s), found)
-        for c in found:
+    for s in stmts(fn.body):
+        for c in filter(_is_fast_call, own_nodes(s)):
             b = c.args[1]
             if id(c) in calls or c.dtype.name != "int32" or isinstance(b, Const):
                 continue

@@ -10,33 +10,18 @@ from __future__ import annotations
 
 from tilus.errors import TilusCompileError
 from tilus.ir.effects import EFFECTS
-from tilus.ir.expr import TensorElement, Var
+from tilus.ir.expr import Var
 from tilus.ir.function import Function
-from tilus.ir.stmt import (
-    AssignStmt,
-    DeclareStmt,
-    ForStmt,
-    IfStmt,
-    InstStmt,
-    SeqStmt,
-    ThreadGroupStmt,
-    WhileStmt,
-)
+from tilus.ir.stmt import ForStmt, InstStmt, Stmt, ThreadGroupStmt, WhileStmt
 from tilus.ir.tensor import TensorVar
-from tilus.passes.walk import operands
+from tilus.ir.visit import fields, nodes_in, walk
 
 
 def _reads(e, out: list):
-    if isinstance(e, (list, tuple)):
-        for x in e:
-            _reads(x, out)
-        return
-    if isinstance(e, (Var, TensorVar)):
-        out.append(e)
-    elif isinstance(e, TensorElement):
-        out.append(e.tensor)
-    for x in operands(e):
-        _reads(x, out)
+    """Append the variables and tiles that a field value reads (not a tile's shape)."""
+    for x in walk(e, lambda n: not isinstance(n, TensorVar)):
+        if isinstance(x, (Var, TensorVar)):
+            out.append(x)
 
 
 class _Uniformity:
@@ -82,61 +67,65 @@ class _Uniformity:
             self.changed.pop(v, None)
 
     def stmt(self, s):
-        if isinstance(s, SeqStmt):
-            for x in s.stmts:
-                self.stmt(x)
-        elif isinstance(s, DeclareStmt):
-            vals: list = []
-            _reads(s.init, vals)
-            self.read(vals, s.loc)
-            self.declare(s.var)
-        elif isinstance(s, AssignStmt):
-            vals = []
-            _reads(s.value, vals)
-            self.read(vals, s.loc)
-            self.write(s.var, s.loc)
-        elif isinstance(s, InstStmt):
+        t = type(s)
+        if t is InstStmt:
             self.inst(s.inst, s.loc)
-        elif isinstance(s, ForStmt):
-            vals = []
+        elif t is ForStmt:
+            vals: list = []
             _reads((s.start, s.stop), vals)
             self.read(vals, s.loc)
             self.declare(s.var)
             for _ in range(2):  # a second pass sees loop-carried reads
                 self.stmt(s.body)
-        elif isinstance(s, WhileStmt):
+        elif t is WhileStmt:
             for _ in range(2):
                 vals = []
                 _reads(s.cond, vals)
                 self.read(vals, s.loc)
                 self.stmt(s.body)
-        elif isinstance(s, IfStmt):
-            vals = []
-            _reads(s.cond, vals)
-            self.read(vals, s.loc)
-            self.stmt(s.then_body)
-            if s.else_body is not None:
-                self.stmt(s.else_body)
-        elif isinstance(s, ThreadGroupStmt):
-            lo, hi, _ = self.ranges[-1]
-            rng = (
-                (lo, hi, False)
-                if s.begin < 0
-                else (lo + s.begin, lo + s.begin + s.num_threads, True)
-            )
-            self.groups.append(s)
-            self.ranges.append(rng)
-            self.pending.append({})
-            self.stmt(s.body)
-            self.groups.pop()
-            self.ranges.pop()
-            done = self.pending.pop()
-            for v, loc in done.items():
-                depth = len(self.home.get(v, ()))
-                if depth <= len(self.groups):
-                    self.changed[v] = (s, loc, rng)
-                    if depth < len(self.groups):
-                        self.pending[-1][v] = loc  # diverges from the enclosing group too
+        elif t is ThreadGroupStmt:
+            self.thread_group(s)
+        else:
+            self.generic(s)
+
+    def generic(self, s):
+        """Any other statement: its expressions are read, then its sub-statements run; the
+        fields it binds are declared and those it writes are assigned."""
+        vals: list = []
+        subs: list = []
+        for name, value in fields(s):
+            if name == "loc" or name in s.BINDS or name in s.WRITES:
+                continue
+            if isinstance(value, Stmt) or (
+                isinstance(value, tuple) and value and isinstance(value[0], Stmt)
+            ):
+                subs.extend(nodes_in(value))
+            else:
+                _reads(value, vals)
+        self.read(vals, s.loc)
+        for name in s.BINDS:
+            self.declare(getattr(s, name))
+        for x in subs:
+            self.stmt(x)
+        for name in s.WRITES:
+            self.write(getattr(s, name), s.loc)
+
+    def thread_group(self, s: ThreadGroupStmt):
+        lo, hi, _ = self.ranges[-1]
+        rng = (lo, hi, False) if s.begin < 0 else (lo + s.begin, lo + s.begin + s.num_threads, True)
+        self.groups.append(s)
+        self.ranges.append(rng)
+        self.pending.append({})
+        self.stmt(s.body)
+        self.groups.pop()
+        self.ranges.pop()
+        done = self.pending.pop()
+        for v, loc in done.items():
+            depth = len(self.home.get(v, ()))
+            if depth <= len(self.groups):
+                self.changed[v] = (s, loc, rng)
+                if depth < len(self.groups):
+                    self.pending[-1][v] = loc  # diverges from the enclosing group too
 
     def inst(self, inst, loc):
         fx = EFFECTS.lookup(inst)

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 from tilus.errors import TilusCompileError
 from tilus.ir.effects import EFFECTS
-from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, TensorElement, Unary, Var
+from tilus.ir.expr import Expr, Var
 from tilus.ir.function import Function
-from tilus.ir.stmt import (
-    AssignStmt,
-    BreakStmt,
-    DeclareStmt,
-    ForStmt,
-    IfStmt,
-    InstStmt,
-    ReturnStmt,
-    SeqStmt,
-    ThreadGroupStmt,
-    WhileStmt,
-)
+from tilus.ir.stmt import InstStmt, Stmt
 from tilus.ir.tensor import TensorVar
+from tilus.ir.visit import fields, nodes_in, walk
+
+
+def _not_tensor(n) -> bool:
+    return not isinstance(n, TensorVar)  # a tile's runtime shape was checked where it was made
 
 
 class _Verifier:
@@ -29,38 +23,23 @@ class _Verifier:
     def defined(self, v) -> bool:
         return any(v in s for s in self.scopes)
 
-    def use(self, e):
-        if isinstance(e, (list, tuple)):
-            for x in e:
-                self.use(x)
-        elif isinstance(e, TensorVar):
-            if not self.defined(e):
-                raise TilusCompileError(
-                    f"tile `{e.name}` is used outside the block that defined it", self.loc
-                )
-        elif isinstance(e, Var):
-            if e.kind == "local" and not self.defined(e):
-                raise TilusCompileError(
-                    f"variable `{e.name}` is used outside the block that declared it (declare it "
-                    f"before the loop/if/thread group to use it afterwards)",
-                    self.loc,
-                )
-        elif isinstance(e, Binary):
-            self.use(e.a)
-            self.use(e.b)
-        elif isinstance(e, (Unary, Cast)):
-            self.use(e.a)
-        elif isinstance(e, Select):
-            self.use((e.cond, e.a, e.b))
-        elif isinstance(e, Call):
-            self.use(e.args)
-        elif isinstance(e, TensorElement):
-            self.use(e.tensor)
-            self.use(e.indices)
-        elif e is None or isinstance(e, (Const, int, float, str, bool)):
-            pass
-        elif isinstance(e, Expr):
-            raise TilusCompileError(f"unknown expression {type(e).__name__}", self.loc)
+    def use(self, value):
+        """Check every variable and tile that a field value reads."""
+        for e in walk(value, _not_tensor):
+            if isinstance(e, TensorVar):
+                if not self.defined(e):
+                    raise TilusCompileError(
+                        f"tile `{e.name}` is used outside the block that defined it", self.loc
+                    )
+            elif isinstance(e, Var):
+                if e.kind == "local" and not self.defined(e):
+                    raise TilusCompileError(
+                        f"variable `{e.name}` is used outside the block that declared it "
+                        f"(declare it before the loop/if/thread group to use it afterwards)",
+                        self.loc,
+                    )
+            elif not isinstance(e, Expr):
+                raise TilusCompileError(f"{type(e).__name__} where a value belongs", self.loc)
 
     def block(self, s, extra=()):
         self.scopes.append(set(extra))
@@ -68,36 +47,33 @@ class _Verifier:
         self.scopes.pop()
 
     def stmt(self, s):
+        if not isinstance(s, Stmt):
+            raise TilusCompileError(f"unknown statement {type(s).__name__}", self.loc)
         if s.loc is not None:
             self.loc = s.loc
-        if isinstance(s, SeqStmt):
-            for x in s.stmts:
-                self.stmt(x)
-        elif isinstance(s, DeclareStmt):
-            self.use(s.init)
-            self.scopes[-1].add(s.var)
-        elif isinstance(s, AssignStmt):
-            self.use(s.var)
-            self.use(s.value)
-        elif isinstance(s, InstStmt):
+        if type(s) is InstStmt:
             self.inst(s.inst)
-        elif isinstance(s, ForStmt):
-            self.use((s.start, s.stop))
-            self.block(s.body, (s.var,))
-        elif isinstance(s, WhileStmt):
-            self.use(s.cond)
-            self.block(s.body)
-        elif isinstance(s, IfStmt):
-            self.use(s.cond)
-            self.block(s.then_body)
-            if s.else_body is not None:
-                self.block(s.else_body)
-        elif isinstance(s, ThreadGroupStmt):
-            self.block(s.body)
-        elif isinstance(s, (BreakStmt, ReturnStmt)):
-            pass
-        else:
-            raise TilusCompileError(f"unknown statement {type(s).__name__}", self.loc)
+            return
+        # reads first (a for loop's bounds, an if's condition), then the sub-statements
+        bound, subs = [], []
+        for name, value in fields(s):
+            if name == "loc":
+                continue
+            if name in s.BINDS:
+                bound.append(value)
+            elif isinstance(value, Stmt) or (
+                isinstance(value, tuple) and value and isinstance(value[0], Stmt)
+            ):
+                subs.extend(nodes_in(value))
+            else:
+                self.use(value)
+        if not subs:
+            self.scopes[-1].update(bound)
+        for x in subs:
+            if s.SCOPED:
+                self.block(x, bound)
+            else:
+                self.stmt(x)
 
     def inst(self, inst):
         fx = EFFECTS.lookup(inst)

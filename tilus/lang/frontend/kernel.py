@@ -7,8 +7,9 @@ import inspect
 
 from tilus.dtypes import DataType, PointerType, int32
 from tilus.errors import TilusProgramError
-from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, TensorElement, Unary, Var, cast
+from tilus.ir.expr import Expr, TensorElement, Var, cast
 from tilus.ir.function import Function
+from tilus.ir.visit import rewrite
 from tilus.lang.builder import Builder
 from tilus.lang.frontend.source import Frame, closure_vars, parse_function
 from tilus.lang.frontend.transpiler import (
@@ -121,40 +122,23 @@ def _grid(builder: Builder, blocks, loc, params: set) -> tuple:
 
 def _over_params(builder, e, loc, params):
     """Re-express a grid size over kernel parameters, inlining never-reassigned locals."""
-    if not isinstance(e, Expr):
-        return e
-    if isinstance(e, Const):
-        return e
-    if isinstance(e, Var):
-        if e in params:
-            return e
+
+    def leaf(x):
+        if isinstance(x, TensorElement):
+            raise TilusProgramError("the grid cannot depend on a tile element", loc)
+        if not isinstance(x, Var) or x in params:
+            return None  # operators are rebuilt around their rewritten operands
         if (
-            e.kind == "local"
-            and e in builder.decl_init
-            and e not in builder.assigned
-            and builder.decl_init[e] is not None
+            x.kind == "local"
+            and x in builder.decl_init
+            and x not in builder.assigned
+            and builder.decl_init[x] is not None
         ):
-            return _over_params(builder, builder.decl_init[e], loc, params)
+            return _over_params(builder, builder.decl_init[x], loc, params)
         raise TilusProgramError(
             f"the grid (self.attrs.blocks) must be computable from the kernel parameters, but "
-            f"it depends on `{e.name}`",
+            f"it depends on `{x.name}`",
             loc,
         )
-    if isinstance(e, Binary):
-        return type(e)(
-            e.op,
-            _over_params(builder, e.a, loc, params),
-            _over_params(builder, e.b, loc, params),
-            e.dtype,
-        )
-    if isinstance(e, Unary):
-        return Unary(e.op, _over_params(builder, e.a, loc, params), e.dtype)
-    if isinstance(e, Cast):
-        return Cast(_over_params(builder, e.a, loc, params), e.dtype)
-    if isinstance(e, Select):
-        return Select(*(_over_params(builder, x, loc, params) for x in (e.cond, e.a, e.b)), e.dtype)
-    if isinstance(e, Call):
-        return Call(e.func, tuple(_over_params(builder, x, loc, params) for x in e.args), e.dtype)
-    if isinstance(e, TensorElement):
-        raise TilusProgramError("the grid cannot depend on a tile element", loc)
-    return e
+
+    return rewrite(e, leaf) if isinstance(e, Expr) else e
