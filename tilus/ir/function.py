@@ -21,6 +21,8 @@ class Function:
         const_args: compile-time arguments baked into this kernel, (name, value) pairs.
         config: the autotune configuration this kernel was built from, (name, value) pairs.
         source_file: the file the Script was defined in.
+        assumes: facts the kernel states about its parameters (``self.assume``), each a
+            ``(condition, source location)`` pair; every condition is ``param % c == 0``.
     """
 
     name: str
@@ -31,6 +33,7 @@ class Function:
     const_args: tuple
     config: tuple
     source_file: str
+    assumes: tuple = ()
 
     @property
     def num_threads(self) -> int:

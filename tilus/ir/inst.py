@@ -391,7 +391,10 @@ class WgmmaWaitGroup(Inst):
 
 @instruction("fence_proxy_async", ptx="9.7.13.4 membar/fence (proxy.async)")
 class FenceProxyAsync(Inst):
-    """Order generic-proxy shared-memory writes before async-proxy (TMA/WGMMA) reads."""
+    """Order generic-proxy accesses of ``space`` (``"shared"``: the block's shared memory,
+    ``"global"``) against async-proxy (TMA/WGMMA) accesses, both ways."""
+
+    space: str = "shared"
 
 
 @instruction("setmaxnreg", ptx="9.7.19.5 setmaxnreg")

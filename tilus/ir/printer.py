@@ -137,6 +137,9 @@ class Printer:
         lines.append(f"  const_args {dict(fn.const_args)!r}")
         lines.append(f"  config {dict(fn.config)!r}")
         lines.append(f"  blocks [{', '.join(self.expr(b) for b in fn.blocks)}] warps {fn.warps}")
+        for cond, loc in fn.assumes:
+            where = f"  # line {loc.line}" if loc is not None else ""
+            lines.append(f"  assume {self.expr(cond)}{where}")
         lines.append("body:")
         self.stmt(fn.body, 1, lines)
         return "\n".join(lines) + "\n"

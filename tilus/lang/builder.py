@@ -104,6 +104,7 @@ class Builder:
         self.params: list[Var] = []
         self.decl_init: dict[Var, Expr | None] = {}  # for re-expressing the grid over params
         self.assigned: set[Var] = set()
+        self.assumes: list = []  # (condition, loc) facts about the parameters (assume())
 
     # --- context -------------------------------------------------------------------------------
     def __enter__(self):

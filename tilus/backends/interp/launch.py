@@ -13,6 +13,7 @@ from tilus.backends.interp.rules import INTERP_RULES
 from tilus.backends.interp.values import PointerValue, eval_scalar
 from tilus.dtypes import DataType, PointerType, from_numpy_dtype, from_torch_dtype
 from tilus.errors import TilusArgumentError, TilusRuntimeError
+from tilus.ir.printer import print_ir
 from tilus.lang.instructions.generic import BLOCK_IDX, GRID_DIM
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -131,12 +132,25 @@ def prepare(kernel: str, runtime):
     return values, buffers
 
 
+def check_assumptions(fn, env) -> None:
+    """Raise at the ``assume()`` whose condition the arguments break (before any block runs)."""
+    for cond, loc in fn.assumes:
+        if not eval_scalar(cond, env, loc):
+            p = cond.a.a  # param % c == 0
+            raise TilusRuntimeError(
+                f"{fn.name}: assume({print_ir(cond)}) does not hold for this launch: "
+                f"{p.name} = {env[p]} is not a multiple of {cond.a.b.value}",
+                loc,
+            )
+
+
 def run_program(program, values, seed=None):
     """Run every block of the grid of ``program`` with the given argument values."""
     fn = program.fn
     env = {}
     for p, v in zip(fn.params, values):
         env[p] = PointerValue(v.flat, 0, p.name, v.dtype) if hasattr(v, "flat") else v
+    check_assumptions(fn, env)
     grid = [int(eval_scalar(b, env)) for b in fn.blocks]
     for g, lim, axis in zip(grid, MAX_GRID, "xyz"):
         if g < 0 or g > lim:

@@ -102,6 +102,7 @@ def transpile(script, const_args: dict, config: dict) -> Function:
         const_args=tuple(sorted(const_args.items())),
         config=tuple(config.items()),
         source_file=parsed.filename,
+        assumes=tuple(builder.assumes),
     )
 
 

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tilus.dtypes import PointerType, boolean, int32
+from tilus.dtypes import DataType, PointerType, boolean, int32
 from tilus.ir import inst as I
-from tilus.ir.expr import Const, Expr, Var, as_expr, call, cast
+from tilus.ir.expr import Binary, Const, Expr, Var, as_expr, call, cast
+from tilus.ir.printer import print_ir
 from tilus.ir.tensor import TensorVar
 from tilus.lang.builder import current
 from tilus.lang.instructions.tiles import (  # noqa: F401 - re-exported for the front end
@@ -92,6 +93,30 @@ GRID_DIM = Dim3(
     Var("gridDim.y", int32, "builtin"),
     Var("gridDim.z", int32, "builtin"),
 )
+
+
+def _conjuncts(e: Expr) -> list[Expr]:
+    """The operands of a chain of ``and`` (``&&``, or ``&`` on booleans)."""
+    if type(e) is Binary and (e.op == "&&" or (e.op == "&" and e.dtype.kind == "bool")):
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [e]
+
+
+def _is_divisibility(e: Expr) -> bool:
+    """``param % c == 0`` with an integer kernel parameter and a positive constant ``c``."""
+    if type(e) is not Binary or e.op != "==" or type(e.a) is not Binary or e.a.op != "%":
+        return False
+    p, c, zero = e.a.a, e.a.b, e.b
+    return (
+        type(p) is Var
+        and p.kind == "param"
+        and isinstance(p.dtype, DataType)
+        and p.dtype.is_integer()
+        and type(c) is Const
+        and c.value > 0
+        and type(zero) is Const
+        and zero.value == 0
+    )
 
 
 class GenericInstructions:
@@ -214,12 +239,30 @@ class GenericInstructions:
             raise b.error(f"static assertion failed{': ' + msg if msg else ''}")
 
     def assume(self, cond):
-        """Record a fact about kernel parameters (accepted and checked for being well formed)."""
+        """State that integer kernel parameters are multiples of constants, for every launch.
+
+        ``cond`` is ``param % c == 0`` (``c`` a positive compile-time int), or several joined
+        with ``and``. The fact is recorded on the kernel: the CUDA backend hands it to the C++
+        compiler (``__builtin_assume``), the interpreter checks it when the kernel starts and
+        raises at this line if it does not hold. A Python ``True`` is a no-op, ``False`` an
+        error.
+        """
         b = current()
+        if isinstance(cond, Const):
+            cond = bool(cond.value)
         if cond is True:
             return
-        if cond is False or (isinstance(cond, Const) and not cond.value):
+        if cond is False:
             raise b.error("assume() got a condition that is always false")
+        if not isinstance(cond, Expr):
+            raise b.error(f"assume() needs a condition on kernel parameters, got {cond!r}")
+        for c in _conjuncts(cond):
+            if not _is_divisibility(c):
+                raise b.error(
+                    f"assume() accepts only `param % c == 0` on int kernel parameters with a "
+                    f"positive constant c (several joined with `and`), got `{print_ir(c)}`"
+                )
+            b.assumes.append((c, b.loc))
 
     # --- tensor creation -----------------------------------------------------------------------
     def register_tensor(self, *, dtype, shape, init=None) -> TensorVar:

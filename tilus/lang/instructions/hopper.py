@@ -107,6 +107,16 @@ def _tma_tile(b, g, s, offsets, dims, what):
     return offs, dims
 
 
+def _no_cache_policy(b, cache_policy, what: str) -> None:
+    # an L2 cache hint (``.L2::cache_hint`` with a ``createpolicy`` operand) has no lowering yet;
+    # refusing it beats silently dropping it
+    if cache_policy is not None:
+        raise b.error(
+            f"{what}: cache_policy={cache_policy!r} is not supported (no L2 cache-hint lowering "
+            f"yet); leave it None"
+        )
+
+
 class TmaGroup:
     """Bulk tensor copies (PTX ISA 9.7.9.25.5.2 cp.async.bulk.tensor)."""
 
@@ -125,20 +135,24 @@ class TmaGroup:
         """Asynchronously copy the tile at ``offsets`` of ``src`` into ``dst``.
 
         Completion adds the tile's bytes to ``mbarrier``'s transaction count; the out-of-bounds
-        part of the box is zero-filled.
+        part of the box is zero-filled. ``cache_policy`` (an L2 cache hint) is not supported
+        yet: anything but None is refused.
         """
         b = current()
         if cta_group != 1 or multicast_mask is not None:
             raise b.error(
                 "TMA multicast and cta_group=2 need clusters, which are not supported yet"
             )
+        _no_cache_policy(b, cache_policy, "tma.global_to_shared")
         _tma_issuer_check(b, "tma.global_to_shared")
         offs, dims = _tma_tile(b, src, dst, offsets, dims, "tma.global_to_shared")
         b.inst(I.TmaGlobalToShared(src, dst, offs, dims, _barrier(b, mbarrier)))
 
     def shared_to_global(self, src, dst, offsets, dims=None, cache_policy=None):
-        """Asynchronously copy shared tile ``src`` into ``dst`` at ``offsets``."""
+        """Asynchronously copy shared tile ``src`` into ``dst`` at ``offsets``; ``cache_policy``
+        (an L2 cache hint) is not supported yet: anything but None is refused."""
         b = current()
+        _no_cache_policy(b, cache_policy, "tma.shared_to_global")
         _tma_issuer_check(b, "tma.shared_to_global")
         offs, dims = _tma_tile(b, dst, src, offsets, dims, "tma.shared_to_global")
         b.inst(I.TmaSharedToGlobal(src, dst, offs, dims))
@@ -234,15 +248,18 @@ class FenceGroup:
     """Proxy fences (PTX ISA 9.7.13.4 membar/fence)."""
 
     def proxy_async(self, space: str = "shared"):
-        """Order generic-proxy writes before async-proxy (TMA, WGMMA) accesses."""
+        """Order generic-proxy accesses of ``space`` ("shared": the block's shared memory, or
+        "global") against async-proxy (TMA, WGMMA) accesses, both ways
+        (``fence.proxy.async.shared::cta`` / ``fence.proxy.async.global``)."""
         b = current()
         if space not in ("shared", "global"):
             raise b.error(f"space must be 'shared' or 'global', got {space!r}")
-        b.inst(I.FenceProxyAsync())
+        b.inst(I.FenceProxyAsync(space))
 
     def proxy_async_release(self):
-        """The lighter generic -> async release fence for shared memory."""
-        current().inst(I.FenceProxyAsync())
+        """Make prior generic-proxy writes to shared memory visible to later async-proxy reads
+        (lowered to the bidirectional shared fence, which orders at least as much)."""
+        current().inst(I.FenceProxyAsync("shared"))
 
 
 class HopperInstructions:

@@ -149,10 +149,16 @@ def wgmma_wait_group(ctx, inst, expr):
         ctx.close()
 
 
+_PROXY_FENCES = {"shared": "tl_fence_proxy_async", "global": "tl_fence_proxy_async_global"}
+
+
 @rule(I.FenceProxyAsync)
 def fence_proxy_async(ctx, inst, expr):
-    """fence.proxy.async.shared::cta."""
-    ctx.emit("tl_fence_proxy_async();")
+    """fence.proxy.async.shared::cta or fence.proxy.async.global."""
+    fn = _PROXY_FENCES.get(inst.space)
+    if fn is None:
+        raise ctx.error(f"fence.proxy_async has no lowering for space {inst.space!r}")
+    ctx.emit(f"{fn}();")
 
 
 @rule(I.SetMaxNReg)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from tilus.backends.cuda.codegen.context import Context
 from tilus.backends.cuda.codegen.scalar import FASTDIV_HELPERS, HELPERS, ctype
@@ -95,6 +96,9 @@ def generate(program) -> KernelSource:
         ctx.emit("tl_fence_mbarrier_init();")
         ctx.close()
         ctx.emit("__syncthreads();")
+    for cond, loc in fn.assumes:  # facts about the parameters (assume()) for the compiler
+        ctx.source_comment(SimpleNamespace(loc=loc))
+        ctx.emit(f"__builtin_assume({emitter.expr(cond)});")
     emitter.stmt(fn.body)
     body = "\n".join(ctx.lines)
     sig = ",\n    ".join(params)

@@ -159,3 +159,14 @@ __device__ __forceinline__ void tl_fence_proxy_async() {{
 }}
 """,
 )
+# (fence.proxy.async.global: the same for global memory, e.g. generic stores that a later TMA
+# load reads, or TMA stores that later generic loads read)
+FENCE_PROXY_ASYNC_GLOBAL = register(
+    FAMILY,
+    "tl_fence_proxy_async_global",
+    f"""
+__device__ __forceinline__ void tl_fence_proxy_async_global() {{
+  asm volatile("{check_operands("fence.proxy.async.global;", 0)}" ::: "memory");
+}}
+""",
+)
