@@ -60,8 +60,11 @@ def test_defaults_and_keywords():
 
 def test_too_many_arguments():
     x, out = _inputs()
-    text = _raises(tilus.TilusArgumentError, "5", 50, x, out, 2.0, 32, 99)
-    assert "6" in text
+    _raises(
+        tilus.TilusArgumentError,
+        "Scale takes 5 arguments (n, x_ptr, out_ptr, factor, block) but 6 were given",
+        *(50, x, out, 2.0, 32, 99),
+    )
 
 
 def test_missing_argument_names_it():
@@ -135,14 +138,14 @@ def test_non_int_for_an_int_compile_time_param():
 
 
 def test_tile_too_small_for_the_global_view():
-    x, out = _inputs(50)
+    x, _ = _inputs(50)
+    out = np.full(64, np.nan, np.float32)
     with pytest.raises(tilus.TilusRuntimeError) as info:
-        Scale()(64, x, np.full(64, np.nan, np.float32))
+        Scale()(64, x, out)
     text = str(info.value)
-    assert "`x_ptr`" in text or "'x_ptr'" in text, text
-    assert "50" in text
+    assert "outside the array passed as `x_ptr` (50 elements)" in text, text
     assert info.value.loc is not None and info.value.loc.file.endswith("test_arguments.py")
-    assert np.isnan(out).all()
+    assert np.isnan(out).all()  # the array the kernel was given: nothing was stored
 
 
 class Consts(tilus.Script):

@@ -154,12 +154,6 @@ class TiledMatmul(tilus.Script):
 
 @needs_nvrtc
 def test_tiled_matmul_with_dot():
-    from tilus.backends.cuda.codegen.kernel import DOT_SUPPORTED
-
-    if not DOT_SUPPORTED:
-        with pytest.raises(tilus.TilusCompileError, match=r"test_codegen.py:\d+.*dot"):
-            tilus.compile(TiledMatmul(), 256, 256, 256, float16, float16, float32)
-        return
     ck = tilus.compile(TiledMatmul(), 256, 256, 256, float16, float16, float32)
     ops = assert_clean(ck)
     assert ops["HMMA"] > 0

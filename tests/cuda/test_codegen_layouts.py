@@ -76,7 +76,7 @@ def test_permute_and_replicated_and_blocked():
 def test_shared_swizzle():
     assert [choose_swizzle(b) for b in (16, 32, 64, 128, 256)] == [0, 32, 64, 128, 0]
     s = SharedLayout((3, 64, 64), 2, 128)
-    assert s.row_bytes == 128 and s.atom_bytes == 1024 and s.nbytes == 3 * 64 * 64 * 2
+    assert s.row_bytes == 128 and s.nbytes == 3 * 64 * 64 * 2
     # 128B: the 16-byte chunk index is XORed with the row index within each 8-row atom
     for row in range(16):
         for chunk in range(8):

@@ -12,7 +12,6 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import ClassVar
 
-from tilus.dtypes import DataType
 from tilus.ir.expr import Const, Expr
 from tilus.ir.tensor import TensorVar
 
@@ -403,12 +402,6 @@ class SetMaxNReg(Inst):
     groups that only issue copies give registers back, ones that hold accumulators take them."""
 
     count: int
-
-
-def inst_dtype(inst: Inst) -> DataType | None:
-    """The dtype of an instruction's output, if it has one."""
-    out = inst.output()
-    return out.dtype if out is not None else None
 
 
 # --- random numbers --------------------------------------------------------------------------

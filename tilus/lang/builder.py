@@ -99,9 +99,7 @@ class Builder:
         self.attrs = Attributes()
         self.names: dict[str, int] = {}
         self.name_hint: str | None = None
-        self.loop_depth = 0
         self.runtime_depth = 0  # runtime loops/ifs/thread groups around the current statement
-        self.params: list[Var] = []
         self.decl_init: dict[Var, Expr | None] = {}  # for re-expressing the grid over params
         self.assigned: set[Var] = set()
         self.assumes: list = []  # (condition, loc) facts about the parameters (assume())

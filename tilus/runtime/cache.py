@@ -43,9 +43,6 @@ def cache_dir() -> pathlib.Path:
     chosen = option.get_option("cache_dir")  # the option reads $TILUS_CACHE_DIR itself
     if chosen:
         return pathlib.Path(chosen).expanduser()
-    env = os.environ.get("TILUS_CACHE_DIR")
-    if env:
-        return pathlib.Path(env).expanduser()
     return pathlib.Path.home() / ".cache" / "tilus"
 
 

@@ -283,9 +283,3 @@ class Module:
             handle = check(drv.cuModuleGetFunction(self.handle, name.encode()), f"get {name}")
             self._functions[name] = Kernel(self, name, handle)
         return self._functions[name]
-
-    def unload(self) -> None:
-        """Unload the module now; its kernels must not be launched afterwards."""
-        if self.handle is not None:
-            handle, self.handle = self.handle, None
-            check(cuda_driver().cuModuleUnload(handle), "cuModuleUnload")

@@ -68,11 +68,6 @@ class SharedLayout:
         """Bytes of the whole tile."""
         return math.prod(self.shape) * self.elem_bytes
 
-    @property
-    def atom_bytes(self) -> int:
-        """The swizzle pattern's period in bytes (a leaf must be aligned to it)."""
-        return 8 * self.swizzle if self.swizzle else 16
-
     def strides_bytes(self) -> tuple[int, ...]:
         """Row-major byte strides of every dim (before swizzling)."""
         out, s = [], self.elem_bytes

@@ -79,9 +79,6 @@ class Dim3:
     def __len__(self):
         return 3
 
-    def to_tuple(self):
-        return (self.x, self.y, self.z)
-
 
 BLOCK_IDX = Dim3(
     Var("blockIdx.x", int32, "builtin"),

@@ -18,8 +18,6 @@ from tilus.passes.shared_memory import SM90_SMEM_LIMIT
 CODEGEN_VERSION = "cuda-codegen-1"
 #: Slack so the dynamic shared-memory base can be rounded up to 1024 bytes (swizzle atoms).
 SMEM_ALIGN_SLACK = 1024
-#: dot (mma.sync) has a CUDA lowering.
-DOT_SUPPORTED = True
 FAMILIES = ("mbarrier", "tma", "wgmma", "sync", "ldst", "mma")
 
 
