@@ -35,6 +35,7 @@ USES = {
   tl_mbar_wait_parity_relaxed(b + 8, 0);
   out[threadIdx.x] = tl_mbar_try_wait_parity_acquire(b, 1) + tl_mbar_try_wait_parity_relaxed(b, 1);
   tl_fence_proxy_async();
+  tl_fence_proxy_async_global();
 """,
         {"SYNCS"},
     ),
