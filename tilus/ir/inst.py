@@ -395,6 +395,13 @@ class FenceProxyAsync(Inst):
 
     space: str = "shared"
 
+    SPACES: ClassVar[tuple[str, ...]] = ("shared", "global")
+
+    def validate(self) -> None:
+        """The space is one the PTX proxy fence names (``.shared::cta`` or ``.global``)."""
+        if self.space not in self.SPACES:
+            raise InstError(f"space must be 'shared' or 'global', got {self.space!r}")
+
 
 @instruction("setmaxnreg", ptx="9.7.19.5 setmaxnreg")
 class SetMaxNReg(Inst):

@@ -251,10 +251,7 @@ class FenceGroup:
         """Order generic-proxy accesses of ``space`` ("shared": the block's shared memory, or
         "global") against async-proxy (TMA, WGMMA) accesses, both ways
         (``fence.proxy.async.shared::cta`` / ``fence.proxy.async.global``)."""
-        b = current()
-        if space not in ("shared", "global"):
-            raise b.error(f"space must be 'shared' or 'global', got {space!r}")
-        b.inst(I.FenceProxyAsync(space))
+        current().inst(I.FenceProxyAsync(space))
 
     def proxy_async_release(self):
         """Make prior generic-proxy writes to shared memory visible to later async-proxy reads
