@@ -22,146 +22,6 @@ __device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
   return addr;
 }
-// ---- tilus prelude: ldst ----
-
-__device__ __forceinline__ uint32_t tl_pack_f16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ uint32_t tl_pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ void tl_st_global_b32(void* ptr, uint32_t a) {
-  asm volatile("st.global.b32 [%0], %1;"
-               :: "l"(ptr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v2_b32(void* ptr, uint32_t a, uint32_t b) {
-  asm volatile("st.global.v2.b32 [%0], {%1, %2};"
-               :: "l"(ptr), "r"(a), "r"(b) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v4_b32(void* ptr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_ld_global_v4_b32(const void* ptr, uint32_t (&r)[4]) {
-  asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(ptr) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_shared_b32(uint32_t addr, uint32_t a) {
-  asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_shared_v4_b32(uint32_t addr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_global_if_i8(int8_t* ptr, int8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i8(int8_t* ptr, int8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u8(uint8_t* ptr, uint8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u8(uint8_t* ptr, uint8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_bool(bool* ptr, bool v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_bool(bool* ptr, bool v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i16(int16_t* ptr, int16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i16(int16_t* ptr, int16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u16(uint16_t* ptr, uint16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u16(uint16_t* ptr, uint16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i32(int32_t* ptr, int32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i32(int32_t* ptr, int32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u32(uint32_t* ptr, uint32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u32(uint32_t* ptr, uint32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i64(int64_t* ptr, int64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i64(int64_t* ptr, int64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u64(uint64_t* ptr, uint64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u64(uint64_t* ptr, uint64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f32(float* ptr, float v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f32 [%0], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f32(float* ptr, float v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f32 [a], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f64(double* ptr, double v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f64 [%0], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f64(double* ptr, double v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f64 [a], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 s, a; cvta.shared.u64 s, %5; setp.ne.b32 p, %2, 0; selp.b64 a, %0, s, p; st.b32 [a], %1; setp.ne.b32 p, %3, 0; selp.b64 a, %0, s, p; st.b16 [a], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; selp.b64 a, a, s, p; st.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi), "l"((uint64_t)scratch)
-               : "memory");
-}
 // ---- tilus prelude: mbarrier ----
 
 __device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
@@ -174,25 +34,8 @@ __device__ __forceinline__ void tl_mbar_arrive(uint32_t bar) {
                :: "r"(bar) : "memory");
 }
 
-__device__ __forceinline__ void tl_mbar_arrive_count(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(count) : "memory");
-}
-
 __device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_arrive_cluster(uint32_t bar) {
-  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-__device__ __forceinline__ void tl_mbar_arrive_cluster_release(uint32_t bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
                :: "r"(bar), "r"(bytes) : "memory");
 }
 
@@ -226,61 +69,10 @@ __device__ __forceinline__ void tl_fence_mbarrier_init() {
 __device__ __forceinline__ void tl_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-// ---- tilus prelude: mma ----
-
-// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// D (f32x4) += A (4 x bf16x2, row) * B (2 x bf16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_bf16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1_trans(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
 // ---- tilus prelude: sync ----
 
 __device__ __forceinline__ void tl_bar_sync(uint32_t id, uint32_t nthreads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_bar_arrive(uint32_t id, uint32_t nthreads) {
-  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_syncthreads() {
-  asm volatile("bar.sync 0;" ::: "memory");
-}
-
-__device__ __forceinline__ void tl_syncwarp(uint32_t mask = 0xffffffffu) {
-  asm volatile("bar.warp.sync %0;" :: "r"(mask) : "memory");
 }
 
 __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
@@ -289,115 +81,12 @@ __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
                : "=r"(pred) : "r"(mask));
   return pred;
 }
-
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
-}
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
-}
-
-__device__ __forceinline__ void tl_cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_sync() {
-  tl_cluster_arrive();
-  tl_cluster_wait();
-}
-
-__device__ __forceinline__ uint32_t tl_cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t tl_mapa(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
 // ---- tilus prelude: tma ----
-
-__device__ __forceinline__ void tl_tma_load_1d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0) : "memory");
-}
 
 __device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
                                                   uint32_t bar, int32_t c0, int32_t c1) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_1d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_2d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7, %8}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_1d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.tile.bulk_group [%0, {%2}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0) : "memory");
 }
 
 __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32_t src,
@@ -406,39 +95,13 @@ __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32
                :: "l"(map), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 
-__device__ __forceinline__ void tl_tma_store_3d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_4d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_5d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
 __device__ __forceinline__ void tl_tma_store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
 template <int N>
-__device__ __forceinline__ void tl_tma_store_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
-}
-template <int N>
 __device__ __forceinline__ void tl_tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_prefetch_map(const CUtensorMap_t* map) {
-  asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
 }
 // ---- tilus prelude: wgmma ----
 
@@ -455,16 +118,6 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }
 
-__device__ __forceinline__ uint64_t tl_wgmma_make_desc(uint32_t addr, uint32_t lbo_bytes,
-                                                       uint32_t sbo_bytes, uint32_t swizzle_code,
-                                                       uint32_t base_offset) {
-  uint64_t desc = (uint64_t)((addr >> 4) & 0x3FFFu);
-  desc |= (uint64_t)((lbo_bytes >> 4) & 0x3FFFu) << 16;
-  desc |= (uint64_t)((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  desc |= (uint64_t)(base_offset & 0x7u) << 49;
-  desc |= (uint64_t)(swizzle_code & 0x3u) << 62;
-  return desc;
-}
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
@@ -487,21 +140,9 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 }
 
 // ---- tilus codegen helpers ----
-__device__ __forceinline__ float tl_h2f(uint16_t h) {
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
-}
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-__device__ __forceinline__ float tl_b2f(uint16_t h) {
-  return __uint_as_float(((uint32_t)h) << 16);
-}
-__device__ __forceinline__ uint16_t tl_f2b(float f) {
-  uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
-template <class T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
-template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? -a : a; }
 // Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
 template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
   return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
@@ -897,146 +538,6 @@ __device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
   return addr;
 }
-// ---- tilus prelude: ldst ----
-
-__device__ __forceinline__ uint32_t tl_pack_f16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ uint32_t tl_pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ void tl_st_global_b32(void* ptr, uint32_t a) {
-  asm volatile("st.global.b32 [%0], %1;"
-               :: "l"(ptr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v2_b32(void* ptr, uint32_t a, uint32_t b) {
-  asm volatile("st.global.v2.b32 [%0], {%1, %2};"
-               :: "l"(ptr), "r"(a), "r"(b) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v4_b32(void* ptr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_ld_global_v4_b32(const void* ptr, uint32_t (&r)[4]) {
-  asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(ptr) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_shared_b32(uint32_t addr, uint32_t a) {
-  asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_shared_v4_b32(uint32_t addr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_global_if_i8(int8_t* ptr, int8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i8(int8_t* ptr, int8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u8(uint8_t* ptr, uint8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u8(uint8_t* ptr, uint8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_bool(bool* ptr, bool v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_bool(bool* ptr, bool v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i16(int16_t* ptr, int16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i16(int16_t* ptr, int16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u16(uint16_t* ptr, uint16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u16(uint16_t* ptr, uint16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i32(int32_t* ptr, int32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i32(int32_t* ptr, int32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u32(uint32_t* ptr, uint32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u32(uint32_t* ptr, uint32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i64(int64_t* ptr, int64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i64(int64_t* ptr, int64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u64(uint64_t* ptr, uint64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u64(uint64_t* ptr, uint64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f32(float* ptr, float v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f32 [%0], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f32(float* ptr, float v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f32 [a], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f64(double* ptr, double v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f64 [%0], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f64(double* ptr, double v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f64 [a], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 s, a; cvta.shared.u64 s, %5; setp.ne.b32 p, %2, 0; selp.b64 a, %0, s, p; st.b32 [a], %1; setp.ne.b32 p, %3, 0; selp.b64 a, %0, s, p; st.b16 [a], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; selp.b64 a, a, s, p; st.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi), "l"((uint64_t)scratch)
-               : "memory");
-}
 // ---- tilus prelude: mbarrier ----
 
 __device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
@@ -1049,25 +550,8 @@ __device__ __forceinline__ void tl_mbar_arrive(uint32_t bar) {
                :: "r"(bar) : "memory");
 }
 
-__device__ __forceinline__ void tl_mbar_arrive_count(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(count) : "memory");
-}
-
 __device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_arrive_cluster(uint32_t bar) {
-  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-__device__ __forceinline__ void tl_mbar_arrive_cluster_release(uint32_t bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
                :: "r"(bar), "r"(bytes) : "memory");
 }
 
@@ -1101,61 +585,10 @@ __device__ __forceinline__ void tl_fence_mbarrier_init() {
 __device__ __forceinline__ void tl_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-// ---- tilus prelude: mma ----
-
-// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// D (f32x4) += A (4 x bf16x2, row) * B (2 x bf16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_bf16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1_trans(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
 // ---- tilus prelude: sync ----
 
 __device__ __forceinline__ void tl_bar_sync(uint32_t id, uint32_t nthreads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_bar_arrive(uint32_t id, uint32_t nthreads) {
-  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_syncthreads() {
-  asm volatile("bar.sync 0;" ::: "memory");
-}
-
-__device__ __forceinline__ void tl_syncwarp(uint32_t mask = 0xffffffffu) {
-  asm volatile("bar.warp.sync %0;" :: "r"(mask) : "memory");
 }
 
 __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
@@ -1164,115 +597,12 @@ __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
                : "=r"(pred) : "r"(mask));
   return pred;
 }
-
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
-}
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
-}
-
-__device__ __forceinline__ void tl_cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_sync() {
-  tl_cluster_arrive();
-  tl_cluster_wait();
-}
-
-__device__ __forceinline__ uint32_t tl_cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t tl_mapa(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
 // ---- tilus prelude: tma ----
-
-__device__ __forceinline__ void tl_tma_load_1d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0) : "memory");
-}
 
 __device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
                                                   uint32_t bar, int32_t c0, int32_t c1) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_1d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_2d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7, %8}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_1d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.tile.bulk_group [%0, {%2}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0) : "memory");
 }
 
 __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32_t src,
@@ -1281,39 +611,13 @@ __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32
                :: "l"(map), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 
-__device__ __forceinline__ void tl_tma_store_3d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_4d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_5d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
 __device__ __forceinline__ void tl_tma_store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
 template <int N>
-__device__ __forceinline__ void tl_tma_store_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
-}
-template <int N>
 __device__ __forceinline__ void tl_tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_prefetch_map(const CUtensorMap_t* map) {
-  asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
 }
 // ---- tilus prelude: wgmma ----
 
@@ -1330,16 +634,6 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }
 
-__device__ __forceinline__ uint64_t tl_wgmma_make_desc(uint32_t addr, uint32_t lbo_bytes,
-                                                       uint32_t sbo_bytes, uint32_t swizzle_code,
-                                                       uint32_t base_offset) {
-  uint64_t desc = (uint64_t)((addr >> 4) & 0x3FFFu);
-  desc |= (uint64_t)((lbo_bytes >> 4) & 0x3FFFu) << 16;
-  desc |= (uint64_t)((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  desc |= (uint64_t)(base_offset & 0x7u) << 49;
-  desc |= (uint64_t)(swizzle_code & 0x3u) << 62;
-  return desc;
-}
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
@@ -1362,21 +656,9 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 }
 
 // ---- tilus codegen helpers ----
-__device__ __forceinline__ float tl_h2f(uint16_t h) {
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
-}
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-__device__ __forceinline__ float tl_b2f(uint16_t h) {
-  return __uint_as_float(((uint32_t)h) << 16);
-}
-__device__ __forceinline__ uint16_t tl_f2b(float f) {
-  uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
-template <class T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
-template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? -a : a; }
 // Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
 template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
   return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
@@ -1774,146 +1056,6 @@ __device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
   return addr;
 }
-// ---- tilus prelude: ldst ----
-
-__device__ __forceinline__ uint32_t tl_pack_f16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ uint32_t tl_pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ void tl_st_global_b32(void* ptr, uint32_t a) {
-  asm volatile("st.global.b32 [%0], %1;"
-               :: "l"(ptr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v2_b32(void* ptr, uint32_t a, uint32_t b) {
-  asm volatile("st.global.v2.b32 [%0], {%1, %2};"
-               :: "l"(ptr), "r"(a), "r"(b) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v4_b32(void* ptr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_ld_global_v4_b32(const void* ptr, uint32_t (&r)[4]) {
-  asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(ptr) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_shared_b32(uint32_t addr, uint32_t a) {
-  asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_shared_v4_b32(uint32_t addr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_global_if_i8(int8_t* ptr, int8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i8(int8_t* ptr, int8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u8(uint8_t* ptr, uint8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u8(uint8_t* ptr, uint8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_bool(bool* ptr, bool v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_bool(bool* ptr, bool v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i16(int16_t* ptr, int16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i16(int16_t* ptr, int16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u16(uint16_t* ptr, uint16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u16(uint16_t* ptr, uint16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i32(int32_t* ptr, int32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i32(int32_t* ptr, int32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u32(uint32_t* ptr, uint32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u32(uint32_t* ptr, uint32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i64(int64_t* ptr, int64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i64(int64_t* ptr, int64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u64(uint64_t* ptr, uint64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u64(uint64_t* ptr, uint64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f32(float* ptr, float v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f32 [%0], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f32(float* ptr, float v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f32 [a], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f64(double* ptr, double v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f64 [%0], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f64(double* ptr, double v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f64 [a], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 s, a; cvta.shared.u64 s, %5; setp.ne.b32 p, %2, 0; selp.b64 a, %0, s, p; st.b32 [a], %1; setp.ne.b32 p, %3, 0; selp.b64 a, %0, s, p; st.b16 [a], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; selp.b64 a, a, s, p; st.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi), "l"((uint64_t)scratch)
-               : "memory");
-}
 // ---- tilus prelude: mbarrier ----
 
 __device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
@@ -1926,25 +1068,8 @@ __device__ __forceinline__ void tl_mbar_arrive(uint32_t bar) {
                :: "r"(bar) : "memory");
 }
 
-__device__ __forceinline__ void tl_mbar_arrive_count(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(count) : "memory");
-}
-
 __device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_arrive_cluster(uint32_t bar) {
-  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-__device__ __forceinline__ void tl_mbar_arrive_cluster_release(uint32_t bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
                :: "r"(bar), "r"(bytes) : "memory");
 }
 
@@ -1978,61 +1103,10 @@ __device__ __forceinline__ void tl_fence_mbarrier_init() {
 __device__ __forceinline__ void tl_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-// ---- tilus prelude: mma ----
-
-// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// D (f32x4) += A (4 x bf16x2, row) * B (2 x bf16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_bf16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1_trans(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
 // ---- tilus prelude: sync ----
 
 __device__ __forceinline__ void tl_bar_sync(uint32_t id, uint32_t nthreads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_bar_arrive(uint32_t id, uint32_t nthreads) {
-  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_syncthreads() {
-  asm volatile("bar.sync 0;" ::: "memory");
-}
-
-__device__ __forceinline__ void tl_syncwarp(uint32_t mask = 0xffffffffu) {
-  asm volatile("bar.warp.sync %0;" :: "r"(mask) : "memory");
 }
 
 __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
@@ -2041,115 +1115,12 @@ __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
                : "=r"(pred) : "r"(mask));
   return pred;
 }
-
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
-}
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
-}
-
-__device__ __forceinline__ void tl_cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_sync() {
-  tl_cluster_arrive();
-  tl_cluster_wait();
-}
-
-__device__ __forceinline__ uint32_t tl_cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t tl_mapa(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
 // ---- tilus prelude: tma ----
-
-__device__ __forceinline__ void tl_tma_load_1d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0) : "memory");
-}
 
 __device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
                                                   uint32_t bar, int32_t c0, int32_t c1) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_1d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_2d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7, %8}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_1d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.tile.bulk_group [%0, {%2}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0) : "memory");
 }
 
 __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32_t src,
@@ -2158,39 +1129,13 @@ __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32
                :: "l"(map), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 
-__device__ __forceinline__ void tl_tma_store_3d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_4d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_5d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
 __device__ __forceinline__ void tl_tma_store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
 template <int N>
-__device__ __forceinline__ void tl_tma_store_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
-}
-template <int N>
 __device__ __forceinline__ void tl_tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_prefetch_map(const CUtensorMap_t* map) {
-  asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
 }
 // ---- tilus prelude: wgmma ----
 
@@ -2207,16 +1152,6 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }
 
-__device__ __forceinline__ uint64_t tl_wgmma_make_desc(uint32_t addr, uint32_t lbo_bytes,
-                                                       uint32_t sbo_bytes, uint32_t swizzle_code,
-                                                       uint32_t base_offset) {
-  uint64_t desc = (uint64_t)((addr >> 4) & 0x3FFFu);
-  desc |= (uint64_t)((lbo_bytes >> 4) & 0x3FFFu) << 16;
-  desc |= (uint64_t)((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  desc |= (uint64_t)(base_offset & 0x7u) << 49;
-  desc |= (uint64_t)(swizzle_code & 0x3u) << 62;
-  return desc;
-}
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
@@ -2247,21 +1182,9 @@ __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], 
 }
 
 // ---- tilus codegen helpers ----
-__device__ __forceinline__ float tl_h2f(uint16_t h) {
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
-}
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-__device__ __forceinline__ float tl_b2f(uint16_t h) {
-  return __uint_as_float(((uint32_t)h) << 16);
-}
-__device__ __forceinline__ uint16_t tl_f2b(float f) {
-  uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
-template <class T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
-template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? -a : a; }
 // Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
 template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
   return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
@@ -2725,146 +1648,6 @@ __device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
   return addr;
 }
-// ---- tilus prelude: ldst ----
-
-__device__ __forceinline__ uint32_t tl_pack_f16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ uint32_t tl_pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ void tl_st_global_b32(void* ptr, uint32_t a) {
-  asm volatile("st.global.b32 [%0], %1;"
-               :: "l"(ptr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v2_b32(void* ptr, uint32_t a, uint32_t b) {
-  asm volatile("st.global.v2.b32 [%0], {%1, %2};"
-               :: "l"(ptr), "r"(a), "r"(b) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v4_b32(void* ptr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_ld_global_v4_b32(const void* ptr, uint32_t (&r)[4]) {
-  asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(ptr) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_shared_b32(uint32_t addr, uint32_t a) {
-  asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_shared_v4_b32(uint32_t addr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_global_if_i8(int8_t* ptr, int8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i8(int8_t* ptr, int8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u8(uint8_t* ptr, uint8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u8(uint8_t* ptr, uint8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_bool(bool* ptr, bool v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_bool(bool* ptr, bool v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i16(int16_t* ptr, int16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i16(int16_t* ptr, int16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u16(uint16_t* ptr, uint16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u16(uint16_t* ptr, uint16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i32(int32_t* ptr, int32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i32(int32_t* ptr, int32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u32(uint32_t* ptr, uint32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u32(uint32_t* ptr, uint32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i64(int64_t* ptr, int64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i64(int64_t* ptr, int64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u64(uint64_t* ptr, uint64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u64(uint64_t* ptr, uint64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f32(float* ptr, float v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f32 [%0], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f32(float* ptr, float v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f32 [a], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f64(double* ptr, double v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f64 [%0], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f64(double* ptr, double v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f64 [a], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 s, a; cvta.shared.u64 s, %5; setp.ne.b32 p, %2, 0; selp.b64 a, %0, s, p; st.b32 [a], %1; setp.ne.b32 p, %3, 0; selp.b64 a, %0, s, p; st.b16 [a], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; selp.b64 a, a, s, p; st.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi), "l"((uint64_t)scratch)
-               : "memory");
-}
 // ---- tilus prelude: mbarrier ----
 
 __device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
@@ -2877,25 +1660,8 @@ __device__ __forceinline__ void tl_mbar_arrive(uint32_t bar) {
                :: "r"(bar) : "memory");
 }
 
-__device__ __forceinline__ void tl_mbar_arrive_count(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(count) : "memory");
-}
-
 __device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_arrive_cluster(uint32_t bar) {
-  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-__device__ __forceinline__ void tl_mbar_arrive_cluster_release(uint32_t bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
                :: "r"(bar), "r"(bytes) : "memory");
 }
 
@@ -2929,61 +1695,10 @@ __device__ __forceinline__ void tl_fence_mbarrier_init() {
 __device__ __forceinline__ void tl_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-// ---- tilus prelude: mma ----
-
-// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// D (f32x4) += A (4 x bf16x2, row) * B (2 x bf16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_bf16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1_trans(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
 // ---- tilus prelude: sync ----
 
 __device__ __forceinline__ void tl_bar_sync(uint32_t id, uint32_t nthreads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_bar_arrive(uint32_t id, uint32_t nthreads) {
-  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_syncthreads() {
-  asm volatile("bar.sync 0;" ::: "memory");
-}
-
-__device__ __forceinline__ void tl_syncwarp(uint32_t mask = 0xffffffffu) {
-  asm volatile("bar.warp.sync %0;" :: "r"(mask) : "memory");
 }
 
 __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
@@ -2992,115 +1707,12 @@ __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
                : "=r"(pred) : "r"(mask));
   return pred;
 }
-
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
-}
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
-}
-
-__device__ __forceinline__ void tl_cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_sync() {
-  tl_cluster_arrive();
-  tl_cluster_wait();
-}
-
-__device__ __forceinline__ uint32_t tl_cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t tl_mapa(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
 // ---- tilus prelude: tma ----
-
-__device__ __forceinline__ void tl_tma_load_1d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0) : "memory");
-}
 
 __device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
                                                   uint32_t bar, int32_t c0, int32_t c1) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_1d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_2d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7, %8}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_1d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.tile.bulk_group [%0, {%2}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0) : "memory");
 }
 
 __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32_t src,
@@ -3109,39 +1721,13 @@ __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32
                :: "l"(map), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 
-__device__ __forceinline__ void tl_tma_store_3d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_4d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_5d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
 __device__ __forceinline__ void tl_tma_store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
 template <int N>
-__device__ __forceinline__ void tl_tma_store_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
-}
-template <int N>
 __device__ __forceinline__ void tl_tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_prefetch_map(const CUtensorMap_t* map) {
-  asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
 }
 // ---- tilus prelude: wgmma ----
 
@@ -3158,16 +1744,6 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }
 
-__device__ __forceinline__ uint64_t tl_wgmma_make_desc(uint32_t addr, uint32_t lbo_bytes,
-                                                       uint32_t sbo_bytes, uint32_t swizzle_code,
-                                                       uint32_t base_offset) {
-  uint64_t desc = (uint64_t)((addr >> 4) & 0x3FFFu);
-  desc |= (uint64_t)((lbo_bytes >> 4) & 0x3FFFu) << 16;
-  desc |= (uint64_t)((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  desc |= (uint64_t)(base_offset & 0x7u) << 49;
-  desc |= (uint64_t)(swizzle_code & 0x3u) << 62;
-  return desc;
-}
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
@@ -3198,21 +1774,9 @@ __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], 
 }
 
 // ---- tilus codegen helpers ----
-__device__ __forceinline__ float tl_h2f(uint16_t h) {
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
-}
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-__device__ __forceinline__ float tl_b2f(uint16_t h) {
-  return __uint_as_float(((uint32_t)h) << 16);
-}
-__device__ __forceinline__ uint16_t tl_f2b(float f) {
-  uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
-template <class T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
-template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? -a : a; }
 // Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
 template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
   return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
@@ -3678,146 +2242,6 @@ __device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
   return addr;
 }
-// ---- tilus prelude: ldst ----
-
-__device__ __forceinline__ uint32_t tl_pack_f16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ uint32_t tl_pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ void tl_st_global_b32(void* ptr, uint32_t a) {
-  asm volatile("st.global.b32 [%0], %1;"
-               :: "l"(ptr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v2_b32(void* ptr, uint32_t a, uint32_t b) {
-  asm volatile("st.global.v2.b32 [%0], {%1, %2};"
-               :: "l"(ptr), "r"(a), "r"(b) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v4_b32(void* ptr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_ld_global_v4_b32(const void* ptr, uint32_t (&r)[4]) {
-  asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(ptr) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_shared_b32(uint32_t addr, uint32_t a) {
-  asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_shared_v4_b32(uint32_t addr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_global_if_i8(int8_t* ptr, int8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i8(int8_t* ptr, int8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u8(uint8_t* ptr, uint8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u8(uint8_t* ptr, uint8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_bool(bool* ptr, bool v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_bool(bool* ptr, bool v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i16(int16_t* ptr, int16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i16(int16_t* ptr, int16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u16(uint16_t* ptr, uint16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u16(uint16_t* ptr, uint16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i32(int32_t* ptr, int32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i32(int32_t* ptr, int32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u32(uint32_t* ptr, uint32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u32(uint32_t* ptr, uint32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i64(int64_t* ptr, int64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i64(int64_t* ptr, int64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u64(uint64_t* ptr, uint64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u64(uint64_t* ptr, uint64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f32(float* ptr, float v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f32 [%0], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f32(float* ptr, float v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f32 [a], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f64(double* ptr, double v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f64 [%0], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f64(double* ptr, double v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f64 [a], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 s, a; cvta.shared.u64 s, %5; setp.ne.b32 p, %2, 0; selp.b64 a, %0, s, p; st.b32 [a], %1; setp.ne.b32 p, %3, 0; selp.b64 a, %0, s, p; st.b16 [a], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; selp.b64 a, a, s, p; st.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi), "l"((uint64_t)scratch)
-               : "memory");
-}
 // ---- tilus prelude: mbarrier ----
 
 __device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
@@ -3830,25 +2254,8 @@ __device__ __forceinline__ void tl_mbar_arrive(uint32_t bar) {
                :: "r"(bar) : "memory");
 }
 
-__device__ __forceinline__ void tl_mbar_arrive_count(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(count) : "memory");
-}
-
 __device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_arrive_cluster(uint32_t bar) {
-  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-__device__ __forceinline__ void tl_mbar_arrive_cluster_release(uint32_t bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
                :: "r"(bar), "r"(bytes) : "memory");
 }
 
@@ -3882,61 +2289,10 @@ __device__ __forceinline__ void tl_fence_mbarrier_init() {
 __device__ __forceinline__ void tl_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-// ---- tilus prelude: mma ----
-
-// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// D (f32x4) += A (4 x bf16x2, row) * B (2 x bf16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_bf16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1_trans(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
 // ---- tilus prelude: sync ----
 
 __device__ __forceinline__ void tl_bar_sync(uint32_t id, uint32_t nthreads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_bar_arrive(uint32_t id, uint32_t nthreads) {
-  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_syncthreads() {
-  asm volatile("bar.sync 0;" ::: "memory");
-}
-
-__device__ __forceinline__ void tl_syncwarp(uint32_t mask = 0xffffffffu) {
-  asm volatile("bar.warp.sync %0;" :: "r"(mask) : "memory");
 }
 
 __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
@@ -3945,115 +2301,12 @@ __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
                : "=r"(pred) : "r"(mask));
   return pred;
 }
-
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
-}
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
-}
-
-__device__ __forceinline__ void tl_cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_sync() {
-  tl_cluster_arrive();
-  tl_cluster_wait();
-}
-
-__device__ __forceinline__ uint32_t tl_cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t tl_mapa(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
 // ---- tilus prelude: tma ----
-
-__device__ __forceinline__ void tl_tma_load_1d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0) : "memory");
-}
 
 __device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
                                                   uint32_t bar, int32_t c0, int32_t c1) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_1d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_2d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7, %8}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_1d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.tile.bulk_group [%0, {%2}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0) : "memory");
 }
 
 __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32_t src,
@@ -4062,39 +2315,13 @@ __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32
                :: "l"(map), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 
-__device__ __forceinline__ void tl_tma_store_3d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_4d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_5d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
 __device__ __forceinline__ void tl_tma_store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
 template <int N>
-__device__ __forceinline__ void tl_tma_store_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
-}
-template <int N>
 __device__ __forceinline__ void tl_tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_prefetch_map(const CUtensorMap_t* map) {
-  asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
 }
 // ---- tilus prelude: wgmma ----
 
@@ -4111,16 +2338,6 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }
 
-__device__ __forceinline__ uint64_t tl_wgmma_make_desc(uint32_t addr, uint32_t lbo_bytes,
-                                                       uint32_t sbo_bytes, uint32_t swizzle_code,
-                                                       uint32_t base_offset) {
-  uint64_t desc = (uint64_t)((addr >> 4) & 0x3FFFu);
-  desc |= (uint64_t)((lbo_bytes >> 4) & 0x3FFFu) << 16;
-  desc |= (uint64_t)((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  desc |= (uint64_t)(base_offset & 0x7u) << 49;
-  desc |= (uint64_t)(swizzle_code & 0x3u) << 62;
-  return desc;
-}
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
@@ -4143,21 +2360,9 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 }
 
 // ---- tilus codegen helpers ----
-__device__ __forceinline__ float tl_h2f(uint16_t h) {
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
-}
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-__device__ __forceinline__ float tl_b2f(uint16_t h) {
-  return __uint_as_float(((uint32_t)h) << 16);
-}
-__device__ __forceinline__ uint16_t tl_f2b(float f) {
-  uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
-template <class T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
-template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? -a : a; }
 // Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
 template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
   return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
@@ -4553,146 +2758,6 @@ __device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
   return addr;
 }
-// ---- tilus prelude: ldst ----
-
-__device__ __forceinline__ uint32_t tl_pack_f16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ uint32_t tl_pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ void tl_st_global_b32(void* ptr, uint32_t a) {
-  asm volatile("st.global.b32 [%0], %1;"
-               :: "l"(ptr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v2_b32(void* ptr, uint32_t a, uint32_t b) {
-  asm volatile("st.global.v2.b32 [%0], {%1, %2};"
-               :: "l"(ptr), "r"(a), "r"(b) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v4_b32(void* ptr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_ld_global_v4_b32(const void* ptr, uint32_t (&r)[4]) {
-  asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(ptr) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_shared_b32(uint32_t addr, uint32_t a) {
-  asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_shared_v4_b32(uint32_t addr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_global_if_i8(int8_t* ptr, int8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i8(int8_t* ptr, int8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u8(uint8_t* ptr, uint8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u8(uint8_t* ptr, uint8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_bool(bool* ptr, bool v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_bool(bool* ptr, bool v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i16(int16_t* ptr, int16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i16(int16_t* ptr, int16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u16(uint16_t* ptr, uint16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u16(uint16_t* ptr, uint16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i32(int32_t* ptr, int32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i32(int32_t* ptr, int32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u32(uint32_t* ptr, uint32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u32(uint32_t* ptr, uint32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i64(int64_t* ptr, int64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i64(int64_t* ptr, int64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u64(uint64_t* ptr, uint64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u64(uint64_t* ptr, uint64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f32(float* ptr, float v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f32 [%0], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f32(float* ptr, float v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f32 [a], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f64(double* ptr, double v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f64 [%0], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f64(double* ptr, double v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f64 [a], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 s, a; cvta.shared.u64 s, %5; setp.ne.b32 p, %2, 0; selp.b64 a, %0, s, p; st.b32 [a], %1; setp.ne.b32 p, %3, 0; selp.b64 a, %0, s, p; st.b16 [a], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; selp.b64 a, a, s, p; st.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi), "l"((uint64_t)scratch)
-               : "memory");
-}
 // ---- tilus prelude: mbarrier ----
 
 __device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
@@ -4705,25 +2770,8 @@ __device__ __forceinline__ void tl_mbar_arrive(uint32_t bar) {
                :: "r"(bar) : "memory");
 }
 
-__device__ __forceinline__ void tl_mbar_arrive_count(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(count) : "memory");
-}
-
 __device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_arrive_cluster(uint32_t bar) {
-  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-__device__ __forceinline__ void tl_mbar_arrive_cluster_release(uint32_t bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
                :: "r"(bar), "r"(bytes) : "memory");
 }
 
@@ -4757,61 +2805,10 @@ __device__ __forceinline__ void tl_fence_mbarrier_init() {
 __device__ __forceinline__ void tl_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-// ---- tilus prelude: mma ----
-
-// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// D (f32x4) += A (4 x bf16x2, row) * B (2 x bf16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_bf16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1_trans(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
 // ---- tilus prelude: sync ----
 
 __device__ __forceinline__ void tl_bar_sync(uint32_t id, uint32_t nthreads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_bar_arrive(uint32_t id, uint32_t nthreads) {
-  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_syncthreads() {
-  asm volatile("bar.sync 0;" ::: "memory");
-}
-
-__device__ __forceinline__ void tl_syncwarp(uint32_t mask = 0xffffffffu) {
-  asm volatile("bar.warp.sync %0;" :: "r"(mask) : "memory");
 }
 
 __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
@@ -4820,115 +2817,12 @@ __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
                : "=r"(pred) : "r"(mask));
   return pred;
 }
-
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
-}
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
-}
-
-__device__ __forceinline__ void tl_cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_sync() {
-  tl_cluster_arrive();
-  tl_cluster_wait();
-}
-
-__device__ __forceinline__ uint32_t tl_cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t tl_mapa(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
 // ---- tilus prelude: tma ----
-
-__device__ __forceinline__ void tl_tma_load_1d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0) : "memory");
-}
 
 __device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
                                                   uint32_t bar, int32_t c0, int32_t c1) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_1d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_2d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7, %8}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_1d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.tile.bulk_group [%0, {%2}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0) : "memory");
 }
 
 __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32_t src,
@@ -4937,39 +2831,13 @@ __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32
                :: "l"(map), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 
-__device__ __forceinline__ void tl_tma_store_3d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_4d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_5d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
 __device__ __forceinline__ void tl_tma_store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
 template <int N>
-__device__ __forceinline__ void tl_tma_store_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
-}
-template <int N>
 __device__ __forceinline__ void tl_tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_prefetch_map(const CUtensorMap_t* map) {
-  asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
 }
 // ---- tilus prelude: wgmma ----
 
@@ -4986,16 +2854,6 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }
 
-__device__ __forceinline__ uint64_t tl_wgmma_make_desc(uint32_t addr, uint32_t lbo_bytes,
-                                                       uint32_t sbo_bytes, uint32_t swizzle_code,
-                                                       uint32_t base_offset) {
-  uint64_t desc = (uint64_t)((addr >> 4) & 0x3FFFu);
-  desc |= (uint64_t)((lbo_bytes >> 4) & 0x3FFFu) << 16;
-  desc |= (uint64_t)((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  desc |= (uint64_t)(base_offset & 0x7u) << 49;
-  desc |= (uint64_t)(swizzle_code & 0x3u) << 62;
-  return desc;
-}
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
@@ -5018,21 +2876,9 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 }
 
 // ---- tilus codegen helpers ----
-__device__ __forceinline__ float tl_h2f(uint16_t h) {
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
-}
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-__device__ __forceinline__ float tl_b2f(uint16_t h) {
-  return __uint_as_float(((uint32_t)h) << 16);
-}
-__device__ __forceinline__ uint16_t tl_f2b(float f) {
-  uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
-template <class T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
-template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? -a : a; }
 // Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
 template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
   return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
@@ -5430,146 +3276,6 @@ __device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
   return addr;
 }
-// ---- tilus prelude: ldst ----
-
-__device__ __forceinline__ uint32_t tl_pack_f16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ uint32_t tl_pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ void tl_st_global_b32(void* ptr, uint32_t a) {
-  asm volatile("st.global.b32 [%0], %1;"
-               :: "l"(ptr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v2_b32(void* ptr, uint32_t a, uint32_t b) {
-  asm volatile("st.global.v2.b32 [%0], {%1, %2};"
-               :: "l"(ptr), "r"(a), "r"(b) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v4_b32(void* ptr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_ld_global_v4_b32(const void* ptr, uint32_t (&r)[4]) {
-  asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(ptr) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_shared_b32(uint32_t addr, uint32_t a) {
-  asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_shared_v4_b32(uint32_t addr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_global_if_i8(int8_t* ptr, int8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i8(int8_t* ptr, int8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u8(uint8_t* ptr, uint8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u8(uint8_t* ptr, uint8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_bool(bool* ptr, bool v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_bool(bool* ptr, bool v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i16(int16_t* ptr, int16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i16(int16_t* ptr, int16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u16(uint16_t* ptr, uint16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u16(uint16_t* ptr, uint16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i32(int32_t* ptr, int32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i32(int32_t* ptr, int32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u32(uint32_t* ptr, uint32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u32(uint32_t* ptr, uint32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i64(int64_t* ptr, int64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i64(int64_t* ptr, int64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u64(uint64_t* ptr, uint64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u64(uint64_t* ptr, uint64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f32(float* ptr, float v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f32 [%0], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f32(float* ptr, float v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f32 [a], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f64(double* ptr, double v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f64 [%0], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f64(double* ptr, double v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f64 [a], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 s, a; cvta.shared.u64 s, %5; setp.ne.b32 p, %2, 0; selp.b64 a, %0, s, p; st.b32 [a], %1; setp.ne.b32 p, %3, 0; selp.b64 a, %0, s, p; st.b16 [a], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; selp.b64 a, a, s, p; st.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi), "l"((uint64_t)scratch)
-               : "memory");
-}
 // ---- tilus prelude: mbarrier ----
 
 __device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
@@ -5582,25 +3288,8 @@ __device__ __forceinline__ void tl_mbar_arrive(uint32_t bar) {
                :: "r"(bar) : "memory");
 }
 
-__device__ __forceinline__ void tl_mbar_arrive_count(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(count) : "memory");
-}
-
 __device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_arrive_cluster(uint32_t bar) {
-  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-__device__ __forceinline__ void tl_mbar_arrive_cluster_release(uint32_t bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
                :: "r"(bar), "r"(bytes) : "memory");
 }
 
@@ -5634,61 +3323,10 @@ __device__ __forceinline__ void tl_fence_mbarrier_init() {
 __device__ __forceinline__ void tl_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-// ---- tilus prelude: mma ----
-
-// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// D (f32x4) += A (4 x bf16x2, row) * B (2 x bf16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_bf16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1_trans(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
 // ---- tilus prelude: sync ----
 
 __device__ __forceinline__ void tl_bar_sync(uint32_t id, uint32_t nthreads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_bar_arrive(uint32_t id, uint32_t nthreads) {
-  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_syncthreads() {
-  asm volatile("bar.sync 0;" ::: "memory");
-}
-
-__device__ __forceinline__ void tl_syncwarp(uint32_t mask = 0xffffffffu) {
-  asm volatile("bar.warp.sync %0;" :: "r"(mask) : "memory");
 }
 
 __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
@@ -5697,115 +3335,12 @@ __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
                : "=r"(pred) : "r"(mask));
   return pred;
 }
-
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
-}
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
-}
-
-__device__ __forceinline__ void tl_cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_sync() {
-  tl_cluster_arrive();
-  tl_cluster_wait();
-}
-
-__device__ __forceinline__ uint32_t tl_cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t tl_mapa(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
 // ---- tilus prelude: tma ----
-
-__device__ __forceinline__ void tl_tma_load_1d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0) : "memory");
-}
 
 __device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
                                                   uint32_t bar, int32_t c0, int32_t c1) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_1d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_2d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7, %8}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_1d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.tile.bulk_group [%0, {%2}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0) : "memory");
 }
 
 __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32_t src,
@@ -5814,39 +3349,13 @@ __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32
                :: "l"(map), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 
-__device__ __forceinline__ void tl_tma_store_3d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_4d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_5d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
 __device__ __forceinline__ void tl_tma_store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
 template <int N>
-__device__ __forceinline__ void tl_tma_store_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
-}
-template <int N>
 __device__ __forceinline__ void tl_tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_prefetch_map(const CUtensorMap_t* map) {
-  asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
 }
 // ---- tilus prelude: wgmma ----
 
@@ -5863,16 +3372,6 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }
 
-__device__ __forceinline__ uint64_t tl_wgmma_make_desc(uint32_t addr, uint32_t lbo_bytes,
-                                                       uint32_t sbo_bytes, uint32_t swizzle_code,
-                                                       uint32_t base_offset) {
-  uint64_t desc = (uint64_t)((addr >> 4) & 0x3FFFu);
-  desc |= (uint64_t)((lbo_bytes >> 4) & 0x3FFFu) << 16;
-  desc |= (uint64_t)((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  desc |= (uint64_t)(base_offset & 0x7u) << 49;
-  desc |= (uint64_t)(swizzle_code & 0x3u) << 62;
-  return desc;
-}
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
@@ -5903,21 +3402,9 @@ __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], 
 }
 
 // ---- tilus codegen helpers ----
-__device__ __forceinline__ float tl_h2f(uint16_t h) {
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
-}
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-__device__ __forceinline__ float tl_b2f(uint16_t h) {
-  return __uint_as_float(((uint32_t)h) << 16);
-}
-__device__ __forceinline__ uint16_t tl_f2b(float f) {
-  uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
-template <class T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
-template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? -a : a; }
 // Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
 template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
   return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
@@ -6381,146 +3868,6 @@ __device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
   return addr;
 }
-// ---- tilus prelude: ldst ----
-
-__device__ __forceinline__ uint32_t tl_pack_f16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ uint32_t tl_pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-__device__ __forceinline__ void tl_st_global_b32(void* ptr, uint32_t a) {
-  asm volatile("st.global.b32 [%0], %1;"
-               :: "l"(ptr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v2_b32(void* ptr, uint32_t a, uint32_t b) {
-  asm volatile("st.global.v2.b32 [%0], {%1, %2};"
-               :: "l"(ptr), "r"(a), "r"(b) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_v4_b32(void* ptr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_ld_global_v4_b32(const void* ptr, uint32_t (&r)[4]) {
-  asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(ptr) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_shared_b32(uint32_t addr, uint32_t a) {
-  asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(a) : "memory");
-}
-__device__ __forceinline__ void tl_st_shared_v4_b32(uint32_t addr, uint32_t a, uint32_t b,
-                                                    uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
-               :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-__device__ __forceinline__ void tl_st_global_if_i8(int8_t* ptr, int8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i8(int8_t* ptr, int8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u8(uint8_t* ptr, uint8_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u8(uint8_t* ptr, uint8_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_bool(bool* ptr, bool v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b8 [%0], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_bool(bool* ptr, bool v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b8 [a], %1; }"
-               :: "l"(ptr), "h"((uint16_t)v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i16(int16_t* ptr, int16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i16(int16_t* ptr, int16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u16(uint16_t* ptr, uint16_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b16 [%0], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u16(uint16_t* ptr, uint16_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b16 [a], %1; }"
-               :: "l"(ptr), "h"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i32(int32_t* ptr, int32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i32(int32_t* ptr, int32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u32(uint32_t* ptr, uint32_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u32(uint32_t* ptr, uint32_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b32 [a], %1; }"
-               :: "l"(ptr), "r"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_i64(int64_t* ptr, int64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_i64(int64_t* ptr, int64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_u64(uint64_t* ptr, uint64_t v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.b64 [%0], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_u64(uint64_t* ptr, uint64_t v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.b64 [a], %1; }"
-               :: "l"(ptr), "l"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f32(float* ptr, float v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f32 [%0], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f32(float* ptr, float v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f32 [a], %1; }"
-               :: "l"(ptr), "f"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_f64(double* ptr, double v, uint32_t ok) {
-  asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.f64 [%0], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_f64(double* ptr, double v, uint32_t ok, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; selp.b64 a, %0, s, p; st.f64 [a], %1; }"
-               :: "l"(ptr), "d"(v), "r"(ok), "l"((uint64_t)scratch) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
-}
-__device__ __forceinline__ void tl_st_global_or_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi, uint32_t scratch) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 s, a; cvta.shared.u64 s, %5; setp.ne.b32 p, %2, 0; selp.b64 a, %0, s, p; st.b32 [a], %1; setp.ne.b32 p, %3, 0; selp.b64 a, %0, s, p; st.b16 [a], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; selp.b64 a, a, s, p; st.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi), "l"((uint64_t)scratch)
-               : "memory");
-}
 // ---- tilus prelude: mbarrier ----
 
 __device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
@@ -6533,25 +3880,8 @@ __device__ __forceinline__ void tl_mbar_arrive(uint32_t bar) {
                :: "r"(bar) : "memory");
 }
 
-__device__ __forceinline__ void tl_mbar_arrive_count(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(count) : "memory");
-}
-
 __device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_arrive_cluster(uint32_t bar) {
-  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-__device__ __forceinline__ void tl_mbar_arrive_cluster_release(uint32_t bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
                :: "r"(bar), "r"(bytes) : "memory");
 }
 
@@ -6585,61 +3915,10 @@ __device__ __forceinline__ void tl_fence_mbarrier_init() {
 __device__ __forceinline__ void tl_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-// ---- tilus prelude: mma ----
-
-// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// D (f32x4) += A (4 x bf16x2, row) * B (2 x bf16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_bf16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x1_trans(uint32_t (&r)[1], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void tl_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
 // ---- tilus prelude: sync ----
 
 __device__ __forceinline__ void tl_bar_sync(uint32_t id, uint32_t nthreads) {
   asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_bar_arrive(uint32_t id, uint32_t nthreads) {
-  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(nthreads) : "memory");
-}
-__device__ __forceinline__ void tl_syncthreads() {
-  asm volatile("bar.sync 0;" ::: "memory");
-}
-
-__device__ __forceinline__ void tl_syncwarp(uint32_t mask = 0xffffffffu) {
-  asm volatile("bar.warp.sync %0;" :: "r"(mask) : "memory");
 }
 
 __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
@@ -6648,115 +3927,12 @@ __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
                : "=r"(pred) : "r"(mask));
   return pred;
 }
-
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
-}
-template <int N>
-__device__ __forceinline__ void tl_setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
-}
-
-__device__ __forceinline__ void tl_cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tl_cluster_sync() {
-  tl_cluster_arrive();
-  tl_cluster_wait();
-}
-
-__device__ __forceinline__ uint32_t tl_cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t tl_mapa(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
 // ---- tilus prelude: tma ----
-
-__device__ __forceinline__ void tl_tma_load_1d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0) : "memory");
-}
 
 __device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
                                                   uint32_t bar, int32_t c0, int32_t c1) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_1d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_2d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_3d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_4d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_load_5d_multicast(uint32_t dst,
-                                                            const CUtensorMap_t* map,
-                                                            uint32_t bar, uint16_t cta_mask,
-                                                            int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7, %8}], [%2], %3;"
-               :: "r"(dst), "l"(map), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_1d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0) {
-  asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.tile.bulk_group [%0, {%2}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0) : "memory");
 }
 
 __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32_t src,
@@ -6765,39 +3941,13 @@ __device__ __forceinline__ void tl_tma_store_2d(const CUtensorMap_t* map, uint32
                :: "l"(map), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 
-__device__ __forceinline__ void tl_tma_store_3d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_4d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_store_5d(const CUtensorMap_t* map, uint32_t src,
-                                                   int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
-  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
-}
-
 __device__ __forceinline__ void tl_tma_store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
 template <int N>
-__device__ __forceinline__ void tl_tma_store_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
-}
-template <int N>
 __device__ __forceinline__ void tl_tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-
-__device__ __forceinline__ void tl_tma_prefetch_map(const CUtensorMap_t* map) {
-  asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
 }
 // ---- tilus prelude: wgmma ----
 
@@ -6814,16 +3964,6 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
 }
 
-__device__ __forceinline__ uint64_t tl_wgmma_make_desc(uint32_t addr, uint32_t lbo_bytes,
-                                                       uint32_t sbo_bytes, uint32_t swizzle_code,
-                                                       uint32_t base_offset) {
-  uint64_t desc = (uint64_t)((addr >> 4) & 0x3FFFu);
-  desc |= (uint64_t)((lbo_bytes >> 4) & 0x3FFFu) << 16;
-  desc |= (uint64_t)((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  desc |= (uint64_t)(base_offset & 0x7u) << 49;
-  desc |= (uint64_t)(swizzle_code & 0x3u) << 62;
-  return desc;
-}
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
@@ -6854,21 +3994,9 @@ __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], 
 }
 
 // ---- tilus codegen helpers ----
-__device__ __forceinline__ float tl_h2f(uint16_t h) {
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
-}
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-__device__ __forceinline__ float tl_b2f(uint16_t h) {
-  return __uint_as_float(((uint32_t)h) << 16);
-}
-__device__ __forceinline__ uint16_t tl_f2b(float f) {
-  uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
-template <class T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
-template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? -a : a; }
 // Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
 template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
   return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
