@@ -107,7 +107,9 @@ tl_MatmulTMA(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -127,16 +129,17 @@ tl_MatmulTMA(
   }
   // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
   // 1 mbarrier(s) at shared offset 6144 (initialized at entry)
+  // matmul_v0.py:62  phase: uint32 = 0
   uint32_t phase = 0u;
   // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 16) {
     // matmul_v0.py:65  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(
+      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 6144u + 8u * (uint32_t)(0)), 6144u);
-      // matmul_v0.py:69  self.tma.global_to_shared(
+      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 6144u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v0.py:72  self.tma.global_to_shared(
+      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 2048u, &tl_map1, (tl_smem + 6144u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_n));
       // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
       tl_mbar_wait_parity((tl_smem + 6144u + 8u * (uint32_t)(0)), (uint32_t)(phase));
@@ -369,6 +372,7 @@ tl_MatmulTMA(
     }
     // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
     __syncthreads();
+    // matmul_v0.py:82  phase ^= 1
     phase = (phase ^ 1u);
   }
   // matmul_v0.py:84  self.free_shared(sa)
@@ -650,7 +654,9 @@ tl_MatmulTMA(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -670,16 +676,17 @@ tl_MatmulTMA(
   }
   // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
   // 1 mbarrier(s) at shared offset 8192 (initialized at entry)
+  // matmul_v0.py:62  phase: uint32 = 0
   uint32_t phase = 0u;
   // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 16) {
     // matmul_v0.py:65  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(
+      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 8192u + 8u * (uint32_t)(0)), 8192u);
-      // matmul_v0.py:69  self.tma.global_to_shared(
+      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 8192u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v0.py:72  self.tma.global_to_shared(
+      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 4096u, &tl_map1, (tl_smem + 8192u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_n));
       // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
       tl_mbar_wait_parity((tl_smem + 8192u + 8u * (uint32_t)(0)), (uint32_t)(phase));
@@ -1088,6 +1095,7 @@ tl_MatmulTMA(
     }
     // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
     __syncthreads();
+    // matmul_v0.py:82  phase ^= 1
     phase = (phase ^ 1u);
   }
   // matmul_v0.py:84  self.free_shared(sa)
@@ -1505,7 +1513,9 @@ tl_MatmulTMA(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1525,16 +1535,17 @@ tl_MatmulTMA(
   }
   // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
   // 1 mbarrier(s) at shared offset 12288 (initialized at entry)
+  // matmul_v0.py:62  phase: uint32 = 0
   uint32_t phase = 0u;
   // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 32) {
     // matmul_v0.py:65  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(
+      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 12288u + 8u * (uint32_t)(0)), 12288u);
-      // matmul_v0.py:69  self.tma.global_to_shared(
+      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 12288u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v0.py:72  self.tma.global_to_shared(
+      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 4096u, &tl_map1, (tl_smem + 12288u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_n));
       // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
       tl_mbar_wait_parity((tl_smem + 12288u + 8u * (uint32_t)(0)), (uint32_t)(phase));
@@ -1863,6 +1874,7 @@ tl_MatmulTMA(
     }
     // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
     __syncthreads();
+    // matmul_v0.py:82  phase ^= 1
     phase = (phase ^ 1u);
   }
   // matmul_v0.py:84  self.free_shared(sa)
@@ -2144,7 +2156,9 @@ tl_MatmulTMA(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -2164,16 +2178,17 @@ tl_MatmulTMA(
   }
   // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
   // 1 mbarrier(s) at shared offset 16384 (initialized at entry)
+  // matmul_v0.py:62  phase: uint32 = 0
   uint32_t phase = 0u;
   // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 32) {
     // matmul_v0.py:65  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(
+      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 16384u + 8u * (uint32_t)(0)), 16384u);
-      // matmul_v0.py:69  self.tma.global_to_shared(
+      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 16384u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v0.py:72  self.tma.global_to_shared(
+      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 8192u, &tl_map1, (tl_smem + 16384u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_n));
       // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
       tl_mbar_wait_parity((tl_smem + 16384u + 8u * (uint32_t)(0)), (uint32_t)(phase));
@@ -2742,6 +2757,7 @@ tl_MatmulTMA(
     }
     // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
     __syncthreads();
+    // matmul_v0.py:82  phase ^= 1
     phase = (phase ^ 1u);
   }
   // matmul_v0.py:84  self.free_shared(sa)
@@ -3159,7 +3175,9 @@ tl_MatmulTMA(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -3179,16 +3197,17 @@ tl_MatmulTMA(
   }
   // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
   // 1 mbarrier(s) at shared offset 24576 (initialized at entry)
+  // matmul_v0.py:62  phase: uint32 = 0
   uint32_t phase = 0u;
   // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
     // matmul_v0.py:65  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(
+      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 24576u + 8u * (uint32_t)(0)), 24576u);
-      // matmul_v0.py:69  self.tma.global_to_shared(
+      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 24576u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v0.py:72  self.tma.global_to_shared(
+      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 8192u, &tl_map1, (tl_smem + 24576u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_n));
       // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
       tl_mbar_wait_parity((tl_smem + 24576u + 8u * (uint32_t)(0)), (uint32_t)(phase));
@@ -3709,6 +3728,7 @@ tl_MatmulTMA(
     }
     // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
     __syncthreads();
+    // matmul_v0.py:82  phase ^= 1
     phase = (phase ^ 1u);
   }
   // matmul_v0.py:84  self.free_shared(sa)
@@ -3990,7 +4010,9 @@ tl_MatmulTMA(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -4010,16 +4032,17 @@ tl_MatmulTMA(
   }
   // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
   // 1 mbarrier(s) at shared offset 32768 (initialized at entry)
+  // matmul_v0.py:62  phase: uint32 = 0
   uint32_t phase = 0u;
   // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
     // matmul_v0.py:65  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(
+      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 32768u + 8u * (uint32_t)(0)), 32768u);
-      // matmul_v0.py:69  self.tma.global_to_shared(
+      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 32768u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v0.py:72  self.tma.global_to_shared(
+      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 16384u, &tl_map1, (tl_smem + 32768u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_n));
       // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
       tl_mbar_wait_parity((tl_smem + 32768u + 8u * (uint32_t)(0)), (uint32_t)(phase));
@@ -4908,6 +4931,7 @@ tl_MatmulTMA(
     }
     // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
     __syncthreads();
+    // matmul_v0.py:82  phase ^= 1
     phase = (phase ^ 1u);
   }
   // matmul_v0.py:84  self.free_shared(sa)

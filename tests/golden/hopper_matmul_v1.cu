@@ -129,7 +129,9 @@ tl_MatmulWGMMA(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v1.py:50  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v1.py:51  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v1.py:53  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -149,16 +151,17 @@ tl_MatmulWGMMA(
   }
   // matmul_v1.py:59  loaded = self.mbarrier.alloc(counts=[1])
   // 1 mbarrier(s) at shared offset 6144 (initialized at entry)
+  // matmul_v1.py:60  phase: uint32 = 0
   uint32_t phase = 0u;
   // matmul_v1.py:62  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 16) {
     // matmul_v1.py:63  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(
+      // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 6144u + 8u * (uint32_t)(0)), 6144u);
-      // matmul_v1.py:67  self.tma.global_to_shared(
+      // matmul_v1.py:67  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 6144u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v1.py:70  self.tma.global_to_shared(
+      // matmul_v1.py:70  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 2048u, &tl_map1, (tl_smem + 6144u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_n));
       // matmul_v1.py:73  self.mbarrier.wait(loaded[0], phase=phase)
       tl_mbar_wait_parity((tl_smem + 6144u + 8u * (uint32_t)(0)), (uint32_t)(phase));
@@ -184,6 +187,7 @@ tl_MatmulWGMMA(
     }
     // matmul_v1.py:80  self.sync()
     __syncthreads();
+    // matmul_v1.py:81  phase ^= 1
     phase = (phase ^ 1u);
   }
   // matmul_v1.py:83  self.free_shared(sa)
@@ -499,7 +503,9 @@ tl_MatmulWGMMA(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v1.py:50  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v1.py:51  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v1.py:53  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -519,16 +525,17 @@ tl_MatmulWGMMA(
   }
   // matmul_v1.py:59  loaded = self.mbarrier.alloc(counts=[1])
   // 1 mbarrier(s) at shared offset 8192 (initialized at entry)
+  // matmul_v1.py:60  phase: uint32 = 0
   uint32_t phase = 0u;
   // matmul_v1.py:62  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 16) {
     // matmul_v1.py:63  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(
+      // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 8192u + 8u * (uint32_t)(0)), 8192u);
-      // matmul_v1.py:67  self.tma.global_to_shared(
+      // matmul_v1.py:67  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 8192u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v1.py:70  self.tma.global_to_shared(
+      // matmul_v1.py:70  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 4096u, &tl_map1, (tl_smem + 8192u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_n));
       // matmul_v1.py:73  self.mbarrier.wait(loaded[0], phase=phase)
       tl_mbar_wait_parity((tl_smem + 8192u + 8u * (uint32_t)(0)), (uint32_t)(phase));
@@ -555,6 +562,7 @@ tl_MatmulWGMMA(
     }
     // matmul_v1.py:80  self.sync()
     __syncthreads();
+    // matmul_v1.py:81  phase ^= 1
     phase = (phase ^ 1u);
   }
   // matmul_v1.py:83  self.free_shared(sa)
@@ -1003,7 +1011,9 @@ tl_MatmulWGMMA(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v1.py:50  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v1.py:51  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v1.py:53  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1023,16 +1033,17 @@ tl_MatmulWGMMA(
   }
   // matmul_v1.py:59  loaded = self.mbarrier.alloc(counts=[1])
   // 1 mbarrier(s) at shared offset 12288 (initialized at entry)
+  // matmul_v1.py:60  phase: uint32 = 0
   uint32_t phase = 0u;
   // matmul_v1.py:62  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 32) {
     // matmul_v1.py:63  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(
+      // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 12288u + 8u * (uint32_t)(0)), 12288u);
-      // matmul_v1.py:67  self.tma.global_to_shared(
+      // matmul_v1.py:67  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 12288u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v1.py:70  self.tma.global_to_shared(
+      // matmul_v1.py:70  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 4096u, &tl_map1, (tl_smem + 12288u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_n));
       // matmul_v1.py:73  self.mbarrier.wait(loaded[0], phase=phase)
       tl_mbar_wait_parity((tl_smem + 12288u + 8u * (uint32_t)(0)), (uint32_t)(phase));
@@ -1059,6 +1070,7 @@ tl_MatmulWGMMA(
     }
     // matmul_v1.py:80  self.sync()
     __syncthreads();
+    // matmul_v1.py:81  phase ^= 1
     phase = (phase ^ 1u);
   }
   // matmul_v1.py:83  self.free_shared(sa)
@@ -1374,7 +1386,9 @@ tl_MatmulWGMMA(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v1.py:50  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v1.py:51  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v1.py:53  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1394,16 +1408,17 @@ tl_MatmulWGMMA(
   }
   // matmul_v1.py:59  loaded = self.mbarrier.alloc(counts=[1])
   // 1 mbarrier(s) at shared offset 16384 (initialized at entry)
+  // matmul_v1.py:60  phase: uint32 = 0
   uint32_t phase = 0u;
   // matmul_v1.py:62  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 32) {
     // matmul_v1.py:63  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(
+      // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 16384u + 8u * (uint32_t)(0)), 16384u);
-      // matmul_v1.py:67  self.tma.global_to_shared(
+      // matmul_v1.py:67  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 16384u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v1.py:70  self.tma.global_to_shared(
+      // matmul_v1.py:70  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 8192u, &tl_map1, (tl_smem + 16384u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_n));
       // matmul_v1.py:73  self.mbarrier.wait(loaded[0], phase=phase)
       tl_mbar_wait_parity((tl_smem + 16384u + 8u * (uint32_t)(0)), (uint32_t)(phase));
@@ -1432,6 +1447,7 @@ tl_MatmulWGMMA(
     }
     // matmul_v1.py:80  self.sync()
     __syncthreads();
+    // matmul_v1.py:81  phase ^= 1
     phase = (phase ^ 1u);
   }
   // matmul_v1.py:83  self.free_shared(sa)
@@ -1880,7 +1896,9 @@ tl_MatmulWGMMA(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v1.py:50  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v1.py:51  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v1.py:53  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1900,16 +1918,17 @@ tl_MatmulWGMMA(
   }
   // matmul_v1.py:59  loaded = self.mbarrier.alloc(counts=[1])
   // 1 mbarrier(s) at shared offset 24576 (initialized at entry)
+  // matmul_v1.py:60  phase: uint32 = 0
   uint32_t phase = 0u;
   // matmul_v1.py:62  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
     // matmul_v1.py:63  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(
+      // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 24576u + 8u * (uint32_t)(0)), 24576u);
-      // matmul_v1.py:67  self.tma.global_to_shared(
+      // matmul_v1.py:67  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 24576u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v1.py:70  self.tma.global_to_shared(
+      // matmul_v1.py:70  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 8192u, &tl_map1, (tl_smem + 24576u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_n));
       // matmul_v1.py:73  self.mbarrier.wait(loaded[0], phase=phase)
       tl_mbar_wait_parity((tl_smem + 24576u + 8u * (uint32_t)(0)), (uint32_t)(phase));
@@ -1938,6 +1957,7 @@ tl_MatmulWGMMA(
     }
     // matmul_v1.py:80  self.sync()
     __syncthreads();
+    // matmul_v1.py:81  phase ^= 1
     phase = (phase ^ 1u);
   }
   // matmul_v1.py:83  self.free_shared(sa)
@@ -2253,7 +2273,9 @@ tl_MatmulWGMMA(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v1.py:50  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v1.py:51  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v1.py:53  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -2273,16 +2295,17 @@ tl_MatmulWGMMA(
   }
   // matmul_v1.py:59  loaded = self.mbarrier.alloc(counts=[1])
   // 1 mbarrier(s) at shared offset 32768 (initialized at entry)
+  // matmul_v1.py:60  phase: uint32 = 0
   uint32_t phase = 0u;
   // matmul_v1.py:62  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
     // matmul_v1.py:63  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(
+      // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 32768u + 8u * (uint32_t)(0)), 32768u);
-      // matmul_v1.py:67  self.tma.global_to_shared(
+      // matmul_v1.py:67  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 32768u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v1.py:70  self.tma.global_to_shared(
+      // matmul_v1.py:70  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 16384u, &tl_map1, (tl_smem + 32768u + 8u * (uint32_t)(0)), (int32_t)(offset_k), (int32_t)(offset_n));
       // matmul_v1.py:73  self.mbarrier.wait(loaded[0], phase=phase)
       tl_mbar_wait_parity((tl_smem + 32768u + 8u * (uint32_t)(0)), (uint32_t)(phase));
@@ -2315,6 +2338,7 @@ tl_MatmulWGMMA(
     }
     // matmul_v1.py:80  self.sync()
     __syncthreads();
+    // matmul_v1.py:81  phase ^= 1
     phase = (phase ^ 1u);
   }
   // matmul_v1.py:83  self.free_shared(sa)

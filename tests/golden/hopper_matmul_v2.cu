@@ -131,7 +131,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:77  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:78  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:80  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -159,6 +161,7 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 2; ++tl_i4) {
     phases[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:88  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 128;
   // matmul_v2.py:91  for s in range(min(num_stages, num_iters)):
   {
@@ -167,6 +170,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:92  self.issue_load(ga, gb, sa[s], sb[s], loaded[s], offset_m, offset_n, s * block_k)
       const uint32_t sa_1 = 0u + (uint32_t)(s) * 4096u;
       const uint32_t sb_1 = 8192u + (uint32_t)(s) * 8192u;
+      // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
       int barrier = ((int)(tl_smem + 24576u + 8u * (uint32_t)(s)));
       int offset_m_1 = offset_m;
       int offset_n_1 = offset_n;
@@ -175,9 +179,9 @@ tl_MatmulWGMMAV2(
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 12288u);
-        // matmul_v2.py:56  self.tma.global_to_shared(
+        // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sa_1, &tl_map0, barrier, (int32_t)(offset_k), (int32_t)(offset_m_1));
-        // matmul_v2.py:59  self.tma.global_to_shared(
+        // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sb_1, &tl_map1, barrier, (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
     }
@@ -186,6 +190,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int i = 0; i < tl_end6; ++i) {
+      // matmul_v2.py:95  slot = i % num_stages
       int slot = (i % 2);
       // matmul_v2.py:98  self.mbarrier.wait(loaded[slot], phase=phases[slot])
       tl_mbar_wait_parity((tl_smem + 24576u + 8u * (uint32_t)(slot)), (uint32_t)((((slot)) == 0 ? phases[0] : phases[1])));
@@ -216,11 +221,14 @@ tl_MatmulWGMMAV2(
       }
       // matmul_v2.py:107  self.sync()
       __syncthreads();
+      // matmul_v2.py:109  refill = i + num_stages
       int refill = (i + 2);
+      // matmul_v2.py:110  if refill < num_iters:
       if ((refill < num_iters)) {
-        // matmul_v2.py:111  self.issue_load(
+        // matmul_v2.py:111  self.issue_load(ga, gb, sa[slot], sb[slot], loaded[slot], offset_m, offset_n, refill * block_k)
         const uint32_t sa_3 = 0u + (uint32_t)(slot) * 4096u;
         const uint32_t sb_3 = 8192u + (uint32_t)(slot) * 8192u;
+        // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
         int barrier_1 = ((int)(tl_smem + 24576u + 8u * (uint32_t)(slot)));
         int offset_m_2 = offset_m;
         int offset_n_2 = offset_n;
@@ -229,9 +237,9 @@ tl_MatmulWGMMAV2(
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 12288u);
-          // matmul_v2.py:56  self.tma.global_to_shared(
+          // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sa_3, &tl_map0, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_m_2));
-          // matmul_v2.py:59  self.tma.global_to_shared(
+          // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sb_3, &tl_map1, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_n_2));
         }
       }
@@ -549,7 +557,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:77  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:78  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:80  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -577,6 +587,7 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 3; ++tl_i4) {
     phases[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:88  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 128;
   // matmul_v2.py:91  for s in range(min(num_stages, num_iters)):
   {
@@ -585,6 +596,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:92  self.issue_load(ga, gb, sa[s], sb[s], loaded[s], offset_m, offset_n, s * block_k)
       const uint32_t sa_1 = 0u + (uint32_t)(s) * 4096u;
       const uint32_t sb_1 = 12288u + (uint32_t)(s) * 8192u;
+      // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
       int barrier = ((int)(tl_smem + 36864u + 8u * (uint32_t)(s)));
       int offset_m_1 = offset_m;
       int offset_n_1 = offset_n;
@@ -593,9 +605,9 @@ tl_MatmulWGMMAV2(
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 12288u);
-        // matmul_v2.py:56  self.tma.global_to_shared(
+        // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sa_1, &tl_map0, barrier, (int32_t)(offset_k), (int32_t)(offset_m_1));
-        // matmul_v2.py:59  self.tma.global_to_shared(
+        // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sb_1, &tl_map1, barrier, (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
     }
@@ -604,6 +616,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int i = 0; i < tl_end6; ++i) {
+      // matmul_v2.py:95  slot = i % num_stages
       int slot = (i % 3);
       // matmul_v2.py:98  self.mbarrier.wait(loaded[slot], phase=phases[slot])
       tl_mbar_wait_parity((tl_smem + 36864u + 8u * (uint32_t)(slot)), (uint32_t)((((slot)) == 0 ? phases[0] : (((slot)) == 1 ? phases[1] : phases[2]))));
@@ -635,11 +648,14 @@ tl_MatmulWGMMAV2(
       }
       // matmul_v2.py:107  self.sync()
       __syncthreads();
+      // matmul_v2.py:109  refill = i + num_stages
       int refill = (i + 3);
+      // matmul_v2.py:110  if refill < num_iters:
       if ((refill < num_iters)) {
-        // matmul_v2.py:111  self.issue_load(
+        // matmul_v2.py:111  self.issue_load(ga, gb, sa[slot], sb[slot], loaded[slot], offset_m, offset_n, refill * block_k)
         const uint32_t sa_3 = 0u + (uint32_t)(slot) * 4096u;
         const uint32_t sb_3 = 12288u + (uint32_t)(slot) * 8192u;
+        // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
         int barrier_1 = ((int)(tl_smem + 36864u + 8u * (uint32_t)(slot)));
         int offset_m_2 = offset_m;
         int offset_n_2 = offset_n;
@@ -648,9 +664,9 @@ tl_MatmulWGMMAV2(
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 12288u);
-          // matmul_v2.py:56  self.tma.global_to_shared(
+          // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sa_3, &tl_map0, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_m_2));
-          // matmul_v2.py:59  self.tma.global_to_shared(
+          // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sb_3, &tl_map1, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_n_2));
         }
       }
@@ -969,7 +985,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:77  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:78  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:80  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -997,6 +1015,7 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 4; ++tl_i4) {
     phases[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:88  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 128;
   // matmul_v2.py:91  for s in range(min(num_stages, num_iters)):
   {
@@ -1005,6 +1024,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:92  self.issue_load(ga, gb, sa[s], sb[s], loaded[s], offset_m, offset_n, s * block_k)
       const uint32_t sa_1 = 0u + (uint32_t)(s) * 4096u;
       const uint32_t sb_1 = 16384u + (uint32_t)(s) * 8192u;
+      // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
       int barrier = ((int)(tl_smem + 49152u + 8u * (uint32_t)(s)));
       int offset_m_1 = offset_m;
       int offset_n_1 = offset_n;
@@ -1013,9 +1033,9 @@ tl_MatmulWGMMAV2(
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 12288u);
-        // matmul_v2.py:56  self.tma.global_to_shared(
+        // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sa_1, &tl_map0, barrier, (int32_t)(offset_k), (int32_t)(offset_m_1));
-        // matmul_v2.py:59  self.tma.global_to_shared(
+        // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sb_1, &tl_map1, barrier, (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
     }
@@ -1024,6 +1044,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int i = 0; i < tl_end6; ++i) {
+      // matmul_v2.py:95  slot = i % num_stages
       int slot = (i % 4);
       // matmul_v2.py:98  self.mbarrier.wait(loaded[slot], phase=phases[slot])
       tl_mbar_wait_parity((tl_smem + 49152u + 8u * (uint32_t)(slot)), (uint32_t)((((slot)) == 0 ? phases[0] : (((slot)) == 1 ? phases[1] : (((slot)) == 2 ? phases[2] : phases[3])))));
@@ -1056,11 +1077,14 @@ tl_MatmulWGMMAV2(
       }
       // matmul_v2.py:107  self.sync()
       __syncthreads();
+      // matmul_v2.py:109  refill = i + num_stages
       int refill = (i + 4);
+      // matmul_v2.py:110  if refill < num_iters:
       if ((refill < num_iters)) {
-        // matmul_v2.py:111  self.issue_load(
+        // matmul_v2.py:111  self.issue_load(ga, gb, sa[slot], sb[slot], loaded[slot], offset_m, offset_n, refill * block_k)
         const uint32_t sa_3 = 0u + (uint32_t)(slot) * 4096u;
         const uint32_t sb_3 = 16384u + (uint32_t)(slot) * 8192u;
+        // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
         int barrier_1 = ((int)(tl_smem + 49152u + 8u * (uint32_t)(slot)));
         int offset_m_2 = offset_m;
         int offset_n_2 = offset_n;
@@ -1069,9 +1093,9 @@ tl_MatmulWGMMAV2(
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 12288u);
-          // matmul_v2.py:56  self.tma.global_to_shared(
+          // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sa_3, &tl_map0, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_m_2));
-          // matmul_v2.py:59  self.tma.global_to_shared(
+          // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sb_3, &tl_map1, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_n_2));
         }
       }
@@ -1388,7 +1412,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:77  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:78  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:80  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1416,6 +1442,7 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 2; ++tl_i4) {
     phases[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:88  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 128;
   // matmul_v2.py:91  for s in range(min(num_stages, num_iters)):
   {
@@ -1424,6 +1451,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:92  self.issue_load(ga, gb, sa[s], sb[s], loaded[s], offset_m, offset_n, s * block_k)
       const uint32_t sa_1 = 0u + (uint32_t)(s) * 8192u;
       const uint32_t sb_1 = 16384u + (uint32_t)(s) * 8192u;
+      // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
       int barrier = ((int)(tl_smem + 32768u + 8u * (uint32_t)(s)));
       int offset_m_1 = offset_m;
       int offset_n_1 = offset_n;
@@ -1432,9 +1460,9 @@ tl_MatmulWGMMAV2(
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 16384u);
-        // matmul_v2.py:56  self.tma.global_to_shared(
+        // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sa_1, &tl_map0, barrier, (int32_t)(offset_k), (int32_t)(offset_m_1));
-        // matmul_v2.py:59  self.tma.global_to_shared(
+        // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sb_1, &tl_map1, barrier, (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
     }
@@ -1443,6 +1471,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int i = 0; i < tl_end6; ++i) {
+      // matmul_v2.py:95  slot = i % num_stages
       int slot = (i % 2);
       // matmul_v2.py:98  self.mbarrier.wait(loaded[slot], phase=phases[slot])
       tl_mbar_wait_parity((tl_smem + 32768u + 8u * (uint32_t)(slot)), (uint32_t)((((slot)) == 0 ? phases[0] : phases[1])));
@@ -1475,11 +1504,14 @@ tl_MatmulWGMMAV2(
       }
       // matmul_v2.py:107  self.sync()
       __syncthreads();
+      // matmul_v2.py:109  refill = i + num_stages
       int refill = (i + 2);
+      // matmul_v2.py:110  if refill < num_iters:
       if ((refill < num_iters)) {
-        // matmul_v2.py:111  self.issue_load(
+        // matmul_v2.py:111  self.issue_load(ga, gb, sa[slot], sb[slot], loaded[slot], offset_m, offset_n, refill * block_k)
         const uint32_t sa_3 = 0u + (uint32_t)(slot) * 8192u;
         const uint32_t sb_3 = 16384u + (uint32_t)(slot) * 8192u;
+        // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
         int barrier_1 = ((int)(tl_smem + 32768u + 8u * (uint32_t)(slot)));
         int offset_m_2 = offset_m;
         int offset_n_2 = offset_n;
@@ -1488,9 +1520,9 @@ tl_MatmulWGMMAV2(
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 16384u);
-          // matmul_v2.py:56  self.tma.global_to_shared(
+          // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sa_3, &tl_map0, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_m_2));
-          // matmul_v2.py:59  self.tma.global_to_shared(
+          // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sb_3, &tl_map1, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_n_2));
         }
       }
@@ -1940,7 +1972,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:77  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:78  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:80  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1968,6 +2002,7 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 3; ++tl_i4) {
     phases[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:88  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 128;
   // matmul_v2.py:91  for s in range(min(num_stages, num_iters)):
   {
@@ -1976,6 +2011,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:92  self.issue_load(ga, gb, sa[s], sb[s], loaded[s], offset_m, offset_n, s * block_k)
       const uint32_t sa_1 = 0u + (uint32_t)(s) * 8192u;
       const uint32_t sb_1 = 24576u + (uint32_t)(s) * 8192u;
+      // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
       int barrier = ((int)(tl_smem + 49152u + 8u * (uint32_t)(s)));
       int offset_m_1 = offset_m;
       int offset_n_1 = offset_n;
@@ -1984,9 +2020,9 @@ tl_MatmulWGMMAV2(
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 16384u);
-        // matmul_v2.py:56  self.tma.global_to_shared(
+        // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sa_1, &tl_map0, barrier, (int32_t)(offset_k), (int32_t)(offset_m_1));
-        // matmul_v2.py:59  self.tma.global_to_shared(
+        // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sb_1, &tl_map1, barrier, (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
     }
@@ -1995,6 +2031,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int i = 0; i < tl_end6; ++i) {
+      // matmul_v2.py:95  slot = i % num_stages
       int slot = (i % 3);
       // matmul_v2.py:98  self.mbarrier.wait(loaded[slot], phase=phases[slot])
       tl_mbar_wait_parity((tl_smem + 49152u + 8u * (uint32_t)(slot)), (uint32_t)((((slot)) == 0 ? phases[0] : (((slot)) == 1 ? phases[1] : phases[2]))));
@@ -2028,11 +2065,14 @@ tl_MatmulWGMMAV2(
       }
       // matmul_v2.py:107  self.sync()
       __syncthreads();
+      // matmul_v2.py:109  refill = i + num_stages
       int refill = (i + 3);
+      // matmul_v2.py:110  if refill < num_iters:
       if ((refill < num_iters)) {
-        // matmul_v2.py:111  self.issue_load(
+        // matmul_v2.py:111  self.issue_load(ga, gb, sa[slot], sb[slot], loaded[slot], offset_m, offset_n, refill * block_k)
         const uint32_t sa_3 = 0u + (uint32_t)(slot) * 8192u;
         const uint32_t sb_3 = 24576u + (uint32_t)(slot) * 8192u;
+        // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
         int barrier_1 = ((int)(tl_smem + 49152u + 8u * (uint32_t)(slot)));
         int offset_m_2 = offset_m;
         int offset_n_2 = offset_n;
@@ -2041,9 +2081,9 @@ tl_MatmulWGMMAV2(
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 16384u);
-          // matmul_v2.py:56  self.tma.global_to_shared(
+          // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sa_3, &tl_map0, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_m_2));
-          // matmul_v2.py:59  self.tma.global_to_shared(
+          // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sb_3, &tl_map1, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_n_2));
         }
       }
@@ -2494,7 +2534,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:77  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:78  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:80  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -2522,6 +2564,7 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 4; ++tl_i4) {
     phases[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:88  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 128;
   // matmul_v2.py:91  for s in range(min(num_stages, num_iters)):
   {
@@ -2530,6 +2573,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:92  self.issue_load(ga, gb, sa[s], sb[s], loaded[s], offset_m, offset_n, s * block_k)
       const uint32_t sa_1 = 0u + (uint32_t)(s) * 8192u;
       const uint32_t sb_1 = 32768u + (uint32_t)(s) * 8192u;
+      // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
       int barrier = ((int)(tl_smem + 65536u + 8u * (uint32_t)(s)));
       int offset_m_1 = offset_m;
       int offset_n_1 = offset_n;
@@ -2538,9 +2582,9 @@ tl_MatmulWGMMAV2(
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 16384u);
-        // matmul_v2.py:56  self.tma.global_to_shared(
+        // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sa_1, &tl_map0, barrier, (int32_t)(offset_k), (int32_t)(offset_m_1));
-        // matmul_v2.py:59  self.tma.global_to_shared(
+        // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sb_1, &tl_map1, barrier, (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
     }
@@ -2549,6 +2593,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int i = 0; i < tl_end6; ++i) {
+      // matmul_v2.py:95  slot = i % num_stages
       int slot = (i % 4);
       // matmul_v2.py:98  self.mbarrier.wait(loaded[slot], phase=phases[slot])
       tl_mbar_wait_parity((tl_smem + 65536u + 8u * (uint32_t)(slot)), (uint32_t)((((slot)) == 0 ? phases[0] : (((slot)) == 1 ? phases[1] : (((slot)) == 2 ? phases[2] : phases[3])))));
@@ -2583,11 +2628,14 @@ tl_MatmulWGMMAV2(
       }
       // matmul_v2.py:107  self.sync()
       __syncthreads();
+      // matmul_v2.py:109  refill = i + num_stages
       int refill = (i + 4);
+      // matmul_v2.py:110  if refill < num_iters:
       if ((refill < num_iters)) {
-        // matmul_v2.py:111  self.issue_load(
+        // matmul_v2.py:111  self.issue_load(ga, gb, sa[slot], sb[slot], loaded[slot], offset_m, offset_n, refill * block_k)
         const uint32_t sa_3 = 0u + (uint32_t)(slot) * 8192u;
         const uint32_t sb_3 = 32768u + (uint32_t)(slot) * 8192u;
+        // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
         int barrier_1 = ((int)(tl_smem + 65536u + 8u * (uint32_t)(slot)));
         int offset_m_2 = offset_m;
         int offset_n_2 = offset_n;
@@ -2596,9 +2644,9 @@ tl_MatmulWGMMAV2(
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 16384u);
-          // matmul_v2.py:56  self.tma.global_to_shared(
+          // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sa_3, &tl_map0, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_m_2));
-          // matmul_v2.py:59  self.tma.global_to_shared(
+          // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sb_3, &tl_map1, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_n_2));
         }
       }
@@ -3047,7 +3095,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:77  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:78  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:80  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -3075,6 +3125,7 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 2; ++tl_i4) {
     phases[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:88  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 64;
   // matmul_v2.py:91  for s in range(min(num_stages, num_iters)):
   {
@@ -3083,6 +3134,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:92  self.issue_load(ga, gb, sa[s], sb[s], loaded[s], offset_m, offset_n, s * block_k)
       const uint32_t sa_1 = 0u + (uint32_t)(s) * 8192u;
       const uint32_t sb_1 = 16384u + (uint32_t)(s) * 16384u;
+      // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
       int barrier = ((int)(tl_smem + 49152u + 8u * (uint32_t)(s)));
       int offset_m_1 = offset_m;
       int offset_n_1 = offset_n;
@@ -3091,9 +3143,9 @@ tl_MatmulWGMMAV2(
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 24576u);
-        // matmul_v2.py:56  self.tma.global_to_shared(
+        // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sa_1, &tl_map0, barrier, (int32_t)(offset_k), (int32_t)(offset_m_1));
-        // matmul_v2.py:59  self.tma.global_to_shared(
+        // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sb_1, &tl_map1, barrier, (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
     }
@@ -3102,6 +3154,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int i = 0; i < tl_end6; ++i) {
+      // matmul_v2.py:95  slot = i % num_stages
       int slot = (i % 2);
       // matmul_v2.py:98  self.mbarrier.wait(loaded[slot], phase=phases[slot])
       tl_mbar_wait_parity((tl_smem + 49152u + 8u * (uint32_t)(slot)), (uint32_t)((((slot)) == 0 ? phases[0] : phases[1])));
@@ -3134,11 +3187,14 @@ tl_MatmulWGMMAV2(
       }
       // matmul_v2.py:107  self.sync()
       __syncthreads();
+      // matmul_v2.py:109  refill = i + num_stages
       int refill = (i + 2);
+      // matmul_v2.py:110  if refill < num_iters:
       if ((refill < num_iters)) {
-        // matmul_v2.py:111  self.issue_load(
+        // matmul_v2.py:111  self.issue_load(ga, gb, sa[slot], sb[slot], loaded[slot], offset_m, offset_n, refill * block_k)
         const uint32_t sa_3 = 0u + (uint32_t)(slot) * 8192u;
         const uint32_t sb_3 = 16384u + (uint32_t)(slot) * 16384u;
+        // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
         int barrier_1 = ((int)(tl_smem + 49152u + 8u * (uint32_t)(slot)));
         int offset_m_2 = offset_m;
         int offset_n_2 = offset_n;
@@ -3147,9 +3203,9 @@ tl_MatmulWGMMAV2(
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 24576u);
-          // matmul_v2.py:56  self.tma.global_to_shared(
+          // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sa_3, &tl_map0, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_m_2));
-          // matmul_v2.py:59  self.tma.global_to_shared(
+          // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sb_3, &tl_map1, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_n_2));
         }
       }
@@ -3467,7 +3523,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:77  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:78  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:80  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -3495,6 +3553,7 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 3; ++tl_i4) {
     phases[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:88  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 64;
   // matmul_v2.py:91  for s in range(min(num_stages, num_iters)):
   {
@@ -3503,6 +3562,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:92  self.issue_load(ga, gb, sa[s], sb[s], loaded[s], offset_m, offset_n, s * block_k)
       const uint32_t sa_1 = 0u + (uint32_t)(s) * 8192u;
       const uint32_t sb_1 = 24576u + (uint32_t)(s) * 16384u;
+      // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
       int barrier = ((int)(tl_smem + 73728u + 8u * (uint32_t)(s)));
       int offset_m_1 = offset_m;
       int offset_n_1 = offset_n;
@@ -3511,9 +3571,9 @@ tl_MatmulWGMMAV2(
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 24576u);
-        // matmul_v2.py:56  self.tma.global_to_shared(
+        // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sa_1, &tl_map0, barrier, (int32_t)(offset_k), (int32_t)(offset_m_1));
-        // matmul_v2.py:59  self.tma.global_to_shared(
+        // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sb_1, &tl_map1, barrier, (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
     }
@@ -3522,6 +3582,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int i = 0; i < tl_end6; ++i) {
+      // matmul_v2.py:95  slot = i % num_stages
       int slot = (i % 3);
       // matmul_v2.py:98  self.mbarrier.wait(loaded[slot], phase=phases[slot])
       tl_mbar_wait_parity((tl_smem + 73728u + 8u * (uint32_t)(slot)), (uint32_t)((((slot)) == 0 ? phases[0] : (((slot)) == 1 ? phases[1] : phases[2]))));
@@ -3555,11 +3616,14 @@ tl_MatmulWGMMAV2(
       }
       // matmul_v2.py:107  self.sync()
       __syncthreads();
+      // matmul_v2.py:109  refill = i + num_stages
       int refill = (i + 3);
+      // matmul_v2.py:110  if refill < num_iters:
       if ((refill < num_iters)) {
-        // matmul_v2.py:111  self.issue_load(
+        // matmul_v2.py:111  self.issue_load(ga, gb, sa[slot], sb[slot], loaded[slot], offset_m, offset_n, refill * block_k)
         const uint32_t sa_3 = 0u + (uint32_t)(slot) * 8192u;
         const uint32_t sb_3 = 24576u + (uint32_t)(slot) * 16384u;
+        // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
         int barrier_1 = ((int)(tl_smem + 73728u + 8u * (uint32_t)(slot)));
         int offset_m_2 = offset_m;
         int offset_n_2 = offset_n;
@@ -3568,9 +3632,9 @@ tl_MatmulWGMMAV2(
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 24576u);
-          // matmul_v2.py:56  self.tma.global_to_shared(
+          // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sa_3, &tl_map0, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_m_2));
-          // matmul_v2.py:59  self.tma.global_to_shared(
+          // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sb_3, &tl_map1, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_n_2));
         }
       }
@@ -3889,7 +3953,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:77  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:78  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:80  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -3917,6 +3983,7 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 4; ++tl_i4) {
     phases[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:88  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 64;
   // matmul_v2.py:91  for s in range(min(num_stages, num_iters)):
   {
@@ -3925,6 +3992,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:92  self.issue_load(ga, gb, sa[s], sb[s], loaded[s], offset_m, offset_n, s * block_k)
       const uint32_t sa_1 = 0u + (uint32_t)(s) * 8192u;
       const uint32_t sb_1 = 32768u + (uint32_t)(s) * 16384u;
+      // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
       int barrier = ((int)(tl_smem + 98304u + 8u * (uint32_t)(s)));
       int offset_m_1 = offset_m;
       int offset_n_1 = offset_n;
@@ -3933,9 +4001,9 @@ tl_MatmulWGMMAV2(
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 24576u);
-        // matmul_v2.py:56  self.tma.global_to_shared(
+        // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sa_1, &tl_map0, barrier, (int32_t)(offset_k), (int32_t)(offset_m_1));
-        // matmul_v2.py:59  self.tma.global_to_shared(
+        // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sb_1, &tl_map1, barrier, (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
     }
@@ -3944,6 +4012,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int i = 0; i < tl_end6; ++i) {
+      // matmul_v2.py:95  slot = i % num_stages
       int slot = (i % 4);
       // matmul_v2.py:98  self.mbarrier.wait(loaded[slot], phase=phases[slot])
       tl_mbar_wait_parity((tl_smem + 98304u + 8u * (uint32_t)(slot)), (uint32_t)((((slot)) == 0 ? phases[0] : (((slot)) == 1 ? phases[1] : (((slot)) == 2 ? phases[2] : phases[3])))));
@@ -3978,11 +4047,14 @@ tl_MatmulWGMMAV2(
       }
       // matmul_v2.py:107  self.sync()
       __syncthreads();
+      // matmul_v2.py:109  refill = i + num_stages
       int refill = (i + 4);
+      // matmul_v2.py:110  if refill < num_iters:
       if ((refill < num_iters)) {
-        // matmul_v2.py:111  self.issue_load(
+        // matmul_v2.py:111  self.issue_load(ga, gb, sa[slot], sb[slot], loaded[slot], offset_m, offset_n, refill * block_k)
         const uint32_t sa_3 = 0u + (uint32_t)(slot) * 8192u;
         const uint32_t sb_3 = 32768u + (uint32_t)(slot) * 16384u;
+        // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
         int barrier_1 = ((int)(tl_smem + 98304u + 8u * (uint32_t)(slot)));
         int offset_m_2 = offset_m;
         int offset_n_2 = offset_n;
@@ -3991,9 +4063,9 @@ tl_MatmulWGMMAV2(
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 24576u);
-          // matmul_v2.py:56  self.tma.global_to_shared(
+          // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sa_3, &tl_map0, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_m_2));
-          // matmul_v2.py:59  self.tma.global_to_shared(
+          // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sb_3, &tl_map1, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_n_2));
         }
       }
@@ -4310,7 +4382,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:77  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:78  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:80  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -4338,6 +4412,7 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 2; ++tl_i4) {
     phases[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:88  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 64;
   // matmul_v2.py:91  for s in range(min(num_stages, num_iters)):
   {
@@ -4346,6 +4421,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:92  self.issue_load(ga, gb, sa[s], sb[s], loaded[s], offset_m, offset_n, s * block_k)
       const uint32_t sa_1 = 0u + (uint32_t)(s) * 16384u;
       const uint32_t sb_1 = 32768u + (uint32_t)(s) * 16384u;
+      // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
       int barrier = ((int)(tl_smem + 65536u + 8u * (uint32_t)(s)));
       int offset_m_1 = offset_m;
       int offset_n_1 = offset_n;
@@ -4354,9 +4430,9 @@ tl_MatmulWGMMAV2(
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 32768u);
-        // matmul_v2.py:56  self.tma.global_to_shared(
+        // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sa_1, &tl_map0, barrier, (int32_t)(offset_k), (int32_t)(offset_m_1));
-        // matmul_v2.py:59  self.tma.global_to_shared(
+        // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sb_1, &tl_map1, barrier, (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
     }
@@ -4365,6 +4441,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int i = 0; i < tl_end6; ++i) {
+      // matmul_v2.py:95  slot = i % num_stages
       int slot = (i % 2);
       // matmul_v2.py:98  self.mbarrier.wait(loaded[slot], phase=phases[slot])
       tl_mbar_wait_parity((tl_smem + 65536u + 8u * (uint32_t)(slot)), (uint32_t)((((slot)) == 0 ? phases[0] : phases[1])));
@@ -4401,11 +4478,14 @@ tl_MatmulWGMMAV2(
       }
       // matmul_v2.py:107  self.sync()
       __syncthreads();
+      // matmul_v2.py:109  refill = i + num_stages
       int refill = (i + 2);
+      // matmul_v2.py:110  if refill < num_iters:
       if ((refill < num_iters)) {
-        // matmul_v2.py:111  self.issue_load(
+        // matmul_v2.py:111  self.issue_load(ga, gb, sa[slot], sb[slot], loaded[slot], offset_m, offset_n, refill * block_k)
         const uint32_t sa_3 = 0u + (uint32_t)(slot) * 16384u;
         const uint32_t sb_3 = 32768u + (uint32_t)(slot) * 16384u;
+        // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
         int barrier_1 = ((int)(tl_smem + 65536u + 8u * (uint32_t)(slot)));
         int offset_m_2 = offset_m;
         int offset_n_2 = offset_n;
@@ -4414,9 +4494,9 @@ tl_MatmulWGMMAV2(
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 32768u);
-          // matmul_v2.py:56  self.tma.global_to_shared(
+          // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sa_3, &tl_map0, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_m_2));
-          // matmul_v2.py:59  self.tma.global_to_shared(
+          // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sb_3, &tl_map1, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_n_2));
         }
       }
@@ -4866,7 +4946,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:77  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:78  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:80  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -4894,6 +4976,7 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 3; ++tl_i4) {
     phases[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:88  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 64;
   // matmul_v2.py:91  for s in range(min(num_stages, num_iters)):
   {
@@ -4902,6 +4985,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:92  self.issue_load(ga, gb, sa[s], sb[s], loaded[s], offset_m, offset_n, s * block_k)
       const uint32_t sa_1 = 0u + (uint32_t)(s) * 16384u;
       const uint32_t sb_1 = 49152u + (uint32_t)(s) * 16384u;
+      // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
       int barrier = ((int)(tl_smem + 98304u + 8u * (uint32_t)(s)));
       int offset_m_1 = offset_m;
       int offset_n_1 = offset_n;
@@ -4910,9 +4994,9 @@ tl_MatmulWGMMAV2(
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 32768u);
-        // matmul_v2.py:56  self.tma.global_to_shared(
+        // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sa_1, &tl_map0, barrier, (int32_t)(offset_k), (int32_t)(offset_m_1));
-        // matmul_v2.py:59  self.tma.global_to_shared(
+        // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sb_1, &tl_map1, barrier, (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
     }
@@ -4921,6 +5005,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int i = 0; i < tl_end6; ++i) {
+      // matmul_v2.py:95  slot = i % num_stages
       int slot = (i % 3);
       // matmul_v2.py:98  self.mbarrier.wait(loaded[slot], phase=phases[slot])
       tl_mbar_wait_parity((tl_smem + 98304u + 8u * (uint32_t)(slot)), (uint32_t)((((slot)) == 0 ? phases[0] : (((slot)) == 1 ? phases[1] : phases[2]))));
@@ -4958,11 +5043,14 @@ tl_MatmulWGMMAV2(
       }
       // matmul_v2.py:107  self.sync()
       __syncthreads();
+      // matmul_v2.py:109  refill = i + num_stages
       int refill = (i + 3);
+      // matmul_v2.py:110  if refill < num_iters:
       if ((refill < num_iters)) {
-        // matmul_v2.py:111  self.issue_load(
+        // matmul_v2.py:111  self.issue_load(ga, gb, sa[slot], sb[slot], loaded[slot], offset_m, offset_n, refill * block_k)
         const uint32_t sa_3 = 0u + (uint32_t)(slot) * 16384u;
         const uint32_t sb_3 = 49152u + (uint32_t)(slot) * 16384u;
+        // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
         int barrier_1 = ((int)(tl_smem + 98304u + 8u * (uint32_t)(slot)));
         int offset_m_2 = offset_m;
         int offset_n_2 = offset_n;
@@ -4971,9 +5059,9 @@ tl_MatmulWGMMAV2(
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 32768u);
-          // matmul_v2.py:56  self.tma.global_to_shared(
+          // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sa_3, &tl_map0, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_m_2));
-          // matmul_v2.py:59  self.tma.global_to_shared(
+          // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sb_3, &tl_map1, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_n_2));
         }
       }
@@ -5424,7 +5512,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:77  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:78  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:80  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -5452,6 +5542,7 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 4; ++tl_i4) {
     phases[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:88  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 64;
   // matmul_v2.py:91  for s in range(min(num_stages, num_iters)):
   {
@@ -5460,6 +5551,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:92  self.issue_load(ga, gb, sa[s], sb[s], loaded[s], offset_m, offset_n, s * block_k)
       const uint32_t sa_1 = 0u + (uint32_t)(s) * 16384u;
       const uint32_t sb_1 = 65536u + (uint32_t)(s) * 16384u;
+      // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
       int barrier = ((int)(tl_smem + 131072u + 8u * (uint32_t)(s)));
       int offset_m_1 = offset_m;
       int offset_n_1 = offset_n;
@@ -5468,9 +5560,9 @@ tl_MatmulWGMMAV2(
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 32768u);
-        // matmul_v2.py:56  self.tma.global_to_shared(
+        // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sa_1, &tl_map0, barrier, (int32_t)(offset_k), (int32_t)(offset_m_1));
-        // matmul_v2.py:59  self.tma.global_to_shared(
+        // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
         tl_tma_load_2d(tl_smem + sb_1, &tl_map1, barrier, (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
     }
@@ -5479,6 +5571,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int i = 0; i < tl_end6; ++i) {
+      // matmul_v2.py:95  slot = i % num_stages
       int slot = (i % 4);
       // matmul_v2.py:98  self.mbarrier.wait(loaded[slot], phase=phases[slot])
       tl_mbar_wait_parity((tl_smem + 131072u + 8u * (uint32_t)(slot)), (uint32_t)((((slot)) == 0 ? phases[0] : (((slot)) == 1 ? phases[1] : (((slot)) == 2 ? phases[2] : phases[3])))));
@@ -5517,11 +5610,14 @@ tl_MatmulWGMMAV2(
       }
       // matmul_v2.py:107  self.sync()
       __syncthreads();
+      // matmul_v2.py:109  refill = i + num_stages
       int refill = (i + 4);
+      // matmul_v2.py:110  if refill < num_iters:
       if ((refill < num_iters)) {
-        // matmul_v2.py:111  self.issue_load(
+        // matmul_v2.py:111  self.issue_load(ga, gb, sa[slot], sb[slot], loaded[slot], offset_m, offset_n, refill * block_k)
         const uint32_t sa_3 = 0u + (uint32_t)(slot) * 16384u;
         const uint32_t sb_3 = 65536u + (uint32_t)(slot) * 16384u;
+        // matmul_v2.py:42  def issue_load(self, ga: GlobalTensor, gb: GlobalTensor, sa: SharedTensor, sb: SharedTensor, barrier: int32, offset_m: int32, offset_n: int32, offset_k: int32):
         int barrier_1 = ((int)(tl_smem + 131072u + 8u * (uint32_t)(slot)));
         int offset_m_2 = offset_m;
         int offset_n_2 = offset_n;
@@ -5530,9 +5626,9 @@ tl_MatmulWGMMAV2(
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 32768u);
-          // matmul_v2.py:56  self.tma.global_to_shared(
+          // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sa_3, &tl_map0, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_m_2));
-          // matmul_v2.py:59  self.tma.global_to_shared(
+          // matmul_v2.py:59  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=barrier)
           tl_tma_load_2d(tl_smem + sb_3, &tl_map1, barrier_1, (int32_t)(offset_k_1), (int32_t)(offset_n_2));
         }
       }

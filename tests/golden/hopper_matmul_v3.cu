@@ -141,7 +141,9 @@ tl_MatmulWGMMAV3(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v3.py:63  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v3.py:64  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v3.py:66  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -159,7 +161,9 @@ tl_MatmulWGMMAV3(
   // 2 mbarrier(s) at shared offset 32784 (initialized at entry)
   // matmul_v3.py:75  with self.thread_group(128, 32):  # producer warp
   if (threadIdx.x >= 128 && threadIdx.x < 160) {  // threads [128, 160)
+    // matmul_v3.py:76  p_stage: int32 = 0
     int p_stage = 0;
+    // matmul_v3.py:77  p_phase: uint32 = 1
     uint32_t p_phase = 1u;
     // matmul_v3.py:78  for offset_k in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 2
@@ -168,19 +172,22 @@ tl_MatmulWGMMAV3(
       tl_mbar_wait_parity((tl_smem + 32784u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
       // matmul_v3.py:80  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(full[p_stage], transaction_bytes=sa[p_stage].nbytes + sb[p_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(p_stage) * 8192u;
         const uint32_t sb_1 = 16384u + (uint32_t)(p_stage) * 8192u;
         tl_mbar_arrive_expect_tx((tl_smem + 32768u + 8u * (uint32_t)(p_stage)), 16384u);
-        // matmul_v3.py:84  self.tma.global_to_shared(
+        // matmul_v3.py:84  self.tma.global_to_shared(src=ga, dst=sa[p_stage], offsets=[offset_m, offset_k], mbarrier=full[p_stage])
         const uint32_t sa_2 = 0u + (uint32_t)(p_stage) * 8192u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 32768u + 8u * (uint32_t)(p_stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v3.py:90  self.tma.global_to_shared(
+        // matmul_v3.py:90  self.tma.global_to_shared(src=gb, dst=sb[p_stage], offsets=[offset_n, offset_k], mbarrier=full[p_stage])
         const uint32_t sb_2 = 16384u + (uint32_t)(p_stage) * 8192u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 32768u + 8u * (uint32_t)(p_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
+      // matmul_v3.py:96  p_stage = (p_stage + 1) % num_stages
       p_stage = ((p_stage + 1) % 2);
+      // matmul_v3.py:97  if p_stage == 0:
       if ((p_stage == 0)) {
+        // matmul_v3.py:98  p_phase ^= 1
         p_phase = (p_phase ^ 1u);
       }
     }
@@ -188,8 +195,11 @@ tl_MatmulWGMMAV3(
     for (int i = 0; i < 2; ++i) {
       // matmul_v3.py:101  self.mbarrier.wait(empty[p_stage], phase=p_phase)
       tl_mbar_wait_parity((tl_smem + 32784u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
+      // matmul_v3.py:102  p_stage = (p_stage + 1) % num_stages
       p_stage = ((p_stage + 1) % 2);
+      // matmul_v3.py:103  if p_stage == 0:
       if ((p_stage == 0)) {
+        // matmul_v3.py:104  p_phase ^= 1
         p_phase = (p_phase ^ 1u);
       }
     }
@@ -204,7 +214,9 @@ tl_MatmulWGMMAV3(
     for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
       acc[tl_i2 / 64][tl_i2 % 64] = tl_v1;
     }
+    // matmul_v3.py:108  c_stage: int32 = 0
     int c_stage = 0;
+    // matmul_v3.py:109  c_phase: uint32 = 0
     uint32_t c_phase = 0u;
     // matmul_v3.py:110  for _ in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 2
@@ -235,8 +247,11 @@ tl_MatmulWGMMAV3(
       }
       // matmul_v3.py:116  self.mbarrier.arrive(empty[c_stage])  # all 128 threads arrive
       tl_mbar_arrive((tl_smem + 32784u + 8u * (uint32_t)(c_stage)));
+      // matmul_v3.py:117  c_stage = (c_stage + 1) % num_stages
       c_stage = ((c_stage + 1) % 2);
+      // matmul_v3.py:118  if c_stage == 0:
       if ((c_stage == 0)) {
+        // matmul_v3.py:119  c_phase ^= 1
         c_phase = (c_phase ^ 1u);
       }
     }
@@ -696,7 +711,9 @@ tl_MatmulWGMMAV3(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v3.py:63  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v3.py:64  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v3.py:66  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -714,7 +731,9 @@ tl_MatmulWGMMAV3(
   // 3 mbarrier(s) at shared offset 49176 (initialized at entry)
   // matmul_v3.py:75  with self.thread_group(128, 32):  # producer warp
   if (threadIdx.x >= 128 && threadIdx.x < 160) {  // threads [128, 160)
+    // matmul_v3.py:76  p_stage: int32 = 0
     int p_stage = 0;
+    // matmul_v3.py:77  p_phase: uint32 = 1
     uint32_t p_phase = 1u;
     // matmul_v3.py:78  for offset_k in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 3
@@ -723,19 +742,22 @@ tl_MatmulWGMMAV3(
       tl_mbar_wait_parity((tl_smem + 49176u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
       // matmul_v3.py:80  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(full[p_stage], transaction_bytes=sa[p_stage].nbytes + sb[p_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(p_stage) * 8192u;
         const uint32_t sb_1 = 24576u + (uint32_t)(p_stage) * 8192u;
         tl_mbar_arrive_expect_tx((tl_smem + 49152u + 8u * (uint32_t)(p_stage)), 16384u);
-        // matmul_v3.py:84  self.tma.global_to_shared(
+        // matmul_v3.py:84  self.tma.global_to_shared(src=ga, dst=sa[p_stage], offsets=[offset_m, offset_k], mbarrier=full[p_stage])
         const uint32_t sa_2 = 0u + (uint32_t)(p_stage) * 8192u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 49152u + 8u * (uint32_t)(p_stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v3.py:90  self.tma.global_to_shared(
+        // matmul_v3.py:90  self.tma.global_to_shared(src=gb, dst=sb[p_stage], offsets=[offset_n, offset_k], mbarrier=full[p_stage])
         const uint32_t sb_2 = 24576u + (uint32_t)(p_stage) * 8192u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 49152u + 8u * (uint32_t)(p_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
+      // matmul_v3.py:96  p_stage = (p_stage + 1) % num_stages
       p_stage = ((p_stage + 1) % 3);
+      // matmul_v3.py:97  if p_stage == 0:
       if ((p_stage == 0)) {
+        // matmul_v3.py:98  p_phase ^= 1
         p_phase = (p_phase ^ 1u);
       }
     }
@@ -743,8 +765,11 @@ tl_MatmulWGMMAV3(
     for (int i = 0; i < 3; ++i) {
       // matmul_v3.py:101  self.mbarrier.wait(empty[p_stage], phase=p_phase)
       tl_mbar_wait_parity((tl_smem + 49176u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
+      // matmul_v3.py:102  p_stage = (p_stage + 1) % num_stages
       p_stage = ((p_stage + 1) % 3);
+      // matmul_v3.py:103  if p_stage == 0:
       if ((p_stage == 0)) {
+        // matmul_v3.py:104  p_phase ^= 1
         p_phase = (p_phase ^ 1u);
       }
     }
@@ -759,7 +784,9 @@ tl_MatmulWGMMAV3(
     for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
       acc[tl_i2 / 64][tl_i2 % 64] = tl_v1;
     }
+    // matmul_v3.py:108  c_stage: int32 = 0
     int c_stage = 0;
+    // matmul_v3.py:109  c_phase: uint32 = 0
     uint32_t c_phase = 0u;
     // matmul_v3.py:110  for _ in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 3
@@ -790,8 +817,11 @@ tl_MatmulWGMMAV3(
       }
       // matmul_v3.py:116  self.mbarrier.arrive(empty[c_stage])  # all 128 threads arrive
       tl_mbar_arrive((tl_smem + 49176u + 8u * (uint32_t)(c_stage)));
+      // matmul_v3.py:117  c_stage = (c_stage + 1) % num_stages
       c_stage = ((c_stage + 1) % 3);
+      // matmul_v3.py:118  if c_stage == 0:
       if ((c_stage == 0)) {
+        // matmul_v3.py:119  c_phase ^= 1
         c_phase = (c_phase ^ 1u);
       }
     }
@@ -1253,7 +1283,9 @@ tl_MatmulWGMMAV3(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v3.py:63  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v3.py:64  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v3.py:66  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1271,7 +1303,9 @@ tl_MatmulWGMMAV3(
   // 4 mbarrier(s) at shared offset 65568 (initialized at entry)
   // matmul_v3.py:75  with self.thread_group(128, 32):  # producer warp
   if (threadIdx.x >= 128 && threadIdx.x < 160) {  // threads [128, 160)
+    // matmul_v3.py:76  p_stage: int32 = 0
     int p_stage = 0;
+    // matmul_v3.py:77  p_phase: uint32 = 1
     uint32_t p_phase = 1u;
     // matmul_v3.py:78  for offset_k in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 4
@@ -1280,19 +1314,22 @@ tl_MatmulWGMMAV3(
       tl_mbar_wait_parity((tl_smem + 65568u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
       // matmul_v3.py:80  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(full[p_stage], transaction_bytes=sa[p_stage].nbytes + sb[p_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(p_stage) * 8192u;
         const uint32_t sb_1 = 32768u + (uint32_t)(p_stage) * 8192u;
         tl_mbar_arrive_expect_tx((tl_smem + 65536u + 8u * (uint32_t)(p_stage)), 16384u);
-        // matmul_v3.py:84  self.tma.global_to_shared(
+        // matmul_v3.py:84  self.tma.global_to_shared(src=ga, dst=sa[p_stage], offsets=[offset_m, offset_k], mbarrier=full[p_stage])
         const uint32_t sa_2 = 0u + (uint32_t)(p_stage) * 8192u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 65536u + 8u * (uint32_t)(p_stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v3.py:90  self.tma.global_to_shared(
+        // matmul_v3.py:90  self.tma.global_to_shared(src=gb, dst=sb[p_stage], offsets=[offset_n, offset_k], mbarrier=full[p_stage])
         const uint32_t sb_2 = 32768u + (uint32_t)(p_stage) * 8192u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 65536u + 8u * (uint32_t)(p_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
+      // matmul_v3.py:96  p_stage = (p_stage + 1) % num_stages
       p_stage = ((p_stage + 1) % 4);
+      // matmul_v3.py:97  if p_stage == 0:
       if ((p_stage == 0)) {
+        // matmul_v3.py:98  p_phase ^= 1
         p_phase = (p_phase ^ 1u);
       }
     }
@@ -1300,8 +1337,11 @@ tl_MatmulWGMMAV3(
     for (int i = 0; i < 4; ++i) {
       // matmul_v3.py:101  self.mbarrier.wait(empty[p_stage], phase=p_phase)
       tl_mbar_wait_parity((tl_smem + 65568u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
+      // matmul_v3.py:102  p_stage = (p_stage + 1) % num_stages
       p_stage = ((p_stage + 1) % 4);
+      // matmul_v3.py:103  if p_stage == 0:
       if ((p_stage == 0)) {
+        // matmul_v3.py:104  p_phase ^= 1
         p_phase = (p_phase ^ 1u);
       }
     }
@@ -1316,7 +1356,9 @@ tl_MatmulWGMMAV3(
     for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
       acc[tl_i2 / 64][tl_i2 % 64] = tl_v1;
     }
+    // matmul_v3.py:108  c_stage: int32 = 0
     int c_stage = 0;
+    // matmul_v3.py:109  c_phase: uint32 = 0
     uint32_t c_phase = 0u;
     // matmul_v3.py:110  for _ in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 4
@@ -1347,8 +1389,11 @@ tl_MatmulWGMMAV3(
       }
       // matmul_v3.py:116  self.mbarrier.arrive(empty[c_stage])  # all 128 threads arrive
       tl_mbar_arrive((tl_smem + 65568u + 8u * (uint32_t)(c_stage)));
+      // matmul_v3.py:117  c_stage = (c_stage + 1) % num_stages
       c_stage = ((c_stage + 1) % 4);
+      // matmul_v3.py:118  if c_stage == 0:
       if ((c_stage == 0)) {
+        // matmul_v3.py:119  c_phase ^= 1
         c_phase = (c_phase ^ 1u);
       }
     }
@@ -1809,7 +1854,9 @@ tl_MatmulWGMMAV3(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v3.py:63  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v3.py:64  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v3.py:66  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1827,7 +1874,9 @@ tl_MatmulWGMMAV3(
   // 2 mbarrier(s) at shared offset 65552 (initialized at entry)
   // matmul_v3.py:75  with self.thread_group(128, 32):  # producer warp
   if (threadIdx.x >= 128 && threadIdx.x < 160) {  // threads [128, 160)
+    // matmul_v3.py:76  p_stage: int32 = 0
     int p_stage = 0;
+    // matmul_v3.py:77  p_phase: uint32 = 1
     uint32_t p_phase = 1u;
     // matmul_v3.py:78  for offset_k in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 2
@@ -1836,19 +1885,22 @@ tl_MatmulWGMMAV3(
       tl_mbar_wait_parity((tl_smem + 65552u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
       // matmul_v3.py:80  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(full[p_stage], transaction_bytes=sa[p_stage].nbytes + sb[p_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(p_stage) * 16384u;
         const uint32_t sb_1 = 32768u + (uint32_t)(p_stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 65536u + 8u * (uint32_t)(p_stage)), 32768u);
-        // matmul_v3.py:84  self.tma.global_to_shared(
+        // matmul_v3.py:84  self.tma.global_to_shared(src=ga, dst=sa[p_stage], offsets=[offset_m, offset_k], mbarrier=full[p_stage])
         const uint32_t sa_2 = 0u + (uint32_t)(p_stage) * 16384u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 65536u + 8u * (uint32_t)(p_stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v3.py:90  self.tma.global_to_shared(
+        // matmul_v3.py:90  self.tma.global_to_shared(src=gb, dst=sb[p_stage], offsets=[offset_n, offset_k], mbarrier=full[p_stage])
         const uint32_t sb_2 = 32768u + (uint32_t)(p_stage) * 16384u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 65536u + 8u * (uint32_t)(p_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
+      // matmul_v3.py:96  p_stage = (p_stage + 1) % num_stages
       p_stage = ((p_stage + 1) % 2);
+      // matmul_v3.py:97  if p_stage == 0:
       if ((p_stage == 0)) {
+        // matmul_v3.py:98  p_phase ^= 1
         p_phase = (p_phase ^ 1u);
       }
     }
@@ -1856,8 +1908,11 @@ tl_MatmulWGMMAV3(
     for (int i = 0; i < 2; ++i) {
       // matmul_v3.py:101  self.mbarrier.wait(empty[p_stage], phase=p_phase)
       tl_mbar_wait_parity((tl_smem + 65552u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
+      // matmul_v3.py:102  p_stage = (p_stage + 1) % num_stages
       p_stage = ((p_stage + 1) % 2);
+      // matmul_v3.py:103  if p_stage == 0:
       if ((p_stage == 0)) {
+        // matmul_v3.py:104  p_phase ^= 1
         p_phase = (p_phase ^ 1u);
       }
     }
@@ -1872,7 +1927,9 @@ tl_MatmulWGMMAV3(
     for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
       acc[tl_i2 / 64][tl_i2 % 64] = tl_v1;
     }
+    // matmul_v3.py:108  c_stage: int32 = 0
     int c_stage = 0;
+    // matmul_v3.py:109  c_phase: uint32 = 0
     uint32_t c_phase = 0u;
     // matmul_v3.py:110  for _ in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 2
@@ -1907,8 +1964,11 @@ tl_MatmulWGMMAV3(
       }
       // matmul_v3.py:116  self.mbarrier.arrive(empty[c_stage])  # all 128 threads arrive
       tl_mbar_arrive((tl_smem + 65552u + 8u * (uint32_t)(c_stage)));
+      // matmul_v3.py:117  c_stage = (c_stage + 1) % num_stages
       c_stage = ((c_stage + 1) % 2);
+      // matmul_v3.py:118  if c_stage == 0:
       if ((c_stage == 0)) {
+        // matmul_v3.py:119  c_phase ^= 1
         c_phase = (c_phase ^ 1u);
       }
     }
@@ -2368,7 +2428,9 @@ tl_MatmulWGMMAV3(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v3.py:63  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v3.py:64  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v3.py:66  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -2386,7 +2448,9 @@ tl_MatmulWGMMAV3(
   // 3 mbarrier(s) at shared offset 98328 (initialized at entry)
   // matmul_v3.py:75  with self.thread_group(128, 32):  # producer warp
   if (threadIdx.x >= 128 && threadIdx.x < 160) {  // threads [128, 160)
+    // matmul_v3.py:76  p_stage: int32 = 0
     int p_stage = 0;
+    // matmul_v3.py:77  p_phase: uint32 = 1
     uint32_t p_phase = 1u;
     // matmul_v3.py:78  for offset_k in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 3
@@ -2395,19 +2459,22 @@ tl_MatmulWGMMAV3(
       tl_mbar_wait_parity((tl_smem + 98328u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
       // matmul_v3.py:80  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(full[p_stage], transaction_bytes=sa[p_stage].nbytes + sb[p_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(p_stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(p_stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 98304u + 8u * (uint32_t)(p_stage)), 32768u);
-        // matmul_v3.py:84  self.tma.global_to_shared(
+        // matmul_v3.py:84  self.tma.global_to_shared(src=ga, dst=sa[p_stage], offsets=[offset_m, offset_k], mbarrier=full[p_stage])
         const uint32_t sa_2 = 0u + (uint32_t)(p_stage) * 16384u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 98304u + 8u * (uint32_t)(p_stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v3.py:90  self.tma.global_to_shared(
+        // matmul_v3.py:90  self.tma.global_to_shared(src=gb, dst=sb[p_stage], offsets=[offset_n, offset_k], mbarrier=full[p_stage])
         const uint32_t sb_2 = 49152u + (uint32_t)(p_stage) * 16384u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 98304u + 8u * (uint32_t)(p_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
+      // matmul_v3.py:96  p_stage = (p_stage + 1) % num_stages
       p_stage = ((p_stage + 1) % 3);
+      // matmul_v3.py:97  if p_stage == 0:
       if ((p_stage == 0)) {
+        // matmul_v3.py:98  p_phase ^= 1
         p_phase = (p_phase ^ 1u);
       }
     }
@@ -2415,8 +2482,11 @@ tl_MatmulWGMMAV3(
     for (int i = 0; i < 3; ++i) {
       // matmul_v3.py:101  self.mbarrier.wait(empty[p_stage], phase=p_phase)
       tl_mbar_wait_parity((tl_smem + 98328u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
+      // matmul_v3.py:102  p_stage = (p_stage + 1) % num_stages
       p_stage = ((p_stage + 1) % 3);
+      // matmul_v3.py:103  if p_stage == 0:
       if ((p_stage == 0)) {
+        // matmul_v3.py:104  p_phase ^= 1
         p_phase = (p_phase ^ 1u);
       }
     }
@@ -2431,7 +2501,9 @@ tl_MatmulWGMMAV3(
     for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
       acc[tl_i2 / 64][tl_i2 % 64] = tl_v1;
     }
+    // matmul_v3.py:108  c_stage: int32 = 0
     int c_stage = 0;
+    // matmul_v3.py:109  c_phase: uint32 = 0
     uint32_t c_phase = 0u;
     // matmul_v3.py:110  for _ in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 3
@@ -2466,8 +2538,11 @@ tl_MatmulWGMMAV3(
       }
       // matmul_v3.py:116  self.mbarrier.arrive(empty[c_stage])  # all 128 threads arrive
       tl_mbar_arrive((tl_smem + 98328u + 8u * (uint32_t)(c_stage)));
+      // matmul_v3.py:117  c_stage = (c_stage + 1) % num_stages
       c_stage = ((c_stage + 1) % 3);
+      // matmul_v3.py:118  if c_stage == 0:
       if ((c_stage == 0)) {
+        // matmul_v3.py:119  c_phase ^= 1
         c_phase = (c_phase ^ 1u);
       }
     }
@@ -2929,7 +3004,9 @@ tl_MatmulWGMMAV3(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v3.py:63  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v3.py:64  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v3.py:66  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -2947,7 +3024,9 @@ tl_MatmulWGMMAV3(
   // 4 mbarrier(s) at shared offset 131104 (initialized at entry)
   // matmul_v3.py:75  with self.thread_group(128, 32):  # producer warp
   if (threadIdx.x >= 128 && threadIdx.x < 160) {  // threads [128, 160)
+    // matmul_v3.py:76  p_stage: int32 = 0
     int p_stage = 0;
+    // matmul_v3.py:77  p_phase: uint32 = 1
     uint32_t p_phase = 1u;
     // matmul_v3.py:78  for offset_k in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 4
@@ -2956,19 +3035,22 @@ tl_MatmulWGMMAV3(
       tl_mbar_wait_parity((tl_smem + 131104u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
       // matmul_v3.py:80  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(full[p_stage], transaction_bytes=sa[p_stage].nbytes + sb[p_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(p_stage) * 16384u;
         const uint32_t sb_1 = 65536u + (uint32_t)(p_stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 131072u + 8u * (uint32_t)(p_stage)), 32768u);
-        // matmul_v3.py:84  self.tma.global_to_shared(
+        // matmul_v3.py:84  self.tma.global_to_shared(src=ga, dst=sa[p_stage], offsets=[offset_m, offset_k], mbarrier=full[p_stage])
         const uint32_t sa_2 = 0u + (uint32_t)(p_stage) * 16384u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 131072u + 8u * (uint32_t)(p_stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v3.py:90  self.tma.global_to_shared(
+        // matmul_v3.py:90  self.tma.global_to_shared(src=gb, dst=sb[p_stage], offsets=[offset_n, offset_k], mbarrier=full[p_stage])
         const uint32_t sb_2 = 65536u + (uint32_t)(p_stage) * 16384u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 131072u + 8u * (uint32_t)(p_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
+      // matmul_v3.py:96  p_stage = (p_stage + 1) % num_stages
       p_stage = ((p_stage + 1) % 4);
+      // matmul_v3.py:97  if p_stage == 0:
       if ((p_stage == 0)) {
+        // matmul_v3.py:98  p_phase ^= 1
         p_phase = (p_phase ^ 1u);
       }
     }
@@ -2976,8 +3058,11 @@ tl_MatmulWGMMAV3(
     for (int i = 0; i < 4; ++i) {
       // matmul_v3.py:101  self.mbarrier.wait(empty[p_stage], phase=p_phase)
       tl_mbar_wait_parity((tl_smem + 131104u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
+      // matmul_v3.py:102  p_stage = (p_stage + 1) % num_stages
       p_stage = ((p_stage + 1) % 4);
+      // matmul_v3.py:103  if p_stage == 0:
       if ((p_stage == 0)) {
+        // matmul_v3.py:104  p_phase ^= 1
         p_phase = (p_phase ^ 1u);
       }
     }
@@ -2992,7 +3077,9 @@ tl_MatmulWGMMAV3(
     for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
       acc[tl_i2 / 64][tl_i2 % 64] = tl_v1;
     }
+    // matmul_v3.py:108  c_stage: int32 = 0
     int c_stage = 0;
+    // matmul_v3.py:109  c_phase: uint32 = 0
     uint32_t c_phase = 0u;
     // matmul_v3.py:110  for _ in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 4
@@ -3027,8 +3114,11 @@ tl_MatmulWGMMAV3(
       }
       // matmul_v3.py:116  self.mbarrier.arrive(empty[c_stage])  # all 128 threads arrive
       tl_mbar_arrive((tl_smem + 131104u + 8u * (uint32_t)(c_stage)));
+      // matmul_v3.py:117  c_stage = (c_stage + 1) % num_stages
       c_stage = ((c_stage + 1) % 4);
+      // matmul_v3.py:118  if c_stage == 0:
       if ((c_stage == 0)) {
+        // matmul_v3.py:119  c_phase ^= 1
         c_phase = (c_phase ^ 1u);
       }
     }

@@ -162,23 +162,34 @@ tl_MatmulWGMMAV4(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 16)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 2);
     dn = (pos % 2);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 2) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 128);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -194,23 +205,29 @@ tl_MatmulWGMMAV4(
   // 3 mbarrier(s) at shared offset 98304 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 98328 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 98328u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), 32768u);
@@ -218,34 +235,41 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 16384u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 3; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 98328u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -283,25 +307,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i5 = 0; tl_i5 < 64; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 64][tl_i5 % 64]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 98328u + 8u * (uint32_t)(stage_1)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
     uint16_t r[1][64];
 #pragma unroll
     for (int tl_i6 = 0; tl_i6 < 64; ++tl_i6) {
       r[tl_i6 / 64][tl_i6 % 64] = tl_f2h((float)(acc[tl_i6 / 64][tl_i6 % 64]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c7 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
       const int tl_c8 = ((int)threadIdx.x % 4) * 2;
@@ -475,6 +502,7 @@ tl_MatmulWGMMAV4(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -512,25 +540,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i179 = 0; tl_i179 < 64; ++tl_i179) {
         asm volatile("" : "+f"(acc_1[tl_i179 / 64][tl_i179 % 64]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 98328u + 8u * (uint32_t)(stage_2)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
     uint16_t r_1[1][64];
 #pragma unroll
     for (int tl_i180 = 0; tl_i180 < 64; ++tl_i180) {
       r_1[tl_i180 / 64][tl_i180 % 64] = tl_f2h((float)(acc_1[tl_i180 / 64][tl_i180 % 64]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c181 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
       const int tl_c182 = (((int)threadIdx.x - 128) % 4) * 2;
@@ -867,23 +898,34 @@ tl_MatmulWGMMAV4(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 16)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 2);
     dn = (pos % 2);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 2) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 128);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -899,23 +941,29 @@ tl_MatmulWGMMAV4(
   // 4 mbarrier(s) at shared offset 131072 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 4 mbarrier(s) at shared offset 131104 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 4
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 131104u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 65536u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), 32768u);
@@ -923,34 +971,41 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 65536u + (uint32_t)(stage) * 16384u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 4);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 4; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 131104u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 4);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -988,25 +1043,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i5 = 0; tl_i5 < 64; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 64][tl_i5 % 64]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 131104u + 8u * (uint32_t)(stage_1)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 4);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
     uint16_t r[1][64];
 #pragma unroll
     for (int tl_i6 = 0; tl_i6 < 64; ++tl_i6) {
       r[tl_i6 / 64][tl_i6 % 64] = tl_f2h((float)(acc[tl_i6 / 64][tl_i6 % 64]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c7 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
       const int tl_c8 = ((int)threadIdx.x % 4) * 2;
@@ -1180,6 +1238,7 @@ tl_MatmulWGMMAV4(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -1217,25 +1276,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i179 = 0; tl_i179 < 64; ++tl_i179) {
         asm volatile("" : "+f"(acc_1[tl_i179 / 64][tl_i179 % 64]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 131104u + 8u * (uint32_t)(stage_2)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 4);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
     uint16_t r_1[1][64];
 #pragma unroll
     for (int tl_i180 = 0; tl_i180 < 64; ++tl_i180) {
       r_1[tl_i180 / 64][tl_i180 % 64] = tl_f2h((float)(acc_1[tl_i180 / 64][tl_i180 % 64]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c181 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
       const int tl_c182 = (((int)threadIdx.x - 128) % 4) * 2;
@@ -1578,23 +1640,34 @@ tl_MatmulWGMMAV4(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 8)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 2);
     dn = (pos % 2);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 2) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 256);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1610,23 +1683,29 @@ tl_MatmulWGMMAV4(
   // 3 mbarrier(s) at shared offset 147456 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 147480 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 147480u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 32768u;
         tl_mbar_arrive_expect_tx((tl_smem + 147456u + 8u * (uint32_t)(pipe_producer_stage)), 49152u);
@@ -1634,34 +1713,41 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 147456u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 32768u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 147456u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 3; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 147480u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -1699,25 +1785,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i5 = 0; tl_i5 < 128; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 128][tl_i5 % 128]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 147480u + 8u * (uint32_t)(stage_1)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     uint16_t r[1][128];
 #pragma unroll
     for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
       r[tl_i6 / 128][tl_i6 % 128] = tl_f2h((float)(acc[tl_i6 / 128][tl_i6 % 128]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c7 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
       const int tl_c8 = ((int)threadIdx.x % 4) * 2;
@@ -2051,6 +2140,7 @@ tl_MatmulWGMMAV4(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -2088,25 +2178,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i339 = 0; tl_i339 < 128; ++tl_i339) {
         asm volatile("" : "+f"(acc_1[tl_i339 / 128][tl_i339 % 128]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 147480u + 8u * (uint32_t)(stage_2)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     uint16_t r_1[1][128];
 #pragma unroll
     for (int tl_i340 = 0; tl_i340 < 128; ++tl_i340) {
       r_1[tl_i340 / 128][tl_i340 % 128] = tl_f2h((float)(acc_1[tl_i340 / 128][tl_i340 % 128]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c341 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
       const int tl_c342 = (((int)threadIdx.x - 128) % 4) * 2;
@@ -2611,23 +2704,34 @@ tl_MatmulWGMMAV4(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 8)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 2);
     dn = (pos % 2);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 2) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 256);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -2643,23 +2747,29 @@ tl_MatmulWGMMAV4(
   // 4 mbarrier(s) at shared offset 196608 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 4 mbarrier(s) at shared offset 196640 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 4
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 196640u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 65536u + (uint32_t)(stage) * 32768u;
         tl_mbar_arrive_expect_tx((tl_smem + 196608u + 8u * (uint32_t)(pipe_producer_stage)), 49152u);
@@ -2667,34 +2777,41 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 196608u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 65536u + (uint32_t)(stage) * 32768u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 196608u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 4);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 4; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 196640u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 4);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -2732,25 +2849,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i5 = 0; tl_i5 < 128; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 128][tl_i5 % 128]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 196640u + 8u * (uint32_t)(stage_1)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 4);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     uint16_t r[1][128];
 #pragma unroll
     for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
       r[tl_i6 / 128][tl_i6 % 128] = tl_f2h((float)(acc[tl_i6 / 128][tl_i6 % 128]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c7 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
       const int tl_c8 = ((int)threadIdx.x % 4) * 2;
@@ -3084,6 +3204,7 @@ tl_MatmulWGMMAV4(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -3121,25 +3242,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i339 = 0; tl_i339 < 128; ++tl_i339) {
         asm volatile("" : "+f"(acc_1[tl_i339 / 128][tl_i339 % 128]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 196640u + 8u * (uint32_t)(stage_2)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 4);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     uint16_t r_1[1][128];
 #pragma unroll
     for (int tl_i340 = 0; tl_i340 < 128; ++tl_i340) {
       r_1[tl_i340 / 128][tl_i340 % 128] = tl_f2h((float)(acc_1[tl_i340 / 128][tl_i340 % 128]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c341 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
       const int tl_c342 = (((int)threadIdx.x - 128) % 4) * 2;
@@ -3634,23 +3758,34 @@ tl_MatmulWGMMAV4(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 4)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 8);
     dn = (pos % 8);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 8) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 128);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -3666,23 +3801,29 @@ tl_MatmulWGMMAV4(
   // 3 mbarrier(s) at shared offset 98304 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 98328 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 98328u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), 32768u);
@@ -3690,34 +3831,41 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 16384u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 3; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 98328u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -3755,25 +3903,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i5 = 0; tl_i5 < 64; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 64][tl_i5 % 64]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 98328u + 8u * (uint32_t)(stage_1)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
     uint16_t r[1][64];
 #pragma unroll
     for (int tl_i6 = 0; tl_i6 < 64; ++tl_i6) {
       r[tl_i6 / 64][tl_i6 % 64] = tl_f2h((float)(acc[tl_i6 / 64][tl_i6 % 64]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c7 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
       const int tl_c8 = ((int)threadIdx.x % 4) * 2;
@@ -3947,6 +4098,7 @@ tl_MatmulWGMMAV4(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -3984,25 +4136,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i179 = 0; tl_i179 < 64; ++tl_i179) {
         asm volatile("" : "+f"(acc_1[tl_i179 / 64][tl_i179 % 64]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 98328u + 8u * (uint32_t)(stage_2)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
     uint16_t r_1[1][64];
 #pragma unroll
     for (int tl_i180 = 0; tl_i180 < 64; ++tl_i180) {
       r_1[tl_i180 / 64][tl_i180 % 64] = tl_f2h((float)(acc_1[tl_i180 / 64][tl_i180 % 64]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c181 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
       const int tl_c182 = (((int)threadIdx.x - 128) % 4) * 2;
@@ -4339,23 +4494,34 @@ tl_MatmulWGMMAV4(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 4)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 8);
     dn = (pos % 8);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 8) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 128);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -4371,23 +4537,29 @@ tl_MatmulWGMMAV4(
   // 4 mbarrier(s) at shared offset 131072 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 4 mbarrier(s) at shared offset 131104 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 4
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 131104u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 65536u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), 32768u);
@@ -4395,34 +4567,41 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 65536u + (uint32_t)(stage) * 16384u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 4);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 4; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 131104u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 4);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -4460,25 +4639,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i5 = 0; tl_i5 < 64; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 64][tl_i5 % 64]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 131104u + 8u * (uint32_t)(stage_1)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 4);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
     uint16_t r[1][64];
 #pragma unroll
     for (int tl_i6 = 0; tl_i6 < 64; ++tl_i6) {
       r[tl_i6 / 64][tl_i6 % 64] = tl_f2h((float)(acc[tl_i6 / 64][tl_i6 % 64]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c7 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
       const int tl_c8 = ((int)threadIdx.x % 4) * 2;
@@ -4652,6 +4834,7 @@ tl_MatmulWGMMAV4(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -4689,25 +4872,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i179 = 0; tl_i179 < 64; ++tl_i179) {
         asm volatile("" : "+f"(acc_1[tl_i179 / 64][tl_i179 % 64]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 131104u + 8u * (uint32_t)(stage_2)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 4);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
     uint16_t r_1[1][64];
 #pragma unroll
     for (int tl_i180 = 0; tl_i180 < 64; ++tl_i180) {
       r_1[tl_i180 / 64][tl_i180 % 64] = tl_f2h((float)(acc_1[tl_i180 / 64][tl_i180 % 64]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c181 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
       const int tl_c182 = (((int)threadIdx.x - 128) % 4) * 2;
@@ -5050,23 +5236,34 @@ tl_MatmulWGMMAV4(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 2)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 8);
     dn = (pos % 8);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 8) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 256);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -5082,23 +5279,29 @@ tl_MatmulWGMMAV4(
   // 3 mbarrier(s) at shared offset 147456 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 147480 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 147480u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 32768u;
         tl_mbar_arrive_expect_tx((tl_smem + 147456u + 8u * (uint32_t)(pipe_producer_stage)), 49152u);
@@ -5106,34 +5309,41 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 147456u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 32768u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 147456u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 3; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 147480u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -5171,25 +5381,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i5 = 0; tl_i5 < 128; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 128][tl_i5 % 128]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 147480u + 8u * (uint32_t)(stage_1)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     uint16_t r[1][128];
 #pragma unroll
     for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
       r[tl_i6 / 128][tl_i6 % 128] = tl_f2h((float)(acc[tl_i6 / 128][tl_i6 % 128]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c7 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
       const int tl_c8 = ((int)threadIdx.x % 4) * 2;
@@ -5523,6 +5736,7 @@ tl_MatmulWGMMAV4(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -5560,25 +5774,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i339 = 0; tl_i339 < 128; ++tl_i339) {
         asm volatile("" : "+f"(acc_1[tl_i339 / 128][tl_i339 % 128]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 147480u + 8u * (uint32_t)(stage_2)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     uint16_t r_1[1][128];
 #pragma unroll
     for (int tl_i340 = 0; tl_i340 < 128; ++tl_i340) {
       r_1[tl_i340 / 128][tl_i340 % 128] = tl_f2h((float)(acc_1[tl_i340 / 128][tl_i340 % 128]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c341 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
       const int tl_c342 = (((int)threadIdx.x - 128) % 4) * 2;
@@ -6083,23 +6300,34 @@ tl_MatmulWGMMAV4(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 2)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 8);
     dn = (pos % 8);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 8) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 256);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -6115,23 +6343,29 @@ tl_MatmulWGMMAV4(
   // 4 mbarrier(s) at shared offset 196608 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 4 mbarrier(s) at shared offset 196640 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 4
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 196640u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 65536u + (uint32_t)(stage) * 32768u;
         tl_mbar_arrive_expect_tx((tl_smem + 196608u + 8u * (uint32_t)(pipe_producer_stage)), 49152u);
@@ -6139,34 +6373,41 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 196608u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 65536u + (uint32_t)(stage) * 32768u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 196608u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 4);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 4; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 196640u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 4);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -6204,25 +6445,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i5 = 0; tl_i5 < 128; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 128][tl_i5 % 128]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 196640u + 8u * (uint32_t)(stage_1)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 4);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     uint16_t r[1][128];
 #pragma unroll
     for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
       r[tl_i6 / 128][tl_i6 % 128] = tl_f2h((float)(acc[tl_i6 / 128][tl_i6 % 128]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c7 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
       const int tl_c8 = ((int)threadIdx.x % 4) * 2;
@@ -6556,6 +6800,7 @@ tl_MatmulWGMMAV4(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v4.py:172  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -6593,25 +6838,28 @@ tl_MatmulWGMMAV4(
       for (int tl_i339 = 0; tl_i339 < 128; ++tl_i339) {
         asm volatile("" : "+f"(acc_1[tl_i339 / 128][tl_i339 % 128]) :: "memory");
       }
+      // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
       if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 196640u + 8u * (uint32_t)(stage_2)));
       }
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 4);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
-    // matmul_v4.py:182  gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n]
+    // matmul_v4.py:181  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m + half * block_m_half, offset_n])
     // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     uint16_t r_1[1][128];
 #pragma unroll
     for (int tl_i340 = 0; tl_i340 < 128; ++tl_i340) {
       r_1[tl_i340 / 128][tl_i340 % 128] = tl_f2h((float)(acc_1[tl_i340 / 128][tl_i340 % 128]));
     }
-    // matmul_v4.py:181  self.store_global(
     {
       const int tl_c341 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
       const int tl_c342 = (((int)threadIdx.x - 128) % 4) * 2;

@@ -181,23 +181,34 @@ tl_MatmulWGMMAV5(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 16)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 2);
     dn = (pos % 2);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 2) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 128);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -213,23 +224,29 @@ tl_MatmulWGMMAV5(
   // 2 mbarrier(s) at shared offset 98304 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 2 mbarrier(s) at shared offset 98320 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 98320u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), 32768u);
@@ -237,34 +254,41 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 32768u + (uint32_t)(stage) * 16384u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 2; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 98320u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -275,6 +299,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i2 = 0; tl_i2 < 64; ++tl_i2) {
       acc[tl_i2 / 64][tl_i2 % 64] = tl_v1;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -303,7 +328,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i5 = 0; tl_i5 < 64; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 64][tl_i5 % 64]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -311,9 +338,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_1)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -323,6 +354,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i6 = 0; tl_i6 < 64; ++tl_i6) {
       asm volatile("" : "+f"(acc[tl_i6 / 64][tl_i6 % 64]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -391,6 +423,7 @@ tl_MatmulWGMMAV5(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -401,6 +434,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i11 = 0; tl_i11 < 64; ++tl_i11) {
       acc_1[tl_i11 / 64][tl_i11 % 64] = tl_v10;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -429,7 +463,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
         asm volatile("" : "+f"(acc_1[tl_i14 / 64][tl_i14 % 64]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -437,9 +473,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_3)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage_1 = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -449,6 +489,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i15 = 0; tl_i15 < 64; ++tl_i15) {
       asm volatile("" : "+f"(acc_1[tl_i15 / 64][tl_i15 % 64]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -699,23 +740,34 @@ tl_MatmulWGMMAV5(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 16)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 2);
     dn = (pos % 2);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 2) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 128);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -731,23 +783,29 @@ tl_MatmulWGMMAV5(
   // 3 mbarrier(s) at shared offset 131072 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 131096 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 131096u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), 32768u);
@@ -755,34 +813,41 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 16384u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 3; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 131096u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -793,6 +858,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i2 = 0; tl_i2 < 64; ++tl_i2) {
       acc[tl_i2 / 64][tl_i2 % 64] = tl_v1;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -821,7 +887,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i5 = 0; tl_i5 < 64; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 64][tl_i5 % 64]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -829,9 +897,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_1)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -841,6 +913,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i6 = 0; tl_i6 < 64; ++tl_i6) {
       asm volatile("" : "+f"(acc[tl_i6 / 64][tl_i6 % 64]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -909,6 +982,7 @@ tl_MatmulWGMMAV5(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -919,6 +993,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i11 = 0; tl_i11 < 64; ++tl_i11) {
       acc_1[tl_i11 / 64][tl_i11 % 64] = tl_v10;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -947,7 +1022,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
         asm volatile("" : "+f"(acc_1[tl_i14 / 64][tl_i14 % 64]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -955,9 +1032,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_3)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage_1 = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -967,6 +1048,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i15 = 0; tl_i15 < 64; ++tl_i15) {
       asm volatile("" : "+f"(acc_1[tl_i15 / 64][tl_i15 % 64]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -1223,23 +1305,34 @@ tl_MatmulWGMMAV5(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 8)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 2);
     dn = (pos % 2);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 2) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 256);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1255,23 +1348,29 @@ tl_MatmulWGMMAV5(
   // 2 mbarrier(s) at shared offset 163840 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 2 mbarrier(s) at shared offset 163856 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 163856u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 32768u;
         tl_mbar_arrive_expect_tx((tl_smem + 163840u + 8u * (uint32_t)(pipe_producer_stage)), 49152u);
@@ -1279,34 +1378,41 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 163840u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 32768u + (uint32_t)(stage) * 32768u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 163840u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 2; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 163856u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -1317,6 +1423,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
       acc[tl_i2 / 128][tl_i2 % 128] = tl_v1;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -1345,7 +1452,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i5 = 0; tl_i5 < 128; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 128][tl_i5 % 128]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -1353,9 +1462,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_1)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -1365,6 +1478,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
       asm volatile("" : "+f"(acc[tl_i6 / 128][tl_i6 % 128]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -1467,6 +1581,7 @@ tl_MatmulWGMMAV5(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -1477,6 +1592,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i11 = 0; tl_i11 < 128; ++tl_i11) {
       acc_1[tl_i11 / 128][tl_i11 % 128] = tl_v10;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -1505,7 +1621,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
         asm volatile("" : "+f"(acc_1[tl_i14 / 128][tl_i14 % 128]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -1513,9 +1631,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_3)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage_1 = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -1525,6 +1647,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i15 = 0; tl_i15 < 128; ++tl_i15) {
       asm volatile("" : "+f"(acc_1[tl_i15 / 128][tl_i15 % 128]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -1817,23 +1940,34 @@ tl_MatmulWGMMAV5(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 8)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 2);
     dn = (pos % 2);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 2) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 256);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1849,23 +1983,29 @@ tl_MatmulWGMMAV5(
   // 3 mbarrier(s) at shared offset 212992 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 213016 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 213016u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 32768u;
         tl_mbar_arrive_expect_tx((tl_smem + 212992u + 8u * (uint32_t)(pipe_producer_stage)), 49152u);
@@ -1873,34 +2013,41 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 212992u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 32768u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 212992u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 3; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 213016u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -1911,6 +2058,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
       acc[tl_i2 / 128][tl_i2 % 128] = tl_v1;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -1939,7 +2087,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i5 = 0; tl_i5 < 128; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 128][tl_i5 % 128]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -1947,9 +2097,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_1)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -1959,6 +2113,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
       asm volatile("" : "+f"(acc[tl_i6 / 128][tl_i6 % 128]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2061,6 +2216,7 @@ tl_MatmulWGMMAV5(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -2071,6 +2227,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i11 = 0; tl_i11 < 128; ++tl_i11) {
       acc_1[tl_i11 / 128][tl_i11 % 128] = tl_v10;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -2099,7 +2256,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
         asm volatile("" : "+f"(acc_1[tl_i14 / 128][tl_i14 % 128]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2107,9 +2266,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_3)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage_1 = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -2119,6 +2282,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i15 = 0; tl_i15 < 128; ++tl_i15) {
       asm volatile("" : "+f"(acc_1[tl_i15 / 128][tl_i15 % 128]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2401,23 +2565,34 @@ tl_MatmulWGMMAV5(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 4)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 8);
     dn = (pos % 8);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 8) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 128);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -2433,23 +2608,29 @@ tl_MatmulWGMMAV5(
   // 2 mbarrier(s) at shared offset 98304 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 2 mbarrier(s) at shared offset 98320 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 98320u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), 32768u);
@@ -2457,34 +2638,41 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 32768u + (uint32_t)(stage) * 16384u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 2; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 98320u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -2495,6 +2683,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i2 = 0; tl_i2 < 64; ++tl_i2) {
       acc[tl_i2 / 64][tl_i2 % 64] = tl_v1;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -2523,7 +2712,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i5 = 0; tl_i5 < 64; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 64][tl_i5 % 64]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2531,9 +2722,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_1)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -2543,6 +2738,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i6 = 0; tl_i6 < 64; ++tl_i6) {
       asm volatile("" : "+f"(acc[tl_i6 / 64][tl_i6 % 64]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2611,6 +2807,7 @@ tl_MatmulWGMMAV5(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -2621,6 +2818,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i11 = 0; tl_i11 < 64; ++tl_i11) {
       acc_1[tl_i11 / 64][tl_i11 % 64] = tl_v10;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -2649,7 +2847,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
         asm volatile("" : "+f"(acc_1[tl_i14 / 64][tl_i14 % 64]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2657,9 +2857,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_3)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage_1 = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -2669,6 +2873,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i15 = 0; tl_i15 < 64; ++tl_i15) {
       asm volatile("" : "+f"(acc_1[tl_i15 / 64][tl_i15 % 64]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2919,23 +3124,34 @@ tl_MatmulWGMMAV5(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 4)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 8);
     dn = (pos % 8);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 8) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 128);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -2951,23 +3167,29 @@ tl_MatmulWGMMAV5(
   // 3 mbarrier(s) at shared offset 131072 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 131096 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 131096u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), 32768u);
@@ -2975,34 +3197,41 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 16384u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 3; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 131096u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -3013,6 +3242,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i2 = 0; tl_i2 < 64; ++tl_i2) {
       acc[tl_i2 / 64][tl_i2 % 64] = tl_v1;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -3041,7 +3271,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i5 = 0; tl_i5 < 64; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 64][tl_i5 % 64]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3049,9 +3281,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_1)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -3061,6 +3297,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i6 = 0; tl_i6 < 64; ++tl_i6) {
       asm volatile("" : "+f"(acc[tl_i6 / 64][tl_i6 % 64]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3129,6 +3366,7 @@ tl_MatmulWGMMAV5(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -3139,6 +3377,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i11 = 0; tl_i11 < 64; ++tl_i11) {
       acc_1[tl_i11 / 64][tl_i11 % 64] = tl_v10;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -3167,7 +3406,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
         asm volatile("" : "+f"(acc_1[tl_i14 / 64][tl_i14 % 64]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3175,9 +3416,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_3)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage_1 = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -3187,6 +3432,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i15 = 0; tl_i15 < 64; ++tl_i15) {
       asm volatile("" : "+f"(acc_1[tl_i15 / 64][tl_i15 % 64]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3443,23 +3689,34 @@ tl_MatmulWGMMAV5(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 2)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 8);
     dn = (pos % 8);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 8) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 256);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -3475,23 +3732,29 @@ tl_MatmulWGMMAV5(
   // 2 mbarrier(s) at shared offset 163840 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 2 mbarrier(s) at shared offset 163856 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 163856u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 32768u;
         tl_mbar_arrive_expect_tx((tl_smem + 163840u + 8u * (uint32_t)(pipe_producer_stage)), 49152u);
@@ -3499,34 +3762,41 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 163840u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 32768u + (uint32_t)(stage) * 32768u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 163840u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 2; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 163856u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -3537,6 +3807,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
       acc[tl_i2 / 128][tl_i2 % 128] = tl_v1;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -3565,7 +3836,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i5 = 0; tl_i5 < 128; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 128][tl_i5 % 128]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3573,9 +3846,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_1)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -3585,6 +3862,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
       asm volatile("" : "+f"(acc[tl_i6 / 128][tl_i6 % 128]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3687,6 +3965,7 @@ tl_MatmulWGMMAV5(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -3697,6 +3976,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i11 = 0; tl_i11 < 128; ++tl_i11) {
       acc_1[tl_i11 / 128][tl_i11 % 128] = tl_v10;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -3725,7 +4005,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
         asm volatile("" : "+f"(acc_1[tl_i14 / 128][tl_i14 % 128]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3733,9 +4015,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_3)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage_1 = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -3745,6 +4031,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i15 = 0; tl_i15 < 128; ++tl_i15) {
       asm volatile("" : "+f"(acc_1[tl_i15 / 128][tl_i15 % 128]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -4037,23 +4324,34 @@ tl_MatmulWGMMAV5(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:197  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
   int tile = (int)blockIdx.x;
   int num_m_1 = num_m;
+  // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
   int group = tl_fastdiv(tile, tl_div0);
   int pos = tl_fastmod(tile, tl_div0);
+  // matmul_v4.py:113  m_tile: int32 = 0
   int m_tile = 0;
+  // matmul_v4.py:114  dn: int32 = 0
   int dn = 0;
+  // matmul_v4.py:115  if group < full_groups:
   if ((group < 2)) {
+    // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
     m_tile = (pos / 8);
     dn = (pos % 8);
   } else {
+    // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
     m_tile = (pos / 1);
     dn = (pos % 1);
   }
+  // matmul_v4.py:202  m_tile, n_tile = self.tile_coords(self.blockIdx.x, num_m, num_n)
   int m_tile_1 = m_tile;
   int n_tile = ((group * 8) + dn);
+  // matmul_v4.py:203  offset_m: int32 = m_tile * block_m
   int offset_m = (m_tile_1 * 128);
+  // matmul_v4.py:204  offset_n: int32 = n_tile * block_n
   int offset_n = (n_tile * 256);
   // matmul_v4.py:206  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -4069,23 +4367,29 @@ tl_MatmulWGMMAV5(
   // 3 mbarrier(s) at shared offset 212992 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 213016 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
     // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 213016u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 32768u;
         tl_mbar_arrive_expect_tx((tl_smem + 212992u + 8u * (uint32_t)(pipe_producer_stage)), 49152u);
@@ -4093,34 +4397,41 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
       for (int v_half = 0; v_half < 2; ++v_half) {
-        // matmul_v4.py:145  self.tma.global_to_shared(
+        // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
         if (tl_elect_one()) {
           tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 212992u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m_1 + (v_half * 64))));
         }
       }
-      // matmul_v4.py:151  self.tma.global_to_shared(
+      // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
       const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 32768u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 212992u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n_1));
       }
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
     // matmul_v4.py:216  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 3; ++i) {
-      // matmul_v4.py:57  self.mbarrier.wait(
+      // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
       tl_mbar_wait_parity_relaxed((tl_smem + 213016u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+      // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:68  if self.producer_stage == 0:
       if ((pipe_producer_stage == 0)) {
+        // matmul_v4.py:69  self.producer_phase ^= 1
         pipe_producer_phase = (pipe_producer_phase ^ 1u);
       }
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
   if (threadIdx.x < 128) {  // threads [0, 128)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -4131,6 +4442,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
       acc[tl_i2 / 128][tl_i2 % 128] = tl_v1;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -4159,7 +4471,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i5 = 0; tl_i5 < 128; ++tl_i5) {
         asm volatile("" : "+f"(acc[tl_i5 / 128][tl_i5 % 128]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -4167,9 +4481,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_1)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -4179,6 +4497,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
       asm volatile("" : "+f"(acc[tl_i6 / 128][tl_i6 % 128]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -4281,6 +4600,7 @@ tl_MatmulWGMMAV5(
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+    // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
@@ -4291,6 +4611,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i11 = 0; tl_i11 < 128; ++tl_i11) {
       acc_1[tl_i11 / 128][tl_i11 % 128] = tl_v10;
     }
+    // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
     // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -4319,7 +4640,9 @@ tl_MatmulWGMMAV5(
       for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
         asm volatile("" : "+f"(acc_1[tl_i14 / 128][tl_i14 % 128]) :: "memory");
       }
+      // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -4327,9 +4650,13 @@ tl_MatmulWGMMAV5(
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_3)));
         }
       }
+      // matmul_v5.py:72  prev_stage = pipe.consumer_stage
       prev_stage_1 = pipe_consumer_stage;
+      // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:84  if self.consumer_stage == 0:
       if ((pipe_consumer_stage == 0)) {
+        // matmul_v4.py:85  self.consumer_phase ^= 1
         pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
       }
     }
@@ -4339,6 +4666,7 @@ tl_MatmulWGMMAV5(
     for (int tl_i15 = 0; tl_i15 < 128; ++tl_i15) {
       asm volatile("" : "+f"(acc_1[tl_i15 / 128][tl_i15 % 128]) :: "memory");
     }
+    // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread

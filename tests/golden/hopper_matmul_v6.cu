@@ -190,6 +190,7 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
   // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -205,9 +206,13 @@ tl_MatmulWGMMAV6(
   // 2 mbarrier(s) at shared offset 98304 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 2 mbarrier(s) at shared offset 98320 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
@@ -219,32 +224,42 @@ tl_MatmulWGMMAV6(
       {
         const int tl_end1 = (num_m * 32);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
+          // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
           int tile_1 = tile;
           int num_m_1 = num_m;
+          // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
           int group = tl_fastdiv(tile_1, tl_div0);
           int pos = tl_fastmod(tile_1, tl_div0);
+          // matmul_v4.py:113  m_tile: int32 = 0
           int m_tile = 0;
+          // matmul_v4.py:114  dn: int32 = 0
           int dn = 0;
+          // matmul_v4.py:115  if group < full_groups:
           if ((group < 16)) {
+            // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
             m_tile = (pos / 2);
             dn = (pos % 2);
           } else {
+            // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
             m_tile = (pos / 1);
             dn = (pos % 1);
           }
+          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 2) + dn);
+          // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
           int offset_m = (m_tile_1 * 128);
           int offset_n = (n_tile * 128);
           // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
           for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-            // matmul_v4.py:57  self.mbarrier.wait(
+            // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
             tl_mbar_wait_parity_relaxed((tl_smem + 98320u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+            // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
             if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 16384u;
               tl_mbar_arrive_expect_tx((tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), 32768u);
@@ -252,19 +267,22 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
             for (int v_half = 0; v_half < 2; ++v_half) {
-              // matmul_v4.py:145  self.tma.global_to_shared(
+              // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
               const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
               if (tl_elect_one()) {
                 tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m + (v_half * 64))));
               }
             }
-            // matmul_v4.py:151  self.tma.global_to_shared(
+            // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
             const uint32_t sb_2 = 32768u + (uint32_t)(stage) * 16384u;
             if (tl_elect_one()) {
               tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
             }
+            // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
             pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+            // matmul_v4.py:68  if self.producer_stage == 0:
             if ((pipe_producer_stage == 0)) {
+              // matmul_v4.py:69  self.producer_phase ^= 1
               pipe_producer_phase = (pipe_producer_phase ^ 1u);
             }
           }
@@ -272,10 +290,13 @@ tl_MatmulWGMMAV6(
       }
       // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 2; ++i) {
-        // matmul_v4.py:57  self.mbarrier.wait(
+        // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 98320u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+        // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
         pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+        // matmul_v4.py:68  if self.producer_stage == 0:
         if ((pipe_producer_stage == 0)) {
+          // matmul_v4.py:69  self.producer_phase ^= 1
           pipe_producer_phase = (pipe_producer_phase ^ 1u);
         }
       }
@@ -285,6 +306,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x < 128) {  // threads [0, 128)
     // matmul_v6.py:128  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [65536, 81920)
@@ -292,22 +314,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end2 = (num_m_2 * 32);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_3 = tile_2;
         int num_m_3 = num_m_2;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_1 = tl_fastdiv(tile_3, tl_div0);
         int pos_1 = tl_fastmod(tile_3, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_2 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_1 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_1 < 16)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_2 = (pos_1 / 2);
           dn_1 = (pos_1 % 2);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_2 = (pos_1 / 1);
           dn_1 = (pos_1 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 2) + dn_1);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 128);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
@@ -317,6 +349,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i4 = 0; tl_i4 < 64; ++tl_i4) {
           acc[tl_i4 / 64][tl_i4 % 64] = tl_v3;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -345,7 +378,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
             asm volatile("" : "+f"(acc[tl_i7 / 64][tl_i7 % 64]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -353,9 +388,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_1)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -365,6 +404,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i8 = 0; tl_i8 < 64; ++tl_i8) {
           asm volatile("" : "+f"(acc[tl_i8 / 64][tl_i8 % 64]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -445,6 +485,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
     // matmul_v6.py:131  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [81920, 98304)
@@ -452,22 +493,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end12 = (num_m_4 * 32);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_2 = tl_fastdiv(tile_5, tl_div0);
         int pos_2 = tl_fastmod(tile_5, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_4 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_2 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_2 < 16)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_4 = (pos_2 / 2);
           dn_2 = (pos_2 % 2);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_4 = (pos_2 / 1);
           dn_2 = (pos_2 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 2) + dn_2);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 128);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
@@ -477,6 +528,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
           acc_1[tl_i14 / 64][tl_i14 % 64] = tl_v13;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -505,7 +557,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i17 = 0; tl_i17 < 64; ++tl_i17) {
             asm volatile("" : "+f"(acc_1[tl_i17 / 64][tl_i17 % 64]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -513,9 +567,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_3)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage_1 = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -525,6 +583,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i18 = 0; tl_i18 < 64; ++tl_i18) {
           asm volatile("" : "+f"(acc_1[tl_i18 / 64][tl_i18 % 64]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -794,6 +853,7 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
   // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -809,9 +869,13 @@ tl_MatmulWGMMAV6(
   // 3 mbarrier(s) at shared offset 131072 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 131096 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
@@ -823,32 +887,42 @@ tl_MatmulWGMMAV6(
       {
         const int tl_end1 = (num_m * 32);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
+          // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
           int tile_1 = tile;
           int num_m_1 = num_m;
+          // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
           int group = tl_fastdiv(tile_1, tl_div0);
           int pos = tl_fastmod(tile_1, tl_div0);
+          // matmul_v4.py:113  m_tile: int32 = 0
           int m_tile = 0;
+          // matmul_v4.py:114  dn: int32 = 0
           int dn = 0;
+          // matmul_v4.py:115  if group < full_groups:
           if ((group < 16)) {
+            // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
             m_tile = (pos / 2);
             dn = (pos % 2);
           } else {
+            // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
             m_tile = (pos / 1);
             dn = (pos % 1);
           }
+          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 2) + dn);
+          // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
           int offset_m = (m_tile_1 * 128);
           int offset_n = (n_tile * 128);
           // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
           for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-            // matmul_v4.py:57  self.mbarrier.wait(
+            // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
             tl_mbar_wait_parity_relaxed((tl_smem + 131096u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+            // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
             if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
               tl_mbar_arrive_expect_tx((tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), 32768u);
@@ -856,19 +930,22 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
             for (int v_half = 0; v_half < 2; ++v_half) {
-              // matmul_v4.py:145  self.tma.global_to_shared(
+              // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
               const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
               if (tl_elect_one()) {
                 tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m + (v_half * 64))));
               }
             }
-            // matmul_v4.py:151  self.tma.global_to_shared(
+            // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
             const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 16384u;
             if (tl_elect_one()) {
               tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
             }
+            // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
             pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+            // matmul_v4.py:68  if self.producer_stage == 0:
             if ((pipe_producer_stage == 0)) {
+              // matmul_v4.py:69  self.producer_phase ^= 1
               pipe_producer_phase = (pipe_producer_phase ^ 1u);
             }
           }
@@ -876,10 +953,13 @@ tl_MatmulWGMMAV6(
       }
       // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 3; ++i) {
-        // matmul_v4.py:57  self.mbarrier.wait(
+        // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 131096u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+        // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
         pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+        // matmul_v4.py:68  if self.producer_stage == 0:
         if ((pipe_producer_stage == 0)) {
+          // matmul_v4.py:69  self.producer_phase ^= 1
           pipe_producer_phase = (pipe_producer_phase ^ 1u);
         }
       }
@@ -889,6 +969,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x < 128) {  // threads [0, 128)
     // matmul_v6.py:128  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [98304, 114688)
@@ -896,22 +977,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end2 = (num_m_2 * 32);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_3 = tile_2;
         int num_m_3 = num_m_2;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_1 = tl_fastdiv(tile_3, tl_div0);
         int pos_1 = tl_fastmod(tile_3, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_2 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_1 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_1 < 16)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_2 = (pos_1 / 2);
           dn_1 = (pos_1 % 2);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_2 = (pos_1 / 1);
           dn_1 = (pos_1 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 2) + dn_1);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 128);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
@@ -921,6 +1012,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i4 = 0; tl_i4 < 64; ++tl_i4) {
           acc[tl_i4 / 64][tl_i4 % 64] = tl_v3;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -949,7 +1041,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
             asm volatile("" : "+f"(acc[tl_i7 / 64][tl_i7 % 64]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -957,9 +1051,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_1)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -969,6 +1067,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i8 = 0; tl_i8 < 64; ++tl_i8) {
           asm volatile("" : "+f"(acc[tl_i8 / 64][tl_i8 % 64]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -1049,6 +1148,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
     // matmul_v6.py:131  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [114688, 131072)
@@ -1056,22 +1156,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end12 = (num_m_4 * 32);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_2 = tl_fastdiv(tile_5, tl_div0);
         int pos_2 = tl_fastmod(tile_5, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_4 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_2 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_2 < 16)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_4 = (pos_2 / 2);
           dn_2 = (pos_2 % 2);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_4 = (pos_2 / 1);
           dn_2 = (pos_2 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 2) + dn_2);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 128);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
@@ -1081,6 +1191,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
           acc_1[tl_i14 / 64][tl_i14 % 64] = tl_v13;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -1109,7 +1220,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i17 = 0; tl_i17 < 64; ++tl_i17) {
             asm volatile("" : "+f"(acc_1[tl_i17 / 64][tl_i17 % 64]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -1117,9 +1230,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_3)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage_1 = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -1129,6 +1246,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i18 = 0; tl_i18 < 64; ++tl_i18) {
           asm volatile("" : "+f"(acc_1[tl_i18 / 64][tl_i18 % 64]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -1404,6 +1522,7 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
   // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1419,9 +1538,13 @@ tl_MatmulWGMMAV6(
   // 2 mbarrier(s) at shared offset 163840 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 2 mbarrier(s) at shared offset 163856 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
@@ -1433,32 +1556,42 @@ tl_MatmulWGMMAV6(
       {
         const int tl_end1 = (num_m * 16);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
+          // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
           int tile_1 = tile;
           int num_m_1 = num_m;
+          // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
           int group = tl_fastdiv(tile_1, tl_div0);
           int pos = tl_fastmod(tile_1, tl_div0);
+          // matmul_v4.py:113  m_tile: int32 = 0
           int m_tile = 0;
+          // matmul_v4.py:114  dn: int32 = 0
           int dn = 0;
+          // matmul_v4.py:115  if group < full_groups:
           if ((group < 8)) {
+            // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
             m_tile = (pos / 2);
             dn = (pos % 2);
           } else {
+            // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
             m_tile = (pos / 1);
             dn = (pos % 1);
           }
+          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 2) + dn);
+          // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
           int offset_m = (m_tile_1 * 128);
           int offset_n = (n_tile * 256);
           // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
           for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-            // matmul_v4.py:57  self.mbarrier.wait(
+            // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
             tl_mbar_wait_parity_relaxed((tl_smem + 163856u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+            // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
             if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 32768u;
               tl_mbar_arrive_expect_tx((tl_smem + 163840u + 8u * (uint32_t)(pipe_producer_stage)), 49152u);
@@ -1466,19 +1599,22 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
             for (int v_half = 0; v_half < 2; ++v_half) {
-              // matmul_v4.py:145  self.tma.global_to_shared(
+              // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
               const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
               if (tl_elect_one()) {
                 tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 163840u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m + (v_half * 64))));
               }
             }
-            // matmul_v4.py:151  self.tma.global_to_shared(
+            // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
             const uint32_t sb_2 = 32768u + (uint32_t)(stage) * 32768u;
             if (tl_elect_one()) {
               tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 163840u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
             }
+            // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
             pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+            // matmul_v4.py:68  if self.producer_stage == 0:
             if ((pipe_producer_stage == 0)) {
+              // matmul_v4.py:69  self.producer_phase ^= 1
               pipe_producer_phase = (pipe_producer_phase ^ 1u);
             }
           }
@@ -1486,10 +1622,13 @@ tl_MatmulWGMMAV6(
       }
       // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 2; ++i) {
-        // matmul_v4.py:57  self.mbarrier.wait(
+        // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 163856u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+        // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
         pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+        // matmul_v4.py:68  if self.producer_stage == 0:
         if ((pipe_producer_stage == 0)) {
+          // matmul_v4.py:69  self.producer_phase ^= 1
           pipe_producer_phase = (pipe_producer_phase ^ 1u);
         }
       }
@@ -1499,6 +1638,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x < 128) {  // threads [0, 128)
     // matmul_v6.py:128  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [98304, 131072)
@@ -1506,22 +1646,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end2 = (num_m_2 * 16);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_3 = tile_2;
         int num_m_3 = num_m_2;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_1 = tl_fastdiv(tile_3, tl_div0);
         int pos_1 = tl_fastmod(tile_3, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_2 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_1 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_1 < 8)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_2 = (pos_1 / 2);
           dn_1 = (pos_1 % 2);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_2 = (pos_1 / 1);
           dn_1 = (pos_1 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 2) + dn_1);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 256);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
@@ -1531,6 +1681,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i4 = 0; tl_i4 < 128; ++tl_i4) {
           acc[tl_i4 / 128][tl_i4 % 128] = tl_v3;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -1559,7 +1710,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
             asm volatile("" : "+f"(acc[tl_i7 / 128][tl_i7 % 128]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -1567,9 +1720,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_1)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -1579,6 +1736,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i8 = 0; tl_i8 < 128; ++tl_i8) {
           asm volatile("" : "+f"(acc[tl_i8 / 128][tl_i8 % 128]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -1693,6 +1851,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
     // matmul_v6.py:131  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [131072, 163840)
@@ -1700,22 +1859,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end12 = (num_m_4 * 16);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_2 = tl_fastdiv(tile_5, tl_div0);
         int pos_2 = tl_fastmod(tile_5, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_4 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_2 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_2 < 8)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_4 = (pos_2 / 2);
           dn_2 = (pos_2 % 2);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_4 = (pos_2 / 1);
           dn_2 = (pos_2 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 2) + dn_2);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 256);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
@@ -1725,6 +1894,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
           acc_1[tl_i14 / 128][tl_i14 % 128] = tl_v13;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -1753,7 +1923,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i17 = 0; tl_i17 < 128; ++tl_i17) {
             asm volatile("" : "+f"(acc_1[tl_i17 / 128][tl_i17 % 128]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -1761,9 +1933,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_3)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage_1 = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -1773,6 +1949,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i18 = 0; tl_i18 < 128; ++tl_i18) {
           asm volatile("" : "+f"(acc_1[tl_i18 / 128][tl_i18 % 128]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2084,6 +2261,7 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
   // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -2099,9 +2277,13 @@ tl_MatmulWGMMAV6(
   // 3 mbarrier(s) at shared offset 212992 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 213016 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
@@ -2113,32 +2295,42 @@ tl_MatmulWGMMAV6(
       {
         const int tl_end1 = (num_m * 16);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
+          // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
           int tile_1 = tile;
           int num_m_1 = num_m;
+          // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
           int group = tl_fastdiv(tile_1, tl_div0);
           int pos = tl_fastmod(tile_1, tl_div0);
+          // matmul_v4.py:113  m_tile: int32 = 0
           int m_tile = 0;
+          // matmul_v4.py:114  dn: int32 = 0
           int dn = 0;
+          // matmul_v4.py:115  if group < full_groups:
           if ((group < 8)) {
+            // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
             m_tile = (pos / 2);
             dn = (pos % 2);
           } else {
+            // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
             m_tile = (pos / 1);
             dn = (pos % 1);
           }
+          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 2) + dn);
+          // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
           int offset_m = (m_tile_1 * 128);
           int offset_n = (n_tile * 256);
           // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
           for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-            // matmul_v4.py:57  self.mbarrier.wait(
+            // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
             tl_mbar_wait_parity_relaxed((tl_smem + 213016u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+            // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
             if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 32768u;
               tl_mbar_arrive_expect_tx((tl_smem + 212992u + 8u * (uint32_t)(pipe_producer_stage)), 49152u);
@@ -2146,19 +2338,22 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
             for (int v_half = 0; v_half < 2; ++v_half) {
-              // matmul_v4.py:145  self.tma.global_to_shared(
+              // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
               const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
               if (tl_elect_one()) {
                 tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 212992u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m + (v_half * 64))));
               }
             }
-            // matmul_v4.py:151  self.tma.global_to_shared(
+            // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
             const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 32768u;
             if (tl_elect_one()) {
               tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 212992u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
             }
+            // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
             pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+            // matmul_v4.py:68  if self.producer_stage == 0:
             if ((pipe_producer_stage == 0)) {
+              // matmul_v4.py:69  self.producer_phase ^= 1
               pipe_producer_phase = (pipe_producer_phase ^ 1u);
             }
           }
@@ -2166,10 +2361,13 @@ tl_MatmulWGMMAV6(
       }
       // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 3; ++i) {
-        // matmul_v4.py:57  self.mbarrier.wait(
+        // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 213016u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+        // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
         pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+        // matmul_v4.py:68  if self.producer_stage == 0:
         if ((pipe_producer_stage == 0)) {
+          // matmul_v4.py:69  self.producer_phase ^= 1
           pipe_producer_phase = (pipe_producer_phase ^ 1u);
         }
       }
@@ -2179,6 +2377,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x < 128) {  // threads [0, 128)
     // matmul_v6.py:128  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [147456, 180224)
@@ -2186,22 +2385,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end2 = (num_m_2 * 16);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_3 = tile_2;
         int num_m_3 = num_m_2;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_1 = tl_fastdiv(tile_3, tl_div0);
         int pos_1 = tl_fastmod(tile_3, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_2 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_1 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_1 < 8)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_2 = (pos_1 / 2);
           dn_1 = (pos_1 % 2);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_2 = (pos_1 / 1);
           dn_1 = (pos_1 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 2) + dn_1);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 256);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
@@ -2211,6 +2420,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i4 = 0; tl_i4 < 128; ++tl_i4) {
           acc[tl_i4 / 128][tl_i4 % 128] = tl_v3;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -2239,7 +2449,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
             asm volatile("" : "+f"(acc[tl_i7 / 128][tl_i7 % 128]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2247,9 +2459,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_1)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -2259,6 +2475,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i8 = 0; tl_i8 < 128; ++tl_i8) {
           asm volatile("" : "+f"(acc[tl_i8 / 128][tl_i8 % 128]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2373,6 +2590,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
     // matmul_v6.py:131  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [180224, 212992)
@@ -2380,22 +2598,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end12 = (num_m_4 * 16);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_2 = tl_fastdiv(tile_5, tl_div0);
         int pos_2 = tl_fastmod(tile_5, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_4 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_2 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_2 < 8)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_4 = (pos_2 / 2);
           dn_2 = (pos_2 % 2);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_4 = (pos_2 / 1);
           dn_2 = (pos_2 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 2) + dn_2);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 256);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
@@ -2405,6 +2633,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
           acc_1[tl_i14 / 128][tl_i14 % 128] = tl_v13;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -2433,7 +2662,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i17 = 0; tl_i17 < 128; ++tl_i17) {
             asm volatile("" : "+f"(acc_1[tl_i17 / 128][tl_i17 % 128]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2441,9 +2672,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_3)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage_1 = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -2453,6 +2688,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i18 = 0; tl_i18 < 128; ++tl_i18) {
           asm volatile("" : "+f"(acc_1[tl_i18 / 128][tl_i18 % 128]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2754,6 +2990,7 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
   // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -2769,9 +3006,13 @@ tl_MatmulWGMMAV6(
   // 2 mbarrier(s) at shared offset 98304 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 2 mbarrier(s) at shared offset 98320 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
@@ -2783,32 +3024,42 @@ tl_MatmulWGMMAV6(
       {
         const int tl_end1 = (num_m * 32);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
+          // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
           int tile_1 = tile;
           int num_m_1 = num_m;
+          // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
           int group = tl_fastdiv(tile_1, tl_div0);
           int pos = tl_fastmod(tile_1, tl_div0);
+          // matmul_v4.py:113  m_tile: int32 = 0
           int m_tile = 0;
+          // matmul_v4.py:114  dn: int32 = 0
           int dn = 0;
+          // matmul_v4.py:115  if group < full_groups:
           if ((group < 4)) {
+            // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
             m_tile = (pos / 8);
             dn = (pos % 8);
           } else {
+            // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
             m_tile = (pos / 1);
             dn = (pos % 1);
           }
+          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 8) + dn);
+          // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
           int offset_m = (m_tile_1 * 128);
           int offset_n = (n_tile * 128);
           // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
           for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-            // matmul_v4.py:57  self.mbarrier.wait(
+            // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
             tl_mbar_wait_parity_relaxed((tl_smem + 98320u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+            // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
             if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 16384u;
               tl_mbar_arrive_expect_tx((tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), 32768u);
@@ -2816,19 +3067,22 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
             for (int v_half = 0; v_half < 2; ++v_half) {
-              // matmul_v4.py:145  self.tma.global_to_shared(
+              // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
               const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
               if (tl_elect_one()) {
                 tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m + (v_half * 64))));
               }
             }
-            // matmul_v4.py:151  self.tma.global_to_shared(
+            // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
             const uint32_t sb_2 = 32768u + (uint32_t)(stage) * 16384u;
             if (tl_elect_one()) {
               tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 98304u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
             }
+            // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
             pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+            // matmul_v4.py:68  if self.producer_stage == 0:
             if ((pipe_producer_stage == 0)) {
+              // matmul_v4.py:69  self.producer_phase ^= 1
               pipe_producer_phase = (pipe_producer_phase ^ 1u);
             }
           }
@@ -2836,10 +3090,13 @@ tl_MatmulWGMMAV6(
       }
       // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 2; ++i) {
-        // matmul_v4.py:57  self.mbarrier.wait(
+        // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 98320u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+        // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
         pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+        // matmul_v4.py:68  if self.producer_stage == 0:
         if ((pipe_producer_stage == 0)) {
+          // matmul_v4.py:69  self.producer_phase ^= 1
           pipe_producer_phase = (pipe_producer_phase ^ 1u);
         }
       }
@@ -2849,6 +3106,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x < 128) {  // threads [0, 128)
     // matmul_v6.py:128  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [65536, 81920)
@@ -2856,22 +3114,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end2 = (num_m_2 * 32);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_3 = tile_2;
         int num_m_3 = num_m_2;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_1 = tl_fastdiv(tile_3, tl_div0);
         int pos_1 = tl_fastmod(tile_3, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_2 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_1 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_1 < 4)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_2 = (pos_1 / 8);
           dn_1 = (pos_1 % 8);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_2 = (pos_1 / 1);
           dn_1 = (pos_1 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 8) + dn_1);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 128);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
@@ -2881,6 +3149,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i4 = 0; tl_i4 < 64; ++tl_i4) {
           acc[tl_i4 / 64][tl_i4 % 64] = tl_v3;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -2909,7 +3178,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
             asm volatile("" : "+f"(acc[tl_i7 / 64][tl_i7 % 64]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -2917,9 +3188,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_1)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -2929,6 +3204,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i8 = 0; tl_i8 < 64; ++tl_i8) {
           asm volatile("" : "+f"(acc[tl_i8 / 64][tl_i8 % 64]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3009,6 +3285,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
     // matmul_v6.py:131  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [81920, 98304)
@@ -3016,22 +3293,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end12 = (num_m_4 * 32);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_2 = tl_fastdiv(tile_5, tl_div0);
         int pos_2 = tl_fastmod(tile_5, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_4 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_2 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_2 < 4)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_4 = (pos_2 / 8);
           dn_2 = (pos_2 % 8);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_4 = (pos_2 / 1);
           dn_2 = (pos_2 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 8) + dn_2);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 128);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
@@ -3041,6 +3328,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
           acc_1[tl_i14 / 64][tl_i14 % 64] = tl_v13;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -3069,7 +3357,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i17 = 0; tl_i17 < 64; ++tl_i17) {
             asm volatile("" : "+f"(acc_1[tl_i17 / 64][tl_i17 % 64]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3077,9 +3367,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_3)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage_1 = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -3089,6 +3383,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i18 = 0; tl_i18 < 64; ++tl_i18) {
           asm volatile("" : "+f"(acc_1[tl_i18 / 64][tl_i18 % 64]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3358,6 +3653,7 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
   // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -3373,9 +3669,13 @@ tl_MatmulWGMMAV6(
   // 3 mbarrier(s) at shared offset 131072 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 131096 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
@@ -3387,32 +3687,42 @@ tl_MatmulWGMMAV6(
       {
         const int tl_end1 = (num_m * 32);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
+          // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
           int tile_1 = tile;
           int num_m_1 = num_m;
+          // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
           int group = tl_fastdiv(tile_1, tl_div0);
           int pos = tl_fastmod(tile_1, tl_div0);
+          // matmul_v4.py:113  m_tile: int32 = 0
           int m_tile = 0;
+          // matmul_v4.py:114  dn: int32 = 0
           int dn = 0;
+          // matmul_v4.py:115  if group < full_groups:
           if ((group < 4)) {
+            // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
             m_tile = (pos / 8);
             dn = (pos % 8);
           } else {
+            // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
             m_tile = (pos / 1);
             dn = (pos % 1);
           }
+          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 8) + dn);
+          // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
           int offset_m = (m_tile_1 * 128);
           int offset_n = (n_tile * 128);
           // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
           for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-            // matmul_v4.py:57  self.mbarrier.wait(
+            // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
             tl_mbar_wait_parity_relaxed((tl_smem + 131096u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+            // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
             if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
               tl_mbar_arrive_expect_tx((tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), 32768u);
@@ -3420,19 +3730,22 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
             for (int v_half = 0; v_half < 2; ++v_half) {
-              // matmul_v4.py:145  self.tma.global_to_shared(
+              // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
               const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
               if (tl_elect_one()) {
                 tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m + (v_half * 64))));
               }
             }
-            // matmul_v4.py:151  self.tma.global_to_shared(
+            // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
             const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 16384u;
             if (tl_elect_one()) {
               tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 131072u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
             }
+            // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
             pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+            // matmul_v4.py:68  if self.producer_stage == 0:
             if ((pipe_producer_stage == 0)) {
+              // matmul_v4.py:69  self.producer_phase ^= 1
               pipe_producer_phase = (pipe_producer_phase ^ 1u);
             }
           }
@@ -3440,10 +3753,13 @@ tl_MatmulWGMMAV6(
       }
       // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 3; ++i) {
-        // matmul_v4.py:57  self.mbarrier.wait(
+        // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 131096u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+        // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
         pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+        // matmul_v4.py:68  if self.producer_stage == 0:
         if ((pipe_producer_stage == 0)) {
+          // matmul_v4.py:69  self.producer_phase ^= 1
           pipe_producer_phase = (pipe_producer_phase ^ 1u);
         }
       }
@@ -3453,6 +3769,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x < 128) {  // threads [0, 128)
     // matmul_v6.py:128  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [98304, 114688)
@@ -3460,22 +3777,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end2 = (num_m_2 * 32);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_3 = tile_2;
         int num_m_3 = num_m_2;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_1 = tl_fastdiv(tile_3, tl_div0);
         int pos_1 = tl_fastmod(tile_3, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_2 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_1 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_1 < 4)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_2 = (pos_1 / 8);
           dn_1 = (pos_1 % 8);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_2 = (pos_1 / 1);
           dn_1 = (pos_1 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 8) + dn_1);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 128);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
@@ -3485,6 +3812,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i4 = 0; tl_i4 < 64; ++tl_i4) {
           acc[tl_i4 / 64][tl_i4 % 64] = tl_v3;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -3513,7 +3841,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
             asm volatile("" : "+f"(acc[tl_i7 / 64][tl_i7 % 64]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3521,9 +3851,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_1)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -3533,6 +3867,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i8 = 0; tl_i8 < 64; ++tl_i8) {
           asm volatile("" : "+f"(acc[tl_i8 / 64][tl_i8 % 64]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3613,6 +3948,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
     // matmul_v6.py:131  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [114688, 131072)
@@ -3620,22 +3956,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end12 = (num_m_4 * 32);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_2 = tl_fastdiv(tile_5, tl_div0);
         int pos_2 = tl_fastmod(tile_5, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_4 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_2 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_2 < 4)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_4 = (pos_2 / 8);
           dn_2 = (pos_2 % 8);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_4 = (pos_2 / 1);
           dn_2 = (pos_2 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 8) + dn_2);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 128);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
@@ -3645,6 +3991,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
           acc_1[tl_i14 / 64][tl_i14 % 64] = tl_v13;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -3673,7 +4020,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i17 = 0; tl_i17 < 64; ++tl_i17) {
             asm volatile("" : "+f"(acc_1[tl_i17 / 64][tl_i17 % 64]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3681,9 +4030,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_3)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage_1 = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -3693,6 +4046,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i18 = 0; tl_i18 < 64; ++tl_i18) {
           asm volatile("" : "+f"(acc_1[tl_i18 / 64][tl_i18 % 64]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -3968,6 +4322,7 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
   // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -3983,9 +4338,13 @@ tl_MatmulWGMMAV6(
   // 2 mbarrier(s) at shared offset 163840 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 2 mbarrier(s) at shared offset 163856 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
@@ -3997,32 +4356,42 @@ tl_MatmulWGMMAV6(
       {
         const int tl_end1 = (num_m * 16);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
+          // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
           int tile_1 = tile;
           int num_m_1 = num_m;
+          // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
           int group = tl_fastdiv(tile_1, tl_div0);
           int pos = tl_fastmod(tile_1, tl_div0);
+          // matmul_v4.py:113  m_tile: int32 = 0
           int m_tile = 0;
+          // matmul_v4.py:114  dn: int32 = 0
           int dn = 0;
+          // matmul_v4.py:115  if group < full_groups:
           if ((group < 2)) {
+            // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
             m_tile = (pos / 8);
             dn = (pos % 8);
           } else {
+            // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
             m_tile = (pos / 1);
             dn = (pos % 1);
           }
+          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 8) + dn);
+          // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
           int offset_m = (m_tile_1 * 128);
           int offset_n = (n_tile * 256);
           // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
           for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-            // matmul_v4.py:57  self.mbarrier.wait(
+            // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
             tl_mbar_wait_parity_relaxed((tl_smem + 163856u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+            // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
             if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 32768u;
               tl_mbar_arrive_expect_tx((tl_smem + 163840u + 8u * (uint32_t)(pipe_producer_stage)), 49152u);
@@ -4030,19 +4399,22 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
             for (int v_half = 0; v_half < 2; ++v_half) {
-              // matmul_v4.py:145  self.tma.global_to_shared(
+              // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
               const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
               if (tl_elect_one()) {
                 tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 163840u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m + (v_half * 64))));
               }
             }
-            // matmul_v4.py:151  self.tma.global_to_shared(
+            // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
             const uint32_t sb_2 = 32768u + (uint32_t)(stage) * 32768u;
             if (tl_elect_one()) {
               tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 163840u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
             }
+            // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
             pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+            // matmul_v4.py:68  if self.producer_stage == 0:
             if ((pipe_producer_stage == 0)) {
+              // matmul_v4.py:69  self.producer_phase ^= 1
               pipe_producer_phase = (pipe_producer_phase ^ 1u);
             }
           }
@@ -4050,10 +4422,13 @@ tl_MatmulWGMMAV6(
       }
       // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 2; ++i) {
-        // matmul_v4.py:57  self.mbarrier.wait(
+        // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 163856u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+        // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
         pipe_producer_stage = ((pipe_producer_stage + 1) % 2);
+        // matmul_v4.py:68  if self.producer_stage == 0:
         if ((pipe_producer_stage == 0)) {
+          // matmul_v4.py:69  self.producer_phase ^= 1
           pipe_producer_phase = (pipe_producer_phase ^ 1u);
         }
       }
@@ -4063,6 +4438,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x < 128) {  // threads [0, 128)
     // matmul_v6.py:128  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [98304, 131072)
@@ -4070,22 +4446,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end2 = (num_m_2 * 16);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_3 = tile_2;
         int num_m_3 = num_m_2;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_1 = tl_fastdiv(tile_3, tl_div0);
         int pos_1 = tl_fastmod(tile_3, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_2 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_1 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_1 < 2)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_2 = (pos_1 / 8);
           dn_1 = (pos_1 % 8);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_2 = (pos_1 / 1);
           dn_1 = (pos_1 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 8) + dn_1);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 256);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
@@ -4095,6 +4481,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i4 = 0; tl_i4 < 128; ++tl_i4) {
           acc[tl_i4 / 128][tl_i4 % 128] = tl_v3;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -4123,7 +4510,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
             asm volatile("" : "+f"(acc[tl_i7 / 128][tl_i7 % 128]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -4131,9 +4520,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_1)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -4143,6 +4536,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i8 = 0; tl_i8 < 128; ++tl_i8) {
           asm volatile("" : "+f"(acc[tl_i8 / 128][tl_i8 % 128]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -4257,6 +4651,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
     // matmul_v6.py:131  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [131072, 163840)
@@ -4264,22 +4659,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end12 = (num_m_4 * 16);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_2 = tl_fastdiv(tile_5, tl_div0);
         int pos_2 = tl_fastmod(tile_5, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_4 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_2 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_2 < 2)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_4 = (pos_2 / 8);
           dn_2 = (pos_2 % 8);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_4 = (pos_2 / 1);
           dn_2 = (pos_2 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 8) + dn_2);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 256);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
@@ -4289,6 +4694,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
           acc_1[tl_i14 / 128][tl_i14 % 128] = tl_v13;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 2
@@ -4317,7 +4723,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i17 = 0; tl_i17 < 128; ++tl_i17) {
             asm volatile("" : "+f"(acc_1[tl_i17 / 128][tl_i17 % 128]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -4325,9 +4733,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_3)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage_1 = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 2);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -4337,6 +4749,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i18 = 0; tl_i18 < 128; ++tl_i18) {
           asm volatile("" : "+f"(acc_1[tl_i18 / 128][tl_i18 % 128]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -4648,6 +5061,7 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
   // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -4663,9 +5077,13 @@ tl_MatmulWGMMAV6(
   // 3 mbarrier(s) at shared offset 212992 (initialized at entry)
   // matmul_v4.py:49  self.empty = self.mbarrier.alloc([consumer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 213016 (initialized at entry)
+  // matmul_v4.py:50  self.producer_stage: int32 = 0
   int pipe_producer_stage = 0;
+  // matmul_v4.py:51  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t pipe_producer_phase = 1u;
+  // matmul_v4.py:52  self.consumer_stage: int32 = 0
   int pipe_consumer_stage = 0;
+  // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
@@ -4677,32 +5095,42 @@ tl_MatmulWGMMAV6(
       {
         const int tl_end1 = (num_m * 16);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
+          // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
           int tile_1 = tile;
           int num_m_1 = num_m;
+          // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
           int group = tl_fastdiv(tile_1, tl_div0);
           int pos = tl_fastmod(tile_1, tl_div0);
+          // matmul_v4.py:113  m_tile: int32 = 0
           int m_tile = 0;
+          // matmul_v4.py:114  dn: int32 = 0
           int dn = 0;
+          // matmul_v4.py:115  if group < full_groups:
           if ((group < 2)) {
+            // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
             m_tile = (pos / 8);
             dn = (pos % 8);
           } else {
+            // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
             m_tile = (pos / 1);
             dn = (pos % 1);
           }
+          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 8) + dn);
+          // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
           int offset_m = (m_tile_1 * 128);
           int offset_n = (n_tile * 256);
           // matmul_v4.py:135  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
           for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-            // matmul_v4.py:57  self.mbarrier.wait(
+            // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
             tl_mbar_wait_parity_relaxed((tl_smem + 213016u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+            // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
             if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(
+              // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 32768u;
               tl_mbar_arrive_expect_tx((tl_smem + 212992u + 8u * (uint32_t)(pipe_producer_stage)), 49152u);
@@ -4710,19 +5138,22 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:144  for half in self.range(2, unroll=2):
 #pragma unroll 2
             for (int v_half = 0; v_half < 2; ++v_half) {
-              // matmul_v4.py:145  self.tma.global_to_shared(
+              // matmul_v4.py:145  self.tma.global_to_shared(src=ga, dst=sa[stage, half], offsets=[offset_m + half * block_m_half, offset_k], mbarrier=pipe.producer_barrier())
               const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u + (uint32_t)(v_half) * 8192u;
               if (tl_elect_one()) {
                 tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 212992u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m + (v_half * 64))));
               }
             }
-            // matmul_v4.py:151  self.tma.global_to_shared(
+            // matmul_v4.py:151  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=pipe.producer_barrier())
             const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 32768u;
             if (tl_elect_one()) {
               tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 212992u + 8u * (uint32_t)(pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
             }
+            // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
             pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+            // matmul_v4.py:68  if self.producer_stage == 0:
             if ((pipe_producer_stage == 0)) {
+              // matmul_v4.py:69  self.producer_phase ^= 1
               pipe_producer_phase = (pipe_producer_phase ^ 1u);
             }
           }
@@ -4730,10 +5161,13 @@ tl_MatmulWGMMAV6(
       }
       // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 3; ++i) {
-        // matmul_v4.py:57  self.mbarrier.wait(
+        // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 213016u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
+        // matmul_v4.py:67  self.producer_stage = (self.producer_stage + 1) % self.num_stages
         pipe_producer_stage = ((pipe_producer_stage + 1) % 3);
+        // matmul_v4.py:68  if self.producer_stage == 0:
         if ((pipe_producer_stage == 0)) {
+          // matmul_v4.py:69  self.producer_phase ^= 1
           pipe_producer_phase = (pipe_producer_phase ^ 1u);
         }
       }
@@ -4743,6 +5177,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x < 128) {  // threads [0, 128)
     // matmul_v6.py:128  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [147456, 180224)
@@ -4750,22 +5185,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end2 = (num_m_2 * 16);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_3 = tile_2;
         int num_m_3 = num_m_2;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_1 = tl_fastdiv(tile_3, tl_div0);
         int pos_1 = tl_fastmod(tile_3, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_2 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_1 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_1 < 2)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_2 = (pos_1 / 8);
           dn_1 = (pos_1 % 8);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_2 = (pos_1 / 1);
           dn_1 = (pos_1 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 8) + dn_1);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 256);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
@@ -4775,6 +5220,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i4 = 0; tl_i4 < 128; ++tl_i4) {
           acc[tl_i4 / 128][tl_i4 % 128] = tl_v3;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -4803,7 +5249,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
             asm volatile("" : "+f"(acc[tl_i7 / 128][tl_i7 % 128]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -4811,9 +5259,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_1)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -4823,6 +5275,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i8 = 0; tl_i8 < 128; ++tl_i8) {
           asm volatile("" : "+f"(acc[tl_i8 / 128][tl_i8 % 128]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
@@ -4937,6 +5390,7 @@ tl_MatmulWGMMAV6(
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
     // matmul_v6.py:131  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
+    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
     // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [180224, 212992)
@@ -4944,22 +5398,32 @@ tl_MatmulWGMMAV6(
     {
       const int tl_end12 = (num_m_4 * 16);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+        // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
+        // matmul_v4.py:112  group, pos = self.fast_divmod(tile, num_m * swizzle)
         int group_2 = tl_fastdiv(tile_5, tl_div0);
         int pos_2 = tl_fastmod(tile_5, tl_div0);
+        // matmul_v4.py:113  m_tile: int32 = 0
         int m_tile_4 = 0;
+        // matmul_v4.py:114  dn: int32 = 0
         int dn_2 = 0;
+        // matmul_v4.py:115  if group < full_groups:
         if ((group_2 < 2)) {
+          // matmul_v4.py:116  m_tile, dn = self.fast_divmod(pos, swizzle)
           m_tile_4 = (pos_2 / 8);
           dn_2 = (pos_2 % 8);
         } else {
+          // matmul_v4.py:118  m_tile, dn = self.fast_divmod(pos, max(last_width, 1))
           m_tile_4 = (pos_2 / 1);
           dn_2 = (pos_2 % 1);
         }
+        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 8) + dn_2);
+        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
+        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 256);
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
@@ -4969,6 +5433,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
           acc_1[tl_i14 / 128][tl_i14 % 128] = tl_v13;
         }
+        // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
         // matmul_v5.py:64  for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
 #pragma unroll 3
@@ -4997,7 +5462,9 @@ tl_MatmulWGMMAV6(
           for (int tl_i17 = 0; tl_i17 < 128; ++tl_i17) {
             asm volatile("" : "+f"(acc_1[tl_i17 / 128][tl_i17 % 128]) :: "memory");
           }
+          // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
+            // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
             if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
@@ -5005,9 +5472,13 @@ tl_MatmulWGMMAV6(
               tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_3)));
             }
           }
+          // matmul_v5.py:72  prev_stage = pipe.consumer_stage
           prev_stage_1 = pipe_consumer_stage;
+          // matmul_v4.py:83  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
           pipe_consumer_stage = ((pipe_consumer_stage + 1) % 3);
+          // matmul_v4.py:84  if self.consumer_stage == 0:
           if ((pipe_consumer_stage == 0)) {
+            // matmul_v4.py:85  self.consumer_phase ^= 1
             pipe_consumer_phase = (pipe_consumer_phase ^ 1u);
           }
         }
@@ -5017,6 +5488,7 @@ tl_MatmulWGMMAV6(
         for (int tl_i18 = 0; tl_i18 < 128; ++tl_i18) {
           asm volatile("" : "+f"(acc_1[tl_i18 / 128][tl_i18 % 128]) :: "memory");
         }
+        // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread

@@ -131,7 +131,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -159,23 +161,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 2; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 256;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 2);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 16);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 2048u;
         const uint32_t sb_1 = 4096u + (uint32_t)(stage) * 4096u;
         tl_mbar_arrive_expect_tx((tl_smem + 12288u + 8u * (uint32_t)(stage)), 6144u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 2048u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 12288u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 4096u + (uint32_t)(stage) * 4096u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 12288u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -185,6 +190,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 2);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 12288u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : phase[1])));
@@ -214,20 +220,24 @@ tl_MatmulWGMMAV2(
       const int tl_i11 = ((stage_1));
       if (tl_i11 == 0) phase[0] = tl_v10;
       if (tl_i11 == 1) phase[1] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 2);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 2);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 16);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 2048u;
           const uint32_t sb_4 = 4096u + (uint32_t)(preload_stage) * 4096u;
           tl_mbar_arrive_expect_tx((tl_smem + 12288u + 8u * (uint32_t)(preload_stage)), 6144u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 2048u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 12288u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 4096u + (uint32_t)(preload_stage) * 4096u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 12288u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -549,7 +559,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -577,23 +589,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 3; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 256;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 3);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 16);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 2048u;
         const uint32_t sb_1 = 6144u + (uint32_t)(stage) * 4096u;
         tl_mbar_arrive_expect_tx((tl_smem + 18432u + 8u * (uint32_t)(stage)), 6144u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 2048u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 18432u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 6144u + (uint32_t)(stage) * 4096u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 18432u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -603,6 +618,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 3);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 18432u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : (((stage_1)) == 1 ? phase[1] : phase[2]))));
@@ -633,20 +649,24 @@ tl_MatmulWGMMAV2(
       if (tl_i11 == 0) phase[0] = tl_v10;
       if (tl_i11 == 1) phase[1] = tl_v10;
       if (tl_i11 == 2) phase[2] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 3);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 3);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 16);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 2048u;
           const uint32_t sb_4 = 6144u + (uint32_t)(preload_stage) * 4096u;
           tl_mbar_arrive_expect_tx((tl_smem + 18432u + 8u * (uint32_t)(preload_stage)), 6144u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 2048u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 18432u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 6144u + (uint32_t)(preload_stage) * 4096u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 18432u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -969,7 +989,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -997,23 +1019,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 4; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 256;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 4);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 16);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 2048u;
         const uint32_t sb_1 = 8192u + (uint32_t)(stage) * 4096u;
         tl_mbar_arrive_expect_tx((tl_smem + 24576u + 8u * (uint32_t)(stage)), 6144u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 2048u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 24576u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 8192u + (uint32_t)(stage) * 4096u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 24576u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -1023,6 +1048,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 4);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 24576u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : (((stage_1)) == 1 ? phase[1] : (((stage_1)) == 2 ? phase[2] : phase[3])))));
@@ -1054,20 +1080,24 @@ tl_MatmulWGMMAV2(
       if (tl_i11 == 1) phase[1] = tl_v10;
       if (tl_i11 == 2) phase[2] = tl_v10;
       if (tl_i11 == 3) phase[3] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 4);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 4);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 16);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 2048u;
           const uint32_t sb_4 = 8192u + (uint32_t)(preload_stage) * 4096u;
           tl_mbar_arrive_expect_tx((tl_smem + 24576u + 8u * (uint32_t)(preload_stage)), 6144u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 2048u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 24576u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 8192u + (uint32_t)(preload_stage) * 4096u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 24576u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -1388,7 +1418,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1416,23 +1448,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 2; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 256;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 2);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 16);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 4096u;
         const uint32_t sb_1 = 8192u + (uint32_t)(stage) * 4096u;
         tl_mbar_arrive_expect_tx((tl_smem + 16384u + 8u * (uint32_t)(stage)), 8192u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 4096u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 16384u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 8192u + (uint32_t)(stage) * 4096u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 16384u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -1442,6 +1477,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 2);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 16384u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : phase[1])));
@@ -1472,20 +1508,24 @@ tl_MatmulWGMMAV2(
       const int tl_i11 = ((stage_1));
       if (tl_i11 == 0) phase[0] = tl_v10;
       if (tl_i11 == 1) phase[1] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 2);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 2);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 16);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 4096u;
           const uint32_t sb_4 = 8192u + (uint32_t)(preload_stage) * 4096u;
           tl_mbar_arrive_expect_tx((tl_smem + 16384u + 8u * (uint32_t)(preload_stage)), 8192u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 4096u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 16384u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 8192u + (uint32_t)(preload_stage) * 4096u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 16384u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -1939,7 +1979,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1967,23 +2009,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 3; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 256;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 3);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 16);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 4096u;
         const uint32_t sb_1 = 12288u + (uint32_t)(stage) * 4096u;
         tl_mbar_arrive_expect_tx((tl_smem + 24576u + 8u * (uint32_t)(stage)), 8192u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 4096u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 24576u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 12288u + (uint32_t)(stage) * 4096u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 24576u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -1993,6 +2038,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 3);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 24576u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : (((stage_1)) == 1 ? phase[1] : phase[2]))));
@@ -2024,20 +2070,24 @@ tl_MatmulWGMMAV2(
       if (tl_i11 == 0) phase[0] = tl_v10;
       if (tl_i11 == 1) phase[1] = tl_v10;
       if (tl_i11 == 2) phase[2] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 3);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 3);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 16);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 4096u;
           const uint32_t sb_4 = 12288u + (uint32_t)(preload_stage) * 4096u;
           tl_mbar_arrive_expect_tx((tl_smem + 24576u + 8u * (uint32_t)(preload_stage)), 8192u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 4096u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 24576u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 12288u + (uint32_t)(preload_stage) * 4096u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 24576u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -2492,7 +2542,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -2520,23 +2572,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 4; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 256;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 4);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 16);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 4096u;
         const uint32_t sb_1 = 16384u + (uint32_t)(stage) * 4096u;
         tl_mbar_arrive_expect_tx((tl_smem + 32768u + 8u * (uint32_t)(stage)), 8192u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 4096u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 32768u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 16384u + (uint32_t)(stage) * 4096u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 32768u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -2546,6 +2601,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 4);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 32768u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : (((stage_1)) == 1 ? phase[1] : (((stage_1)) == 2 ? phase[2] : phase[3])))));
@@ -2578,20 +2634,24 @@ tl_MatmulWGMMAV2(
       if (tl_i11 == 1) phase[1] = tl_v10;
       if (tl_i11 == 2) phase[2] = tl_v10;
       if (tl_i11 == 3) phase[3] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 4);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 4);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 16);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 4096u;
           const uint32_t sb_4 = 16384u + (uint32_t)(preload_stage) * 4096u;
           tl_mbar_arrive_expect_tx((tl_smem + 32768u + 8u * (uint32_t)(preload_stage)), 8192u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 4096u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 32768u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 16384u + (uint32_t)(preload_stage) * 4096u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 32768u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -3053,7 +3113,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -3081,23 +3143,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 2; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 128;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 2);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 32);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 4096u;
         const uint32_t sb_1 = 8192u + (uint32_t)(stage) * 8192u;
         tl_mbar_arrive_expect_tx((tl_smem + 24576u + 8u * (uint32_t)(stage)), 12288u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 4096u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 24576u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 8192u + (uint32_t)(stage) * 8192u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 24576u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -3107,6 +3172,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 2);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 24576u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : phase[1])));
@@ -3137,20 +3203,24 @@ tl_MatmulWGMMAV2(
       const int tl_i11 = ((stage_1));
       if (tl_i11 == 0) phase[0] = tl_v10;
       if (tl_i11 == 1) phase[1] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 2);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 2);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 32);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 4096u;
           const uint32_t sb_4 = 8192u + (uint32_t)(preload_stage) * 8192u;
           tl_mbar_arrive_expect_tx((tl_smem + 24576u + 8u * (uint32_t)(preload_stage)), 12288u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 4096u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 24576u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 8192u + (uint32_t)(preload_stage) * 8192u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 24576u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -3472,7 +3542,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -3500,23 +3572,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 3; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 128;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 3);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 32);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 4096u;
         const uint32_t sb_1 = 12288u + (uint32_t)(stage) * 8192u;
         tl_mbar_arrive_expect_tx((tl_smem + 36864u + 8u * (uint32_t)(stage)), 12288u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 4096u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 36864u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 12288u + (uint32_t)(stage) * 8192u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 36864u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -3526,6 +3601,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 3);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 36864u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : (((stage_1)) == 1 ? phase[1] : phase[2]))));
@@ -3557,20 +3633,24 @@ tl_MatmulWGMMAV2(
       if (tl_i11 == 0) phase[0] = tl_v10;
       if (tl_i11 == 1) phase[1] = tl_v10;
       if (tl_i11 == 2) phase[2] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 3);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 3);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 32);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 4096u;
           const uint32_t sb_4 = 12288u + (uint32_t)(preload_stage) * 8192u;
           tl_mbar_arrive_expect_tx((tl_smem + 36864u + 8u * (uint32_t)(preload_stage)), 12288u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 4096u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 36864u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 12288u + (uint32_t)(preload_stage) * 8192u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 36864u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -3893,7 +3973,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -3921,23 +4003,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 4; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 128;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 4);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 32);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 4096u;
         const uint32_t sb_1 = 16384u + (uint32_t)(stage) * 8192u;
         tl_mbar_arrive_expect_tx((tl_smem + 49152u + 8u * (uint32_t)(stage)), 12288u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 4096u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 49152u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 16384u + (uint32_t)(stage) * 8192u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 49152u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -3947,6 +4032,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 4);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 49152u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : (((stage_1)) == 1 ? phase[1] : (((stage_1)) == 2 ? phase[2] : phase[3])))));
@@ -3979,20 +4065,24 @@ tl_MatmulWGMMAV2(
       if (tl_i11 == 1) phase[1] = tl_v10;
       if (tl_i11 == 2) phase[2] = tl_v10;
       if (tl_i11 == 3) phase[3] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 4);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 4);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 32);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 4096u;
           const uint32_t sb_4 = 16384u + (uint32_t)(preload_stage) * 8192u;
           tl_mbar_arrive_expect_tx((tl_smem + 49152u + 8u * (uint32_t)(preload_stage)), 12288u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 4096u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 49152u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 16384u + (uint32_t)(preload_stage) * 8192u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 49152u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -4313,7 +4403,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -4341,23 +4433,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 2; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 128;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 2);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 32);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 8192u;
         const uint32_t sb_1 = 16384u + (uint32_t)(stage) * 8192u;
         tl_mbar_arrive_expect_tx((tl_smem + 32768u + 8u * (uint32_t)(stage)), 16384u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 8192u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 32768u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 16384u + (uint32_t)(stage) * 8192u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 32768u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -4367,6 +4462,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 2);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 32768u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : phase[1])));
@@ -4399,20 +4495,24 @@ tl_MatmulWGMMAV2(
       const int tl_i11 = ((stage_1));
       if (tl_i11 == 0) phase[0] = tl_v10;
       if (tl_i11 == 1) phase[1] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 2);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 2);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 32);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 8192u;
           const uint32_t sb_4 = 16384u + (uint32_t)(preload_stage) * 8192u;
           tl_mbar_arrive_expect_tx((tl_smem + 32768u + 8u * (uint32_t)(preload_stage)), 16384u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 8192u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 32768u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 16384u + (uint32_t)(preload_stage) * 8192u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 32768u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -4866,7 +4966,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -4894,23 +4996,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 3; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 128;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 3);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 32);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 8192u;
         const uint32_t sb_1 = 24576u + (uint32_t)(stage) * 8192u;
         tl_mbar_arrive_expect_tx((tl_smem + 49152u + 8u * (uint32_t)(stage)), 16384u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 8192u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 49152u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 24576u + (uint32_t)(stage) * 8192u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 49152u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -4920,6 +5025,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 3);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 49152u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : (((stage_1)) == 1 ? phase[1] : phase[2]))));
@@ -4953,20 +5059,24 @@ tl_MatmulWGMMAV2(
       if (tl_i11 == 0) phase[0] = tl_v10;
       if (tl_i11 == 1) phase[1] = tl_v10;
       if (tl_i11 == 2) phase[2] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 3);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 3);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 32);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 8192u;
           const uint32_t sb_4 = 24576u + (uint32_t)(preload_stage) * 8192u;
           tl_mbar_arrive_expect_tx((tl_smem + 49152u + 8u * (uint32_t)(preload_stage)), 16384u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 8192u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 49152u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 24576u + (uint32_t)(preload_stage) * 8192u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 49152u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -5421,7 +5531,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -5449,23 +5561,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 4; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 128;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 4);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 32);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 8192u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 8192u;
         tl_mbar_arrive_expect_tx((tl_smem + 65536u + 8u * (uint32_t)(stage)), 16384u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 8192u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 65536u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 32768u + (uint32_t)(stage) * 8192u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 65536u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -5475,6 +5590,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 4);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 65536u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : (((stage_1)) == 1 ? phase[1] : (((stage_1)) == 2 ? phase[2] : phase[3])))));
@@ -5509,20 +5625,24 @@ tl_MatmulWGMMAV2(
       if (tl_i11 == 1) phase[1] = tl_v10;
       if (tl_i11 == 2) phase[2] = tl_v10;
       if (tl_i11 == 3) phase[3] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 4);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 4);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 32);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 8192u;
           const uint32_t sb_4 = 32768u + (uint32_t)(preload_stage) * 8192u;
           tl_mbar_arrive_expect_tx((tl_smem + 65536u + 8u * (uint32_t)(preload_stage)), 16384u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 8192u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 65536u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 32768u + (uint32_t)(preload_stage) * 8192u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 65536u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -5984,7 +6104,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -6012,23 +6134,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 2; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 64;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 2);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 64);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 8192u;
         const uint32_t sb_1 = 16384u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 49152u + 8u * (uint32_t)(stage)), 24576u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 8192u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 49152u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 16384u + (uint32_t)(stage) * 16384u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 49152u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -6038,6 +6163,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 2);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 49152u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : phase[1])));
@@ -6070,20 +6196,24 @@ tl_MatmulWGMMAV2(
       const int tl_i11 = ((stage_1));
       if (tl_i11 == 0) phase[0] = tl_v10;
       if (tl_i11 == 1) phase[1] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 2);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 2);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 64);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 8192u;
           const uint32_t sb_4 = 16384u + (uint32_t)(preload_stage) * 16384u;
           tl_mbar_arrive_expect_tx((tl_smem + 49152u + 8u * (uint32_t)(preload_stage)), 24576u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 8192u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 49152u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 16384u + (uint32_t)(preload_stage) * 16384u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 49152u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -6405,7 +6535,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -6433,23 +6565,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 3; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 64;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 3);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 64);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 8192u;
         const uint32_t sb_1 = 24576u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 73728u + 8u * (uint32_t)(stage)), 24576u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 8192u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 73728u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 24576u + (uint32_t)(stage) * 16384u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 73728u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -6459,6 +6594,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 3);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 73728u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : (((stage_1)) == 1 ? phase[1] : phase[2]))));
@@ -6492,20 +6628,24 @@ tl_MatmulWGMMAV2(
       if (tl_i11 == 0) phase[0] = tl_v10;
       if (tl_i11 == 1) phase[1] = tl_v10;
       if (tl_i11 == 2) phase[2] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 3);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 3);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 64);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 8192u;
           const uint32_t sb_4 = 24576u + (uint32_t)(preload_stage) * 16384u;
           tl_mbar_arrive_expect_tx((tl_smem + 73728u + 8u * (uint32_t)(preload_stage)), 24576u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 8192u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 73728u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 24576u + (uint32_t)(preload_stage) * 16384u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 73728u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -6828,7 +6968,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -6856,23 +6998,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 4; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 64;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 4);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 64);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 8192u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 98304u + 8u * (uint32_t)(stage)), 24576u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 8192u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 98304u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 32768u + (uint32_t)(stage) * 16384u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 98304u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -6882,6 +7027,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 4);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 98304u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : (((stage_1)) == 1 ? phase[1] : (((stage_1)) == 2 ? phase[2] : phase[3])))));
@@ -6916,20 +7062,24 @@ tl_MatmulWGMMAV2(
       if (tl_i11 == 1) phase[1] = tl_v10;
       if (tl_i11 == 2) phase[2] = tl_v10;
       if (tl_i11 == 3) phase[3] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 4);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 4);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 64);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 8192u;
           const uint32_t sb_4 = 32768u + (uint32_t)(preload_stage) * 16384u;
           tl_mbar_arrive_expect_tx((tl_smem + 98304u + 8u * (uint32_t)(preload_stage)), 24576u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 8192u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 98304u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 32768u + (uint32_t)(preload_stage) * 16384u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 98304u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -7250,7 +7400,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -7278,23 +7430,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 2; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 64;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 2);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 64);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 65536u + 8u * (uint32_t)(stage)), 32768u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 65536u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 32768u + (uint32_t)(stage) * 16384u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 65536u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -7304,6 +7459,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 2);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 65536u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : phase[1])));
@@ -7340,20 +7496,24 @@ tl_MatmulWGMMAV2(
       const int tl_i11 = ((stage_1));
       if (tl_i11 == 0) phase[0] = tl_v10;
       if (tl_i11 == 1) phase[1] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 2);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 2);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 64);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 16384u;
           const uint32_t sb_4 = 32768u + (uint32_t)(preload_stage) * 16384u;
           tl_mbar_arrive_expect_tx((tl_smem + 65536u + 8u * (uint32_t)(preload_stage)), 32768u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 16384u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 65536u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 32768u + (uint32_t)(preload_stage) * 16384u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 65536u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -7807,7 +7967,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -7835,23 +7997,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 3; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 64;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 3);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 64);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 98304u + 8u * (uint32_t)(stage)), 32768u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 98304u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 49152u + (uint32_t)(stage) * 16384u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 98304u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -7861,6 +8026,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 3);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 98304u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : (((stage_1)) == 1 ? phase[1] : phase[2]))));
@@ -7898,20 +8064,24 @@ tl_MatmulWGMMAV2(
       if (tl_i11 == 0) phase[0] = tl_v10;
       if (tl_i11 == 1) phase[1] = tl_v10;
       if (tl_i11 == 2) phase[2] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 3);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 3);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 64);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 16384u;
           const uint32_t sb_4 = 49152u + (uint32_t)(preload_stage) * 16384u;
           tl_mbar_arrive_expect_tx((tl_smem + 98304u + 8u * (uint32_t)(preload_stage)), 32768u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 16384u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 98304u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 49152u + (uint32_t)(preload_stage) * 16384u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 98304u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }
@@ -8366,7 +8536,9 @@ tl_MatmulWGMMAV2(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v2.py:48  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v2.py:49  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (128 * (int)blockIdx.y);
   // matmul_v2.py:51  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -8394,23 +8566,26 @@ tl_MatmulWGMMAV2(
   for (int tl_i4 = 0; tl_i4 < 4; ++tl_i4) {
     phase[tl_i4] = tl_v3;
   }
+  // matmul_v2.py:60  num_iters: int32 = cdiv(k_size, block_k)
   int num_iters = 64;
+  // matmul_v2.py:61  max_num_stages: int32 = min(num_iters, self.num_stages)
   int max_num_stages = tl_min<int>(num_iters, 4);
   // matmul_v2.py:63  for stage in range(max_num_stages):
   {
     const int tl_end5 = max_num_stages;
     for (int stage = 0; stage < tl_end5; ++stage) {
+      // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 64);
       // matmul_v2.py:65  with self.single_thread():
       if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 65536u + (uint32_t)(stage) * 16384u;
         tl_mbar_arrive_expect_tx((tl_smem + 131072u + 8u * (uint32_t)(stage)), 32768u);
-        // matmul_v2.py:70  self.tma.global_to_shared(
+        // matmul_v2.py:70  self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sa_2 = 0u + (uint32_t)(stage) * 16384u;
         tl_tma_load_2d(tl_smem + sa_2, &tl_map0, (tl_smem + 131072u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_m));
-        // matmul_v2.py:76  self.tma.global_to_shared(
+        // matmul_v2.py:76  self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[stage])
         const uint32_t sb_2 = 65536u + (uint32_t)(stage) * 16384u;
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 131072u + 8u * (uint32_t)(stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
@@ -8420,6 +8595,7 @@ tl_MatmulWGMMAV2(
   {
     const int tl_end6 = num_iters;
     for (int iter = 0; iter < tl_end6; ++iter) {
+      // matmul_v2.py:84  stage = iter % self.num_stages
       int stage_1 = (iter % 4);
       // matmul_v2.py:85  self.mbarrier.wait(tma_barriers[stage], phase=phase[stage])
       tl_mbar_wait_parity((tl_smem + 131072u + 8u * (uint32_t)(stage_1)), (uint32_t)((((stage_1)) == 0 ? phase[0] : (((stage_1)) == 1 ? phase[1] : (((stage_1)) == 2 ? phase[2] : phase[3])))));
@@ -8458,20 +8634,24 @@ tl_MatmulWGMMAV2(
       if (tl_i11 == 1) phase[1] = tl_v10;
       if (tl_i11 == 2) phase[2] = tl_v10;
       if (tl_i11 == 3) phase[3] = tl_v10;
+      // matmul_v2.py:94  preload_iter = iter + self.num_stages
       int preload_iter = (iter + 4);
+      // matmul_v2.py:95  if preload_iter < num_iters:
       if ((preload_iter < num_iters)) {
+        // matmul_v2.py:96  preload_stage = preload_iter % self.num_stages
         int preload_stage = (preload_iter % 4);
+        // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 64);
         // matmul_v2.py:98  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(
+          // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 16384u;
           const uint32_t sb_4 = 65536u + (uint32_t)(preload_stage) * 16384u;
           tl_mbar_arrive_expect_tx((tl_smem + 131072u + 8u * (uint32_t)(preload_stage)), 32768u);
-          // matmul_v2.py:104  self.tma.global_to_shared(
+          // matmul_v2.py:104  self.tma.global_to_shared(src=ga, dst=sa[preload_stage], offsets=[offset_m, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sa_5 = 0u + (uint32_t)(preload_stage) * 16384u;
           tl_tma_load_2d(tl_smem + sa_5, &tl_map0, (tl_smem + 131072u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_m));
-          // matmul_v2.py:110  self.tma.global_to_shared(
+          // matmul_v2.py:110  self.tma.global_to_shared(src=gb, dst=sb[preload_stage], offsets=[offset_n, offset_k], mbarrier=tma_barriers[preload_stage])
           const uint32_t sb_5 = 65536u + (uint32_t)(preload_stage) * 16384u;
           tl_tma_load_2d(tl_smem + sb_5, &tl_map1, (tl_smem + 131072u + 8u * (uint32_t)(preload_stage)), (int32_t)(offset_k_1), (int32_t)(offset_n));
         }

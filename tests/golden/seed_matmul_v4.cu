@@ -159,92 +159,117 @@ tl_MatmulWGMMAV4(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
+  // matmul_v4.py:119  num_m_blocks = cdiv(m_size, block_m)
   int num_m_blocks = (((m_size + 128) - 1) / 128);
+  // matmul_v4.py:123  offset_m: int32 = 0
   int offset_m = 0;
+  // matmul_v4.py:124  offset_n: int32 = 0
   int offset_n = 0;
+  // matmul_v4.py:83  def compute_block_coord(self, linear_idx: int32, num_m_blocks: int32, num_n_blocks: int):
   int linear_idx = (int)blockIdx.x;
   int num_m_blocks_1 = num_m_blocks;
+  // matmul_v4.py:91  tiles_per_group = num_m_blocks * swizzle_size
   int tiles_per_group = (num_m_blocks_1 * 4);
+  // matmul_v4.py:92  group_idx, in_group_idx = self.fast_divmod(linear_idx, tiles_per_group)
   int group_idx = tl_fastdiv(linear_idx, tl_div0);
   int in_group_idx = tl_fastmod(linear_idx, tl_div0);
+  // matmul_v4.py:93  first_n = group_idx * swizzle_size
   int first_n = (group_idx * 4);
+  // matmul_v4.py:94  m_block: int32 = 0
   int m_block = 0;
+  // matmul_v4.py:95  n_block: int32 = 0
   int n_block = 0;
+  // matmul_v4.py:98  if first_n + swizzle_size <= num_n_blocks:
   if (((first_n + 4) <= 16)) {
+    // matmul_v4.py:99  m_block, r = self.fast_divmod(in_group_idx, swizzle_size)
     m_block = (in_group_idx / 4);
     int r = (in_group_idx % 4);
+    // matmul_v4.py:100  n_block = first_n + r
     n_block = (first_n + r);
   } else {
+    // matmul_v4.py:102  m_block, r = self.fast_divmod(in_group_idx, last_group_width)
     m_block = (in_group_idx / 4);
     int r_1 = (in_group_idx % 4);
+    // matmul_v4.py:103  n_block = first_n + r
     n_block = (first_n + r_1);
   }
+  // matmul_v4.py:135  m_block, n_block = self.compute_block_coord(self.blockIdx.x, num_m_blocks, num_n_blocks)
   int m_block_1 = m_block;
   int n_block_1 = n_block;
+  // matmul_v4.py:138  offset_m = m_block * block_m
   offset_m = (m_block_1 * 128);
+  // matmul_v4.py:139  offset_n = n_block * block_n
   offset_n = (n_block_1 * 256);
   // matmul_v4.py:141  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
   // matmul_v4.py:142  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
   uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v4.py:144  sa = self.shared_tensor(
+  // matmul_v4.py:144  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m_half, block_k])
   // %sa: shared bytes [0, 49152)
   // matmul_v4.py:147  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
   // %sb: shared bytes [49152, 147456)
   // matmul_v4.py:148  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
   uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v4.py:23  self.empty_barriers = self.mbarrier.alloc(
+  // matmul_v4.py:23  self.empty_barriers = self.mbarrier.alloc([consumer_arrive_count for _ in range(num_stages)])
   // 3 mbarrier(s) at shared offset 147456 (initialized at entry)
-  // matmul_v4.py:26  self.full_barriers = self.mbarrier.alloc(
+  // matmul_v4.py:26  self.full_barriers = self.mbarrier.alloc([producer_arrive_count for _ in range(num_stages)])
   // 3 mbarrier(s) at shared offset 147480 (initialized at entry)
+  // matmul_v4.py:29  self.producer_stage: int32 = 0
   int tma_pipe_producer_stage = 0;
+  // matmul_v4.py:30  self.consumer_stage: int32 = 0
   int tma_pipe_consumer_stage = 0;
+  // matmul_v4.py:31  self.producer_phase: uint32 = self.mbarrier.producer_initial_phase
   uint32_t tma_pipe_producer_phase = 1u;
+  // matmul_v4.py:32  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t tma_pipe_consumer_phase = 0u;
   // matmul_v4.py:153  with self.thread_group(thread_begin=256, num_threads=32):  # TMA producer warp
   if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
     // matmul_v4.py:154  for offset_k in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 3
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-      // matmul_v4.py:35  self.mbarrier.wait(
+      // matmul_v4.py:35  self.mbarrier.wait(barrier=self.empty_barriers[self.producer_stage], phase=self.producer_phase, sem="relaxed", scope="cta")
       tl_mbar_wait_parity_relaxed((tl_smem + 147456u + 8u * (uint32_t)(tma_pipe_producer_stage)), (uint32_t)(tma_pipe_producer_phase));
       // matmul_v4.py:159  with self.single_thread():
       if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
-        // matmul_v4.py:160  self.mbarrier.arrive_and_expect_tx(
+        // matmul_v4.py:160  self.mbarrier.arrive_and_expect_tx(tma_pipe.producer_barrier(), transaction_bytes=sa[tma_pipe.producer_stage, 0].nbytes + sa[tma_pipe.producer_stage, 1].nbytes + sb[tma_pipe.producer_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(tma_pipe_producer_stage) * 16384u + (uint32_t)(0) * 8192u;
         const uint32_t sa_2 = 0u + (uint32_t)(tma_pipe_producer_stage) * 16384u + (uint32_t)(1) * 8192u;
         const uint32_t sb_1 = 49152u + (uint32_t)(tma_pipe_producer_stage) * 32768u;
         tl_mbar_arrive_expect_tx((tl_smem + 147480u + 8u * (uint32_t)(tma_pipe_producer_stage)), 49152u);
       }
-      // matmul_v4.py:166  self.tma.global_to_shared(
+      // matmul_v4.py:166  self.tma.global_to_shared(src=ga, dst=sa[tma_pipe.producer_stage, 0], offsets=[offset_m, offset_k], mbarrier=tma_pipe.producer_barrier())
       const uint32_t sa_3 = 0u + (uint32_t)(tma_pipe_producer_stage) * 16384u + (uint32_t)(0) * 8192u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sa_3, &tl_map0, (tl_smem + 147480u + 8u * (uint32_t)(tma_pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_m));
       }
-      // matmul_v4.py:172  self.tma.global_to_shared(
+      // matmul_v4.py:172  self.tma.global_to_shared(src=ga, dst=sa[tma_pipe.producer_stage, 1], offsets=[offset_m + block_m_half, offset_k], mbarrier=tma_pipe.producer_barrier())
       const uint32_t sa_4 = 0u + (uint32_t)(tma_pipe_producer_stage) * 16384u + (uint32_t)(1) * 8192u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sa_4, &tl_map0, (tl_smem + 147480u + 8u * (uint32_t)(tma_pipe_producer_stage)), (int32_t)(offset_k), (int32_t)((offset_m + 64)));
       }
-      // matmul_v4.py:178  self.tma.global_to_shared(
+      // matmul_v4.py:178  self.tma.global_to_shared(src=gb, dst=sb[tma_pipe.producer_stage], offsets=[offset_n, offset_k], mbarrier=tma_pipe.producer_barrier())
       const uint32_t sb_2 = 49152u + (uint32_t)(tma_pipe_producer_stage) * 32768u;
       if (tl_elect_one()) {
         tl_tma_load_2d(tl_smem + sb_2, &tl_map1, (tl_smem + 147480u + 8u * (uint32_t)(tma_pipe_producer_stage)), (int32_t)(offset_k), (int32_t)(offset_n));
       }
+      // matmul_v4.py:46  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       tma_pipe_producer_stage = ((tma_pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:47  self.producer_phase = self.producer_phase ^ (self.producer_stage == 0)
       tma_pipe_producer_phase = (tma_pipe_producer_phase ^ (tma_pipe_producer_stage == 0));
     }
     // matmul_v4.py:187  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
     for (int i = 0; i < 3; ++i) {
-      // matmul_v4.py:35  self.mbarrier.wait(
+      // matmul_v4.py:35  self.mbarrier.wait(barrier=self.empty_barriers[self.producer_stage], phase=self.producer_phase, sem="relaxed", scope="cta")
       tl_mbar_wait_parity_relaxed((tl_smem + 147456u + 8u * (uint32_t)(tma_pipe_producer_stage)), (uint32_t)(tma_pipe_producer_phase));
+      // matmul_v4.py:46  self.producer_stage = (self.producer_stage + 1) % self.num_stages
       tma_pipe_producer_stage = ((tma_pipe_producer_stage + 1) % 3);
+      // matmul_v4.py:47  self.producer_phase = self.producer_phase ^ (self.producer_stage == 0)
       tma_pipe_producer_phase = (tma_pipe_producer_phase ^ (tma_pipe_producer_stage == 0));
     }
   }
   // matmul_v4.py:191  with self.thread_group(thread_begin=0, num_threads=128):  # consumer WG0
   if (threadIdx.x < 128) {  // threads [0, 128)
-    // matmul_v4.py:192  acc0 = self.register_tensor(
+    // matmul_v4.py:192  acc0 = self.register_tensor(dtype=float32, shape=[block_m_half, block_n], init=0.0)
     // %acc0 [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     float acc0[1][128];
     const float tl_v1 = 0.0f;
@@ -255,16 +280,14 @@ tl_MatmulWGMMAV4(
     // matmul_v4.py:195  for offset_k in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 3
     for (int offset_k_1 = 0; offset_k_1 < 4096; offset_k_1 += 64) {
-      // matmul_v4.py:50  self.mbarrier.wait(
+      // matmul_v4.py:50  self.mbarrier.wait(barrier=self.full_barriers[self.consumer_stage], phase=self.consumer_phase, sem="relaxed", scope="cta")
       tl_mbar_wait_parity_relaxed((tl_smem + 147480u + 8u * (uint32_t)(tma_pipe_consumer_stage)), (uint32_t)(tma_pipe_consumer_phase));
       // matmul_v4.py:197  self.wgmma.fence()
       tl_wgmma_fence();
-      // matmul_v4.py:198  self.wgmma.mma(
+      // matmul_v4.py:198  self.wgmma.mma(sa[tma_pipe.consumer_stage, 0], sb[tma_pipe.consumer_stage].transpose(), acc0)
       const uint32_t sa_5 = 0u + (uint32_t)(tma_pipe_consumer_stage) * 16384u + (uint32_t)(0) * 8192u;
       const uint32_t sb_3 = 49152u + (uint32_t)(tma_pipe_consumer_stage) * 32768u;
-      // matmul_v4.py:200  sb[tma_pipe.consumer_stage].transpose(),
       const uint32_t sb_3_t = sb_3;  // transposed view
-      // matmul_v4.py:198  self.wgmma.mma(
       {
         const uint32_t tl_da3 = tl_smem + sa_5;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
@@ -286,17 +309,18 @@ tl_MatmulWGMMAV4(
         // matmul_v4.py:206  self.mbarrier.arrive(tma_pipe.consumer_barrier())
         tl_mbar_arrive((tl_smem + 147456u + 8u * (uint32_t)(tma_pipe_consumer_stage)));
       }
+      // matmul_v4.py:61  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       tma_pipe_consumer_stage = ((tma_pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:62  self.consumer_phase = self.consumer_phase ^ (self.consumer_stage == 0)
       tma_pipe_consumer_phase = (tma_pipe_consumer_phase ^ (tma_pipe_consumer_stage == 0));
     }
-    // matmul_v4.py:209  gc, self.cast(acc0, dtype=float16), offsets=[offset_m, offset_n]
+    // matmul_v4.py:208  self.store_global(gc, self.cast(acc0, dtype=float16), offsets=[offset_m, offset_n])
     // %r_2 [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     uint16_t r_2[1][128];
 #pragma unroll
     for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
       r_2[tl_i6 / 128][tl_i6 % 128] = tl_f2h((float)(acc0[tl_i6 / 128][tl_i6 % 128]));
     }
-    // matmul_v4.py:208  self.store_global(
     {
       const int tl_c7 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
       const int tl_c8 = ((int)threadIdx.x % 4) * 2;
@@ -630,7 +654,7 @@ tl_MatmulWGMMAV4(
   }
   // matmul_v4.py:212  with self.thread_group(thread_begin=128, num_threads=128):  # consumer WG1
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
-    // matmul_v4.py:213  acc1 = self.register_tensor(
+    // matmul_v4.py:213  acc1 = self.register_tensor(dtype=float32, shape=[block_m_half, block_n], init=0.0)
     // %acc1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     float acc1[1][128];
     const float tl_v335 = 0.0f;
@@ -641,16 +665,14 @@ tl_MatmulWGMMAV4(
     // matmul_v4.py:216  for offset_k in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 3
     for (int offset_k_2 = 0; offset_k_2 < 4096; offset_k_2 += 64) {
-      // matmul_v4.py:50  self.mbarrier.wait(
+      // matmul_v4.py:50  self.mbarrier.wait(barrier=self.full_barriers[self.consumer_stage], phase=self.consumer_phase, sem="relaxed", scope="cta")
       tl_mbar_wait_parity_relaxed((tl_smem + 147480u + 8u * (uint32_t)(tma_pipe_consumer_stage)), (uint32_t)(tma_pipe_consumer_phase));
       // matmul_v4.py:218  self.wgmma.fence()
       tl_wgmma_fence();
-      // matmul_v4.py:219  self.wgmma.mma(
+      // matmul_v4.py:219  self.wgmma.mma(sa[tma_pipe.consumer_stage, 1], sb[tma_pipe.consumer_stage].transpose(), acc1)
       const uint32_t sa_6 = 0u + (uint32_t)(tma_pipe_consumer_stage) * 16384u + (uint32_t)(1) * 8192u;
       const uint32_t sb_4 = 49152u + (uint32_t)(tma_pipe_consumer_stage) * 32768u;
-      // matmul_v4.py:221  sb[tma_pipe.consumer_stage].transpose(),
       const uint32_t sb_4_t = sb_4;  // transposed view
-      // matmul_v4.py:219  self.wgmma.mma(
       {
         const uint32_t tl_da337 = tl_smem + sa_6;
         const uint32_t tl_db338 = tl_smem + sb_4_t;
@@ -672,17 +694,18 @@ tl_MatmulWGMMAV4(
         // matmul_v4.py:227  self.mbarrier.arrive(tma_pipe.consumer_barrier())
         tl_mbar_arrive((tl_smem + 147456u + 8u * (uint32_t)(tma_pipe_consumer_stage)));
       }
+      // matmul_v4.py:61  self.consumer_stage = (self.consumer_stage + 1) % self.num_stages
       tma_pipe_consumer_stage = ((tma_pipe_consumer_stage + 1) % 3);
+      // matmul_v4.py:62  self.consumer_phase = self.consumer_phase ^ (self.consumer_stage == 0)
       tma_pipe_consumer_phase = (tma_pipe_consumer_phase ^ (tma_pipe_consumer_stage == 0));
     }
-    // matmul_v4.py:231  self.cast(acc1, dtype=float16),
+    // matmul_v4.py:229  self.store_global(gc, self.cast(acc1, dtype=float16), offsets=[offset_m + block_m_half, offset_n])
     // %r_3 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     uint16_t r_3[1][128];
 #pragma unroll
     for (int tl_i340 = 0; tl_i340 < 128; ++tl_i340) {
       r_3[tl_i340 / 128][tl_i340 % 128] = tl_f2h((float)(acc1[tl_i340 / 128][tl_i340 % 128]));
     }
-    // matmul_v4.py:229  self.store_global(
     {
       const int tl_c341 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
       const int tl_c342 = (((int)threadIdx.x - 128) % 4) * 2;

@@ -48,7 +48,9 @@ tl_TiledMatmul(
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
   const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);
+  // tiled_matmul.py:58  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // tiled_matmul.py:59  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (64 * (int)blockIdx.y);
   // tiled_matmul.py:60  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -302,7 +304,9 @@ tl_TiledMatmul(
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
   const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);
+  // tiled_matmul.py:58  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // tiled_matmul.py:59  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (64 * (int)blockIdx.y);
   // tiled_matmul.py:60  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -692,7 +696,9 @@ tl_TiledMatmul(
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
   const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);
+  // tiled_matmul.py:58  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (64 * (int)blockIdx.x);
+  // tiled_matmul.py:59  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (64 * (int)blockIdx.y);
   // tiled_matmul.py:60  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
@@ -1002,7 +1008,9 @@ tl_TiledMatmul(
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
   const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);
+  // tiled_matmul.py:58  offset_m: int32 = block_m * self.blockIdx.x
   int offset_m = (128 * (int)blockIdx.x);
+  // tiled_matmul.py:59  offset_n: int32 = block_n * self.blockIdx.y
   int offset_n = (64 * (int)blockIdx.y);
   // tiled_matmul.py:60  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);

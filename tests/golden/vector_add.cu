@@ -45,6 +45,7 @@ tl_VectorAdd(
   float* const gy = (float*)(y_ptr);
   // vector_add.py:46  gz = self.global_view(z_ptr, dtype=float32, shape=[n])
   float* const gz = (float*)(z_ptr);
+  // vector_add.py:47  offset: int32 = self.blockIdx.x * self.block_size
   int offset = ((int)blockIdx.x * 256);
   // vector_add.py:48  x = self.load_global(gx, offsets=[offset], shape=[self.block_size])
   // %x [256]: blocked layout, 4 per thread, over threads [0, 64)
@@ -135,6 +136,7 @@ tl_VectorAdd(
   float* const gy = (float*)(y_ptr);
   // vector_add.py:46  gz = self.global_view(z_ptr, dtype=float32, shape=[n])
   float* const gz = (float*)(z_ptr);
+  // vector_add.py:47  offset: int32 = self.blockIdx.x * self.block_size
   int offset = ((int)blockIdx.x * 512);
   // vector_add.py:48  x = self.load_global(gx, offsets=[offset], shape=[self.block_size])
   // %x [512]: blocked layout, 4 per thread, over threads [0, 128)
@@ -225,6 +227,7 @@ tl_VectorAdd(
   float* const gy = (float*)(y_ptr);
   // vector_add.py:46  gz = self.global_view(z_ptr, dtype=float32, shape=[n])
   float* const gz = (float*)(z_ptr);
+  // vector_add.py:47  offset: int32 = self.blockIdx.x * self.block_size
   int offset = ((int)blockIdx.x * 1024);
   // vector_add.py:48  x = self.load_global(gx, offsets=[offset], shape=[self.block_size])
   // %x [1024]: blocked layout, 4 per thread, over threads [0, 256)
