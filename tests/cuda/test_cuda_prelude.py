@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.cuda.conftest import compile_sm90a, needs_nvrtc
-from tilus.backends.cuda.prelude import prelude
+from tilus.backends.cuda.prelude import BASE, prelude, prelude_for
 from tilus.backends.cuda.ptx import registry, wgmma
 
 # One kernel per family that calls every helper of the family (unused inline functions would
@@ -247,3 +247,34 @@ def test_prelude_shape():
     assert "tl_wgmma_fence" in once  # a fragment brings its family
     with pytest.raises(KeyError):
         prelude(["no_such_family"])
+
+
+def test_prelude_for_keeps_only_what_the_code_reaches():
+    code = "tl_mbar_wait_parity(b, 0); tl_wgmma_wait_group<0>(); int tl_v1 = 0;"
+    text = prelude_for(code)
+    assert text.startswith(BASE)
+    # the wait calls try_wait.acquire; its relaxed twins, defined beside it, are not reached
+    assert "tl_mbar_try_wait_parity_acquire(" in text
+    assert "tl_mbar_wait_parity_relaxed" not in text and "_relaxed(" not in text
+    assert "void tl_wgmma_wait_group()" in text and "tl_wgmma_fence" not in text
+    assert text.count("// ---- tilus prelude: mbarrier ----") == 1
+    assert "tilus prelude: tma" not in text and "tilus prelude: ldst" not in text
+    assert prelude_for("tl_wgmma_wait_group<0>(); tl_mbar_wait_parity(b, 0);") == text
+    assert prelude_for("") == BASE
+
+
+def test_prelude_for_every_name_is_the_whole_prelude():
+    # definitions are split and filtered, never rewritten: asking for all of them gives back
+    # exactly the prelude of every family (fragment comments and order included)
+    full = prelude(registry.families())
+    assert prelude_for(" ".join(sorted(set(re.findall(r"\btl_\w+", full))))) == full
+
+
+def test_prelude_for_extra_fragments_and_helpers():
+    frag = wgmma.mma_async(64, "bf16")
+    helpers = "\n// ---- helpers ----\nstruct tl_pair_t { int a, b; };\n"
+    helpers += "__device__ __forceinline__ int tl_sum(tl_pair_t p) { return p.a + p.b; }\n"
+    text = prelude_for(f"{frag.name}(d, a, b, 1); tl_sum(p);", [frag, frag], [helpers])
+    assert text.count(f"void {frag.name}(") == 1 and text.endswith(helpers)
+    assert prelude_for("tl_sum(p);", [frag], [helpers]) == BASE + helpers
+    assert frag.name not in prelude_for("tl_wgmma_fence();", [frag])

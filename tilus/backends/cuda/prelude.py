@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable
 
 from tilus.backends.cuda.ptx.registry import Fragment, families, fragments
@@ -76,4 +78,101 @@ def prelude(wanted: Iterable[str | Fragment] = ()) -> str:
     return "".join(parts)
 
 
-__all__ = ["BASE", "prelude", "families"]
+# --- only what a kernel uses ---------------------------------------------------------------------
+
+_NAME = re.compile(r"\btl_\w+")
+# a definition: `__forceinline__ <type words> tl_name` (functions, templates) or `struct tl_name`
+_DEFINES = re.compile(r"(?:__forceinline__|struct)\s+(?:[\w:]+\s+[*&]*)*?(tl_\w+)\b")
+# what brace counting ignores: string literals (inline asm templates) and line comments
+_NOT_CODE = re.compile(r'"(?:[^"\\]|\\.)*"|//.*')
+
+
+@functools.cache
+def _definitions(text: str) -> tuple[str, tuple[tuple[tuple[str, ...], str], ...]]:
+    """Split a fragment's text into its preamble (the comment and blank lines before its first
+    definition) and its top-level definitions, each ``(names it defines, text)`` with the
+    comment lines just above it."""
+    preamble, items, pending, cur, depth, opened = "", [], [], None, 0, False
+    for line in text.splitlines(keepends=True):
+        code = _NOT_CODE.sub("", line)
+        if cur is None:
+            if not code.strip():  # a comment or blank line: it belongs to what follows
+                pending.append(line)
+                continue
+            if not items and not preamble:
+                preamble, pending = "".join(pending), []
+            cur, depth, opened = [*pending, line], 0, False
+            pending = []
+        else:
+            cur.append(line)
+        depth += code.count("{") - code.count("}")
+        opened = opened or "{" in code
+        if depth == 0 and (opened or code.rstrip().endswith(";")):
+            body = "".join(cur)
+            names = tuple(dict.fromkeys(_DEFINES.findall(body)))
+            assert names, f"prelude text defines no tl_ name:\n{body}"
+            items.append((names, body))
+            cur = None
+    assert cur is None, f"unbalanced prelude text:\n{text}"
+    if pending and items:  # trailing comments stay with the last definition
+        items[-1] = (items[-1][0], items[-1][1] + "".join(pending))
+    return preamble, tuple(items)
+
+
+def prelude_for(code: str, extra: Iterable[Fragment] = (), tail: Iterable[str] = ()) -> str:
+    """The prelude of one kernel: BASE, then only the helpers ``code`` calls, transitively.
+
+    Args:
+        code: The kernel's C++ (signature and body); every ``tl_*`` name in it is looked up.
+        extra: Fragments built on demand (wgmma shapes), candidates like the families'.
+        tail: Further helper texts (the code generator's), emitted after everything else.
+
+    Returns:
+        The same text ``prelude`` would give for every family plus ``extra`` and ``tail``, less
+        every definition the kernel does not reach (a family's header, and a fragment's leading
+        comment, appear with its first definition that is kept). Deterministic: the order is
+        ``prelude``'s whatever the order of use.
+    """
+    # (group header, fragment key, fragment preamble, names, text), in prelude order
+    pieces = []
+    for fam in families():
+        for frag in fragments(fam):
+            pre, items = _definitions(frag.text)
+            pieces += [
+                (f"// ---- tilus prelude: {fam} ----\n", frag.name, pre, n, t) for n, t in items
+            ]
+    known = {p[1] for p in pieces}
+    for frag in extra:
+        if frag.name not in known:
+            known.add(frag.name)
+            pre, items = _definitions(frag.text)
+            pieces += [("", frag.name, pre, n, t) for n, t in items]
+    for k, text in enumerate(tail):
+        pre, items = _definitions(text)
+        pieces += [("", f"tail{k}", pre, n, t) for n, t in items]
+    where = {}
+    for i, (_, _, _, names, _) in enumerate(pieces):
+        for n in names:
+            assert n not in where, f"{n} is defined twice in the prelude"
+            where[n] = i
+    keep, pending = set(), list(_NAME.findall(code))
+    while pending:
+        i = where.get(pending.pop())
+        if i is not None and i not in keep:
+            keep.add(i)
+            pending += _NAME.findall(pieces[i][4])
+    parts, said = [BASE], set()
+    for i, (head, key, pre, _, text) in enumerate(pieces):
+        if i not in keep:
+            continue
+        if ("head", head) not in said:
+            said.add(("head", head))
+            parts.append(head)
+        if ("frag", key) not in said:
+            said.add(("frag", key))
+            parts.append(pre)
+        parts.append(text)
+    return "".join(parts)
+
+
+__all__ = ["BASE", "prelude", "prelude_for", "families"]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import linecache
 import os
 import re
 
+from tilus.backends.cuda.codegen.source_text import statement_text
 from tilus.backends.cuda.layout import Group, LayoutPlan
 from tilus.errors import TilusCompileError
 
@@ -80,14 +80,17 @@ class Context:
         return TilusCompileError(f"CUDA backend: {msg}", loc)
 
     def source_comment(self, stmt):
-        """``// file.py:LINE  <source text>`` above an instruction's code."""
+        """``// file.py:LINE  <source>`` above a statement's code: the user's whole statement
+        (a compound statement's header) on one line, once per run of code from it."""
         loc = stmt.loc
-        if loc is None or (loc.file, loc.line) == self.last_loc:
+        if loc is None:
             return
-        self.last_loc = (loc.file, loc.line)
-        text = linecache.getline(loc.file, loc.line).strip()
+        line, text = statement_text(loc.file, loc.line, loc.col)
+        if (loc.file, line) == self.last_loc:
+            return
+        self.last_loc = (loc.file, line)
         text = text.replace("*/", "* /")
-        self.emit(f"// {os.path.basename(loc.file)}:{loc.line}  {text}".rstrip())
+        self.emit(f"// {os.path.basename(loc.file)}:{line}  {text}".rstrip())
 
     def in_scope(self, t) -> bool:
         """Whether register tile ``t`` was declared in a C block that is still open."""

@@ -121,9 +121,11 @@ class StmtEmitter:
             for x in s.stmts:
                 self.stmt(x)
         elif isinstance(s, DeclareStmt):
+            ctx.source_comment(s)
             init = f" = {expr(s.init)}" if s.init is not None else ""
             ctx.emit(f"{ctype(s.var.dtype)} {ctx.name(s.var)}{init};")
         elif isinstance(s, AssignStmt):
+            ctx.source_comment(s)
             ctx.emit(f"{ctx.name(s.var)} = {expr(s.value)};")
         elif isinstance(s, InstStmt):
             try:
@@ -135,10 +137,12 @@ class StmtEmitter:
         elif isinstance(s, ForStmt):
             self.for_stmt(s)
         elif isinstance(s, WhileStmt):
+            ctx.source_comment(s)
             ctx.open(f"while ({expr(s.cond)})")
             self.stmt(s.body)
             ctx.close()
         elif isinstance(s, IfStmt):
+            ctx.source_comment(s)
             ctx.open(f"if ({expr(s.cond)})")
             self.stmt(s.then_body)
             if s.else_body is not None:
