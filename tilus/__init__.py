@@ -27,6 +27,7 @@ from tilus.dtypes import (
 )
 from tilus.errors import (
     TilusArgumentError,
+    TilusBackendError,
     TilusCompileError,
     TilusError,
     TilusPerformanceWarning,
@@ -58,6 +59,7 @@ __all__ = [
     "Script",
     "SharedTensor",
     "TilusArgumentError",
+    "TilusBackendError",
     "TilusCompileError",
     "TilusError",
     "TilusPerformanceWarning",

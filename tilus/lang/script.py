@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import operator
 import warnings
 
 from tilus.backends.cuda.launcher import MISS as _MISS
@@ -227,10 +228,14 @@ def _check_const(kernel, name, ann, v):
         return v
     if ann is int:
         if isinstance(v, bool) or not isinstance(v, int):
-            if hasattr(v, "__index__") and not isinstance(v, float):
-                return int(v)
+            try:  # NumPy/torch integer scalars; an array here is a shifted argument list
+                return operator.index(v)
+            except TypeError:
+                pass
+            shifted = " (a missing argument before it?)" if hasattr(v, "shape") else f" {v!r}"
             raise TilusArgumentError(
-                f"{kernel}: argument {name!r} is a compile-time int, got {type(v).__name__} {v!r}"
+                f"{kernel}: argument {name!r} is a compile-time int, got "
+                f"{type(v).__name__}{shifted}"
             )
         return v
     if ann is float:

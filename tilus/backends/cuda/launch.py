@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 
 from tilus import option as _option
+from tilus.backends.arguments import check_view_extents
 from tilus.backends.cuda.launcher import MISS, Launcher, LaunchPlan
 from tilus.dtypes import DataType, PointerType, from_torch_dtype
 from tilus.errors import TilusArgumentError, TilusBackendError, TilusCompileError
@@ -103,13 +105,13 @@ def _check_values(kname: str, params, runtime):
                 env[p] = bool(v)
                 continue
             if isinstance(v, bool) or not isinstance(v, int | float):
-                if hasattr(v, "__index__"):
-                    v = int(v)
-                else:
+                try:  # integer scalars of NumPy/torch; an array (shifted arguments) is refused
+                    v = operator.index(v)
+                except TypeError:
                     raise TilusArgumentError(
                         f"{kname}: argument {p.name!r} ({p.dtype}) needs a number, got "
                         f"{type(v).__name__}"
-                    )
+                    ) from None
             if p.dtype.is_integer():
                 lo, hi = p.dtype.min_value(), p.dtype.max_value()
                 if not isinstance(v, int) or not lo <= v <= hi:
@@ -275,6 +277,7 @@ class Dispatcher:
                 ks = generate(self.inst.program(cfg, const_args))
             except TilusProgramError:
                 continue
+            check_view_extents(self.kname, ks.program, scalars)
             LaunchPlan(self.kname, ks).bind(scalars, self._full_pos).check(full)
             break
         self._prechecked.add(key)
