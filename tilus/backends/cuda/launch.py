@@ -10,7 +10,12 @@ from tilus import option as _option
 from tilus.backends.arguments import check_view_extents
 from tilus.backends.cuda.launcher import MISS, Launcher, LaunchPlan
 from tilus.dtypes import DataType, PointerType, from_torch_dtype
-from tilus.errors import TilusArgumentError, TilusBackendError, TilusCompileError
+from tilus.errors import (
+    TilusArgumentError,
+    TilusBackendError,
+    TilusCompileError,
+    TilusRuntimeError,
+)
 from tilus.ir.expr import Expr
 from tilus.runtime.tensormap import TensorMapCache
 
@@ -269,6 +274,12 @@ class Dispatcher:
         key = (_const_key(const_args), tuple(sorted(scalars.items())))
         if key in self._prechecked:
             return
+        if _capturing():
+            raise TilusRuntimeError(
+                f"{self.kname} is called with new arguments {dict(const_args, **scalars)} while "
+                "a CUDA graph is being captured: compiling and tuning it would synchronize the "
+                "stream; call it once with these arguments before the capture"
+            )
         from tilus.backends.cuda.codegen.kernel import generate
         from tilus.errors import TilusProgramError
 
@@ -357,6 +368,16 @@ class Dispatcher:
 
 _PID = os.getpid()
 _EPOCH = _option.epoch
+
+
+def _capturing() -> bool:
+    """Whether torch's current stream is capturing a CUDA graph."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_current_stream_capturing())
+    except Exception:  # noqa: BLE001 - a torch without CUDA (or a faked GPU) never captures
+        return False
 
 
 def _current_device() -> int:
