@@ -209,13 +209,21 @@ def test_cache_path_and_empty_listing(capsys, tmp_path):
 
 
 def test_cache_verify(capsys, tmp_path):
-    from tilus.tune import dispatch
+    from tilus.runtime.cache import ArtifactCache
 
+    cache = ArtifactCache(tmp_path)
+    entry = cache.store(
+        "0123456789abcdef", {"kernel.cubin": b"\x7fELF" + bytes(60)}, {"kernel": "k"}
+    )
     rc, out, _ = _run(capsys, "--cache-dir", str(tmp_path), "cache", "verify")
-    if not hasattr(dispatch, "verify_cache"):
-        assert rc == 1 and "no cache verification" in out
-    else:
-        assert rc == 0, out
+    assert rc == 0 and "1 entries checked, 1 intact" in out, out
+    (entry / "kernel.cubin").write_bytes(b"\x7fELF" + bytes(59))  # truncated by a crash
+    rc, out, _ = _run(capsys, "--cache-dir", str(tmp_path), "cache", "verify", "--keep")
+    assert rc == 1 and "BAD" in out and entry.is_dir(), out
+    rc, out, _ = _run(capsys, "--cache-dir", str(tmp_path), "cache", "verify")
+    assert rc == 1 and "dropped" in out and not entry.exists(), out
+    rc, out, _ = _run(capsys, "--cache-dir", str(tmp_path), "cache", "verify")
+    assert rc == 0 and "0 entries checked" in out, out
 
 
 # --- tune ------------------------------------------------------------------------------------
