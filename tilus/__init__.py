@@ -28,6 +28,7 @@ from tilus.dtypes import (
 from tilus.errors import (
     TilusArgumentError,
     TilusBackendError,
+    TilusCacheWarning,
     TilusCompileError,
     TilusError,
     TilusPerformanceWarning,
@@ -60,6 +61,7 @@ __all__ = [
     "SharedTensor",
     "TilusArgumentError",
     "TilusBackendError",
+    "TilusCacheWarning",
     "TilusCompileError",
     "TilusError",
     "TilusPerformanceWarning",
