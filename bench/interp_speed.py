@@ -1,7 +1,10 @@
 """Interpreter speed on one CPU core: the tiled-matmul example and the seed V4 at 256^3.
 
 Targets (issue acceptance): tiled matmul 256x256x256 < 5 s; seed V4 256x256x256 < 10 s.
-Run: python bench/interp_speed.py   (writes bench/results/<date>-cpu-interpreter.json)
+Run: python bench/interp_speed.py [--out FILE.json] [--size N] [--no-seeds]
+(prints the table and the JSON result; ``--out`` also writes the JSON to FILE.json, e.g.
+``bench/results/<date>-cpu-interpreter.json``). The seed kernels are looked up in
+``$TILUS_SEED_KERNELS``, else ``../shared/seed_kernels`` beside the repository.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core: BLAS must not fan out
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
+import argparse  # noqa: E402
 import datetime  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
@@ -24,6 +28,9 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+# the examples import their shared helpers (example_support) from their own folder
+if str(REPO / "examples") not in sys.path:
+    sys.path.insert(0, str(REPO / "examples"))
 
 
 def load(path: Path, name: str):
@@ -54,21 +61,32 @@ def timed(kernel, m, n, k, trans_b, c_dtype, repeat=3):
     return first, best, err
 
 
-def main():
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, help="also write the JSON result to this file")
+    ap.add_argument("--size", type=int, default=256, help="m = n = k (default 256)")
+    ap.add_argument(
+        "--seeds",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time the seed kernels too, when found (default: yes)",
+    )
+    args = ap.parse_args(argv)
+    size = args.size
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     tiled = load(REPO / "examples" / "tiled_matmul.py", "bench_tiled_matmul").TiledMatmul
-    seeds = REPO.parent / "shared" / "seed_kernels"
+    seeds = Path(os.environ.get("TILUS_SEED_KERNELS", REPO.parent / "shared" / "seed_kernels"))
     rows = []
     for cfg in tiled().configs:
-        f, b, e = timed(tiled(**cfg), 256, 256, 256, False, np.float32)
+        f, b, e = timed(tiled(**cfg), size, size, size, False, np.float32)
         rows.append(("tiled_matmul", str(cfg), f, b, e, 5.0))
-    if seeds.is_dir():
+    if args.seeds and seeds.is_dir():
         v4 = load(seeds / "matmul_v4.py", "bench_seed_v4").MatmulWGMMAV4
-        f, b, e = timed(v4(), 256, 256, 256, True, np.float16)
+        f, b, e = timed(v4(), size, size, size, True, np.float16)
         rows.append(("seed matmul_v4", str(v4().configs[0]), f, b, e, 10.0))
         v2 = load(seeds / "matmul_v2.py", "bench_seed_v2").MatmulWGMMAV2
-        f, b, e = timed(v2(), 256, 256, 256, True, np.float16)
+        f, b, e = timed(v2(), size, size, size, True, np.float16)
         rows.append(("seed matmul_v2", str(v2().configs[0]), f, b, e, 10.0))
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
@@ -79,8 +97,8 @@ def main():
         "python": platform.python_version(),
         "numpy": np.__version__,
         "commit": commit,
-        "command": "python bench/interp_speed.py",
-        "size": "256x256x256",
+        "command": " ".join(["python", "bench/interp_speed.py", *(argv or sys.argv[1:])]),
+        "size": f"{size}x{size}x{size}",
         "rows": [
             dict(
                 kernel=r[0],
@@ -93,14 +111,16 @@ def main():
             for r in rows
         ],
     }
-    out = REPO / "bench" / "results" / f"{result['date']}-cpu-interpreter.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{'kernel':16} {'config':72} {'first s':>8} {'best s':>8} {'rel err':>9} target")
     for r in rows:
         ok = "ok" if r[2] < r[5] and r[4] < 1e-3 else "MISSED"
         print(f"{r[0]:16} {r[1]:72} {r[2]:8.3f} {r[3]:8.3f} {r[4]:9.2e} <{r[5]:.0f}s {ok}")
-    print(f"wrote {out.relative_to(REPO)}")
+    text = json.dumps(result, indent=1) + "\n"
+    print(text, end="")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

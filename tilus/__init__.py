@@ -27,6 +27,8 @@ from tilus.dtypes import (
 )
 from tilus.errors import (
     TilusArgumentError,
+    TilusBackendError,
+    TilusCacheWarning,
     TilusCompileError,
     TilusError,
     TilusPerformanceWarning,
@@ -58,6 +60,8 @@ __all__ = [
     "Script",
     "SharedTensor",
     "TilusArgumentError",
+    "TilusBackendError",
+    "TilusCacheWarning",
     "TilusCompileError",
     "TilusError",
     "TilusPerformanceWarning",

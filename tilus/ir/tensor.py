@@ -8,6 +8,14 @@ from dataclasses import dataclass
 from tilus.dtypes import DataType
 from tilus.ir.expr import Expr, as_expr
 
+#: NumPy ufunc name -> the tile instruction to suggest instead
+_UFUNC_METHODS = {
+    **{n: n for n in ("exp", "exp2", "log", "log2", "sqrt", "sin", "cos", "tanh", "square")},
+    **{n: n for n in ("floor", "ceil", "maximum", "minimum", "add")},
+    "absolute": "abs",
+    "rint": "round",
+}
+
 
 @dataclass(frozen=True, eq=False, slots=True)
 class TensorVar:
@@ -43,6 +51,23 @@ class TensorVar:
         if isinstance(size, Expr):
             raise TypeError("nbytes of a tile with a runtime shape is not a compile-time int")
         return size * self.dtype.nbits // 8
+
+    # NumPy must not see a tile: a ufunc or np.asarray on it runs on the host while the kernel
+    # is transpiled, and NumPy's own error ("loop of ufunc does not support ...") says nothing
+    # about the tile instructions that do the work
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        name = _UFUNC_METHODS.get(ufunc.__name__)
+        hint = f"self.{name}(...)" if name else "the tile instructions (self.exp(...), ...)"
+        raise TypeError(
+            f"NumPy's {ufunc.__name__} cannot take the tilus tile `{self.name}` (NumPy runs on "
+            f"the host, before the kernel exists); use {hint}"
+        )
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError(
+            f"the tilus tile `{self.name}` cannot become a NumPy array (its values exist only "
+            "when the kernel runs); use the tile instructions (self.exp(...), self.sum(...), ...)"
+        )
 
     def type_str(self) -> str:
         """``register[float32; 64, 64]``-style text used by the printer and in errors."""

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import operator
 import warnings
 
+import numpy as np
+
 from tilus.backends.cuda.launcher import MISS as _MISS
+from tilus.dtypes import PointerType
 from tilus.errors import TilusArgumentError, TilusCompileError, TilusError, TilusProgramError
 from tilus.lang.autotune import expand_space
 from tilus.lang.instructions.generic import GenericInstructions
@@ -171,6 +175,8 @@ class InstantiatedScript:
             if ann in (int, float, bool, str):
                 const_args[n] = _check_const(name, n, ann, v)
             else:
+                if isinstance(ann, PointerType) and hasattr(v, "__dlpack__"):
+                    v = _from_dlpack(name, n, v)
                 runtime.append((n, ann, v))
         return const_args, runtime
 
@@ -218,6 +224,24 @@ class InstantiatedScript:
         return progs
 
 
+def _from_dlpack(kernel, name, v):
+    """A DLPack array (CuPy, JAX, ...) as a torch tensor on its memory (NumPy without torch);
+    torch tensors and NumPy arrays are taken as they are."""
+    if isinstance(v, np.ndarray) or type(v).__module__.startswith("torch"):
+        return v
+    try:
+        try:
+            import torch
+        except ImportError:
+            return np.from_dlpack(v)
+        return torch.from_dlpack(v)
+    except Exception as e:  # noqa: BLE001 - the producer's reason, named after the argument
+        raise TilusArgumentError(
+            f"{kernel}: argument {name!r} ({type(v).__name__}) cannot be taken through DLPack: "
+            f"{type(e).__name__}: {e}"
+        ) from None
+
+
 def _check_const(kernel, name, ann, v):
     if ann is bool:
         if not isinstance(v, bool):
@@ -227,10 +251,14 @@ def _check_const(kernel, name, ann, v):
         return v
     if ann is int:
         if isinstance(v, bool) or not isinstance(v, int):
-            if hasattr(v, "__index__") and not isinstance(v, float):
-                return int(v)
+            try:  # NumPy/torch integer scalars; an array here is a shifted argument list
+                return operator.index(v)
+            except TypeError:
+                pass
+            shifted = " (a missing argument before it?)" if hasattr(v, "shape") else f" {v!r}"
             raise TilusArgumentError(
-                f"{kernel}: argument {name!r} is a compile-time int, got {type(v).__name__} {v!r}"
+                f"{kernel}: argument {name!r} is a compile-time int, got "
+                f"{type(v).__name__}{shifted}"
             )
         return v
     if ann is float:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from tilus.ir.function import Function
 from tilus.ir.printer import print_ir
 from tilus.passes.fast_divmod import FastDivPlan, plan_fast_divmod
-from tilus.passes.register_budget import check_register_budget
+from tilus.passes.register_budget import check_register_budget, check_tile_registers
 from tilus.passes.shared_memory import SharedPlan, plan_shared_memory
 from tilus.passes.uniformity import check_uniformity
 from tilus.passes.verify import verify
@@ -28,6 +28,7 @@ def lower(fn: Function) -> Program:
     """Run the passes in order."""
     fn = verify(fn)  # catch front-end scoping slips before anything relies on the IR
     fn = check_uniformity(fn)  # values changed by one thread group only must stay there
+    fn = check_tile_registers(fn)  # no tile larger than any GPU's registers (nor the host's)
     fn = check_register_budget(fn)  # setmaxnreg requests fit the register file (no hang)
     smem = plan_shared_memory(fn)  # place tiles and barriers; enforce the per-block limit
     fastdiv = plan_fast_divmod(fn)  # launch-invariant divisors get host-computed magic numbers

@@ -1,4 +1,4 @@
-"""Pass: check a kernel's ``setmaxnreg`` requests against the register file of an SM."""
+"""Passes: register tiles a thread can hold, and ``setmaxnreg`` requests against an SM."""
 
 from __future__ import annotations
 
@@ -10,6 +10,46 @@ from tilus.passes.walk import children
 
 REGISTER_FILE = 65536  # 32-bit registers per SM (sm_90)
 WARP_GROUP = 128
+
+
+def tile_registers_message(t, regs: int, threads: int, limit: str, how: str = "") -> str:
+    """The error text of a register tile too large for its threads (both backends use it)."""
+    how = f" ({how})" if how else ""
+    return (
+        f"tile %{t.name} ({t.type_str()}) needs {regs} registers per thread over {threads} "
+        f"threads{how}; {limit}; use smaller tiles or more threads"
+    )
+
+
+def check_tile_registers(fn: Function) -> Function:
+    """Refuse a register tile that no GPU could hold: one larger than the whole register file
+    of an SM, however many threads share it. Checked before anything runs, so the interpreter
+    never allocates such a tile (a 65536x65536 one would exhaust the host's memory); the CUDA
+    backend's layouts then apply its own, lower, limit per thread."""
+    _tiles(fn.body, fn.num_threads)
+    return fn
+
+
+def _tiles(s, size: int) -> None:
+    if isinstance(s, ThreadGroupStmt):
+        size = s.num_threads if s.begin >= 0 else 1
+    elif isinstance(s, InstStmt):
+        t = s.inst.output()
+        if t is not None and t.kind == "register":
+            words = max(1, t.dtype.nbits // 32)
+            if t.size * words > REGISTER_FILE:
+                raise TilusCompileError(
+                    tile_registers_message(
+                        t,
+                        -(-t.size // size) * words,
+                        size,
+                        f"{t.size * words} in all, more than the {REGISTER_FILE} of an SM",
+                        "at best",
+                    ),
+                    s.loc,
+                )
+    for c in children(s):
+        _tiles(c, size)
 
 
 def entry_registers(num_threads: int) -> int:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 
 from tilus import option as _option
+from tilus.backends.arguments import check_view_extents
 from tilus.backends.cuda.launcher import MISS, Launcher, LaunchPlan
 from tilus.dtypes import DataType, PointerType, from_torch_dtype
-from tilus.errors import TilusArgumentError, TilusBackendError, TilusCompileError
+from tilus.errors import (
+    TilusArgumentError,
+    TilusBackendError,
+    TilusCompileError,
+    TilusRuntimeError,
+)
 from tilus.ir.expr import Expr
 from tilus.runtime.tensormap import TensorMapCache
 
@@ -103,13 +110,13 @@ def _check_values(kname: str, params, runtime):
                 env[p] = bool(v)
                 continue
             if isinstance(v, bool) or not isinstance(v, int | float):
-                if hasattr(v, "__index__"):
-                    v = int(v)
-                else:
+                try:  # integer scalars of NumPy/torch; an array (shifted arguments) is refused
+                    v = operator.index(v)
+                except TypeError:
                     raise TilusArgumentError(
                         f"{kname}: argument {p.name!r} ({p.dtype}) needs a number, got "
                         f"{type(v).__name__}"
-                    )
+                    ) from None
             if p.dtype.is_integer():
                 lo, hi = p.dtype.min_value(), p.dtype.max_value()
                 if not isinstance(v, int) or not lo <= v <= hi:
@@ -267,6 +274,12 @@ class Dispatcher:
         key = (_const_key(const_args), tuple(sorted(scalars.items())))
         if key in self._prechecked:
             return
+        if _capturing():
+            raise TilusRuntimeError(
+                f"{self.kname} is called with new arguments {dict(const_args, **scalars)} while "
+                "a CUDA graph is being captured: compiling and tuning it would synchronize the "
+                "stream; call it once with these arguments before the capture"
+            )
         from tilus.backends.cuda.codegen.kernel import generate
         from tilus.errors import TilusProgramError
 
@@ -275,6 +288,7 @@ class Dispatcher:
                 ks = generate(self.inst.program(cfg, const_args))
             except TilusProgramError:
                 continue
+            check_view_extents(self.kname, ks.program, scalars)
             LaunchPlan(self.kname, ks).bind(scalars, self._full_pos).check(full)
             break
         self._prechecked.add(key)
@@ -354,6 +368,16 @@ class Dispatcher:
 
 _PID = os.getpid()
 _EPOCH = _option.epoch
+
+
+def _capturing() -> bool:
+    """Whether torch's current stream is capturing a CUDA graph."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_current_stream_capturing())
+    except Exception:  # noqa: BLE001 - a torch without CUDA (or a faked GPU) never captures
+        return False
 
 
 def _current_device() -> int:

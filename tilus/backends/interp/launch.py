@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 
 from tilus import option
+from tilus.backends.arguments import check_view_extents
 from tilus.backends.interp import rules_hopper, rules_random  # noqa: F401 - register rules
 from tilus.backends.interp.machine import CTA
 from tilus.backends.interp.rules import INTERP_RULES
@@ -147,6 +148,7 @@ def check_assumptions(fn, env) -> None:
 def run_program(program, values, seed=None):
     """Run every block of the grid of ``program`` with the given argument values."""
     fn = program.fn
+    check_view_extents(fn.name, program, {p.name: v for p, v in zip(fn.params, values)})
     env = {}
     for p, v in zip(fn.params, values):
         env[p] = PointerValue(v.flat, 0, p.name, v.dtype) if hasattr(v, "flat") else v

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import math
 import operator
 
@@ -208,7 +209,31 @@ class ExprVisitor:
     def expr_ListComp(self, node):
         return self.host_eval(node)
 
-    expr_SetComp = expr_DictComp = expr_GeneratorExp = expr_Lambda = expr_JoinedStr = expr_ListComp
+    expr_SetComp = expr_DictComp = expr_GeneratorExp = expr_JoinedStr = expr_ListComp
+
+    def expr_Lambda(self, node):
+        """A lambda runs as Python on the host when called: it is made located, so that what
+        goes wrong in its body (and the instructions it emits) points at the lambda's line."""
+        fn = self.host_eval(node)
+        loc = self.frame.parsed.loc(node.body)
+        builder = self.builder
+
+        @functools.wraps(fn)
+        def located(*args, **kwargs):
+            saved = builder.loc
+            builder.loc = loc
+            try:
+                return fn(*args, **kwargs)
+            except TilusError:
+                raise
+            except HOST_ERRORS as e:
+                raise TilusProgramError(str(e), loc) from None
+            except Exception as e:  # noqa: BLE001 - located, the cause kept
+                raise TilusProgramError(f"{type(e).__name__}: {e}", loc) from e
+            finally:
+                builder.loc = saved
+
+        return located
 
     def expr_Slice(self, node):
         parts = [

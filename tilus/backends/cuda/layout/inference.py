@@ -11,6 +11,7 @@ from tilus.ir.layout.register import permute
 from tilus.ir.rules import NotLowered
 from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt
 from tilus.ir.tensor import TensorVar
+from tilus.passes.register_budget import tile_registers_message
 from tilus.passes.walk import children, instructions
 
 #: Most 32-bit registers one tile may take per thread before it surely spills.
@@ -196,10 +197,13 @@ class _Inference:
                 if regs > MAX_TILE_REGISTERS:
                     raise err(
                         dstmt,
-                        f"tile %{t.name} ({t.type_str()}) needs {regs} registers per thread "
-                        f"over {dg.size} threads (layout {layout.kind}); at most "
-                        f"{MAX_TILE_REGISTERS} fit without spilling; use smaller tiles or more "
-                        "threads",
+                        tile_registers_message(
+                            t,
+                            regs,
+                            dg.size,
+                            f"at most {MAX_TILE_REGISTERS} fit without spilling",
+                            f"layout {layout.kind}",
+                        ),
                     )
                 p.registers[t] = layout
                 p.owner[t] = dg

@@ -1,0 +1,55 @@
+"""Argument checks both backends make before a launch: global-view extents from the sizes."""
+
+from __future__ import annotations
+
+from tilus.errors import TilusArgumentError, at
+from tilus.ir import inst as I
+from tilus.ir.expr import Expr, Var
+from tilus.passes.walk import instructions, operands
+
+
+def _free_vars(e, out: dict) -> dict:
+    if isinstance(e, Var):
+        out[e] = None
+    for x in operands(e):
+        _free_vars(x, out)
+    return out
+
+
+def check_view_extents(kname: str, program, scalars: dict) -> None:
+    """Refuse a call whose integer arguments give a global view a negative extent.
+
+    A grid computed from a negative size is usually empty (``cdiv(-5, 32)`` is 0), so such a
+    call would otherwise do nothing, silently. Only extents computed from kernel parameters
+    alone are checked (the others depend on values the kernel computes).
+
+    Args:
+        kname: The kernel's name, for the message.
+        program: The lowered program (``tilus.passes.pipeline.Program``).
+        scalars: Parameter name -> value of the call's integer and bool arguments.
+
+    Raises:
+        TilusArgumentError: naming the arguments the negative extent is computed from.
+    """
+    from tilus.backends.interp.values import eval_scalar
+
+    params = {p: scalars[p.name] for p in program.fn.params if p.name in scalars}
+    for stmt, inst in instructions(program.fn.body):
+        if not isinstance(inst, I.GlobalView):
+            continue
+        for extent in inst.out.shape:
+            if not isinstance(extent, Expr):
+                continue
+            names = _free_vars(extent, {})
+            if not names or any(v not in params for v in names):
+                continue
+            value = int(eval_scalar(extent, params))
+            if value >= 0:
+                continue
+            args = ", ".join(f"{v.name}={params[v]}" for v in names)
+            ptr = getattr(inst.ptr, "name", "a pointer")
+            raise TilusArgumentError(
+                f"{kname}: {'arguments' if len(names) > 1 else 'argument'} {args} "
+                f"{'give' if len(names) > 1 else 'gives'} the global view "
+                f"of {ptr!r} ({at(stmt.loc)}) an extent of {value}; sizes must not be negative"
+            )
