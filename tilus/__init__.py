@@ -39,6 +39,7 @@ from tilus.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
 from tilus.lang.autotune import autotune
 from tilus.lang.klass import Class
 from tilus.lang.script import InstantiatedScript, Script
+from tilus.version import __version__  # noqa: F401 - tilus.__version__
 
 # sub-byte integer and float families (int4b, uint2b, float6_e3m2, ...) and short aliases
 globals().update({name: dt for name, dt in ALL_DTYPES.items() if name not in globals()})
@@ -48,7 +49,6 @@ u8, u16, u32, u64 = uint8, uint16, uint32, uint64
 f16, f32, f64, bf16, tf32 = float16, float32, float64, bfloat16, tfloat32
 f8e4m3, f8e5m2 = float8_e4m3, float8_e5m2
 
-__version__ = "0.1.0"
 
 __all__ = [
     "Class",

@@ -40,7 +40,7 @@ def main() -> None:
     from tilus.runtime import nvrtc
 
     if opts.version is not None:
-        tilus.__version__ = opts.version
+        tilus.version.__version__ = opts.version
     gpu = FakeGPU(opts.gpu)
     gpu.install()
     real_build, real_nvrtc = B.build, nvrtc.compile_cuda

@@ -151,7 +151,7 @@ def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> Compile
         TilusCompileError: no CUDA lowering for a construct (names the user's line).
         TilusBackendError: NVRTC failed (log attached).
     """
-    import tilus
+    from tilus import version
     from tilus.errors import TilusBackendError
     from tilus.runtime.cache import ArtifactCache, cache_key
     from tilus.runtime.nvrtc import compile_cuda, nvrtc_version
@@ -162,7 +162,7 @@ def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> Compile
     cache = cache if cache is not None else ArtifactCache()
     nv = ".".join(map(str, nvrtc_version()))
     key = cache_key(
-        program.text, tilus.__version__, nv, " ".join(NVRTC_OPTIONS), arch, codegen_version()
+        program.text, version.__version__, nv, " ".join(NVRTC_OPTIONS), arch, codegen_version()
     )
     from tilus import option
 
