@@ -66,9 +66,7 @@ class DataType:
 
     def __call__(self, value):
         """``float16(1.0)`` makes a typed constant for use inside a kernel."""
-        from tilus.ir.expr import Const
-
-        return Const.of(value, self)
+        return _make_constant(value, self)
 
     @property
     def zero(self):
@@ -122,6 +120,17 @@ class PointerType:
 
     def is_boolean(self) -> bool:
         return False
+
+
+#: ``(value, dtype) -> Const``: constants are IR nodes, and the IR (the layer above this module)
+#: installs how to make them through ``set_constant_factory`` when it is imported
+_make_constant = None
+
+
+def set_constant_factory(make) -> None:
+    """Install the ``(value, dtype) -> constant`` function behind ``dtype(value)``."""
+    global _make_constant
+    _make_constant = make
 
 
 def float_max(dt: DataType) -> float:

@@ -443,3 +443,7 @@ def call(func: str, *args) -> Expr:
         return a
     a = cast(a, t)
     return Call(func, (a,), t)
+
+
+# ``float16(1.0)`` and the like make constants of this module
+dtypes.set_constant_factory(Const.of)
