@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 # Each family module puts the PTX ISA section above every builder. Section numbers follow the
 # PTX ISA 9.x document (they shift between releases; the titles are stable).
 
-# family name -> fragment name -> fragment, in registration order.
+# family name -> fragment name -> fragment, in registration order. The family modules register
+# into it when imported; the package (ptx/__init__.py) imports them all, so any import of this
+# module sees every family.
 _FAMILIES: dict[str, dict[str, Fragment]] = {}
 
 _OPERAND_RE = re.compile(r"%(\d+)")
@@ -63,7 +65,6 @@ def register(family: str, name: str, text: str, requires: tuple[str, ...] = ()) 
 
 def fragments(family: str) -> list[Fragment]:
     """The fragments registered under ``family``, in registration order."""
-    _load_all()
     if family not in _FAMILIES:
         raise KeyError(f"unknown PTX family {family!r}; known: {sorted(_FAMILIES)}")
     return list(_FAMILIES[family].values())
@@ -71,10 +72,4 @@ def fragments(family: str) -> list[Fragment]:
 
 def families() -> list[str]:
     """The names of all registered families, sorted."""
-    _load_all()
     return sorted(_FAMILIES)
-
-
-def _load_all() -> None:
-    # Importing the family modules runs their register() calls.
-    from tilus.backends.cuda.ptx import ldst, mbarrier, mma, random, sync, tma, wgmma  # noqa: F401
