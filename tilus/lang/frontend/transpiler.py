@@ -14,7 +14,12 @@ from tilus.ir.tensor import TensorVar
 from tilus.lang.builder import Builder, Group
 from tilus.lang.frontend.exprs import BIN_OPS, HOST_ERRORS, ExprVisitor, host_value, to_bool
 from tilus.lang.frontend.source import Frame, Scope, closure_vars, parse_function
-from tilus.lang.instructions.generic import RangeSpec, ThreadGroupSpec, slice_tensor
+from tilus.lang.instructions.generic import (
+    GenericInstructions,
+    RangeSpec,
+    ThreadGroupSpec,
+    slice_tensor,
+)
 
 HOST_ANNOTATIONS = (int, float, bool, str)
 MAX_INLINE_DEPTH = 64
@@ -46,9 +51,10 @@ class Transpiler(ExprVisitor):
     def user_callable(self, func):
         """An inliner for user methods of Scripts/Classes and for Class constructors."""
         from tilus.lang.klass import Class
-        from tilus.lang.script import Script
 
-        if inspect.ismethod(func) and isinstance(func.__self__, (Script, Class)):
+        # Scripts and Classes both derive from the instruction classes (lang/script.py, which
+        # calls the transpiler, is not imported here)
+        if inspect.ismethod(func) and isinstance(func.__self__, GenericInstructions):
             fn = func.__func__
             if not fn.__module__.startswith("tilus."):
                 return lambda args, kwargs, node: self.inline(fn, func.__self__, args, kwargs, node)
