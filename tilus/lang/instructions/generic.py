@@ -8,6 +8,7 @@ import numpy as np
 
 from tilus.dtypes import DataType, PointerType, boolean, int32
 from tilus.ir import inst as I
+from tilus.ir.builtins import BLOCK_IDX, GRID_DIM, Dim3
 from tilus.ir.expr import Binary, Const, Expr, Var, as_expr, call, cast
 from tilus.ir.printer import print_ir
 from tilus.ir.tensor import TensorVar
@@ -63,33 +64,6 @@ class RangeSpec:
     stop: object
     step: int
     unroll: object
-
-
-@dataclass(frozen=True)
-class Dim3:
-    """``blockIdx``-style triple with ``.x``, ``.y``, ``.z``."""
-
-    x: object
-    y: object
-    z: object
-
-    def __iter__(self):
-        return iter((self.x, self.y, self.z))
-
-    def __len__(self):
-        return 3
-
-
-BLOCK_IDX = Dim3(
-    Var("blockIdx.x", int32, "builtin"),
-    Var("blockIdx.y", int32, "builtin"),
-    Var("blockIdx.z", int32, "builtin"),
-)
-GRID_DIM = Dim3(
-    Var("gridDim.x", int32, "builtin"),
-    Var("gridDim.y", int32, "builtin"),
-    Var("gridDim.z", int32, "builtin"),
-)
 
 
 def _conjuncts(e: Expr) -> list[Expr]:

@@ -1,0 +1,35 @@
+"""The built-in kernel variables ``blockIdx`` and ``gridDim`` (bound by each backend per block)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilus.dtypes import int32
+from tilus.ir.expr import Var
+
+
+@dataclass(frozen=True)
+class Dim3:
+    """``blockIdx``-style triple with ``.x``, ``.y``, ``.z``."""
+
+    x: object
+    y: object
+    z: object
+
+    def __iter__(self):
+        return iter((self.x, self.y, self.z))
+
+    def __len__(self):
+        return 3
+
+
+BLOCK_IDX = Dim3(
+    Var("blockIdx.x", int32, "builtin"),
+    Var("blockIdx.y", int32, "builtin"),
+    Var("blockIdx.z", int32, "builtin"),
+)
+GRID_DIM = Dim3(
+    Var("gridDim.x", int32, "builtin"),
+    Var("gridDim.y", int32, "builtin"),
+    Var("gridDim.z", int32, "builtin"),
+)
