@@ -10,6 +10,7 @@ import tilus
 from tests.cuda.conftest import needs_nvrtc
 from tests.cuda.test_codegen import seed
 from tilus.backends.cuda import launch as L
+from tilus.backends.cuda import launcher as LR
 
 
 class _Device:
@@ -54,7 +55,7 @@ def encoded(monkeypatch, tmp_path):
         calls.append(kw)
         return bytes(128)
 
-    monkeypatch.setattr(L, "_TMAPS", L.TensorMapCache(encoder=fake))
+    monkeypatch.setattr(LR, "_TMAPS", LR.TensorMapCache(encoder=fake))
     return calls
 
 

@@ -161,7 +161,7 @@ def test_fast_path_refreshes_tensor_maps_when_pointers_change(gpu, monkeypatch):
         encoded.append(kw["address"])
         return kw["address"].to_bytes(8, "little") + bytes(120)
 
-    monkeypatch.setattr(L, "_TMAPS", L.TensorMapCache(encoder=encode))
+    monkeypatch.setattr(LR, "_TMAPS", LR.TensorMapCache(encoder=encode))
     seen = []
 
     def make_launch(kernel, threads, smem):

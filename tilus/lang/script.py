@@ -8,7 +8,6 @@ import warnings
 
 import numpy as np
 
-from tilus.backends.cuda.launcher import MISS as _MISS
 from tilus.dtypes import PointerType
 from tilus.errors import TilusArgumentError, TilusCompileError, TilusError, TilusProgramError
 from tilus.lang.autotune import expand_space
@@ -78,6 +77,8 @@ class InstantiatedScript:
         # restored from the dispatch table when a later process reuses a stored winner
         self.failed_configs: dict = {}
         self._params = None
+        # backend name -> that backend's state of this kernel (made by the backend, opaque here)
+        self._backend_states: dict = {}
 
     def __repr__(self):
         return f"<tilus kernel {self.script_cls.__name__} with {len(self._configs)} config(s)>"
@@ -115,7 +116,7 @@ class InstantiatedScript:
                 hit = lower(transpile(self.instance(config), const_args, config))
             except TilusProgramError as e:  # kept, so a failing config fails once and quickly
                 hit = e
-                self.failed_configs[_hashable(config)] = str(e)
+                self.record_failure(config, str(e))
             self._programs[key] = hit
         if isinstance(hit, Exception):
             raise hit
@@ -133,6 +134,10 @@ class InstantiatedScript:
         if not out:
             raise self._none_compiled()
         return out
+
+    def record_failure(self, config: dict, reason: str) -> None:
+        """Note in ``failed_configs`` why ``config`` was dropped (lowering, building, tuning)."""
+        self.failed_configs[_hashable(config)] = reason
 
     def _none_compiled(self):
         errors = [e for e in self._programs.values() if isinstance(e, Exception)]
@@ -180,29 +185,44 @@ class InstantiatedScript:
                 runtime.append((n, ann, v))
         return const_args, runtime
 
-    #: ``fast(args)``: the CUDA dispatcher's launcher of calls seen before (set on first use)
+    #: ``fast(args)``: a backend's launcher of calls seen before, and what it returns for a
+    #: call it cannot take (``tilus.backends.base.MISS``); set with the backend's state
     _fast = None
+    _miss = None
 
     def __call__(self, *args, **kwargs):
         try:
             fast = self._fast
             if fast is not None and not kwargs:
                 out = fast(args)
-                if out is not _MISS:
+                if out is not self._miss:
                     return out
             return self._call(args, kwargs)
         except TilusError as e:
             raise e.with_traceback(None) from None
 
     def _call(self, args, kwargs):
-        from tilus.backends.interp.launch import run_interpreted, wants_interpreter
+        from tilus.backends import backend_for  # a backend is loaded on the first call
 
         const_args, runtime = self.bind(args, kwargs)
-        if wants_interpreter(runtime):
-            return run_interpreted(self, const_args, runtime)
-        from tilus.backends.cuda.launch import run_cuda
+        backend = backend_for(runtime)
+        state = self.backend_state(backend)
+        return backend.run(self, state, const_args, runtime, None if kwargs else args)
 
-        return run_cuda(self, const_args, runtime, None if kwargs else args)
+    def backend_state(self, backend):
+        """What ``backend`` keeps for this kernel (compiled kernels, dispatch), made by
+        ``backend.new_state(self)`` on first use and kept as long as the kernel; the first
+        backend that has a fast path gets it tried before every call."""
+        states = self._backend_states
+        if backend.name in states:
+            return states[backend.name]
+        state = states[backend.name] = backend.new_state(self)
+        fast = backend.fast_path(state)
+        if fast is not None and self._fast is None:
+            from tilus.backends.base import MISS
+
+            self._fast, self._miss = fast, MISS
+        return state
 
     def runnable_programs(self, const_args, all_configs: bool):
         """The programs to run: the first config that compiles, or all that compile."""

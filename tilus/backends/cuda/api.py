@@ -31,9 +31,10 @@ def compile(kernel, *args, target: str = "sm_90a", config: dict | None = None, *
         TilusCompileError: the config (or every config) cannot be compiled; with several
             configs the message lists every config's reason.
     """
-    from tilus.backends.cuda.codegen.build import build
+    from tilus.backends.cuda.launch import CUDA
     from tilus.errors import TilusCompileError
 
+    build = CUDA.build
     const_args, _ = kernel.bind(args, kwargs)
     if config is not None:
         return build(kernel.program(dict(config), const_args), dict(config), arch=target)
@@ -72,8 +73,9 @@ def _build_in_workers(kernel, configs, const_args, target) -> list:
     here = os.getpid()
 
     def build_one(cfg):
-        from tilus.backends.cuda.codegen.build import build
+        from tilus.backends.cuda.launch import CUDA
 
+        build = CUDA.build
         if os.getpid() == here:  # a thread pool or a retry: warnings already reach the caller
             return build(kernel.program(cfg, const_args), cfg, arch=target), []
         with warnings.catch_warnings(record=True) as caught:

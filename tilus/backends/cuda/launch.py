@@ -8,7 +8,8 @@ import time
 
 from tilus import option as _option
 from tilus.backends.arguments import check_view_extents
-from tilus.backends.cuda.launcher import MISS, Launcher, LaunchPlan
+from tilus.backends.base import MISS
+from tilus.backends.cuda.launcher import Launcher, LaunchPlan
 from tilus.dtypes import DataType, PointerType, from_torch_dtype
 from tilus.errors import (
     TilusArgumentError,
@@ -16,10 +17,6 @@ from tilus.errors import (
     TilusCompileError,
     TilusRuntimeError,
 )
-from tilus.ir.expr import Expr
-from tilus.runtime.tensormap import TensorMapCache
-
-_TMAPS = TensorMapCache()
 
 
 def _const_key(const_args: dict):
@@ -27,15 +24,15 @@ def _const_key(const_args: dict):
 
 
 def select_kernel(script, const_args: dict, arch: str = "sm_90a"):
-    """The first config (in autotune-space order) that compiles for CUDA; cached per script.
+    """The first config (in autotune-space order) that compiles for CUDA; cached per script
+    (in its ``Dispatcher``).
 
     What runs with ``tilus.option.autotune(False)``; configs that fail keep their reasons in
     ``script.failed_configs``.
     """
     from tilus.backends.cuda.codegen.build import build
-    from tilus.lang.script import _hashable
 
-    table = script.__dict__.setdefault("_cuda_kernels", {})
+    table = dispatcher(script).kernels
     key = _const_key(const_args)
     hit = table.get(key)
     if hit is not None:
@@ -46,7 +43,7 @@ def select_kernel(script, const_args: dict, arch: str = "sm_90a"):
             ck = build(script.program(cfg, const_args), cfg, arch=arch)
         except (TilusCompileError, TilusBackendError) as e:
             reasons.append(f"  {cfg}: {e}")
-            script.failed_configs[_hashable(cfg)] = str(e)
+            script.record_failure(cfg, str(e))
             if len(script.configs) == 1:
                 raise
             continue
@@ -127,12 +124,6 @@ def _check_values(kname: str, params, runtime):
     return env, tensors, device
 
 
-def _eval(e, env):
-    from tilus.backends.interp.values import eval_scalar
-
-    return int(eval_scalar(e, env)) if isinstance(e, Expr) else int(e)
-
-
 # --- autotuned dispatch ------------------------------------------------------------------------
 _CONST_ANNOTATIONS = (int, float, bool, str)
 
@@ -177,10 +168,11 @@ def _entry_key(positions):
 
 
 class Dispatcher:
-    """The CUDA side of one ``InstantiatedScript``: the parameter plan (computed once), the
-    autotuner, and the launchers of decided calls keyed by the call's compile-time and integer
-    arguments (with their Python types), so that a repeated call skips binding, checking of
-    everything but the tensors, tuning and tensor-map encoding.
+    """The CUDA backend's state of one ``InstantiatedScript`` (``CudaBackend.new_state``): the
+    parameter plan (computed once), the autotuner, the compiled kernels, and the launchers of
+    decided calls keyed by the call's compile-time and integer arguments (with their Python
+    types), so that a repeated call skips binding, checking of everything but the tensors,
+    tuning and tensor-map encoding.
     """
 
     def __init__(self, inst, arch: str = "sm_90a"):
@@ -206,6 +198,7 @@ class Dispatcher:
         self.entries: dict = {}  # (values, types) of the key positions -> Prepared
         self._preps: dict = {}  # (launcher id, scalars) -> Prepared
         self._launchers: dict = {}  # (compiled kernel id, device) -> (ck, Launcher)
+        self.kernels: dict = {}  # compile-time arguments -> CompiledKernel (select_kernel)
         self._prechecked: set = set()
         self.tuner = None
         self.last_tuning: dict | None = None
@@ -307,10 +300,8 @@ class Dispatcher:
         t0 = time.perf_counter()
         sel = self.tuner.select(const_args, runtime)
         if sel.result is not None or sel.failures:
-            from tilus.lang.script import _hashable
-
             for cfg, why in sel.failures:
-                self.inst.failed_configs[_hashable(cfg)] = why
+                self.inst.record_failure(cfg, why)
         if sel.result is not None and not sel.result.cached:
             t1 = time.perf_counter()
             tl = self._t_loaded or t0
@@ -386,23 +377,34 @@ def _current_device() -> int:
     return torch.cuda.current_device()
 
 
+class CudaBackend:
+    """The CUDA backend as a ``tilus.backends.base.BuildingBackend``: its state per kernel is a
+    ``Dispatcher``, whose ``fast`` is the launch fast path."""
+
+    name = "cuda"
+
+    def new_state(self, kernel) -> Dispatcher:
+        return Dispatcher(kernel)
+
+    def fast_path(self, state: Dispatcher):
+        return state.fast
+
+    def run(self, kernel, state: Dispatcher, const_args: dict, runtime: list, raw_args=None):
+        """Pick a config (autotuned per compile-time arguments and integer buckets), check the
+        arguments and launch on the tensors' device, on torch's current stream; later calls
+        with equal positional arguments of the same types take ``Dispatcher.fast``."""
+        return state.run(const_args, runtime, raw_args)
+
+    def build(self, program, config: dict, *, arch: str = "sm_90a"):
+        """Compile one program through NVRTC (``codegen.build.build``)."""
+        from tilus.backends.cuda.codegen.build import build
+
+        return build(program, config, arch=arch)
+
+
+CUDA = CudaBackend()
+
+
 def dispatcher(script) -> Dispatcher:
-    """The ``Dispatcher`` of an ``InstantiatedScript`` (made on first use)."""
-    disp = script.__dict__.get("_cuda_dispatch")
-    if disp is None:
-        disp = script.__dict__["_cuda_dispatch"] = Dispatcher(script)
-        script._fast = disp.fast
-    return disp
-
-
-def run_cuda(script, const_args: dict, runtime, raw_args=None):
-    """Pick a config (autotuned per compile-time arguments and integer buckets), check the
-    arguments and launch on the tensors' device, on torch's current stream.
-
-    Args:
-        script: The ``InstantiatedScript``.
-        const_args, runtime: From ``script.bind``.
-        raw_args: The call's positional arguments when it had no keywords: later calls with
-            equal arguments of the same types then take ``Dispatcher.fast``.
-    """
-    return dispatcher(script).run(const_args, runtime, raw_args)
+    """The ``Dispatcher`` of an ``InstantiatedScript`` (made on first use, kept by the kernel)."""
+    return script.backend_state(CUDA)

@@ -8,12 +8,13 @@ import math
 import os
 import threading
 
+from tilus.backends.base import MISS
 from tilus.dtypes import PointerType
 from tilus.errors import TilusArgumentError
+from tilus.ir.evaluate import eval_scalar
 from tilus.ir.expr import Expr, Var
+from tilus.runtime.tensormap import TensorMapCache
 
-#: Returned by the unchecked fast path when a call needs the checked (slow) path.
-MISS = object()
 MAX_GRID = (2**31 - 1, 65535, 65535)
 TMAP_BYTES, TMAP_ALIGN = 128, 64
 # scalar parameter dtype -> the ctypes type with the C ABI of its kernel parameter
@@ -32,16 +33,12 @@ CTYPES = {
 }
 
 
+#: The encoded tensor maps of every launch (tests replace it with a fake encoder).
+_TMAPS = TensorMapCache()
+
+
 def _eval(e, env):
-    from tilus.backends.interp.values import eval_scalar
-
     return int(eval_scalar(e, env)) if isinstance(e, Expr) else int(e)
-
-
-def _tmaps():
-    from tilus.backends.cuda import launch
-
-    return launch._TMAPS  # looked up per use: tests replace it with a fake encoder
 
 
 class LaunchPlan:
@@ -417,7 +414,7 @@ class Prepared:
     def _fill(self, ptrs, values) -> None:
         for slot, ptr in zip(self.ptr_slots, ptrs):
             slot.value = ptr
-        cache = _tmaps()
+        cache = _TMAPS  # a global looked up per use: tests replace it
         for addr, (pos, name, dt, shape, strides, box, swz) in zip(self.map_addrs, self.bound.maps):
             try:
                 blob = cache.get(

@@ -14,8 +14,8 @@ from tilus.backends.interp.rules import INTERP_RULES
 from tilus.backends.interp.values import PointerValue, eval_scalar
 from tilus.dtypes import DataType, PointerType, from_numpy_dtype, from_torch_dtype
 from tilus.errors import TilusArgumentError, TilusRuntimeError
+from tilus.ir.builtins import BLOCK_IDX, GRID_DIM
 from tilus.ir.printer import print_ir
-from tilus.lang.instructions.generic import BLOCK_IDX, GRID_DIM
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
 
@@ -209,3 +209,22 @@ def run_interpreted(instantiated, const_args, runtime):
             b.flat[...] = x
     for b in buffers:
         b.write_back()
+
+
+class InterpreterBackend:
+    """The interpreter as a ``tilus.backends.base.Backend``: no per-kernel state of its own (the
+    lowered programs are the front end's), no fast path."""
+
+    name = "interp"
+
+    def new_state(self, kernel):
+        return None
+
+    def fast_path(self, state):
+        return None
+
+    def run(self, kernel, state, const_args: dict, runtime: list, raw_args=None):
+        return run_interpreted(kernel, const_args, runtime)
+
+
+INTERPRETER = InterpreterBackend()
