@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 
 from tilus.backends.interp.hopper import AsyncUnits, WgmmaState
-from tilus.backends.interp.values import eval_scalar
 from tilus.errors import TilusRuntimeError, at
 from tilus.ir.cscalar import convert as scalar_convert
+from tilus.ir.evaluate import eval_scalar
 from tilus.ir.stmt import (
     AssignStmt,
     BreakStmt,
