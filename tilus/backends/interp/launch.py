@@ -11,10 +11,11 @@ from tilus.backends.arguments import check_view_extents
 from tilus.backends.interp import rules_hopper, rules_random  # noqa: F401 - register rules
 from tilus.backends.interp.machine import CTA
 from tilus.backends.interp.rules import INTERP_RULES
-from tilus.backends.interp.values import PointerValue, eval_scalar
+from tilus.backends.interp.values import PointerValue
 from tilus.dtypes import DataType, PointerType, from_numpy_dtype, from_torch_dtype
 from tilus.errors import TilusArgumentError, TilusRuntimeError
 from tilus.ir.builtins import BLOCK_IDX, GRID_DIM
+from tilus.ir.evaluate import eval_scalar
 from tilus.ir.printer import print_ir
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
