@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 
@@ -82,12 +83,12 @@ def collect() -> dict:
     """Everything ``info`` reports, as a JSON-serialisable dict; never raises."""
     import numpy
 
-    import tilus
+    from tilus import version
     from tilus.runtime.cache import cache_dir
     from tilus.tune.dispatch import dispatch_dir
 
     facts: dict = {
-        "tilus": {"version": tilus.__version__, "path": str(tilus.__path__[0])},
+        "tilus": {"version": version.__version__, "path": os.path.dirname(version.__file__)},
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "numpy": numpy.__version__,
     }
