@@ -125,7 +125,10 @@ def serve() -> None:
         job = _read(stdin)
         if job is None:
             return
-        _write(proto, _reply(job))
+        try:
+            _write(proto, _reply(job))
+        except OSError:  # the parent is gone
+            return
 
 
 # --- the parent side ---------------------------------------------------------------------------

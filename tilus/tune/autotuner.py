@@ -194,7 +194,7 @@ class Autotuner:
         if broken:
             _warn_broken(name, broken, len(configs))
         if not candidates:
-            raise no_config_error(name, errors)
+            raise no_config_error(name, errors, fmt=config_id)
 
         outputs = [i for i, v in enumerate(values) if _is_array(v)]
         result = tune(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import sysconfig
 import traceback
@@ -59,9 +60,18 @@ def describe_failure(exc: BaseException) -> str:
     return text
 
 
+_AT = re.compile(r" \(at (.+):(\d+)\)$")
+
+
 def _short(reason: str, width: int = 72) -> str:
+    """The first line of a reason, cut to ``width``; a trailing ``(at file:line)`` is kept
+    (with the file's base name)."""
     line = reason.strip().splitlines()[0] if reason.strip() else "?"
-    return line if len(line) <= width else line[: width - 3] + "..."
+    m = _AT.search(line)
+    at = f" (at {os.path.basename(m.group(1))}:{m.group(2)})" if m else ""
+    msg = line[: m.start()] if m else line
+    room = max(width - len(at), 16)
+    return (msg if len(msg) <= room else msg[: room - 3] + "...") + at
 
 
 def summary(failures) -> str:
@@ -77,7 +87,7 @@ def summary(failures) -> str:
     return ", ".join(parts)
 
 
-def no_config_error(name: str, failures, what: str = "compiles") -> TilusCompileError:
+def no_config_error(name: str, failures, what: str = "compiles", fmt=str) -> TilusCompileError:
     """The error when every config failed: it points at the first failure's line in the
     user's code and lists every config's reason.
 
@@ -85,11 +95,12 @@ def no_config_error(name: str, failures, what: str = "compiles") -> TilusCompile
         name: The kernel's name.
         failures: ``(config, reason, exception or None)`` of every config, in order.
         what: The verb of the message (``"no config of K compiles"``).
+        fmt: How a config is written.
     """
     loc = next(
         (user_location(e) for _, _, e in failures if e is not None and user_location(e)), None
     )
-    lines = [f"  {cfg}: {_indent(reason)}" for cfg, reason, _ in failures]
+    lines = [f"  {fmt(cfg)}: {_indent(reason)}" for cfg, reason, _ in failures]
     head = f"no config of {name} {what}"
     if loc is not None:
         head += " (the first failure is at this line)"

@@ -281,12 +281,11 @@ class Dispatcher:
                 "stream; call it once with these arguments before the capture"
             )
         from tilus.backends.cuda.codegen.kernel import generate
-        from tilus.errors import TilusProgramError
 
         for cfg in self.inst.configs:
             try:
                 ks = generate(self.inst.program(cfg, const_args))
-            except TilusProgramError:
+            except Exception:  # noqa: BLE001 - a failing config is reported by the tuning
                 continue
             check_view_extents(self.kname, ks.program, scalars)
             LaunchPlan(self.kname, ks).bind(scalars, self._full_pos).check(full)
