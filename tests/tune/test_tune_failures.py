@@ -142,6 +142,18 @@ def test_every_config_refused_points_at_the_first_failure(tmp_path):
     assert text.index("'block': 256") < text.index("'block': 512")
 
 
+def test_every_config_refused_on_the_interpreter_path_points_at_the_first_failure():
+    @tilus.autotune("block", [256, 512])
+    class TooBigHere(TunedAdd):
+        """Every config needs more shared memory than a block may have (each its own amount)."""
+
+    with pytest.raises(TilusCompileError, match="no config of TooBigHere compiles") as info:
+        _fresh(TooBigHere).compile(*make_args())
+    e = info.value
+    assert e.loc.file.endswith("helpers_fakegpu.py") and e.loc.line == _SCRATCH_LINE
+    assert str(e).startswith(f"{e.loc}") and "{'block': 512}:" in str(e)
+
+
 def test_every_config_broken_in_tuning_points_at_the_users_line(gpu):
     kernel = _fresh(BrokenAdd, all=True)
     with pytest.warns(TuneWarning, match="4 of 4 configs failed"):

@@ -215,7 +215,8 @@ class Autotuner:
         launch = next(run for cfg, run in candidates if cfg is result.winner)
         lost = len(result.failures) + len(result.disagreements)
         if 2 * lost > len(configs):
-            _warn_most_lost(name, result, len(configs))
+            refused = {config_id(c) for c, _, e in errors if is_refusal(e)}
+            _warn_most_lost(name, result, len(configs), refused)
         return Selection(result.winner, launch, result, result.failures)
 
 
@@ -231,9 +232,10 @@ def _warn_broken(name: str, broken, total: int) -> None:
     )
 
 
-def _warn_most_lost(name: str, result: TuneResult, total: int) -> None:
-    """The warning before a winner picked from less than half of the space is used."""
-    reasons = [(False, why) for _, why in result.failures]
+def _warn_most_lost(name: str, result: TuneResult, total: int, refused: set) -> None:
+    """The warning before a winner picked from less than half of the space is used
+    (``refused``: the ids of the configs that tilus refused)."""
+    reasons = [(config_id(c) in refused, why) for c, why in result.failures]
     reasons += [(False, f"wrong outputs ({e})") for _, e in result.disagreements]
     left = total - len(reasons)
     warnings.warn(
