@@ -1,5 +1,6 @@
-"""``tilus.compile`` of a multi-config kernel: configs built in forked workers, results and
-errors exactly as when built one after another. Real NVRTC builds, no GPU."""
+"""``tilus.compile`` of a multi-config kernel: constructors and code generation here, NVRTC in
+build workers, results and errors exactly as when built one after another. Real NVRTC builds,
+no GPU."""
 
 from __future__ import annotations
 
