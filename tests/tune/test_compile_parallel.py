@@ -1,5 +1,6 @@
-"""``tilus.compile`` of a multi-config kernel: configs built in forked workers, results and
-errors exactly as when built one after another. Real NVRTC builds, no GPU."""
+"""``tilus.compile`` of a multi-config kernel: constructors and code generation here, NVRTC in
+build workers, results and errors exactly as when built one after another. Real NVRTC builds,
+no GPU."""
 
 from __future__ import annotations
 
@@ -28,29 +29,35 @@ class TooBig(TunedAdd):
 
 
 @pytest.fixture
-def builds(monkeypatch, tmp_path):
-    """Log the pid and block of every build (forked workers inherit the wrapper)."""
+def builds(monkeypatch):
+    """Log the pid and block of every build (in this process) and the pids of the build
+    workers that ran NVRTC; ``hooks[block]`` runs at that config's build."""
     from tilus.backends.cuda.codegen import build as B
+    from tilus.tune import parallel
 
-    log, real = tmp_path / "builds.log", B.build
-    hooks = {}
+    log, real, hooks, workers = [], B.build_steps, {}, set()
 
-    def build(program, config, **kw):
-        with open(log, "a") as f:
-            f.write(f"{os.getpid()} {config.get('block')}\n")
+    def build_steps(program, config, **kw):
+        log.append((os.getpid(), config.get("block")))
         hook = hooks.get(config.get("block"))
         if hook is not None:
             hook()
-        return real(program, config, **kw)
+        return (yield from real(program, config, **kw))
 
-    monkeypatch.setattr(B, "build", build)
+    real_all = parallel.compile_all
+
+    def compile_all(*args, **kwargs):
+        results = real_all(*args, **kwargs)
+        workers.update(r.worker for r in results if r.worker is not None)
+        return results
+
+    monkeypatch.setattr(B, "build_steps", build_steps)
+    monkeypatch.setattr(parallel, "compile_all", compile_all)
 
     def read():
-        if not log.exists():
-            return []
-        return [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
+        return list(log)
 
-    read.hooks = hooks
+    read.hooks, read.workers = hooks, workers
     return read
 
 
@@ -62,8 +69,9 @@ def _compile(kernel, cache, workers):
 def test_parallel_compile_matches_serial(tmp_path, builds):
     par_kernel = fresh()
     par = _compile(par_kernel, tmp_path / "par", 3)
-    pids = {pid for pid, _ in builds()}
-    assert len(pids) > 1 and os.getpid() not in pids  # built in several worker processes
+    # prepared here (user code never runs in a worker), NVRTC in several build workers
+    assert {pid for pid, _ in builds()} == {os.getpid()}
+    assert len(builds.workers) > 1 and os.getpid() not in builds.workers
     assert sorted(b for _, b in builds()) == [32, 64, 128]  # 256 fails before building
 
     ser_kernel = fresh()
@@ -109,4 +117,4 @@ def test_worker_warnings_reach_the_caller(tmp_path, builds):
     builds.hooks[32] = warn
     with pytest.warns(TilusPerformanceWarning, match="faked"):
         out = _compile(fresh(), tmp_path, 3)
-    assert len(out) == 3 and os.getpid() not in {pid for pid, _ in builds()}
+    assert len(out) == 3 and builds.workers

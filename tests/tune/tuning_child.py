@@ -2,7 +2,8 @@
 it did as one JSON line (run by test_tune_next_process.py; not a test module itself).
 
 Usage: ``TILUS_CACHE_DIR=... python tests/tune/tuning_child.py LOG [--gpu NAME] [--version V]``
-where LOG is a file that every build (in this process or its compile workers) appends to.
+where LOG is a file that every build appends to (builds run in this process; NVRTC in build
+workers, named by their pids).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ sys.path.insert(0, str(ROOT))
 
 
 def _log(path, **what) -> None:
-    # one short append per event: lines from forked compile workers never interleave
     with open(path, "a") as f:
         f.write(json.dumps({"pid": os.getpid(), **what}) + "\n")
 
@@ -37,23 +37,21 @@ def main() -> None:
     from tests.helpers_fakegpu import OPTIONS, FakeGPU, fresh, make_args
     from tilus.backends.cuda import launch as L
     from tilus.backends.cuda.codegen import build as B
-    from tilus.runtime import nvrtc
 
     if opts.version is not None:
         tilus.version.__version__ = opts.version
     gpu = FakeGPU(opts.gpu)
     gpu.install()
-    real_build, real_nvrtc = B.build, nvrtc.compile_cuda
+    real_steps = B.build_steps
 
-    def build(program, config, **kw):
+    def build_steps(program, config, **kw):
         _log(opts.log, build=dict(config))
-        return real_build(program, config, **kw)
+        ck = yield from real_steps(program, config, **kw)
+        if not ck.cached:  # NVRTC ran (in a build worker or here): which process
+            _log(opts.log, nvrtc=ck.name, nvrtc_pid=ck.compiled_in)
+        return ck
 
-    def compile_cuda(source, **kw):
-        _log(opts.log, nvrtc=kw.get("name"))
-        return real_nvrtc(source, **kw)
-
-    B.build, nvrtc.compile_cuda = build, compile_cuda
+    B.build_steps = build_steps
     kernel = fresh()
     n, a, b, c = args = make_args()
     with tilus.option.scoped(**OPTIONS):
@@ -67,6 +65,7 @@ def main() -> None:
                 "builds": [e["build"] for e in events if "build" in e],
                 "build_pids": sorted({e["pid"] for e in events if "build" in e}),
                 "nvrtc": sum("nvrtc" in e for e in events),
+                "nvrtc_pids": sorted({e["nvrtc_pid"] for e in events if "nvrtc" in e}),
                 "benchmarks": gpu.benchmarks,
                 "launches": gpu.launches,
                 "last_tuning": L.dispatcher(kernel).last_tuning,

@@ -140,11 +140,14 @@ class InstantiatedScript:
         self.failed_configs[_hashable(config)] = reason
 
     def _none_compiled(self):
-        errors = [e for e in self._programs.values() if isinstance(e, Exception)]
-        if errors and len({str(e) for e in errors}) == 1:
-            return errors[0]  # every config fails the same way: show that error as it is
-        reasons = "\n".join(f"  {dict(k)}: {v}" for k, v in self.failed_configs.items())
-        return TilusCompileError(f"no config of {self.script_cls.__name__} compiles:\n{reasons}")
+        from tilus.tune.failures import no_config_error
+
+        errors = [(k[0], e) for k, e in self._programs.items() if isinstance(e, Exception)]
+        if errors and len({str(e) for _, e in errors}) == 1:
+            return errors[0][1]  # every config fails the same way: show that error as it is
+        # the error points at the first failure's line and lists every config's reason
+        failures = [(dict(k), str(e), e) for k, e in errors]
+        return no_config_error(self.script_cls.__name__, failures)
 
     # --- calling -------------------------------------------------------------------------------
     def bind(self, args, kwargs):

@@ -7,8 +7,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tilus.errors import TilusCompileError
+from tilus.runtime.workers import run_here
 from tilus.tune.dispatch import DispatchTable, Entry
+from tilus.tune.failures import describe_failure, is_refusal, no_config_error, summary
 from tilus.tune.keys import (
     canonical_json,
     config_id,
@@ -18,7 +19,7 @@ from tilus.tune.keys import (
     tuning_bucket,
     tuning_ints,
 )
-from tilus.tune.parallel import _describe, compile_all
+from tilus.tune.parallel import Progress, _describe, compile_all
 from tilus.tune.tuner import TuneResult, TuneWarning, tune
 
 
@@ -73,10 +74,16 @@ class Autotuner:
     3. otherwise every config is built in parallel (``compile_all``), loaded, cross-checked and
        timed on clones of the call's arguments (``tune``), and the decision is stored.
 
-    ``build(config, const_args)`` runs in a forked worker process and must return something
-    picklable (e.g. the key of an on-disk artifact, or the cubin bytes); it must not use the
-    CUDA driver. ``load(config, const_args, artifact)`` runs in this process and returns
-    ``launch(*runtime_values)``.
+    ``build(config, const_args)`` and ``load(config, const_args, artifact)`` run in this
+    process, one config after another (constructors and transpiling may touch the GPU);
+    ``build`` returns the artifact, or is a generator that yields ``tilus.runtime.workers.Job``s
+    (e.g. NVRTC on the generated source) which build workers run meanwhile (see
+    ``compile_all``). ``load`` returns ``launch(*runtime_values)``.
+
+    A config that fails for a reason other than tilus's refusal (an exception in user code, a
+    load or launch error) is named with its reason in a ``TuneWarning``, in the progress line
+    and in ``Selection.failures``; when more than half the space fails, a ``TuneWarning`` says
+    so before the winner is returned.
     """
 
     def __init__(
@@ -94,8 +101,8 @@ class Autotuner:
 
         Args:
             instantiated: The kernel; its ``configs`` are the candidates.
-            build: Compiles one config (in a worker process).
-            load: Turns a build artifact into a launcher (in this process).
+            build: Compiles one config (a function or a generator of jobs, see above).
+            load: Turns a build artifact into a launcher.
             table: Where decisions persist; default ``DispatchTable.for_script(cls)``.
             workers, progress: Passed to ``compile_all``.
             interpreter: Timings come from the CPU interpreter (fingerprint ``cpu-interpreter``).
@@ -138,7 +145,7 @@ class Autotuner:
 
     # --- the slow path -------------------------------------------------------------------------
     def _build_one(self, cfg, const_args):
-        return self.load(cfg, const_args, self.build(cfg, const_args))
+        return self.load(cfg, const_args, run_here(self.build(cfg, const_args)))
 
     def _select(self, const_args, values, ints, device) -> Selection:
         configs = self.instantiated.configs
@@ -164,26 +171,30 @@ class Autotuner:
                 else:
                     return _stored_selection(cfg, launch, entry, configs)
 
-        build = self.build
-        built = compile_all(
-            configs,
-            lambda cfg: build(cfg, const_args),
-            workers=self.workers,
-            progress=self.progress,
-            label=f"compiling {name}",
-        )
-        failures = [(r.config, r.error) for r in built if not r.ok]
-        candidates = []
-        for r in built:
-            if not r.ok:
-                continue
-            try:
-                candidates.append((r.config, self.load(r.config, const_args, r.value)))
-            except Exception as e:
-                failures.append((r.config, _describe(e)))
+        build, load = self.build, self.load
+        bar = Progress(len(configs), f"compiling {name}", enabled=self.progress)
+        try:
+            built = compile_all(
+                configs, lambda cfg: build(cfg, const_args), workers=self.workers, progress=bar
+            )
+            errors, candidates = [], []  # errors: (config, reason, exception)
+            for r in built:
+                if not r.ok:
+                    errors.append((r.config, r.error, r.exception))
+                    continue
+                try:
+                    candidates.append((r.config, load(r.config, const_args, r.value)))
+                except Exception as e:  # a load error: reported like a build error
+                    errors.append((r.config, describe_failure(e), e))
+                    bar.fail_one(errors[-1][1], is_refusal(e))
+        finally:
+            bar.close()
+        failures = [(c, why) for c, why, _ in errors]
+        broken = [(c, why) for c, why, e in errors if not is_refusal(e)]
+        if broken:
+            _warn_broken(name, broken, len(configs))
         if not candidates:
-            reasons = "\n".join(f"  {config_id(c)}: {why}" for c, why in failures)
-            raise TilusCompileError(f"no config of {name} compiles:\n{reasons}")
+            raise no_config_error(name, errors, fmt=config_id)
 
         outputs = [i for i, v in enumerate(values) if _is_array(v)]
         result = tune(
@@ -202,7 +213,38 @@ class Autotuner:
             },
         )
         launch = next(run for cfg, run in candidates if cfg is result.winner)
+        lost = len(result.failures) + len(result.disagreements)
+        if 2 * lost > len(configs):
+            refused = {config_id(c) for c, _, e in errors if is_refusal(e)}
+            _warn_most_lost(name, result, len(configs), refused)
         return Selection(result.winner, launch, result, result.failures)
+
+
+def _warn_broken(name: str, broken, total: int) -> None:
+    """One warning naming every config that failed for a reason other than a refusal."""
+    lines = "".join(f"\n  {config_id(c)}: {why}" for c, why in broken)
+    warnings.warn(
+        f"tilus autotune: {name}: {len(broken)} of {total} configs failed for a reason other "
+        f"than the compiler's refusal ({summary([(False, w) for _, w in broken])}); they are "
+        f"not tuned:{lines}",
+        TuneWarning,
+        stacklevel=5,
+    )
+
+
+def _warn_most_lost(name: str, result: TuneResult, total: int, refused: set) -> None:
+    """The warning before a winner picked from less than half of the space is used
+    (``refused``: the ids of the configs that tilus refused)."""
+    reasons = [(config_id(c) in refused, why) for c, why in result.failures]
+    reasons += [(False, f"wrong outputs ({e})") for _, e in result.disagreements]
+    left = total - len(reasons)
+    warnings.warn(
+        f"tilus autotune: {name}: more than half of the space failed ({len(reasons)} of {total} "
+        f"configs: {summary(reasons)}); the winner {config_id(result.winner)} was picked among "
+        f"the {left} left and may be far from the best",
+        TuneWarning,
+        stacklevel=5,
+    )
 
 
 def _stored_selection(cfg, launch, entry: Entry, configs) -> Selection:

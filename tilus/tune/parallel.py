@@ -1,29 +1,43 @@
-"""Compiling every config of a space in parallel, with per-config errors and a progress bar."""
+"""Compiling every config of a space: user code here, the compiler in workers, a progress bar."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import itertools
-import multiprocessing
+import inspect
 import os
-import pickle
 import sys
 import threading
 import time
-import traceback
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from tilus.runtime.workers import Job, WorkerLost, shared_pool
+from tilus.tune.failures import describe_failure, is_refusal, summary
 
 
 @dataclass
 class Result:
-    """The outcome of compiling one config: ``value`` on success, else ``error`` (a reason)."""
+    """The outcome of compiling one config: ``value`` on success, else ``error`` (a reason).
+
+    Attributes:
+        config: The config.
+        value: What ``compile_one`` returned (None on failure).
+        error: Why it failed: a tilus error as it prints, another exception as
+            ``Type: message (at file:line)`` (None on success).
+        refused: The failure is tilus refusing the config (a ``TilusProgramError``: a limit,
+            a layout); False for a broken one (any other exception).
+        exception: The exception itself (None on success).
+        worker: The pid of the build worker that ran the config's last job (None: none did).
+    """
 
     config: Any
     value: Any = None
     error: str | None = None
+    refused: bool = False
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+    worker: int | None = field(default=None, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -36,25 +50,14 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 
 
-def _run_one(compile_one, config):
-    """Run in a worker: never raises, so a failing config cannot break the pool."""
-    try:
-        return True, compile_one(config)
-    except Exception as e:
-        tb = traceback.extract_tb(e.__traceback__)
-        where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
-        if getattr(e, "__module__", "").startswith("tilus"):
-            where = ""  # tilus errors carry their own source locations
-        return False, _describe(e) + where
-
-
 class Progress:
     """A one-line progress bar on stderr (redrawn in place on a terminal, printed once at the
-    end otherwise)."""
+    end otherwise); failures are summarized by reason."""
 
     def __init__(self, total: int, label: str = "compiling", enabled: bool = True, stream=None):
         """Start a bar for ``total`` items."""
-        self.total, self.label, self.done, self.failed = total, label, 0, 0
+        self.total, self.label, self.done = total, label, 0
+        self.failures: list[tuple[bool, str]] = []  # (refused, reason) of each failed item
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled and total > 0
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
@@ -63,23 +66,37 @@ class Progress:
         if self.enabled and self.tty:
             self._draw()
 
-    def _line(self) -> str:
+    @property
+    def failed(self) -> int:
+        """How many items failed."""
+        return len(self.failures)
+
+    def line(self) -> str:
+        """The bar's text, e.g. ``tilus compiling K [####....] 8/8, 7 failed: 7 x ... 1.2s``."""
         width = 24
         filled = width * self.done // max(self.total, 1)
         bar = "#" * filled + "." * (width - filled)
-        fail = f", {self.failed} failed" if self.failed else ""
+        fail = f", {self.failed} failed: {summary(self.failures)}" if self.failures else ""
         secs = time.perf_counter() - self.start
         return f"tilus {self.label} [{bar}] {self.done}/{self.total}{fail} {secs:.1f}s"
 
     def _draw(self):
-        self.stream.write("\r" + self._line())
+        self.stream.write("\r\x1b[2K" + self.line())
         self.stream.flush()
 
-    def step(self, ok: bool = True) -> None:
-        """Count one finished item."""
+    def step(self, ok: bool = True, reason: str | None = None, refused: bool = False) -> None:
+        """Count one finished item (a failed one with its reason)."""
         with self._lock:
             self.done += 1
-            self.failed += not ok
+            if not ok:
+                self.failures.append((refused, reason or "failed"))
+            if self.enabled and self.tty:
+                self._draw()
+
+    def fail_one(self, reason: str, refused: bool = False) -> None:
+        """Count an item already counted as done as failed after all (e.g. it did not load)."""
+        with self._lock:
+            self.failures.append((refused, reason))
             if self.enabled and self.tty:
                 self._draw()
 
@@ -91,7 +108,7 @@ class Progress:
             self._draw()
             self.stream.write("\n")
         else:
-            self.stream.write(self._line() + "\n")
+            self.stream.write(self.line() + "\n")
         self.stream.flush()
 
 
@@ -108,35 +125,8 @@ def default_workers() -> int:
     return max(int(n), 1)
 
 
-def _picklable(*objs) -> bool:
-    try:
-        pickle.dumps(objs)
-        return True
-    except Exception:
-        return False
-
-
-# Callables handed to forked workers by inheritance (a token travels instead of the callable).
-_FORKED: dict[int, Callable] = {}
-_next_token = itertools.count()
-
-
-def _run_forked(token: int, config):
-    return _run_one(_FORKED[token], config)
-
-
-def _fork_available() -> bool:
-    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
-
-
-def _process_pool(workers: int, fork: bool):
-    ctx = multiprocessing.get_context("fork" if fork else "spawn")
-    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-
-
-# Python 3.12+ warns on every fork of a multi-threaded process (torch starts threads); the
-# workers only run compile_one, so the warning is silenced for the pool's forks.
-_FORK_WARNING = r".*use of fork\(\) may lead to deadlocks.*"
+#: compile_all calls in progress in this process (a nested one runs its jobs here).
+_ACTIVE: list = []
 
 
 def compile_all(
@@ -144,80 +134,122 @@ def compile_all(
     compile_one: Callable[[Any], Any],
     *,
     workers: int | None = None,
-    progress: bool = True,
+    progress: bool | Progress = True,
     label: str = "compiling",
     executor: str = "auto",
 ) -> list[Result]:
-    """Run ``compile_one(config)`` for every config, in parallel, and collect the outcomes.
+    """Run ``compile_one(config)`` for every config and collect the outcomes.
 
-    Work is spread over a process pool. On Linux the workers are forked and inherit
-    ``compile_one``, so closures and lambdas work too (only configs and values are pickled);
-    elsewhere a ``compile_one`` that cannot be pickled runs on a thread pool instead. Side
-    effects of ``compile_one`` in a worker process (e.g. in-memory caches) do not reach this
-    process: return what is needed, or write it to the on-disk cache. An exception in
-    ``compile_one`` becomes that config's ``Result.error``; it never stops the others. A value
-    that cannot be sent back from a worker (or a worker that died) is recomputed here.
+    ``compile_one`` always runs in this process, on the calling thread, one config after
+    another: constructors, transpiling and anything else of the user's may touch the GPU. Only
+    the expensive steps go to build workers (fresh interpreters that import tilus alone, see
+    ``tilus.runtime.workers``): a ``compile_one`` that is a generator yields ``Job``s (e.g.
+    NVRTC on a generated source) and receives each job's result (or has its exception raised
+    at the ``yield``); while a worker runs a job, the next configs are prepared here. A plain
+    function simply runs here. An exception in ``compile_one`` becomes that config's
+    ``Result.error`` (with the user's file:line); it never stops the others.
 
     Args:
         configs: The configs, in order.
-        compile_one: Compiles one config and returns anything (picklable, for processes).
-        workers: Pool size; default ``default_workers()``. 1 runs everything in this process.
-        progress: Show a progress bar on stderr.
+        compile_one: Compiles one config; returns anything, or is a generator (see above).
+        workers: Build workers; default ``default_workers()``. 1 runs the jobs here too.
+        progress: Show a progress bar on stderr, or a ``Progress`` to step (left open).
         label: The word shown on the progress bar.
-        executor: ``"auto"`` (processes, as above), ``"process"`` (processes, or an error if
-            impossible), ``"thread"`` or ``"serial"``.
+        executor: ``"auto"`` (workers as above) or ``"serial"`` (every job here).
 
     Returns:
         One ``Result`` per config, in the order of ``configs``.
     """
+    if executor not in ("auto", "serial"):
+        raise ValueError(f"unknown executor {executor!r}")
     configs = list(configs)
     n = len(configs)
     workers = min(default_workers() if workers is None else max(int(workers), 1), max(n, 1))
-    bar = Progress(n, label, enabled=progress and n > 1)
+    own_bar = not isinstance(progress, Progress)
+    bar = Progress(n, label, enabled=bool(progress) and n > 1) if own_bar else progress
     results: list[Result | None] = [None] * n
+    pool = shared_pool(workers) if workers > 1 and executor == "auto" and not _ACTIVE else None
+    pending: dict = {}  # Future -> (index, generator, job): at most ``workers`` in flight
+    backlog: list = []  # (index, generator, job) prepared while the workers are busy
+    ran_on: dict = {}  # index -> pid of the worker of its last job
 
-    def finish(i: int, ok: bool, payload) -> None:
-        results[i] = Result(configs[i], payload, None) if ok else Result(configs[i], None, payload)
-        bar.step(ok)
+    def finish(i: int, value, exc: BaseException | None) -> None:
+        if exc is None:
+            results[i] = Result(configs[i], value, worker=ran_on.get(i))
+            bar.step(True)
+            return
+        reason, refused = describe_failure(exc), is_refusal(exc)
+        results[i] = Result(configs[i], None, reason, refused, exc, ran_on.get(i))
+        bar.step(False, reason, refused)
 
-    if executor not in ("auto", "process", "thread", "serial"):
-        raise ValueError(f"unknown executor {executor!r}")
-    token = None
+    def send(i, gen, job) -> None:
+        if len(pending) < workers:
+            pending[pool.submit(job)] = (i, gen, job)
+        else:
+            backlog.append((i, gen, job))
+
+    def advance(i: int, gen, how, payload) -> None:
+        """Run config ``i``'s generator here up to its next job (sent to a worker) or its end."""
+        while True:
+            try:
+                job = how(payload)
+            except StopIteration as stop:
+                return finish(i, stop.value, None)
+            except Exception as e:
+                return finish(i, None, e)
+            if not isinstance(job, Job):
+                how, payload = gen.throw, TypeError(f"compile_one yielded {job!r}, not a Job")
+                continue
+            if pool is None:
+                how, payload = _run_here(gen, job)
+                continue
+            return send(i, gen, job)
+
+    def harvest(block: bool) -> None:
+        done, _ = cf.wait(
+            list(pending), timeout=None if block else 0, return_when="FIRST_COMPLETED"
+        )
+        for fut in done:
+            i, gen, job = pending.pop(fut)
+            ran_on[i] = getattr(fut, "pid", None)
+            if backlog:
+                send(*backlog.pop(0))
+            for category, message in getattr(fut, "notes", ()):
+                warnings.warn(message, category, stacklevel=4)
+            exc = fut.exception()
+            if isinstance(exc, WorkerLost):  # the worker died: the job is tilus code, run it here
+                advance(i, gen, *_run_here(gen, job))
+            elif exc is not None:
+                advance(i, gen, gen.throw, exc)
+            else:
+                advance(i, gen, gen.send, fut.result())
+
+    _ACTIVE.append(compile_one)
     try:
-        if workers <= 1 or executor == "serial":
-            for i, cfg in enumerate(configs):
-                finish(i, *_run_one(compile_one, cfg))
-            return results  # type: ignore[return-value]
-        fork = _fork_available()
-        # a daemonic process (e.g. a pool worker itself) may not start processes
-        in_daemon = multiprocessing.current_process().daemon
-        if executor == "thread" or in_daemon or not (fork or _picklable(compile_one)):
-            if executor == "process":
-                raise ValueError("compile_all: compile_one cannot be pickled for processes")
-            pool, submit = cf.ThreadPoolExecutor(workers), _run_one
-            first = compile_one
-        elif fork:
-            token = next(_next_token)
-            _FORKED[token] = compile_one  # before the pool forks its workers
-            pool, submit, first = _process_pool(workers, True), _run_forked, token
-        else:  # pragma: no cover - platforms without fork
-            pool, submit, first = _process_pool(workers, False), _run_one, compile_one
-        retry = []
-        with pool, warnings.catch_warnings():
-            warnings.filterwarnings("ignore", _FORK_WARNING, DeprecationWarning)
-            futures = {pool.submit(submit, first, cfg): i for i, cfg in enumerate(configs)}
-            for fut in cf.as_completed(futures):
-                i = futures[fut]
-                try:
-                    ok, payload = fut.result()
-                except Exception:  # the value did not pickle back, or the worker died
-                    retry.append(i)
-                    continue
-                finish(i, ok, payload)
-        for i in sorted(retry):
-            finish(i, *_run_one(compile_one, configs[i]))
+        for i, cfg in enumerate(configs):
+            try:
+                out = compile_one(cfg)
+            except Exception as e:
+                finish(i, None, e)
+            else:
+                if inspect.isgenerator(out):
+                    advance(i, out, out.send, None)
+                else:
+                    finish(i, out, None)
+            if pending:
+                harvest(block=False)
+        while pending:
+            harvest(block=True)
         return results  # type: ignore[return-value]
     finally:
-        if token is not None:
-            _FORKED.pop(token, None)
-        bar.close()
+        _ACTIVE.pop()
+        if own_bar:
+            bar.close()
+
+
+def _run_here(gen, job: Job):
+    """``(how, payload)`` that continues ``gen`` after running ``job`` in this process."""
+    try:
+        return gen.send, job.run()
+    except Exception as e:  # noqa: BLE001 - raised inside the generator, as from a worker
+        return gen.throw, e

@@ -15,13 +15,15 @@ import numpy as np
 from tilus.errors import TilusError
 from tilus.option import get_option
 from tilus.tune.dispatch import DispatchTable, Entry
+from tilus.tune.failures import describe_failure
 from tilus.tune.keys import config_id, device_fingerprint
-from tilus.tune.parallel import _describe
 from tilus.tune.timing import Timing, benchmark, synchronize
 
 
 class TuneWarning(UserWarning):
-    """A candidate config produced wrong outputs (or crashed) while tuning."""
+    """A candidate config produced wrong outputs, or failed for a reason other than tilus's
+    refusal (an exception, a load or launch error), while tuning; or more than half of the
+    space was lost before the winner was picked."""
 
 
 class TuneError(TilusError):
@@ -329,8 +331,8 @@ def _time_one(candidates, i, make_args, bench, cuda, alive, failures, spent=None
         return benchmark(lambda a=args: runner(*a), cuda=cuda, **bench), cuda
     except Exception as e:
         alive.remove(i)
-        failures.append((cfg, _describe(e)))
-        _warn(f"config {_cfg_text(cfg)} failed while being timed: {_describe(e)}")
+        failures.append((cfg, describe_failure(e)))
+        _warn(f"config {_cfg_text(cfg)} failed while being timed: {describe_failure(e)}")
         return None
     finally:
         del args
@@ -409,8 +411,8 @@ def _cross_check(candidates, make_args, outputs, reference, failures, disagreeme
             runner(*args)
             _sync(args)
         except Exception as e:
-            failures.append((cfg, _describe(e)))
-            _warn(f"config {_cfg_text(cfg)} failed to run: {_describe(e)}")
+            failures.append((cfg, describe_failure(e)))
+            _warn(f"config {_cfg_text(cfg)} failed to run: {describe_failure(e)}")
             continue
         if dtypes is None:
             dtypes = [_dtype_name(args[p]) for p in outputs]

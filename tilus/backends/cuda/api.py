@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import warnings
-
 
 def compile(kernel, *args, target: str = "sm_90a", config: dict | None = None, **kwargs):  # noqa: A001
     """Compile ``kernel`` for ``target`` through NVRTC, no GPU needed.
 
-    Several configs are compiled in parallel, in ``tilus.option.parallel_workers`` forked
-    processes (default: one per usable core; 1 compiles them one after another here), with a
-    progress bar on stderr; the result does not depend on the number of workers.
+    Several configs are compiled in parallel: each config is constructed, transpiled and
+    generated here (user code never runs elsewhere) while ``tilus.option.parallel_workers``
+    build workers (fresh interpreters, default one per usable core; 1 compiles everything here)
+    run NVRTC on the sources, with a progress bar on stderr; the result does not depend on the
+    number of workers.
 
     Args:
         kernel: an instantiated Script (``MyKernel(...)``).
@@ -29,10 +28,12 @@ def compile(kernel, *args, target: str = "sm_90a", config: dict | None = None, *
 
     Raises:
         TilusCompileError: the config (or every config) cannot be compiled; with several
-            configs the message lists every config's reason.
+            configs the message points at the first failure's line and lists every config's
+            reason.
+        Exception: a config failed for another reason (a constructor's exception, NVRTC): the
+            first such error, raised after every config was tried.
     """
     from tilus.backends.cuda.launch import CUDA
-    from tilus.errors import TilusCompileError
 
     build = CUDA.build
     const_args, _ = kernel.bind(args, kwargs)
@@ -41,58 +42,32 @@ def compile(kernel, *args, target: str = "sm_90a", config: dict | None = None, *
     configs = kernel.configs
     if len(configs) == 1:
         return build(kernel.program(configs[0], const_args), configs[0], arch=target)
-    built = _build_in_workers(kernel, configs, const_args, target)
-    out, reasons = [], []
-    for cfg, done in zip(configs, built):
-        if done is not None:
-            out.append(done)
-            continue
-        # not built by a worker (it failed there, or there were no workers): build it here, so
-        # errors keep their type and failures land in kernel.failed_configs as when serial
-        try:
-            out.append(build(kernel.program(cfg, const_args), cfg, arch=target))
-        except TilusCompileError as e:
-            reasons.append(f"  {cfg}: {e.msg if hasattr(e, 'msg') else e}")
-    if not out:
-        raise TilusCompileError(
-            f"no config of {kernel.script_cls.__name__} compiles:\n" + "\n".join(reasons)
-        )
-    return out
+    return _build_space(kernel, configs, const_args, target)
 
 
-def _build_in_workers(kernel, configs, const_args, target) -> list:
-    """Build ``configs`` in forked worker processes (``tilus.tune.compile_all``).
+def _build_space(kernel, configs, const_args, target) -> list:
+    """Build every config (``tilus.tune.compile_all``): constructors, transpiling and code
+    generation run here, one config after another; NVRTC runs in build workers meanwhile.
 
-    Returns, per config, its ``CompiledKernel`` (sent back whole: source, cubin, resources) or
-    None where the worker failed; warnings raised in a worker are raised again here.
+    Configs that tilus refuses are skipped (their reasons land in ``kernel.failed_configs``);
+    any other failure is raised, after every config has been tried.
     """
-    from tilus.tune.parallel import compile_all, default_workers
-
-    if default_workers() <= 1:
-        return [None] * len(configs)
-    here = os.getpid()
+    from tilus.backends.cuda.codegen.build import build_steps
+    from tilus.tune.failures import no_config_error
+    from tilus.tune.parallel import compile_all
 
     def build_one(cfg):
-        from tilus.backends.cuda.launch import CUDA
+        return (yield from build_steps(kernel.program(cfg, const_args), cfg, arch=target))
 
-        build = CUDA.build
-        if os.getpid() == here:  # a thread pool or a retry: warnings already reach the caller
-            return build(kernel.program(cfg, const_args), cfg, arch=target), []
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")  # a forked worker inherits 'already warned' marks
-            ck = build(kernel.program(cfg, const_args), cfg, arch=target)
-        return ck, [(w.category, str(w.message)) for w in caught]
-
-    results = compile_all(
-        configs, build_one, label=f"compiling {kernel.script_cls.__name__}", executor="auto"
-    )
-    out = []
+    results = compile_all(configs, build_one, label=f"compiling {kernel.script_cls.__name__}")
     for r in results:
         if not r.ok:
-            out.append(None)
-            continue
-        ck, caught = r.value
-        for category, message in caught:
-            warnings.warn(message, category, stacklevel=3)
-        out.append(ck)
+            kernel.record_failure(r.config, r.error)
+    broken = next((r for r in results if not r.ok and not r.refused), None)
+    if broken is not None:
+        raise broken.exception
+    out = [r.value for r in results if r.ok]
+    if not out:
+        failures = [(r.config, r.error, r.exception) for r in results]
+        raise no_config_error(kernel.script_cls.__name__, failures)
     return out

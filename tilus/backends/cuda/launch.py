@@ -274,12 +274,11 @@ class Dispatcher:
                 "stream; call it once with these arguments before the capture"
             )
         from tilus.backends.cuda.codegen.kernel import generate
-        from tilus.errors import TilusProgramError
 
         for cfg in self.inst.configs:
             try:
                 ks = generate(self.inst.program(cfg, const_args))
-            except TilusProgramError:
+            except Exception:  # noqa: BLE001 - a failing config is reported by the tuning
                 continue
             check_view_extents(self.kname, ks.program, scalars)
             LaunchPlan(self.kname, ks).bind(scalars, self._full_pos).check(full)
@@ -321,19 +320,18 @@ class Dispatcher:
 
     # --- the autotuner's steps -----------------------------------------------------------------
     def _build(self, config: dict, const_args: dict):
-        """Compile one config into the artifact cache (in a forked worker: no CUDA driver)."""
-        from tilus.backends.cuda.codegen.build import build
+        """Compile one config (a generator: its NVRTC step is a job for a build worker)."""
+        from tilus.backends.cuda.codegen.build import build_steps
 
-        ck = build(self.inst.program(config, const_args), config, arch=self.arch)
-        out = {
-            "pid": os.getpid(),
+        program = self.inst.program(config, const_args)
+        ck = yield from build_steps(program, config, arch=self.arch)
+        return {
+            "pid": ck.compiled_in or os.getpid(),
             "cached": ck.cached,
             "nvrtc_seconds": ck.compile_seconds,
             "smem_bytes": ck.kernel.smem_bytes,
+            "kernel": ck,
         }
-        if os.getpid() == _PID:  # built here (one config, or a stored winner): keep it
-            out["kernel"] = ck
-        return out
 
     def _load(self, config: dict, const_args: dict, artifact):
         """Load a built config on the call's device (the cubin comes from the artifact cache)."""
@@ -357,7 +355,6 @@ class Dispatcher:
         return launcher
 
 
-_PID = os.getpid()
 _EPOCH = _option.epoch
 
 

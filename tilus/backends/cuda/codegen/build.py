@@ -43,6 +43,8 @@ class CompiledKernel:
         cached: True when the artifacts came from the cache.
         resources: registers, shared/local/stack bytes, spills (``tilus.runtime.sass``).
         ptx: the PTX, when asked for with ``tilus.option.keep_ptx(True)`` (else None).
+        compiled_in: the pid of the process that ran NVRTC (a build worker, or this one);
+            None for a cache hit.
     """
 
     config: dict
@@ -53,6 +55,7 @@ class CompiledKernel:
     cached: bool
     resources: dict = field(default_factory=dict)
     ptx: str | None = None
+    compiled_in: int | None = None
     _modules: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -151,10 +154,30 @@ def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> Compile
         TilusCompileError: no CUDA lowering for a construct (names the user's line).
         TilusBackendError: NVRTC failed (log attached).
     """
+    from tilus.runtime.workers import run_here
+
+    return run_here(build_steps(program, config, arch=arch, cache=cache))
+
+
+def compile_source(source: str, name: str, arch: str, options: tuple, want_ptx: bool):
+    """NVRTC and the resource scan of one generated source: the part of ``build`` that a
+    build worker runs (no user code, no GPU). Returns ``(CompiledBinary, resources, pid)``."""
+    import os
+
+    from tilus.runtime.nvrtc import compile_cuda
+
+    binary = compile_cuda(source, arch=arch, options=options, name=f"{name}.cu", want_ptx=want_ptx)
+    return binary, _resources(binary.cubin, name, binary.log), os.getpid()
+
+
+def build_steps(program, config: dict, *, arch: str = "sm_90a", cache=None):
+    """``build`` as a generator for ``tilus.tune.compile_all``: code generation, the artifact
+    cache and the checks run here; the NVRTC step is yielded as a ``Job``
+    (``compile_source``) that a build worker runs. Returns the ``CompiledKernel``."""
     from tilus import version
     from tilus.errors import TilusBackendError
     from tilus.runtime.cache import ArtifactCache, cache_key
-    from tilus.runtime.nvrtc import compile_cuda, nvrtc_version
+    from tilus.runtime.nvrtc import nvrtc_version
 
     if arch not in SUPPORTED_TARGETS:
         raise TilusBackendError(f"target {arch!r} is not supported; use one of {SUPPORTED_TARGETS}")
@@ -182,10 +205,13 @@ def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> Compile
             resources=meta.get("resources", {}),
             ptx=hit["kernel.ptx"].decode() if "kernel.ptx" in hit else None,
         )
-    binary = compile_cuda(
-        ks.source, arch=arch, options=NVRTC_OPTIONS, name=f"{ks.name}.cu", want_ptx=want_ptx
+    from tilus.runtime.workers import Job
+
+    job = Job(
+        "tilus.backends.cuda.codegen.build:compile_source",
+        (ks.source, ks.name, arch, NVRTC_OPTIONS, want_ptx),
     )
-    res = _resources(binary.cubin, ks.name, binary.log)
+    binary, res, pid = yield job
     _warn_serialized(ks, binary.log)
     _check_setmaxnreg(program, res)
     meta = {
@@ -216,4 +242,5 @@ def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> Compile
         cached=False,
         resources=res,
         ptx=binary.ptx,
+        compiled_in=pid,
     )
