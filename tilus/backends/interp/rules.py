@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from tilus.backends.interp import races
 from tilus.backends.interp.numeric import convert, poison
 from tilus.backends.interp.values import (
     GlobalViewValue,
@@ -239,6 +240,9 @@ def read_box(g: GlobalViewValue, offsets, dims, tile_shape, dtype) -> np.ndarray
 def _load_global(task, inst, loc):
     g = task.env[inst.src]
     offs = [int(scal(task, o, loc)) for o in inst.offsets]
+    gidx, _ = box_index(g.arr, offs, inst.dims, inst.out.shape)
+    if gidx is not None:
+        races.access_global(task, g.arr[gidx + (...,)], False, loc, "load_global", g.name)
     task.env[inst.out] = read_box(g, offs, inst.dims, inst.out.shape, inst.out.dtype)
 
 
@@ -256,7 +260,9 @@ def _store_global(task, inst, loc):
         return
     order = sorted(range(len(inst.dims)), key=lambda k: inst.dims[k])
     part = np.transpose(src[tidx], order)
-    g.arr[gidx] = convert(part, inst.dst.dtype).astype(g.arr.dtype, copy=False)
+    region = g.arr[gidx + (...,)]  # a view even when every dim is indexed
+    races.access_global(task, region, True, loc, "store_global", g.name)
+    region[...] = convert(part, inst.dst.dtype).astype(g.arr.dtype, copy=False)
 
 
 # --- shared memory ---------------------------------------------------------------------------
@@ -266,6 +272,7 @@ def _store_global(task, inst, loc):
 def _load_shared(task, inst, loc):
     v = shared(task, inst.src, loc)
     task.cta.units.check_read(v, loc, "load_shared")
+    races.access_shared(task, v, False, loc, "load_shared")
     task.env[inst.out] = v.arr.copy()
 
 
@@ -273,6 +280,7 @@ def _load_shared(task, inst, loc):
 def _store_shared(task, inst, loc):
     v = shared(task, inst.dst, loc)
     task.cta.units.check_write(v, loc, "store_shared")
+    races.access_shared(task, v, True, loc, "store_shared")
     v.arr[...] = convert(reg(task, inst.src, loc), inst.dst.dtype)
 
 
