@@ -61,8 +61,12 @@ class Access:
 
 def join(dst: dict, src: dict):
     """``dst`` := the pointwise maximum of ``dst`` and ``src``."""
+    if not dst:
+        dst.update(src)
+        return
+    get = dst.get
     for k, v in src.items():
-        if dst.get(k, 0) < v:
+        if get(k, 0) < v:
             dst[k] = v
 
 

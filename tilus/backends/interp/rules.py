@@ -224,10 +224,11 @@ def box_index(garr, offsets, dims, tile_shape):
     return tuple(gidx), tuple(tidx)
 
 
-def read_box(g: GlobalViewValue, offsets, dims, tile_shape, dtype) -> np.ndarray:
-    """The tile at ``offsets`` with zeros where it leaves the tensor (GPU OOB rule)."""
+def read_box(g: GlobalViewValue, offsets, dims, tile_shape, dtype, index=None) -> np.ndarray:
+    """The tile at ``offsets`` with zeros where it leaves the tensor (GPU OOB rule);
+    ``index`` is ``box_index``'s result when the caller has it."""
     out = np.zeros(tile_shape, dtype=dtype.np_storage)
-    gidx, tidx = box_index(g.arr, offsets, dims, tile_shape)
+    gidx, tidx = index or box_index(g.arr, offsets, dims, tile_shape)
     if gidx is not None:
         part = g.arr[gidx]
         order = sorted(range(len(dims)), key=lambda k: dims[k])  # tile dims in global order
@@ -240,10 +241,10 @@ def read_box(g: GlobalViewValue, offsets, dims, tile_shape, dtype) -> np.ndarray
 def _load_global(task, inst, loc):
     g = task.env[inst.src]
     offs = [int(scal(task, o, loc)) for o in inst.offsets]
-    gidx, _ = box_index(g.arr, offs, inst.dims, inst.out.shape)
-    if gidx is not None:
-        races.access_global(task, g.arr[gidx + (...,)], False, loc, "load_global", g.name)
-    task.env[inst.out] = read_box(g, offs, inst.dims, inst.out.shape, inst.out.dtype)
+    index = box_index(g.arr, offs, inst.dims, inst.out.shape)
+    if index[0] is not None:
+        races.access_global(task, g.arr[index[0] + (...,)], False, loc, "load_global", g.name)
+    task.env[inst.out] = read_box(g, offs, inst.dims, inst.out.shape, inst.out.dtype, index)
 
 
 @rule(I.StoreGlobal)

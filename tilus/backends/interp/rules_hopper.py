@@ -61,10 +61,11 @@ def _tma_g2s(task, inst, loc):
     g = task.env[inst.src]
     dst = shared(task, inst.dst, loc)
     offs = [int(scal(task, o, loc)) for o in inst.offsets]
-    data = read_box(g, offs, inst.dims, dst.arr.shape, inst.dst.dtype)
-    gidx, _ = box_index(g.arr, offs, inst.dims, dst.arr.shape)
-    if gidx is not None:  # the box is read at issue in this model
-        races.access_global(task, g.arr[gidx + (...,)], False, loc, "tma.global_to_shared", g.name)
+    index = box_index(g.arr, offs, inst.dims, dst.arr.shape)
+    data = read_box(g, offs, inst.dims, dst.arr.shape, inst.dst.dtype, index)
+    if index[0] is not None:  # the box is read at issue in this model
+        region = g.arr[index[0] + (...,)]
+        races.access_global(task, region, False, loc, "tma.global_to_shared", g.name)
     bar = task.cta.units.barrier(scal(task, inst.mbarrier, loc), loc)
     nbytes = dst.arr.size * inst.dst.dtype.nbits // 8
     task.cta.units.issue_tma(task, dst, data, bar, nbytes, loc)
