@@ -5,7 +5,7 @@ The line an error is reported at carries `# BUG:<name>`, the other access of the
 """
 
 import tilus
-from tilus import float16, float32
+from tilus import float16, float32, int32
 
 
 class Exchange(tilus.Script):
@@ -143,3 +143,39 @@ class WrongBarrier(tilus.Script):
             else:
                 self.mbarrier.wait(bars[0], phase=0)
             self.store_global(gy, self.load_shared(s), offsets=[0, 0])  # BUG:wrong_barrier
+
+
+class Leftovers(tilus.Script):
+    """One-block WGMMA on TMA-loaded tiles, for the checks that are not about ordering."""
+
+    def __init__(self, bug: str = "none"):
+        super().__init__()
+        self.bug = bug
+
+    def __call__(self, a_ptr: ~float16, b_ptr: ~float16, c_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        ga = self.global_view(a_ptr, dtype=float16, shape=[64, 16])
+        gb = self.global_view(b_ptr, dtype=float16, shape=[64, 16])
+        gc = self.global_view(c_ptr, dtype=float32, shape=[64, 64])
+        sa = self.shared_tensor(dtype=float16, shape=[64, 16])
+        sb = self.shared_tensor(dtype=float16, shape=[64, 16])
+        bars = self.mbarrier.alloc(counts=[1])
+        acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(bars[0], transaction_bytes=sa.nbytes + sb.nbytes)
+            self.tma.global_to_shared(src=ga, dst=sa, offsets=[0, 0], mbarrier=bars[0])
+            if self.bug == "double_tma":
+                self.tma.global_to_shared(src=gb, dst=sa, offsets=[0, 0], mbarrier=bars[0])  # BUG:double_tma
+            else:
+                self.tma.global_to_shared(src=gb, dst=sb, offsets=[0, 0], mbarrier=bars[0])
+        self.mbarrier.wait(bars[0], phase=0)
+        self.wgmma.fence()
+        self.wgmma.mma(sa, sb.transpose(), acc)  # BUG:unretired
+        self.wgmma.commit_group()
+        if self.bug != "unretired":
+            self.wgmma.wait_group(0)
+            self.store_global(gc, acc, offsets=[0, 0])
+        if self.bug == "endless":
+            i: int32 = 0
+            while i >= 0: i = (i + 1) % 8  # BUG:endless  # noqa: E701

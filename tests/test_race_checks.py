@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from race_bug_kernels import Epilogue, Exchange, WgmmaOperands, WrongBarrier
+from race_bug_kernels import Epilogue, Exchange, Leftovers, WgmmaOperands, WrongBarrier
 
 import tilus
+from tilus.backends.interp import machine
 from tilus.testing import marker_line
 
 SEEDS = [None, 0, 1, 2, 3]
@@ -115,3 +116,35 @@ def test_bug_reported_under_shuffled_schedules(cls, bug, fragment, seed):
     assert err.loc is not None and err.loc.line in lines, str(err)
     other = (lines - {err.loc.line}).pop()
     assert f"race_bug_kernels.py:{other}" in str(err), str(err)
+
+
+@pytest.mark.parametrize(
+    "bug, fragment",
+    [
+        ("double_tma", "overlaps another TMA write still in flight"),
+        ("unretired", "ends with wgmma operations never retired"),
+        ("endless", "did not finish after 20000 statements"),
+    ],
+)
+def test_checks_that_are_not_about_ordering(bug, fragment, monkeypatch):
+    monkeypatch.setattr(machine, "MAX_STEPS", 20_000)  # the endless loop is cut off sooner
+    rng = np.random.default_rng()
+    a = rng.standard_normal((64, 16)).astype(np.float16)
+    b = rng.standard_normal((64, 16)).astype(np.float16)
+    c = np.full((64, 64), np.nan, dtype=np.float32)
+    with tilus.option.scoped(interpret=True), pytest.raises(tilus.TilusRuntimeError) as info:
+        Leftovers(bug)(a, b, c)
+    err = info.value
+    assert fragment in str(err), str(err)
+    assert err.loc.line == marker_line(Leftovers, f"BUG:{bug}"), str(err)
+
+
+def test_leftovers_kernel_is_correct():
+    rng = np.random.default_rng()
+    a = rng.standard_normal((64, 16)).astype(np.float16)
+    b = rng.standard_normal((64, 16)).astype(np.float16)
+    c = np.full((64, 64), np.nan, dtype=np.float32)
+    with tilus.option.scoped(interpret=True):
+        Leftovers("none")(a, b, c)
+    ref = a.astype(np.float64) @ b.astype(np.float64).T
+    assert np.abs(c - ref).max() / np.abs(ref).max() < 1e-3
