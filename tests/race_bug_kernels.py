@@ -64,15 +64,17 @@ class Epilogue(tilus.Script):
         t = self.load_global(gx, offsets=[0, 0], shape=[64, 64])
         if self.bug == "fence_first":
             self.fence.proxy_async()
-        self.store_shared(s, t)  # FIRST:no_fence FIRST:fence_first FIRST:no_sync
-        if self.bug not in ("no_fence", "fence_first", "elected_fence"):
+        self.store_shared(s, t)  # FIRST:no_fence FIRST:fence_first FIRST:no_sync FIRST:global_fence
+        if self.bug == "global_fence":
+            self.fence.proxy_async(space="global")
+        elif self.bug not in ("no_fence", "fence_first", "elected_fence"):
             self.fence.proxy_async()
         if self.bug != "no_sync":
             self.sync()
         with self.single_thread():
             if self.bug == "elected_fence":  # after the sync: ordered after every write
                 self.fence.proxy_async()
-            self.tma.shared_to_global(s, gy, offsets=[0, 0])  # BUG:no_fence BUG:fence_first BUG:no_sync FIRST:read_only FIRST:unsynced
+            self.tma.shared_to_global(s, gy, offsets=[0, 0])  # BUG:no_fence BUG:fence_first BUG:no_sync BUG:global_fence FIRST:read_only FIRST:unsynced
             self.tma.commit_group()
             self.tma.wait_group(0, read=self.bug == "read_only")
         if self.bug != "unsynced":

@@ -92,6 +92,7 @@ CASES = [
     (Epilogue, "unsynced", "of global tensor `y_ptr`"),
     (Epilogue, "no_fence", "missing fence.proxy_async"),
     (Epilogue, "fence_first", "missing fence.proxy_async"),
+    (Epilogue, "global_fence", "missing fence.proxy_async"),
     (WgmmaOperands, "no_fence", "missing fence.proxy_async: wgmma.mma (operand a)"),
     (WgmmaOperands, "late_write", "race on bytes [0, 2048) of shared tile `sb`"),
     (WrongBarrier, "wrong_barrier", "TMA"),

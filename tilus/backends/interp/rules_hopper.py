@@ -175,4 +175,5 @@ def _setmaxnreg(task, inst, loc):
 
 @rule(I.FenceProxyAsync)
 def _fence_proxy_async(task, inst, loc):
-    races.fence_proxy_async(task, task.cta.shared.values())
+    if inst.space == "shared":  # the global fence does not order shared memory
+        races.fence_proxy_async(task, task.cta.shared.values())
