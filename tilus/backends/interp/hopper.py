@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tilus.backends.interp import races
 from tilus.errors import SourceLoc, TilusRuntimeError, at
 
 
@@ -26,6 +27,9 @@ class MBarrier:
     tx: int = 0
     phase: int = 0  # number of completed phases; the current phase's parity is phase & 1
     expect_loc: SourceLoc | None = None  # last arrive_and_expect_tx of the current phase
+    key: int = 0  # its key in the happens-before clocks (races.py)
+    vc: dict = field(default_factory=dict)  # releases into the current phase
+    last_vc: dict = field(default_factory=dict)  # what the last completed phase releases
 
     @property
     def label(self) -> str:
@@ -62,6 +66,8 @@ class MBarrier:
         if self.pending == 0 and self.tx == 0:
             self.phase += 1
             self.pending = self.count
+            self.vc[self.key] = self.phase  # the TMA writes that landed in it (races.py)
+            self.last_vc, self.vc = self.vc, {}
             return True
         return False
 
@@ -85,6 +91,8 @@ class PendingTma:
     loc: SourceLoc
     seq: int
     phase: int  # the barrier's phase when the load was issued
+    vc: dict  # the issuing group's clock at issue
+    who: str  # the issuing group
 
 
 @dataclass
@@ -123,6 +131,8 @@ class AsyncUnits:
         self.wgmma_states: list[WgmmaState] = []
         # TMA stores still reading their shared source: owner task -> [open, *committed groups]
         self.stores: dict = {}
+        # their global writes (races.Access, pending until waited for without read=True)
+        self.gstores: dict = {}
 
     def barrier(self, addr, loc) -> MBarrier:
         bar = self.barriers.get(int(addr))
@@ -169,7 +179,7 @@ class AsyncUnits:
                         )
 
     # --- TMA -----------------------------------------------------------------------------------
-    def issue_tma(self, dst, data, bar: MBarrier, nbytes: int, loc):
+    def issue_tma(self, task, dst, data, bar: MBarrier, nbytes: int, loc):
         for p in self.tma:
             if dst.overlaps(p.dst.lo, p.dst.hi):
                 raise TilusRuntimeError(
@@ -179,13 +189,23 @@ class AsyncUnits:
                     loc,
                 )
         self.check_write(dst, loc, "this TMA load")
+        races.check_shared(task, dst, True, races.ASYNC, loc, "tma.global_to_shared")
         self.seq += 1
-        self.tma.append(PendingTma(dst, data, bar, nbytes, loc, self.seq, bar.phase))
+        vc = races.release(task)
+        self.tma.append(
+            PendingTma(dst, data, bar, nbytes, loc, self.seq, bar.phase, vc, task.label)
+        )
 
     def complete_tma(self, index: int = 0) -> MBarrier:
         """Land one in-flight TMA load (the oldest by default) and complete its bytes."""
         p = self.tma.pop(index)
         p.dst.arr[...] = p.data
+        bar = p.barrier
+        # the write is ordered before whoever waits on the phase it completes
+        races.join(bar.vc, p.vc)
+        races.record_shared(
+            p.dst, True, races.ASYNC, bar.key, bar.phase + 1, p.loc, "the TMA load", p.who
+        )
         if p.barrier.complete_tx(p.nbytes, p.loc):
             self.phase_completed(p.barrier, p.loc)
         return p.barrier
@@ -204,20 +224,40 @@ class AsyncUnits:
                 )
 
     # --- TMA stores (PTX ISA 9.7.9.25.6 bulk async-groups) --------------------------------------
-    def store_issued(self, owner, src, loc):
+    def store_issued(self, owner, src, loc, grec):
         self.stores.setdefault(owner, [[]])[0].append((src, loc))
+        if grec is not None:
+            self.gstores.setdefault(owner, [[]])[0].append(grec)
 
     def store_commit(self, owner):
-        groups = self.stores.setdefault(owner, [[]])
-        if groups[0]:
-            groups.append(groups[0])
-            groups[0] = []
+        for table in (self.stores, self.gstores):
+            groups = table.setdefault(owner, [[]])
+            if groups[0]:
+                groups.append(groups[0])
+                groups[0] = []
 
-    def store_wait(self, owner, n: int):
+    def store_wait(self, task, owner, n: int, read: bool):
+        """``task`` waits until at most ``n`` of ``owner``'s bulk groups are pending (their
+        source reads only, with ``read``); what completes is ordered before ``task``."""
         groups = self.stores.get(owner)
         if groups:
             while len(groups) - 1 > n:
-                groups.pop(1)
+                for src, sloc in groups.pop(1):
+                    races.record_shared(
+                        src,
+                        False,
+                        races.ASYNC,
+                        task.key,
+                        task.epoch,
+                        sloc,
+                        "the TMA store (source)",
+                        task.label,
+                    )
+        groups = self.gstores.get(owner)
+        if groups and not read:
+            while len(groups) - 1 > n:
+                for r in groups.pop(1):
+                    r.key, r.epoch = task.key, task.epoch
 
     def store_task_end(self, owner, label):
         groups = self.stores.pop(owner, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 
+from tilus.backends.interp import races
 from tilus.backends.interp.hopper import AsyncUnits, WgmmaState
 from tilus.errors import TilusRuntimeError, at
 from tilus.ir.cscalar import convert as scalar_convert
@@ -62,14 +63,25 @@ class Task:
         self.wgmma: WgmmaState | None = None
         self.done = False  # its own statements have all run (children may still be live)
         self.elected_live: list = []  # live single_thread() children, in the order they were forked
+        # happens-before state (races.py): keys, own epoch, vector clock, last sync()
+        self.key = self.skey = 0
+        self.epoch = 1
+        self.vc: dict = {}
+        self.synced = 0
+        self.unjoined: dict = {}  # clocks of ended children, joined at the next sync()
+        self.elected_key = None  # the key of its single_thread() children (one thread)
+        self.elected_last = None  # (epoch, clock) of its last ended single_thread() child
+        self._label = None
 
     @property
     def label(self) -> str:
-        if self.elected:
-            return (
-                f"single_thread() of threads [{self.begin}, {self.parent.begin + self.parent.size})"
-            )
-        return f"thread group [{self.begin}, {self.begin + self.size})"
+        if self._label is None:
+            if self.elected:
+                end = self.parent.begin + self.parent.size
+                self._label = f"single_thread() of threads [{self.begin}, {end})"
+            else:
+                self._label = f"thread group [{self.begin}, {self.begin + self.size})"
+        return self._label
 
     def wgmma_state(self) -> WgmmaState:
         if self.wgmma is None:
@@ -86,14 +98,26 @@ class CTA:
         self.rules = rules
         self.units = AsyncUnits()
         self.shared: dict = {}  # AllocShared.out -> SharedAlloc
+        self.gacc: dict = {}  # id(caller's buffer) -> (writes, reads, address) of this block
+        self.keys = 0
         self.rng = random.Random(seed) if seed is not None else None
         self.block = block
         self.steps = 0
         fn = program.fn
         self.root = Task(self, env, 0, fn.num_threads, False, None)
+        self.assign_keys(self.root)
         self.ready: list[Task] = []
         self.waiting: list[Task] = []
         self.live = 0
+
+    def new_key(self) -> int:
+        """A fresh key of the happens-before clocks (a thread group's or an mbarrier's)."""
+        self.keys += 1
+        return self.keys
+
+    def assign_keys(self, task: Task):
+        task.key = self.new_key()
+        task.skey = self.new_key() if task.size > 1 else task.key
 
     # --- scheduling ----------------------------------------------------------------------------
     def run(self):
@@ -128,6 +152,7 @@ class CTA:
             kind = t.blocked[0]
             if kind == "wait" and t.blocked[1] is bar and bar.parity_done(t.blocked[2]):
                 t.blocked = None
+                races.join(t.vc, bar.last_vc)  # the wait acquires the completed phase
                 self.ready.append(t)
             else:
                 still.append(t)
@@ -155,12 +180,14 @@ class CTA:
             if kind == "wait":
                 _, bar, parity, loc = req
                 if bar.parity_done(parity):
+                    races.join(task.vc, bar.last_vc)
                     continue
                 task.blocked = req
                 self.waiting.append(task)
                 return
             if kind == "sync":
                 if not task.children:
+                    races.synced(task)
                     continue
                 task.blocked = req
                 self.waiting.append(task)
@@ -174,9 +201,19 @@ class CTA:
         begin = parent.begin if elected else parent.begin + stmt.begin
         child = Task(self, dict(parent.env), begin, stmt.num_threads, elected, parent)
         child.gen = self._top(stmt.body, child)
-        parent.children.add(child)
+        child.vc = races.fork_clock(parent)
         if elected:
+            # every single_thread() of a group is the same thread: one key, program order
+            if parent.elected_key is None:
+                parent.elected_key = self.new_key()
+            child.key = child.skey = parent.elected_key
+            if not parent.elected_live and parent.elected_last is not None:
+                child.epoch = parent.elected_last[0] + 1
+                races.join(child.vc, parent.elected_last[1])
             parent.elected_live.append(child)
+        else:
+            self.assign_keys(child)
+        parent.children.add(child)
         self.live += 1
         return child
 
@@ -197,6 +234,7 @@ class CTA:
             self.units.store_task_end(task, task.label)
         p = task.parent
         if p is not None:
+            self._hand_clock(task)
             p.children.discard(task)
             if task.elected:
                 p.elected_live.remove(task)
@@ -204,8 +242,25 @@ class CTA:
                 self.units.store_task_end(p, p.label)
             if not p.children and p.blocked is not None and p.blocked[0] == "sync":
                 p.blocked = None
+                races.synced(p)
                 self.waiting.remove(p)
                 self.ready.append(p)
+
+    def _hand_clock(self, task: Task):
+        """An ended group's clock goes to the next sync() of the nearest live ancestor, and an
+        ended single_thread() block's to the next one of its group (the same thread)."""
+        final = races.release(task)
+        races.join(final, task.unjoined)
+        p = task.parent
+        if task.elected:
+            p.elected_last = (task.epoch, final)
+            nxt = next((c for c in p.elected_live if c is not task), None)
+            if nxt is not None:
+                nxt.epoch = task.epoch + 1
+                races.join(nxt.vc, final)
+        while p.done and p.parent is not None:
+            p = p.parent
+        races.join(p.unjoined, final)
 
     def _deadlock(self):
         for t in self.waiting:

@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from tilus.backends.interp import races
 from tilus.backends.interp.numeric import convert, poison
 from tilus.backends.interp.values import (
     GlobalViewValue,
@@ -223,10 +224,11 @@ def box_index(garr, offsets, dims, tile_shape):
     return tuple(gidx), tuple(tidx)
 
 
-def read_box(g: GlobalViewValue, offsets, dims, tile_shape, dtype) -> np.ndarray:
-    """The tile at ``offsets`` with zeros where it leaves the tensor (GPU OOB rule)."""
+def read_box(g: GlobalViewValue, offsets, dims, tile_shape, dtype, index=None) -> np.ndarray:
+    """The tile at ``offsets`` with zeros where it leaves the tensor (GPU OOB rule);
+    ``index`` is ``box_index``'s result when the caller has it."""
     out = np.zeros(tile_shape, dtype=dtype.np_storage)
-    gidx, tidx = box_index(g.arr, offsets, dims, tile_shape)
+    gidx, tidx = index or box_index(g.arr, offsets, dims, tile_shape)
     if gidx is not None:
         part = g.arr[gidx]
         order = sorted(range(len(dims)), key=lambda k: dims[k])  # tile dims in global order
@@ -239,7 +241,10 @@ def read_box(g: GlobalViewValue, offsets, dims, tile_shape, dtype) -> np.ndarray
 def _load_global(task, inst, loc):
     g = task.env[inst.src]
     offs = [int(scal(task, o, loc)) for o in inst.offsets]
-    task.env[inst.out] = read_box(g, offs, inst.dims, inst.out.shape, inst.out.dtype)
+    index = box_index(g.arr, offs, inst.dims, inst.out.shape)
+    if index[0] is not None:
+        races.access_global(task, g.arr[index[0] + (...,)], False, loc, "load_global", g.name)
+    task.env[inst.out] = read_box(g, offs, inst.dims, inst.out.shape, inst.out.dtype, index)
 
 
 @rule(I.StoreGlobal)
@@ -256,7 +261,9 @@ def _store_global(task, inst, loc):
         return
     order = sorted(range(len(inst.dims)), key=lambda k: inst.dims[k])
     part = np.transpose(src[tidx], order)
-    g.arr[gidx] = convert(part, inst.dst.dtype).astype(g.arr.dtype, copy=False)
+    region = g.arr[gidx + (...,)]  # a view even when every dim is indexed
+    races.access_global(task, region, True, loc, "store_global", g.name)
+    region[...] = convert(part, inst.dst.dtype).astype(g.arr.dtype, copy=False)
 
 
 # --- shared memory ---------------------------------------------------------------------------
@@ -266,6 +273,7 @@ def _store_global(task, inst, loc):
 def _load_shared(task, inst, loc):
     v = shared(task, inst.src, loc)
     task.cta.units.check_read(v, loc, "load_shared")
+    races.access_shared(task, v, False, loc, "load_shared")
     task.env[inst.out] = v.arr.copy()
 
 
@@ -273,6 +281,7 @@ def _load_shared(task, inst, loc):
 def _store_shared(task, inst, loc):
     v = shared(task, inst.dst, loc)
     task.cta.units.check_write(v, loc, "store_shared")
+    races.access_shared(task, v, True, loc, "store_shared")
     v.arr[...] = convert(reg(task, inst.src, loc), inst.dst.dtype)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilus.backends.interp import races
 from tilus.backends.interp.hopper import MBarrier, WgmmaOp
 from tilus.backends.interp.numeric import convert
 from tilus.backends.interp.rules import box_index, read_box, rule, scal, shared
@@ -20,7 +21,7 @@ def _mbarrier_alloc(task, inst, loc):
         if msg := I.MBarrierAlloc.count_error(n):
             raise TilusRuntimeError(f"mbarrier {inst.out.name}[{i}]: {msg}", loc)
         addr = base + 8 * i
-        task.cta.units.barriers[addr] = MBarrier(inst.out.name, i, n, n)
+        task.cta.units.barriers[addr] = MBarrier(inst.out.name, i, n, n, key=task.cta.new_key())
         addrs.append(addr)
     task.env[inst.out] = np.array(addrs, dtype=np.uint32)
 
@@ -33,6 +34,7 @@ def _bar(task, inst, loc) -> MBarrier:
 def _mbarrier_arrive(task, inst, loc):
     bar = _bar(task, inst, loc)
     n = task.size * int(scal(task, inst.count, loc))  # every thread of the group arrives
+    races.join(bar.vc, races.release(task))
     if bar.arrive(n, loc, task.label):
         task.cta.units.phase_completed(bar, loc)
         task.cta.wake(bar)
@@ -42,6 +44,7 @@ def _mbarrier_arrive(task, inst, loc):
 def _mbarrier_arrive_expect_tx(task, inst, loc):
     bar = _bar(task, inst, loc)
     bar.expect_tx(task.size * int(scal(task, inst.tx_bytes, loc)), loc)
+    races.join(bar.vc, races.release(task))
     if bar.arrive(task.size, loc, task.label):
         task.cta.units.phase_completed(bar, loc)
         task.cta.wake(bar)
@@ -58,23 +61,33 @@ def _tma_g2s(task, inst, loc):
     g = task.env[inst.src]
     dst = shared(task, inst.dst, loc)
     offs = [int(scal(task, o, loc)) for o in inst.offsets]
-    data = read_box(g, offs, inst.dims, dst.arr.shape, inst.dst.dtype)
+    index = box_index(g.arr, offs, inst.dims, dst.arr.shape)
+    data = read_box(g, offs, inst.dims, dst.arr.shape, inst.dst.dtype, index)
+    if index[0] is not None:  # the box is read at issue in this model
+        region = g.arr[index[0] + (...,)]
+        races.access_global(task, region, False, loc, "tma.global_to_shared", g.name)
     bar = task.cta.units.barrier(scal(task, inst.mbarrier, loc), loc)
     nbytes = dst.arr.size * inst.dst.dtype.nbits // 8
-    task.cta.units.issue_tma(dst, data, bar, nbytes, loc)
+    task.cta.units.issue_tma(task, dst, data, bar, nbytes, loc)
 
 
 @rule(I.TmaSharedToGlobal)
 def _tma_s2g(task, inst, loc):
     src = shared(task, inst.src, loc)
     task.cta.units.check_read(src, loc, "tma.shared_to_global")
+    races.check_shared(task, src, False, races.ASYNC, loc, "tma.shared_to_global")
     g = task.env[inst.dst]
     offs = [int(scal(task, o, loc)) for o in inst.offsets]
     gidx, tidx = box_index(g.arr, offs, inst.dims, src.arr.shape)
+    grec = None
     if gidx is not None:
+        region = g.arr[gidx + (...,)]  # a view even when every dim is indexed
+        grec = races.access_global(
+            task, region, True, loc, "tma.shared_to_global", g.name, pending=True
+        )
         order = sorted(range(len(inst.dims)), key=lambda k: inst.dims[k])
-        g.arr[gidx] = convert(np.transpose(src.arr[tidx], order), inst.dst.dtype)
-    task.cta.units.store_issued(_bulk_owner(task), src, loc)
+        region[...] = convert(np.transpose(src.arr[tidx], order), inst.dst.dtype)
+    task.cta.units.store_issued(_bulk_owner(task), src, loc, grec)
 
 
 def _bulk_owner(task):
@@ -94,7 +107,7 @@ def _tma_commit(task, inst, loc):
 @rule(I.TmaWaitGroup)
 def _tma_wait(task, inst, loc):
     # global memory is written at issue in this model; what waiting protects is the shared source
-    task.cta.units.store_wait(_bulk_owner(task), inst.n)
+    task.cta.units.store_wait(task, _bulk_owner(task), inst.n, inst.read)
 
 
 @rule(I.WgmmaFence)
@@ -110,6 +123,8 @@ def _wgmma_mma(task, inst, loc):
     units = task.cta.units
     units.check_read(a, loc, "wgmma.mma (operand a)")
     units.check_read(b, loc, "wgmma.mma (operand b)")
+    races.check_shared(task, a, False, races.ASYNC, loc, "wgmma.mma (operand a)")
+    races.check_shared(task, b, False, races.ASYNC, loc, "wgmma.mma (operand b)")
     if inst.d not in task.env:
         raise TilusRuntimeError(
             f"wgmma accumulator `{inst.d.name}` is used before it is defined in this thread group",
@@ -143,6 +158,10 @@ def _wgmma_wait(task, inst, loc):
         for op in st.groups.pop(0):
             units.check_read(op.a, op.loc, "wgmma.mma (operand a)")
             units.check_read(op.b, op.loc, "wgmma.mma (operand b)")
+            for v, what in ((op.a, "wgmma.mma (operand a)"), (op.b, "wgmma.mma (operand b)")):
+                races.record_shared(
+                    v, False, races.ASYNC, task.key, task.epoch, op.loc, what, task.label
+                )
             acc = task.env[op.d]
             prod = op.a.arr.astype(np.float32) @ op.b.arr.astype(np.float32)
             task.env[op.d] = (acc.astype(np.float32) + prod).astype(np.float32)
@@ -156,4 +175,5 @@ def _setmaxnreg(task, inst, loc):
 
 @rule(I.FenceProxyAsync)
 def _fence_proxy_async(task, inst, loc):
-    pass
+    if inst.space == "shared":  # the global fence does not order shared memory
+        races.fence_proxy_async(task, task.cta.shared.values())

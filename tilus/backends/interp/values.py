@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -46,6 +46,7 @@ class SharedAlloc:
     nbits: int
     name: str
     freed: bool = False
+    acc: list = field(default_factory=list)  # races.Access records of its bytes
 
 
 @dataclass(frozen=True)
