@@ -9,7 +9,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# Let `pytest tests/cuda` work from a plain checkout, and import the bench prototypes.
+# Let `pytest tests/cuda` work from a plain checkout.
 if str(ROOT) not in sys.path:  # pragma: no cover - depends on the setup
     sys.path.insert(0, str(ROOT))
 

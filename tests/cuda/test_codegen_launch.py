@@ -66,7 +66,7 @@ def _prepare(kernel, *args):
     const, rt = kernel.bind(args, {})
     ck = L.select_kernel(kernel, const)
     fn = ck.kernel.program.fn
-    env, tensors, _ = L._check_args("K", fn, rt)
+    env, tensors, _ = L._check_values("K", fn.params, rt)
     names = [p.name for p in fn.params]
     scalars = {p.name: v for p, v in env.items() if p not in tensors}
     bound = LaunchPlan("K", ck.kernel).bind(scalars, {n: i for i, n in enumerate(names)})

@@ -54,11 +54,6 @@ def _flush_buffer(torch):
     return buf
 
 
-def free_flush_buffers() -> None:
-    """Release the 256 MB L2-flush buffers kept per device between benchmarks."""
-    _flush_buffers.clear()
-
-
 def _bench_cuda(fn, warmup: int, repeat: int, flush_l2: bool) -> list[float]:
     import torch
 

@@ -58,11 +58,6 @@ def _is_torch(v) -> bool:
     return type(v).__module__.startswith("torch") and hasattr(v, "data_ptr")
 
 
-def _check_args(kname: str, fn, runtime):
-    """Map param Var -> value; check tensors (device, dtype, contiguity) and scalars."""
-    return _check_values(kname, fn.params, runtime)
-
-
 def _check_values(kname: str, params, runtime):
     """Check the runtime values against ``params`` (objects with ``name`` and ``dtype``)."""
     by_name = {n: (ann, v) for n, ann, v in runtime}
