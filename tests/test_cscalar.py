@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tilus import float16, float32, int8, int32, uint8, uint32
-from tilus.backends.interp.values import eval_scalar
 from tilus.ir import cscalar
+from tilus.ir.evaluate import eval_scalar
 from tilus.ir.expr import Binary, Cast, Const, Var, binary, call, cast
 
 RNG = np.random.default_rng(20261201)

@@ -31,7 +31,7 @@ def check_view_extents(kname: str, program, scalars: dict) -> None:
     Raises:
         TilusArgumentError: naming the arguments the negative extent is computed from.
     """
-    from tilus.backends.interp.values import eval_scalar
+    from tilus.ir.evaluate import eval_scalar
 
     params = {p: scalars[p.name] for p in program.fn.params if p.name in scalars}
     for stmt, inst in instructions(program.fn.body):

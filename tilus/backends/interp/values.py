@@ -9,7 +9,6 @@ import numpy as np
 from tilus.dtypes import DataType
 
 # scalar evaluation (shared with the CUDA launcher, so it lives in the IR); named here for rules.py
-from tilus.ir.evaluate import eval_scalar  # noqa: F401
 
 
 @dataclass(frozen=True)
