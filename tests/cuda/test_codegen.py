@@ -164,9 +164,9 @@ class Unsupported(tilus.Script):
         self.attrs.blocks = 1
         self.attrs.warps = 1
         g = self.global_view(x_ptr, dtype=float32, shape=[32])
-        x = self.load_global(g, offsets=[0], shape=[32])
-        s = self.sum(x, dim=0, keepdim=True)  # no CUDA lowering yet
-        self.store_global(g, s, offsets=[0])
+        x = self.load_global(g, offsets=[0], shape=[64])
+        s = self.reshape(x, [8, 8])  # the registers would have to move between threads
+        self.store_global(g, self.reshape(s, [64]), offsets=[0])
 
 
 @needs_nvrtc
@@ -175,7 +175,9 @@ def test_unsupported_construct_names_the_users_line():
         tilus.compile(Unsupported(), float32)
     msg = str(e.value)
     assert (
-        "test_codegen.py:" in msg and "self.sum(x, dim=0, keepdim=True)" in msg and "reduce" in msg
+        "test_codegen.py:" in msg
+        and "self.reshape(x, [8, 8])" in msg
+        and "layout conversion is needed" in msg
     )
 
 

@@ -8,9 +8,6 @@ from tilus.ir.rules import RuleTable
 #: Instructions the CUDA backend refuses, each with the reason given at the user's line (the
 #: interpreter runs them). Shared by both tables: an instruction is lowered by both or neither.
 NOT_LOWERED: dict[type, str] = {
-    I.Reduce: "reductions have no CUDA lowering yet (the interpreter runs them)",
-    I.ReshapeTensor: "reshape/squeeze/unsqueeze of register tiles have no CUDA lowering yet "
-    "(the interpreter runs them)",
     I.PrintTensor: "print_tensor has no CUDA lowering yet (the interpreter runs it)",
 }
 

@@ -12,6 +12,7 @@ from tilus.backends.cuda.codegen.stmts import StmtEmitter
 from tilus.backends.cuda.layout import LayoutPlan, infer_layouts
 from tilus.backends.cuda.prelude import prelude_for
 from tilus.dtypes import PointerType
+from tilus.errors import TilusCompileError
 from tilus.passes.shared_memory import SM90_SMEM_LIMIT
 
 #: Bumped whenever generated code changes meaning; part of the compile-cache key.
@@ -71,6 +72,15 @@ def generate(program) -> KernelSource:
         params.append(f"const tl_divisor_t tl_div{d.index}")
     emitter = StmtEmitter(ctx)
     total = program.smem.total_bytes
+    if plan.scratch_bytes:  # the reductions' cross-warp scratch goes after everything else
+        ctx.reduce_base = -(-total // 16) * 16
+        total = ctx.reduce_base + plan.scratch_bytes
+        if total > SM90_SMEM_LIMIT:
+            raise TilusCompileError(
+                f"shared memory: the reductions' {plan.scratch_bytes}-byte scratch brings the "
+                f"block to {total} bytes, over the sm_90a per-block limit of {SM90_SMEM_LIMIT}",
+                None,
+            )
     slack = SMEM_ALIGN_SLACK if total + SMEM_ALIGN_SLACK <= SM90_SMEM_LIMIT else 0
     ctx.emit("extern __shared__ __align__(1024) uint8_t tl_smem_raw[];")
     if slack:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.codegen import vector as V
 from tilus.backends.cuda.codegen.scalar import ctype
 from tilus.backends.cuda.ptx.ldst import GUARDED_SUFFIX
 from tilus.backends.cuda.tables import CODEGEN_RULES
@@ -98,13 +99,24 @@ def load_global(ctx, inst, expr):
     name, shape, strides = ctx.gview_info[g]
     ctx.open("")
     base, offs = _tile_base(ctx, layout, inst.offsets, expr)
-    for i in range(layout.local_size):
+
+    def scalar(i):
         idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
         ok = _in_bounds(idx, shape)
         ctx.emit(
             f"{R.elem(ctx, out, i)} = ({ok}) ? {name}[{_address(idx, strides)}] : "
             f"{R.zero(out.dtype)};"
         )
+
+    w = V.vector_width(ctx, out, layout, inst.dims, strides, len(shape))
+    for i in range(0, layout.local_size, w or 1):
+        if not w:
+            scalar(i)
+            continue
+        idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
+        ok = _in_bounds(idx[:-1], shape[:-1]) or "true"  # the row; the run's columns below
+        ptr = f"{name} + {_address(idx, strides)}"
+        V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar)
     ctx.close()
 
 
@@ -162,6 +174,23 @@ def store_global(ctx, inst, expr):
             col_memo[c] = (ok0, ok1)
         return col_memo[c]
 
+    w = V.vector_width(ctx, src, layout, inst.dims, strides, len(shape))
+    if w:
+
+        def scalar(i):
+            idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
+            p, rok = row(idx)  # memoized before the run's branch, so in scope here
+            cok = f"(uint32_t)({idx[last]}) < (uint32_t)({shape[last]})"
+            a = f"{p} + {_address([idx[last]], [strides[last]])}"
+            _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", f"{a}, {R.elem(ctx, src, i)}, {rok} && {cok}")
+
+        for i in range(0, layout.local_size, w):
+            idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
+            p, rok = row(idx)
+            a = f"{p} + {_address([idx[last]], [strides[last]])}"
+            V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar)
+        ctx.close()
+        return
     for i in range(0, layout.local_size, 2 if pairs else 1):
         idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
         p, rok = row(idx)

@@ -13,6 +13,7 @@ from tilus.ir import inst as I
 from tilus.ir.cscalar import convert as cconvert
 from tilus.ir.cscalar import wrap
 from tilus.ir.expr import Const
+from tilus.ir.layout.derived import broadcast_map
 from tilus.ir.tensor import TensorVar
 
 rule = CODEGEN_RULES.rule
@@ -144,14 +145,28 @@ def element_read(ctx, e, expr) -> str:
         raise ctx.error(
             f"reading one element of %{t.name}, which is spread over threads, is not supported"
         )
+    reg = register_of(layout, t)
     lin = linear_index(t, e.indices)
     if lin is not None:
-        return elem(ctx, t, lin)
+        return elem(ctx, t, reg[lin])
     idx = _dyn_index(t, e.indices, expr)
-    code = elem(ctx, t, t.size - 1)
+    code = elem(ctx, t, reg[t.size - 1])
     for k in reversed(range(t.size - 1)):
-        code = f"({idx} == {k} ? {elem(ctx, t, k)} : {code})"
+        code = f"({idx} == {k} ? {elem(ctx, t, reg[k])} : {code})"
     return code
+
+
+def register_of(layout, t: TensorVar) -> list[int]:
+    """For a tile every thread holds whole: the register of each row-major element."""
+    where = {layout.local_coords(j): j for j in range(layout.local_size)}
+    out = []
+    for k in range(t.size):
+        c, rest = [], k
+        for n in reversed(t.shape):
+            c.append(rest % n)
+            rest //= n
+        out.append(where[tuple(reversed(c))])
+    return out
 
 
 def _dyn_index(t, indices, expr) -> str:
@@ -172,14 +187,15 @@ def store_element(ctx, inst, expr):
         raise ctx.error(f"writing one element of %{t.name}, spread over threads, is unsupported")
     v = ctx.fresh("v")
     ctx.emit(f"const {ctype(t.dtype)} {v} = {expr(inst.value)};")
+    reg = register_of(layout, t)
     lin = linear_index(t, inst.indices)
     if lin is not None:
-        ctx.emit(f"{elem(ctx, t, lin)} = {v};")
+        ctx.emit(f"{elem(ctx, t, reg[lin])} = {v};")
         return
     idx = ctx.fresh("i")
     ctx.emit(f"const int {idx} = {_dyn_index(t, inst.indices, expr)};")
     for k in range(t.size):
-        ctx.emit(f"if ({idx} == {k}) {elem(ctx, t, k)} = {v};")
+        ctx.emit(f"if ({idx} == {k}) {elem(ctx, t, reg[k])} = {v};")
 
 
 @rule(I.AllocRegister)
@@ -213,6 +229,40 @@ def _check_same(ctx, out, *srcs):
         if isinstance(s, TensorVar) and layout_of(ctx, s) != lo:
             raise ctx.error(f"tiles %{out.name} and %{s.name} have different layouts")
     return lo
+
+
+def _maps(ctx, out, ops):
+    """Per operand: None (same layout as ``out``: register i is register i) or, for a
+    broadcast operand, the list of its registers read for each register of ``out``."""
+    lo = layout_of(ctx, out)
+    maps = []
+    for x in ops:
+        if not isinstance(x, TensorVar) or layout_of(ctx, x) == lo:
+            maps.append(None)
+            continue
+        m = broadcast_map(lo, layout_of(ctx, x), lo.num_threads)
+        if m is None:
+            raise ctx.error(
+                f"%{x.name} ({layout_of(ctx, x).kind}) is not laid out like %{out.name} "
+                f"({lo.kind}) with its broadcast dims collapsed"
+            )
+        maps.append(m)
+    return lo, maps
+
+
+def _each(ctx, layout, maps):
+    """Loop over the registers: a constant-trip loop when no operand is broadcast (returns
+    the index variable), else a Python range of straight-line code (returns None and the
+    caller emits once per register)."""
+    if all(m is None for m in maps):
+        return unrolled(ctx, layout.local_size)
+    return None
+
+
+def _at(ctx, x, i, m, pre):
+    if not isinstance(x, TensorVar):
+        return pre[id(x)]
+    return elem(ctx, x, i if m is None else m[i])
 
 
 @rule(I.CastTensor)
@@ -270,15 +320,23 @@ def _declare_unless_same(ctx, out, ops):
 def binary(ctx, inst, expr):
     """Elementwise ``a op b`` (16-bit floats computed in float and rounded)."""
     out, a, b = inst.out, inst.a, inst.b
-    layout = _check_same(ctx, out, a, b)
     ops = (a, b)
+    layout, maps = _maps(ctx, out, ops)
     pre = _scalar_operands(ctx, ops, expr)
     _declare_unless_same(ctx, out, ops)
-    odt = a.dtype
+    i = _each(ctx, layout, maps)
+    if i is None:
+        for k in range(layout.local_size):
+            _binary_one(ctx, inst, k, *(_at(ctx, x, k, m, pre) for x, m in zip(ops, maps)))
+        return
+    _binary_one(ctx, inst, i, _operand(ctx, a, i, expr, pre), _operand(ctx, b, i, expr, pre))
+    ctx.close()
+
+
+def _binary_one(ctx, inst, i, x, y):
+    out, a = inst.out, inst.a
+    odt = a.dtype if isinstance(a, TensorVar) else inst.b.dtype
     half = odt.name in HALF
-    i = unrolled(ctx, layout.local_size)
-    x = _operand(ctx, a, i, expr, pre)
-    y = _operand(ctx, b, i, expr, pre)
     if half:
         x, y = to_float(x, odt), to_float(y, odt)
     if inst.op in BINARY_FUNCS:
@@ -291,7 +349,6 @@ def binary(ctx, inst, expr):
     if half and out.dtype.kind != "bool":
         code = from_float(code, odt)
     ctx.emit(f"{elem(ctx, out, i)} = {code};")
-    ctx.close()
 
 
 @rule(I.ElementwiseUnary)
@@ -335,10 +392,15 @@ def where(ctx, inst, expr):
     """Elementwise ``cond ? x : y``."""
     out = inst.out
     ops = (inst.cond, inst.x, inst.y)
-    layout = _check_same(ctx, out, *ops)
+    layout, maps = _maps(ctx, out, ops)
     pre = _scalar_operands(ctx, ops, expr)
     _declare_unless_same(ctx, out, ops)
-    i = unrolled(ctx, layout.local_size)
+    i = _each(ctx, layout, maps)
+    if i is None:
+        for k in range(layout.local_size):
+            c, x, y = (_at(ctx, o, k, m, pre) for o, m in zip(ops, maps))
+            ctx.emit(f"{elem(ctx, out, k)} = {c} ? {x} : {y};")
+        return
     c, x, y = (_operand(ctx, o, i, expr, pre) for o in ops)
     ctx.emit(f"{elem(ctx, out, i)} = {c} ? {x} : {y};")
     ctx.close()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from tilus.backends.cuda.layout.plan import Group, LayoutPlan, SharedView, err, free_vars
+from tilus.backends.cuda.layout.reduction import scratch_bytes
 from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.ir import inst as I
 from tilus.ir.function import Function
 from tilus.ir.layout import RegisterLayout, blocked, replicated
+from tilus.ir.layout.derived import broadcast_map
 from tilus.ir.layout.register import permute
 from tilus.ir.rules import NotLowered
 from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt
@@ -50,6 +52,9 @@ class _Inference:
         self.defs: dict = {}  # register tensor -> (Group, stmt) of its first definition
         self.uses: list = []  # (tensor, Group, stmt) where a distributed layout must match
         self.nested = False  # whether the instruction being visited is inside control flow
+        self.derived: list = []  # (target, source, fn(source layout) -> layout, stmt, how)
+        self.reduces: list = []  # (Reduce inst, Group)
+        self.io_bytes: dict = {}  # register tile -> element bytes of a global load/store of it
 
     # --- walk --------------------------------------------------------------------------------
     def run(self) -> LayoutPlan:
@@ -58,7 +63,24 @@ class _Inference:
         self.blockable = _blockable_tiles(self.fn)
         self.walk(self.fn.body, root)
         self.assign()
+        self.plan_scratch()
         return self.plan
+
+    def plan_scratch(self):
+        """Shared scratch for reductions across warps: one area per thread group (groups may
+        reduce at the same time), as large as the group's largest reduction needs; the
+        reductions of one group reuse it (each waits for the group before writing)."""
+        need: dict = {}
+        for inst, g in self.reduces:
+            n = scratch_bytes(self.plan.registers[inst.src], inst, g.size)
+            if n:
+                need.setdefault((g.begin, g.size), []).append((inst, n))
+        at = 0
+        for insts in need.values():
+            for inst, _ in insts:
+                self.plan.scratch[inst] = at
+            at += -(-max(n for _, n in insts) // 16) * 16
+        self.plan.scratch_bytes = at
 
     def walk(self, s, g: Group, nested: bool = False):
         """Visit statements in order, tracking the thread group (and control-flow nesting)."""
@@ -156,6 +178,71 @@ class _Inference:
             ) from None
         rule(self, stmt, inst, g)
 
+    def derive(self, target, source, fn, stmt, how: str):
+        """Require ``layout(target) == fn(layout(source))`` (``how``: "reduce", "reshape", or
+        "broadcast", which only needs every thread to hold the operand elements it reads)."""
+        self.derived.append((target, source, fn, stmt, how))
+
+    def default_layout(self, r, members, g):
+        """The layout of a class no instruction constrains (vectorized when it is loaded from
+        or stored to global memory: 16 bytes per thread along the last dim)."""
+        t0 = members[0]
+        io = [self.io_bytes[t] for t in members if t in self.io_bytes]
+        if t0 in self.plan.barriers:
+            return replicated(t0.shape, g.size)
+        if t0.size <= SMALL_TILE and not io:
+            return replicated(t0.shape, g.size)
+        return blocked(t0.shape, g.size, 16 // min(io) if io else 1)
+
+    def class_layouts(self, classes) -> dict:
+        """Class root -> layout: anchors, then what derivations imply, then defaults."""
+        out = {r: self.anchor[r][0] for r in classes if r in self.anchor}
+        targets = {self.uf.find(t) for t, *_ in self.derived}
+        for r, members in classes.items():
+            if r not in out and r not in targets:
+                out[r] = self.default_layout(r, members, self.defs[members[0]][0])
+        pending = [r for r in classes if r not in out]
+        while pending:
+            progress = True
+            while progress:
+                progress = False
+                for t, s, fn, stmt, _ in self.derived:
+                    rt, rs = self.uf.find(t), self.uf.find(s)
+                    if rt not in out and rs in out:
+                        layout = fn(out[rs])
+                        if layout is None:
+                            raise err(
+                                stmt,
+                                f"no register layout of %{t.name} follows from "
+                                f"that of %{s.name} (a layout conversion is needed)",
+                            )
+                        out[rt] = layout
+                        progress = True
+            pending = [r for r in classes if r not in out]
+            if pending:  # a cycle of derivations: break it with a default
+                r = pending[0]
+                out[r] = self.default_layout(r, classes[r], self.defs[classes[r][0]][0])
+        return out
+
+    def check_derived(self):
+        """Every derivation holds for the final layouts (else a conversion would be needed)."""
+        p = self.plan
+        for t, s, fn, stmt, how in self.derived:
+            lt, ls = p.registers.get(t), p.registers.get(s)
+            if lt is None or ls is None:
+                continue
+            if how == "broadcast":
+                ok = broadcast_map(ls, lt, ls.num_threads) is not None
+            else:
+                ok = fn(ls) == lt
+            if not ok:
+                raise err(
+                    stmt,
+                    f"{how}: tile %{t.name} has a register layout ({lt.kind}) that does not "
+                    f"match %{s.name} ({ls.kind}); converting register layouts is not supported "
+                    "yet",
+                )
+
     # --- assignment --------------------------------------------------------------------------
     def assign(self):
         """Give every class of register tiles a layout and check the uses."""
@@ -164,12 +251,13 @@ class _Inference:
         classes: dict = {}
         for t in self.defs:
             classes.setdefault(self.uf.find(t), []).append(t)
+        layouts = self.class_layouts(classes)
         for r, members in classes.items():
             t0 = members[0]
             g, stmt = self.defs[t0]
             anchor = self.anchor.get(r)
+            layout = layouts[r]
             if anchor is not None:
-                layout = anchor[0]
                 g = self.defs[t0][0]
                 for t in members:
                     dg = self.defs[t][0]
@@ -179,12 +267,6 @@ class _Inference:
                             f"tile %{t.name} is created in a group of {dg.size} threads but "
                             f"its layout ({layout.kind}) spans {layout.num_threads}",
                         )
-            elif t0 in p.barriers:
-                layout = replicated(t0.shape, g.size)
-            elif t0.size <= SMALL_TILE:
-                layout = replicated(t0.shape, g.size)
-            else:
-                layout = blocked(t0.shape, g.size)
             for t in members:
                 dg, dstmt = self.defs[t]
                 if not layout.replicated and dg != g:
@@ -193,18 +275,9 @@ class _Inference:
                         f"tile %{t.name} is created in a different thread group than the tiles "
                         "it is computed with",
                     )
-                regs = layout.local_size * max(1, t.dtype.nbits // 32)
-                if regs > MAX_TILE_REGISTERS:
-                    raise err(
-                        dstmt,
-                        tile_registers_message(
-                            t,
-                            regs,
-                            dg.size,
-                            f"at most {MAX_TILE_REGISTERS} fit without spilling",
-                            f"layout {layout.kind}",
-                        ),
-                    )
+                msg = tile_registers_error(t, layout, dg.size)
+                if msg:
+                    raise err(dstmt, msg)
                 p.registers[t] = layout
                 p.owner[t] = dg
         for t in self.perms:
@@ -212,6 +285,7 @@ class _Inference:
             if base in p.registers:
                 p.registers[t] = permute(p.registers[base], dims)
                 p.owner[t] = p.owner[base]
+        self.check_derived()
         for t, g, stmt in self.uses:
             layout = p.registers.get(t)
             if layout is None:
@@ -223,6 +297,21 @@ class _Inference:
                     f"{p.owner[t].begin + p.owner[t].size}) but used by the group "
                     f"[{g.begin}, {g.begin + g.size})",
                 )
+
+
+def tile_registers_error(t: TensorVar, layout: RegisterLayout, num_threads: int) -> str | None:
+    """Why register tile ``t`` in ``layout`` over ``num_threads`` threads cannot be held in
+    registers without spilling (None when it can)."""
+    regs = layout.local_size * max(1, t.dtype.nbits // 32)
+    if regs <= MAX_TILE_REGISTERS:
+        return None
+    return tile_registers_message(
+        t,
+        regs,
+        num_threads,
+        f"at most {MAX_TILE_REGISTERS} fit without spilling",
+        f"layout {layout.kind}",
+    )
 
 
 #: What may use a shared tile stored in column blocks: element-wise copies and TMA, which

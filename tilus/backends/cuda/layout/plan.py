@@ -50,6 +50,8 @@ class LayoutPlan:
     gviews: dict = field(default_factory=dict)  # global TensorVar -> GlobalView inst
     tmaps: list = field(default_factory=list)  # TmaMap, in first-use order
     tmap_of: dict = field(default_factory=dict)  # TMA inst -> index into tmaps
+    scratch: dict = field(default_factory=dict)  # Reduce inst -> offset in the scratch area
+    scratch_bytes: int = 0  # shared bytes of the reductions' cross-warp scratch area
 
 
 def free_vars(e, out: set) -> None:

@@ -8,7 +8,8 @@ from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.ir import inst as I
 from tilus.ir.expr import Expr, Var
 from tilus.ir.layout import SharedLayout, choose_swizzle
-from tilus.ir.layout.register import mma_a, mma_b, mma_c, mma_warps, wgmma_acc
+from tilus.ir.layout.derived import broadcast_layout, insert_dims, reduce_layout
+from tilus.ir.layout.register import mma_a, mma_b, mma_c, mma_warps, replicated, wgmma_acc
 from tilus.ir.tensor import TensorVar
 
 rule = LAYOUT_RULES.rule
@@ -111,15 +112,24 @@ def _mbarrier_alloc(inf, stmt, inst, g):
     inf.define(inst.out, g, stmt)
 
 
-@rule(I.AllocRegister, I.LoadGlobal, I.LoadShared)
+@rule(I.AllocRegister, I.LoadShared)
 def _defines(inf, stmt, inst, g):
     """A new register tile with no layout requirement of its own."""
     inf.define(inst.out, g, stmt)
 
 
+@rule(I.LoadGlobal)
+def _load_global(inf, stmt, inst, g):
+    """A new register tile; its class is vectorized for memory unless something else rules."""
+    inf.define(inst.out, g, stmt)
+    inf.io_bytes[inst.out] = max(1, inst.out.dtype.nbits // 8)
+
+
 @rule(I.StoreGlobal, I.StoreShared)
 def _stores(inf, stmt, inst, g):
     inf.use(inst.src, g, stmt)
+    if isinstance(inst, I.StoreGlobal):
+        inf.io_bytes[inst.src] = max(1, inst.src.dtype.nbits // 8)
 
 
 @rule(I.StoreElement)
@@ -153,13 +163,48 @@ def _elementwise(inf, stmt, inst, g):
         if isinstance(o, TensorVar):
             inf.no_perm(stmt, o)
             inf.use(o, g, stmt)
-            if o.shape != inst.out.shape:
-                raise err(
-                    stmt,
-                    f"{inst.NAME} with broadcasting ({o.type_str()} to "
-                    f"{inst.out.type_str()}) is not supported yet",
+            if o.shape == inst.out.shape:
+                inf.uf.union(inst.out, o)
+            else:  # the operand's layout is the result's with the broadcast dims collapsed
+                inf.define(o, g, stmt)
+                shape = o.shape
+                inf.derive(
+                    o, inst.out, lambda lo, s=shape: broadcast_layout(lo, s), stmt, "broadcast"
                 )
-            inf.uf.union(inst.out, o)
+
+
+@rule(I.Reduce)
+def _reduce(inf, stmt, inst, g):
+    """The result's layout is the source's with the reduced dim collapsed."""
+    inf.no_perm(stmt, inst.src)
+    inf.use(inst.src, g, stmt)
+    inf.define(inst.out, g, stmt)
+    inf.reduces.append((inst, g))
+    d, keep = inst.dim, inst.keepdim
+    inf.derive(inst.out, inst.src, lambda lo: reduce_layout(lo, d, keep), stmt, "reduce")
+
+
+@rule(I.ReshapeTensor)
+def _reshape(inf, stmt, inst, g):
+    """Register reshapes that only add or drop size-1 dims keep every register in place."""
+    if inst.src.kind != "register":
+        raise err(stmt, "reshape of a shared tile is not supported by the CUDA backend yet")
+    inf.no_perm(stmt, inst.src)
+    inf.use(inst.src, g, stmt)
+    inf.define(inst.out, g, stmt)
+    shape = tuple(inst.out.shape)
+    inf.derive(inst.out, inst.src, lambda lo: _reshaped(lo, shape), stmt, "reshape")
+
+
+def _reshaped(layout, shape):
+    """``layout`` with the new ``shape``: size-1 dims added or dropped, or a tile every thread
+    holds whole in row-major registers; None otherwise (the registers would have to move)."""
+    out = insert_dims(layout, shape)
+    if out is not None:
+        return out
+    if layout.replicated and layout == replicated(layout.shape, layout.num_threads):
+        return replicated(shape, layout.num_threads)
+    return None
 
 
 # --- tensor cores ----------------------------------------------------------------------------

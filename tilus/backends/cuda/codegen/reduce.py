@@ -1,0 +1,171 @@
+"""Reductions of register tiles (in registers, warp shuffles, shared memory) and reshapes."""
+
+# A reduction over dim d runs in up to three stages, read off the source layout:
+#   1. within a thread: the registers whose digits differ only along d (a pairwise tree);
+#   2. across lanes: each thread digit along d that lies inside a warp (a power of two) is a
+#      butterfly of __shfl_xor_sync, after which every lane holds the combined value;
+#   3. across warps: the thread digits along d above the lanes write their partial results to
+#      a shared scratch area (slot per digit value), and every thread combines the slots in
+#      slot order. Every thread that holds an output element combines the same values in the
+#      same order, so the replicas of the result (see ``tilus.ir.layout.derived``) are equal.
+
+from __future__ import annotations
+
+import math
+
+from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.codegen.scalar import HALF, ctype, from_float, to_float
+from tilus.backends.cuda.layout.reduction import thread_stages
+from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.ir import inst as I
+from tilus.ir.layout.derived import insert_dims, reduce_layout
+
+rule = CODEGEN_RULES.rule
+
+#: Identity-free combine of two accumulators, by op (``T`` the accumulator's C type).
+COMBINE = {
+    "sum": "({a} + {b})",
+    "max": "tl_max<{T}>({a}, {b})",
+    "min": "tl_min<{T}>({a}, {b})",
+    "any": "({a} | {b})",
+    "all": "({a} & {b})",
+}
+
+
+def acc_type(op: str, dtype) -> str:
+    """The C type partial results are combined in (16-bit floats in float, bools as int)."""
+    if op in ("any", "all") or dtype.kind == "bool":
+        return "int"
+    if dtype.name in HALF:
+        return "float"
+    if op == "sum" and dtype.is_integer() and dtype.nbits < 64:
+        return "long long" if dtype.nbits > 32 else "int"
+    return ctype(dtype)
+
+
+def _lane_mask(g) -> str:
+    if g.size >= 32:
+        return "0xffffffffu"
+    return f"{((1 << g.size) - 1) << (g.begin % 32):#010x}u"
+
+
+def _tree(ctx, codes, op, T) -> str:
+    """Pairwise combine of C expressions (emitting temporaries level by level)."""
+    while len(codes) > 1:
+        nxt = []
+        for k in range(0, len(codes) - 1, 2):
+            nxt.append(COMBINE[op].format(a=codes[k], b=codes[k + 1], T=T))
+        if len(codes) % 2:
+            nxt.append(codes[-1])
+        if len(nxt) > 1:
+            names = []
+            for c in nxt:
+                n = ctx.fresh("p")
+                ctx.emit(f"const {T} {n} = {c};")
+                names.append(n)
+            nxt = names
+        codes = nxt
+    return codes[0]
+
+
+@rule(I.Reduce)
+def reduce_(ctx, inst, expr):
+    """``out = op(src, dim)``: in registers, then shuffles, then shared memory across warps."""
+    src, out, op, dim = inst.src, inst.out, inst.op, inst.dim
+    ls, lo = R.layout_of(ctx, src), R.layout_of(ctx, out)
+    if reduce_layout(ls, dim, inst.keepdim) != lo:
+        raise ctx.error(f"the layout of %{out.name} is not the reduced layout of %{src.name}")
+    g = ctx.group
+    T = acc_type(op, src.dtype)
+    masks, slots = thread_stages(ls, dim, g.size)
+    R.declare(ctx, out)
+    nslots = math.prod(e for e, _ in slots)
+    across = f", {nslots} warp slots through shared memory" if slots else ""
+    ctx.emit(
+        f"// {op} over dim {dim}: {ls.local_size} -> {lo.local_size} per thread, "
+        f"{len(masks)} lane shuffles{across}"
+    )
+    ctx.open("")
+    # stage 1: registers of one output element
+    where = {lo.local_coords(j): j for j in range(lo.local_size)}
+    groups: list[list[int]] = [[] for _ in range(lo.local_size)]
+    for i in range(ls.local_size):
+        c = list(ls.local_coords(i))
+        c[dim] = 0
+        if not inst.keepdim:
+            del c[dim]
+        groups[where[tuple(c)]].append(i)
+    acc = ctx.fresh("acc")
+    ctx.emit(f"{T} {acc}[{lo.local_size}];")
+    for j, regs in enumerate(groups):
+        codes = [f"({T})({to_float(R.elem(ctx, src, i), src.dtype)})" for i in regs]
+        ctx.emit(f"{acc}[{j}] = {_tree(ctx, codes, op, T)};")
+    # stage 2: butterflies within the warp
+    if masks:
+        mask = _lane_mask(g)
+        j = R.unrolled(ctx, lo.local_size)
+        for m in masks:
+            other = f"__shfl_xor_sync({mask}, {acc}[{j}], {m})"
+            ctx.emit(f"{acc}[{j}] = {COMBINE[op].format(a=f'{acc}[{j}]', b=other, T=T)};")
+        ctx.close()
+    # stage 3: slots in shared memory across warps
+    if slots:
+        _cross_warps(ctx, inst, lo, g, slots, acc, T)
+    conv = from_float if out.dtype.name in HALF else None
+    for j in range(lo.local_size):
+        v = f"{acc}[{j}]"
+        if conv is not None:
+            v = conv(v, out.dtype)
+        elif out.dtype.kind == "bool":
+            v = f"({v} != 0)"
+        elif T != ctype(out.dtype):
+            v = f"({ctype(out.dtype)})({v})"
+        ctx.emit(f"{R.elem(ctx, out, j)} = {v};")
+    ctx.close()
+
+
+def _cross_warps(ctx, inst, lo, g, slots, acc, T):
+    out = inst.out
+    sync = CODEGEN_RULES.lookup(I.Sync)
+    nslots = math.prod(e for e, _ in slots)
+    off = ctx.plan.scratch.get(inst)
+    if off is None:
+        raise ctx.error("internal: no shared scratch was planned for this reduction")
+    tid = ctx.tid(g)
+    slot, mul = [], 1
+    for e, b in reversed(slots):
+        slot.append(f"(({tid} / {b}) % {e}) * {mul}" if mul != 1 else f"(({tid} / {b}) % {e})")
+        mul *= e
+    sname = ctx.fresh("slot")
+    ctx.emit(f"const int {sname} = {' + '.join(reversed(slot))};")
+    base = R.emit_thread_coords(ctx, lo, g)
+    strides = [math.prod(out.shape[k + 1 :]) for k in range(out.ndim)]
+    buf = ctx.fresh("red")
+    ctx.emit(f"{T}* const {buf} = ({T}*)(tl_smem_ptr + {ctx.reduce_base + off}u);")
+    lin = []
+    for j in range(lo.local_size):
+        parts = [
+            f"({R.coord(b, k)}) * {s}" if s != 1 else f"({R.coord(b, k)})"
+            for b, k, s in zip(base, lo.local_coords(j), strides)
+        ]
+        lin.append(" + ".join(parts) or "0")
+    sync(ctx, None, None)  # earlier readers of the scratch are done
+    for j in range(lo.local_size):
+        ctx.emit(f"{buf}[{sname} * {out.size} + {lin[j]}] = {acc}[{j}];")
+    sync(ctx, None, None)
+    for j in range(lo.local_size):
+        codes = [f"{buf}[{s * out.size} + {lin[j]}]" for s in range(nslots)]
+        ctx.emit(f"{acc}[{j}] = {_tree(ctx, codes, inst.op, T)};")
+
+
+@rule(I.ReshapeTensor)
+def reshape(ctx, inst, expr):
+    """Add or drop size-1 dims (or reshape a row-major replicated tile): a register copy."""
+    src, out = inst.src, inst.out
+    ls, lo = R.layout_of(ctx, src), R.layout_of(ctx, out)
+    if insert_dims(ls, out.shape) != lo and not (ls.replicated and lo.replicated):
+        raise ctx.error(f"reshape of %{src.name}: its registers would have to move")
+    R.declare(ctx, out)
+    i = R.unrolled(ctx, lo.local_size)
+    ctx.emit(f"{R.elem(ctx, out, i)} = {R.elem(ctx, src, i)};")
+    ctx.close()

@@ -1,0 +1,115 @@
+"""Vectorized global loads and stores: 8- or 16-byte accesses with a scalar fallback."""
+
+# A register layout whose innermost register digit runs along the global view's contiguous
+# last dim (stride 1) with at least 4 elements puts runs of elements that are adjacent in
+# memory in adjacent registers of one thread; with the threads of a warp side by side along
+# that dim (a blocked layout), a warp's accesses are coalesced. Each run of up to 16 bytes is
+# one ld/st.global.v* when, at run time, the whole run is inside the view and its address is
+# aligned to the access size (the pointer, the row stride and the column offset all play
+# in, so it is checked on the address itself); otherwise the run falls back to the
+# bounds-checked element accesses, so ragged tails and odd strides stay correct.
+
+from __future__ import annotations
+
+from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.codegen.scalar import ctype
+
+#: C types of the 16- and 32-bit element storage that move as 32-bit words.
+_BITS = {16: "uint16_t", 32: None}
+
+
+def vector_width(ctx, t, layout, dims, strides, ndim: int) -> int:
+    """Elements per vector access of tile ``t`` against a view (0: no vector path)."""
+    if ctx.smem.scratch_offset is not None or t.dtype.nbits not in (16, 32):
+        return 0  # kernels with wgmma in flight keep their branch-free stores
+    if t.dtype.kind == "bool" or dims[-1] != ndim - 1 or strides[-1] != "1":
+        return 0
+    inner = layout.locals[-1]
+    if inner.dim != t.ndim - 1 or inner.stride != 1 or inner.extent < 4:
+        return 0
+    esize = t.dtype.nbits // 8
+    w = min(inner.extent, 16 // esize)
+    while inner.extent % w:
+        w //= 2
+    if w * esize < 8:
+        return 0
+    # every other step along the last dim keeps a run aligned to w elements
+    others = [f for f in (*layout.threads, *layout.locals[:-1]) if f.dim == t.ndim - 1]
+    if any(f.stride % w for f in others):
+        return 0
+    return w
+
+
+def _word_type(n: int) -> str:
+    return {2: "uint2", 4: "uint4"}[n]
+
+
+def _to_word(v: str, dtype) -> str:
+    return f"__float_as_uint({v})" if dtype.name == "float32" else f"(uint32_t)({v})"
+
+
+def _from_word(w: str, dtype) -> str:
+    if dtype.name == "float32":
+        return f"__uint_as_float({w})"
+    return f"({ctype(dtype)})({w})"
+
+
+def _words(t, regs, ctx):
+    """The 32-bit words of registers ``regs`` of ``t`` (16-bit elements in pairs)."""
+    if t.dtype.nbits == 32:
+        return [_to_word(R.elem(ctx, t, i), t.dtype) for i in regs]
+    out = []
+    for k in range(0, len(regs), 2):
+        lo, hi = R.elem(ctx, t, regs[k]), R.elem(ctx, t, regs[k + 1])
+        out.append(f"((uint32_t){lo} | ((uint32_t){hi} << 16))")
+    return out
+
+
+def load_run(ctx, out, i0: int, w: int, ptr: str, ok: str, col: str, ncols: str, scalar):
+    """Registers ``i0 .. i0 + w`` of ``out`` from ``ptr`` (one vector access when the run is
+    in bounds and aligned, else ``scalar(i)`` lines for each register)."""
+    esize = out.dtype.nbits // 8
+    nwords = w * esize // 4
+    wt = _word_type(nwords)
+    p = ctx.fresh("vp")
+    ctx.emit(f"const {ctype(out.dtype)}* const {p} = {ptr};")
+    cond = (
+        f"{ok} && (uint32_t)({col}) + {w}u <= (uint32_t)({ncols}) && "
+        f"(((uint64_t){p}) & {w * esize - 1}) == 0"
+    )
+    ctx.open(f"if ({cond})")
+    v = ctx.fresh("vw")
+    ctx.emit(f"const {wt} {v} = *((const {wt}*){p});")
+    comps = "xyzw"[:nwords]
+    for k, c in enumerate(comps):
+        word = f"{v}.{c}"
+        if out.dtype.nbits == 32:
+            ctx.emit(f"{R.elem(ctx, out, i0 + k)} = {_from_word(word, out.dtype)};")
+        else:
+            ct = ctype(out.dtype)
+            ctx.emit(f"{R.elem(ctx, out, i0 + 2 * k)} = ({ct})({word} & 0xffffu);")
+            ctx.emit(f"{R.elem(ctx, out, i0 + 2 * k + 1)} = ({ct})({word} >> 16);")
+    ctx.reopen()
+    for i in range(i0, i0 + w):
+        scalar(i)
+    ctx.close()
+
+
+def store_run(ctx, src, i0: int, w: int, ptr: str, ok: str, col: str, ncols: str, scalar):
+    """Store registers ``i0 .. i0 + w`` of ``src`` at ``ptr`` (vector or ``scalar(i)``)."""
+    esize = src.dtype.nbits // 8
+    nwords = w * esize // 4
+    wt = _word_type(nwords)
+    p = ctx.fresh("vp")
+    ctx.emit(f"{ctype(src.dtype)}* const {p} = {ptr};")
+    cond = (
+        f"{ok} && (uint32_t)({col}) + {w}u <= (uint32_t)({ncols}) && "
+        f"(((uint64_t){p}) & {w * esize - 1}) == 0"
+    )
+    ctx.open(f"if ({cond})")
+    words = _words(src, list(range(i0, i0 + w)), ctx)
+    ctx.emit(f"*(({wt}*){p}) = make_{wt}({', '.join(words)});")
+    ctx.reopen()
+    for i in range(i0, i0 + w):
+        scalar(i)
+    ctx.close()
