@@ -195,3 +195,15 @@ extern "C" void tl_launch(int gx, int gy, int gz, void** args) {{
         lib.tl_launch(*grid, arr)
 
     return run
+
+
+def emulate(kernel, args, grid, config: dict | None = None):
+    """Compile ``kernel`` (one config) for sm_90a and run it on the CPU emulator with the
+    call's ``args`` (NumPy arrays are written in place); returns the ``CompiledKernel``."""
+    import tilus
+
+    cfg = config if config is not None else (kernel.configs[0] if kernel.configs else None)
+    ck = tilus.compile(kernel, *args, config=cfg) if cfg else tilus.compile(kernel, *args)
+    _, runtime = kernel.bind(args, {})
+    build(ck)(grid, [v for _, _, v in runtime])
+    return ck

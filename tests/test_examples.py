@@ -26,6 +26,10 @@ EXAMPLES_DIR = ROOT / "examples"
 EXAMPLES = [
     "vector_add.py",
     "tiled_matmul.py",
+    "softmax.py",
+    "layer_norm.py",
+    "rms_norm.py",
+    "bias_act.py",
     "hopper_matmul/matmul_v0.py",
     "hopper_matmul/matmul_v1.py",
     "hopper_matmul/matmul_v2.py",
@@ -34,7 +38,11 @@ EXAMPLES = [
     "hopper_matmul/matmul_v5.py",
     "hopper_matmul/matmul_v6.py",
 ]
-HELPERS = ["example_support.py", "hopper_matmul/harness.py"]  # imported, not run alone
+HELPERS = [
+    "example_support.py",
+    "rowwise_support.py",
+    "hopper_matmul/harness.py",
+]  # imported, not run alone
 
 HOPPER_KERNELS = [
     ("matmul_v0", "MatmulTMA"),

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tilus.dtypes import DataType, PointerType, boolean, int32
+from tilus.dtypes import DataType, PointerType, boolean, float32, int32
 from tilus.ir import inst as I
 from tilus.ir.builtins import BLOCK_IDX, GRID_DIM, Dim3
 from tilus.ir.expr import Binary, Const, Expr, Var, as_expr, call, cast
@@ -407,9 +407,18 @@ class GenericInstructions:
         if cond.dtype != boolean:
             raise b.error(f"where's condition must be a boolean tile, got {cond.dtype}")
         tiles = [t for t in (x, y) if isinstance(t, TensorVar)]
-        if not tiles:
-            raise b.error("where needs x or y to be a register tile")
-        dtype = tiles[0].dtype
+        if tiles:
+            dtype = tiles[0].dtype
+        elif all(isinstance(v, (bool, int, float)) for v in (x, y)):
+            # two Python numbers: float32 if either is a float, else int32
+            dtype = float32 if any(isinstance(v, float) for v in (x, y)) else int32
+        else:
+            xs = [b.expect_scalar(v, "where operand") for v in (x, y)]
+            if xs[0].dtype != xs[1].dtype:
+                raise b.error(
+                    f"where's x and y have different dtypes {xs[0].dtype} and {xs[1].dtype}"
+                )
+            dtype = xs[0].dtype
         if len(tiles) == 2 and x.dtype != y.dtype:
             raise b.error(f"where's x and y have different dtypes {x.dtype} and {y.dtype}")
         xs = [

@@ -1,0 +1,187 @@
+"""CUDA backend reductions and broadcasting: compiled by NVRTC, run on the CPU emulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilus
+from tests.cuda.conftest import needs_nvrtc
+from tests.helpers_cpu_cuda import available, build
+from tilus import float16, float32, int32
+
+needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ for the CPU emulator")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_cache(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TILUS_CACHE_DIR", str(tmp_path_factory.mktemp("tilus-cache")))
+    yield
+    mp.undo()
+
+
+class Reductions(tilus.Script):
+    """Every reduction over both dims of one tile, keepdim or not, broadcast back."""
+
+    def __init__(self, bm, bn, warps, dtype):
+        super().__init__()
+        self.bm, self.bn, self.warps, self.dtype = bm, bn, warps, dtype
+
+    def __call__(
+        self,
+        x_ptr: ~float32,
+        rows_ptr: ~float32,
+        cols_ptr: ~float32,
+        flags_ptr: ~int32,
+        y_ptr: ~float32,
+        tot_ptr: ~float32,
+    ):
+        self.attrs.blocks = 1
+        self.attrs.warps = self.warps
+        bm, bn = self.bm, self.bn
+        gx = self.global_view(x_ptr, dtype=float32, shape=[bm, bn])
+        x = self.cast(self.load_global(gx, offsets=[0, 0], shape=[bm, bn]), self.dtype)
+        rows = self.global_view(rows_ptr, dtype=float32, shape=[3, bm])
+        cols = self.global_view(cols_ptr, dtype=float32, shape=[3, bn])
+        rsum = self.sum(x, dim=1)
+        rmax = self.max(x, dim=1, keepdim=True)
+        rmin = self.min(x, dim=-1)
+        self.store_global(rows, self.cast(rsum, float32), offsets=[0, 0], dims=[1])
+        self.store_global(rows, self.cast(self.squeeze(rmax, dim=1), float32), offsets=[1, 0],
+                          dims=[1])  # fmt: skip
+        self.store_global(rows, self.cast(rmin, float32), offsets=[2, 0], dims=[1])
+        csum = self.sum(x, dim=0, keepdim=True)
+        self.store_global(cols, self.cast(csum, float32), offsets=[0, 0])
+        self.store_global(cols, self.cast(self.max(x, dim=0), float32), offsets=[1, 0], dims=[1])
+        self.store_global(cols, self.cast(self.min(x, dim=0), float32), offsets=[2, 0], dims=[1])
+        pos = x > 0.0
+        flags = self.global_view(flags_ptr, dtype=int32, shape=[4, bm])
+        self.store_global(flags, self.cast(self.any(pos, dim=1), int32), offsets=[0, 0], dims=[1])
+        self.store_global(flags, self.cast(self.all(pos, dim=1), int32), offsets=[1, 0], dims=[1])
+        colany = self.unsqueeze(self.any(pos, dim=0), dim=0)  # [1, bn]
+        self.store_global(
+            flags,
+            self.cast(self.sum(self.cast(colany, int32), dim=1), int32),
+            offsets=[2, 0],
+            dims=[1],
+        )
+        # broadcast back: [bm, 1], [bn] and a scalar tile against [bm, bn]
+        y = x - rmax + self.squeeze(csum, dim=0) * 0.5
+        total = self.sum(x)
+        gy = self.global_view(y_ptr, dtype=float32, shape=[bm, bn])
+        self.store_global(gy, self.cast(self.where(pos, y, 1.0) * total, float32), offsets=[0, 0])
+        gt = self.global_view(tot_ptr, dtype=float32, shape=[1])
+        self.store_global(gt, self.cast(self.unsqueeze(total, dim=0), float32), offsets=[0])
+
+
+def _reference(x):
+    rows = np.stack([x.sum(1), x.max(1), x.min(1)])
+    cols = np.stack([x.sum(0), x.max(0), x.min(0)])
+    pos = x > 0
+    flags = np.zeros((4, x.shape[0]), np.int32)
+    flags[0], flags[1] = pos.any(1), pos.all(1)
+    flags[2, 0] = pos.any(0).sum()
+    total = x.sum()
+    y = np.where(pos, x - x.max(1, keepdims=True) + x.sum(0) * 0.5, 1.0) * total
+    return rows, cols, flags, y, np.array([total])
+
+
+CASES = [
+    (16, 64, 4, float32),  # lanes along the row, warps down the columns
+    (4, 256, 4, float32),  # a row across all four warps: shared slots
+    (2, 512, 8, float32),
+    (32, 16, 2, float32),  # columns inside a lane's registers
+    (8, 8, 1, float32),  # a small tile every thread holds whole
+    (8, 128, 4, float16),
+]
+
+
+@needs_nvrtc
+@needs_gxx
+@pytest.mark.parametrize("bm, bn, warps, dtype", CASES)
+def test_reductions_run_on_the_emulator(bm, bn, warps, dtype):
+    k = Reductions(bm, bn, warps, dtype)
+    ck = tilus.compile(k, *[None] * 6)
+    assert "__shfl_xor_sync" in ck.source or bm * bn <= 64
+    rng = np.random.default_rng()
+    x = rng.standard_normal((bm, bn)).astype(np.float32)
+    x[0, :] = np.abs(x[0, :]) + 0.1  # one row all positive (all() is true there)
+    if dtype == float16:
+        x = x.astype(np.float16).astype(np.float32)
+    rows = np.full((3, bm), np.nan, np.float32)
+    cols = np.full((3, bn), np.nan, np.float32)
+    flags = np.full((4, bm), -1, np.int32)
+    y = np.full((bm, bn), np.nan, np.float32)
+    tot = np.full(1, np.nan, np.float32)
+    build(ck)([1], [x, rows, cols, flags, y, tot])
+    ref = _reference(x.astype(np.float64))
+    tol = 2e-2 if dtype == float16 else 1e-4
+    for got, want, what in zip((rows, cols, flags, y, tot), ref, "rows cols flags y total".split()):
+        if what == "flags":
+            assert (got[:3, :1] == want[:3, :1]).all() and (got[:2] == want[:2]).all(), what
+            continue
+        scale = max(1.0, float(np.abs(want).max()))
+        assert np.abs(got - want).max() <= tol * scale, (what, got, want)
+    # the interpreter agrees
+    with tilus.option.scoped(interpret=True):
+        y2 = np.full_like(y, np.nan)
+        r2 = np.full_like(rows, np.nan)
+        k(x, r2, cols.copy(), flags.copy(), y2, tot.copy())
+    assert np.abs(r2 - rows).max() <= tol * max(1.0, float(np.abs(rows).max()))
+
+
+class AccReduce(tilus.Script):
+    """Row and column sums of an mma.sync accumulator (an anchored, non-blocked layout)."""
+
+    def __call__(self, a_ptr: ~float16, b_ptr: ~float16, r_ptr: ~float32, c_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        ga = self.global_view(a_ptr, dtype=float16, shape=[64, 32])
+        gb = self.global_view(b_ptr, dtype=float16, shape=[32, 64])
+        a = self.load_global(ga, offsets=[0, 0], shape=[64, 32])
+        b = self.load_global(gb, offsets=[0, 0], shape=[32, 64])
+        acc = self.dot(a, b, acc_dtype=float32)
+        m = self.max(acc, dim=1, keepdim=True)
+        p = self.exp(acc - m)
+        gr = self.global_view(r_ptr, dtype=float32, shape=[64])
+        gc = self.global_view(c_ptr, dtype=float32, shape=[64, 64])
+        self.store_global(gr, self.sum(p, dim=1), offsets=[0])
+        self.store_global(gc, p / self.sum(p, dim=1, keepdim=True), offsets=[0, 0])
+
+
+@needs_nvrtc
+@needs_gxx
+def test_reduce_of_an_mma_accumulator():
+    ck = tilus.compile(AccReduce(), None, None, None, None)
+    assert "mma_c layout" in ck.source
+    rng = np.random.default_rng()
+    a = rng.standard_normal((64, 32)).astype(np.float16)
+    b = rng.standard_normal((32, 64)).astype(np.float16)
+    r = np.full(64, np.nan, np.float32)
+    c = np.full((64, 64), np.nan, np.float32)
+    assert ck.resources.get("local_bytes", 0) == 0 and ck.resources.get("spill_store_bytes") == 0
+    # (the emulator has no tensor cores: the values are checked on the interpreter here and on
+    # the GPU in test_gpu_rowwise.py)
+    acc = a.astype(np.float64) @ b.astype(np.float64)
+    p = np.exp(acc - acc.max(1, keepdims=True))
+    with tilus.option.scoped(interpret=True):
+        AccReduce()(a, b, r, c)
+    assert np.abs(r - p.sum(1)).max() < 1e-3 * p.sum(1).max()
+    assert np.abs(c - p / p.sum(1, keepdims=True)).max() < 1e-4
+
+
+class BoolBad(tilus.Script):
+    def __call__(self, x_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(x_ptr, dtype=float32, shape=[32])
+        x = self.load_global(g, offsets=[0], shape=[32])
+        self.sum(x, dim=1)  # no dim 1
+
+
+def test_reduce_over_a_missing_dim_is_located():
+    with pytest.raises(tilus.TilusProgramError) as e:
+        with tilus.option.scoped(interpret=True):
+            BoolBad()(np.zeros(32, np.float32))
+    assert "test_cuda_reduce.py:" in str(e.value) and "self.sum(x, dim=1)" in str(e.value)

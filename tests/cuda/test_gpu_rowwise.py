@@ -1,0 +1,121 @@
+"""The row-wise examples on the GPU against torch, NaN-poisoned outputs, ragged sizes.
+
+Run with ``python -m pytest -q -m gpu tests/cuda/test_gpu_rowwise.py`` on a Hopper GPU."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from tests.cuda.conftest import ROOT, needs_gpu
+
+pytestmark = [pytest.mark.gpu, needs_gpu]
+
+
+@pytest.fixture(scope="module")
+def ex():
+    names = ["example_support", "rowwise_support", "softmax", "layer_norm", "rms_norm", "bias_act"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(ROOT / "examples"))
+        for n in names:
+            mp.delitem(sys.modules, n, raising=False)
+        import importlib
+
+        yield {n: importlib.import_module(n) for n in names}
+        for n in names:
+            sys.modules.pop(n, None)
+
+
+SHAPES = [(777, 1333), (64, 8192), (3, 32000), (1000, 1024), (5, 200)]
+
+
+def _inputs(m, n, k):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(m * 7919 + n)
+    x = torch.randn(m, n, device="cuda", generator=g).half()
+    vecs = [torch.randn(n, device="cuda", generator=g).half() for _ in range(k)]
+    y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    return x, vecs, y
+
+
+def _close(y, ref, tol=1e-2):
+    import torch
+
+    assert not torch.isnan(y).any()
+    err = ((y.float() - ref.float()).abs().max() / ref.float().abs().max().clamp(min=1)).item()
+    assert err < tol, err
+
+
+@pytest.mark.parametrize("m, n", SHAPES)
+def test_softmax_gpu(ex, m, n):
+    import torch
+
+    x, _, y = _inputs(m, n, 0)
+    ex["softmax"].Softmax()(m, n, x, y)
+    _close(y, torch.softmax(x.float(), dim=1), 2e-3)
+    y.fill_(float("nan"))
+    ex["softmax"].OnlineSoftmax()(m, n, x, y)
+    _close(y, torch.softmax(x.float(), dim=1), 2e-3)
+
+
+@pytest.mark.parametrize("m, n", SHAPES)
+def test_layer_norm_gpu(ex, m, n):
+    import torch
+
+    x, (w, b), y = _inputs(m, n, 2)
+    ex["layer_norm"].LayerNorm()(m, n, x, w, b, y)
+    ref = torch.nn.functional.layer_norm(x.float(), (n,), w.float(), b.float(), eps=1e-5)
+    _close(y, ref)
+
+
+@pytest.mark.parametrize("m, n", SHAPES)
+def test_rms_norm_gpu(ex, m, n):
+    import torch
+
+    x, (w,), y = _inputs(m, n, 1)
+    ex["rms_norm"].RMSNorm()(m, n, x, w, y)
+    xf = x.float()
+    ref = xf * torch.rsqrt((xf * xf).mean(dim=1, keepdim=True) + 1e-6) * w.float()
+    _close(y, ref)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+@pytest.mark.parametrize("m, n", [(777, 1333), (4096, 4096), (5, 7)])
+def test_bias_act_gpu(ex, act, m, n):
+    import torch
+
+    x, (w, b), y = _inputs(m, n, 2)
+    ex["bias_act"].BiasAct(act=act)(m, n, x, w, b, y)
+    h = x.float() * w.float() + b.float()
+    ref = torch.relu(h) if act == "relu" else torch.nn.functional.gelu(h, approximate="tanh")
+    _close(y, ref)
+
+
+def test_reductions_gpu():
+    """The emulator's reduction kernels, on the GPU."""
+    from tests.cuda.test_cuda_reduce import CASES, Reductions, _reference
+    from tilus import float16
+
+    rng = np.random.default_rng()
+    import torch
+
+    for bm, bn, warps, dtype in CASES:
+        x = rng.standard_normal((bm, bn)).astype(np.float32)
+        if dtype == float16:
+            x = x.astype(np.float16).astype(np.float32)
+        outs = [np.full((3, bm), np.nan, np.float32), np.full((3, bn), np.nan, np.float32),
+                np.full((4, bm), -1, np.int32), np.full((bm, bn), np.nan, np.float32),
+                np.full(1, np.nan, np.float32)]  # fmt: skip
+        ts = [torch.from_numpy(a).cuda() for a in [x, *outs]]
+        Reductions(bm, bn, warps, dtype)(*ts)
+        got = [t.cpu().numpy() for t in ts[1:]]
+        ref = _reference(x.astype(np.float64))
+        tol = 2e-2 if dtype == float16 else 1e-4
+        for g, r, i in zip(got, ref, range(5)):
+            if i == 2:
+                assert (g[:2] == r[:2]).all()
+                continue
+            assert np.abs(g - r).max() <= tol * max(1.0, float(np.abs(r).max()))
