@@ -1,0 +1,208 @@
+"""Benchmark the row-wise kernels (softmax, layer norm, RMS norm; fp16 in/out) at HBM speed.
+
+On a Hopper GPU with torch: ``python bench/rowwise.py [--out results.json]``. For each op and
+shape (8192x8192, 4096x32000, 32768x1024 by default) it times, in the same process and in
+interleaved rounds (``--rounds``, each the median of ``--reps`` CUDA-event timings, the L2
+flushed by a 256 MB write before each run; the median of the rounds is reported):
+
+* torch eager and ``torch.compile`` of the same function,
+* ``dst.copy_(src)`` of the same number of bytes read and written (the HBM ceiling),
+* the tilus kernel with its default constructor (tuned over its autotune space on first use)
+  and, for softmax, the online variant.
+
+Every kernel is checked against torch in float32 first (NaN-poisoned output). It prints GB/s
+(bytes read + written / time) and the ratio to the copy, and writes JSON to ``--out``.
+``--dry-run`` needs no GPU: it runs every tilus kernel on the interpreter at a tiny ragged size
+and checks it against NumPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+for p in (REPO, REPO / "examples"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+SHAPES = [(8192, 8192), (4096, 32000), (32768, 1024)]
+OPS = ("softmax", "layer_norm", "rms_norm")
+
+
+def tilus_kernels():
+    """op -> list of (label, kernel factory, argument builder from (x, w, b, y), numpy ref)."""
+    import layer_norm
+    import rms_norm
+    import softmax
+
+    return {
+        "softmax": [
+            ("tilus", softmax.Softmax, lambda x, w, b, y: (x, y), softmax.reference, ()),
+            ("tilus online", softmax.OnlineSoftmax, lambda x, w, b, y: (x, y),
+             softmax.reference, ()),
+        ],
+        "layer_norm": [
+            ("tilus", layer_norm.LayerNorm, lambda x, w, b, y: (x, w, b, y),
+             layer_norm.reference, ("w", "b")),
+        ],
+        "rms_norm": [
+            ("tilus", rms_norm.RMSNorm, lambda x, w, b, y: (x, w, y), rms_norm.reference, ("w",)),
+        ],
+    }  # fmt: skip
+
+
+def torch_fn(op, torch):
+    """The torch function of ``op`` on (x, w, b) -> y."""
+    F = torch.nn.functional
+    if op == "softmax":
+        return lambda x, w, b: torch.softmax(x, dim=-1)
+    if op == "layer_norm":
+        return lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
+    return lambda x, w, b: F.rms_norm(x, (x.shape[-1],), w, eps=1e-6)
+
+
+def dry_run() -> int:
+    """Every tilus kernel on the interpreter at a tiny ragged size, against NumPy."""
+    import numpy as np
+
+    import tilus
+
+    rng = np.random.default_rng()
+    m, n = 3, 300
+    x = rng.standard_normal((m, n)).astype(np.float16)
+    w = rng.standard_normal(n).astype(np.float16)
+    b = rng.standard_normal(n).astype(np.float16)
+    status = 0
+    for op, entries in tilus_kernels().items():
+        for label, cls, args, ref, vecs in entries:
+            y = np.full((m, n), np.nan, np.float16)
+            kernel = cls(**cls().configs[0])
+            with tilus.option.scoped(interpret=True):
+                kernel(m, n, *args(x, w, b, y))
+            extra = [v.astype(np.float64) for k, v in (("w", w), ("b", b)) if k in vecs]
+            want = ref(x.astype(np.float64), *extra)
+            err = float(np.abs(y.astype(np.float64) - want).max() / max(1, np.abs(want).max()))
+            ok = err < 1e-2 and not np.isnan(y).any()
+            status |= not ok
+            print(f"{op:10s} {label:13s} {m}x{n} interpreter max err {err:.1e} "
+                  f"{'ok' if ok else 'FAIL'}")  # fmt: skip
+    return status
+
+
+def time_ms(fn, torch, flush, reps):
+    """Median milliseconds of ``fn`` over ``reps`` runs, the L2 flushed before each."""
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        torch.cuda._sleep(100_000)  # the launch is queued before the start event fires
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def git_commit() -> str:
+    """The repository's HEAD commit (or "unknown")."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def bench(args) -> int:
+    """Check and time everything on the GPU; print the table, write the JSON."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: use --dry-run for the CPU checks")
+        return 1
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    ops = args.ops.split(",")
+    kernels = tilus_kernels()
+    results, status = [], 0
+    for m, n in shapes:
+        x = torch.randn(m, n, device="cuda").half()
+        w = torch.randn(n, device="cuda").half()
+        b = torch.randn(n, device="cuda").half()
+        src = torch.randn(m * n, device="cuda").half()
+        dst = torch.empty_like(src)
+        for op in ops:
+            f = torch_fn(op, torch)
+            ref = f(x.float(), w.float(), b.float())
+            compiled = torch.compile(f)
+            runs = {
+                "copy": lambda d=dst, s=src: d.copy_(s),
+                "torch eager": lambda f=f, t=(x, w, b): f(*t),
+                "torch.compile": lambda c=compiled, t=(x, w, b): c(*t),
+            }
+            for label, cls, argf, _, _ in kernels[op]:
+                y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+                k = cls()
+                a = argf(x, w, b, y)
+                k(m, n, *a)  # compile + tune on first use
+                torch.cuda.synchronize()
+                err = ((y.float() - ref).abs().max() / ref.abs().max().clamp(min=1)).item()
+                if not err < 2e-2:
+                    print(f"{op} {m}x{n} {label}: max error {err:.2e} FAILS")
+                    status = 1
+                runs[label] = lambda k=k, a=a, mn=(m, n): k(*mn, *a)
+            for fn in runs.values():  # warm up (torch.compile compiles here)
+                fn()
+            torch.cuda.synchronize()
+            rounds = {name: [] for name in runs}
+            for _ in range(args.rounds):
+                for name, fn in runs.items():
+                    rounds[name].append(time_ms(fn, torch, flush, args.reps))
+            moved = 2 * m * n * 2  # fp16 read once and written once
+            copy_ms = statistics.median(rounds["copy"])
+            for name, ts in rounds.items():
+                ms = statistics.median(ts)
+                results.append(
+                    dict(op=op, shape=f"{m}x{n}", impl=name, ms=ms, gbps=moved / ms / 1e6,
+                         ratio_to_copy=copy_ms / ms, rounds_ms=ts)
+                )  # fmt: skip
+    header = f"{'op':10s} {'shape':11s} {'impl':14s} {'ms':>8s} {'GB/s':>7s} {'x copy':>6s}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(f"{r['op']:10s} {r['shape']:11s} {r['impl']:14s} {r['ms']:8.4f} "
+              f"{r['gbps']:7.0f} {r['ratio_to_copy']:6.2f}")  # fmt: skip
+    meta = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        gpu=torch.cuda.get_device_name(),
+        commit=git_commit(),
+        command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        torch=torch.__version__,
+    )
+    if args.out:
+        Path(args.out).write_text(json.dumps(dict(meta=meta, results=results), indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return status
+
+
+def main(argv=None) -> int:
+    """Parse the arguments and run the benchmark (or the CPU dry run)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--shapes", default=",".join(f"{m}x{n}" for m, n in SHAPES))
+    ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
+    ap.add_argument("--reps", type=int, default=20, help="timed runs per kernel per round")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
+    args = ap.parse_args(argv)
+    return dry_run() if args.dry_run else bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
