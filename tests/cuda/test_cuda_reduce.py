@@ -7,7 +7,7 @@ import pytest
 
 import tilus
 from tests.cuda.conftest import needs_nvrtc
-from tests.helpers_cpu_cuda import available, build
+from tests.helpers_cpu_cuda import available, build, emulate
 from tilus import float16, float32, int32
 
 needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ for the CPU emulator")
@@ -185,3 +185,33 @@ def test_reduce_over_a_missing_dim_is_located():
         with tilus.option.scoped(interpret=True):
             BoolBad()(np.zeros(32, np.float32))
     assert "test_cuda_reduce.py:" in str(e.value) and "self.sum(x, dim=1)" in str(e.value)
+
+
+class Transposed(tilus.Script):
+    """A transposed register tile as an elementwise operand and as a reduction's source."""
+
+    def __call__(self, x_ptr: ~float32, y_ptr: ~float32, z_ptr: ~float32, r_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 2
+        gx = self.global_view(x_ptr, dtype=float32, shape=[32, 64])
+        gy = self.global_view(y_ptr, dtype=float32, shape=[64, 32])
+        x = self.load_global(gx, offsets=[0, 0], shape=[32, 64])
+        y = self.load_global(gy, offsets=[0, 0], shape=[64, 32])
+        xt = self.transpose(x)
+        gz = self.global_view(z_ptr, dtype=float32, shape=[64, 32])
+        self.store_global(gz, xt * 2.0 + y, offsets=[0, 0])
+        gr = self.global_view(r_ptr, dtype=float32, shape=[64])
+        self.store_global(gr, self.sum(xt, dim=1), offsets=[0])
+
+
+@needs_nvrtc
+@needs_gxx
+def test_transposed_operand_and_reduction():
+    rng = np.random.default_rng()
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    y = rng.standard_normal((64, 32)).astype(np.float32)
+    z = np.full((64, 32), np.nan, np.float32)
+    r = np.full(64, np.nan, np.float32)
+    emulate(Transposed(), (x, y, z, r), [1])
+    assert np.abs(z - (x.T * 2 + y)).max() < 1e-5
+    assert np.abs(r - x.sum(0)).max() < 1e-4

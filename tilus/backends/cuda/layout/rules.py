@@ -9,7 +9,15 @@ from tilus.ir import inst as I
 from tilus.ir.expr import Expr, Var
 from tilus.ir.layout import SharedLayout, choose_swizzle
 from tilus.ir.layout.derived import broadcast_layout, insert_dims, reduce_layout
-from tilus.ir.layout.register import mma_a, mma_b, mma_c, mma_warps, replicated, wgmma_acc
+from tilus.ir.layout.register import (
+    mma_a,
+    mma_b,
+    mma_c,
+    mma_warps,
+    permute,
+    replicated,
+    wgmma_acc,
+)
 from tilus.ir.tensor import TensorVar
 
 rule = LAYOUT_RULES.rule
@@ -161,8 +169,14 @@ def _elementwise(inf, stmt, inst, g):
     ops = [getattr(inst, n) for n in ("a", "b", "cond", "x", "y") if hasattr(inst, n)]
     for o in ops:
         if isinstance(o, TensorVar):
-            inf.no_perm(stmt, o)
             inf.use(o, g, stmt)
+            if o in inf.perms and o.shape == inst.out.shape:
+                # a transposed view: the result is laid out as the view (the source's
+                # registers seen with dims permuted), so no register moves
+                base, dims = inf.base(o)
+                inf.derive(inst.out, base, lambda lo, d=dims: permute(lo, d), stmt, "transpose")
+                continue
+            inf.no_perm(stmt, o)
             if o.shape == inst.out.shape:
                 inf.uf.union(inst.out, o)
             else:  # the operand's layout is the result's with the broadcast dims collapsed
@@ -176,12 +190,17 @@ def _elementwise(inf, stmt, inst, g):
 @rule(I.Reduce)
 def _reduce(inf, stmt, inst, g):
     """The result's layout is the source's with the reduced dim collapsed."""
-    inf.no_perm(stmt, inst.src)
     inf.use(inst.src, g, stmt)
     inf.define(inst.out, g, stmt)
     inf.reduces.append((inst, g))
     d, keep = inst.dim, inst.keepdim
-    inf.derive(inst.out, inst.src, lambda lo: reduce_layout(lo, d, keep), stmt, "reduce")
+    base, dims = inf.base(inst.src)  # a transposed view reduces its source's registers
+    if dims is None:
+        inf.derive(inst.out, base, lambda lo: reduce_layout(lo, d, keep), stmt, "reduce")
+    else:
+        inf.derive(
+            inst.out, base, lambda lo: reduce_layout(permute(lo, dims), d, keep), stmt, "reduce"
+        )
 
 
 @rule(I.ReshapeTensor)
