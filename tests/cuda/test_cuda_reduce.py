@@ -215,3 +215,67 @@ def test_transposed_operand_and_reduction():
     emulate(Transposed(), (x, y, z, r), [1])
     assert np.abs(z - (x.T * 2 + y)).max() < 1e-5
     assert np.abs(r - x.sum(0)).max() < 1e-4
+
+
+class Moves(tilus.Script):
+    """Reshapes that move elements between threads, and register slices, dynamic indices."""
+
+    def __call__(self, i: int32, j: int32, x_ptr: ~float32, r_ptr: ~float32, s_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 2
+        gx = self.global_view(x_ptr, dtype=float32, shape=[8, 64])
+        x = self.load_global(gx, offsets=[0, 0], shape=[8, 64])
+        gr = self.global_view(r_ptr, dtype=float32, shape=[16, 32])
+        self.store_global(gr, self.reshape(x, [16, 32]) + 1.0, offsets=[0, 0])
+        gs = self.global_view(s_ptr, dtype=float32, shape=[2, 64])
+        self.store_global(gs, x[i] * 2.0, offsets=[0, 0], dims=[1])
+        self.store_global(gs, x[:, j], offsets=[1, 0], dims=[1])
+
+
+@needs_nvrtc
+@needs_gxx
+def test_reshape_and_slices_through_shared_memory():
+    rng = np.random.default_rng()
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    r = np.full((16, 32), np.nan, np.float32)
+    s = np.full((2, 64), np.nan, np.float32)
+    ck = emulate(Moves(), (5, 41, x, r, s), [1])
+    assert "through shared memory" in ck.source
+    assert np.array_equal(r, x.reshape(16, 32) + 1)
+    assert np.array_equal(s[0], x[5] * 2) and np.array_equal(s[1, :8], x[:, 41])
+
+
+class Attention(tilus.Script):
+    """``(q @ k) @ v`` with the first product cast to fp16: an accumulator becomes an operand."""
+
+    def __call__(self, q_ptr: ~float16, k_ptr: ~float16, v_ptr: ~float16, o_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        gq = self.global_view(q_ptr, dtype=float16, shape=[64, 32])
+        gk = self.global_view(k_ptr, dtype=float16, shape=[32, 64])
+        gv = self.global_view(v_ptr, dtype=float16, shape=[64, 32])
+        q = self.load_global(gq, offsets=[0, 0], shape=[64, 32])
+        k = self.load_global(gk, offsets=[0, 0], shape=[32, 64])
+        v = self.load_global(gv, offsets=[0, 0], shape=[64, 32])
+        s = self.dot(q, k, acc_dtype=float32)
+        p = self.cast(self.exp(s - self.max(s, dim=1, keepdim=True)), float16)
+        o = self.dot(p, v, acc_dtype=float32)
+        go = self.global_view(o_ptr, dtype=float32, shape=[64, 32])
+        self.store_global(go, o, offsets=[0, 0])
+
+
+@needs_nvrtc
+def test_dot_of_a_cast_dot_compiles():
+    ck = tilus.compile(Attention(), None, None, None, None)
+    assert "through shared memory" in ck.source
+    assert ck.resources.get("local_bytes", 0) == 0
+    rng = np.random.default_rng()
+    q = rng.standard_normal((64, 32)).astype(np.float16)
+    k = rng.standard_normal((32, 64)).astype(np.float16)
+    v = rng.standard_normal((64, 32)).astype(np.float16)
+    o = np.full((64, 32), np.nan, np.float32)
+    with tilus.option.scoped(interpret=True):
+        Attention()(q, k, v, o)
+    s = q.astype(np.float64) @ k.astype(np.float64)
+    p = np.exp(s - s.max(1, keepdims=True)).astype(np.float16).astype(np.float64)
+    assert np.abs(o - p @ v.astype(np.float64)).max() < 1e-2 * np.abs(p @ v).max()

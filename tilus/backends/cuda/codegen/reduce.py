@@ -14,11 +14,13 @@ from __future__ import annotations
 import math
 
 from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.codegen.convert import row_major, through_shared
 from tilus.backends.cuda.codegen.scalar import HALF, ctype, from_float, to_float
+from tilus.backends.cuda.layout.inference import moves_in_place
 from tilus.backends.cuda.layout.reduction import thread_stages
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
-from tilus.ir.layout.derived import insert_dims, reduce_layout
+from tilus.ir.layout.derived import reduce_layout
 
 rule = CODEGEN_RULES.rule
 
@@ -163,8 +165,9 @@ def reshape(ctx, inst, expr):
     """Add or drop size-1 dims (or reshape a row-major replicated tile): a register copy."""
     src, out = inst.src, inst.out
     ls, lo = R.layout_of(ctx, src), R.layout_of(ctx, out)
-    if insert_dims(ls, out.shape) != lo and not (ls.replicated and lo.replicated):
-        raise ctx.error(f"reshape of %{src.name}: its registers would have to move")
+    if not moves_in_place(inst, ls, lo):  # elements change threads: through shared memory
+        through_shared(ctx, inst, src, out, lambda c: row_major(c, out.shape))
+        return
     R.declare(ctx, out)
     i = R.unrolled(ctx, lo.local_size)
     ctx.emit(f"{R.elem(ctx, out, i)} = {R.elem(ctx, src, i)};")

@@ -269,21 +269,30 @@ def _at(ctx, x, i, m, pre):
 def cast(ctx, inst, expr):
     """Elementwise conversion (same layout); float -> f16 pairs use cvt.rn.f16x2.f32."""
     out, src = inst.out, inst.src
+    sd, dd = src.dtype, out.dtype
+    if layout_of(ctx, out) != layout_of(ctx, src):  # e.g. an accumulator made an mma operand
+        from tilus.backends.cuda.codegen.convert import row_major, through_shared
+
+        through_shared(
+            ctx, inst, src, out, lambda c: row_major(c, src.shape), lambda a: cast_code(a, sd, dd)
+        )
+        return
     layout = _check_same(ctx, out, src)
     declare(ctx, out)
-    sd, dd = src.dtype, out.dtype
     i = unrolled(ctx, layout.local_size)
-    a = elem(ctx, src, i)
-    if sd == dd:
-        code = a
-    elif dd.name in HALF:
-        code = from_float(f"(float)({to_float(a, sd)})", dd)
-    elif dd.kind == "bool":
-        code = f"({to_float(a, sd)} != 0)"
-    else:
-        code = f"(({ctype(dd)}){to_float(a, sd)})"
-    ctx.emit(f"{elem(ctx, out, i)} = {code};")
+    ctx.emit(f"{elem(ctx, out, i)} = {cast_code(elem(ctx, src, i), sd, dd)};")
     ctx.close()
+
+
+def cast_code(a: str, sd, dd) -> str:
+    """C code converting ``a`` of dtype ``sd`` to ``dd`` (round to nearest even)."""
+    if sd == dd:
+        return a
+    if dd.name in HALF:
+        return from_float(f"(float)({to_float(a, sd)})", dd)
+    if dd.kind == "bool":
+        return f"({to_float(a, sd)} != 0)"
+    return f"(({ctype(dd)}){to_float(a, sd)})"
 
 
 @rule(I.AssignTensor)

@@ -56,6 +56,10 @@ def _sync(ctx, inst, expr):
 def _slice(ctx, inst, expr):
     if inst.out.kind == "shared":
         memory.shared_slice(ctx, inst, expr)
+    elif inst.out.kind == "register":
+        from tilus.backends.cuda.codegen.convert import slice_register
+
+        slice_register(ctx, inst, expr)
     else:
         raise ctx.error(f"slicing a {inst.out.kind} tile is not supported")
 

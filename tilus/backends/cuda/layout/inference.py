@@ -8,7 +8,7 @@ from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.ir import inst as I
 from tilus.ir.function import Function
 from tilus.ir.layout import RegisterLayout, blocked, replicated
-from tilus.ir.layout.derived import broadcast_map
+from tilus.ir.layout.derived import broadcast_map, insert_dims
 from tilus.ir.layout.register import permute
 from tilus.ir.rules import NotLowered
 from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt
@@ -16,6 +16,8 @@ from tilus.ir.tensor import TensorVar
 from tilus.passes.register_budget import tile_registers_message
 from tilus.passes.walk import children, instructions
 
+#: Derivations an instruction may break by converting its registers through shared memory.
+CONVERTIBLE = ("cast", "reshape")
 #: Most 32-bit registers one tile may take per thread before it surely spills.
 MAX_TILE_REGISTERS = 192
 #: Tiles up to this many elements that no instruction distributes are kept whole per thread.
@@ -54,6 +56,7 @@ class _Inference:
         self.nested = False  # whether the instruction being visited is inside control flow
         self.derived: list = []  # (target, source, fn(source layout) -> layout, stmt, how)
         self.reduces: list = []  # (Reduce inst, Group)
+        self.converts: list = []  # (cast/reshape/slice inst, Group) that may move registers
         self.io_bytes: dict = {}  # register tile -> element bytes of a global load/store of it
 
     # --- walk --------------------------------------------------------------------------------
@@ -74,6 +77,12 @@ class _Inference:
         for inst, g in self.reduces:
             n = scratch_bytes(self.plan.registers[inst.src], inst, g.size)
             if n:
+                need.setdefault((g.begin, g.size), []).append((inst, n))
+        for inst, g in self.converts:
+            regs = self.plan.registers
+            src, out = inst.src, inst.out
+            if isinstance(inst, I.SliceTensor) or not moves_in_place(inst, regs[src], regs[out]):
+                n = src.size * max(1, src.dtype.nbits // 8)
                 need.setdefault((g.begin, g.size), []).append((inst, n))
         at = 0
         for insts in need.values():
@@ -206,11 +215,16 @@ class _Inference:
             progress = True
             while progress:
                 progress = False
-                for t, s, fn, stmt, _ in self.derived:
+                for t, s, fn, stmt, how in self.derived:
                     rt, rs = self.uf.find(t), self.uf.find(s)
                     if rt not in out and rs in out:
                         layout = fn(out[rs])
-                        if layout is None:
+                        if layout is None and how in CONVERTIBLE:
+                            # no layout keeps the registers in place: the instruction moves
+                            # them through shared memory into the class's own layout
+                            members = classes[rt]
+                            layout = self.default_layout(rt, members, self.defs[members[0]][0])
+                        elif layout is None:
                             raise err(
                                 stmt,
                                 f"no register layout of %{t.name} follows from "
@@ -231,7 +245,9 @@ class _Inference:
             lt, ls = p.registers.get(t), p.registers.get(s)
             if lt is None or ls is None:
                 continue
-            if how == "broadcast":
+            if how in CONVERTIBLE:
+                ok = True  # the instruction converts when the layouts differ
+            elif how == "broadcast":
                 ok = broadcast_map(ls, lt, ls.num_threads) is not None
             else:
                 ok = fn(ls) == lt
@@ -297,6 +313,25 @@ class _Inference:
                     f"{p.owner[t].begin + p.owner[t].size}) but used by the group "
                     f"[{g.begin}, {g.begin + g.size})",
                 )
+
+
+def moves_in_place(inst, src_layout: RegisterLayout, out_layout: RegisterLayout) -> bool:
+    """Whether a cast or reshape keeps every element in the register it is in (else its
+    registers go through shared memory)."""
+    if isinstance(inst, I.ReshapeTensor):
+        return reshaped_layout(src_layout, tuple(inst.out.shape)) == out_layout
+    return src_layout == out_layout
+
+
+def reshaped_layout(layout: RegisterLayout, shape) -> RegisterLayout | None:
+    """``layout`` with the new ``shape``: size-1 dims added or dropped, or a tile every thread
+    holds whole in row-major registers; None otherwise (the registers would have to move)."""
+    out = insert_dims(layout, shape)
+    if out is not None:
+        return out
+    if layout.replicated and layout == replicated(layout.shape, layout.num_threads):
+        return replicated(shape, layout.num_threads)
+    return None
 
 
 def tile_registers_error(t: TensorVar, layout: RegisterLayout, num_threads: int) -> str | None:

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from tilus.backends.cuda.layout.inference import err, free_vars
+from tilus.backends.cuda.layout.inference import err, free_vars, reshaped_layout
 from tilus.backends.cuda.layout.plan import Group, SharedView, TmaMap
 from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.ir import inst as I
 from tilus.ir.expr import Expr, Var
 from tilus.ir.layout import SharedLayout, choose_swizzle
-from tilus.ir.layout.derived import broadcast_layout, insert_dims, reduce_layout
+from tilus.ir.layout.derived import broadcast_layout, reduce_layout
 from tilus.ir.layout.register import (
     mma_a,
     mma_b,
     mma_c,
     mma_warps,
     permute,
-    replicated,
     wgmma_acc,
 )
 from tilus.ir.tensor import TensorVar
@@ -59,6 +58,12 @@ def _alloc_shared(inf, stmt, inst, g):
 
 @rule(I.SliceTensor)
 def _slice(inf, stmt, inst, g):
+    if inst.src.kind == "register":  # x[i], x[:, j]: through shared memory, any layouts
+        inf.no_perm(stmt, inst.src)
+        inf.use(inst.src, g, stmt)
+        inf.define(inst.out, g, stmt)
+        inf.converts.append((inst, g))
+        return
     if inst.src.kind != "shared":
         raise err(stmt, f"slice of a {inst.src.kind} tile is not supported by the CUDA backend")
     v = inf.shared_view(inst.src, stmt)
@@ -145,7 +150,7 @@ def _store_element(inf, stmt, inst, g):
     inf.use(inst.out, g, stmt)
 
 
-@rule(I.CastTensor, I.AssignTensor)
+@rule(I.AssignTensor)
 def _same_layout(inf, stmt, inst, g):
     """The output takes the layout of its source."""
     inf.no_perm(stmt, inst.src)
@@ -161,6 +166,17 @@ def _random(inf, stmt, inst, g):
     inf.define(inst.out, g, stmt)
     inf.use(inst.offset, g, stmt)
     inf.uf.union(inst.out, inst.offset)
+
+
+@rule(I.CastTensor)
+def _cast(inf, stmt, inst, g):
+    """The output takes the layout of its source unless something else fixes it (an mma
+    operand made from an accumulator): then the cast goes through shared memory."""
+    inf.no_perm(stmt, inst.src)
+    inf.define(inst.out, g, stmt)
+    inf.use(inst.src, g, stmt)
+    inf.derive(inst.out, inst.src, lambda lo: lo, stmt, "cast")
+    inf.converts.append((inst, g))
 
 
 @rule(I.ElementwiseBinary, I.Where, I.ElementwiseUnary)
@@ -212,18 +228,8 @@ def _reshape(inf, stmt, inst, g):
     inf.use(inst.src, g, stmt)
     inf.define(inst.out, g, stmt)
     shape = tuple(inst.out.shape)
-    inf.derive(inst.out, inst.src, lambda lo: _reshaped(lo, shape), stmt, "reshape")
-
-
-def _reshaped(layout, shape):
-    """``layout`` with the new ``shape``: size-1 dims added or dropped, or a tile every thread
-    holds whole in row-major registers; None otherwise (the registers would have to move)."""
-    out = insert_dims(layout, shape)
-    if out is not None:
-        return out
-    if layout.replicated and layout == replicated(layout.shape, layout.num_threads):
-        return replicated(shape, layout.num_threads)
-    return None
+    inf.derive(inst.out, inst.src, lambda lo: reshaped_layout(lo, shape), stmt, "reshape")
+    inf.converts.append((inst, g))
 
 
 # --- tensor cores ----------------------------------------------------------------------------
