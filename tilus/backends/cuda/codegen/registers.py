@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from tilus.backends.cuda.codegen.scalar import HALF, const, ctype, from_float, to_float
+from tilus.backends.cuda.ptx.registry import Fragment
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.dtypes import uint32
 from tilus.ir import inst as I
@@ -24,6 +25,24 @@ UNARY_F32 = {
     "floor": "floorf", "ceil": "ceilf",
 }  # fmt: skip
 BINARY_FUNCS = {"max": "tl_max", "min": "tl_min"}
+
+
+def _approx(name: str, ptx: str) -> Fragment:
+    text = (
+        f"__device__ __forceinline__ float {name}(float x) {{\n"
+        f'  float r; asm("{ptx}.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;\n'
+        "}\n"
+    )
+    return Fragment(name, "ldst", text)
+
+
+#: exp2/log2 of float32 (and 16-bit floats, computed in float) as the hardware's MUFU.EX2 and
+#: MUFU.LG2 (PTX ISA ex2/lg2 .approx: about 2 ulp; subnormals flushed); a kernel that uses
+#: them gets the helper in its prelude.
+FAST_F32 = {
+    "exp2": ("tl_ex2", _approx("tl_ex2", "ex2")),
+    "log2": ("tl_lg2", _approx("tl_lg2", "lg2")),
+}
 
 
 def layout_of(ctx, t: TensorVar):
@@ -383,6 +402,11 @@ def unary(ctx, inst, expr):
         code = f"tl_abs<{'float' if half else ctype(dt)}>({x})"
     elif op == "square":
         code = f"({x} * {x})"
+    elif op in FAST_F32 and dt.name in ("float32", *HALF):
+        name, frag = FAST_F32[op]
+        if frag not in ctx.fragments:
+            ctx.fragments.append(frag)
+        code = f"{name}({x})"
     elif op in UNARY_F32 and (dt.is_float()):
         fname = UNARY_F32[op] if dt.name != "float64" else UNARY_F32[op][:-1]
         code = f"{fname}({x})"
