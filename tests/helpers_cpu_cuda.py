@@ -18,6 +18,7 @@ import numpy as np
 
 HEADER = r"""
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <cmath>
 #include <thread>
@@ -141,6 +142,7 @@ extern "C" void tl_launch(int gx, int gy, int gz, void** args) {{
         {ks.name}({", ".join(casts)});
       }});
     for (auto& th : ts) th.join();
+    fflush(stdout);
   }}
 }}
 """

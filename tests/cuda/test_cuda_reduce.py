@@ -279,3 +279,28 @@ def test_dot_of_a_cast_dot_compiles():
     s = q.astype(np.float64) @ k.astype(np.float64)
     p = np.exp(s - s.max(1, keepdims=True)).astype(np.float16).astype(np.float64)
     assert np.abs(o - p @ v.astype(np.float64)).max() < 1e-2 * np.abs(p @ v).max()
+
+
+class Printer(tilus.Script):
+    """print_tensor of a tile spread over two warps (and of a reduced one)."""
+
+    def __call__(self, x_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 2
+        gx = self.global_view(x_ptr, dtype=float32, shape=[4, 32])
+        x = self.load_global(gx, offsets=[0, 0], shape=[4, 32])
+        self.print_tensor("x:", x)
+        self.print_tensor("row sums:", self.sum(x, dim=1, keepdim=True), fmt="%.1f")
+        self.print_tensor("any:", self.cast(self.any(x > 1.0, dim=0), int32))
+
+
+@needs_nvrtc
+@needs_gxx
+def test_print_tensor_matches_the_interpreter(capfd):
+    x = np.round(np.random.default_rng().standard_normal((4, 32)), 2).astype(np.float32)
+    with tilus.option.scoped(interpret=True):
+        Printer()(x)
+    want = capfd.readouterr().out
+    emulate(Printer(), (x,), [1])
+    got = capfd.readouterr().out
+    assert got == want and "row sums:" in got

@@ -267,6 +267,15 @@ class PrintTensor(Inst):
     tensor: TensorVar
     fmt: str | None
 
+    @staticmethod
+    def default_fmt(dtype) -> str:
+        """The printf format of one element when ``fmt`` is None (every backend uses it)."""
+        if dtype.kind == "bool":
+            return "%1d"
+        if dtype.is_integer():
+            return "%5d"
+        return "%6.3f" if dtype.nbits >= 32 else "%5.2f"
+
 
 # --- Hopper asynchronous machinery -----------------------------------------------------------
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from tilus.ir import inst as I
 from tilus.ir.rules import RuleTable
 
 #: Instructions the CUDA backend refuses, each with the reason given at the user's line (the
 #: interpreter runs them). Shared by both tables: an instruction is lowered by both or neither.
-NOT_LOWERED: dict[type, str] = {
-    I.PrintTensor: "print_tensor has no CUDA lowering yet (the interpreter runs it)",
-}
+NOT_LOWERED: dict[type, str] = {}
 
 #: Layout inference: ``fn(inference, stmt, inst, group)`` records the layout facts of one
 #: instruction (``tilus.backends.cuda.layout.rules``).

@@ -487,11 +487,7 @@ def _print_tensor(task, inst, loc):
 
 
 def _default_fmt(dt) -> str:
-    if dt.kind == "bool":
-        return "%1d"
-    if dt.is_integer():
-        return "%5d"
-    return "%6.3f" if dt.nbits >= 32 else "%5.2f"
+    return I.PrintTensor.default_fmt(dt)
 
 
 # --- vectorized evaluation for tiles initialised by a function of the indices ---------------

@@ -80,6 +80,11 @@ class _Inference:
                 need.setdefault((g.begin, g.size), []).append((inst, n))
         for inst, g in self.converts:
             regs = self.plan.registers
+            if isinstance(inst, I.PrintTensor):
+                src = inst.tensor
+                n = src.size * max(1, src.dtype.nbits // 8)
+                need.setdefault((g.begin, g.size), []).append((inst, -(-n // 4) * 4))
+                continue
             src, out = inst.src, inst.out
             if isinstance(inst, I.SliceTensor) or not moves_in_place(inst, regs[src], regs[out]):
                 n = src.size * max(1, src.dtype.nbits // 8)

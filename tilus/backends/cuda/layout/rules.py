@@ -219,6 +219,20 @@ def _reduce(inf, stmt, inst, g):
         )
 
 
+@rule(I.PrintTensor)
+def _print_tensor(inf, stmt, inst, g):
+    """A register tile is gathered in shared memory and printed by the group's first thread."""
+    if inst.tensor.kind != "register":
+        raise err(
+            stmt,
+            f"print_tensor of a {inst.tensor.kind} tile has no CUDA lowering yet (load it into "
+            "registers first, or run on the interpreter)",
+        )
+    inf.no_perm(stmt, inst.tensor)
+    inf.use(inst.tensor, g, stmt)
+    inf.converts.append((inst, g))
+
+
 @rule(I.ReshapeTensor)
 def _reshape(inf, stmt, inst, g):
     """Register reshapes that only add or drop size-1 dims keep every register in place."""
