@@ -63,6 +63,8 @@ static inline uint16_t tl_f2b(float f) {
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+using std::isinf;
+using std::isnan;
 static inline float tl_ex2(float x) { return std::exp2(x); }
 static inline float tl_lg2(float x) { return std::log2(x); }
 template <class T> static inline T tl_min(T a, T b) { return b < a ? b : a; }

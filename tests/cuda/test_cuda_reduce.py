@@ -304,3 +304,48 @@ def test_print_tensor_matches_the_interpreter(capfd):
     emulate(Printer(), (x,), [1])
     got = capfd.readouterr().out
     assert got == want and "row sums:" in got
+
+
+MATH = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "asin",
+        "acos", "atan", "sinh", "cosh", "asinh", "atanh", "trunc", "floor", "ceil"]  # fmt: skip
+
+
+class MathOps(tilus.Script):
+    """Every unary math op of a tile, and isnan/isinf."""
+
+    def __call__(self, x_ptr: ~float32, y_ptr: ~float32, f_ptr: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        gx = self.global_view(x_ptr, dtype=float32, shape=[64])
+        gy = self.global_view(y_ptr, dtype=float32, shape=[len(MATH) + 1, 64])
+        x = self.load_global(gx, offsets=[0], shape=[64])
+        for k, op in enumerate(MATH):
+            self.store_global(gy, getattr(self, op)(x), offsets=[k, 0], dims=[1])
+        self.store_global(gy, self.acosh(x + 2.0), offsets=[len(MATH), 0], dims=[1])
+        gf = self.global_view(f_ptr, dtype=int32, shape=[2, 64])
+        bad = (x - x) / (x - x)  # 0/0: nan at every element
+        self.store_global(gf, self.cast(self.isnan(bad), int32), offsets=[0, 0], dims=[1])
+        self.store_global(gf, self.cast(self.isinf(1.0 / (x - x)), int32), offsets=[1, 0],
+                          dims=[1])  # fmt: skip
+
+
+@needs_nvrtc
+@needs_gxx
+def test_math_builtins():
+    x = np.random.default_rng().uniform(0.05, 0.95, 64).astype(np.float32)
+    want = [getattr(np, {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
+                         "atanh": "arctanh"}.get(op, op))(x.astype(np.float64))
+            if op != "rsqrt" else 1 / np.sqrt(x.astype(np.float64)) for op in MATH]  # fmt: skip
+    want.append(np.arccosh(x.astype(np.float64) + 2))
+    for run in ("interpreter", "emulator"):
+        y = np.full((len(MATH) + 1, 64), np.nan, np.float32)
+        f = np.full((2, 64), -1, np.int32)
+        if run == "interpreter":
+            with tilus.option.scoped(interpret=True):
+                MathOps()(x, y, f)
+        else:
+            ck = emulate(MathOps(), (x, y, f), [1])
+            assert "tl_ex2(" in ck.source and "tl_lg2(" in ck.source
+        for k, w in enumerate(want):
+            assert np.abs(y[k] - w).max() < 1e-5 * max(1, np.abs(w).max()), (run, k)
+        assert (f == 1).all(), run

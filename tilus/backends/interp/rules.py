@@ -393,6 +393,18 @@ _UNARY = {
     "round": np.rint,
     "floor": np.floor,
     "ceil": np.ceil,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "trunc": np.trunc,
+    "isnan": np.isnan,
+    "isinf": np.isinf,
 }
 
 

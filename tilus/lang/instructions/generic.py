@@ -44,6 +44,18 @@ UNARY_OPS = (
     "floor",
     "ceil",
     "bitnot",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "trunc",
+    "isnan",
+    "isinf",
 )
 REDUCE_OPS = ("sum", "max", "min", "any", "all")
 

@@ -77,16 +77,20 @@ def tensor_binary(op: str, a, b_, out=None) -> TensorVar:
     return out
 
 
+#: Unary ops defined on floating-point tiles only.
+FLOAT_ONLY = (
+    "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "tan", "asin", "acos",
+    "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "trunc", "isnan", "isinf",
+)  # fmt: skip
+
+
 def tensor_unary(op: str, x, out=None) -> TensorVar:
     """Elementwise ``op(x)`` on a register tile."""
     b = current()
     b.expect_tensor(x, ("register",), f"the operand of {op}")
-    if (
-        op in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh")
-        and not x.dtype.is_float()
-    ):
+    if op in FLOAT_ONLY and not x.dtype.is_float():
         raise b.error(f"{op} needs a floating-point tile, got {x.dtype}")
-    rdtype = boolean if op == "not" else x.dtype
+    rdtype = boolean if op in ("not", "isnan", "isinf") else x.dtype
     out = out if out is not None else b.register(rdtype, x.shape, "t")
     b.inst(I.ElementwiseUnary(out, op, x))
     return out

@@ -22,7 +22,9 @@ rule = CODEGEN_RULES.rule
 UNARY_F32 = {
     "exp": "expf", "exp2": "exp2f", "log": "logf", "log2": "log2f", "sqrt": "sqrtf",
     "rsqrt": "rsqrtf", "sin": "sinf", "cos": "cosf", "tanh": "tanhf", "round": "rintf",
-    "floor": "floorf", "ceil": "ceilf",
+    "floor": "floorf", "ceil": "ceilf", "tan": "tanf", "asin": "asinf", "acos": "acosf",
+    "atan": "atanf", "sinh": "sinhf", "cosh": "coshf", "asinh": "asinhf", "acosh": "acoshf",
+    "atanh": "atanhf", "trunc": "truncf",
 }  # fmt: skip
 BINARY_FUNCS = {"max": "tl_max", "min": "tl_min"}
 
@@ -402,6 +404,8 @@ def unary(ctx, inst, expr):
         code = f"tl_abs<{'float' if half else ctype(dt)}>({x})"
     elif op == "square":
         code = f"({x} * {x})"
+    elif op in ("isnan", "isinf") and dt.is_float():
+        code = f"{op}({x})"
     elif op in FAST_F32 and dt.name in ("float32", *HALF):
         name, frag = FAST_F32[op]
         if frag not in ctx.fragments:
@@ -414,7 +418,7 @@ def unary(ctx, inst, expr):
         code = x
     else:
         raise ctx.error(f"unary {op} on {dt} is not supported by the CUDA backend")
-    if half and op != "not":
+    if half and op not in ("not", "isnan", "isinf"):
         code = from_float(code, dt)
     ctx.emit(f"{elem(ctx, out, i)} = {code};")
     ctx.close()
