@@ -28,6 +28,8 @@ class Bad(tilus.Script):
             self.store_global(g, x + y, offsets=[0])
         elif self.case == "reshape":
             self.store_global(g, self.reshape(x, [5, 7]), offsets=[0])
+        elif self.case == "scan":
+            self.store_global(g, self.scan(x, dim=0, op="sub"), offsets=[0])
         else:
             self.store_global(g, self.max(y, dim=1), offsets=[0])
 
@@ -37,6 +39,7 @@ CASES = {
     "broadcast": ("x + y", "do not broadcast"),
     "reshape": ("self.reshape(x, [5, 7])", "32 vs 35 elements"),
     "reduce": ("self.max(y, dim=1)", "out of range"),
+    "scan": ('self.scan(x, dim=0, op="sub")', "scan op must be one of"),
 }
 
 

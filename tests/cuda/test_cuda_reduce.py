@@ -349,3 +349,55 @@ def test_math_builtins():
         for k, w in enumerate(want):
             assert np.abs(y[k] - w).max() < 1e-5 * max(1, np.abs(w).max()), (run, k)
         assert (f == 1).all(), run
+
+
+class Scans(tilus.Script):
+    """cumsum/cumprod/scan over either dim, inclusive and exclusive, float and int."""
+
+    def __call__(self, x_ptr: ~float32, i_ptr: ~int32, y_ptr: ~float32, j_ptr: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 2
+        gx = self.global_view(x_ptr, dtype=float32, shape=[4, 64])
+        gi = self.global_view(i_ptr, dtype=int32, shape=[4, 64])
+        x = self.load_global(gx, offsets=[0, 0], shape=[4, 64])
+        xi = self.load_global(gi, offsets=[0, 0], shape=[4, 64])
+        gy = self.global_view(y_ptr, dtype=float32, shape=[4, 4, 64])
+        gj = self.global_view(j_ptr, dtype=int32, shape=[2, 4, 64])
+        self.store_global(gy, self.cumsum(x, dim=1), offsets=[0, 0, 0], dims=[1, 2])
+        self.store_global(gy, self.cumsum(x, dim=0, exclusive=True), offsets=[1, 0, 0],
+                          dims=[1, 2])  # fmt: skip
+        self.store_global(gy, self.cumprod(x, dim=1), offsets=[2, 0, 0], dims=[1, 2])
+        self.store_global(gy, self.scan(x, dim=1, op="max"), offsets=[3, 0, 0], dims=[1, 2])
+        self.store_global(gj, self.scan(xi, dim=1, op="xor"), offsets=[0, 0, 0], dims=[1, 2])
+        self.store_global(gj, self.scan(xi, dim=1, op="min", exclusive=True), offsets=[1, 0, 0],
+                          dims=[1, 2])  # fmt: skip
+
+
+@needs_nvrtc
+@needs_gxx
+def test_scans_match_the_interpreter():
+    rng = np.random.default_rng()
+    x = rng.uniform(0.9, 1.1, (4, 64)).astype(np.float32)
+    xi = rng.integers(-1000, 1000, (4, 64)).astype(np.int32)
+    outs = {}
+    for run in ("interpreter", "emulator"):
+        y = np.full((4, 4, 64), np.nan, np.float32)
+        j = np.full((2, 4, 64), -7, np.int32)
+        if run == "interpreter":
+            with tilus.option.scoped(interpret=True):
+                Scans()(x, xi, y, j)
+        else:
+            emulate(Scans(), (x, xi, y, j), [1])
+        outs[run] = (y, j)
+    y, j = outs["emulator"]
+    assert np.allclose(y[0], np.cumsum(x, 1), rtol=1e-5)
+    ex0 = np.concatenate([np.zeros((1, 64)), np.cumsum(x, 0)[:-1]])
+    assert np.allclose(y[1], ex0, rtol=1e-5)
+    assert np.allclose(y[2], np.cumprod(x, 1), rtol=1e-4)
+    assert np.array_equal(y[3], np.maximum.accumulate(x, 1))
+    assert np.array_equal(j[0], np.bitwise_xor.accumulate(xi, 1))
+    big = np.iinfo(np.int32).max
+    assert np.array_equal(j[1][:, 0], [big] * 4)
+    assert np.array_equal(j[1][:, 1:], np.minimum.accumulate(xi, 1)[:, :-1])
+    for a, b in zip(outs["emulator"], outs["interpreter"]):
+        assert np.array_equal(a, b)  # the same sequential order on both

@@ -57,6 +57,7 @@ for _cls in (
     I.ElementwiseUnary,
     I.Where,
     I.Reduce,
+    I.Scan,
     I.Dot,
     I.MBarrierAlloc,
     I.Random,

@@ -233,6 +233,44 @@ class Reduce(Inst):
     keepdim: bool
 
 
+@instruction("scan")
+class Scan(Inst):
+    """Prefix ``op`` of ``src`` along ``dim`` (``exclusive``: element i combines 0..i-1,
+    element 0 is the op's identity); op in add/mul/max/min/and/or/xor."""
+
+    out: TensorVar
+    src: TensorVar
+    op: str
+    dim: int
+    exclusive: bool
+
+    OPS: ClassVar[tuple] = ("add", "mul", "max", "min", "and", "or", "xor")
+
+    def validate(self) -> None:
+        """The op is known, bitwise ops are on integer (or boolean) tiles, the dim exists."""
+        if self.op not in self.OPS:
+            raise InstError(f"scan op must be one of {', '.join(self.OPS)}, got {self.op!r}")
+        if self.op in ("and", "or", "xor") and self.src.dtype.is_float():
+            raise InstError(f"scan op {self.op} needs an integer tile, got {self.src.dtype}")
+        if not 0 <= self.dim < self.src.ndim:
+            raise InstError(
+                f"scan dim {self.dim} is out of range for a tile of rank {self.src.ndim}"
+            )
+
+    def identity(self):
+        """The op's identity in the tile's dtype (what an exclusive scan starts from)."""
+        dt = self.src.dtype
+        if self.op in ("add", "or", "xor"):
+            return 0
+        if self.op == "mul":
+            return 1
+        if self.op == "and":
+            return True if dt.kind == "bool" else -1
+        if self.op == "max":
+            return -float("inf") if dt.is_float() else dt.min_value()
+        return float("inf") if dt.is_float() else dt.max_value()
+
+
 @instruction("dot", ptx="9.7.14.5.14 mma (warp-level matrix multiply-accumulate)")
 class Dot(Inst):
     """``out = a @ b + c`` on register tiles, accumulating in ``out.dtype``."""

@@ -445,6 +445,24 @@ def _reduce(task, inst, loc):
     task.env[inst.out] = convert(r, inst.out.dtype)
 
 
+_SCAN = {
+    "add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
+    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+}  # fmt: skip
+
+
+@rule(I.Scan)
+def _scan(task, inst, loc):
+    a = reg(task, inst.src, loc)
+    if a.dtype.kind == "f" and a.itemsize < 4:
+        a = a.astype(np.float32)  # 16-bit floats accumulate in float32
+    r = _SCAN[inst.op].accumulate(a, axis=inst.dim)
+    if inst.exclusive:
+        first = np.full_like(np.take(r, [0], axis=inst.dim), inst.identity())
+        r = np.concatenate([first, np.delete(r, -1, axis=inst.dim)], axis=inst.dim)
+    task.env[inst.out] = convert(r, inst.out.dtype)
+
+
 @rule(I.Dot)
 def _dot(task, inst, loc):
     a = reg(task, inst.a, loc)

@@ -484,6 +484,27 @@ class GenericInstructions:
         """Logical and over ``dim`` (boolean tiles)."""
         return self._reduce("all", x, dim, keepdim, out)
 
+    def scan(self, x, *, dim, op, exclusive=False, out=None) -> TensorVar:
+        """Prefix ``op`` (add, mul, max, min, and, or, xor) of a register tile along ``dim``;
+        ``exclusive``: element i combines elements 0..i-1 (element 0 is the identity)."""
+        b = current()
+        b.expect_tensor(x, ("register",), "scan's operand")
+        if isinstance(dim, bool) or not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
+            raise b.error(f"scan: dim {dim!r} is out of range for a tile of rank {x.ndim}")
+        out = out if out is not None else b.register(x.dtype, x.shape, "t")
+        if out.shape != x.shape or out.dtype != x.dtype:
+            raise b.error(f"scan out= tile is {out.type_str()}, the result is {x.type_str()}")
+        b.inst(I.Scan(out, x, str(op), dim % x.ndim, bool(exclusive)))
+        return out
+
+    def cumsum(self, x, *, dim, exclusive=False, out=None) -> TensorVar:
+        """Prefix sums along ``dim``."""
+        return self.scan(x, dim=dim, op="add", exclusive=exclusive, out=out)
+
+    def cumprod(self, x, *, dim, exclusive=False, out=None) -> TensorVar:
+        """Prefix products along ``dim``."""
+        return self.scan(x, dim=dim, op="mul", exclusive=exclusive, out=out)
+
     def transpose(self, x) -> TensorVar:
         """Swap the two dims of a 2-D tile."""
         b = current()

@@ -96,6 +96,47 @@ def print_tensor(ctx, inst, expr):
     ctx.close()
 
 
+_SCAN_C = {
+    "add": "({a} + {b})", "mul": "({a} * {b})", "max": "tl_max<{T}>({a}, {b})",
+    "min": "tl_min<{T}>({a}, {b})", "and": "({a} & {b})", "or": "({a} | {b})",
+    "xor": "({a} ^ {b})",
+}  # fmt: skip
+
+
+@CODEGEN_RULES.rule(I.Scan)
+def scan(ctx, inst, expr):
+    """Prefix op along a dim: the tile goes to shared memory, then each thread combines, for
+    each element it holds, the elements before it along the dim in order (so results match the
+    interpreter's sequential scan, whatever the layout)."""
+    from tilus.backends.cuda.codegen.scalar import HALF, const, from_float, to_float
+
+    src, out, d = inst.src, inst.out, inst.dim
+    lo = R.layout_of(ctx, out)
+    dt = src.dtype
+    T = "float" if dt.name in HALF else ctype(dt)
+    R.declare(ctx, out)
+    ctx.emit(f"// {'exclusive ' if inst.exclusive else ''}scan {inst.op} over dim {d}")
+    ctx.open("")
+    buf = _gather(ctx, inst, src)
+    base = R.emit_thread_coords(ctx, lo, ctx.group)
+    ident = const(inst.identity(), dt)
+    ident = to_float(ident, dt) if dt.name in HALF else ident
+    for j in range(lo.local_size):
+        c = [R.coord(b, k) for b, k in zip(base, lo.local_coords(j))]
+        acc = ctx.fresh("sc")
+        ctx.emit(f"{T} {acc} = ({T})({ident});")
+        k = ctx.fresh("k")
+        bound = f"({c[d]})" if inst.exclusive else f"({c[d]}) + 1"
+        at = list(c)
+        at[d] = k
+        v = to_float(f"{buf}[{row_major(at, src.shape)}]", dt)
+        ctx.emit(f"for (int {k} = 0; {k} < {bound}; ++{k})")
+        ctx.emit(f"  {acc} = {_SCAN_C[inst.op].format(a=acc, b=f'({T})({v})', T=T)};")
+        res = from_float(acc, dt) if dt.name in HALF else f"({ctype(dt)})({acc})"
+        ctx.emit(f"{R.elem(ctx, out, j)} = {res};")
+    ctx.close()
+
+
 def through_shared(ctx, inst, src, out, read_index, convert=lambda v: v):
     """Move ``src``'s elements into ``out``'s layout: register ``j`` of ``out`` (coordinates
     ``c``, C expressions) gets ``convert(src[read_index(c)])``, the index row-major in src."""

@@ -80,8 +80,8 @@ class _Inference:
                 need.setdefault((g.begin, g.size), []).append((inst, n))
         for inst, g in self.converts:
             regs = self.plan.registers
-            if isinstance(inst, I.PrintTensor):
-                src = inst.tensor
+            if isinstance(inst, I.PrintTensor | I.Scan):
+                src = inst.tensor if isinstance(inst, I.PrintTensor) else inst.src
                 n = src.size * max(1, src.dtype.nbits // 8)
                 need.setdefault((g.begin, g.size), []).append((inst, -(-n // 4) * 4))
                 continue

@@ -219,6 +219,16 @@ def _reduce(inf, stmt, inst, g):
         )
 
 
+@rule(I.Scan)
+def _scan(inf, stmt, inst, g):
+    """The result is laid out as the source; the scan reads the tile from shared memory."""
+    inf.no_perm(stmt, inst.src)
+    inf.use(inst.src, g, stmt)
+    inf.define(inst.out, g, stmt)
+    inf.uf.union(inst.out, inst.src)
+    inf.converts.append((inst, g))
+
+
 @rule(I.PrintTensor)
 def _print_tensor(inf, stmt, inst, g):
     """A register tile is gathered in shared memory and printed by the group's first thread."""
