@@ -119,3 +119,49 @@ def test_reductions_gpu():
                 assert (g[:2] == r[:2]).all()
                 continue
             assert np.abs(g - r).max() <= tol * max(1.0, float(np.abs(r).max()))
+
+
+def test_scans_moves_math_attention_gpu():
+    """The emulator's kernels of scans, layout conversions and math, and dot(cast(dot)), on the
+    GPU, against the interpreter."""
+    import torch
+
+    import tilus
+    from tests.cuda.test_cuda_reduce import MATH, Attention, MathOps, Moves, Scans, Transposed
+
+    rng = np.random.default_rng()
+
+    def both(kernel, arrays, scalars=()):
+        host = [a.copy() for a in arrays]
+        with tilus.option.scoped(interpret=True):
+            kernel(*scalars, *host)
+        dev = [torch.from_numpy(a.copy()).cuda() for a in arrays]
+        kernel(*scalars, *dev)
+        return host, [d.cpu().numpy() for d in dev]
+
+    x = rng.uniform(0.9, 1.1, (4, 64)).astype(np.float32)
+    xi = rng.integers(-1000, 1000, (4, 64)).astype(np.int32)
+    y = np.full((4, 4, 64), np.nan, np.float32)
+    j = np.full((2, 4, 64), -7, np.int32)
+    (_, _, hy, hj), (_, _, dy, dj) = both(Scans(), [x, xi, y, j])
+    assert np.allclose(dy, hy, rtol=1e-5) and np.array_equal(dj, hj)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    r = np.full((16, 32), np.nan, np.float32)
+    s = np.full((2, 64), np.nan, np.float32)
+    (_, hr, hs), (_, dr, ds) = both(Moves(), [x, r, s], (5, 41))
+    assert np.array_equal(dr, hr) and np.array_equal(ds[:, :8], hs[:, :8])
+    x = rng.uniform(0.05, 0.95, 64).astype(np.float32)
+    y = np.full((len(MATH) + 1, 64), np.nan, np.float32)
+    f = np.full((2, 64), -1, np.int32)
+    (_, hy, hf), (_, dy, df) = both(MathOps(), [x, y, f])
+    assert np.allclose(dy, hy, rtol=1e-5, atol=1e-6) and np.array_equal(df, hf)
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    yy = rng.standard_normal((64, 32)).astype(np.float32)
+    z = np.full((64, 32), np.nan, np.float32)
+    r = np.full(64, np.nan, np.float32)
+    (_, _, hz, hr), (_, _, dz, dr) = both(Transposed(), [x, yy, z, r])
+    assert np.allclose(dz, hz, atol=1e-5) and np.allclose(dr, hr, atol=1e-4)
+    q, k, v = (rng.standard_normal(s).astype(np.float16) for s in ((64, 32), (32, 64), (64, 32)))
+    o = np.full((64, 32), np.nan, np.float32)
+    (*_, ho), (*_, do) = both(Attention(), [q, k, v, o])
+    assert np.abs(do - ho).max() < 2e-2 * np.abs(ho).max()
