@@ -292,6 +292,7 @@ class Printer(tilus.Script):
         self.print_tensor("x:", x)
         self.print_tensor("row sums:", self.sum(x, dim=1, keepdim=True), fmt="%.1f")
         self.print_tensor("any:", self.cast(self.any(x > 1.0, dim=0), int32))
+        self.print_tensor("total:", self.sum(x))
 
 
 @needs_nvrtc
@@ -304,7 +305,7 @@ def test_print_tensor_matches_the_interpreter(capfd):
     want = capfd.readouterr().out
     emulate(Printer(), (x,), [1])
     got = capfd.readouterr().out
-    assert got == want and "row sums:" in got
+    assert got == want and "row sums:" in got and "total:" in got
 
 
 MATH = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "asin",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from tilus.backends.cuda.codegen import registers as R
-from tilus.backends.cuda.codegen.scalar import ctype
+from tilus.backends.cuda.codegen.scalar import HALF, const, ctype, from_float, to_float
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
 
@@ -54,7 +54,6 @@ def _c_string(text: str) -> str:
 def print_tensor(ctx, inst, expr):
     """Gather the tile in shared memory; the group's first thread prints it as the
     interpreter does (NumPy's bracketed rows, each element with ``fmt``)."""
-    from tilus.backends.cuda.codegen.scalar import to_float
 
     t = inst.tensor
     fmt = inst.fmt or I.PrintTensor.default_fmt(t.dtype)
@@ -70,11 +69,7 @@ def print_tensor(ctx, inst, expr):
         val = f"(int)({v})"
     nd = t.ndim
     if nd == 0:
-        ctx.emit(
-            f'printf("{fmt}\\n", (double)({to_float(buf + "[0]", t.dtype)}));'
-            if t.dtype.is_float()
-            else f'printf("{fmt}\\n", (int)({buf}[0]));'
-        )
+        ctx.emit(f"printf({_c_string(fmt + chr(10))}, {val.replace('tl_k', '0')});")
     else:
         ctx.open(f"for (int tl_k = 0; tl_k < {t.size}; ++tl_k)")
         ctx.emit(f'if (tl_k == 0) printf("{"[" * nd}");')
@@ -108,8 +103,6 @@ def scan(ctx, inst, expr):
     """Prefix op along a dim: the tile goes to shared memory, then each thread combines, for
     each element it holds, the elements before it along the dim in order (so results match the
     interpreter's sequential scan, whatever the layout)."""
-    from tilus.backends.cuda.codegen.scalar import HALF, const, from_float, to_float
-
     src, out, d = inst.src, inst.out, inst.dim
     lo = R.layout_of(ctx, out)
     dt = src.dtype
@@ -176,3 +169,31 @@ def slice_register(ctx, inst, expr):
         return row_major(full, src.shape)
 
     through_shared(ctx, inst, src, out, read)
+
+
+@CODEGEN_RULES.rule(I.CastTensor)
+def cast(ctx, inst, expr):
+    """Elementwise conversion (same layout); float -> f16 pairs use cvt.rn.f16x2.f32."""
+    out, src = inst.out, inst.src
+    sd, dd = src.dtype, out.dtype
+    if R.layout_of(ctx, out) != R.layout_of(ctx, src):  # e.g. an accumulator made an mma operand
+        through_shared(
+            ctx, inst, src, out, lambda c: row_major(c, src.shape), lambda a: cast_code(a, sd, dd)
+        )
+        return
+    layout = R.check_same(ctx, out, src)
+    R.declare(ctx, out)
+    i = R.unrolled(ctx, layout.local_size)
+    ctx.emit(f"{R.elem(ctx, out, i)} = {cast_code(R.elem(ctx, src, i), sd, dd)};")
+    ctx.close()
+
+
+def cast_code(a: str, sd, dd) -> str:
+    """C code converting ``a`` of dtype ``sd`` to ``dd`` (round to nearest even)."""
+    if sd == dd:
+        return a
+    if dd.name in HALF:
+        return from_float(f"(float)({to_float(a, sd)})", dd)
+    if dd.kind == "bool":
+        return f"({to_float(a, sd)} != 0)"
+    return f"(({ctype(dd)}){to_float(a, sd)})"

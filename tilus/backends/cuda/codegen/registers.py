@@ -244,7 +244,8 @@ def alloc_register(ctx, inst, expr):
         ctx.close()
 
 
-def _check_same(ctx, out, *srcs):
+def check_same(ctx, out, *srcs):
+    """The layout of ``out``; raises unless every tile of ``srcs`` has it too."""
     lo = layout_of(ctx, out)
     for s in srcs:
         if isinstance(s, TensorVar) and layout_of(ctx, s) != lo:
@@ -286,40 +287,10 @@ def _at(ctx, x, i, m, pre):
     return elem(ctx, x, i if m is None else m[i])
 
 
-@rule(I.CastTensor)
-def cast(ctx, inst, expr):
-    """Elementwise conversion (same layout); float -> f16 pairs use cvt.rn.f16x2.f32."""
-    out, src = inst.out, inst.src
-    sd, dd = src.dtype, out.dtype
-    if layout_of(ctx, out) != layout_of(ctx, src):  # e.g. an accumulator made an mma operand
-        from tilus.backends.cuda.codegen.convert import row_major, through_shared
-
-        through_shared(
-            ctx, inst, src, out, lambda c: row_major(c, src.shape), lambda a: cast_code(a, sd, dd)
-        )
-        return
-    layout = _check_same(ctx, out, src)
-    declare(ctx, out)
-    i = unrolled(ctx, layout.local_size)
-    ctx.emit(f"{elem(ctx, out, i)} = {cast_code(elem(ctx, src, i), sd, dd)};")
-    ctx.close()
-
-
-def cast_code(a: str, sd, dd) -> str:
-    """C code converting ``a`` of dtype ``sd`` to ``dd`` (round to nearest even)."""
-    if sd == dd:
-        return a
-    if dd.name in HALF:
-        return from_float(f"(float)({to_float(a, sd)})", dd)
-    if dd.kind == "bool":
-        return f"({to_float(a, sd)} != 0)"
-    return f"(({ctype(dd)}){to_float(a, sd)})"
-
-
 @rule(I.AssignTensor)
 def assign(ctx, inst, expr):
     """Copy a tile into another of the same layout."""
-    layout = _check_same(ctx, inst.out, inst.src)
+    layout = check_same(ctx, inst.out, inst.src)
     i = unrolled(ctx, layout.local_size)
     ctx.emit(f"{elem(ctx, inst.out, i)} = {elem(ctx, inst.src, i)};")
     ctx.close()
@@ -385,7 +356,7 @@ def _binary_one(ctx, inst, i, x, y):
 def unary(ctx, inst, expr):
     """Elementwise ``f(a)``."""
     out, a = inst.out, inst.a
-    layout = _check_same(ctx, out, a)
+    layout = check_same(ctx, out, a)
     _declare_unless_same(ctx, out, (a,))
     dt = a.dtype
     half = dt.name in HALF
