@@ -403,3 +403,26 @@ def test_scans_match_the_interpreter():
     assert np.array_equal(j[1][:, 1:], np.minimum.accumulate(xi, 1)[:, :-1])
     for a, b in zip(outs["emulator"], outs["interpreter"]):
         assert np.array_equal(a, b)  # the same sequential order on both
+
+
+class Poke(tilus.Script):
+    """``t[i, j] = v`` on a tile spread over two warps, constant and dynamic indices."""
+
+    def __call__(self, i: int32, x_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 2
+        gx = self.global_view(x_ptr, dtype=float32, shape=[4, 64])
+        x = self.load_global(gx, offsets=[0, 0], shape=[4, 64])
+        x[2, 5] = 7.0
+        x[i, i + 1] = -3.0
+        self.store_global(gx, x, offsets=[0, 0])
+
+
+@needs_nvrtc
+@needs_gxx
+def test_element_write_to_a_distributed_tile():
+    x = np.random.default_rng().standard_normal((4, 64)).astype(np.float32)
+    want = x.copy()
+    want[2, 5], want[3, 4] = 7.0, -3.0
+    emulate(Poke(), (3, x), [1])
+    assert np.array_equal(x, want)

@@ -201,13 +201,27 @@ def _dyn_index(t, indices, expr) -> str:
 
 @rule(I.StoreElement)
 def store_element(ctx, inst, expr):
-    """``t[i] = v`` on a replicated tile (guarded writes for a dynamic index)."""
+    """``t[i] = v``: on a replicated tile a direct (or, for a dynamic index, guarded) write; on
+    a tile spread over threads every thread writes the registers it holds the element in."""
     t = inst.out
     layout = layout_of(ctx, t)
-    if not layout.replicated:
-        raise ctx.error(f"writing one element of %{t.name}, spread over threads, is unsupported")
     v = ctx.fresh("v")
     ctx.emit(f"const {ctype(t.dtype)} {v} = {expr(inst.value)};")
+    if not layout.replicated:
+        idx = []
+        for x in inst.indices:
+            n = ctx.fresh("ix")
+            ctx.emit(f"const int {n} = {expr(x)};")
+            idx.append(n)
+        base = emit_thread_coords(ctx, layout, ctx.plan.owner.get(t, ctx.group))
+        for i in range(layout.local_size):
+            conds = [
+                f"{coord(b, k)} == {n}"
+                for b, k, n, size in zip(base, layout.local_coords(i), idx, t.shape)
+                if size > 1
+            ]
+            ctx.emit(f"if ({' && '.join(conds) or 'true'}) {elem(ctx, t, i)} = {v};")
+        return
     reg = register_of(layout, t)
     lin = linear_index(t, inst.indices)
     if lin is not None:
