@@ -51,44 +51,63 @@ tl_VectorAdd(
   // %x [256]: blocked layout, 4 per thread, over threads [0, 64)
   float x[4];
   {
-    const int tl_c1 = (int)threadIdx.x;
+    const int tl_c1 = (int)threadIdx.x * 4;
     const int tl_o2 = offset;
-    x[0] = ((uint32_t)(tl_o2 + tl_c1) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1)] : 0.0f;
-    x[1] = ((uint32_t)(tl_o2 + tl_c1 + 64) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 64)] : 0.0f;
-    x[2] = ((uint32_t)(tl_o2 + tl_c1 + 128) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 128)] : 0.0f;
-    x[3] = ((uint32_t)(tl_o2 + tl_c1 + 192) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 192)] : 0.0f;
+    const float* const tl_vp3 = gx + (int64_t)(tl_o2 + tl_c1);
+    if (true && (uint32_t)(tl_o2 + tl_c1) + 4u <= (uint32_t)(n) && (((uint64_t)tl_vp3) & 15) == 0) {
+      const uint4 tl_vw4 = *((const uint4*)tl_vp3);
+      x[0] = __uint_as_float(tl_vw4.x);
+      x[1] = __uint_as_float(tl_vw4.y);
+      x[2] = __uint_as_float(tl_vw4.z);
+      x[3] = __uint_as_float(tl_vw4.w);
+    } else {
+      x[0] = ((uint32_t)(tl_o2 + tl_c1) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1)] : 0.0f;
+      x[1] = ((uint32_t)(tl_o2 + tl_c1 + 1) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 1)] : 0.0f;
+      x[2] = ((uint32_t)(tl_o2 + tl_c1 + 2) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 2)] : 0.0f;
+      x[3] = ((uint32_t)(tl_o2 + tl_c1 + 3) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 3)] : 0.0f;
+    }
   }
   // vector_add.py:49  y = self.load_global(gy, offsets=[offset], shape=[self.block_size])
   // %y [256]: blocked layout, 4 per thread, over threads [0, 64)
   float y[4];
   {
-    const int tl_c3 = (int)threadIdx.x;
-    const int tl_o4 = offset;
-    y[0] = ((uint32_t)(tl_o4 + tl_c3) < (uint32_t)(n)) ? gy[(int64_t)(tl_o4 + tl_c3)] : 0.0f;
-    y[1] = ((uint32_t)(tl_o4 + tl_c3 + 64) < (uint32_t)(n)) ? gy[(int64_t)(tl_o4 + tl_c3 + 64)] : 0.0f;
-    y[2] = ((uint32_t)(tl_o4 + tl_c3 + 128) < (uint32_t)(n)) ? gy[(int64_t)(tl_o4 + tl_c3 + 128)] : 0.0f;
-    y[3] = ((uint32_t)(tl_o4 + tl_c3 + 192) < (uint32_t)(n)) ? gy[(int64_t)(tl_o4 + tl_c3 + 192)] : 0.0f;
+    const int tl_c5 = (int)threadIdx.x * 4;
+    const int tl_o6 = offset;
+    const float* const tl_vp7 = gy + (int64_t)(tl_o6 + tl_c5);
+    if (true && (uint32_t)(tl_o6 + tl_c5) + 4u <= (uint32_t)(n) && (((uint64_t)tl_vp7) & 15) == 0) {
+      const uint4 tl_vw8 = *((const uint4*)tl_vp7);
+      y[0] = __uint_as_float(tl_vw8.x);
+      y[1] = __uint_as_float(tl_vw8.y);
+      y[2] = __uint_as_float(tl_vw8.z);
+      y[3] = __uint_as_float(tl_vw8.w);
+    } else {
+      y[0] = ((uint32_t)(tl_o6 + tl_c5) < (uint32_t)(n)) ? gy[(int64_t)(tl_o6 + tl_c5)] : 0.0f;
+      y[1] = ((uint32_t)(tl_o6 + tl_c5 + 1) < (uint32_t)(n)) ? gy[(int64_t)(tl_o6 + tl_c5 + 1)] : 0.0f;
+      y[2] = ((uint32_t)(tl_o6 + tl_c5 + 2) < (uint32_t)(n)) ? gy[(int64_t)(tl_o6 + tl_c5 + 2)] : 0.0f;
+      y[3] = ((uint32_t)(tl_o6 + tl_c5 + 3) < (uint32_t)(n)) ? gy[(int64_t)(tl_o6 + tl_c5 + 3)] : 0.0f;
+    }
   }
   // vector_add.py:50  self.store_global(gz, x + y, offsets=[offset])
   // %t [256]: blocked layout, 4 per thread, over threads [0, 64)
   float t[4];
 #pragma unroll
-  for (int tl_i5 = 0; tl_i5 < 4; ++tl_i5) {
-    t[tl_i5] = (x[tl_i5] + y[tl_i5]);
+  for (int tl_i9 = 0; tl_i9 < 4; ++tl_i9) {
+    t[tl_i9] = (x[tl_i9] + y[tl_i9]);
   }
   {
-    const int tl_c6 = (int)threadIdx.x;
-    const int tl_o7 = offset;
-    float* const tl_row8 = gz;
-    const bool tl_rok9 = true;
-    const bool tl_cok10 = (uint32_t)(tl_o7 + tl_c6) < (uint32_t)(n);
-    tl_st_global_if_f32(tl_row8 + (int64_t)(tl_o7 + tl_c6), t[0], tl_rok9 && tl_cok10);
-    const bool tl_cok12 = (uint32_t)(tl_o7 + tl_c6 + 64) < (uint32_t)(n);
-    tl_st_global_if_f32(tl_row8 + (int64_t)(tl_o7 + tl_c6 + 64), t[1], tl_rok9 && tl_cok12);
-    const bool tl_cok14 = (uint32_t)(tl_o7 + tl_c6 + 128) < (uint32_t)(n);
-    tl_st_global_if_f32(tl_row8 + (int64_t)(tl_o7 + tl_c6 + 128), t[2], tl_rok9 && tl_cok14);
-    const bool tl_cok16 = (uint32_t)(tl_o7 + tl_c6 + 192) < (uint32_t)(n);
-    tl_st_global_if_f32(tl_row8 + (int64_t)(tl_o7 + tl_c6 + 192), t[3], tl_rok9 && tl_cok16);
+    const int tl_c10 = (int)threadIdx.x * 4;
+    const int tl_o11 = offset;
+    float* const tl_row12 = gz;
+    const bool tl_rok13 = true;
+    float* const tl_vp14 = tl_row12 + (int64_t)(tl_o11 + tl_c10);
+    if (tl_rok13 && (uint32_t)(tl_o11 + tl_c10) + 4u <= (uint32_t)(n) && (((uint64_t)tl_vp14) & 15) == 0) {
+      *((uint4*)tl_vp14) = make_uint4(__float_as_uint(t[0]), __float_as_uint(t[1]), __float_as_uint(t[2]), __float_as_uint(t[3]));
+    } else {
+      tl_st_global_if_f32(tl_row12 + (int64_t)(tl_o11 + tl_c10), t[0], tl_rok13 && (uint32_t)(tl_o11 + tl_c10) < (uint32_t)(n));
+      tl_st_global_if_f32(tl_row12 + (int64_t)(tl_o11 + tl_c10 + 1), t[1], tl_rok13 && (uint32_t)(tl_o11 + tl_c10 + 1) < (uint32_t)(n));
+      tl_st_global_if_f32(tl_row12 + (int64_t)(tl_o11 + tl_c10 + 2), t[2], tl_rok13 && (uint32_t)(tl_o11 + tl_c10 + 2) < (uint32_t)(n));
+      tl_st_global_if_f32(tl_row12 + (int64_t)(tl_o11 + tl_c10 + 3), t[3], tl_rok13 && (uint32_t)(tl_o11 + tl_c10 + 3) < (uint32_t)(n));
+    }
   }
 }
 // ======== config 2/3: {'block_size': 512, 'warps': 4} ========
@@ -142,44 +161,63 @@ tl_VectorAdd(
   // %x [512]: blocked layout, 4 per thread, over threads [0, 128)
   float x[4];
   {
-    const int tl_c1 = (int)threadIdx.x;
+    const int tl_c1 = (int)threadIdx.x * 4;
     const int tl_o2 = offset;
-    x[0] = ((uint32_t)(tl_o2 + tl_c1) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1)] : 0.0f;
-    x[1] = ((uint32_t)(tl_o2 + tl_c1 + 128) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 128)] : 0.0f;
-    x[2] = ((uint32_t)(tl_o2 + tl_c1 + 256) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 256)] : 0.0f;
-    x[3] = ((uint32_t)(tl_o2 + tl_c1 + 384) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 384)] : 0.0f;
+    const float* const tl_vp3 = gx + (int64_t)(tl_o2 + tl_c1);
+    if (true && (uint32_t)(tl_o2 + tl_c1) + 4u <= (uint32_t)(n) && (((uint64_t)tl_vp3) & 15) == 0) {
+      const uint4 tl_vw4 = *((const uint4*)tl_vp3);
+      x[0] = __uint_as_float(tl_vw4.x);
+      x[1] = __uint_as_float(tl_vw4.y);
+      x[2] = __uint_as_float(tl_vw4.z);
+      x[3] = __uint_as_float(tl_vw4.w);
+    } else {
+      x[0] = ((uint32_t)(tl_o2 + tl_c1) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1)] : 0.0f;
+      x[1] = ((uint32_t)(tl_o2 + tl_c1 + 1) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 1)] : 0.0f;
+      x[2] = ((uint32_t)(tl_o2 + tl_c1 + 2) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 2)] : 0.0f;
+      x[3] = ((uint32_t)(tl_o2 + tl_c1 + 3) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 3)] : 0.0f;
+    }
   }
   // vector_add.py:49  y = self.load_global(gy, offsets=[offset], shape=[self.block_size])
   // %y [512]: blocked layout, 4 per thread, over threads [0, 128)
   float y[4];
   {
-    const int tl_c3 = (int)threadIdx.x;
-    const int tl_o4 = offset;
-    y[0] = ((uint32_t)(tl_o4 + tl_c3) < (uint32_t)(n)) ? gy[(int64_t)(tl_o4 + tl_c3)] : 0.0f;
-    y[1] = ((uint32_t)(tl_o4 + tl_c3 + 128) < (uint32_t)(n)) ? gy[(int64_t)(tl_o4 + tl_c3 + 128)] : 0.0f;
-    y[2] = ((uint32_t)(tl_o4 + tl_c3 + 256) < (uint32_t)(n)) ? gy[(int64_t)(tl_o4 + tl_c3 + 256)] : 0.0f;
-    y[3] = ((uint32_t)(tl_o4 + tl_c3 + 384) < (uint32_t)(n)) ? gy[(int64_t)(tl_o4 + tl_c3 + 384)] : 0.0f;
+    const int tl_c5 = (int)threadIdx.x * 4;
+    const int tl_o6 = offset;
+    const float* const tl_vp7 = gy + (int64_t)(tl_o6 + tl_c5);
+    if (true && (uint32_t)(tl_o6 + tl_c5) + 4u <= (uint32_t)(n) && (((uint64_t)tl_vp7) & 15) == 0) {
+      const uint4 tl_vw8 = *((const uint4*)tl_vp7);
+      y[0] = __uint_as_float(tl_vw8.x);
+      y[1] = __uint_as_float(tl_vw8.y);
+      y[2] = __uint_as_float(tl_vw8.z);
+      y[3] = __uint_as_float(tl_vw8.w);
+    } else {
+      y[0] = ((uint32_t)(tl_o6 + tl_c5) < (uint32_t)(n)) ? gy[(int64_t)(tl_o6 + tl_c5)] : 0.0f;
+      y[1] = ((uint32_t)(tl_o6 + tl_c5 + 1) < (uint32_t)(n)) ? gy[(int64_t)(tl_o6 + tl_c5 + 1)] : 0.0f;
+      y[2] = ((uint32_t)(tl_o6 + tl_c5 + 2) < (uint32_t)(n)) ? gy[(int64_t)(tl_o6 + tl_c5 + 2)] : 0.0f;
+      y[3] = ((uint32_t)(tl_o6 + tl_c5 + 3) < (uint32_t)(n)) ? gy[(int64_t)(tl_o6 + tl_c5 + 3)] : 0.0f;
+    }
   }
   // vector_add.py:50  self.store_global(gz, x + y, offsets=[offset])
   // %t [512]: blocked layout, 4 per thread, over threads [0, 128)
   float t[4];
 #pragma unroll
-  for (int tl_i5 = 0; tl_i5 < 4; ++tl_i5) {
-    t[tl_i5] = (x[tl_i5] + y[tl_i5]);
+  for (int tl_i9 = 0; tl_i9 < 4; ++tl_i9) {
+    t[tl_i9] = (x[tl_i9] + y[tl_i9]);
   }
   {
-    const int tl_c6 = (int)threadIdx.x;
-    const int tl_o7 = offset;
-    float* const tl_row8 = gz;
-    const bool tl_rok9 = true;
-    const bool tl_cok10 = (uint32_t)(tl_o7 + tl_c6) < (uint32_t)(n);
-    tl_st_global_if_f32(tl_row8 + (int64_t)(tl_o7 + tl_c6), t[0], tl_rok9 && tl_cok10);
-    const bool tl_cok12 = (uint32_t)(tl_o7 + tl_c6 + 128) < (uint32_t)(n);
-    tl_st_global_if_f32(tl_row8 + (int64_t)(tl_o7 + tl_c6 + 128), t[1], tl_rok9 && tl_cok12);
-    const bool tl_cok14 = (uint32_t)(tl_o7 + tl_c6 + 256) < (uint32_t)(n);
-    tl_st_global_if_f32(tl_row8 + (int64_t)(tl_o7 + tl_c6 + 256), t[2], tl_rok9 && tl_cok14);
-    const bool tl_cok16 = (uint32_t)(tl_o7 + tl_c6 + 384) < (uint32_t)(n);
-    tl_st_global_if_f32(tl_row8 + (int64_t)(tl_o7 + tl_c6 + 384), t[3], tl_rok9 && tl_cok16);
+    const int tl_c10 = (int)threadIdx.x * 4;
+    const int tl_o11 = offset;
+    float* const tl_row12 = gz;
+    const bool tl_rok13 = true;
+    float* const tl_vp14 = tl_row12 + (int64_t)(tl_o11 + tl_c10);
+    if (tl_rok13 && (uint32_t)(tl_o11 + tl_c10) + 4u <= (uint32_t)(n) && (((uint64_t)tl_vp14) & 15) == 0) {
+      *((uint4*)tl_vp14) = make_uint4(__float_as_uint(t[0]), __float_as_uint(t[1]), __float_as_uint(t[2]), __float_as_uint(t[3]));
+    } else {
+      tl_st_global_if_f32(tl_row12 + (int64_t)(tl_o11 + tl_c10), t[0], tl_rok13 && (uint32_t)(tl_o11 + tl_c10) < (uint32_t)(n));
+      tl_st_global_if_f32(tl_row12 + (int64_t)(tl_o11 + tl_c10 + 1), t[1], tl_rok13 && (uint32_t)(tl_o11 + tl_c10 + 1) < (uint32_t)(n));
+      tl_st_global_if_f32(tl_row12 + (int64_t)(tl_o11 + tl_c10 + 2), t[2], tl_rok13 && (uint32_t)(tl_o11 + tl_c10 + 2) < (uint32_t)(n));
+      tl_st_global_if_f32(tl_row12 + (int64_t)(tl_o11 + tl_c10 + 3), t[3], tl_rok13 && (uint32_t)(tl_o11 + tl_c10 + 3) < (uint32_t)(n));
+    }
   }
 }
 // ======== config 3/3: {'block_size': 1024, 'warps': 8} ========
@@ -233,43 +271,62 @@ tl_VectorAdd(
   // %x [1024]: blocked layout, 4 per thread, over threads [0, 256)
   float x[4];
   {
-    const int tl_c1 = (int)threadIdx.x;
+    const int tl_c1 = (int)threadIdx.x * 4;
     const int tl_o2 = offset;
-    x[0] = ((uint32_t)(tl_o2 + tl_c1) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1)] : 0.0f;
-    x[1] = ((uint32_t)(tl_o2 + tl_c1 + 256) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 256)] : 0.0f;
-    x[2] = ((uint32_t)(tl_o2 + tl_c1 + 512) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 512)] : 0.0f;
-    x[3] = ((uint32_t)(tl_o2 + tl_c1 + 768) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 768)] : 0.0f;
+    const float* const tl_vp3 = gx + (int64_t)(tl_o2 + tl_c1);
+    if (true && (uint32_t)(tl_o2 + tl_c1) + 4u <= (uint32_t)(n) && (((uint64_t)tl_vp3) & 15) == 0) {
+      const uint4 tl_vw4 = *((const uint4*)tl_vp3);
+      x[0] = __uint_as_float(tl_vw4.x);
+      x[1] = __uint_as_float(tl_vw4.y);
+      x[2] = __uint_as_float(tl_vw4.z);
+      x[3] = __uint_as_float(tl_vw4.w);
+    } else {
+      x[0] = ((uint32_t)(tl_o2 + tl_c1) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1)] : 0.0f;
+      x[1] = ((uint32_t)(tl_o2 + tl_c1 + 1) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 1)] : 0.0f;
+      x[2] = ((uint32_t)(tl_o2 + tl_c1 + 2) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 2)] : 0.0f;
+      x[3] = ((uint32_t)(tl_o2 + tl_c1 + 3) < (uint32_t)(n)) ? gx[(int64_t)(tl_o2 + tl_c1 + 3)] : 0.0f;
+    }
   }
   // vector_add.py:49  y = self.load_global(gy, offsets=[offset], shape=[self.block_size])
   // %y [1024]: blocked layout, 4 per thread, over threads [0, 256)
   float y[4];
   {
-    const int tl_c3 = (int)threadIdx.x;
-    const int tl_o4 = offset;
-    y[0] = ((uint32_t)(tl_o4 + tl_c3) < (uint32_t)(n)) ? gy[(int64_t)(tl_o4 + tl_c3)] : 0.0f;
-    y[1] = ((uint32_t)(tl_o4 + tl_c3 + 256) < (uint32_t)(n)) ? gy[(int64_t)(tl_o4 + tl_c3 + 256)] : 0.0f;
-    y[2] = ((uint32_t)(tl_o4 + tl_c3 + 512) < (uint32_t)(n)) ? gy[(int64_t)(tl_o4 + tl_c3 + 512)] : 0.0f;
-    y[3] = ((uint32_t)(tl_o4 + tl_c3 + 768) < (uint32_t)(n)) ? gy[(int64_t)(tl_o4 + tl_c3 + 768)] : 0.0f;
+    const int tl_c5 = (int)threadIdx.x * 4;
+    const int tl_o6 = offset;
+    const float* const tl_vp7 = gy + (int64_t)(tl_o6 + tl_c5);
+    if (true && (uint32_t)(tl_o6 + tl_c5) + 4u <= (uint32_t)(n) && (((uint64_t)tl_vp7) & 15) == 0) {
+      const uint4 tl_vw8 = *((const uint4*)tl_vp7);
+      y[0] = __uint_as_float(tl_vw8.x);
+      y[1] = __uint_as_float(tl_vw8.y);
+      y[2] = __uint_as_float(tl_vw8.z);
+      y[3] = __uint_as_float(tl_vw8.w);
+    } else {
+      y[0] = ((uint32_t)(tl_o6 + tl_c5) < (uint32_t)(n)) ? gy[(int64_t)(tl_o6 + tl_c5)] : 0.0f;
+      y[1] = ((uint32_t)(tl_o6 + tl_c5 + 1) < (uint32_t)(n)) ? gy[(int64_t)(tl_o6 + tl_c5 + 1)] : 0.0f;
+      y[2] = ((uint32_t)(tl_o6 + tl_c5 + 2) < (uint32_t)(n)) ? gy[(int64_t)(tl_o6 + tl_c5 + 2)] : 0.0f;
+      y[3] = ((uint32_t)(tl_o6 + tl_c5 + 3) < (uint32_t)(n)) ? gy[(int64_t)(tl_o6 + tl_c5 + 3)] : 0.0f;
+    }
   }
   // vector_add.py:50  self.store_global(gz, x + y, offsets=[offset])
   // %t [1024]: blocked layout, 4 per thread, over threads [0, 256)
   float t[4];
 #pragma unroll
-  for (int tl_i5 = 0; tl_i5 < 4; ++tl_i5) {
-    t[tl_i5] = (x[tl_i5] + y[tl_i5]);
+  for (int tl_i9 = 0; tl_i9 < 4; ++tl_i9) {
+    t[tl_i9] = (x[tl_i9] + y[tl_i9]);
   }
   {
-    const int tl_c6 = (int)threadIdx.x;
-    const int tl_o7 = offset;
-    float* const tl_row8 = gz;
-    const bool tl_rok9 = true;
-    const bool tl_cok10 = (uint32_t)(tl_o7 + tl_c6) < (uint32_t)(n);
-    tl_st_global_if_f32(tl_row8 + (int64_t)(tl_o7 + tl_c6), t[0], tl_rok9 && tl_cok10);
-    const bool tl_cok12 = (uint32_t)(tl_o7 + tl_c6 + 256) < (uint32_t)(n);
-    tl_st_global_if_f32(tl_row8 + (int64_t)(tl_o7 + tl_c6 + 256), t[1], tl_rok9 && tl_cok12);
-    const bool tl_cok14 = (uint32_t)(tl_o7 + tl_c6 + 512) < (uint32_t)(n);
-    tl_st_global_if_f32(tl_row8 + (int64_t)(tl_o7 + tl_c6 + 512), t[2], tl_rok9 && tl_cok14);
-    const bool tl_cok16 = (uint32_t)(tl_o7 + tl_c6 + 768) < (uint32_t)(n);
-    tl_st_global_if_f32(tl_row8 + (int64_t)(tl_o7 + tl_c6 + 768), t[3], tl_rok9 && tl_cok16);
+    const int tl_c10 = (int)threadIdx.x * 4;
+    const int tl_o11 = offset;
+    float* const tl_row12 = gz;
+    const bool tl_rok13 = true;
+    float* const tl_vp14 = tl_row12 + (int64_t)(tl_o11 + tl_c10);
+    if (tl_rok13 && (uint32_t)(tl_o11 + tl_c10) + 4u <= (uint32_t)(n) && (((uint64_t)tl_vp14) & 15) == 0) {
+      *((uint4*)tl_vp14) = make_uint4(__float_as_uint(t[0]), __float_as_uint(t[1]), __float_as_uint(t[2]), __float_as_uint(t[3]));
+    } else {
+      tl_st_global_if_f32(tl_row12 + (int64_t)(tl_o11 + tl_c10), t[0], tl_rok13 && (uint32_t)(tl_o11 + tl_c10) < (uint32_t)(n));
+      tl_st_global_if_f32(tl_row12 + (int64_t)(tl_o11 + tl_c10 + 1), t[1], tl_rok13 && (uint32_t)(tl_o11 + tl_c10 + 1) < (uint32_t)(n));
+      tl_st_global_if_f32(tl_row12 + (int64_t)(tl_o11 + tl_c10 + 2), t[2], tl_rok13 && (uint32_t)(tl_o11 + tl_c10 + 2) < (uint32_t)(n));
+      tl_st_global_if_f32(tl_row12 + (int64_t)(tl_o11 + tl_c10 + 3), t[3], tl_rok13 && (uint32_t)(tl_o11 + tl_c10 + 3) < (uint32_t)(n));
+    }
   }
 }
