@@ -128,3 +128,17 @@ def test_tma_cache_policy_is_refused_at_its_line(which):
         k.program(k.configs[0], {})
     assert "cache_policy" in str(info.value)
     assert info.value.loc.line == marker_line(CachePolicy, f"MARK:{which}")
+
+
+def test_cuda_launch_checks_the_assumptions_before_launching():
+    # the facts reach the compiler (__builtin_assume), so a launch that breaks one is refused
+    from tilus.backends.cuda.launcher import LaunchPlan
+
+    ks = generate(_program(cond="both"))
+    plan = LaunchPlan(ks.name, ks)
+    positions = {"n": 0, "m": 1, "x": 2, "y": 3}
+    plan.bind({"n": 16, "m": 8}, positions)  # both hold
+    with pytest.raises(tilus.TilusRuntimeError) as info:
+        plan.bind({"n": 16, "m": 6}, positions)
+    assert "m = 6 is not a multiple of 4" in str(info.value)
+    assert info.value.loc.line == marker_line(Fenced, "MARK:both")

@@ -1,8 +1,8 @@
-"""Argument checks both backends make before a launch: global-view extents from the sizes."""
+"""Argument checks both backends make before a launch: view extents, assume() facts."""
 
 from __future__ import annotations
 
-from tilus.errors import TilusArgumentError, at
+from tilus.errors import TilusArgumentError, TilusRuntimeError, at
 from tilus.ir import inst as I
 from tilus.ir.expr import Expr, Var
 from tilus.passes.walk import instructions, operands
@@ -52,4 +52,24 @@ def check_view_extents(kname: str, program, scalars: dict) -> None:
                 f"{kname}: {'arguments' if len(names) > 1 else 'argument'} {args} "
                 f"{'give' if len(names) > 1 else 'gives'} the global view "
                 f"of {ptr!r} ({at(stmt.loc)}) an extent of {value}; sizes must not be negative"
+            )
+
+
+def check_assumptions(fn, env) -> None:
+    """Raise at the ``assume()`` whose condition the arguments break, before anything runs.
+
+    Both backends call it: the CUDA code generator hands the facts to the compiler
+    (``__builtin_assume``), so a launch that broke one would be undefined behaviour.
+    ``env`` maps the parameter variables to the call's values.
+    """
+    from tilus.ir.evaluate import eval_scalar
+    from tilus.ir.printer import print_ir
+
+    for cond, loc in fn.assumes:
+        if not eval_scalar(cond, env, loc):
+            p = cond.a.a  # param % c == 0
+            raise TilusRuntimeError(
+                f"{fn.name}: assume({print_ir(cond)}) does not hold for this launch: "
+                f"{p.name} = {env[p]} is not a multiple of {cond.a.b.value}",
+                loc,
             )

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 
 from tilus import option
-from tilus.backends.arguments import check_view_extents
+from tilus.backends.arguments import check_assumptions, check_view_extents
 from tilus.backends.interp import rules_hopper, rules_random  # noqa: F401 - register rules
 from tilus.backends.interp.machine import CTA
 from tilus.backends.interp.rules import INTERP_RULES
@@ -16,7 +16,6 @@ from tilus.dtypes import DataType, PointerType, from_numpy_dtype, from_torch_dty
 from tilus.errors import TilusArgumentError, TilusRuntimeError
 from tilus.ir.builtins import BLOCK_IDX, GRID_DIM
 from tilus.ir.evaluate import eval_scalar
-from tilus.ir.printer import print_ir
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
 
@@ -132,18 +131,6 @@ def prepare(kernel: str, runtime):
         else:
             values.append(_scalar(kernel, name, ann, v))
     return values, buffers
-
-
-def check_assumptions(fn, env) -> None:
-    """Raise at the ``assume()`` whose condition the arguments break (before any block runs)."""
-    for cond, loc in fn.assumes:
-        if not eval_scalar(cond, env, loc):
-            p = cond.a.a  # param % c == 0
-            raise TilusRuntimeError(
-                f"{fn.name}: assume({print_ir(cond)}) does not hold for this launch: "
-                f"{p.name} = {env[p]} is not a multiple of {cond.a.b.value}",
-                loc,
-            )
 
 
 def run_program(program, values, seed=None):
