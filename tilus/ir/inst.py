@@ -374,6 +374,20 @@ class MBarrierWait(Inst):
     scope: str
 
 
+#: cp.async.bulk.tensor: each box dimension is at most 256 elements
+TMA_BOX_LIMIT = 256
+
+
+def _tma_box_error(what: str, tile: TensorVar) -> str | None:
+    for i, n in enumerate(tile.shape):
+        if n > TMA_BOX_LIMIT:
+            return (
+                f"{what}: tile dim {i} is {n} elements, over the TMA box limit of "
+                f"{TMA_BOX_LIMIT} per dimension"
+            )
+    return None
+
+
 @instruction("tma_global_to_shared", ptx="9.7.9.25.5.2 cp.async.bulk.tensor")
 class TmaGlobalToShared(Inst):
     """Asynchronous tile copy global -> shared completing bytes on ``mbarrier``."""
@@ -384,6 +398,11 @@ class TmaGlobalToShared(Inst):
     dims: tuple[int, ...]
     mbarrier: Expr
 
+    def validate(self) -> None:
+        """The shared tile fits one TMA box per dimension."""
+        if msg := _tma_box_error("tma.global_to_shared", self.dst):
+            raise InstError(msg)
+
 
 @instruction("tma_shared_to_global", ptx="9.7.9.25.5.2 cp.async.bulk.tensor")
 class TmaSharedToGlobal(Inst):
@@ -393,6 +412,11 @@ class TmaSharedToGlobal(Inst):
     dst: TensorVar
     offsets: tuple
     dims: tuple[int, ...]
+
+    def validate(self) -> None:
+        """The shared tile fits one TMA box per dimension."""
+        if msg := _tma_box_error("tma.shared_to_global", self.src):
+            raise InstError(msg)
 
 
 @instruction("tma_commit_group", ptx="9.7.9.25.6.2 cp.async.bulk.commit_group")
