@@ -147,6 +147,29 @@ USES = {
 """,
         {"F2FP", "STG", "LDG", "STS", "ST"},
     ),
+    "atomic": (
+        """
+  int* const sem = (int*)out2;
+  if (threadIdx.x == 0) { tl_sem_wait_eq(sem, 1); tl_sem_store(sem, 2); }
+""",
+        {"LDG", "STG", "MEMBAR"},
+    ),
+    "cp_async": (
+        """
+  const uint64_t pol = tl_policy_evict_first();
+  tl_cp_async_4(s, out2 + threadIdx.x, 4u);
+  tl_cp_async_4_hint(s + 512, out2 + threadIdx.x, 2u, pol);
+  tl_cp_async_8(s + 1024, out2 + 2 * threadIdx.x, 8u);
+  tl_cp_async_8_hint(s + 2048, out2 + 2 * threadIdx.x, 0u, pol);
+  tl_cp_async_commit();
+  tl_cp_async_16(s + 4096, out2 + 4 * threadIdx.x, 16u);
+  tl_cp_async_16_hint(s + 6144, out2 + 4 * threadIdx.x, 12u, pol);
+  tl_cp_async_wait<1>();
+  tl_cp_async_wait_all();
+  out[threadIdx.x] = buf[threadIdx.x];
+""",
+        {"LDGSTS", "LDGDEPBAR", "DEPBAR"},
+    ),
     "random": (
         """
   uint32_t w[4];

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from tilus.ir import inst as I
+from tilus.ir import inst_memory as M
 from tilus.ir.rules import RuleTable
 
 
@@ -61,6 +62,7 @@ for _cls in (
     I.Dot,
     I.MBarrierAlloc,
     I.Random,
+    M.Atomic,
 ):
     EFFECTS.add(_cls, _DEFINES)
 
@@ -89,5 +91,10 @@ for _cls in (
     I.WgmmaWaitGroup,
     I.FenceProxyAsync,
     I.SetMaxNReg,
+    M.CopyAsync,
+    M.CopyAsyncCommitGroup,
+    M.CopyAsyncWaitGroup,
+    M.CopyAsyncWaitAll,
+    M.ScatterStore,
 ):
     EFFECTS.add(_cls, _NO_OUT)

@@ -11,8 +11,10 @@ import numpy as np
 from tilus.dtypes import PointerType
 from tilus.errors import TilusArgumentError, TilusCompileError, TilusError, TilusProgramError
 from tilus.lang.autotune import expand_space
+from tilus.lang.instructions.atomics import AtomicInstructions
 from tilus.lang.instructions.generic import GenericInstructions
 from tilus.lang.instructions.hopper import HopperInstructions
+from tilus.lang.instructions.memory_async import AsyncCopyInstructions
 from tilus.lang.instructions.random import RandomInstructions
 
 _instances: dict = {}
@@ -30,7 +32,13 @@ def _hashable(v):
         return id(v)
 
 
-class Script(GenericInstructions, HopperInstructions, RandomInstructions):
+class Script(
+    GenericInstructions,
+    HopperInstructions,
+    RandomInstructions,
+    AsyncCopyInstructions,
+    AtomicInstructions,
+):
     """Base class of tilus kernels.
 
     Subclasses store compile-time hyper-parameters in ``__init__`` and write the kernel body in

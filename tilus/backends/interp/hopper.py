@@ -133,6 +133,9 @@ class AsyncUnits:
         self.stores: dict = {}
         # their global writes (races.Access, pending until waited for without read=True)
         self.gstores: dict = {}
+        # cp.async copies not yet landed: owner task -> [open, *committed groups] of PendingCopy
+        # (tilus.backends.interp.rules_async)
+        self.copies: dict = {}
 
     def barrier(self, addr, loc) -> MBarrier:
         bar = self.barriers.get(int(addr))
@@ -154,6 +157,16 @@ class AsyncUnits:
                     f"is still in flight; wait on that mbarrier first",
                     loc,
                 )
+        for groups in self.copies.values():
+            for group in groups:
+                for p in group:
+                    if view.overlaps(p.dst.lo, p.dst.hi):
+                        raise TilusRuntimeError(
+                            f"race: {what} reads shared tile `{view.name}` while the copy_async "
+                            f"into it (issued at {at(p.loc)}) has not been waited for (call "
+                            f"copy_async_commit_group() and copy_async_wait_group(...) first)",
+                            loc,
+                        )
 
     def check_write(self, view, loc, what: str):
         self.check_read(view, loc, what)
@@ -272,6 +285,14 @@ class AsyncUnits:
 
     def end_checks(self, loc):
         """Protocol checks when the block's last task ends."""
+        for groups in self.copies.values():
+            for group in groups:
+                for p in group:
+                    raise TilusRuntimeError(
+                        f"the kernel ended with the copy_async into `{p.dst.name}` (issued at "
+                        f"{at(p.loc)}) never waited for (copy_async_wait_group/wait_all)",
+                        p.loc,
+                    )
         if self.tma:
             p = self.tma[0]
             raise TilusRuntimeError(

@@ -8,7 +8,12 @@ import numpy as np
 
 from tilus import option
 from tilus.backends.arguments import check_assumptions, check_view_extents
-from tilus.backends.interp import rules_hopper, rules_random  # noqa: F401 - register rules
+from tilus.backends.interp import (  # noqa: F401 - register rules
+    rules_async,
+    rules_atomic,
+    rules_hopper,
+    rules_random,
+)
 from tilus.backends.interp.machine import CTA
 from tilus.backends.interp.rules import INTERP_RULES
 from tilus.backends.interp.values import PointerValue

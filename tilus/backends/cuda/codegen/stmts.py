@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from tilus.backends.cuda.codegen import hopper, memory, mma, random  # noqa: F401 - register rules
+from tilus.backends.cuda.codegen import (  # noqa: F401 - register rules
+    async_copy,
+    atomics,
+    hopper,
+    memory,
+    mma,
+    random,
+)
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import ExprPrinter, ctype
 from tilus.backends.cuda.layout import Group

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from tilus.backends.cuda.layout.inference import err, free_vars, reshaped_layout
+from tilus.backends.cuda.layout.inference import SMALL_TILE, err, free_vars, reshaped_layout
 from tilus.backends.cuda.layout.plan import Group, SharedView, TmaMap
+from tilus.backends.cuda.layout.reads import result_used
 from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.ir import inst as I
-from tilus.ir.expr import Expr, Var
+from tilus.ir import inst_memory as M
+from tilus.ir.expr import Const, Expr, Var
 from tilus.ir.layout import SharedLayout, choose_swizzle
 from tilus.ir.layout.derived import broadcast_layout, reduce_layout
 from tilus.ir.layout.register import (
+    blocked,
     mma_a,
     mma_b,
     mma_c,
@@ -371,3 +374,55 @@ def _tma(inf, stmt, inst, g):
     if key not in p.tmaps:
         p.tmaps.append(key)
     p.tmap_of[inst] = p.tmaps.index(key)
+
+
+# --- asynchronous copies (cp.async) ----------------------------------------------------------
+
+
+@rule(M.CopyAsyncCommitGroup, M.CopyAsyncWaitGroup, M.CopyAsyncWaitAll)
+def _cp_async_groups(inf, stmt, inst, g):
+    """Per-thread group bookkeeping: no tile layout."""
+
+
+@rule(M.CopyAsync)
+def _copy_async(inf, stmt, inst, g):
+    """The rows must be contiguous in global memory; the shared view must not be permuted."""
+    v = inf.shared_view(inst.dst, stmt)
+    if v.perm is not None:
+        raise err(stmt, "copy_async into a permuted shared view is not supported")
+    if inst.src not in inf.plan.gviews:
+        raise err(stmt, f"%{inst.src.name} is not a global_view")
+    st = inf.plan.gviews[inst.src].strides
+    if st is not None and not (isinstance(st[-1], Const) and st[-1].value == 1):
+        raise err(
+            stmt,
+            "copy_async needs a global tensor whose innermost stride is 1 (rows move as "
+            "contiguous 4/8/16-byte chunks)",
+        )
+
+
+# --- atomics and scatter stores --------------------------------------------------------------
+
+
+@rule(M.Atomic, M.ScatterStore)
+def _atomic(inf, stmt, inst, g):
+    """The old values, indices and compare values take the layout of the values."""
+    if inst.dst.kind == "global" and inst.dst not in inf.plan.gviews:
+        raise err(stmt, f"%{inst.dst.name} is not a global_view")
+    if inst.dst.kind == "shared" and inf.shared_view(inst.dst, stmt) is None:
+        raise err(stmt, f"%{inst.dst.name} is not a shared view")
+    tiles = [getattr(inst, n, None) for n in ("values", "indices", "compare")]
+    for t in tiles:
+        if t is not None:
+            inf.no_perm(stmt, t)
+            inf.use(t, g, stmt)
+            inf.uf.union(inst.values, t)
+    out = getattr(inst, "out", None)
+    if out is not None:
+        inf.define(out, g, stmt)
+        inf.uf.union(out, inst.values)
+        v = inst.values
+        if v.size <= SMALL_TILE and result_used(inf.fn, inst):
+            # a small tile would be kept whole by every thread, but each element is updated
+            # by one thread and only that thread gets its old value: spread it instead
+            inf.set_anchor(v, blocked(v.shape, g.size), stmt)

@@ -1,3 +1,13 @@
 """Inline-PTX device functions by instruction family; importing the package registers them all."""
 
-from tilus.backends.cuda.ptx import ldst, mbarrier, mma, random, sync, tma, wgmma  # noqa: F401
+from tilus.backends.cuda.ptx import (  # noqa: F401
+    atomics,
+    cp_async,
+    ldst,
+    mbarrier,
+    mma,
+    random,
+    sync,
+    tma,
+    wgmma,
+)

@@ -1,0 +1,125 @@
+"""Atomics (``atom``/``red``) and scatter stores: one access per register of the value tile."""
+
+from __future__ import annotations
+
+from tilus.backends.cuda.codegen.memory import _address, _shared_elem, shared_offset
+from tilus.backends.cuda.codegen.registers import declare, elem, emit_thread_coords, layout_of
+from tilus.backends.cuda.codegen.scalar import ctype
+from tilus.backends.cuda.layout.reads import result_used
+from tilus.backends.cuda.ptx import atomics as A
+from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.ir import inst_memory as M
+
+rule = CODEGEN_RULES.rule
+
+
+def _primary(ctx, layout) -> str:
+    """C condition true in one thread per element: the replica digits of the thread are 0."""
+    tid = ctx.tid(ctx.group)
+    conds, below = [], 1
+    for f in reversed(layout.threads):
+        if f.dim < 0 and f.extent > 1:
+            conds.append(f"(({tid} / {below}) % {f.extent}) == 0")
+        below *= f.extent
+    return " && ".join(conds)
+
+
+def _element_addresses(ctx, inst, values, indices, dim):
+    """Per register of ``values``: (C address, C in-bounds condition). Emits temporaries."""
+    dst = inst.dst
+    layout = layout_of(ctx, values)
+    for t in (indices, getattr(inst, "compare", None), getattr(inst, "out", None)):
+        if t is not None and layout_of(ctx, t) != layout:
+            raise ctx.error(f"tiles %{values.name} and %{t.name} have different layouts")
+    base = (
+        emit_thread_coords(ctx, layout, ctx.group)
+        if ctx.group.size > 1
+        else ["0"] * len(values.shape)
+    )
+    if dst.kind == "global":
+        name, shape, strides = ctx.gview_info[dst]
+    else:
+        view = ctx.plan.shared[dst]
+        shape = [str(n) for n in dst.shape]
+        off = shared_offset(ctx, dst)
+    out = []
+    for i in range(layout.local_size):
+        lc = layout.local_coords(i)
+        coords = [c if b == "0" else (f"{b} + {c}" if c else b) for b, c in zip(base, lc)]
+        coords = [str(c) for c in coords]
+        conds = []
+        if indices is not None:
+            j = ctx.fresh("j")
+            ctx.emit(f"const int64_t {j} = (int64_t)({elem(ctx, indices, i)});")
+            coords[dim] = j
+            conds.append(f"{j} >= 0 && {j} < (int64_t)({shape[dim]})")
+        for d, c in enumerate(coords):
+            if d != dim or indices is None:
+                if not (isinstance(dst.shape[d], int) and dst.shape[d] == values.shape[d]):
+                    conds.append(f"(uint32_t)({c}) < (uint32_t)({shape[d]})")
+        if dst.kind == "global":
+            addr = f"(void*)({name} + {_address(coords, strides)})"
+        else:
+            addr = f"tl_smem + tl_swz<{view.layout.swizzle}>({off} + {_shared_elem(view, coords)})"
+        out.append((addr, " && ".join(conds)))
+    return layout, out
+
+
+def _negate(code: str, dtype) -> str:
+    if dtype.name in ("float16", "bfloat16"):
+        return f"(uint16_t)({code} ^ 0x8000u)"
+    return f"({ctype(dtype)})(-({code}))"
+
+
+@rule(M.Atomic)
+def atomic(ctx, inst, expr):
+    """``atom`` per element (its old value into ``out``), or ``red`` when nothing reads the
+    result and the ordering allows (``red`` has no acquire); one thread per replica."""
+    dst, v = inst.dst, inst.values
+    ret = (
+        result_used(ctx.fn, inst)
+        or inst.sem in ("acquire", "acq_rel")
+        or inst.op in ("exch", "cas")
+    )
+    op = "add" if inst.op == "sub" else inst.op
+    frag = A.atom(dst.kind, op, dst.dtype.name, inst.sem, inst.scope, ret)
+    if frag not in ctx.fragments:
+        ctx.fragments.append(frag)
+    declare(ctx, inst.out)
+    ctx.open("")
+    layout, addrs = _element_addresses(ctx, inst, v, inst.indices, inst.dim)
+    prim = _primary(ctx, layout)
+    if ret and prim:
+        raise ctx.error(
+            f"the result of this atomic is used, but %{v.name} is replicated over the threads "
+            f"(each element is updated by one of its copies only); use a tile with at least "
+            f"one element per thread or leave the result unused"
+        )
+    for i, (addr, ok) in enumerate(addrs):
+        b = elem(ctx, v, i)
+        if inst.op == "sub":
+            b = _negate(b, dst.dtype)
+        args = f"{addr}, {elem(ctx, inst.compare, i)}, {b}" if inst.op == "cas" else f"{addr}, {b}"
+        call = f"{frag.name}({args})"
+        stmt = f"{elem(ctx, inst.out, i)} = {call};" if ret else f"{call};"
+        cond = " && ".join(x for x in (prim, ok) if x)
+        ctx.emit(f"if ({cond}) {stmt}" if cond else stmt)
+    ctx.close()
+
+
+@rule(M.ScatterStore)
+def scatter_store(ctx, inst, expr):
+    """A plain store per element at its scattered position (one thread per replica)."""
+    dst, v = inst.dst, inst.values
+    ctx.open("")
+    layout, addrs = _element_addresses(ctx, inst, v, inst.indices, inst.dim)
+    prim = _primary(ctx, layout)
+    ct = ctype(dst.dtype)
+    for i, (addr, ok) in enumerate(addrs):
+        if dst.kind == "global":
+            store = f"*(({ct}*){addr}) = {elem(ctx, v, i)};"
+        else:
+            store = f"*(({ct}*)(tl_smem_ptr + ({addr} - tl_smem))) = {elem(ctx, v, i)};"
+        cond = " && ".join(x for x in (prim, ok) if x)
+        ctx.emit(f"if ({cond}) {store}" if cond else store)
+    ctx.close()

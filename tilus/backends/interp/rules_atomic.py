@@ -1,0 +1,85 @@
+"""Interpreter rules of the atomics and scatter stores (elements applied in row-major order).
+
+The GPU applies the elements of one atomic (and those of different threads and blocks) in an
+unspecified order; the interpreter's row-major order is one of the allowed outcomes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilus.backends.interp.numeric import convert, poison
+from tilus.backends.interp.rules import apply_binary, reg, rule, shared
+from tilus.errors import TilusRuntimeError
+from tilus.ir import inst_memory as M
+
+_BINARY = {"add": "+", "sub": "-", "min": "min", "max": "max"}
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """Floats as their bit patterns (cas compares bits, as atom.cas.b32/b64 does)."""
+    return a.view(f"u{a.itemsize}") if a.dtype.kind == "f" else a
+
+
+def _apply(op, old, v, cmp, dtype, loc):
+    if op in _BINARY:
+        return apply_binary(_BINARY[op], old, v, dtype, loc)
+    if op == "exch":
+        return v
+    return np.where(_bits(old) == _bits(cmp), v, old)  # cas
+
+
+def memory(task, t, loc, what) -> np.ndarray:
+    """The array of a shared or global destination, checked for races and writability."""
+    if t.kind == "shared":
+        v = shared(task, t, loc)
+        task.cta.units.check_write(v, loc, what)
+        return v.arr
+    g = task.env[t]
+    if not g.arr.flags.writeable:
+        raise TilusRuntimeError(
+            f"the kernel writes into `{g.name}`, but the array passed for it is read-only", loc
+        )
+    return g.arr
+
+
+def _positions(arr, values, indices, dim):
+    """(tile position, destination position) of every element that lands in ``arr``, in
+    row-major order of the tile."""
+    for p in np.ndindex(values.shape):
+        q = list(p)
+        if indices is not None:
+            q[dim] = int(indices[p])
+        if all(0 <= x < n for x, n in zip(q, arr.shape)):
+            yield p, tuple(q)
+
+
+@rule(M.Atomic)
+def _atomic(task, inst, loc):
+    arr = memory(task, inst.dst, loc, f"this atomic {inst.op}")
+    dt = inst.dst.dtype
+    v = convert(reg(task, inst.values, loc), dt)
+    cmp = convert(reg(task, inst.compare, loc), dt) if inst.compare is not None else None
+    ix = reg(task, inst.indices, loc) if inst.indices is not None else None
+    out = poison(inst.values.shape, dt)  # elements that update nothing keep no old value
+    if ix is None:  # distinct destinations: one vectorized step
+        region = tuple(slice(0, min(n, m)) for n, m in zip(v.shape, arr.shape))
+        old = arr[region].copy()
+        c = cmp[region] if cmp is not None else None
+        arr[region] = convert(_apply(inst.op, old, v[region], c, dt, loc), dt)
+        out[region] = old
+    else:
+        for p, q in _positions(arr, v, ix, inst.dim):
+            old = np.asarray(arr[q]).copy()
+            arr[q] = convert(_apply(inst.op, old, np.asarray(v[p]), None, dt, loc), dt)
+            out[p] = old
+    task.env[inst.out] = out
+
+
+@rule(M.ScatterStore)
+def _scatter_store(task, inst, loc):
+    arr = memory(task, inst.dst, loc, "this scatter store")
+    v = convert(reg(task, inst.values, loc), inst.dst.dtype)
+    ix = reg(task, inst.indices, loc)
+    for p, q in _positions(arr, v, ix, inst.dim):
+        arr[q] = v[p]
