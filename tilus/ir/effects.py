@@ -96,5 +96,7 @@ for _cls in (
     M.CopyAsyncWaitGroup,
     M.CopyAsyncWaitAll,
     M.ScatterStore,
+    M.LockSemaphore,
+    M.ReleaseSemaphore,
 ):
     EFFECTS.add(_cls, _NO_OUT)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from tilus.ir.expr import Expr
 from tilus.ir.inst import Inst, InstError, instruction
 from tilus.ir.tensor import TensorVar
 
@@ -206,3 +207,24 @@ class ScatterStore(Inst):
                 f"{list(v.shape)}, got {ix.type_str()}"
             )
         check_tile_fits(self.dst, v.shape, self.dim, "scatter")
+
+
+# --- semaphores -------------------------------------------------------------------------------
+
+
+@instruction("lock_semaphore", ptx="9.7.9.8 ld (.acquire)")
+class LockSemaphore(Inst):
+    """Spin until the int32 at global address ``sem`` equals ``value`` (acquire loads at gpu
+    scope); issued by a single thread."""
+
+    sem: Expr
+    value: Expr
+
+
+@instruction("release_semaphore", ptx="9.7.9.9 st (.release)")
+class ReleaseSemaphore(Inst):
+    """Store ``value`` into the int32 at global address ``sem`` with release semantics (after
+    a gpu-scope fence); issued by a single thread."""
+
+    sem: Expr
+    value: Expr

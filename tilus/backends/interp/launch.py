@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 
 import numpy as np
@@ -152,10 +153,32 @@ def run_program(program, values, seed=None):
             raise TilusRuntimeError(f"grid dim {axis} = {g} is outside [0, {lim}]", fn.body.loc)
     for v, g in zip(GRID_DIM, grid):
         env[v] = g
-    for z, y, x in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
-        benv = dict(env)
-        benv[BLOCK_IDX.x], benv[BLOCK_IDX.y], benv[BLOCK_IDX.z] = x, y, z
-        CTA(program, benv, INTERP_RULES.rules, seed, (x, y, z)).run()
+    blocks = itertools.product(range(grid[2]), range(grid[1]), range(grid[0]))
+
+    def start():
+        # blocks run one after another; one spinning on a semaphore steps aside for the next
+        # (and for those already started), as co-resident blocks would
+        for z, y, x in blocks:
+            benv = dict(env)
+            benv[BLOCK_IDX.x], benv[BLOCK_IDX.y], benv[BLOCK_IDX.z] = x, y, z
+            cta = CTA(program, benv, INTERP_RULES.rules, seed, (x, y, z))
+            active.append((cta, cta.run_steps()))
+            return True
+        return False
+
+    active: collections.deque = collections.deque()
+    while active or start():
+        progressed = False
+        for _ in range(len(active)):
+            cta, gen = active.popleft()
+            try:
+                progressed |= next(gen)
+            except StopIteration:
+                progressed = True
+                continue
+            active.append((cta, gen))
+        if active and not progressed and not start():
+            active[0][0]._deadlock()  # every block left spins on a semaphore: none can move
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> tuple[bool, float]:

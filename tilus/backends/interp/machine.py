@@ -40,6 +40,12 @@ class _Return(Exception):
     pass
 
 
+def _sem_holds(req) -> bool:
+    """Whether a ``("sem", pointer, value, loc)`` wait is satisfied now."""
+    _, ptr, value, _ = req
+    return int(ptr.buf[ptr.offset]) == value
+
+
 def _in_program_order(task) -> bool:
     """Whether ``task`` may run now: the single_thread() blocks of one group are one thread
     (elect.sync elects the same lane every time), so they run in the order they were forked."""
@@ -58,7 +64,7 @@ class Task:
         self.parent = parent
         self.children: set = set()
         self.gen = None
-        self.blocked = None  # ("wait", bar, parity, loc) | ("sync", loc)
+        self.blocked = None  # ("wait", bar, parity, loc) | ("sync", loc) | ("sem", ptr, v, loc)
         self.loc = None
         self.wgmma: WgmmaState | None = None
         self.done = False  # its own statements have all run (children may still be live)
@@ -121,21 +127,46 @@ class CTA:
 
     # --- scheduling ----------------------------------------------------------------------------
     def run(self):
+        """Run the block alone to its end (a semaphore nobody else can release deadlocks)."""
+        for _ in self.run_steps():
+            self._deadlock()
+
+    def run_steps(self):
+        """Run the block; yields whether it made progress each time every task left is
+        spinning on a semaphore (the grid then runs other blocks before resuming it)."""
         root = self.root
         root.gen = self._top(self.program.fn.body, root)
         self.live = 1
         self.ready = [root]
+        progressed = True
         while self.live:
             runnable = [k for k, t in enumerate(self.ready) if _in_program_order(t)]
             if runnable:
                 self._maybe_land_random()
                 i = runnable[self.rng.randrange(len(runnable))] if self.rng else runnable[0]
                 self._step(self.ready.pop(i))
+                progressed = True
             elif self.units.tma:
                 self._land(0)
+                progressed = True
+            elif self._wake_semaphores():
+                progressed = True
+            elif any(t.blocked[0] == "sem" for t in self.waiting):
+                yield progressed
+                progressed = False
             else:
                 self._deadlock()
         self.units.end_checks(self.program.fn.body.loc)
+
+    def _wake_semaphores(self) -> bool:
+        woke = False
+        for t in list(self.waiting):
+            if t.blocked[0] == "sem" and _sem_holds(t.blocked):
+                t.blocked = None
+                self.waiting.remove(t)
+                self.ready.append(t)
+                woke = True
+        return woke
 
     def _maybe_land_random(self):
         if self.rng is not None and self.units.tma and self.rng.random() < 0.3:
@@ -188,6 +219,12 @@ class CTA:
             if kind == "sync":
                 if not task.children:
                     races.synced(task)
+                    continue
+                task.blocked = req
+                self.waiting.append(task)
+                return
+            if kind == "sem":
+                if _sem_holds(req):
                     continue
                 task.blocked = req
                 self.waiting.append(task)
@@ -278,7 +315,14 @@ class CTA:
         for t in self.waiting:
             loc = t.blocked[-1]
             first = first or loc
-            if t.blocked[0] == "wait":
+            if t.blocked[0] == "sem":
+                _, ptr, value, _loc = t.blocked
+                lines.append(
+                    f"  {t.label} spins at {loc} in lock_semaphore until `{ptr.name}`"
+                    f"[{ptr.offset}] == {value} (it holds {int(ptr.buf[ptr.offset])}; no other "
+                    f"block releases it)"
+                )
+            elif t.blocked[0] == "wait":
                 bar, parity = t.blocked[1], t.blocked[2]
                 lines.append(
                     f"  {t.label} waits at {loc} on mbarrier {bar.label} for the phase of parity "

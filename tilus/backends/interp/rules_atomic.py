@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from tilus.backends.interp.numeric import convert, poison
-from tilus.backends.interp.rules import apply_binary, reg, rule, shared
+from tilus.backends.interp.rules import apply_binary, reg, rule, scal, shared
+from tilus.backends.interp.values import PointerValue
 from tilus.errors import TilusRuntimeError
 from tilus.ir import inst_memory as M
 
@@ -83,3 +84,32 @@ def _scatter_store(task, inst, loc):
     ix = reg(task, inst.indices, loc)
     for p, q in _positions(arr, v, ix, inst.dim):
         arr[q] = v[p]
+
+
+def _semaphore(task, inst, loc, what):
+    ptr = scal(task, inst.sem, loc)
+    if not isinstance(ptr, PointerValue):
+        raise TilusRuntimeError(f"{what} needs a pointer", loc)
+    if ptr.buf.dtype != np.int32:
+        raise TilusRuntimeError(
+            f"{what}: `{ptr.name}` is an array of {ptr.buf.dtype}, not int32", loc
+        )
+    if not 0 <= ptr.offset < ptr.buf.size:
+        raise TilusRuntimeError(
+            f"{what}: element {ptr.offset} is outside `{ptr.name}` ({ptr.buf.size} elements)", loc
+        )
+    return ptr, int(scal(task, inst.value, loc))
+
+
+@rule(M.LockSemaphore)
+def _lock(task, inst, loc):
+    ptr, value = _semaphore(task, inst, loc, "lock_semaphore")
+    yield ("sem", ptr, value, loc)  # the scheduler runs other blocks until the value is there
+
+
+@rule(M.ReleaseSemaphore)
+def _release(task, inst, loc):
+    ptr, value = _semaphore(task, inst, loc, "release_semaphore")
+    if not ptr.buf.flags.writeable:
+        raise TilusRuntimeError(f"release_semaphore: `{ptr.name}` is read-only", loc)
+    ptr.buf[ptr.offset] = value

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from tilus.dtypes import PointerType, int32
 from tilus.ir import inst_memory as M
+from tilus.ir.expr import Expr
 from tilus.lang.builder import current
 
 _SPACES = {"shared": ("shared", "cta"), "global": ("global", "gpu")}
@@ -100,6 +102,20 @@ def _scatter_store(space, dst, dim, indices, values):
     b.inst(M.ScatterStore(dst, indices, values, dim))
 
 
+def _semaphore(cls, sem, value, what):
+    b = current()
+    if not isinstance(sem, Expr) or not isinstance(sem.dtype, PointerType):
+        raise b.error(f"{what} needs a pointer to an int32 in global memory, got {sem!r}")
+    if sem.dtype.base is not None and sem.dtype.base != int32:
+        raise b.error(f"{what} needs a pointer to int32, got a pointer to {sem.dtype.base}")
+    if b.group.size != 1:
+        raise b.error(
+            f"{what} runs in a single thread (inside self.single_thread()); the current thread "
+            f"group has {b.group.size} threads"
+        )
+    b.inst(cls(sem, b.expect_scalar(value, "the semaphore value", int32)))
+
+
 class AtomicInstructions:
     """Adds ``self.atomic`` and the scatter stores."""
 
@@ -109,6 +125,18 @@ class AtomicInstructions:
         """``dst[p with p[dim] = indices[p]] = values[p]`` for a global tensor (non-atomic: of
         duplicate indices an unspecified one wins; indices outside ``dst`` are skipped)."""
         _scatter_store("global", dst, dim, indices, values)
+
+    def lock_semaphore(self, sem, value):
+        """Spin until the int32 at global address ``sem`` (a pointer expression) equals
+        ``value``, with acquire semantics; only in a single thread (``self.single_thread()``).
+        Follow it with the group's ``sync()`` before other threads read what it guards."""
+        _semaphore(M.LockSemaphore, sem, value, "lock_semaphore")
+
+    def release_semaphore(self, sem, value):
+        """Publish ``value`` into the int32 at global address ``sem`` with release semantics
+        (what this block wrote before is visible to whoever sees the value); only in a single
+        thread, after the group's ``sync()`` when other threads wrote the guarded data."""
+        _semaphore(M.ReleaseSemaphore, sem, value, "release_semaphore")
 
     def store_shared_scatter(self, dst, *, dim, indices, values):
         """:meth:`store_global_scatter` into a shared tile."""

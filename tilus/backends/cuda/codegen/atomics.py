@@ -123,3 +123,19 @@ def scatter_store(ctx, inst, expr):
         cond = " && ".join(x for x in (prim, ok) if x)
         ctx.emit(f"if ({cond}) {store}" if cond else store)
     ctx.close()
+
+
+@rule(M.LockSemaphore)
+def lock_semaphore(ctx, inst, expr):
+    """Spin with acquire loads until the value is there."""
+    if A.SEMAPHORES not in ctx.fragments:
+        ctx.fragments.append(A.SEMAPHORES)
+    ctx.emit(f"tl_sem_wait_eq((const int*)({expr(inst.sem)}), (int)({expr(inst.value)}));")
+
+
+@rule(M.ReleaseSemaphore)
+def release_semaphore(ctx, inst, expr):
+    """A gpu-scope fence, then the release store."""
+    if A.SEMAPHORES not in ctx.fragments:
+        ctx.fragments.append(A.SEMAPHORES)
+    ctx.emit(f"tl_sem_store((int*)({expr(inst.sem)}), (int)({expr(inst.value)}));")

@@ -426,3 +426,8 @@ def _atomic(inf, stmt, inst, g):
             # a small tile would be kept whole by every thread, but each element is updated
             # by one thread and only that thread gets its old value: spread it instead
             inf.set_anchor(v, blocked(v.shape, g.size), stmt)
+
+
+@rule(M.LockSemaphore, M.ReleaseSemaphore)
+def _semaphore(inf, stmt, inst, g):
+    """Scalars in one thread: no tile layout."""

@@ -81,6 +81,7 @@ __device__ __forceinline__ void tl_sem_wait_eq(const int* p, int v) {{
   }} while (x != v);
 }}
 __device__ __forceinline__ void tl_sem_store(int* p, int v) {{
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
   asm volatile("{check_operands("st.release.gpu.global.b32 [%0], %1;", 2)}"
                :: "l"(p), "r"(v) : "memory");
 }}
