@@ -68,6 +68,7 @@ for _cls in (
 
 EFFECTS.add(I.AllocRegister, Effects(binders=("axes",), scoped="init", allocates=True))
 EFFECTS.add(I.AllocShared, Effects(allocates=True))
+EFFECTS.add(M.GlobalTensorAlloc, Effects(allocates=True))
 EFFECTS.add(I.AssignTensor, Effects(Out.OVERWRITES))
 EFFECTS.add(I.StoreElement, Effects(Out.OVERWRITES))
 EFFECTS.add(I.WgmmaMma, Effects(Out.NONE, updates=("d",)))

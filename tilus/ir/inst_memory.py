@@ -228,3 +228,26 @@ class ReleaseSemaphore(Inst):
 
     sem: Expr
     value: Expr
+
+
+# --- kernel-lifetime global scratch ----------------------------------------------------------
+
+
+@instruction("global_tensor")
+class GlobalTensorAlloc(Inst):
+    """A global tensor of ``out.shape`` (compile-time) carved from the launch's workspace and
+    shared by every block. ``requires_clean``: zero-filled when first allocated, and the kernel
+    must leave it zero again (so the next launch finds it clean without a memset)."""
+
+    out: TensorVar
+    requires_clean: bool
+
+    def validate(self) -> None:
+        """A positive compile-time shape of a whole-byte dtype."""
+        if not self.out.shape or any(not isinstance(n, int) or n <= 0 for n in self.out.shape):
+            raise InstError(
+                f"global_tensor needs a non-empty shape of positive compile-time ints, got "
+                f"{list(self.out.shape)}"
+            )
+        if self.out.dtype.nbits % 8:
+            raise InstError(f"global_tensor of sub-byte {self.out.dtype} is not supported yet")

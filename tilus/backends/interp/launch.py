@@ -161,11 +161,12 @@ def run_program(program, values, seed=None):
         for z, y, x in blocks:
             benv = dict(env)
             benv[BLOCK_IDX.x], benv[BLOCK_IDX.y], benv[BLOCK_IDX.z] = x, y, z
-            cta = CTA(program, benv, INTERP_RULES.rules, seed, (x, y, z))
+            cta = CTA(program, benv, INTERP_RULES.rules, seed, (x, y, z), workspace)
             active.append((cta, cta.run_steps()))
             return True
         return False
 
+    workspace: dict = {}
     active: collections.deque = collections.deque()
     while active or start():
         progressed = False
@@ -179,6 +180,19 @@ def run_program(program, values, seed=None):
             active.append((cta, gen))
         if active and not progressed and not start():
             active[0][0]._deadlock()  # every block left spins on a semaphore: none can move
+    check_workspace(workspace)
+
+
+def check_workspace(workspace: dict) -> None:
+    """A ``requires_clean`` global_tensor must be all zero again when the kernel ends."""
+    for inst, (arr, loc) in workspace.items():
+        if inst.requires_clean and np.any(arr != 0):
+            bad = int(np.count_nonzero(arr))
+            raise TilusRuntimeError(
+                f"global_tensor `{inst.out.name}` (requires_clean=True) ends the kernel with "
+                f"{bad} nonzero element(s) of {arr.size}: the kernel must zero it again",
+                loc,
+            )
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> tuple[bool, float]:

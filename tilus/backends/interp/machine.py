@@ -99,8 +99,10 @@ class Task:
 class CTA:
     """One thread block: shared memory, async units and the task scheduler."""
 
-    def __init__(self, program, env, rules, seed=None, block=(0, 0, 0)):
+    def __init__(self, program, env, rules, seed=None, block=(0, 0, 0), workspace=None):
         self.program = program
+        # global_tensor allocations of this launch, shared by its blocks: inst -> (array, loc)
+        self.workspace = {} if workspace is None else workspace
         self.rules = rules
         self.units = AsyncUnits()
         self.shared: dict = {}  # AllocShared.out -> SharedAlloc

@@ -10,7 +10,7 @@ import numpy as np
 
 from tilus.backends.interp.numeric import convert, poison
 from tilus.backends.interp.rules import apply_binary, reg, rule, scal, shared
-from tilus.backends.interp.values import PointerValue
+from tilus.backends.interp.values import GlobalViewValue, PointerValue
 from tilus.errors import TilusRuntimeError
 from tilus.ir import inst_memory as M
 
@@ -113,3 +113,16 @@ def _release(task, inst, loc):
     if not ptr.buf.flags.writeable:
         raise TilusRuntimeError(f"release_semaphore: `{ptr.name}` is read-only", loc)
     ptr.buf[ptr.offset] = value
+
+
+@rule(M.GlobalTensorAlloc)
+def _global_tensor(task, inst, loc):
+    ws = task.cta.workspace
+    hit = ws.get(inst)
+    if hit is None:
+        out = inst.out
+        arr = np.zeros(out.shape, out.dtype.np_storage)
+        if not inst.requires_clean:
+            arr = poison(out.shape, out.dtype)
+        hit = ws[inst] = (arr, loc)
+    task.env[inst.out] = GlobalViewValue(hit[0], inst.out.dtype, inst.out.name)

@@ -126,6 +126,22 @@ class AtomicInstructions:
         duplicate indices an unspecified one wins; indices outside ``dst`` are skipped)."""
         _scatter_store("global", dst, dim, indices, values)
 
+    def global_tensor(self, dtype, shape, *, layout=None, requires_clean: bool):
+        """A kernel-lifetime global tensor shared by all blocks, from a workspace the launcher
+        provides. With ``requires_clean=True`` it is zero when first allocated and the kernel
+        must leave it zero again (the interpreter checks at exit); otherwise its contents are
+        undefined at the start."""
+        from tilus.lang.instructions.tiles import _dtype, _int_list
+
+        b = current()
+        if layout is not None:
+            raise b.error("global_tensor(layout=...) is not supported yet (row-major only)")
+        if not isinstance(requires_clean, bool):
+            raise b.error(f"requires_clean must be True or False, got {requires_clean!r}")
+        out = b.global_(_dtype(b, dtype), _int_list(b, shape, "shape"), "gt")
+        b.inst(M.GlobalTensorAlloc(out, requires_clean))
+        return out
+
     def lock_semaphore(self, sem, value):
         """Spin until the int32 at global address ``sem`` (a pointer expression) equals
         ``value``, with acquire semantics; only in a single thread (``self.single_thread()``).

@@ -1,0 +1,98 @@
+"""global_tensor: a workspace shared by the blocks, the requires_clean exit check, refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilus
+from tests.cuda.conftest import needs_nvrtc
+from tests.helpers_errors import err_line, expect_error
+from tilus import float32, int32
+from tilus.errors import TilusRuntimeError
+
+
+class LastBlockSum(tilus.Script):
+    """Column sums of x: every block adds its row into a scratch accumulator; the block that
+    counts last writes the sum out and, with ``clean``, zeroes the scratch again."""
+
+    def __init__(self, clean=True):
+        super().__init__()
+        self.clean = clean
+
+    def __call__(self, nb: int32, x_ptr: ~float32, y_ptr: ~float32):
+        self.attrs.blocks = [nb]
+        self.attrs.warps = 1
+        gx = self.global_view(x_ptr, dtype=float32, shape=[nb, 32])
+        x = self.load_global(gx, offsets=[self.blockIdx.x, 0], shape=[32], dims=[1])
+        acc = self.global_tensor(float32, [32], requires_clean=True)  # ERR
+        cnt = self.global_tensor(int32, [1], requires_clean=True)
+        self.atomic.global_add(acc, x)
+        one = self.register_tensor(dtype=int32, shape=[1], init=1)
+        old = self.atomic.global_add(cnt, one, sem="acq_rel")
+        if old[0] == nb - 1:
+            total = self.load_global(acc, offsets=[0], shape=[32])
+            self.store_global(self.global_view(y_ptr, dtype=float32, shape=[32]), total,
+                              offsets=[0])  # fmt: skip
+            if self.clean:
+                self.store_global(acc, self.register_tensor(dtype=float32, shape=[32], init=0),
+                                  offsets=[0])  # fmt: skip
+                self.store_global(cnt, self.register_tensor(dtype=int32, shape=[1], init=0),
+                                  offsets=[0])  # fmt: skip
+
+
+def test_blocks_share_the_scratch():
+    nb = 7
+    x = np.random.default_rng().integers(-9, 9, (nb, 32)).astype(np.float32)
+    for _ in range(2):  # the second launch finds the scratch clean
+        y = np.full(32, np.nan, np.float32)
+        LastBlockSum()(nb, x, y)
+        np.testing.assert_array_equal(y, x.sum(0))
+
+
+def test_a_dirty_scratch_is_reported_at_its_allocation():
+    x = np.ones((3, 32), np.float32)
+    with pytest.raises(TilusRuntimeError, match="requires_clean=True.*must zero it") as info:
+        LastBlockSum(clean=False)(3, x, np.zeros(32, np.float32))
+    assert info.value.loc.line == err_line(LastBlockSum)
+
+
+class Undefined(tilus.Script):
+    def __call__(self, y_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        t = self.global_tensor(float32, [32], requires_clean=False)
+        v = self.load_global(t, offsets=[0], shape=[32])
+        self.store_global(self.global_view(y_ptr, dtype=float32, shape=[32]), v, offsets=[0])
+
+
+def test_unclean_scratch_is_undefined():
+    y = np.zeros(32, np.float32)
+    Undefined()(y)
+    assert np.isnan(y).all()  # the interpreter poisons it
+
+
+class WithLayout(tilus.Script):
+    def __call__(self, y_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        self.global_tensor(float32, [32], layout="row", requires_clean=True)  # ERR
+
+
+class BadShape(tilus.Script):
+    def __call__(self, y_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        self.global_tensor(float32, [0, 4], requires_clean=True)  # ERR
+
+
+def test_refusals_name_the_line():
+    expect_error(WithLayout, fragment="layout=")
+    expect_error(BadShape, fragment="positive ints")
+
+
+@needs_nvrtc
+def test_cuda_refuses_it_at_the_line():
+    with pytest.raises(tilus.TilusCompileError, match="global_tensor has no CUDA lowering") as e:
+        tilus.compile(LastBlockSum(), None, None, None)
+    assert e.value.loc.line == err_line(LastBlockSum)
