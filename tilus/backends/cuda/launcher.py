@@ -57,6 +57,8 @@ class LaunchPlan:
         self.smem = int(ks.smem_bytes)
         # hidden fast_divmod divisors, passed after the tensor maps (tilus/passes/fast_divmod.py)
         self.divisors = tuple(ks.divisors)
+        # the global_tensor workspace, passed last (tilus/backends/cuda/workspace.py)
+        self.workspace = int(ks.workspace_bytes)
         for p in self.params:
             if not isinstance(p.dtype, PointerType) and p.dtype.name not in CTYPES:
                 raise TilusArgumentError(
@@ -355,6 +357,18 @@ class Launcher:
             if not isinstance(p.dtype, PointerType) and not p.dtype.is_float()
         ]
         self._prepared: dict = {}
+        self._workspace = None
+
+    def workspace(self):
+        """The kernel's global_tensor workspace on this device: zeroed once when first needed,
+        then kept (requires_clean tensors are left zero by every launch)."""
+        if self._workspace is None:
+            import torch
+
+            self._workspace = torch.zeros(
+                self.plan.workspace, dtype=torch.uint8, device=f"cuda:{self.index}"
+            )
+        return self._workspace
 
     def prepare(self, scalars: dict, positions: dict) -> Prepared:
         """Argument storage for these int/bool arguments (see ``LaunchPlan.bind``)."""
@@ -405,6 +419,10 @@ class Prepared:
             addrs.append(self.map_addrs[-1])
         for d, magic, shift in bound.divisors:  # struct tl_divisor_t {uint32_t d, magic, shift;}
             obj = (ctypes.c_uint32 * 3)(d, magic, shift)
+            self._keep.append(obj)
+            addrs.append(ctypes.addressof(obj))
+        if launcher.plan.workspace:
+            obj = ctypes.c_uint64(launcher.workspace().data_ptr())
             self._keep.append(obj)
             addrs.append(ctypes.addressof(obj))
         self.params = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)

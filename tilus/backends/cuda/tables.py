@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from tilus.ir import inst_memory as M
 from tilus.ir.rules import RuleTable
 
 #: Instructions the CUDA backend refuses, each with the reason given at the user's line (the
 #: interpreter runs them). Shared by both tables: an instruction is lowered by both or neither.
-NOT_LOWERED: dict[type, str] = {
-    M.GlobalTensorAlloc: "global_tensor has no CUDA lowering yet (it needs a launch workspace; "
-    "the interpreter runs it)",
-}
+NOT_LOWERED: dict[type, str] = {}
 
 #: Layout inference: ``fn(inference, stmt, inst, group)`` records the layout facts of one
 #: instruction (``tilus.backends.cuda.layout.rules``).

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 from tilus.backends.cuda.codegen.memory import _address, _shared_elem, shared_offset
 from tilus.backends.cuda.codegen.registers import declare, elem, emit_thread_coords, layout_of
 from tilus.backends.cuda.codegen.scalar import ctype
 from tilus.backends.cuda.layout.reads import result_used
 from tilus.backends.cuda.ptx import atomics as A
 from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.backends.cuda.workspace import workspace_layout
 from tilus.ir import inst_memory as M
 
 rule = CODEGEN_RULES.rule
@@ -89,22 +92,49 @@ def atomic(ctx, inst, expr):
     ctx.open("")
     layout, addrs = _element_addresses(ctx, inst, v, inst.indices, inst.dim)
     prim = _primary(ctx, layout)
-    if ret and prim:
+    g = ctx.group
+    in_warp = g.size <= 32 and g.begin % 32 + g.size <= 32
+    if ret and prim and not in_warp:
         raise ctx.error(
-            f"the result of this atomic is used, but %{v.name} is replicated over the threads "
-            f"(each element is updated by one of its copies only); use a tile with at least "
-            f"one element per thread or leave the result unused"
+            f"the result of this atomic is used, but %{v.name} is replicated over the warps of "
+            f"the group (each element is updated by one of its copies only); use a tile with "
+            f"at least one element per thread, a single warp, or leave the result unused"
         )
+    ct = ctype(dst.dtype)
     for i, (addr, ok) in enumerate(addrs):
         b = elem(ctx, v, i)
         if inst.op == "sub":
             b = _negate(b, dst.dtype)
         args = f"{addr}, {elem(ctx, inst.compare, i)}, {b}" if inst.op == "cas" else f"{addr}, {b}"
         call = f"{frag.name}({args})"
-        stmt = f"{elem(ctx, inst.out, i)} = {call};" if ret else f"{call};"
         cond = " && ".join(x for x in (prim, ok) if x)
+        if ret and prim:  # one copy updates; the warp shares its old value with the others
+            r = ctx.fresh("r")
+            ctx.emit(f"{ct} {r} = 0;")
+            ctx.emit(f"if ({cond}) {r} = {call};")
+            ctx.emit(f"{elem(ctx, inst.out, i)} = {_shfl(ctx, layout, r, dst.dtype)};")
+            continue
+        stmt = f"{elem(ctx, inst.out, i)} = {call};" if ret else f"{call};"
         ctx.emit(f"if ({cond}) {stmt}" if cond else stmt)
     ctx.close()
+
+
+def _shfl(ctx, layout, r: str, dtype) -> str:
+    """``r`` of the thread's primary copy (replica digits 0), by a shuffle within the warp."""
+    g = ctx.group
+    tid = ctx.tid(g)
+    rep, below = [], 1
+    for f in reversed(layout.threads):
+        if f.dim < 0 and f.extent > 1:
+            rep.append(f"(({tid} / {below}) % {f.extent}) * {below}")
+        below *= f.extent
+    lane = f"(({g.begin % 32} + {tid} - {' - '.join(rep)}) & 31)"
+    mask = "0xffffffffu" if g.size == 32 else f"{((1 << g.size) - 1) << (g.begin % 32):#x}u"
+    ct = ctype(dtype)
+    if ct in ("float", "double"):
+        return f"__shfl_sync({mask}, {r}, {lane})"
+    wide = "long long" if dtype.nbits == 64 else "unsigned"
+    return f"({ct})__shfl_sync({mask}, ({wide}){r}, {lane})"
 
 
 @rule(M.ScatterStore)
@@ -139,3 +169,15 @@ def release_semaphore(ctx, inst, expr):
     if A.SEMAPHORES not in ctx.fragments:
         ctx.fragments.append(A.SEMAPHORES)
     ctx.emit(f"tl_sem_store((int*)({expr(inst.sem)}), (int)({expr(inst.value)}));")
+
+
+@rule(M.GlobalTensorAlloc)
+def global_tensor(ctx, inst, expr):
+    """A row-major view at the tensor's offset in the launch workspace."""
+    t = inst.out
+    off = workspace_layout(ctx.fn)[0][inst]
+    ct = ctype(t.dtype)
+    shape = [str(n) for n in t.shape]
+    strides = [str(math.prod(t.shape[d + 1 :])) for d in range(t.ndim)]
+    ctx.gview_info[t] = (ctx.name(t), shape, strides)
+    ctx.emit(f"{ct}* const {ctx.name(t)} = ({ct}*)(tl_workspace + {off});")

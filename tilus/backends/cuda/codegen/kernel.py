@@ -11,6 +11,7 @@ from tilus.backends.cuda.codegen.scalar import FASTDIV_HELPERS, HELPERS, ctype
 from tilus.backends.cuda.codegen.stmts import StmtEmitter
 from tilus.backends.cuda.layout import LayoutPlan, infer_layouts
 from tilus.backends.cuda.prelude import prelude_for
+from tilus.backends.cuda.workspace import workspace_layout
 from tilus.dtypes import PointerType
 from tilus.errors import TilusCompileError
 from tilus.passes.shared_memory import SM90_SMEM_LIMIT
@@ -43,6 +44,12 @@ class KernelSource:
         in this order, each as ``{d, magic, shift}`` (three uint32)."""
         return _hidden_divisors(self.program)
 
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of the launch workspace (``global_tensor``), passed last as a pointer; 0:
+        none and no parameter."""
+        return workspace_layout(self.program.fn)[1]
+
 
 def kernel_name(fn) -> str:
     """The ``extern "C"`` name of a function's kernel."""
@@ -70,6 +77,8 @@ def generate(program) -> KernelSource:
     divisors = _hidden_divisors(program)
     for d in divisors:  # after the maps; the launcher fills them (tilus/passes/fast_divmod.py)
         params.append(f"const tl_divisor_t tl_div{d.index}")
+    if workspace_layout(fn)[1]:  # last; the launcher passes a zeroed buffer it keeps
+        params.append("uint8_t* __restrict__ tl_workspace")
     emitter = StmtEmitter(ctx)
     total = program.smem.total_bytes
     if plan.scratch_bytes:  # the reductions' cross-warp scratch goes after everything else

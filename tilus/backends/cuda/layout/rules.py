@@ -390,9 +390,8 @@ def _copy_async(inf, stmt, inst, g):
     v = inf.shared_view(inst.dst, stmt)
     if v.perm is not None:
         raise err(stmt, "copy_async into a permuted shared view is not supported")
-    if inst.src not in inf.plan.gviews:
-        raise err(stmt, f"%{inst.src.name} is not a global_view")
-    st = inf.plan.gviews[inst.src].strides
+    gv = inf.plan.gviews.get(inst.src)  # a global_view, or a row-major global_tensor
+    st = gv.strides if gv is not None else None
     if st is not None and not (isinstance(st[-1], Const) and st[-1].value == 1):
         raise err(
             stmt,
@@ -407,10 +406,8 @@ def _copy_async(inf, stmt, inst, g):
 @rule(M.Atomic, M.ScatterStore)
 def _atomic(inf, stmt, inst, g):
     """The old values, indices and compare values take the layout of the values."""
-    if inst.dst.kind == "global" and inst.dst not in inf.plan.gviews:
-        raise err(stmt, f"%{inst.dst.name} is not a global_view")
-    if inst.dst.kind == "shared" and inf.shared_view(inst.dst, stmt) is None:
-        raise err(stmt, f"%{inst.dst.name} is not a shared view")
+    if inst.dst.kind == "shared":
+        inf.shared_view(inst.dst, stmt)
     tiles = [getattr(inst, n, None) for n in ("values", "indices", "compare")]
     for t in tiles:
         if t is not None:
@@ -428,6 +425,6 @@ def _atomic(inf, stmt, inst, g):
             inf.set_anchor(v, blocked(v.shape, g.size), stmt)
 
 
-@rule(M.LockSemaphore, M.ReleaseSemaphore)
+@rule(M.LockSemaphore, M.ReleaseSemaphore, M.GlobalTensorAlloc)
 def _semaphore(inf, stmt, inst, g):
-    """Scalars in one thread: no tile layout."""
+    """Scalars in one thread, a workspace pointer: no tile layout."""
