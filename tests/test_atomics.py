@@ -37,7 +37,6 @@ class Histogram(tilus.Script):
         ones = self.register_tensor(dtype=int32, shape=[B], init=1)
         self.atomic.shared_scatter_add(sh, dim=0, indices=idx, values=ones)
         self.sync()
-        local = self.load_shared(sh)
         with self.single_warp():
             part = self.load_shared(sh)
             self.atomic.global_add(self.global_view(h_ptr, dtype=int32, shape=[self.bins]), part)
@@ -50,7 +49,6 @@ class Histogram(tilus.Script):
         old = self.atomic.global_add(self.global_view(acc_ptr, dtype=float32, shape=[B]), v)
         self.store_global(self.global_view(old_ptr, dtype=float32, shape=[n]), old,
                           offsets=[base])  # fmt: skip
-        self.store_shared(sh, local)
 
 
 def _inputs(n, bins=16):

@@ -232,3 +232,34 @@ def test_gpu_matches_the_interpreter():
         TwoStage(**kw)(m, n, xi, yi)
         np.testing.assert_array_equal(y.cpu().numpy(), yi)
         np.testing.assert_array_equal(yi, xi)
+
+
+class NoSyncAfterWait(tilus.Script):
+    """Each thread's chunks are its own after the wait: a single thread reading the whole
+    tile needs the group's sync() first."""
+
+    def __init__(self, synced=False):
+        super().__init__()
+        self.synced = synced
+
+    def __call__(self, x_ptr: ~float32, y_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        s = self.shared_tensor(dtype=float32, shape=[64])
+        self.copy_async(self.global_view(x_ptr, dtype=float32, shape=[64]), s, offsets=[0])
+        self.copy_async_wait_all()
+        if self.synced:
+            self.sync()
+        with self.single_thread():
+            t = self.load_shared(s)  # ERR
+            self.store_global(self.global_view(y_ptr, dtype=float32, shape=[64]), t, offsets=[0])
+
+
+def test_the_landed_copy_needs_a_sync_before_other_threads_read_it():
+    x = np.random.default_rng().standard_normal(64).astype(np.float32)
+    y = np.zeros(64, np.float32)
+    with pytest.raises(TilusRuntimeError, match="race on .*copy_async") as info:
+        NoSyncAfterWait()(x, y)
+    assert info.value.loc.line == err_line(NoSyncAfterWait)
+    NoSyncAfterWait(synced=True)(x, y)
+    np.testing.assert_array_equal(y, x)

@@ -6,7 +6,9 @@ its committed groups are pending. The model keeps the data of each copy aside (r
 global memory at issue) and writes it into shared memory only at the wait that retires its
 group, so a read of the tile before that wait is reported at its line (``AsyncUnits.check_read``).
 Groups belong to the issuing thread group (a ``single_thread()`` block's to its parent, as
-for TMA stores: elect.sync picks the same lane every time).
+for TMA stores: elect.sync picks the same lane every time). In the happens-before model
+(``races``) the global read is an access at issue and the shared write one at the wait, under
+the waiting group's spread key: other threads see it after a ``sync()``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tilus.backends.interp import races
 from tilus.backends.interp.rules import box_index, read_box, rule, scal, shared
 from tilus.errors import SourceLoc, TilusRuntimeError, at
 from tilus.ir import inst_memory as M
@@ -33,9 +36,14 @@ def _owner(task):
     return task.parent if task.elected and task.parent is not None else task
 
 
-def _land(group):
+def _land(task, group):
+    # each thread's chunks land for that thread: a generic write under the waiting group's
+    # spread key, so other threads (and groups) read it only after a sync() or barrier
     for p in group:
         p.dst.arr[...] = p.data
+        races.record_shared(
+            p.dst, True, races.GENERIC, task.skey, task.epoch, p.loc, "copy_async", task.label
+        )
 
 
 @rule(M.CopyAsync)
@@ -65,9 +73,12 @@ def _copy_async(task, inst, loc):
                         loc,
                     )
     units.check_write(dst, loc, "this copy_async")
-    data = read_box(g, offs, inst.dims, dst.arr.shape, inst.dst.dtype)
-    # hook for a happens-before race model: this is the shared write of the copy (it becomes
-    # visible to the issuing threads at the wait that retires its group)
+    index = box_index(g.arr, offs, inst.dims, dst.arr.shape)
+    data = read_box(g, offs, inst.dims, dst.arr.shape, inst.dst.dtype, index)
+    if index[0] is not None:  # the global tile is read at issue in this model
+        races.access_global(task, g.arr[index[0] + (...,)], False, loc, "copy_async", g.name)
+    # the shared write must not race with earlier accesses; it is recorded when it lands
+    races.check_shared(task, dst, True, races.GENERIC, loc, "copy_async")
     units.copies.setdefault(_owner(task), [[]])[0].append(PendingCopy(dst, data, loc))
 
 
@@ -83,11 +94,11 @@ def _wait_group(task, inst, loc):
     groups = task.cta.units.copies.get(_owner(task))
     if groups:
         while len(groups) - 1 > inst.n:
-            _land(groups.pop(1))
+            _land(task, groups.pop(1))
 
 
 @rule(M.CopyAsyncWaitAll)
 def _wait_all(task, inst, loc):
     groups = task.cta.units.copies.pop(_owner(task), None)
     for group in groups or ():
-        _land(group)
+        _land(task, group)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilus.backends.interp import races
 from tilus.backends.interp.numeric import convert, poison
 from tilus.backends.interp.rules import apply_binary, reg, rule, scal, shared
 from tilus.backends.interp.values import GlobalViewValue, PointerValue
@@ -80,6 +81,13 @@ def _atomic(task, inst, loc):
 @rule(M.ScatterStore)
 def _scatter_store(task, inst, loc):
     arr = memory(task, inst.dst, loc, "this scatter store")
+    what = f"store_{inst.dst.kind}_scatter"
+    # a plain write of (conservatively) the whole destination in the happens-before model;
+    # atomics are not recorded there (atomic updates do not race with each other)
+    if inst.dst.kind == "shared":
+        races.access_shared(task, shared(task, inst.dst, loc), True, loc, what)
+    else:
+        races.access_global(task, arr, True, loc, what, task.env[inst.dst].name)
     v = convert(reg(task, inst.values, loc), inst.dst.dtype)
     ix = reg(task, inst.indices, loc)
     for p, q in _positions(arr, v, ix, inst.dim):
