@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilus.backends.cuda.layout.inference import SMALL_TILE, err, free_vars, reshaped_layout
+from tilus.backends.cuda.layout.inference import err, free_vars, reshaped_layout
 from tilus.backends.cuda.layout.plan import Group, SharedView, TmaMap
 from tilus.backends.cuda.layout.reads import result_used
 from tilus.backends.cuda.tables import LAYOUT_RULES
@@ -419,9 +419,10 @@ def _atomic(inf, stmt, inst, g):
         inf.define(out, g, stmt)
         inf.uf.union(out, inst.values)
         v = inst.values
-        if v.size <= SMALL_TILE and result_used(inf.fn, inst):
-            # a small tile would be kept whole by every thread, but each element is updated
-            # by one thread and only that thread gets its old value: spread it instead
+        if result_used(inf.fn, inst):
+            # each element is updated by one thread and only that thread gets its old value:
+            # spread the tile over the threads (a small or vectorized default would give the
+            # warps copies of it)
             inf.set_anchor(v, blocked(v.shape, g.size), stmt)
 
 
