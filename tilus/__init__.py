@@ -1,6 +1,6 @@
 """tilus: a tile-level GPU kernel language embedded in Python, targeting NVIDIA Hopper."""
 
-from tilus import option, utils
+from tilus import option, target, utils
 from tilus.backends.cuda.api import compile  # noqa: A004 - tilus.compile(kernel, ...)
 from tilus.dtypes import (
     ALL_DTYPES,
@@ -81,6 +81,7 @@ __all__ = [
     "int64",
     "int8",
     "option",
+    "target",
     "tfloat32",
     "uint16",
     "uint32",
