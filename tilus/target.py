@@ -125,6 +125,7 @@ TARGETS: dict[str, Target] = {
 BUILDABLE = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 
 _current: Target | None = None
+_building: Target | None = None  # the target of the build in progress (tilus.compile)
 
 
 def lookup(target: Target | str) -> Target:
@@ -223,3 +224,21 @@ def scope(target: Target | str):
         yield _current
     finally:
         _set(saved)
+
+
+def transpile_target() -> Target:
+    """The target a kernel is transpiled for (what ``self.cuda`` answers for): the target of
+    the ``tilus.compile`` in progress, else :func:`launch_target`."""
+    return _building if _building is not None else launch_target()
+
+
+@contextlib.contextmanager
+def building_for(target: Target):
+    """Transpile for ``target`` inside the block (``tilus.compile``; no epoch change)."""
+    global _building
+    saved = _building
+    _building = target
+    try:
+        yield target
+    finally:
+        _building = saved

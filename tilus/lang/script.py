@@ -11,6 +11,7 @@ import numpy as np
 from tilus.dtypes import PointerType
 from tilus.errors import TilusArgumentError, TilusCompileError, TilusError, TilusProgramError
 from tilus.lang.autotune import expand_space
+from tilus.lang.instructions.cuda_queries import CudaQueryInstructions
 from tilus.lang.instructions.generic import GenericInstructions
 from tilus.lang.instructions.hopper import HopperInstructions
 from tilus.lang.instructions.random import RandomInstructions
@@ -30,7 +31,7 @@ def _hashable(v):
         return id(v)
 
 
-class Script(GenericInstructions, HopperInstructions, RandomInstructions):
+class Script(GenericInstructions, HopperInstructions, RandomInstructions, CudaQueryInstructions):
     """Base class of tilus kernels.
 
     Subclasses store compile-time hyper-parameters in ``__init__`` and write the kernel body in
@@ -108,8 +109,10 @@ class InstantiatedScript:
         """The lowered program of one config (transpiled and checked once, then cached)."""
         from tilus.lang.frontend.kernel import transpile
         from tilus.passes.pipeline import lower
+        from tilus.target import transpile_target
 
-        key = (_hashable(config), _hashable(const_args))
+        # per target: self.cuda answers for it
+        key = (_hashable(config), _hashable(const_args), transpile_target().arch)
         hit = self._programs.get(key)
         if hit is None:
             try:

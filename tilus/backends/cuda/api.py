@@ -35,11 +35,18 @@ def compile(kernel, *args, target=None, config: dict | None = None, **kwargs):  
         Exception: a config failed for another reason (a constructor's exception, NVRTC): the
             first such error, raised after every config was tried.
     """
+    from tilus.target import buildable, building_for, current_or
+
+    target = buildable(current_or("sm_90a") if target is None else target)
+    with building_for(target):  # self.cuda answers for the target
+        return _compile(kernel, *args, target=target, config=config, **kwargs)
+
+
+def _compile(kernel, *args, target, config: dict | None = None, **kwargs):
+    """The body of :func:`compile`, inside ``building_for(target)``."""
     from tilus.backends.cuda.launch import CUDA
-    from tilus.target import buildable, current_or
 
     build = CUDA.build
-    target = buildable(current_or("sm_90a") if target is None else target)
     const_args, _ = kernel.bind(args, kwargs)
     if config is not None:
         return build(kernel.program(dict(config), const_args), dict(config), arch=target)
