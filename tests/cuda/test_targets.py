@@ -232,3 +232,15 @@ def test_sm80_build_runs_on_hopper_through_ptx_jit():
 def _kernels(disp):
     """The CompiledKernels a dispatcher launched."""
     return [launcher.ck for _, launcher in disp._launchers.values()]
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_queries_on_the_gpu_report_its_own_sm_count():
+    from tilus.lang.instructions.cuda_queries import CudaQueries
+    from tilus.runtime.driver import device_properties
+
+    props = device_properties(0)
+    assert tilus.target.get_current_target().arch == "sm_90a"
+    q = CudaQueries(lookup("sm_90a"))
+    assert q.sm_count == props["sm_count"] and q.runtime.get_device_properties() == props
