@@ -44,11 +44,11 @@ SPEC_NAMES = (
 
 def missing_spec_names() -> list[str]:
     """The names of :data:`SPEC_NAMES` that ``tilus.Script`` does not have."""
-    import tilus
+    from tilus.lang.script import Script
 
     out = []
     for name in SPEC_NAMES:
-        obj = tilus.Script
+        obj = Script
         for part in name.split("."):
             obj = (
                 inspect.getattr_static(obj, part, None)
@@ -113,8 +113,8 @@ def _reach(fn, owner, helpers, seen=None) -> set[str]:
 
 def front_end() -> dict[str, list[str]]:
     """IR class name -> the ``self.*`` names that emit it (and the transpiler's statements)."""
-    import tilus
     from tilus.lang.frontend import transpiler
+    from tilus.lang.script import Script
 
     helpers = _helpers()
     out: dict[str, list[str]] = {}
@@ -124,7 +124,7 @@ def front_end() -> dict[str, list[str]]:
             if label not in out.setdefault(cls, []):
                 out[cls].append(label)
 
-    script = tilus.Script
+    script = Script
     for name in sorted(dir(script)):
         if name.startswith("_"):
             continue
