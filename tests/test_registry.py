@@ -16,7 +16,13 @@ from tilus.ir.inst import INSTRUCTIONS
 from tilus.ir.rules import NotLowered, RuleTable
 
 CLASSES = list(INSTRUCTIONS.values())
-TABLES = [INTERP_RULES, EFFECTS, cuda_tables.LAYOUT_RULES, cuda_tables.CODEGEN_RULES]
+TABLES = [
+    INTERP_RULES,
+    EFFECTS,
+    cuda_tables.LAYOUT_RULES,
+    cuda_tables.CODEGEN_RULES,
+    cuda_tables.MIN_TARGET,
+]
 
 
 @pytest.mark.parametrize("table", TABLES, ids=lambda t: t.name)
@@ -37,6 +43,7 @@ def test_the_interpreter_and_the_effects_cover_everything():
 def test_cuda_tables_share_one_not_lowered_set_with_reasons():
     nl = cuda_tables.NOT_LOWERED
     assert cuda_tables.LAYOUT_RULES.not_lowered is nl is cuda_tables.CODEGEN_RULES.not_lowered
+    assert cuda_tables.MIN_TARGET.not_lowered is nl
     for cls, reason in nl.items():
         assert cls in CLASSES and reason.strip() and "\n" not in reason, cls
         assert cls not in cuda_tables.LAYOUT_RULES and cls not in cuda_tables.CODEGEN_RULES

@@ -1,6 +1,6 @@
 """tilus: a tile-level GPU kernel language embedded in Python, targeting NVIDIA Hopper."""
 
-from tilus import option, utils
+from tilus import option, target, utils
 from tilus.backends.cuda.api import compile  # noqa: A004 - tilus.compile(kernel, ...)
 from tilus.dtypes import (
     ALL_DTYPES,
@@ -39,6 +39,18 @@ from tilus.ir.tensor import GlobalTensor, RegisterTensor, SharedTensor
 from tilus.lang.autotune import autotune
 from tilus.lang.klass import Class
 from tilus.lang.script import InstantiatedScript, Script
+from tilus.tensor import (
+    Tensor,
+    empty,
+    from_torch,
+    full,
+    ones,
+    rand,
+    randint,
+    randn,
+    view_torch,
+    zeros,
+)
 from tilus.version import __version__  # noqa: F401 - tilus.__version__
 
 # sub-byte integer and float families (int4b, uint2b, float6_e3m2, ...) and short aliases
@@ -59,6 +71,7 @@ __all__ = [
     "RegisterTensor",
     "Script",
     "SharedTensor",
+    "Tensor",
     "TilusArgumentError",
     "TilusBackendError",
     "TilusCacheWarning",
@@ -71,6 +84,15 @@ __all__ = [
     "bfloat16",
     "boolean",
     "compile",
+    "empty",
+    "from_torch",
+    "full",
+    "ones",
+    "rand",
+    "randint",
+    "randn",
+    "view_torch",
+    "zeros",
     "float16",
     "float32",
     "float64",
@@ -81,6 +103,7 @@ __all__ = [
     "int64",
     "int8",
     "option",
+    "target",
     "tfloat32",
     "uint16",
     "uint32",

@@ -36,7 +36,9 @@ def add_arguments(p) -> None:
         help="call arguments, NAME=VALUE or positional; compile-time ints left out get "
         f"their default or {DEFAULT_SIZE}, tensors need none",
     )
-    p.add_argument("--target", default="sm_90a", help="the GPU architecture (default sm_90a)")
+    p.add_argument(
+        "--target", default="sm_90a", help="sm_80, sm_86, sm_89, sm_90 or sm_90a (default sm_90a)"
+    )
     p.add_argument(
         "--all-configs", action="store_true", help="every config of the space, not the first"
     )

@@ -12,6 +12,7 @@ from tilus.dtypes import PointerType
 from tilus.errors import TilusArgumentError, TilusCompileError, TilusError, TilusProgramError
 from tilus.lang.autotune import expand_space
 from tilus.lang.instructions.atomics import AtomicInstructions
+from tilus.lang.instructions.cuda_queries import CudaQueryInstructions
 from tilus.lang.instructions.generic import GenericInstructions
 from tilus.lang.instructions.hopper import HopperInstructions
 from tilus.lang.instructions.memory_async import AsyncCopyInstructions
@@ -38,6 +39,7 @@ class Script(
     RandomInstructions,
     AsyncCopyInstructions,
     AtomicInstructions,
+    CudaQueryInstructions,
 ):
     """Base class of tilus kernels.
 
@@ -116,8 +118,10 @@ class InstantiatedScript:
         """The lowered program of one config (transpiled and checked once, then cached)."""
         from tilus.lang.frontend.kernel import transpile
         from tilus.passes.pipeline import lower
+        from tilus.target import transpile_target
 
-        key = (_hashable(config), _hashable(const_args))
+        # per target: self.cuda answers for it
+        key = (_hashable(config), _hashable(const_args), transpile_target().arch)
         hit = self._programs.get(key)
         if hit is None:
             try:

@@ -30,8 +30,14 @@ def _round_up(x: int, a: int) -> int:
     return (x + a - 1) // a * a
 
 
-def plan_shared_memory(fn: Function, limit: int = SM90_SMEM_LIMIT) -> SharedPlan:
-    """First-fit allocation in program order; frees return space to the free list."""
+def plan_shared_memory(
+    fn: Function, limit: int = SM90_SMEM_LIMIT, target: str = "sm_90a"
+) -> SharedPlan:
+    """First-fit allocation in program order; frees return space to the free list.
+
+    ``limit`` is the target's shared memory per block (``tilus.target``): the pipeline plans
+    for sm_90a, the largest, and a build for a smaller target plans again with its limit.
+    """
     free: list[tuple[int, int]] = [(0, 1 << 40)]  # (start, size) holes, sorted
     offsets, live, peak = {}, {}, 0
     barriers = []
@@ -58,7 +64,7 @@ def plan_shared_memory(fn: Function, limit: int = SM90_SMEM_LIMIT) -> SharedPlan
             if peak > limit:
                 raise TilusCompileError(
                     f"shared memory: allocating {inst.out.type_str()} ({inst.out.nbytes} bytes) "
-                    f"brings the block to {peak} bytes, over the sm_90a per-block limit of "
+                    f"brings the block to {peak} bytes, over the {target} per-block limit of "
                     f"{limit} bytes",
                     stmt.loc,
                 )
@@ -90,7 +96,7 @@ def plan_shared_memory(fn: Function, limit: int = SM90_SMEM_LIMIT) -> SharedPlan
         at += MBARRIER_BYTES * len(inst.counts)
         if at > limit:
             raise TilusCompileError(
-                f"shared memory: the mbarriers bring the block to {at} bytes, over the sm_90a "
+                f"shared memory: the mbarriers bring the block to {at} bytes, over the {target} "
                 f"per-block limit of {limit} bytes",
                 stmt.loc,
             )
@@ -103,7 +109,7 @@ def plan_shared_memory(fn: Function, limit: int = SM90_SMEM_LIMIT) -> SharedPlan
         if at > limit:
             raise TilusCompileError(
                 f"shared memory: the {SCRATCH_BYTES}-byte store scratch of the epilogue brings "
-                f"the block to {at} bytes, over the sm_90a per-block limit of {limit} bytes",
+                f"the block to {at} bytes, over the {target} per-block limit of {limit} bytes",
                 None,
             )
     return SharedPlan(offsets, barrier_offsets, at, scratch)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def compile(kernel, *args, target: str = "sm_90a", config: dict | None = None, **kwargs):  # noqa: A001
+def compile(kernel, *args, target=None, config: dict | None = None, **kwargs):  # noqa: A001
     """Compile ``kernel`` for ``target`` through NVRTC, no GPU needed.
 
     Several configs are compiled in parallel: each config is constructed, transpiled and
@@ -17,7 +17,9 @@ def compile(kernel, *args, target: str = "sm_90a", config: dict | None = None, *
         *args, **kwargs: the call's arguments: ints for compile-time ``int`` parameters; for
             the others anything (torch tensors of any device, "meta" included, NumPy arrays,
             dtypes, numbers) since only the compile-time arguments shape the kernel.
-        target: the GPU architecture; only "sm_90a".
+        target: a ``tilus.target.Target`` or its name: "sm_80", "sm_86", "sm_89", "sm_90" or
+            "sm_90a"; None: the current target if one is set (``tilus.target.scope``), else
+            sm_90a.
         config: compile only this autotune configuration (errors are raised, not skipped).
 
     Returns:
@@ -33,6 +35,15 @@ def compile(kernel, *args, target: str = "sm_90a", config: dict | None = None, *
         Exception: a config failed for another reason (a constructor's exception, NVRTC): the
             first such error, raised after every config was tried.
     """
+    from tilus.target import buildable, building_for, current_or
+
+    target = buildable(current_or("sm_90a") if target is None else target)
+    with building_for(target):  # self.cuda answers for the target
+        return _compile(kernel, *args, target=target, config=config, **kwargs)
+
+
+def _compile(kernel, *args, target, config: dict | None = None, **kwargs):
+    """The body of :func:`compile`, inside ``building_for(target)``."""
     from tilus.backends.cuda.launch import CUDA
 
     build = CUDA.build

@@ -369,25 +369,52 @@ def _current_device() -> int:
     return torch.cuda.current_device()
 
 
+class TargetDispatchers:
+    """The CUDA backend's state of one ``InstantiatedScript``: a ``Dispatcher`` per target
+    (``tilus.target.launch_target``: the current target, else the GPU's); the fast path is the
+    one of the target last run (changing the target bumps the option epoch, so it misses)."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.by_arch: dict[str, Dispatcher] = {}
+        self.current: Dispatcher | None = None
+
+    def for_target(self) -> Dispatcher:
+        """The dispatcher of the current launch target (made on first use)."""
+        from tilus.target import launch_target
+
+        arch = launch_target().arch
+        disp = self.by_arch.get(arch)
+        if disp is None:
+            disp = self.by_arch[arch] = Dispatcher(self.kernel, arch)
+        self.current = disp
+        return disp
+
+    def fast(self, args):
+        """``Dispatcher.fast`` of the target last run; ``MISS`` before any run."""
+        disp = self.current
+        return MISS if disp is None else disp.fast(args)
+
+
 class CudaBackend:
     """The CUDA backend as a ``tilus.backends.base.BuildingBackend``: its state per kernel is a
-    ``Dispatcher``, whose ``fast`` is the launch fast path."""
+    ``Dispatcher`` per target (``TargetDispatchers``), whose ``fast`` is the launch fast path."""
 
     name = "cuda"
 
-    def new_state(self, kernel) -> Dispatcher:
-        return Dispatcher(kernel)
+    def new_state(self, kernel) -> TargetDispatchers:
+        return TargetDispatchers(kernel)
 
-    def fast_path(self, state: Dispatcher):
+    def fast_path(self, state: TargetDispatchers):
         return state.fast
 
-    def run(self, kernel, state: Dispatcher, const_args: dict, runtime: list, raw_args=None):
+    def run(self, kernel, state: TargetDispatchers, const_args: dict, runtime: list, raw_args=None):
         """Pick a config (autotuned per compile-time arguments and integer buckets), check the
         arguments and launch on the tensors' device, on torch's current stream; later calls
         with equal positional arguments of the same types take ``Dispatcher.fast``."""
-        return state.run(const_args, runtime, raw_args)
+        return state.for_target().run(const_args, runtime, raw_args)
 
-    def build(self, program, config: dict, *, arch: str = "sm_90a"):
+    def build(self, program, config: dict, *, arch="sm_90a"):
         """Compile one program through NVRTC (``codegen.build.build``)."""
         from tilus.backends.cuda.codegen.build import build
 
@@ -398,5 +425,6 @@ CUDA = CudaBackend()
 
 
 def dispatcher(script) -> Dispatcher:
-    """The ``Dispatcher`` of an ``InstantiatedScript`` (made on first use, kept by the kernel)."""
-    return script.backend_state(CUDA)
+    """The ``Dispatcher`` of an ``InstantiatedScript`` for the current launch target (made on
+    first use, kept by the kernel)."""
+    return script.backend_state(CUDA).for_target()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tilus.ir import inst as I
+from tilus.ir import inst_memory as M
 from tilus.ir.rules import RuleTable
 
 #: Instructions the CUDA backend refuses, each with the reason given at the user's line (the
@@ -15,3 +17,58 @@ LAYOUT_RULES = RuleTable("CUDA layout inference", NOT_LOWERED)
 #: Code generation: ``fn(ctx, inst, expr)`` emits the C++ of one instruction
 #: (``tilus.backends.cuda.codegen``).
 CODEGEN_RULES = RuleTable("CUDA code generation", NOT_LOWERED)
+
+#: The oldest target each lowered instruction builds for (``tilus.target`` names), as the CUDA
+#: backend lowers it; checked once before code generation (``tilus.backends.cuda.targets``).
+MIN_TARGET = RuleTable("CUDA minimum target", NOT_LOWERED)
+_SM80 = "sm_80"  # the oldest target tilus builds for: mma.sync, ldmatrix, bar.sync, ld/st
+for _cls in (
+    I.AllocRegister,
+    I.AllocShared,
+    I.FreeShared,
+    I.GlobalView,
+    I.SliceTensor,
+    I.PermuteTensor,
+    I.LoadGlobal,
+    I.StoreGlobal,
+    I.LoadShared,
+    I.StoreShared,
+    I.AssignTensor,
+    I.StoreElement,
+    I.CastTensor,
+    I.ElementwiseBinary,
+    I.ElementwiseUnary,
+    I.Where,
+    I.Dot,
+    I.Sync,
+    I.Printf,
+    I.Random,
+    I.Reduce,
+    I.Scan,
+    I.ReshapeTensor,
+    I.PrintTensor,
+    M.CopyAsync,  # cp.async and its groups (sm_80)
+    M.CopyAsyncCommitGroup,
+    M.CopyAsyncWaitGroup,
+    M.CopyAsyncWaitAll,
+    M.Atomic,  # atom/red (bf16 add needs sm_90: NVRTC refuses it for older targets)
+    M.ScatterStore,
+    M.LockSemaphore,  # ld.acquire.gpu / st.release.gpu (sm_70)
+    M.ReleaseSemaphore,
+    M.GlobalTensorAlloc,
+):
+    MIN_TARGET.add(_cls, _SM80)
+for _cls in (
+    I.MBarrierAlloc,  # the init is fenced with fence.mbarrier_init (sm_90)
+    I.MBarrierArrive,  # mbarrier.arrive.release.cta (the .sem/.scope forms are sm_90)
+    I.MBarrierArriveExpectTx,  # expect_tx (sm_90)
+    I.MBarrierWait,  # mbarrier.try_wait.parity (sm_90)
+    I.TmaGlobalToShared,  # cp.async.bulk.tensor (sm_90)
+    I.TmaSharedToGlobal,
+    I.TmaCommitGroup,  # cp.async.bulk.commit_group / wait_group (sm_90)
+    I.TmaWaitGroup,
+    I.FenceProxyAsync,  # fence.proxy.async (sm_90)
+):
+    MIN_TARGET.add(_cls, "sm_90")
+for _cls in (I.WgmmaFence, I.WgmmaMma, I.WgmmaCommitGroup, I.WgmmaWaitGroup, I.SetMaxNReg):
+    MIN_TARGET.add(_cls, "sm_90a")  # wgmma.* and setmaxnreg are sm_90a features

@@ -12,7 +12,6 @@ from tilus.backends.cuda.codegen.kernel import CODEGEN_VERSION, KernelSource, ge
 #: Extra NVRTC options: -v makes ptxas report registers and spills in the log; 177 is
 #: "variable declared but never referenced" (views the program builds and does not use).
 NVRTC_OPTIONS = ("--ptxas-options=-v", "--diag-suppress=177")
-SUPPORTED_TARGETS = ("sm_90a",)
 
 
 @functools.cache
@@ -37,14 +36,17 @@ class CompiledKernel:
     Attributes:
         config: the autotune configuration.
         kernel: the generated source and launch facts.
-        cubin: the sm_90a binary.
+        cubin: the binary for the target (SASS of its architecture).
         log: the NVRTC/ptxas log.
         compile_seconds: NVRTC wall time when it was compiled (also for cache hits).
         cached: True when the artifacts came from the cache.
         resources: registers, shared/local/stack bytes, spills (``tilus.runtime.sass``).
-        ptx: the PTX, when asked for with ``tilus.option.keep_ptx(True)`` (else None).
+        ptx: the PTX, when asked for with ``tilus.option.keep_ptx(True)`` and always for a
+            target other than sm_90a (a newer GPU loads it through the driver's PTX JIT).
         compiled_in: the pid of the process that ran NVRTC (a build worker, or this one);
             None for a cache hit.
+        arch: the target architecture it was built for ("sm_90a").
+        loaded_from: per device index, "cubin" or "ptx" (what :meth:`function` loaded).
     """
 
     config: dict
@@ -56,6 +58,8 @@ class CompiledKernel:
     resources: dict = field(default_factory=dict)
     ptx: str | None = None
     compiled_in: int | None = None
+    arch: str = "sm_90a"
+    loaded_from: dict = field(default_factory=dict)
     _modules: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -86,11 +90,33 @@ class CompiledKernel:
             from tilus.runtime.driver import Module, ensure_context
 
             ensure_context(device_index)
-            fn = Module.load(self.cubin).function(self.name)
+            image, self.loaded_from[device_index] = self._image(device_index)
+            fn = Module.load(image).function(self.name)
             if self.kernel.smem_bytes > 48 * 1024:
                 fn.set_max_dynamic_shared_memory(self.kernel.smem_bytes)
             self._modules[device_index] = fn
         return fn
+
+    def _image(self, device_index: int) -> tuple[bytes, str]:
+        """The cubin where the device runs its SASS (same compute capability, as SASS of an
+        ``a`` target runs only there, and a minor at least its own otherwise); else the PTX,
+        which the driver compiles for the device when loading it."""
+        from tilus.errors import TilusBackendError
+        from tilus.runtime.driver import device_properties
+        from tilus.target import lookup
+
+        props = device_properties(device_index)
+        have = (props["cc_major"], props["cc_minor"])
+        t = lookup(self.arch)
+        need = t.compute_capability
+        if have == need or (t.feature_suffix == "" and have[0] == need[0] and have > need):
+            return self.cubin, "cubin"
+        if self.ptx is None or have < need:
+            raise TilusBackendError(
+                f"{self.name} was built for {self.arch}; the GPU (compute capability "
+                f"{have[0]}.{have[1]}) cannot run it"
+            )
+        return self.ptx.encode() + b"\0", "ptx"
 
 
 def _resources(cubin: bytes, name: str, log: str) -> dict:
@@ -147,8 +173,9 @@ def _check_setmaxnreg(program, resources: dict) -> None:
             )
 
 
-def build(program, config: dict, *, arch: str = "sm_90a", cache=None) -> CompiledKernel:
-    """Generate and compile one program (cache hit: no NVRTC call).
+def build(program, config: dict, *, arch="sm_90a", cache=None) -> CompiledKernel:
+    """Generate and compile one program for target ``arch`` (a ``tilus.target.Target`` or its
+    name; cache hit: no NVRTC call).
 
     Raises:
         TilusCompileError: no CUDA lowering for a construct (names the user's line).
@@ -175,13 +202,19 @@ def build_steps(program, config: dict, *, arch: str = "sm_90a", cache=None):
     cache and the checks run here; the NVRTC step is yielded as a ``Job``
     (``compile_source``) that a build worker runs. Returns the ``CompiledKernel``."""
     from tilus import version
-    from tilus.errors import TilusBackendError
+    from tilus.backends.cuda.targets import check_target
+    from tilus.passes.shared_memory import plan_shared_memory
     from tilus.runtime.cache import ArtifactCache, cache_key
     from tilus.runtime.nvrtc import nvrtc_version
+    from tilus.target import buildable
 
-    if arch not in SUPPORTED_TARGETS:
-        raise TilusBackendError(f"target {arch!r} is not supported; use one of {SUPPORTED_TARGETS}")
-    ks = generate(program)
+    target = buildable(arch)
+    arch = target.arch
+    check_target(program.fn, target)
+    limit = target.properties.shared_memory_per_block
+    if program.smem.total_bytes > limit:  # planned for the largest target: place again here
+        plan_shared_memory(program.fn, limit, arch)
+    ks = generate(program, smem_limit=limit)
     cache = cache if cache is not None else ArtifactCache()
     nv = ".".join(map(str, nvrtc_version()))
     key = cache_key(
@@ -189,7 +222,7 @@ def build_steps(program, config: dict, *, arch: str = "sm_90a", cache=None):
     )
     from tilus import option
 
-    want_ptx = bool(option.get_option("keep_ptx"))
+    want_ptx = bool(option.get_option("keep_ptx")) or arch != "sm_90a"
     hit = cache.lookup(key)
     if want_ptx and hit is not None and "kernel.ptx" not in hit:
         hit = None  # built before PTX was asked for: build again to keep it
@@ -204,6 +237,7 @@ def build_steps(program, config: dict, *, arch: str = "sm_90a", cache=None):
             cached=True,
             resources=meta.get("resources", {}),
             ptx=hit["kernel.ptx"].decode() if "kernel.ptx" in hit else None,
+            arch=arch,
         )
     from tilus.runtime.workers import Job
 
@@ -243,4 +277,5 @@ def build_steps(program, config: dict, *, arch: str = "sm_90a", cache=None):
         resources=res,
         ptx=binary.ptx,
         compiled_in=pid,
+        arch=arch,
     )

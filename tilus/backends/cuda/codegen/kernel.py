@@ -56,8 +56,9 @@ def kernel_name(fn) -> str:
     return "tl_" + re.sub(r"[^A-Za-z0-9_]", "_", fn.name)
 
 
-def generate(program) -> KernelSource:
-    """Generate the CUDA C++ source of a lowered program.
+def generate(program, smem_limit: int = SM90_SMEM_LIMIT) -> KernelSource:
+    """Generate the CUDA C++ source of a lowered program (``smem_limit``: the target's bytes of
+    shared memory per block).
 
     Raises:
         TilusCompileError: a construct has no CUDA lowering (naming the user's line).
@@ -84,13 +85,13 @@ def generate(program) -> KernelSource:
     if plan.scratch_bytes:  # the reductions' cross-warp scratch goes after everything else
         ctx.reduce_base = -(-total // 16) * 16
         total = ctx.reduce_base + plan.scratch_bytes
-        if total > SM90_SMEM_LIMIT:
+        if total > smem_limit:
             raise TilusCompileError(
                 f"shared memory: the reductions' {plan.scratch_bytes}-byte scratch brings the "
-                f"block to {total} bytes, over the sm_90a per-block limit of {SM90_SMEM_LIMIT}",
+                f"block to {total} bytes, over the target's per-block limit of {smem_limit}",
                 None,
             )
-    slack = SMEM_ALIGN_SLACK if total + SMEM_ALIGN_SLACK <= SM90_SMEM_LIMIT else 0
+    slack = SMEM_ALIGN_SLACK if total + SMEM_ALIGN_SLACK <= smem_limit else 0
     ctx.emit("extern __shared__ __align__(1024) uint8_t tl_smem_raw[];")
     if slack:
         ctx.emit("// Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.")

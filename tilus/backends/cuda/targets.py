@@ -1,0 +1,47 @@
+"""The one check that a program's instructions exist on the target it is built for."""
+
+from __future__ import annotations
+
+from tilus.backends.cuda.tables import MIN_TARGET
+from tilus.errors import TilusCompileError
+from tilus.ir.rules import NotLowered
+from tilus.ir.stmt import ThreadGroupStmt
+from tilus.passes.walk import instructions, walk
+from tilus.target import Target, lookup
+
+#: Constructs other than instructions that the backend lowers with a Hopper-only instruction.
+SINGLE_THREAD_MIN = "sm_90"  # single_thread() elects its thread with elect.sync
+
+
+def min_target(inst) -> Target | None:
+    """The oldest target ``inst`` (an instruction or its class) builds for; None when the CUDA
+    backend does not lower it at all (its code generation reports that)."""
+    try:
+        return lookup(MIN_TARGET.lookup(inst))
+    except NotLowered:
+        return None
+
+
+def check_target(fn, target: Target) -> None:
+    """Refuse the first instruction of ``fn`` that ``target`` does not have, at its line.
+
+    Raises:
+        TilusCompileError: names the instruction, the target and the oldest target that has it.
+    """
+    for stmt, inst in instructions(fn.body):
+        need = min_target(inst)
+        if need is not None and not target.supports(need):
+            raise TilusCompileError(
+                f"{inst.NAME} needs target {need.arch} or newer, but the kernel is built for "
+                f"{target.arch}",
+                stmt.loc,
+            )
+    need = lookup(SINGLE_THREAD_MIN)
+    if not target.supports(need):
+        for s in walk(fn.body):
+            if isinstance(s, ThreadGroupStmt) and s.begin < 0:
+                raise TilusCompileError(
+                    f"single_thread (elect.sync) needs target {need.arch} or newer, but the "
+                    f"kernel is built for {target.arch}",
+                    s.loc,
+                )
