@@ -81,7 +81,14 @@ def reference() -> str:
     ]
     for attr in ("mbarrier", "tma", "wgmma", "fence"):
         group = getattr(hopper.HopperInstructions, attr)
-        lines += ["", f"## `self.{attr}`", "", _doc(type(group)), "", *_methods(type(group), f"self.{attr}.")]
+        lines += [
+            "",
+            f"## `self.{attr}`",
+            "",
+            _doc(type(group)),
+            "",
+            *_methods(type(group), f"self.{attr}."),
+        ]
     lines += [
         "",
         "## Which backend takes which IR instruction",
@@ -127,7 +134,9 @@ def tutorial_points(name: str = TUTORIAL_BENCH) -> list[dict]:
         for step, keys in STEPS.items():
             best = max((k for k in keys if k in r["tflops"]), key=lambda k: r["tflops"][k])
             steps[step] = (best, r["tflops"][best], r["vs_cublas"][best])
-        out.append({"size": (r["M"], r["N"], r["K"]), "cublas": r["tflops"]["cublas"], "steps": steps})
+        out.append(
+            {"size": (r["M"], r["N"], r["K"]), "cublas": r["tflops"]["cublas"], "steps": steps}
+        )
     return out
 
 
@@ -147,11 +156,18 @@ def plots() -> list[pathlib.Path]:
         fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
         bars = ax.bar(labels, values, color=["#4c72b0"] * len(point["steps"]) + ["#888888"])
         for bar, (_, _, ratio) in zip(bars, point["steps"].values()):
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{ratio:.2f}x",
-                    ha="center", va="bottom", fontsize=9)
+            ax.text(
+                bar.get_x() + bar.get_width() / 2,
+                bar.get_height(),
+                f"{ratio:.2f}x",
+                ha="center",
+                va="bottom",
+                fontsize=9,
+            )
         ax.set_ylabel("TFLOPS (fp16, fp32 acc)")
-        ax.set_title(f"Hopper matmul tutorial on an H200, {m}x{n}x{k}\n({TUTORIAL_BENCH})",
-                     fontsize=9)
+        ax.set_title(
+            f"Hopper matmul tutorial on an H200, {m}x{n}x{k}\n({TUTORIAL_BENCH})", fontsize=9
+        )
         fig.tight_layout()
         path = IMG / f"tutorial-{m}.png"
         fig.savefig(path)
