@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilus.dtypes import int32
+from tilus.ir.enums import VarKind
 from tilus.ir.expr import Var
 
 
@@ -24,12 +25,12 @@ class Dim3:
 
 
 BLOCK_IDX = Dim3(
-    Var("blockIdx.x", int32, "builtin"),
-    Var("blockIdx.y", int32, "builtin"),
-    Var("blockIdx.z", int32, "builtin"),
+    Var("blockIdx.x", int32, VarKind.BUILTIN),
+    Var("blockIdx.y", int32, VarKind.BUILTIN),
+    Var("blockIdx.z", int32, VarKind.BUILTIN),
 )
 GRID_DIM = Dim3(
-    Var("gridDim.x", int32, "builtin"),
-    Var("gridDim.y", int32, "builtin"),
-    Var("gridDim.z", int32, "builtin"),
+    Var("gridDim.x", int32, VarKind.BUILTIN),
+    Var("gridDim.y", int32, VarKind.BUILTIN),
+    Var("gridDim.z", int32, VarKind.BUILTIN),
 )

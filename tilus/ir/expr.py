@@ -12,6 +12,7 @@ from typing import Any
 from tilus import dtypes
 from tilus.dtypes import DataType, PointerType, boolean, float32, int32, promote
 from tilus.ir import cscalar
+from tilus.ir.enums import VarKind
 
 ARITH_OPS = ("+", "-", "*", "/", "%")
 BIT_OPS = ("&", "|", "^", "<<", ">>")
@@ -187,13 +188,18 @@ class Const(Expr):
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Var(Expr):
-    """A named scalar variable. ``kind`` is ``"local"``, ``"param"`` or ``"builtin"``."""
+    """A named scalar variable; ``kind`` (a :class:`VarKind`) says what binds it."""
 
     name: str
     dtype: DataType | PointerType
-    kind: str = "local"
+    kind: VarKind = VarKind.LOCAL
 
     __hash__ = object.__hash__
+
+    def __post_init__(self):
+        # strings are accepted at the boundary; the node always holds the enum member
+        if type(self.kind) is not VarKind:
+            object.__setattr__(self, "kind", VarKind(self.kind))
 
 
 @dataclass(frozen=True, eq=False, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from tilus.ir.enums import TensorKind
 from tilus.ir.expr import Expr
 from tilus.ir.inst import Inst, InstError, instruction
 from tilus.ir.tensor import TensorVar
@@ -143,7 +144,7 @@ class Atomic(Inst):
         if msg := self.op_error(dst.kind, self.op, dst.dtype):
             raise InstError(msg)
         for t, what in ((v, "values"), (self.compare, "compare"), (self.out, "output")):
-            if t is not None and (t.kind != "register" or t.dtype != dst.dtype):
+            if t is not None and (t.kind != TensorKind.REGISTER or t.dtype != dst.dtype):
                 raise InstError(
                     f"atomic {what} must be a {dst.dtype} register tile like the destination, "
                     f"got {t.type_str()}"
@@ -160,7 +161,7 @@ class Atomic(Inst):
                 raise InstError(f"scatter atomics are {', '.join(self.SCATTER_OPS)}")
             if not 0 <= self.dim < v.ndim:
                 raise InstError(f"dim={self.dim} is not a dim of the {v.ndim}-d values")
-            if ix.kind != "register" or not ix.dtype.is_integer() or ix.shape != v.shape:
+            if ix.kind != TensorKind.REGISTER or not ix.dtype.is_integer() or ix.shape != v.shape:
                 raise InstError(
                     f"scatter indices must be an integer register tile of the values' shape "
                     f"{list(v.shape)}, got {ix.type_str()}"
@@ -193,7 +194,7 @@ class ScatterStore(Inst):
     def validate(self) -> None:
         """Dtypes and shapes."""
         v, ix = self.values, self.indices
-        if v.kind != "register" or v.dtype != self.dst.dtype:
+        if v.kind != TensorKind.REGISTER or v.dtype != self.dst.dtype:
             raise InstError(
                 f"scatter values must be a {self.dst.dtype} register tile, got {v.type_str()}"
             )
@@ -201,7 +202,7 @@ class ScatterStore(Inst):
             raise InstError(
                 f"scatter of {v.type_str()} into {self.dst.type_str()} along {self.dim}"
             )
-        if ix.kind != "register" or not ix.dtype.is_integer() or ix.shape != v.shape:
+        if ix.kind != TensorKind.REGISTER or not ix.dtype.is_integer() or ix.shape != v.shape:
             raise InstError(
                 f"scatter indices must be an integer register tile of the values' shape "
                 f"{list(v.shape)}, got {ix.type_str()}"

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from tilus.dtypes import DataType
+from tilus.ir.enums import TensorKind
 from tilus.ir.expr import Expr, as_expr
 
 #: NumPy ufunc name -> the tile instruction to suggest instead
@@ -79,14 +80,14 @@ class RegisterTensor(TensorVar):
     """A tile held in the registers of the current thread group."""
 
     __slots__ = ()
-    kind = "register"
+    kind = TensorKind.REGISTER
 
 
 class SharedTensor(TensorVar):
     """A tile in the block's shared memory."""
 
     __slots__ = ()
-    kind = "shared"
+    kind = TensorKind.SHARED
 
     @property
     def storage_nbytes(self) -> int:
@@ -98,4 +99,4 @@ class GlobalTensor(TensorVar):
     """A view of global memory: a pointer with a (possibly runtime) shape and strides."""
 
     __slots__ = ()
-    kind = "global"
+    kind = TensorKind.GLOBAL

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from tilus.dtypes import DataType, PointerType
 from tilus.errors import SourceLoc, TilusProgramError
+from tilus.ir.enums import TensorKind
 from tilus.ir.expr import Expr, Var, cast
 from tilus.ir.inst import Inst, InstError
 from tilus.ir.stmt import (
@@ -205,7 +206,7 @@ class Builder:
         from tilus.ir.expr import as_expr
 
         if isinstance(value, TensorVar):
-            if value.kind == "register" and value.shape == ():
+            if value.kind == TensorKind.REGISTER and value.shape == ():
                 from tilus.ir.expr import TensorElement
 
                 return TensorElement(value, (), value.dtype)

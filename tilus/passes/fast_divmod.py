@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from tilus.dtypes import PointerType
 from tilus.errors import SourceLoc
+from tilus.ir.enums import VarKind
 from tilus.ir.expr import Call, Const, Expr, TensorElement, Var
 from tilus.ir.function import Function
 from tilus.ir.printer import Printer
@@ -149,10 +150,10 @@ class _HostExprs:
         return None  # operators: rewrite the operands
 
     def var(self, v: Var):
-        if v.kind == "param":
+        if v.kind == VarKind.PARAM:
             dt = v.dtype
             return v if not isinstance(dt, PointerType) and not dt.is_float() else None
-        if v.kind != "local" or v in self.visiting:
+        if v.kind != VarKind.LOCAL or v in self.visiting:
             return None
         if v not in self.memo:
             defs = self.defs.get(v, [])

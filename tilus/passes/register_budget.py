@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilus.errors import TilusCompileError
 from tilus.ir import inst as I
+from tilus.ir.enums import TensorKind
 from tilus.ir.function import Function
 from tilus.ir.stmt import InstStmt, ThreadGroupStmt
 from tilus.passes.walk import children
@@ -35,7 +36,7 @@ def _tiles(s, size: int) -> None:
         size = s.num_threads if s.begin >= 0 else 1
     elif isinstance(s, InstStmt):
         t = s.inst.output()
-        if t is not None and t.kind == "register":
+        if t is not None and t.kind == TensorKind.REGISTER:
             words = max(1, t.dtype.nbits // 32)
             if t.size * words > REGISTER_FILE:
                 raise TilusCompileError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilus.errors import TilusCompileError
 from tilus.ir.effects import EFFECTS
+from tilus.ir.enums import VarKind
 from tilus.ir.expr import Expr, Var
 from tilus.ir.function import Function
 from tilus.ir.stmt import InstStmt, Stmt
@@ -32,7 +33,7 @@ class _Verifier:
                         f"tile `{e.name}` is used outside the block that defined it", self.loc
                     )
             elif isinstance(e, Var):
-                if e.kind == "local" and not self.defined(e):
+                if e.kind == VarKind.LOCAL and not self.defined(e):
                     raise TilusCompileError(
                         f"variable `{e.name}` is used outside the block that declared it "
                         f"(declare it before the loop/if/thread group to use it afterwards)",

@@ -18,6 +18,7 @@ from tilus.dtypes import float32, int32
 from tilus.errors import TilusRuntimeError, at
 from tilus.ir import inst as I
 from tilus.ir.cscalar import intdiv, intmod, shift_array
+from tilus.ir.enums import TensorKind
 from tilus.ir.evaluate import eval_scalar
 from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, Unary, Var
 from tilus.ir.rules import RuleTable
@@ -166,10 +167,10 @@ def _slice(task, inst, loc):
             )
         idx.append(v)
     idx = tuple(idx)
-    val = task.env[src] if src.kind != "register" else reg(task, src, loc)
-    if src.kind == "register":
+    val = task.env[src] if src.kind != TensorKind.REGISTER else reg(task, src, loc)
+    if src.kind == TensorKind.REGISTER:
         task.env[inst.out] = val[idx]
-    elif src.kind == "shared":
+    elif src.kind == TensorKind.SHARED:
         task.env[inst.out] = SharedView.of(val.alloc, val.arr[idx], src.dtype, inst.out.name)
     else:
         task.env[inst.out] = GlobalViewValue(val.arr[idx], src.dtype, val.name)
@@ -178,9 +179,9 @@ def _slice(task, inst, loc):
 @rule(I.PermuteTensor)
 def _permute(task, inst, loc):
     src = inst.src
-    if src.kind == "register":
+    if src.kind == TensorKind.REGISTER:
         task.env[inst.out] = np.transpose(reg(task, src, loc), inst.dims)
-    elif src.kind == "shared":
+    elif src.kind == TensorKind.SHARED:
         v = shared(task, src, loc)
         task.env[inst.out] = SharedView.of(
             v.alloc, np.transpose(v.arr, inst.dims), src.dtype, inst.out.name
@@ -193,7 +194,7 @@ def _permute(task, inst, loc):
 @rule(I.ReshapeTensor)
 def _reshape(task, inst, loc):
     src = inst.src
-    if src.kind == "register":
+    if src.kind == TensorKind.REGISTER:
         task.env[inst.out] = np.reshape(reg(task, src, loc), inst.out.shape)
     else:
         v = shared(task, src, loc)
@@ -503,7 +504,7 @@ def _printf(task, inst, loc):
 @rule(I.PrintTensor)
 def _print_tensor(task, inst, loc):
     t = inst.tensor
-    v = task.env[t] if t.kind != "register" else reg(task, t, loc)
+    v = task.env[t] if t.kind != TensorKind.REGISTER else reg(task, t, loc)
     arr = np.asarray(v.arr if hasattr(v, "arr") else v)
     fmt = inst.fmt or _default_fmt(t.dtype)
     text = np.array2string(

@@ -14,6 +14,7 @@ from tilus.backends.interp.rules import apply_binary, reg, rule, scal, shared
 from tilus.backends.interp.values import GlobalViewValue, PointerValue
 from tilus.errors import TilusRuntimeError
 from tilus.ir import inst_memory as M
+from tilus.ir.enums import TensorKind
 
 _BINARY = {"add": "+", "sub": "-", "min": "min", "max": "max"}
 
@@ -33,7 +34,7 @@ def _apply(op, old, v, cmp, dtype, loc):
 
 def memory(task, t, loc, what) -> np.ndarray:
     """The array of a shared or global destination, checked for races and writability."""
-    if t.kind == "shared":
+    if t.kind == TensorKind.SHARED:
         v = shared(task, t, loc)
         task.cta.units.check_write(v, loc, what)
         return v.arr
@@ -84,7 +85,7 @@ def _scatter_store(task, inst, loc):
     what = f"store_{inst.dst.kind}_scatter"
     # a plain write of (conservatively) the whole destination in the happens-before model;
     # atomics are not recorded there (atomic updates do not race with each other)
-    if inst.dst.kind == "shared":
+    if inst.dst.kind == TensorKind.SHARED:
         races.access_shared(task, shared(task, inst.dst, loc), True, loc, what)
     else:
         races.access_global(task, arr, True, loc, what, task.env[inst.dst].name)

@@ -10,6 +10,7 @@ import operator
 
 from tilus.dtypes import DataType, boolean, float32, int32
 from tilus.errors import TilusError, TilusProgramError
+from tilus.ir.enums import TensorKind
 from tilus.ir.expr import Const, Expr, IRValueAsBoolError, binary, call, cast, select, unary
 from tilus.ir.tensor import TensorVar
 from tilus.lang.instructions.generic import (
@@ -114,7 +115,7 @@ class TensorMethod:
             shape = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
             return reshape_tensor(t, list(shape))
         if n == "item":
-            if t.kind != "register" or t.size != 1:
+            if t.kind != TensorKind.REGISTER or t.size != 1:
                 raise TypeError("item() needs a one-element register tile")
             return slice_tensor(t, tuple(0 for _ in t.shape)) if t.shape else slice_tensor(t, ())
         raise TypeError(f"tiles have no method {n}()")

@@ -7,6 +7,7 @@ import inspect
 
 from tilus.dtypes import DataType, PointerType, int32
 from tilus.errors import TilusProgramError
+from tilus.ir.enums import VarKind
 from tilus.ir.expr import Expr, TensorElement, Var, cast
 from tilus.ir.function import Function
 from tilus.ir.visit import rewrite
@@ -80,7 +81,7 @@ def transpile(script, const_args: dict, config: dict) -> Function:
             if ann in HOST_ANNOTATIONS:
                 frame.scopes[0].names[name] = const_args[name]
             else:
-                v = Var(name, ann, "param")
+                v = Var(name, ann, VarKind.PARAM)
                 params.append(v)
                 frame.scopes[0].names[name] = v
         for stmt in _strip_docstring(parsed.node.body):
@@ -130,7 +131,7 @@ def _over_params(builder, e, loc, params):
         if not isinstance(x, Var) or x in params:
             return None  # operators are rebuilt around their rewritten operands
         if (
-            x.kind == "local"
+            x.kind == VarKind.LOCAL
             and x in builder.decl_init
             and x not in builder.assigned
             and builder.decl_init[x] is not None

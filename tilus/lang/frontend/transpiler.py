@@ -8,6 +8,7 @@ import inspect
 from tilus.dtypes import DataType, PointerType, int32
 from tilus.errors import TilusError, TilusProgramError
 from tilus.ir import inst as I
+from tilus.ir.enums import TensorKind, VarKind
 from tilus.ir.expr import Const, Expr, TensorElement, Var
 from tilus.ir.stmt import BreakStmt, ForStmt, IfStmt, ReturnStmt, ThreadGroupStmt, WhileStmt
 from tilus.ir.tensor import TensorVar
@@ -279,7 +280,7 @@ class Transpiler(ExprVisitor):
             raise self.error(f"unsupported assignment target `{type(target).__name__}`", node)
 
     def store_subscript(self, tensor, idx, value, node):
-        if tensor.kind != "register":
+        if tensor.kind != TensorKind.REGISTER:
             raise self.error(f"element assignment works on register tiles, not {tensor.kind}", node)
         elem = slice_tensor(tensor, idx)
         if not isinstance(elem, TensorElement):
@@ -330,17 +331,17 @@ class Transpiler(ExprVisitor):
             self.bind_name(name, self.new_binding(name, value, ann, node))
             return
         idx, cur = hit
-        if isinstance(cur, Var) and cur.kind == "local":
+        if isinstance(cur, Var) and cur.kind == VarKind.LOCAL:
             if isinstance(value, TensorVar):
                 raise self.error(f"`{name}` is a scalar variable; it cannot hold a tile", node)
             self.builder.assign(cur, self.builder.expect_scalar(value, f"`{name}`"))
             return
         if (
             isinstance(cur, TensorVar)
-            and cur.kind == "register"
+            and cur.kind == TensorKind.REGISTER
             and value is not cur
             and isinstance(value, TensorVar)
-            and value.kind == "register"
+            and value.kind == TensorKind.REGISTER
             and f.runtime_between(idx)
         ):
             # a tile bound outside this loop/if: copy, so the value survives the block
@@ -375,8 +376,8 @@ class Transpiler(ExprVisitor):
             cur = obj.__dict__.get(attr)
             depths = obj.__dict__.setdefault("_tilus_depths", {})
             bound_at = depths.get(attr)
-            is_var = isinstance(cur, Var) and cur.kind == "local"
-            is_tile = isinstance(cur, TensorVar) and cur.kind == "register"
+            is_var = isinstance(cur, Var) and cur.kind == VarKind.LOCAL
+            is_tile = isinstance(cur, TensorVar) and cur.kind == TensorKind.REGISTER
             if (
                 ann is None
                 and bound_at is not None
@@ -394,14 +395,14 @@ class Transpiler(ExprVisitor):
             if ann is not None or bound_at is None:
                 depths[attr] = self.builder.runtime_depth
             hint = f"{getattr(obj, '_tilus_name', type(obj).__name__.lower())}.{attr}"
-            if ann is None and isinstance(cur, Var) and cur.kind == "local":
+            if ann is None and isinstance(cur, Var) and cur.kind == VarKind.LOCAL:
                 self.builder.assign(cur, self.builder.expect_scalar(value, hint))
                 return
             if (
                 ann is None
                 and isinstance(cur, TensorVar)
                 and isinstance(value, TensorVar)
-                and cur.kind == "register"
+                and cur.kind == TensorKind.REGISTER
                 and value is not cur
             ):
                 self.builder.inst(I.AssignTensor(cur, value))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilus.dtypes import PointerType, int32
 from tilus.ir import inst_memory as M
+from tilus.ir.enums import TensorKind
 from tilus.ir.expr import Expr
 from tilus.lang.builder import current
 
@@ -13,15 +14,15 @@ _SPACES = {"shared": ("shared", "cta"), "global": ("global", "gpu")}
 def _atomic(space, op, dst, values, compare, indices, dim, sem, scope, output):
     b = current()
     b.expect_tensor(dst, (space,), f"{space}_{op}'s destination")
-    b.expect_tensor(values, ("register",), f"{space}_{op}'s values")
+    b.expect_tensor(values, (TensorKind.REGISTER,), f"{space}_{op}'s values")
     if indices is not None:
-        b.expect_tensor(indices, ("register",), "the scatter indices")
+        b.expect_tensor(indices, (TensorKind.REGISTER,), "the scatter indices")
         if isinstance(dim, bool) or not isinstance(dim, int):
             raise b.error(f"dim must be a compile-time int, got {dim!r}")
     if compare is not None:
-        b.expect_tensor(compare, ("register",), "cas's compare values")
+        b.expect_tensor(compare, (TensorKind.REGISTER,), "cas's compare values")
     if output is not None:
-        b.expect_tensor(output, ("register",), "output")
+        b.expect_tensor(output, (TensorKind.REGISTER,), "output")
     out = output if output is not None else b.register(dst.dtype, values.shape, "old")
     b.inst(M.Atomic(out, dst, op, values, compare, indices, dim if indices is not None else 0,
                     sem, scope))  # fmt: skip
@@ -95,8 +96,8 @@ for _space in ("shared", "global"):
 def _scatter_store(space, dst, dim, indices, values):
     b = current()
     b.expect_tensor(dst, (space,), f"store_{space}_scatter's destination")
-    b.expect_tensor(values, ("register",), f"store_{space}_scatter's values")
-    b.expect_tensor(indices, ("register",), "the scatter indices")
+    b.expect_tensor(values, (TensorKind.REGISTER,), f"store_{space}_scatter's values")
+    b.expect_tensor(indices, (TensorKind.REGISTER,), "the scatter indices")
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise b.error(f"dim must be a compile-time int, got {dim!r}")
     b.inst(M.ScatterStore(dst, indices, values, dim))

@@ -9,6 +9,7 @@ import numpy as np
 from tilus.dtypes import DataType, PointerType, boolean, float32, int32
 from tilus.ir import inst as I
 from tilus.ir.builtins import BLOCK_IDX, GRID_DIM, Dim3
+from tilus.ir.enums import TensorKind, VarKind
 from tilus.ir.expr import Binary, Const, Expr, Var, as_expr, call, cast
 from tilus.ir.printer import print_ir
 from tilus.ir.tensor import TensorVar
@@ -92,7 +93,7 @@ def _is_divisibility(e: Expr) -> bool:
     p, c, zero = e.a.a, e.a.b, e.b
     return (
         type(p) is Var
-        and p.kind == "param"
+        and p.kind == VarKind.PARAM
         and isinstance(p.dtype, DataType)
         and p.dtype.is_integer()
         and type(c) is Const
@@ -256,7 +257,7 @@ class GenericInstructions:
         axes: tuple = ()
         init_e = None
         if callable(init) and not isinstance(init, Expr):
-            axes = tuple(Var(f"i{k}", int32, "axis") for k in range(len(shape)))
+            axes = tuple(Var(f"i{k}", int32, VarKind.AXIS) for k in range(len(shape)))
             init_e = cast(as_expr(init(*axes)), dtype)
         elif init is not None:
             init_e = b.expect_scalar(init, "init", dtype)
@@ -274,7 +275,9 @@ class GenericInstructions:
     def free_shared(self, tensor):
         """Release a shared tile; later allocations may reuse its space."""
         b = current()
-        b.inst(I.FreeShared(b.expect_tensor(tensor, ("shared",), "free_shared's argument")))
+        b.inst(
+            I.FreeShared(b.expect_tensor(tensor, (TensorKind.SHARED,), "free_shared's argument"))
+        )
 
     def global_view(self, ptr, *, dtype, shape, strides=None) -> TensorVar:
         """A global tensor of ``shape`` (row-major unless ``strides``) starting at ``ptr``."""
@@ -301,7 +304,7 @@ class GenericInstructions:
     def load_global(self, src, /, *, offsets, shape, dims=None) -> TensorVar:
         """Load a tile of ``shape`` at ``offsets``; out-of-bounds elements read 0."""
         b = current()
-        b.expect_tensor(src, ("global",), "load_global's source")
+        b.expect_tensor(src, (TensorKind.GLOBAL,), "load_global's source")
         shape = _int_list(b, shape, "shape")
         offs = b.expect_offsets(offsets, src.ndim, "offsets")
         dims = self._tile_dims(src, len(shape), dims, "load_global")
@@ -312,8 +315,8 @@ class GenericInstructions:
     def store_global(self, dst, src, *, offsets, dims=None):
         """Store a register tile at ``offsets``; out-of-bounds elements are skipped."""
         b = current()
-        b.expect_tensor(dst, ("global",), "store_global's destination")
-        b.expect_tensor(src, ("register",), "store_global's source")
+        b.expect_tensor(dst, (TensorKind.GLOBAL,), "store_global's destination")
+        b.expect_tensor(src, (TensorKind.REGISTER,), "store_global's source")
         if src.dtype != dst.dtype:
             raise b.error(
                 f"store_global of a {src.dtype} tile into a {dst.dtype} tensor; "
@@ -350,7 +353,7 @@ class GenericInstructions:
     def load_shared(self, src, *, out=None) -> TensorVar:
         """Copy a whole shared tile into a register tile."""
         b = current()
-        b.expect_tensor(src, ("shared",), "load_shared's source")
+        b.expect_tensor(src, (TensorKind.SHARED,), "load_shared's source")
         out = out if out is not None else b.register(src.dtype, src.shape, "r")
         b.inst(I.LoadShared(out, src))
         return out
@@ -358,8 +361,8 @@ class GenericInstructions:
     def store_shared(self, dst, src):
         """Copy a register tile into a whole shared tile of the same shape."""
         b = current()
-        b.expect_tensor(dst, ("shared",), "store_shared's destination")
-        b.expect_tensor(src, ("register",), "store_shared's source")
+        b.expect_tensor(dst, (TensorKind.SHARED,), "store_shared's destination")
+        b.expect_tensor(src, (TensorKind.REGISTER,), "store_shared's source")
         if dst.shape != src.shape or dst.dtype != src.dtype:
             raise b.error(f"store_shared of {src.type_str()} into {dst.type_str()}")
         b.inst(I.StoreShared(dst, src))
@@ -368,7 +371,7 @@ class GenericInstructions:
     def cast(self, x, dtype) -> TensorVar:
         """Convert a register tile to ``dtype`` (round to nearest even)."""
         b = current()
-        b.expect_tensor(x, ("register",), "cast's operand")
+        b.expect_tensor(x, (TensorKind.REGISTER,), "cast's operand")
         out = b.register(_dtype(b, dtype), x.shape, "r")
         b.inst(I.CastTensor(out, x))
         return out
@@ -377,7 +380,7 @@ class GenericInstructions:
         """``a @ b + c`` on register tiles (a [m, k], b [k, n]), accumulating in c's dtype."""
         b = current()
         for t, n in ((a, "a"), (b_, "b")):
-            b.expect_tensor(t, ("register",), f"dot operand {n}")
+            b.expect_tensor(t, (TensorKind.REGISTER,), f"dot operand {n}")
             if t.ndim != 2:
                 raise b.error(f"dot operand {n} must be 2-D, got {t.type_str()}")
         if a.dtype != b_.dtype:
@@ -389,7 +392,7 @@ class GenericInstructions:
         if c is None and acc_dtype is None and out is None:
             raise b.error("dot needs an accumulator c or acc_dtype=")
         if c is not None:
-            b.expect_tensor(c, ("register",), "dot accumulator c")
+            b.expect_tensor(c, (TensorKind.REGISTER,), "dot accumulator c")
             if c.shape != (m, n):
                 raise b.error(f"dot accumulator is {c.type_str()} but a @ b is [{m}, {n}]")
         rdtype = c.dtype if c is not None else out.dtype if out is not None else acc_dtype
@@ -415,7 +418,7 @@ class GenericInstructions:
     def where(self, cond, x, y, *, out=None) -> TensorVar:
         """``cond ? x : y`` elementwise; cond is a boolean tile."""
         b = current()
-        b.expect_tensor(cond, ("register",), "where's condition")
+        b.expect_tensor(cond, (TensorKind.REGISTER,), "where's condition")
         if cond.dtype != boolean:
             raise b.error(f"where's condition must be a boolean tile, got {cond.dtype}")
         tiles = [t for t in (x, y) if isinstance(t, TensorVar)]
@@ -444,7 +447,7 @@ class GenericInstructions:
 
     def _reduce(self, op, x, dim, keepdim, out):
         b = current()
-        b.expect_tensor(x, ("register",), f"{op}'s operand")
+        b.expect_tensor(x, (TensorKind.REGISTER,), f"{op}'s operand")
         if op in ("any", "all") and x.dtype != boolean:
             raise b.error(f"{op} needs a boolean tile, got {x.dtype}")
         dims = list(range(x.ndim)) if dim is None else [dim] if isinstance(dim, int) else list(dim)
@@ -488,7 +491,7 @@ class GenericInstructions:
         """Prefix ``op`` (add, mul, max, min, and, or, xor) of a register tile along ``dim``;
         ``exclusive``: element i combines elements 0..i-1 (element 0 is the identity)."""
         b = current()
-        b.expect_tensor(x, ("register",), "scan's operand")
+        b.expect_tensor(x, (TensorKind.REGISTER,), "scan's operand")
         if isinstance(dim, bool) or not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
             raise b.error(f"scan: dim {dim!r} is out of range for a tile of rank {x.ndim}")
         out = out if out is not None else b.register(x.dtype, x.shape, "t")
@@ -519,7 +522,7 @@ class GenericInstructions:
     def reshape_shared(self, x, shape) -> TensorVar:
         """A view of a whole shared tile with a new shape (row-major order)."""
         b = current()
-        b.expect_tensor(x, ("shared",), "reshape_shared's operand")
+        b.expect_tensor(x, (TensorKind.SHARED,), "reshape_shared's operand")
         return reshape_tensor(x, shape, "reshape_shared")
 
     def squeeze(self, x, *, dim: int) -> TensorVar:
@@ -533,8 +536,8 @@ class GenericInstructions:
     def assign(self, dst, src):
         """Copy register tile ``src`` into ``dst``."""
         b = current()
-        b.expect_tensor(dst, ("register",), "assign's destination")
-        b.expect_tensor(src, ("register",), "assign's source")
+        b.expect_tensor(dst, (TensorKind.REGISTER,), "assign's destination")
+        b.expect_tensor(src, (TensorKind.REGISTER,), "assign's source")
         if dst.shape != src.shape or dst.dtype != src.dtype:
             raise b.error(f"assign of {src.type_str()} into {dst.type_str()}")
         b.inst(I.AssignTensor(dst, src))
@@ -557,7 +560,11 @@ class GenericInstructions:
     def print_tensor(self, msg: str, tensor, fmt: str | None = None):
         """Print a tile (register, shared or global) with a message."""
         b = current()
-        b.expect_tensor(tensor, ("register", "shared", "global"), "print_tensor's tensor")
+        b.expect_tensor(
+            tensor,
+            (TensorKind.REGISTER, TensorKind.SHARED, TensorKind.GLOBAL),
+            "print_tensor's tensor",
+        )
         b.inst(I.PrintTensor(str(msg), tensor, fmt))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilus.dtypes import bfloat16, float16, float32, int32, uint32
 from tilus.ir import inst as I
+from tilus.ir.enums import TensorKind
 from tilus.ir.expr import Const, Expr
 from tilus.ir.tensor import TensorVar
 from tilus.lang.builder import current
@@ -85,8 +86,8 @@ def _tma_issuer_check(b, what):
 
 
 def _tma_tile(b, g, s, offsets, dims, what):
-    b.expect_tensor(g, ("global",), f"{what}'s global tensor")
-    b.expect_tensor(s, ("shared",), f"{what}'s shared tensor")
+    b.expect_tensor(g, (TensorKind.GLOBAL,), f"{what}'s global tensor")
+    b.expect_tensor(s, (TensorKind.SHARED,), f"{what}'s shared tensor")
     if g.dtype != s.dtype:
         raise b.error(f"{what}: global tensor is {g.dtype} but the shared tile is {s.dtype}")
     offs = b.expect_offsets(offsets, g.ndim, "offsets")
@@ -191,13 +192,13 @@ class WgmmaGroup:
         """``d += a @ b`` on the tensor cores; a [M, K] and b [K, N] in shared memory."""
         b = current()
         self._check_group("wgmma.mma")
-        if isinstance(a, TensorVar) and a.kind == "register":
+        if isinstance(a, TensorVar) and a.kind == TensorKind.REGISTER:
             raise b.error(
                 "wgmma.mma with a register A operand is not supported; keep A in shared memory"
             )
-        b.expect_tensor(a, ("shared",), "wgmma.mma operand a")
-        b.expect_tensor(b_, ("shared",), "wgmma.mma operand b")
-        b.expect_tensor(d, ("register",), "wgmma.mma accumulator d")
+        b.expect_tensor(a, (TensorKind.SHARED,), "wgmma.mma operand a")
+        b.expect_tensor(b_, (TensorKind.SHARED,), "wgmma.mma operand b")
+        b.expect_tensor(d, (TensorKind.REGISTER,), "wgmma.mma accumulator d")
         for t, n in ((a, "a"), (b_, "b"), (d, "d")):
             if t.ndim != 2:
                 raise b.error(f"wgmma.mma operand {n} must be 2-D, got {t.type_str()}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tilus.ir import inst_memory as M
+from tilus.ir.enums import TensorKind
 from tilus.lang.builder import current
 
 
@@ -23,8 +24,8 @@ class AsyncCopyInstructions:
         from tilus.lang.instructions.generic import GenericInstructions
 
         b = current()
-        b.expect_tensor(src, ("global",), "copy_async's source")
-        b.expect_tensor(dst, ("shared",), "copy_async's destination")
+        b.expect_tensor(src, (TensorKind.GLOBAL,), "copy_async's source")
+        b.expect_tensor(dst, (TensorKind.SHARED,), "copy_async's destination")
         if not isinstance(check_bounds, bool):
             raise b.error(f"check_bounds must be True or False, got {check_bounds!r}")
         offs = b.expect_offsets(offsets, src.ndim, "offsets")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilus.dtypes import float32, uint32, uint64
 from tilus.ir import inst as I
+from tilus.ir.enums import TensorKind
 from tilus.ir.tensor import TensorVar
 from tilus.lang.builder import current
 
@@ -15,7 +16,7 @@ class RandomInstructions:
 
     def _random(self, seed, offset, n_rounds, kind, dtype, hint) -> TensorVar:
         b = current()
-        off = b.expect_tensor(offset, ("register",), "the random offset")
+        off = b.expect_tensor(offset, (TensorKind.REGISTER,), "the random offset")
         sd = b.expect_scalar(seed, "the random seed", uint64)
         if isinstance(n_rounds, bool) or not isinstance(n_rounds, int):
             raise b.error(f"n_rounds must be a compile-time int, got {n_rounds!r}")

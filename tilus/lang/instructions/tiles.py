@@ -6,6 +6,7 @@ import numpy as np
 
 from tilus.dtypes import DataType, boolean, int32
 from tilus.ir import inst as I
+from tilus.ir.enums import TensorKind
 from tilus.ir.expr import Const, Expr, TensorElement
 from tilus.ir.tensor import TensorVar
 from tilus.lang.builder import current
@@ -48,7 +49,7 @@ def tensor_binary(op: str, a, b_, out=None) -> TensorVar:
     b = current()
     tiles = [x for x in (a, b_) if isinstance(x, TensorVar)]
     for t in tiles:
-        if t.kind != "register":
+        if t.kind != TensorKind.REGISTER:
             raise b.error(f"operator {op} works on register tiles; load the {t.kind} tile first")
     if len(tiles) == 2 and a.dtype != b_.dtype:
         raise b.error(
@@ -87,7 +88,7 @@ FLOAT_ONLY = (
 def tensor_unary(op: str, x, out=None) -> TensorVar:
     """Elementwise ``op(x)`` on a register tile."""
     b = current()
-    b.expect_tensor(x, ("register",), f"the operand of {op}")
+    b.expect_tensor(x, (TensorKind.REGISTER,), f"the operand of {op}")
     if op in FLOAT_ONLY and not x.dtype.is_float():
         raise b.error(f"{op} needs a floating-point tile, got {x.dtype}")
     rdtype = boolean if op in ("not", "isnan", "isinf") else x.dtype
@@ -118,7 +119,7 @@ def slice_tensor(t: TensorVar, index) -> TensorVar | Expr:
                 raise b.error(f"index {e.value} is out of range for dim {i} of size {t.shape[i]}")
             ind.append(e)
     ind += [None] * (t.ndim - len(ind))
-    if t.kind == "register" and all(i is not None for i in ind):
+    if t.kind == TensorKind.REGISTER and all(i is not None for i in ind):
         return TensorElement(t, tuple(ind), t.dtype)
     shape = tuple(s for s, i in zip(t.shape, ind) if i is None)
     cls = type(t)
@@ -140,7 +141,7 @@ def permute_tensor(t: TensorVar, dims) -> TensorVar:
 def reshape_tensor(x, shape, what="reshape") -> TensorVar:
     """A tile with the same elements (row-major) and a new shape."""
     b = current()
-    if not isinstance(x, TensorVar) or x.kind == "global":
+    if not isinstance(x, TensorVar) or x.kind == TensorKind.GLOBAL:
         raise b.error(f"{what} needs a register or shared tile")
     shape = _int_list(b, shape, "shape") if shape not in ([], ()) else ()
     if int(np.prod(shape)) != int(np.prod(x.shape)):

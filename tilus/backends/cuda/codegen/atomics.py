@@ -12,6 +12,7 @@ from tilus.backends.cuda.ptx import atomics as A
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.backends.cuda.workspace import workspace_layout
 from tilus.ir import inst_memory as M
+from tilus.ir.enums import TensorKind
 
 rule = CODEGEN_RULES.rule
 
@@ -39,7 +40,7 @@ def _element_addresses(ctx, inst, values, indices, dim):
         if ctx.group.size > 1
         else ["0"] * len(values.shape)
     )
-    if dst.kind == "global":
+    if dst.kind == TensorKind.GLOBAL:
         name, shape, strides = ctx.gview_info[dst]
     else:
         view = ctx.plan.shared[dst]
@@ -60,7 +61,7 @@ def _element_addresses(ctx, inst, values, indices, dim):
             if d != dim or indices is None:
                 if not (isinstance(dst.shape[d], int) and dst.shape[d] == values.shape[d]):
                     conds.append(f"(uint32_t)({c}) < (uint32_t)({shape[d]})")
-        if dst.kind == "global":
+        if dst.kind == TensorKind.GLOBAL:
             addr = f"(void*)({name} + {_address(coords, strides)})"
         else:
             addr = f"tl_smem + tl_swz<{view.layout.swizzle}>({off} + {_shared_elem(view, coords)})"
@@ -146,7 +147,7 @@ def scatter_store(ctx, inst, expr):
     prim = _primary(ctx, layout)
     ct = ctype(dst.dtype)
     for i, (addr, ok) in enumerate(addrs):
-        if dst.kind == "global":
+        if dst.kind == TensorKind.GLOBAL:
             store = f"*(({ct}*){addr}) = {elem(ctx, v, i)};"
         else:
             store = f"*(({ct}*)(tl_smem_ptr + ({addr} - tl_smem))) = {elem(ctx, v, i)};"

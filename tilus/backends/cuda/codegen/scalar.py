@@ -8,6 +8,7 @@ import struct
 import numpy as np
 
 from tilus.dtypes import DataType, PointerType
+from tilus.ir.enums import VarKind
 from tilus.ir.expr import Binary, Call, Cast, Const, Select, TensorElement, Unary, Var
 
 C_TYPES = {
@@ -159,7 +160,7 @@ class ExprPrinter:
         if t is Const:
             return const(e.value, e.dtype)
         if t is Var:
-            if e.kind == "builtin":
+            if e.kind == VarKind.BUILTIN:
                 return f"(int){e.name}"
             return self.ctx.name(e)
         if t is Binary:

@@ -15,6 +15,7 @@ from tilus.backends.cuda.codegen.scalar import ExprPrinter, ctype
 from tilus.backends.cuda.layout import Group
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
+from tilus.ir.enums import TensorKind
 from tilus.ir.expr import Const
 from tilus.ir.rules import NotLowered
 from tilus.ir.stmt import (
@@ -61,9 +62,9 @@ def _sync(ctx, inst, expr):
 
 @rule(I.SliceTensor)
 def _slice(ctx, inst, expr):
-    if inst.out.kind == "shared":
+    if inst.out.kind == TensorKind.SHARED:
         memory.shared_slice(ctx, inst, expr)
-    elif inst.out.kind == "register":
+    elif inst.out.kind == TensorKind.REGISTER:
         from tilus.backends.cuda.codegen.convert import slice_register
 
         slice_register(ctx, inst, expr)
@@ -73,7 +74,7 @@ def _slice(ctx, inst, expr):
 
 @rule(I.PermuteTensor)
 def _permute(ctx, inst, expr):
-    if inst.out.kind == "register":
+    if inst.out.kind == TensorKind.REGISTER:
         # the same registers under a permuted layout: an alias
         ctx.names[id(inst.out)] = ctx.name(inst.src)
         ctx.emit(f"// %{inst.out.name}: the registers of {ctx.name(inst.src)}, dims {inst.dims}")

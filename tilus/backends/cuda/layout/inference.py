@@ -6,6 +6,7 @@ from tilus.backends.cuda.layout.plan import Group, LayoutPlan, SharedView, err, 
 from tilus.backends.cuda.layout.reduction import scratch_bytes
 from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.ir import inst as I
+from tilus.ir.enums import TensorKind, VarKind
 from tilus.ir.function import Function
 from tilus.ir.layout import RegisterLayout, blocked, replicated
 from tilus.ir.layout.derived import broadcast_map, insert_dims
@@ -124,18 +125,18 @@ class _Inference:
         bad = set()
         for c in stmt.inst.counts:
             free_vars(c, bad)
-        if any(v.kind != "param" for v in bad):
+        if any(v.kind != VarKind.PARAM for v in bad):
             raise err(stmt, "mbarrier counts must be constants or kernel parameters")
 
     def define(self, t: TensorVar, g: Group, stmt):
         """Record the group a register tile is created in."""
-        if t.kind == "register" and t not in self.defs:
+        if t.kind == TensorKind.REGISTER and t not in self.defs:
             self.defs[t] = (g, stmt)
             self.uf.find(t)
 
     def use(self, t, g: Group, stmt):
         """Record a use that needs the tile's threads to be the current group's."""
-        if isinstance(t, TensorVar) and t.kind == "register":
+        if isinstance(t, TensorVar) and t.kind == TensorKind.REGISTER:
             self.uses.append((self.base(t)[0], g, stmt))
 
     def base(self, t):

@@ -8,6 +8,7 @@ from tilus.backends.cuda.layout.reads import result_used
 from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.ir import inst as I
 from tilus.ir import inst_memory as M
+from tilus.ir.enums import TensorKind, VarKind
 from tilus.ir.expr import Const, Expr, Var
 from tilus.ir.layout import SharedLayout, choose_swizzle
 from tilus.ir.layout.derived import broadcast_layout, reduce_layout
@@ -61,13 +62,13 @@ def _alloc_shared(inf, stmt, inst, g):
 
 @rule(I.SliceTensor)
 def _slice(inf, stmt, inst, g):
-    if inst.src.kind == "register":  # x[i], x[:, j]: through shared memory, any layouts
+    if inst.src.kind == TensorKind.REGISTER:  # x[i], x[:, j]: through shared memory, any layouts
         inf.no_perm(stmt, inst.src)
         inf.use(inst.src, g, stmt)
         inf.define(inst.out, g, stmt)
         inf.converts.append((inst, g))
         return
-    if inst.src.kind != "shared":
+    if inst.src.kind != TensorKind.SHARED:
         raise err(stmt, f"slice of a {inst.src.kind} tile is not supported by the CUDA backend")
     v = inf.shared_view(inst.src, stmt)
     idx = list(inst.indices)
@@ -89,10 +90,10 @@ def _slice(inf, stmt, inst, g):
 
 @rule(I.PermuteTensor)
 def _permute(inf, stmt, inst, g):
-    if inst.src.kind == "register":
+    if inst.src.kind == TensorKind.REGISTER:
         inf.perms[inst.out] = (inst.src, tuple(inst.dims))
         return
-    if inst.src.kind != "shared":
+    if inst.src.kind != TensorKind.SHARED:
         raise err(stmt, f"permute of a {inst.src.kind} tile is not supported by the CUDA backend")
     v = inf.shared_view(inst.src, stmt)
     if v.perm is not None:
@@ -107,7 +108,7 @@ def _global_view(inf, stmt, inst, g):
     exprs += list(inst.strides or ())
     for e in exprs:
         free_vars(e, bad)
-    bad = {v for v in bad if v.kind != "param"}
+    bad = {v for v in bad if v.kind != VarKind.PARAM}
     if bad:
         names = ", ".join(sorted(v.name for v in bad))
         raise err(
@@ -235,7 +236,7 @@ def _scan(inf, stmt, inst, g):
 @rule(I.PrintTensor)
 def _print_tensor(inf, stmt, inst, g):
     """A register tile is gathered in shared memory and printed by the group's first thread."""
-    if inst.tensor.kind != "register":
+    if inst.tensor.kind != TensorKind.REGISTER:
         raise err(
             stmt,
             f"print_tensor of a {inst.tensor.kind} tile has no CUDA lowering yet (load it into "
@@ -249,7 +250,7 @@ def _print_tensor(inf, stmt, inst, g):
 @rule(I.ReshapeTensor)
 def _reshape(inf, stmt, inst, g):
     """Register reshapes that only add or drop size-1 dims keep every register in place."""
-    if inst.src.kind != "register":
+    if inst.src.kind != TensorKind.REGISTER:
         raise err(stmt, "reshape of a shared tile is not supported by the CUDA backend yet")
     inf.no_perm(stmt, inst.src)
     inf.use(inst.src, g, stmt)
@@ -336,7 +337,7 @@ def _tma(inf, stmt, inst, g):
         raise err(stmt, f"TMA dims={list(dims)} must be increasing (no transposed boxes)")
     if gv not in p.gviews:
         raise err(stmt, f"%{gv.name} is not a global_view")
-    if not (isinstance(p.gviews[gv].ptr, Var) and p.gviews[gv].ptr.kind == "param"):
+    if not (isinstance(p.gviews[gv].ptr, Var) and p.gviews[gv].ptr.kind == VarKind.PARAM):
         raise err(stmt, "TMA needs a global_view directly over a pointer parameter")
     if p.gviews[gv].strides is not None:
         raise err(stmt, "TMA on a global_view with explicit strides is not supported yet")
@@ -406,7 +407,7 @@ def _copy_async(inf, stmt, inst, g):
 @rule(M.Atomic, M.ScatterStore)
 def _atomic(inf, stmt, inst, g):
     """The old values, indices and compare values take the layout of the values."""
-    if inst.dst.kind == "shared":
+    if inst.dst.kind == TensorKind.SHARED:
         inf.shared_view(inst.dst, stmt)
     tiles = [getattr(inst, n, None) for n in ("values", "indices", "compare")]
     for t in tiles:
