@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import ClassVar
 
+from tilus.ir.enums import MemScope, MemSem
 from tilus.ir.expr import Const, Expr
 from tilus.ir.tensor import TensorVar
 
@@ -344,14 +345,22 @@ class MBarrierAlloc(Inst):
                 raise InstError(msg)
 
 
+def _ordering_from_strings(self):
+    # strings are accepted at the boundary; the node always holds the enum members
+    object.__setattr__(self, "sem", MemSem(self.sem))
+    object.__setattr__(self, "scope", MemScope(self.scope))
+
+
 @instruction("mbarrier_arrive", ptx="9.7.13.15.13 mbarrier.arrive")
 class MBarrierArrive(Inst):
     """Every thread of the current group arrives ``count`` times."""
 
     barrier: Expr
     count: Expr
-    sem: str
-    scope: str
+    sem: MemSem
+    scope: MemScope
+
+    __post_init__ = _ordering_from_strings
 
 
 @instruction("mbarrier_arrive_expect_tx", ptx="9.7.13.15.13 mbarrier.arrive.expect_tx")
@@ -360,8 +369,10 @@ class MBarrierArriveExpectTx(Inst):
 
     barrier: Expr
     tx_bytes: Expr
-    sem: str
-    scope: str
+    sem: MemSem
+    scope: MemScope
+
+    __post_init__ = _ordering_from_strings
 
 
 @instruction("mbarrier_wait", ptx="9.7.13.15.16 mbarrier.test_wait/try_wait (parity)")
@@ -370,8 +381,10 @@ class MBarrierWait(Inst):
 
     barrier: Expr
     phase: Expr
-    sem: str
-    scope: str
+    sem: MemSem
+    scope: MemScope
+
+    __post_init__ = _ordering_from_strings
 
 
 #: cp.async.bulk.tensor: each box dimension is at most 256 elements

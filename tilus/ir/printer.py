@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, TensorElement, Unary, Var
 from tilus.ir.function import Function
 from tilus.ir.inst import Inst
@@ -68,6 +70,8 @@ class Printer:
             return "[" + ", ".join(self.expr(x) for x in e) + "]"
         if e is None:
             return "_"
+        if isinstance(e, StrEnum):  # printed as the plain string it replaced (cache keys stay put)
+            return repr(e.value)
         return repr(e)
 
     def type_str(self, t) -> str:

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from tilus.dtypes import bfloat16, float16, float32, int32, uint32
 from tilus.ir import inst as I
-from tilus.ir.enums import TensorKind
+from tilus.ir.enums import MemScope, MemSem, TensorKind
 from tilus.ir.expr import Const, Expr
 from tilus.ir.tensor import TensorVar
 from tilus.lang.builder import current
 
-SEMS = ("relaxed", "release", "acquire")
-SCOPES = ("cta", "cluster")
+SEMS = tuple(MemSem)
+SCOPES = tuple(MemScope)
 
 
-def _check_sem(b, sem, scope, allowed):
+def _check_sem(b, sem, scope, allowed) -> tuple[MemSem, MemScope]:
+    """The user's ``sem``/``scope`` strings as enum members, or an error at the user's line."""
     if sem not in allowed:
         raise b.error(f"sem must be one of {', '.join(allowed)}, got {sem!r}")
     if scope not in SCOPES:
         raise b.error(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    return MemSem(sem), MemScope(scope)
 
 
 def _barrier(b, barrier) -> Expr:
@@ -46,7 +48,7 @@ class MBarrierGroup:
     def arrive(self, barrier, count=1, sem="release", scope="cta"):
         """Every thread of the current group arrives ``count`` times on ``barrier``."""
         b = current()
-        _check_sem(b, sem, scope, ("relaxed", "release"))
+        sem, scope = _check_sem(b, sem, scope, (MemSem.RELAXED, MemSem.RELEASE))
         b.inst(
             I.MBarrierArrive(
                 _barrier(b, barrier), b.expect_scalar(count, "count", uint32), sem, scope
@@ -56,7 +58,7 @@ class MBarrierGroup:
     def arrive_and_expect_tx(self, barrier, transaction_bytes, sem="release", scope="cta"):
         """Each thread of the group expects ``transaction_bytes`` more bytes, then arrives."""
         b = current()
-        _check_sem(b, sem, scope, ("relaxed", "release"))
+        sem, scope = _check_sem(b, sem, scope, (MemSem.RELAXED, MemSem.RELEASE))
         tx = b.expect_scalar(transaction_bytes, "transaction_bytes", uint32)
         if isinstance(tx, Const) and tx.value >= (1 << 20):
             raise b.error(
@@ -67,7 +69,7 @@ class MBarrierGroup:
     def wait(self, barrier, phase, sem="acquire", scope="cta"):
         """Block until the barrier's phase of parity ``phase`` (0/1) has completed."""
         b = current()
-        _check_sem(b, sem, scope, ("relaxed", "acquire"))
+        sem, scope = _check_sem(b, sem, scope, (MemSem.RELAXED, MemSem.ACQUIRE))
         b.inst(
             I.MBarrierWait(
                 _barrier(b, barrier), b.expect_scalar(phase, "phase", uint32), sem, scope

@@ -7,6 +7,7 @@ from tilus.backends.cuda.codegen.memory import shared_offset
 from tilus.backends.cuda.ptx import wgmma as W
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
+from tilus.ir.enums import MemScope, MemSem
 from tilus.ir.expr import Const
 from tilus.passes.register_budget import entry_registers
 
@@ -21,7 +22,7 @@ def mbarrier_alloc(ctx, inst, expr):
 
 
 def _scope(ctx, inst):
-    if inst.scope != "cta":
+    if inst.scope != MemScope.CTA:
         raise ctx.error("mbarrier scope 'cluster' needs clusters, not supported by the backend")
 
 
@@ -47,7 +48,7 @@ def mbarrier_arrive_expect_tx(ctx, inst, expr):
 def mbarrier_wait(ctx, inst, expr):
     """Spin on try_wait.parity until the phase of that parity has completed."""
     _scope(ctx, inst)
-    fn = "tl_mbar_wait_parity" if inst.sem == "acquire" else "tl_mbar_wait_parity_relaxed"
+    fn = "tl_mbar_wait_parity" if inst.sem == MemSem.ACQUIRE else "tl_mbar_wait_parity_relaxed"
     ctx.emit(f"{fn}({expr(inst.barrier)}, (uint32_t)({expr(inst.phase)}));")
 
 
