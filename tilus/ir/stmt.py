@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tilus.errors import SourceLoc
+from tilus.ir.enums import Unroll
 from tilus.ir.expr import Expr, Var
 
 
@@ -61,15 +62,20 @@ class InstStmt(Stmt):
 
 @dataclass(frozen=True, eq=False, slots=True)
 class ForStmt(Stmt):
-    """``for var in range(start, stop, step)``; ``unroll`` is None, an int or ``"all"``."""
+    """``for var in range(start, stop, step)``; ``unroll`` is None, an int or ``Unroll.ALL``."""
 
     var: Var
     start: Expr
     stop: Expr
     step: int
     body: Stmt
-    unroll: int | str | None
+    unroll: int | Unroll | None
     BINDS: ClassVar[tuple[str, ...]] = ("var",)
+
+    def __post_init__(self):
+        # the string "all" is accepted at the boundary; the node holds the enum member
+        if isinstance(self.unroll, str):
+            object.__setattr__(self, "unroll", Unroll(self.unroll))
 
 
 @dataclass(frozen=True, eq=False, slots=True)

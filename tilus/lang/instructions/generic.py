@@ -9,7 +9,7 @@ import numpy as np
 from tilus.dtypes import DataType, PointerType, boolean, float32, int32
 from tilus.ir import inst as I
 from tilus.ir.builtins import BLOCK_IDX, GRID_DIM, Dim3
-from tilus.ir.enums import TensorKind, VarKind
+from tilus.ir.enums import TensorKind, Unroll, VarKind
 from tilus.ir.expr import Binary, Const, Expr, Var, as_expr, call, cast
 from tilus.ir.printer import print_ir
 from tilus.ir.tensor import TensorVar
@@ -178,10 +178,10 @@ class GenericInstructions:
             step = step.value
         if isinstance(step, bool) or not isinstance(step, int) or step == 0:
             raise b.error(f"range step must be a nonzero compile-time int, got {step!r}")
-        if (
-            unroll is not None
-            and unroll != "all"
-            and (isinstance(unroll, bool) or not isinstance(unroll, int) or unroll <= 0)
+        if isinstance(unroll, str) and unroll == Unroll.ALL:
+            unroll = Unroll.ALL
+        elif unroll is not None and (
+            isinstance(unroll, bool) or not isinstance(unroll, int) or unroll <= 0
         ):
             raise b.error(f"unroll must be a positive int or 'all', got {unroll!r}")
         return RangeSpec(start, stop, step, unroll)

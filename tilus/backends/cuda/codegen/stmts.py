@@ -15,7 +15,7 @@ from tilus.backends.cuda.codegen.scalar import ExprPrinter, ctype
 from tilus.backends.cuda.layout import Group
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
-from tilus.ir.enums import TensorKind
+from tilus.ir.enums import TensorKind, Unroll
 from tilus.ir.expr import Const
 from tilus.ir.rules import NotLowered
 from tilus.ir.stmt import (
@@ -190,7 +190,7 @@ class StmtEmitter:
         rebinds = any(isinstance(x, AssignStmt) and x.var is s.var for x in walk(s.body))
         v = ctx.name(s.var)
         k = ctx.fresh("k") if rebinds else v
-        if s.unroll == "all":
+        if s.unroll is Unroll.ALL:
             ctx.emit("#pragma unroll")
         elif isinstance(s.unroll, int):
             ctx.emit(f"#pragma unroll {s.unroll}")
