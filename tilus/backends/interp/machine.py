@@ -13,6 +13,7 @@ import random
 
 from tilus.backends.interp import races
 from tilus.backends.interp.hopper import AsyncUnits, WgmmaState
+from tilus.backends.interp.sched import TICK, Fork, SemWait, Sync, Tick, Wait
 from tilus.errors import TilusRuntimeError, at
 from tilus.ir.cscalar import convert as scalar_convert
 from tilus.ir.evaluate import eval_scalar
@@ -41,9 +42,9 @@ class _Return(Exception):
 
 
 def _sem_holds(req) -> bool:
-    """Whether a ``("sem", pointer, value, loc)`` wait is satisfied now."""
-    _, ptr, value, _ = req
-    return int(ptr.buf[ptr.offset]) == value
+    """Whether a :class:`SemWait` is satisfied now."""
+    ptr = req.ptr
+    return int(ptr.buf[ptr.offset]) == req.value
 
 
 def _in_program_order(task) -> bool:
@@ -64,7 +65,7 @@ class Task:
         self.parent = parent
         self.children: set = set()
         self.gen = None
-        self.blocked = None  # ("wait", bar, parity, loc) | ("sync", loc) | ("sem", ptr, v, loc)
+        self.blocked: Wait | Sync | SemWait | None = None
         self.loc = None
         self.wgmma: WgmmaState | None = None
         self.done = False  # its own statements have all run (children may still be live)
@@ -153,7 +154,7 @@ class CTA:
                 progressed = True
             elif self._wake_semaphores():
                 progressed = True
-            elif any(t.blocked[0] == "sem" for t in self.waiting):
+            elif any(type(t.blocked) is SemWait for t in self.waiting):
                 yield progressed
                 progressed = False
             else:
@@ -163,7 +164,7 @@ class CTA:
     def _wake_semaphores(self) -> bool:
         woke = False
         for t in list(self.waiting):
-            if t.blocked[0] == "sem" and _sem_holds(t.blocked):
+            if type(t.blocked) is SemWait and _sem_holds(t.blocked):
                 t.blocked = None
                 self.waiting.remove(t)
                 self.ready.append(t)
@@ -182,8 +183,8 @@ class CTA:
         """Make tasks waiting on ``bar`` runnable if their phase completed."""
         still = []
         for t in self.waiting:
-            kind = t.blocked[0]
-            if kind == "wait" and t.blocked[1] is bar and bar.parity_done(t.blocked[2]):
+            w = t.blocked
+            if type(w) is Wait and w.bar is bar and bar.parity_done(w.parity):
                 t.blocked = None
                 races.join(t.vc, bar.last_vc)  # the wait acquires the completed phase
                 self.ready.append(t)
@@ -204,34 +205,33 @@ class CTA:
             except StopIteration:
                 self._finish(task)
                 return
-            kind = req[0]
-            if kind == "fork":
-                stmt = req[1]
+            kind = type(req)
+            if kind is Fork:
                 self.ready.insert(0, task)
-                self.ready.insert(0, self._fork(task, stmt))
+                self.ready.insert(0, self._fork(task, req.stmt))
                 return
-            if kind == "wait":
-                _, bar, parity, loc = req
-                if bar.parity_done(parity):
+            if kind is Wait:
+                bar = req.bar
+                if bar.parity_done(req.parity):
                     races.join(task.vc, bar.last_vc)
                     continue
                 task.blocked = req
                 self.waiting.append(task)
                 return
-            if kind == "sync":
+            if kind is Sync:
                 if not task.children:
                     races.synced(task)
                     continue
                 task.blocked = req
                 self.waiting.append(task)
                 return
-            if kind == "sem":
+            if kind is SemWait:
                 if _sem_holds(req):
                     continue
                 task.blocked = req
                 self.waiting.append(task)
                 return
-            if kind == "tick":
+            if kind is Tick:
                 self.ready.append(task)
                 return
 
@@ -279,7 +279,7 @@ class CTA:
                 p.elected_live.remove(task)
             if p.done and not p.children:
                 self.units.store_task_end(p, p.label)
-            if not p.children and p.blocked is not None and p.blocked[0] == "sync":
+            if not p.children and type(p.blocked) is Sync:
                 p.blocked = None
                 races.synced(p)
                 self.waiting.remove(p)
@@ -303,29 +303,29 @@ class CTA:
 
     def _deadlock(self):
         for t in self.waiting:
-            if t.blocked[0] == "wait":
-                bar = t.blocked[1]
+            if type(t.blocked) is Wait:
+                bar = t.blocked.bar
                 if bar.pending == 0 and bar.tx > 0:
                     raise TilusRuntimeError(
                         f"transaction mismatch: mbarrier {bar.label} expects {bar.tx} more "
                         f"byte(s) in phase {bar.phase} but no TMA load in flight will deliver "
-                        f"them; {t.label} waits for it forever at {t.blocked[-1]}",
-                        bar.expect_loc or t.blocked[-1],
+                        f"them; {t.label} waits for it forever at {t.blocked.loc}",
+                        bar.expect_loc or t.blocked.loc,
                     )
         lines = []
         first = None
         for t in self.waiting:
-            loc = t.blocked[-1]
+            loc = t.blocked.loc
             first = first or loc
-            if t.blocked[0] == "sem":
-                _, ptr, value, _loc = t.blocked
+            if type(t.blocked) is SemWait:
+                ptr, value = t.blocked.ptr, t.blocked.value
                 lines.append(
                     f"  {t.label} spins at {loc} in lock_semaphore until `{ptr.name}`"
                     f"[{ptr.offset}] == {value} (it holds {int(ptr.buf[ptr.offset])}; no other "
                     f"block releases it)"
                 )
-            elif t.blocked[0] == "wait":
-                bar, parity = t.blocked[1], t.blocked[2]
+            elif type(t.blocked) is Wait:
+                bar, parity = t.blocked.bar, t.blocked.parity
                 lines.append(
                     f"  {t.label} waits at {loc} on mbarrier {bar.label} for the phase of parity "
                     f"{parity} (the barrier is in phase {bar.phase}, parity {bar.phase & 1}; "
@@ -364,7 +364,7 @@ class CTA:
             if r is not None:
                 yield from r
             if self.rng is not None:
-                yield ("tick",)
+                yield TICK
         elif t is DeclareStmt:
             if s.init is not None:
                 env[s.var] = scalar_convert(eval_scalar(s.init, env, s.loc), s.var.dtype)
@@ -394,7 +394,7 @@ class CTA:
             elif s.else_body is not None:
                 yield from self.exec(s.else_body, task)
         elif t is ThreadGroupStmt:
-            yield ("fork", s)
+            yield Fork(s)
         elif t is BreakStmt:
             raise _Break()
         elif t is ReturnStmt:

@@ -8,6 +8,7 @@ import numpy as np
 
 from tilus.backends.interp import races
 from tilus.backends.interp.numeric import convert, poison
+from tilus.backends.interp.sched import Sync
 from tilus.backends.interp.values import (
     GlobalViewValue,
     PointerValue,
@@ -483,7 +484,7 @@ def _dot(task, inst, loc):
 
 @rule(I.Sync)
 def _sync(task, inst, loc):
-    yield ("sync", loc)
+    yield Sync(loc)
 
 
 _C_FMT = re.compile(r"%([-+ #0]*\d*(?:\.\d+)?)(?:hh|h|ll|l|z|j|t)?([diouxXfFeEgGcs%])")

@@ -11,6 +11,7 @@ import numpy as np
 from tilus.backends.interp import races
 from tilus.backends.interp.numeric import convert, poison
 from tilus.backends.interp.rules import apply_binary, reg, rule, scal, shared
+from tilus.backends.interp.sched import SemWait
 from tilus.backends.interp.values import GlobalViewValue, PointerValue
 from tilus.errors import TilusRuntimeError
 from tilus.ir import inst_memory as M
@@ -113,7 +114,7 @@ def _semaphore(task, inst, loc, what):
 @rule(M.LockSemaphore)
 def _lock(task, inst, loc):
     ptr, value = _semaphore(task, inst, loc, "lock_semaphore")
-    yield ("sem", ptr, value, loc)  # the scheduler runs other blocks until the value is there
+    yield SemWait(ptr, value, loc)  # the scheduler runs other blocks until the value is there
 
 
 @rule(M.ReleaseSemaphore)

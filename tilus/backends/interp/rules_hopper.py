@@ -8,6 +8,7 @@ from tilus.backends.interp import races
 from tilus.backends.interp.hopper import MBarrier, WgmmaOp
 from tilus.backends.interp.numeric import convert
 from tilus.backends.interp.rules import box_index, read_box, rule, scal, shared
+from tilus.backends.interp.sched import Wait
 from tilus.errors import TilusRuntimeError
 from tilus.ir import inst as I
 
@@ -53,7 +54,7 @@ def _mbarrier_arrive_expect_tx(task, inst, loc):
 @rule(I.MBarrierWait)
 def _mbarrier_wait(task, inst, loc):
     bar = _bar(task, inst, loc)
-    yield ("wait", bar, int(scal(task, inst.phase, loc)) & 1, loc)
+    yield Wait(bar, int(scal(task, inst.phase, loc)) & 1, loc)
 
 
 @rule(I.TmaGlobalToShared)
