@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
+try:
+    from enum import StrEnum
+except ImportError:  # Python 3.10: the same behaviour, spelled out
+    from enum import Enum
+
+    class StrEnum(str, Enum):
+        """A str-valued enum whose members print and format as their value (as 3.11's)."""
+
+        def __str__(self) -> str:
+            return str.__str__(self)
+
+        def __format__(self, spec: str) -> str:
+            return str.__format__(str.__str__(self), spec)
 
 # StrEnum members are str: they print as their value (so the IR text and the compile-cache keys
 # do not change) and still compare equal to the plain string during a transition.

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
+from tilus.ir.enums import StrEnum
 from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, TensorElement, Unary, Var
 from tilus.ir.function import Function
 from tilus.ir.inst import Inst
