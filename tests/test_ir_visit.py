@@ -117,3 +117,11 @@ def test_verify_and_uniformity_handle_a_new_statement_class():
     branch = IfStmt(None, binary("<", v, 1), DeclareStmt(None, w, Const(1, int32)), None)
     with pytest.raises(TilusCompileError, match="`w` is used outside"):
         verify(_fn(SeqStmt(None, (ok.stmts[0], branch, AssignStmt(None, v, w)))))
+
+
+def test_free_vars_in_first_use_order_and_not_through_tiles():
+    a, b = Var("a", int32, "param"), Var("b", int32, "local")
+    t = RegisterTensor("t", int32, (4,))
+    e = binary("+", binary("*", b, a), TensorElement(t, (a,), int32))
+    assert list(visit.free_vars(e)) == [b, a]  # the tile is not a variable read
+    assert visit.free_vars(Const.of(3, int32)) == {}

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from tilus.errors import TilusArgumentError, TilusRuntimeError, at
 from tilus.ir import inst as I
-from tilus.ir.expr import Expr, Var
-from tilus.passes.walk import instructions, operands
-
-
-def _free_vars(e, out: dict) -> dict:
-    if isinstance(e, Var):
-        out[e] = None
-    for x in operands(e):
-        _free_vars(x, out)
-    return out
+from tilus.ir.expr import Expr
+from tilus.ir.visit import free_vars
+from tilus.passes.walk import instructions
 
 
 def check_view_extents(kname: str, program, scalars: dict) -> None:
@@ -40,7 +33,7 @@ def check_view_extents(kname: str, program, scalars: dict) -> None:
         for extent in inst.out.shape:
             if not isinstance(extent, Expr):
                 continue
-            names = _free_vars(extent, {})
+            names = free_vars(extent)
             if not names or any(v not in params for v in names):
                 continue
             value = int(eval_scalar(extent, params))

@@ -104,6 +104,19 @@ def exprs(node) -> tuple[Expr, ...]:
     return tuple(c for c in children(node) if isinstance(c, Expr))
 
 
+def free_vars(e) -> dict:
+    """The scalar variables expression ``e`` reads, in first-use order (a dict used as an
+    ordered set; a tile element's indices are read, not its tile)."""
+    out: dict = {}
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Var):
+            out[x] = None
+        stack.extend(reversed(exprs(x)))
+    return out
+
+
 def rewrite(node, fn: Callable[[Any], Any]):
     """A copy of ``node`` with ``fn`` applied top-down; only what changed is rebuilt.
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tilus.errors import TilusCompileError
-from tilus.ir.expr import Var
+from tilus.ir import visit
 from tilus.ir.layout import SharedLayout
 from tilus.ir.tensor import TensorVar
-from tilus.passes.walk import operands
 
 
 @dataclass(frozen=True)
@@ -55,11 +54,8 @@ class LayoutPlan:
 
 
 def free_vars(e, out: set) -> None:
-    """Collect the variables an expression reads."""
-    if isinstance(e, Var):
-        out.add(e)
-    for x in operands(e):
-        free_vars(x, out)
+    """Add the variables expression ``e`` reads to ``out``."""
+    out.update(visit.free_vars(e))
 
 
 def err(stmt, msg):
