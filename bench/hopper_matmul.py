@@ -87,7 +87,7 @@ def example_variants() -> dict:
     sys.path.insert(0, str(folder))
     mods = {}
     try:
-        for v in ("matmul_v3", "matmul_v4", "matmul_v5", "matmul_v6"):
+        for v in [f"matmul_v{i}" for i in range(7)]:
             spec = importlib.util.spec_from_file_location(f"bench_ex_{v}", folder / f"{v}.py")
             mods[v] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(mods[v])
@@ -97,6 +97,20 @@ def example_variants() -> dict:
             sys.modules.pop(k, None)
         sys.modules.update(saved)
     out = {}
+    # the first steps of the tutorial: no pipeline (V0 TMA + mma, V1 WGMMA), then stages (V2)
+    for bm, bn in ((128, 128),):
+        for bk in (32, 64):
+            out[f"ex_v0_{bm}x{bn}x{bk}"] = mods["matmul_v0"].MatmulTMA(
+                block_m=bm, block_n=bn, block_k=bk
+            )
+    for bm, bn in ((128, 128), (128, 256)):
+        out[f"ex_v1_{bm}x{bn}x64"] = mods["matmul_v1"].MatmulWGMMA(
+            block_m=bm, block_n=bn, block_k=64
+        )
+    for s in (3, 4):
+        out[f"ex_v2_128x128x64_s{s}"] = mods["matmul_v2"].MatmulWGMMAV2(
+            num_stages=s, block_m=128, block_n=128, block_k=64
+        )
     for s in (3, 4):
         out[f"ex_v3_128x128x64_s{s}"] = mods["matmul_v3"].MatmulWGMMAV3(
             num_stages=s, block_m=128, block_n=128, block_k=64
