@@ -14,6 +14,9 @@ import numpy as np
 
 from tilus.backends.interp import races
 from tilus.errors import SourceLoc, TilusRuntimeError, at
+from tilus.ir.effects import EFFECTS, Out
+from tilus.ir.enums import TensorKind
+from tilus.ir.tensor import TensorVar
 
 
 @dataclass
@@ -97,12 +100,39 @@ class PendingTma:
 
 @dataclass
 class WgmmaOp:
-    """One wgmma.mma_async: operands (shared views) and the accumulator tile."""
+    """One wgmma.mma_async: operands (shared views) and the accumulator tile. A register A
+    operand has ``a = None``, its tile in ``a_tile`` and its values at issue in ``a_regs``."""
 
     a: object
     b: object
     d: object  # TensorVar
     loc: SourceLoc
+    a_tile: object = None
+    a_regs: object = None
+
+    def shared_operands(self) -> list:
+        """The operands the wgmma reads from shared memory."""
+        return [v for v in (self.a, self.b) if v is not None]
+
+    def a_values(self) -> np.ndarray:
+        """The A operand's values (the shared tile now, or the registers at issue)."""
+        return self.a_regs if self.a is None else self.a.arr
+
+
+def written_tiles(inst):
+    """The register tiles an instruction writes (its ``out`` and in-place updated fields)."""
+    fields = _WRITES.get(type(inst))
+    if fields is None:
+        eff = EFFECTS.lookup(inst)
+        fields = (("out",) if eff.out is not Out.NONE else ()) + tuple(eff.updates)
+        _WRITES[type(inst)] = fields
+    for name in fields:
+        t = getattr(inst, name, None)
+        if isinstance(t, TensorVar) and t.kind == TensorKind.REGISTER:
+            yield t
+
+
+_WRITES: dict = {}
 
 
 @dataclass
@@ -114,11 +144,34 @@ class WgmmaState:
     pending_acc: dict = field(default_factory=dict)  # TensorVar -> loc of the pending mma
     accumulators: set = field(default_factory=set)  # tiles ever used as wgmma accumulators
     fenced: bool = False  # a wgmma.fence since the last generic access to an accumulator
+    pending_a: dict = field(default_factory=dict)  # register A tile -> loc of the pending mma
+    written: set = field(default_factory=set)  # register tiles written since the last fence
 
     def unretired(self):
         for g in self.groups:
             yield from g
         yield from self.open
+
+    def note_writes(self, inst, loc):
+        """Before ``inst`` runs: it must not write a register A operand of a wgmma in flight
+        (PTX ISA 9.7.15.7.3: the wgmma reads those registers until its group is retired);
+        what it writes needs a wgmma.fence before a wgmma reads it (9.7.15.7.1)."""
+        for t in written_tiles(inst):
+            if t in self.pending_a:
+                raise TilusRuntimeError(
+                    f"register tile `{t.name}` is written while the wgmma issued at "
+                    f"{at(self.pending_a[t])} still reads it as its A operand (PTX ISA "
+                    f"9.7.15.7.3); retire that wgmma with wgmma.commit_group() and "
+                    f"wgmma.wait_group(...) first",
+                    loc,
+                )
+            self.written.add(t)
+
+    def retired(self):
+        """Recompute what is pending after groups were retired."""
+        ops = list(self.unretired())
+        self.pending_acc = {op.d: op.loc for op in ops}
+        self.pending_a = {op.a_tile: op.loc for op in ops if op.a_tile is not None}
 
 
 class AsyncUnits:
@@ -182,7 +235,7 @@ class AsyncUnits:
                         )
         for st in self.wgmma_states:
             for op in st.unretired():
-                for opnd in (op.a, op.b):
+                for opnd in op.shared_operands():
                     if view.overlaps(opnd.lo, opnd.hi):
                         raise TilusRuntimeError(
                             f"race: {what} overwrites shared tile `{view.name}` while the wgmma "

@@ -360,6 +360,8 @@ class CTA:
             for x in s.stmts:
                 yield from self.exec(x, task)
         elif t is InstStmt:
+            if task.wgmma is not None:
+                task.wgmma.note_writes(s.inst, s.loc)
             r = self.rules[type(s.inst)](task, s.inst, s.loc)
             if r is not None:
                 yield from r

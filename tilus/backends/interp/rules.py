@@ -39,6 +39,14 @@ def reg(task, t: TensorVar, loc) -> np.ndarray:
     st = task.wgmma
     if st is not None and t in st.accumulators:
         st.fenced = False  # PTX: a generic register access needs a new wgmma.fence before mma
+    if st is not None and t in st.pending_a:
+        raise TilusRuntimeError(
+            f"register tile `{t.name}` is read while the wgmma issued at "
+            f"{at(st.pending_a[t])} still reads it as its A operand (PTX ISA 9.7.15.7.3: "
+            f"its registers may not be accessed until the wgmma is retired); call "
+            f"wgmma.commit_group() and wgmma.wait_group(...) first",
+            loc,
+        )
     if st is not None and t in st.pending_acc:
         raise TilusRuntimeError(
             f"tile `{t.name}` is used while a wgmma into it (issued at "

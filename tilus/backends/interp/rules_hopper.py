@@ -11,6 +11,7 @@ from tilus.backends.interp.rules import box_index, read_box, rule, scal, shared
 from tilus.backends.interp.sched import Wait
 from tilus.errors import TilusRuntimeError
 from tilus.ir import inst as I
+from tilus.ir.enums import TensorKind
 
 
 @rule(I.MBarrierAlloc)
@@ -113,18 +114,39 @@ def _tma_wait(task, inst, loc):
 
 @rule(I.WgmmaFence)
 def _wgmma_fence(task, inst, loc):
-    task.wgmma_state().fenced = True
+    st = task.wgmma_state()
+    st.fenced = True
+    st.written.clear()
 
 
 @rule(I.WgmmaMma)
 def _wgmma_mma(task, inst, loc):
     st = task.wgmma_state()
-    a = shared(task, inst.a, loc)
     b = shared(task, inst.b, loc)
     units = task.cta.units
-    units.check_read(a, loc, "wgmma.mma (operand a)")
+    a_tile = a_regs = a = None
+    if inst.a.kind == TensorKind.REGISTER:
+        a_tile = inst.a
+        if a_tile in st.written:
+            raise TilusRuntimeError(
+                f"wgmma.mma reads register tile `{a_tile.name}` as its A operand, written "
+                f"after the last wgmma.fence() (PTX ISA 9.7.15.7.1: the fence orders register "
+                f"writes before wgmma.mma_async reads them)",
+                loc,
+            )
+        if a_tile not in task.env:
+            raise TilusRuntimeError(
+                f"wgmma operand a `{a_tile.name}` is used before it is defined in this thread "
+                f"group",
+                loc,
+            )
+        # read at issue (writes while in flight are refused); wgmmas in flight may share it
+        a_regs = np.array(task.env[a_tile], copy=True)
+    else:
+        a = shared(task, inst.a, loc)
+        units.check_read(a, loc, "wgmma.mma (operand a)")
+        races.check_shared(task, a, False, races.ASYNC, loc, "wgmma.mma (operand a)")
     units.check_read(b, loc, "wgmma.mma (operand b)")
-    races.check_shared(task, a, False, races.ASYNC, loc, "wgmma.mma (operand a)")
     races.check_shared(task, b, False, races.ASYNC, loc, "wgmma.mma (operand b)")
     if inst.d not in task.env:
         raise TilusRuntimeError(
@@ -139,8 +161,10 @@ def _wgmma_mma(task, inst, loc):
             loc,
         )
     st.accumulators.add(inst.d)
-    st.open.append(WgmmaOp(a, b, inst.d, loc))
+    st.open.append(WgmmaOp(a, b, inst.d, loc, a_tile, a_regs))
     st.pending_acc[inst.d] = loc
+    if a_tile is not None:
+        st.pending_a[a_tile] = loc
 
 
 @rule(I.WgmmaCommitGroup)
@@ -157,16 +181,17 @@ def _wgmma_wait(task, inst, loc):
     units = task.cta.units
     while len(st.groups) > inst.n:
         for op in st.groups.pop(0):
-            units.check_read(op.a, op.loc, "wgmma.mma (operand a)")
-            units.check_read(op.b, op.loc, "wgmma.mma (operand b)")
-            for v, what in ((op.a, "wgmma.mma (operand a)"), (op.b, "wgmma.mma (operand b)")):
-                races.record_shared(
-                    v, False, races.ASYNC, task.key, task.epoch, op.loc, what, task.label
-                )
+            names = ((op.a, "wgmma.mma (operand a)"), (op.b, "wgmma.mma (operand b)"))
+            for v, what in names:
+                if v is not None:
+                    units.check_read(v, op.loc, what)
+                    races.record_shared(
+                        v, False, races.ASYNC, task.key, task.epoch, op.loc, what, task.label
+                    )
             acc = task.env[op.d]
-            prod = op.a.arr.astype(np.float32) @ op.b.arr.astype(np.float32)
+            prod = op.a_values().astype(np.float32) @ op.b.arr.astype(np.float32)
             task.env[op.d] = (acc.astype(np.float32) + prod).astype(np.float32)
-    st.pending_acc = {op.d: op.loc for op in st.unretired()}
+    st.retired()
 
 
 @rule(I.SetMaxNReg)

@@ -191,14 +191,15 @@ class WgmmaGroup:
         b.inst(I.WgmmaWaitGroup(n))
 
     def mma(self, a, b_, d):
-        """``d += a @ b`` on the tensor cores; a [M, K] and b [K, N] in shared memory."""
+        """``d += a @ b`` on the tensor cores: b [K, N] in shared memory, a [M, K] in shared
+        memory or in registers (a register tile of the warp group: the A fragment of
+        wgmma.mma_async, laid out like a wgmma accumulator of shape [M, K]; a float16/bfloat16
+        cast of an accumulator of the same shape feeds it with no data movement). A register A
+        must not be written while the wgmma is in flight (until the wgmma.wait_group that
+        retires it), and a write to it needs a wgmma.fence before the next mma reads it."""
         b = current()
         self._check_group("wgmma.mma")
-        if isinstance(a, TensorVar) and a.kind == TensorKind.REGISTER:
-            raise b.error(
-                "wgmma.mma with a register A operand is not supported; keep A in shared memory"
-            )
-        b.expect_tensor(a, (TensorKind.SHARED,), "wgmma.mma operand a")
+        b.expect_tensor(a, (TensorKind.SHARED, TensorKind.REGISTER), "wgmma.mma operand a")
         b.expect_tensor(b_, (TensorKind.SHARED,), "wgmma.mma operand b")
         b.expect_tensor(d, (TensorKind.REGISTER,), "wgmma.mma accumulator d")
         for t, n in ((a, "a"), (b_, "b"), (d, "d")):
@@ -222,6 +223,8 @@ class WgmmaGroup:
             raise b.error(f"wgmma.mma: K={k} must be a multiple of 16 for {a.dtype}")
         if n % 8:
             raise b.error(f"wgmma.mma: N={n} must be a multiple of 8")
+        if a is d:
+            raise b.error("wgmma.mma: the accumulator cannot also be the A operand")
         b.inst(I.WgmmaMma(a, b_, d))
 
     @staticmethod

@@ -7,8 +7,9 @@ from tilus.backends.cuda.codegen.memory import shared_offset
 from tilus.backends.cuda.ptx import wgmma as W
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
-from tilus.ir.enums import MemScope, MemSem
+from tilus.ir.enums import MemScope, MemSem, TensorKind
 from tilus.ir.expr import Const
+from tilus.ir.layout import wgmma_acc
 from tilus.passes.register_budget import entry_registers
 
 rule = CODEGEN_RULES.rule
@@ -176,35 +177,53 @@ def setmaxnreg(ctx, inst, expr):
 
 @rule(I.WgmmaMma)
 def wgmma_mma(ctx, inst, expr):
-    """``d += a @ b``: one m64nNk16 wgmma per (m64 tile, k16 step), operands by descriptor."""
+    """``d += a @ b``: one m64nNk16 wgmma per (m64 tile, k16 step), B (and a shared A) by
+    descriptor; a register A passes its fragment's four 32-bit registers per step."""
     a, b, d = inst.a, inst.b, inst.d
-    va, vb = ctx.plan.shared[a], ctx.plan.shared[b]
+    vb = ctx.plan.shared[b]
     m, k = a.shape
     n = b.shape[1]
     ab = "f16" if a.dtype.name == "float16" else "bf16"
-    frag = W.mma_async(n, ab)
+    regs_a = a.kind == TensorKind.REGISTER
+    frag = W.mma_async(n, ab, a_from="regs" if regs_a else "smem")
     if frag.name not in {f.name for f in ctx.fragments}:
         ctx.fragments.append(frag)
     eb = a.dtype.nbits // 8
-    ta = W.KMajorTile(rows=8, cols=k, dtype_bytes=eb, swizzle=va.layout.swizzle)
     tb = W.KMajorTile(rows=8, cols=k, dtype_bytes=eb, swizzle=vb.layout.swizzle)
     layout = R.layout_of(ctx, d)
     ctx.wgmma_accs[id(d)] = d
     if layout.kind != "wgmma_acc":
         raise ctx.error(f"wgmma accumulator %{d.name} does not have the wgmma layout")
+    if regs_a and R.layout_of(ctx, a) != wgmma_acc(m, k):
+        raise ctx.error(
+            f"wgmma register operand a %{a.name} does not have the A fragment layout "
+            f"(the wgmma accumulator layout of [{m}, {k}])"
+        )
     ctx.open("")
-    pa, pb = ctx.fresh("da"), ctx.fresh("db")
-    ctx.emit(f"const uint32_t {pa} = tl_smem + {shared_offset(ctx, a)};")
+    if not regs_a:
+        va = ctx.plan.shared[a]
+        ta = W.KMajorTile(rows=8, cols=k, dtype_bytes=eb, swizzle=va.layout.swizzle)
+        pa = ctx.fresh("da")
+        ctx.emit(f"const uint32_t {pa} = tl_smem + {shared_offset(ctx, a)};")
+    pb = ctx.fresh("db")
     ctx.emit(f"const uint32_t {pb} = tl_smem + {shared_offset(ctx, b)};")
-    row_a = va.layout.row_bytes
     for kk in range(k // 16):
-        koa = ta.k_offset(16 * kk)
         kob = tb.k_offset(16 * kk)
+        desc_b = f"tl_wgmma_desc_with_addr({tb.high_bits():#x}ull, {pb} + {kob}u)"
         for mt in range(m // 64):
-            aoff = mt * 64 * row_a + koa
-            ctx.emit(
-                f"{frag.name}({ctx.name(d)}[{mt}], "
-                f"tl_wgmma_desc_with_addr({ta.high_bits():#x}ull, {pa} + {aoff}u), "
-                f"tl_wgmma_desc_with_addr({tb.high_bits():#x}ull, {pb} + {kob}u), 1);"
-            )
+            if regs_a:
+                # registers 8kk..8kk+7 of row mt are a0..a7 of the k16 step, two per .b32
+                base = mt * (k // 2) + 8 * kk
+                words = [
+                    f"(uint32_t){R.elem(ctx, a, base + 2 * j)} | "
+                    f"((uint32_t){R.elem(ctx, a, base + 2 * j + 1)} << 16)"
+                    for j in range(4)
+                ]
+                ra = ctx.fresh("ra")
+                ctx.emit(f"const uint32_t {ra}[4] = {{{', '.join(words)}}};")
+                a_arg = ra
+            else:
+                aoff = mt * 64 * va.layout.row_bytes + ta.k_offset(16 * kk)
+                a_arg = f"tl_wgmma_desc_with_addr({ta.high_bits():#x}ull, {pa} + {aoff}u)"
+            ctx.emit(f"{frag.name}({ctx.name(d)}[{mt}], {a_arg}, {desc_b}, 1);")
     ctx.close()

@@ -157,24 +157,27 @@ class _Inference:
                 "yet (only dot operands may be transposed views)",
             )
 
-    def set_anchor(self, t: TensorVar, layout: RegisterLayout, stmt):
-        """Require a layout for a tile (through transposed views to their source)."""
+    def set_anchor(self, t: TensorVar, layout: RegisterLayout, stmt, why: str = ""):
+        """Require a layout for a tile (through transposed views to their source); ``why``
+        names the requirement in the error when another one conflicts."""
         src, dims = self.base(t)
         if dims is not None:
             inv = [0] * len(dims)
             for k, d in enumerate(dims):
                 inv[d] = k
             layout = permute(layout, inv)
-        self.anchors.append((src, layout, stmt))
+        self.anchors.append((src, layout, stmt, why))
 
     def resolve_anchors(self):
         """Attach the required layouts to the final equivalence classes."""
-        for t, layout, stmt in self.anchors:
+        for t, layout, stmt, why in self.anchors:
             r = self.uf.find(t)
             old = self.anchor.get(r)
             if old is not None and old[0] != layout:
-                raise err(stmt, f"tile %{t.name} needs two different register layouts")
-            self.anchor[r] = (layout, stmt)
+                whys = " and ".join(w for w in (old[2], why) if w)
+                detail = f" ({whys})" if whys else ""
+                raise err(stmt, f"tile %{t.name} needs two different register layouts{detail}")
+            self.anchor[r] = (layout, stmt, why)
 
     def shared_view(self, t: TensorVar, stmt) -> SharedView:
         """The SharedView of a shared tile."""

@@ -297,15 +297,22 @@ def _dot(inf, stmt, inst, g: Group):
 
 @rule(I.WgmmaMma)
 def _wgmma(inf, stmt, inst, g: Group):
-    """Check the wgmma operands' shared layouts; the accumulator gets the wgmma layout."""
-    a = inf.shared_view(inst.a, stmt)
+    """Check the wgmma operands' shared layouts; the accumulator gets the wgmma layout, a
+    register A operand the A fragment (the accumulator layout of an [M, K] tile)."""
     b = inf.shared_view(inst.b, stmt)
-    if a.perm is not None or not a.layout.swizzle:
-        raise err(
-            stmt,
-            f"wgmma operand a %{inst.a.name} must be a K-major shared tile whose rows span "
-            "32, 64 or 128 bytes (a [M, K] tile with K contiguous)",
-        )
+    m, k = inst.a.shape
+    if inst.a.kind == TensorKind.REGISTER:
+        if inst.a in inf.perms:
+            raise err(
+                stmt,
+                f"wgmma register operand a %{inst.a.name} is a transposed view; the A fragment "
+                "holds an [M, K] tile as it is (transpose the data before, or keep A in shared "
+                "memory)",
+            )
+        inf.use(inst.a, g, stmt)
+        inf.set_anchor(inst.a, wgmma_acc(m, k), stmt, why=f"the wgmma A fragment of [{m}, {k}]")
+    else:
+        _wgmma_shared_a(inf, stmt, inst)
     if b.perm != (1, 0) or not b.layout.swizzle:
         raise err(
             stmt,
@@ -318,6 +325,16 @@ def _wgmma(inf, stmt, inst, g: Group):
     inf.define(inst.d, g, stmt)
     inf.use(inst.d, g, stmt)
     inf.set_anchor(inst.d, wgmma_acc(m, n), stmt)
+
+
+def _wgmma_shared_a(inf, stmt, inst):
+    a = inf.shared_view(inst.a, stmt)
+    if a.perm is not None or not a.layout.swizzle:
+        raise err(
+            stmt,
+            f"wgmma operand a %{inst.a.name} must be a K-major shared tile whose rows span "
+            "32, 64 or 128 bytes (a [M, K] tile with K contiguous)",
+        )
 
 
 # --- TMA -------------------------------------------------------------------------------------
