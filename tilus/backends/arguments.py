@@ -66,3 +66,30 @@ def check_assumptions(fn, env) -> None:
                 f"{p.name} = {env[p]} is not a multiple of {cond.a.b.value}",
                 loc,
             )
+
+
+def check_cluster_grid(fn, grid, values: dict) -> None:
+    """Refuse a grid that is not a whole number of thread-block clusters in every dim.
+
+    ``values`` maps the parameter variables to the call's values; the message names the
+    arguments the grid is computed from, the grid and the cluster shape.
+
+    Raises:
+        TilusArgumentError: at the ``self.attrs.blocks`` of the kernel.
+    """
+    if fn.cluster_size == 1:
+        return
+    for axis, g, c in zip("xyz", grid, fn.cluster):
+        if g % c:
+            names = sorted(
+                {v for b in fn.blocks if isinstance(b, Expr) for v in free_vars(b)},
+                key=lambda v: v.name,
+            )
+            args = ", ".join(f"{v.name}={values[v]}" for v in names if v in values)
+            given = f" (from {args})" if args else ""
+            raise TilusArgumentError(
+                f"{fn.name}: grid {list(grid)}{given} is not a multiple of the cluster shape "
+                f"{list(fn.cluster)} in dim {axis} ({g} blocks, clusters of {c}): "
+                f"self.attrs.blocks must be a whole number of clusters"
+                + (f" ({at(fn.cluster_loc)})" if fn.cluster_loc is not None else "")
+            )

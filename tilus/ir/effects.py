@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from tilus.ir import inst as I
+from tilus.ir import inst_cluster as C
 from tilus.ir import inst_memory as M
 from tilus.ir.rules import RuleTable
 
@@ -99,5 +100,15 @@ for _cls in (
     M.ScatterStore,
     M.LockSemaphore,
     M.ReleaseSemaphore,
+):
+    EFFECTS.add(_cls, _NO_OUT)
+
+# --- thread-block clusters -------------------------------------------------------------------
+EFFECTS.add(C.MapSharedAddr, _DEFINES)
+for _cls in (
+    C.ClusterSync,
+    C.MBarrierArriveExpectTxRemote,
+    C.MBarrierArriveExpectTxMulticast,
+    C.TmaGlobalToSharedMulticast,
 ):
     EFFECTS.add(_cls, _NO_OUT)

@@ -23,6 +23,8 @@ class Function:
         source_file: the file the Script was defined in.
         assumes: facts the kernel states about its parameters (``self.assume``), each a
             ``(condition, source location)`` pair; every condition is ``param % c == 0``.
+        cluster: the thread-block cluster shape (x, y, z) (``self.attrs.cluster_blocks``).
+        cluster_loc: where the cluster shape was set (None when it was not).
     """
 
     name: str
@@ -34,6 +36,14 @@ class Function:
     config: tuple
     source_file: str
     assumes: tuple = ()
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    cluster_loc: object = None
+
+    @property
+    def cluster_size(self) -> int:
+        """Blocks per cluster (1: no cluster)."""
+        x, y, z = self.cluster
+        return x * y * z
 
     @property
     def num_threads(self) -> int:

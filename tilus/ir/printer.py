@@ -140,6 +140,8 @@ class Printer:
         lines.append(f"  const_args {dict(fn.const_args)!r}")
         lines.append(f"  config {dict(fn.config)!r}")
         lines.append(f"  blocks [{', '.join(self.expr(b) for b in fn.blocks)}] warps {fn.warps}")
+        if fn.cluster_size > 1:  # printed only when set, so other kernels keep their text
+            lines.append(f"  cluster_blocks [{', '.join(map(str, fn.cluster))}]")
         for cond, loc in fn.assumes:
             where = f"  # line {loc.line}" if loc is not None else ""
             lines.append(f"  assume {self.expr(cond)}{where}")

@@ -71,11 +71,13 @@ class Attributes:
                 f"(it is a launch attribute, fixed before the kernel starts)",
                 _current_loc(),
             )
-        if name == "cluster_blocks" and value not in (None, (1, 1, 1), [1, 1, 1], 1):
-            raise TilusProgramError(
-                "thread-block clusters are not supported yet (cluster_blocks must be 1)",
-                _current_loc(),
-            )
+        if name == "cluster_blocks":
+            value = _cluster_shape(value)
+            if b is not None and b.cluster_read:
+                raise TilusProgramError(
+                    "self.attrs.cluster_blocks must be set before self.cluster is used",
+                    _current_loc(),
+                )
         object.__setattr__(self, name, value)
         if name != "_locs":
             b = getattr(_local, "builder", None)
@@ -83,6 +85,22 @@ class Attributes:
                 self._locs[name] = b.loc
                 if name == "warps":
                     b.open_root_group(value)
+
+
+def _cluster_shape(value) -> tuple[int, int, int]:
+    """``cluster_blocks`` as three ints (missing dims are 1), or a located error."""
+    from tilus.ir.inst_cluster import cluster_shape_error
+
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not 1 <= len(items) <= 3 or any(isinstance(n, Expr) for n in items):
+        raise TilusProgramError(
+            f"self.attrs.cluster_blocks must be 1 to 3 compile-time ints, got {value!r}",
+            _current_loc(),
+        )
+    shape = tuple(items + [1] * (3 - len(items)))
+    if msg := cluster_shape_error(shape):
+        raise TilusProgramError(msg, _current_loc())
+    return shape
 
 
 def _current_loc():
@@ -104,6 +122,7 @@ class Builder:
         self.decl_init: dict[Var, Expr | None] = {}  # for re-expressing the grid over params
         self.assigned: set[Var] = set()
         self.assumes: list = []  # (condition, loc) facts about the parameters (assume())
+        self.cluster_read = False  # self.cluster was used (the shape may no longer change)
 
     # --- context -------------------------------------------------------------------------------
     def __enter__(self):

@@ -12,6 +12,7 @@ from tilus.dtypes import PointerType
 from tilus.errors import TilusArgumentError, TilusCompileError, TilusError, TilusProgramError
 from tilus.lang.autotune import expand_space
 from tilus.lang.instructions.atomics import AtomicInstructions
+from tilus.lang.instructions.cluster import ClusterInstructions
 from tilus.lang.instructions.cuda_queries import CudaQueryInstructions
 from tilus.lang.instructions.generic import GenericInstructions
 from tilus.lang.instructions.hopper import HopperInstructions
@@ -40,6 +41,7 @@ class Script(
     AsyncCopyInstructions,
     AtomicInstructions,
     CudaQueryInstructions,
+    ClusterInstructions,
 ):
     """Base class of tilus kernels.
 

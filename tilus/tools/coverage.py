@@ -50,11 +50,8 @@ def missing_spec_names() -> list[str]:
     for name in SPEC_NAMES:
         obj = Script
         for part in name.split("."):
-            obj = (
-                inspect.getattr_static(obj, part, None)
-                if isinstance(obj, type)
-                else (getattr(obj, part, None))
-            )
+            # static lookups: a property (``self.cluster.blockRank``) would run outside a kernel
+            obj = inspect.getattr_static(obj, part, None)
             if obj is None:
                 out.append(name)
                 break
@@ -70,7 +67,8 @@ def _refs(fn) -> tuple[set[str], set[str]]:
     insts, calls = set(), set()
     for node in ast.walk(ast.parse(src)):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            if node.value.id == "I" and node.attr[:1].isupper():
+            # the IR modules' aliases: I (inst), M (inst_memory), C (inst_cluster)
+            if node.value.id in ("I", "M", "C") and node.attr[:1].isupper():
                 insts.add(node.attr)
         if isinstance(node, ast.Call):
             f = node.func
@@ -134,8 +132,9 @@ def front_end() -> dict[str, list[str]]:
         elif not isinstance(attr, (property, staticmethod, classmethod, type, dict, type(None))):
             group = type(attr)
             if group.__module__.startswith("tilus.lang.instructions"):
-                for m in sorted(vars(group)):
-                    fn = vars(group)[m]
+                members = {k: v for c in reversed(group.__mro__) for k, v in vars(c).items()}
+                for m in sorted(members):
+                    fn = members[m]
                     if not m.startswith("_") and inspect.isfunction(fn):
                         note(_reach(fn, group, helpers), f"self.{name}.{m}")
     syntax = "operators, subscripts, assignment"  # what the transpiler emits for Python syntax

@@ -8,7 +8,7 @@ import math
 import os
 import threading
 
-from tilus.backends.arguments import check_assumptions
+from tilus.backends.arguments import check_assumptions, check_cluster_grid
 from tilus.backends.base import MISS
 from tilus.dtypes import PointerType
 from tilus.errors import TilusArgumentError
@@ -88,6 +88,7 @@ class Bound:
             if not 0 <= g <= lim:
                 raise TilusArgumentError(f"{kname}: grid {list(self.grid)} is out of range")
         self.empty = 0 in self.grid
+        check_cluster_grid(plan.ks.program.fn, self.grid, env)
         check_assumptions(plan.ks.program.fn, env)  # the compiler was told they hold
         self.divisors = [self._divisor(d, env) for d in plan.divisors]  # (d, magic, shift)
         gviews = plan.ks.plan.gviews

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tilus.ir import inst as I
+from tilus.ir import inst_cluster as C
 from tilus.ir import inst_memory as M
 from tilus.ir.rules import RuleTable
 
@@ -72,3 +73,11 @@ for _cls in (
     MIN_TARGET.add(_cls, "sm_90")
 for _cls in (I.WgmmaFence, I.WgmmaMma, I.WgmmaCommitGroup, I.WgmmaWaitGroup, I.SetMaxNReg):
     MIN_TARGET.add(_cls, "sm_90a")  # wgmma.* and setmaxnreg are sm_90a features
+for _cls in (  # barrier.cluster, mapa, .shared::cluster arrives, .multicast::cluster (sm_90)
+    C.ClusterSync,
+    C.MapSharedAddr,
+    C.MBarrierArriveExpectTxRemote,
+    C.MBarrierArriveExpectTxMulticast,
+    C.TmaGlobalToSharedMulticast,
+):
+    MIN_TARGET.add(_cls, "sm_90")

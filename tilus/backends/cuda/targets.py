@@ -11,6 +11,7 @@ from tilus.target import Target, lookup
 
 #: Constructs other than instructions that the backend lowers with a Hopper-only instruction.
 SINGLE_THREAD_MIN = "sm_90"  # single_thread() elects its thread with elect.sync
+CLUSTER_MIN = "sm_90"  # __cluster_dims__ and the cluster instructions
 
 
 def min_target(inst) -> Target | None:
@@ -28,6 +29,12 @@ def check_target(fn, target: Target) -> None:
     Raises:
         TilusCompileError: names the instruction, the target and the oldest target that has it.
     """
+    if fn.cluster_size > 1 and not target.supports(lookup(CLUSTER_MIN)):
+        raise TilusCompileError(
+            f"thread-block clusters (cluster_blocks {list(fn.cluster)}) need target "
+            f"{CLUSTER_MIN} or newer, but the kernel is built for {target.arch}",
+            fn.cluster_loc,
+        )
     for stmt, inst in instructions(fn.body):
         need = min_target(inst)
         if need is not None and not target.supports(need):

@@ -8,13 +8,15 @@ import itertools
 import numpy as np
 
 from tilus import option
-from tilus.backends.arguments import check_assumptions, check_view_extents
+from tilus.backends.arguments import check_assumptions, check_cluster_grid, check_view_extents
 from tilus.backends.interp import (  # noqa: F401 - register rules
     rules_async,
     rules_atomic,
+    rules_cluster,
     rules_hopper,
     rules_random,
 )
+from tilus.backends.interp.cluster import Cluster
 from tilus.backends.interp.machine import CTA
 from tilus.backends.interp.rules import INTERP_RULES
 from tilus.backends.interp.values import PointerValue
@@ -151,18 +153,24 @@ def run_program(program, values, seed=None):
     for g, lim, axis in zip(grid, MAX_GRID, "xyz"):
         if g < 0 or g > lim:
             raise TilusRuntimeError(f"grid dim {axis} = {g} is outside [0, {lim}]", fn.body.loc)
+    check_cluster_grid(fn, grid, env)
     for v, g in zip(GRID_DIM, grid):
         env[v] = g
-    blocks = itertools.product(range(grid[2]), range(grid[1]), range(grid[0]))
+    cx, cy, cz = fn.cluster
+    clusters = itertools.product(range(grid[2] // cz), range(grid[1] // cy), range(grid[0] // cx))
 
     def start():
         # blocks run one after another; one spinning on a semaphore steps aside for the next
-        # (and for those already started), as co-resident blocks would
-        for z, y, x in blocks:
-            benv = dict(env)
-            benv[BLOCK_IDX.x], benv[BLOCK_IDX.y], benv[BLOCK_IDX.z] = x, y, z
-            cta = CTA(program, benv, INTERP_RULES.rules, seed, (x, y, z), workspace)
-            active.append((cta, cta.run_steps()))
+        # (and for those already started), as co-resident blocks would. The blocks of a
+        # cluster start together and take turns whenever one cannot move (interp/cluster.py).
+        for z0, y0, x0 in clusters:
+            cl = Cluster(fn.cluster, fn.num_threads) if fn.cluster_size > 1 else None
+            for dz, dy, dx in itertools.product(range(cz), range(cy), range(cx)):
+                x, y, z = x0 * cx + dx, y0 * cy + dy, z0 * cz + dz
+                benv = dict(env)
+                benv[BLOCK_IDX.x], benv[BLOCK_IDX.y], benv[BLOCK_IDX.z] = x, y, z
+                cta = CTA(program, benv, INTERP_RULES.rules, seed, (x, y, z), workspace, cl)
+                active.append((cta, cta.run_steps()))
             return True
         return False
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
 from tilus.backends.interp import races
 from tilus.backends.interp.hopper import AsyncUnits, WgmmaState
-from tilus.backends.interp.sched import TICK, Fork, SemWait, Sync, Tick, Wait
+from tilus.backends.interp.sched import TICK, ClusterWait, Fork, SemWait, Sync, Tick, Wait
 from tilus.errors import TilusRuntimeError, at
 from tilus.ir.cscalar import convert as scalar_convert
 from tilus.ir.evaluate import eval_scalar
@@ -100,8 +102,17 @@ class Task:
 class CTA:
     """One thread block: shared memory, async units and the task scheduler."""
 
-    def __init__(self, program, env, rules, seed=None, block=(0, 0, 0), workspace=None):
+    def __init__(
+        self, program, env, rules, seed=None, block=(0, 0, 0), workspace=None, cluster=None
+    ):
         self.program = program
+        # the block's thread-block cluster (interp/cluster.py) and its rank there
+        self.cluster = cluster
+        self.rank = 0
+        self.exited = False
+        if cluster is not None:
+            self.rank = len(cluster.ctas)
+            cluster.ctas.append(self)
         # global_tensor allocations of this launch, shared by its blocks: inst -> (array, loc)
         self.workspace = {} if workspace is None else workspace
         self.rules = rules
@@ -120,7 +131,10 @@ class CTA:
         self.live = 0
 
     def new_key(self) -> int:
-        """A fresh key of the happens-before clocks (a thread group's or an mbarrier's)."""
+        """A fresh key of the happens-before clocks (a thread group's or an mbarrier's); the
+        blocks of a cluster share one key space."""
+        if self.cluster is not None:
+            return self.cluster.new_key()
         self.keys += 1
         return self.keys
 
@@ -154,12 +168,15 @@ class CTA:
                 progressed = True
             elif self._wake_semaphores():
                 progressed = True
-            elif any(type(t.blocked) is SemWait for t in self.waiting):
+            elif self.cluster is not None or any(type(t.blocked) is SemWait for t in self.waiting):
+                # a peer of the cluster (or another block) may release it
                 yield progressed
                 progressed = False
             else:
                 self._deadlock()
         self.units.end_checks(self.program.fn.body.loc)
+        if self.cluster is not None:
+            self.cluster.block_exited(self)
 
     def _wake_semaphores(self) -> bool:
         woke = False
@@ -187,6 +204,20 @@ class CTA:
             if type(w) is Wait and w.bar is bar and bar.parity_done(w.parity):
                 t.blocked = None
                 races.join(t.vc, bar.last_vc)  # the wait acquires the completed phase
+                self.ready.append(t)
+            else:
+                still.append(t)
+        self.waiting = still
+
+    def wake_cluster(self):
+        """Make tasks waiting in cluster.sync() runnable if their phase completed."""
+        cl = self.cluster
+        still = []
+        for t in self.waiting:
+            w = t.blocked
+            if type(w) is ClusterWait and cl.completed >= w.phase:
+                t.blocked = None
+                races.join(t.vc, cl.last_vc)
                 self.ready.append(t)
             else:
                 still.append(t)
@@ -233,6 +264,13 @@ class CTA:
                 return
             if kind is Tick:
                 self.ready.append(task)
+                return
+            if kind is ClusterWait:
+                if self.cluster.completed >= req.phase:
+                    races.join(task.vc, self.cluster.last_vc)
+                    continue
+                task.blocked = req
+                self.waiting.append(task)
                 return
 
     def _fork(self, parent: Task, stmt: ThreadGroupStmt) -> Task:
@@ -302,6 +340,31 @@ class CTA:
         races.join(p.unjoined, final)
 
     def _deadlock(self):
+        ctas = self.cluster.ctas if self.cluster is not None else [self]
+        waits = [t.blocked for c in ctas for t in c.waiting]
+        # a cluster.sync() that some threads never reach is the cause of whatever else waits
+        first = next((w.loc for w in waits if type(w) is ClusterWait), None)
+        if first is None:
+            for c in ctas:
+                c._tx_mismatch()
+            first = next((w.loc for w in waits), None)
+        if self.cluster is None:
+            x, y, z = self.block
+            raise TilusRuntimeError(
+                f"deadlock in block ({x}, {y}, {z}): every thread group is blocked and no "
+                f"asynchronous operation is in flight",
+                first,
+                self.blocked_lines(),
+            )
+        x, y, z = ctas[0].block
+        raise TilusRuntimeError(
+            f"deadlock in the cluster of block ({x}, {y}, {z}): every thread group of its "
+            f"{len(ctas)} blocks is blocked and no asynchronous operation is in flight",
+            first,
+            self.cluster.waiting_lines(),
+        )
+
+    def _tx_mismatch(self):
         for t in self.waiting:
             if type(t.blocked) is Wait:
                 bar = t.blocked.bar
@@ -312,11 +375,12 @@ class CTA:
                         f"them; {t.label} waits for it forever at {t.blocked.loc}",
                         bar.expect_loc or t.blocked.loc,
                     )
+
+    def blocked_lines(self) -> list[str]:
+        """One line per blocked thread group: where it waits and for what."""
         lines = []
-        first = None
         for t in self.waiting:
             loc = t.blocked.loc
-            first = first or loc
             if type(t.blocked) is SemWait:
                 ptr, value = t.blocked.ptr, t.blocked.value
                 lines.append(
@@ -332,16 +396,21 @@ class CTA:
                     f"{bar.pending} of {bar.count} arrivals and {max(bar.tx, 0)} byte(s) "
                     f"outstanding)"
                 )
+            elif type(t.blocked) is ClusterWait:
+                cl = self.cluster
+                missing = [
+                    f"rank {c.rank}: {int(np.sum(cl.arrived[c.rank] < t.blocked.phase))}"
+                    for c in cl.ctas
+                    if not c.exited and np.any(cl.arrived[c.rank] < t.blocked.phase)
+                ]
+                lines.append(
+                    f"  {t.label} waits in cluster.sync() at {loc} for threads that never "
+                    f"arrive ({', '.join(missing)} thread(s) missing)"
+                )
             else:
                 kids = ", ".join(sorted(c.label for c in t.children))
                 lines.append(f"  {t.label} waits in sync() at {loc} for {kids}")
-        x, y, z = self.block
-        raise TilusRuntimeError(
-            f"deadlock in block ({x}, {y}, {z}): every thread group is blocked and no "
-            f"asynchronous operation is in flight",
-            first,
-            lines,
-        )
+        return lines
 
     # --- statements ----------------------------------------------------------------------------
     def exec(self, s, task):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from tilus.backends.interp import races
+from tilus.backends.interp.cluster import barrier_at
 from tilus.backends.interp.hopper import MBarrier, WgmmaOp
 from tilus.backends.interp.numeric import convert
 from tilus.backends.interp.rules import box_index, read_box, rule, scal, shared
 from tilus.backends.interp.sched import Wait
 from tilus.errors import TilusRuntimeError
 from tilus.ir import inst as I
-from tilus.ir.enums import TensorKind
+from tilus.ir.enums import MemScope, TensorKind
 
 
 @rule(I.MBarrierAlloc)
@@ -28,46 +29,56 @@ def _mbarrier_alloc(task, inst, loc):
     task.env[inst.out] = np.array(addrs, dtype=np.uint32)
 
 
-def _bar(task, inst, loc) -> MBarrier:
-    return task.cta.units.barrier(scal(task, inst.barrier, loc), loc)
+def _bar(task, inst, loc):
+    """(block, mbarrier) of an arrive: a cluster-scope arrive may name a peer's barrier
+    through a shared::cluster address (``interp/cluster.py``)."""
+    cluster_scope = inst.scope == MemScope.CLUSTER
+    return barrier_at(task, scal(task, inst.barrier, loc), cluster_scope, loc, inst.NAME)
 
 
 @rule(I.MBarrierArrive)
 def _mbarrier_arrive(task, inst, loc):
-    bar = _bar(task, inst, loc)
+    cta, bar = _bar(task, inst, loc)
     n = task.size * int(scal(task, inst.count, loc))  # every thread of the group arrives
     races.join(bar.vc, races.release(task))
     if bar.arrive(n, loc, task.label):
-        task.cta.units.phase_completed(bar, loc)
-        task.cta.wake(bar)
+        cta.units.phase_completed(bar, loc)
+        cta.wake(bar)
 
 
 @rule(I.MBarrierArriveExpectTx)
 def _mbarrier_arrive_expect_tx(task, inst, loc):
-    bar = _bar(task, inst, loc)
+    cta, bar = _bar(task, inst, loc)
     bar.expect_tx(task.size * int(scal(task, inst.tx_bytes, loc)), loc)
     races.join(bar.vc, races.release(task))
     if bar.arrive(task.size, loc, task.label):
-        task.cta.units.phase_completed(bar, loc)
-        task.cta.wake(bar)
+        cta.units.phase_completed(bar, loc)
+        cta.wake(bar)
 
 
 @rule(I.MBarrierWait)
 def _mbarrier_wait(task, inst, loc):
-    bar = _bar(task, inst, loc)
+    # try_wait works on the block's own barriers only (shared::cta)
+    _, bar = barrier_at(task, scal(task, inst.barrier, loc), False, loc, "mbarrier.wait")
     yield Wait(bar, int(scal(task, inst.phase, loc)) & 1, loc)
+
+
+def read_tma_box(task, inst, dst, loc):
+    """The box a TMA load reads (at issue in this model), zero-filled out of bounds."""
+    g = task.env[inst.src]
+    offs = [int(scal(task, o, loc)) for o in inst.offsets]
+    index = box_index(g.arr, offs, inst.dims, dst.arr.shape)
+    data = read_box(g, offs, inst.dims, dst.arr.shape, inst.dst.dtype, index)
+    if index[0] is not None:
+        region = g.arr[index[0] + (...,)]
+        races.access_global(task, region, False, loc, "tma.global_to_shared", g.name)
+    return data
 
 
 @rule(I.TmaGlobalToShared)
 def _tma_g2s(task, inst, loc):
-    g = task.env[inst.src]
     dst = shared(task, inst.dst, loc)
-    offs = [int(scal(task, o, loc)) for o in inst.offsets]
-    index = box_index(g.arr, offs, inst.dims, dst.arr.shape)
-    data = read_box(g, offs, inst.dims, dst.arr.shape, inst.dst.dtype, index)
-    if index[0] is not None:  # the box is read at issue in this model
-        region = g.arr[index[0] + (...,)]
-        races.access_global(task, region, False, loc, "tma.global_to_shared", g.name)
+    data = read_tma_box(task, inst, dst, loc)
     bar = task.cta.units.barrier(scal(task, inst.mbarrier, loc), loc)
     nbytes = dst.arr.size * inst.dst.dtype.nbits // 8
     task.cta.units.issue_tma(task, dst, data, bar, nbytes, loc)

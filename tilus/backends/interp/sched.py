@@ -37,6 +37,14 @@ class Sync:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterWait:
+    """Block until phase ``phase`` of the cluster's barrier.cluster has completed."""
+
+    phase: int
+    loc: SourceLoc | None
+
+
+@dataclass(frozen=True, slots=True)
 class Fork:
     """Start the body of a thread-group statement as a child task."""
 

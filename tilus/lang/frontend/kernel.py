@@ -104,6 +104,8 @@ def transpile(script, const_args: dict, config: dict) -> Function:
         config=tuple(config.items()),
         source_file=parsed.filename,
         assumes=tuple(builder.assumes),
+        cluster=tuple(attrs.cluster_blocks),
+        cluster_loc=attrs._locs.get("cluster_blocks"),
     )
 
 

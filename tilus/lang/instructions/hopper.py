@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from tilus.dtypes import bfloat16, float16, float32, int32, uint32
 from tilus.ir import inst as I
+from tilus.ir import inst_cluster as C
 from tilus.ir.enums import MemScope, MemSem, TensorKind
 from tilus.ir.expr import Const, Expr
 from tilus.ir.tensor import TensorVar
 from tilus.lang.builder import current
+from tilus.lang.instructions.cluster import ClusterMBarrier, check_multicast_mask
 
 SEMS = tuple(MemSem)
 SCOPES = tuple(MemScope)
@@ -29,8 +31,9 @@ def _barrier(b, barrier) -> Expr:
     return e
 
 
-class MBarrierGroup:
-    """Shared-memory mbarriers (PTX ISA 9.7.13.15): alloc, arrive, expect-tx, wait."""
+class MBarrierGroup(ClusterMBarrier):
+    """Shared-memory mbarriers (PTX ISA 9.7.13.15): alloc, arrive, expect-tx, wait (the
+    cluster forms are in ``tilus.lang.instructions.cluster``)."""
 
     producer_initial_phase = 1
     consumer_initial_phase = 0
@@ -131,18 +134,24 @@ class TmaGroup:
         """Asynchronously copy the tile at ``offsets`` of ``src`` into ``dst``.
 
         Completion adds the tile's bytes to ``mbarrier``'s transaction count; the out-of-bounds
-        part of the box is zero-filled. ``cache_policy`` (an L2 cache hint) is not supported
-        yet: anything but None is refused.
+        part of the box is zero-filled. With ``multicast_mask`` (a block cluster, sm90+) the
+        box lands at ``dst``'s offset in every block of the cluster whose rank is set in the
+        mask, each completing the bytes on its own barrier at ``mbarrier``'s offset.
+        ``cta_group=2`` (Blackwell) is refused; ``cache_policy`` (an L2 cache hint) is not
+        supported yet: anything but None is refused.
         """
         b = current()
-        if cta_group != 1 or multicast_mask is not None:
-            raise b.error(
-                "TMA multicast and cta_group=2 need clusters, which are not supported yet"
-            )
+        if cta_group != 1:
+            raise b.error(f"tma.global_to_shared: cta_group={cta_group!r} needs sm100; use 1")
         _no_cache_policy(b, cache_policy, "tma.global_to_shared")
         _tma_issuer_check(b, "tma.global_to_shared")
         offs, dims = _tma_tile(b, src, dst, offsets, dims, "tma.global_to_shared")
-        b.inst(I.TmaGlobalToShared(src, dst, offs, dims, _barrier(b, mbarrier)))
+        bar = _barrier(b, mbarrier)
+        if multicast_mask is None:
+            b.inst(I.TmaGlobalToShared(src, dst, offs, dims, bar))
+            return
+        mask = check_multicast_mask(b, multicast_mask, "tma.global_to_shared")
+        b.inst(C.TmaGlobalToSharedMulticast(src, dst, offs, dims, bar, mask))
 
     def shared_to_global(self, src, dst, offsets, dims=None, cache_policy=None):
         """Asynchronously copy shared tile ``src`` into ``dst`` at ``offsets``; ``cache_policy``

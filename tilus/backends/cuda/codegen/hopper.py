@@ -22,17 +22,18 @@ def mbarrier_alloc(ctx, inst, expr):
     ctx.emit(f"// {len(inst.counts)} mbarrier(s) at shared offset {off} (initialized at entry)")
 
 
-def _scope(ctx, inst):
-    if inst.scope != MemScope.CTA:
-        raise ctx.error("mbarrier scope 'cluster' needs clusters, not supported by the backend")
+def _sem(inst) -> str:
+    return "release" if inst.sem == MemSem.RELEASE else "relaxed"
 
 
 @rule(I.MBarrierArrive)
 def mbarrier_arrive(ctx, inst, expr):
-    """Every thread of the group arrives (``count`` times)."""
-    _scope(ctx, inst)
+    """Every thread of the group arrives (``count`` times); at cluster scope the barrier is a
+    shared::cluster address (its own block's or a peer's, from ``map_shared_addr``)."""
     bar = expr(inst.barrier)
-    if isinstance(inst.count, Const) and inst.count.value == 1:
+    if inst.scope == MemScope.CLUSTER:
+        ctx.emit(f"tl_mbar_arrive_cluster_count_{_sem(inst)}({bar}, {expr(inst.count)});")
+    elif isinstance(inst.count, Const) and inst.count.value == 1:
         ctx.emit(f"tl_mbar_arrive({bar});")
     else:
         ctx.emit(f"tl_mbar_arrive_count({bar}, {expr(inst.count)});")
@@ -41,19 +42,26 @@ def mbarrier_arrive(ctx, inst, expr):
 @rule(I.MBarrierArriveExpectTx)
 def mbarrier_arrive_expect_tx(ctx, inst, expr):
     """Every thread of the group adds the expected bytes and arrives."""
-    _scope(ctx, inst)
+    if inst.scope == MemScope.CLUSTER:
+        bar, tx = expr(inst.barrier), expr(inst.tx_bytes)
+        ctx.emit(f"tl_mbar_arrive_expect_tx_cluster_{_sem(inst)}({bar}, {tx});")
+        return
     ctx.emit(f"tl_mbar_arrive_expect_tx({expr(inst.barrier)}, {expr(inst.tx_bytes)});")
 
 
 @rule(I.MBarrierWait)
 def mbarrier_wait(ctx, inst, expr):
-    """Spin on try_wait.parity until the phase of that parity has completed."""
-    _scope(ctx, inst)
+    """Spin on try_wait.parity until the phase of that parity has completed (at cluster
+    scope it acquires what peer blocks released)."""
+    if inst.scope == MemScope.CLUSTER:
+        fn = f"tl_mbar_wait_parity_cluster_{'acquire' if inst.sem == MemSem.ACQUIRE else 'relaxed'}"
+        ctx.emit(f"{fn}({expr(inst.barrier)}, (uint32_t)({expr(inst.phase)}));")
+        return
     fn = "tl_mbar_wait_parity" if inst.sem == MemSem.ACQUIRE else "tl_mbar_wait_parity_relaxed"
     ctx.emit(f"{fn}({expr(inst.barrier)}, (uint32_t)({expr(inst.phase)}));")
 
 
-def _issue(ctx, body: list[str]):
+def issue_once(ctx, body: list[str]):
     """Issue once per group: directly in a single thread, by an elected lane in a warp."""
     g = ctx.group
     if g.size == 1:
@@ -68,7 +76,7 @@ def _issue(ctx, body: list[str]):
         raise ctx.error("TMA copies are issued by one thread or one whole warp")
 
 
-def _boxes(ctx, inst, tile, expr):
+def tma_boxes(ctx, inst, tile, expr):
     """Per TMA box of the copy: (shared address, coordinates innermost first). A tile stored in
     column blocks (see SharedLayout) moves as one box per block."""
     layout = ctx.plan.shared[tile].layout
@@ -90,9 +98,9 @@ def tma_global_to_shared(ctx, inst, expr):
     bar = expr(inst.mbarrier)
     calls = [
         f"tl_tma_load_{rank}d({addr}, &tl_map{k}, {bar}, {coords});"
-        for addr, coords in _boxes(ctx, inst, inst.dst, expr)
+        for addr, coords in tma_boxes(ctx, inst, inst.dst, expr)
     ]
-    _issue(ctx, calls)
+    issue_once(ctx, calls)
 
 
 @rule(I.TmaSharedToGlobal)
@@ -102,22 +110,22 @@ def tma_shared_to_global(ctx, inst, expr):
     rank = inst.dst.ndim
     calls = [
         f"tl_tma_store_{rank}d(&tl_map{k}, {addr}, {coords});"
-        for addr, coords in _boxes(ctx, inst, inst.src, expr)
+        for addr, coords in tma_boxes(ctx, inst, inst.src, expr)
     ]
-    _issue(ctx, calls)
+    issue_once(ctx, calls)
 
 
 @rule(I.TmaCommitGroup)
 def tma_commit_group(ctx, inst, expr):
     """cp.async.bulk.commit_group (by the issuing thread)."""
-    _issue(ctx, ["tl_tma_store_commit();"])
+    issue_once(ctx, ["tl_tma_store_commit();"])
 
 
 @rule(I.TmaWaitGroup)
 def tma_wait_group(ctx, inst, expr):
     """cp.async.bulk.wait_group[.read] n (by the issuing thread)."""
     kind = "tl_tma_store_wait_read" if inst.read else "tl_tma_store_wait"
-    _issue(ctx, [f"{kind}<{inst.n}>();"])
+    issue_once(ctx, [f"{kind}<{inst.n}>();"])
 
 
 @rule(I.WgmmaFence)

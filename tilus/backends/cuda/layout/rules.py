@@ -7,10 +7,11 @@ from tilus.backends.cuda.layout.plan import Group, SharedView, TmaMap
 from tilus.backends.cuda.layout.reads import result_used
 from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.ir import inst as I
+from tilus.ir import inst_cluster as C
 from tilus.ir import inst_memory as M
 from tilus.ir.enums import TensorKind, VarKind
 from tilus.ir.expr import Const, Expr, Var
-from tilus.ir.layout import SharedLayout, choose_swizzle
+from tilus.ir.layout import SharedLayout, choose_swizzle, replicated
 from tilus.ir.layout.derived import broadcast_layout, reduce_layout
 from tilus.ir.layout.register import (
     blocked,
@@ -447,3 +448,26 @@ def _atomic(inf, stmt, inst, g):
 @rule(M.LockSemaphore, M.ReleaseSemaphore, M.GlobalTensorAlloc)
 def _semaphore(inf, stmt, inst, g):
     """Scalars in one thread, a workspace pointer: no tile layout."""
+
+
+# --- thread-block clusters -------------------------------------------------------------------
+
+LAYOUT_RULES.add(C.TmaGlobalToSharedMulticast, _tma)  # the box and map rules of any TMA load
+
+
+@rule(C.ClusterSync, C.MBarrierArriveExpectTxRemote, C.MBarrierArriveExpectTxMulticast)
+def _cluster_no_layout(inf, stmt, inst, g):
+    """Instructions on barriers and whole groups: no tile layout to decide."""
+
+
+@rule(C.MapSharedAddr)
+def _map_shared_addr(inf, stmt, inst, g):
+    """Every thread maps every address: the result (and a source tile that is not the
+    barriers' address tile) is held whole by each thread."""
+    inf.define(inst.out, g, stmt)
+    inf.set_anchor(inst.out, replicated(inst.out.shape, g.size), stmt)
+    src = inst.src
+    if isinstance(src, TensorVar):
+        inf.use(src, g, stmt)
+        if src not in inf.plan.barriers:
+            inf.set_anchor(src, replicated(src.shape, g.size), stmt)
