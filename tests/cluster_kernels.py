@@ -160,3 +160,62 @@ class ClusterGrid(tilus.Script):
             self.register_tensor(dtype=int32, shape=[1], init=self.cluster.blockRank),
             offsets=[self.blockIdx.x],
         )
+
+
+class ClusterMatmulWgmma(tilus.Script):
+    """``ClusterMatmul`` with the compute on WGMMA (sm_90a): V1 of the Hopper tutorial
+    in 2-block clusters along M, each block loading half of the shared B tile and multicasting
+    it to both. The halves are the two [bn / 2, bk] slices of ``sb``; each feeds its own WGMMA
+    into its half of the accumulator (``acc[h]`` is C's columns [h bn / 2, (h + 1) bn / 2))."""
+
+    def __init__(self, block_m: int = 64, block_n: int = 128, block_k: int = 64):
+        super().__init__()
+        self.block_m, self.block_n, self.block_k = block_m, block_n, block_k
+
+    def __call__(
+        self, m_size: int32, n_size: int, k_size: int, a: ~float16, b: ~float16, c: ~float32
+    ):
+        bm, bn, bk = self.block_m, self.block_n, self.block_k
+        self.attrs.cluster_blocks = [2, 1]
+        self.attrs.blocks = [2 * cdiv(m_size, 2 * bm), cdiv(n_size, bn)]
+        self.attrs.warps = 4
+        rank = self.cluster.blockRank
+        offset_m: int32 = bm * self.blockIdx.x
+        offset_n: int32 = bn * self.blockIdx.y
+        ga = self.global_view(a, dtype=float16, shape=[m_size, k_size])
+        gb = self.global_view(b, dtype=float16, shape=[n_size, k_size])
+        sa = self.shared_tensor(dtype=float16, shape=[bm, bk])
+        sb = self.shared_tensor(dtype=float16, shape=[2, bn // 2, bk])
+        acc0 = self.register_tensor(dtype=float32, shape=[bm, bn // 2], init=0.0)
+        acc1 = self.register_tensor(dtype=float32, shape=[bm, bn // 2], init=0.0)
+        loaded = self.mbarrier.alloc(counts=[1])
+        phase: uint32 = 0
+        self.cluster.sync()
+        for offset_k in range(0, k_size, bk):
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(
+                    loaded[0], transaction_bytes=sa.nbytes + sb.nbytes
+                )
+                self.tma.global_to_shared(
+                    src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0]
+                )
+                self.tma.global_to_shared(
+                    src=gb,
+                    dst=sb[rank],
+                    offsets=[offset_n + rank * (bn // 2), offset_k],
+                    mbarrier=loaded[0],
+                    multicast_mask=0b11,
+                )
+                self.mbarrier.wait(loaded[0], phase=phase)
+            self.sync()
+            self.wgmma.fence()
+            self.wgmma.mma(sa, sb[0].transpose(), acc0)
+            self.wgmma.mma(sa, sb[1].transpose(), acc1)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            self.cluster.sync()  # both blocks are done with sb before either refills it
+            phase ^= 1
+        gc = self.global_view(c, dtype=float32, shape=[m_size, n_size])
+        self.store_global(gc, acc0, offsets=[offset_m, offset_n])
+        half: int32 = offset_n + bn // 2
+        self.store_global(gc, acc1, offsets=[offset_m, half])

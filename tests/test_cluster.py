@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 import tilus
-from tests.cluster_kernels import ClusterGrid, ClusterMatmul, MulticastCopy, RemoteArrive
+from tests.cluster_kernels import (
+    ClusterGrid,
+    ClusterMatmul,
+    ClusterMatmulWgmma,
+    MulticastCopy,
+    RemoteArrive,
+)
 from tests.helpers_errors import err_line, expect_error
 from tilus import int32
 from tilus.testing import marker_line
@@ -75,13 +81,14 @@ def test_an_arrive_on_a_block_that_exited_is_refused():
 
 @pytest.mark.parametrize("m, n, k", [(128, 64, 64), (200, 96, 80)])
 @pytest.mark.parametrize("seed", [None, 3])
-def test_cluster_matmul_multicasting_b(m, n, k, seed):
+@pytest.mark.parametrize("kernel", [ClusterMatmul, ClusterMatmulWgmma])
+def test_cluster_matmul_multicasting_b(kernel, m, n, k, seed):
     rng = np.random.default_rng()
     a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
     b = rng.uniform(-1, 1, (n, k)).astype(np.float16)
     c = np.full((m, n), np.nan, np.float32)
     with tilus.option.scoped(interpret=True, schedule_seed=seed):
-        ClusterMatmul()(m, n, k, a, b, c)
+        kernel()(m, n, k, a, b, c)
     ref = a.astype(np.float32) @ b.astype(np.float32).T
     np.testing.assert_allclose(c, ref, rtol=1e-3, atol=1e-3)
 

@@ -170,6 +170,17 @@ USES = {
 """,
         {"LDGSTS", "LDGDEPBAR", "DEPBAR"},
     ),
+    "cluster": (
+        """
+  tl_mbar_arrive_cluster_count_release(b, 1);
+  tl_mbar_arrive_cluster_count_relaxed(b + 8, 2);
+  tl_mbar_arrive_expect_tx_cluster_release(b, 16);
+  tl_mbar_arrive_expect_tx_cluster_relaxed(b + 8, 32);
+  tl_mbar_wait_parity_cluster_acquire(b, 0);
+  tl_mbar_wait_parity_cluster_relaxed(b + 8, 1);
+""",
+        {"SYNCS"},
+    ),
     "random": (
         """
   uint32_t w[4];
