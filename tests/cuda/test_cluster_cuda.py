@@ -23,7 +23,9 @@ from tilus import float16, float32, int32
 
 def _ops(sass: str) -> Counter:
     """Full SASS opcodes with their modifiers (``UTMALDG.2D.MULTICAST``), by count."""
-    return Counter(re.findall(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)", sass))
+    return Counter(
+        re.findall(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)", sass)
+    )
 
 
 def _build(kernel, *args, target="sm_90a"):
