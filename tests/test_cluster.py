@@ -229,3 +229,22 @@ def test_a_mapped_barrier_needs_cluster_scope_at_run_time():
     with tilus.option.scoped(interpret=True):
         err = expect_error(_PeerBarrierWithCtaScope, tilus.TilusRuntimeError, "scope='cluster'")
     assert "shared::cluster address" in str(err)
+
+
+class _ConstantGridOfPartialClusters(tilus.Script):
+    def __call__(self, n: int32, out: ~int32):
+        self.attrs.blocks = [3, 2]  # ERR
+        self.attrs.cluster_blocks = [2, 2]
+        self.attrs.warps = 1
+
+
+def test_a_constant_grid_of_partial_clusters_is_refused_at_the_grid():
+    with tilus.option.scoped(interpret=True):
+        expect_error(_ConstantGridOfPartialClusters, tilus.TilusProgramError, "not a multiple")
+
+
+def test_the_cluster_shape_is_in_the_program_text():
+    from tilus.ir.printer import print_ir
+
+    (_, prog), *_ = ClusterGrid().runnable_programs({}, False)
+    assert "cluster_blocks [2, 1, 1]" in print_ir(prog.fn)  # so it is in the cache key

@@ -8,7 +8,7 @@ import inspect
 from tilus.dtypes import DataType, PointerType, int32
 from tilus.errors import TilusProgramError
 from tilus.ir.enums import VarKind
-from tilus.ir.expr import Expr, TensorElement, Var, cast
+from tilus.ir.expr import Const, Expr, TensorElement, Var, cast
 from tilus.ir.function import Function
 from tilus.ir.visit import rewrite
 from tilus.lang.builder import Builder
@@ -94,6 +94,7 @@ def transpile(script, const_args: dict, config: dict) -> Function:
         if attrs.blocks is None:
             raise TilusProgramError("the kernel never sets self.attrs.blocks (the grid)", end)
         blocks = _grid(builder, attrs.blocks, attrs._locs.get("blocks"), set(params))
+        _check_cluster_grid(blocks, attrs)
     return Function(
         name=cls.__name__,
         params=tuple(params),
@@ -107,6 +108,18 @@ def transpile(script, const_args: dict, config: dict) -> Function:
         cluster=tuple(attrs.cluster_blocks),
         cluster_loc=attrs._locs.get("cluster_blocks"),
     )
+
+
+def _check_cluster_grid(blocks, attrs) -> None:
+    """A constant grid dim must be a whole number of clusters (runtime ones are checked at
+    the launch)."""
+    for axis, g, c in zip("xyz", blocks, attrs.cluster_blocks):
+        if isinstance(g, Const) and g.value % c:
+            raise TilusProgramError(
+                f"grid dim {axis} is {g.value} blocks, not a multiple of the cluster's {c} "
+                f"(cluster_blocks {list(attrs.cluster_blocks)})",
+                attrs._locs.get("blocks"),
+            )
 
 
 def _grid(builder: Builder, blocks, loc, params: set) -> tuple:
