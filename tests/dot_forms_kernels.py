@@ -73,3 +73,36 @@ class BadDot(tilus.Script):
             self.dot(f, t, acc_dtype=float32)  # BUG:tf32_on_f32
         elif self.bug == "int_into_float":
             self.dot(a8, i8b, acc_dtype=float32)  # BUG:int_into_float
+
+
+class SharedDot(tilus.Script):
+    """c = a @ b with both operands staged in shared memory and read by load_shared (the V0
+    shape: ldmatrix where the fragments allow)."""
+
+    def __init__(self, operand, acc, bm=64, bn=64, k=64, warps=4):
+        super().__init__()
+        self.operand, self.acc, self.bm, self.bn, self.k, self.warps = (
+            operand,
+            acc,
+            bm,
+            bn,
+            k,
+            warps,
+        )
+
+    def __call__(self, m_size: int32, n_size: int32, a_ptr: void_p, b_ptr: void_p, c_ptr: void_p):
+        self.attrs.blocks = [cdiv(m_size, self.bm), cdiv(n_size, self.bn)]
+        self.attrs.warps = self.warps
+        bm, bn, k, dt = self.bm, self.bn, self.k, self.operand
+        om: int32 = bm * self.blockIdx.x
+        on: int32 = bn * self.blockIdx.y
+        ga = self.global_view(a_ptr, dtype=dt, shape=[m_size, k])
+        gb = self.global_view(b_ptr, dtype=dt, shape=[k, n_size])
+        sa = self.shared_tensor(dtype=dt, shape=[bm, k])
+        sb = self.shared_tensor(dtype=dt, shape=[k, bn])
+        self.store_shared(sa, self.load_global(ga, offsets=[om, 0], shape=[bm, k]))
+        self.store_shared(sb, self.load_global(gb, offsets=[0, on], shape=[k, bn]))
+        self.sync()
+        c = self.dot(self.load_shared(sa), self.load_shared(sb), acc_dtype=self.acc)
+        gc = self.global_view(c_ptr, dtype=self.acc, shape=[m_size, n_size])
+        self.store_global(gc, c, offsets=[om, on])

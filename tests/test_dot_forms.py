@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dot_forms_kernels import BadDot, DotForm
+from dot_forms_kernels import BadDot, DotForm, SharedDot
 
 import tilus
 from tilus import bfloat16, float16, float32, int8, int32, tfloat32, uint8
@@ -158,3 +158,27 @@ def test_float32_dot_is_refused_on_cuda_naming_the_line(_fresh_cache):
     assert "no mma.sync form for float32" in str(info.value)
     assert "tfloat32 -> float32" in str(info.value)
     assert info.value.loc.line == marker_line(F32Dot, "BUG:f32")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("operand, acc", [(float16, float32), (int8, int32)], ids=str)
+def test_shared_operands_load_with_ldmatrix(_fresh_cache, operand, acc):
+    # 16-bit A and B (B with .trans) are all LDSM; int8's A is LDSM, its B (no 8-bit .trans)
+    # stays element-wise
+    from tilus.runtime.sass import sass_opcodes
+
+    ck = _compile(SharedDot(operand, acc), M, N, *([tilus.void_p] * 3))
+    ops = sass_opcodes(ck.sass())
+    assert ops.get("LDSM", 0) > 0, ops
+    assert "tl_ldmatrix_x4(" in ck.source
+    if operand == float16:
+        assert "tl_ldmatrix_x4_trans(" in ck.source and not ops.get("LDS"), ops
+
+
+def test_shared_operands_on_the_interpreter():
+    rng = np.random.default_rng()
+    a = rng.standard_normal((M, 64)).astype(np.float16)
+    b = rng.standard_normal((64, N)).astype(np.float16)
+    c = np.full((M, N), np.nan, np.float32)
+    SharedDot(float16, float32)(M, N, a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)

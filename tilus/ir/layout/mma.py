@@ -59,11 +59,13 @@ def supported_pairs() -> str:
     return ", ".join(f"{a} -> {c}" for a, c in ATOMS)
 
 
-def fragment_registers(m, n, k, wm, wn, operand_bits: int, acc_bits: int) -> float:
-    """32-bit registers per thread holding A, B and C of a dot split ``wm x wn`` over warps."""
-    a = (m // wm) * k * operand_bits / 32 / 32
-    b = k * (n // wn) * operand_bits / 32 / 32
-    c = (m // wm) * (n // wn) * acc_bits / 32 / 32
+def fragment_registers(m, n, k, wm, wn, operand_bits: int, acc_bits: int) -> int:
+    """32-bit registers per thread holding A, B and C of a dot split ``wm x wn`` over warps,
+    as the backend holds tiles: one register per element up to 32 bits."""
+    per = lambda bits: max(1, bits // 32)  # noqa: E731
+    a = (m // wm) * k // 32 * per(operand_bits)
+    b = k * (n // wn) // 32 * per(operand_bits)
+    c = (m // wm) * (n // wn) // 32 * per(acc_bits)
     return a + b + c
 
 
