@@ -90,8 +90,11 @@ def test_dot_configs_are_the_backends_layouts():
     assert d.b_layout.shape == (32, 64) and d.c_layout.num_threads == 128
     small = q.mma_dot_config(float16, float32, 4)
     assert small.c_layout.num_threads == 128 and small.mma.name == "m16n8k16_f16_f32"
-    with pytest.raises(tilus.TilusError, match="no CUDA lowering yet"):
-        q.resolve_dot_config(int8, int32, m=64, n=64, k=32, num_warps=4)
+    i8 = q.resolve_dot_config(int8, int32, m=64, n=64, k=64, num_warps=4)
+    assert i8.mma.name == "m16n8k32_i8_i32" and i8.a_layout.local_size == 64 * 64 // 64
+    assert q.mma_dot_config(int8, int32, 4).mma.k == 32
+    with pytest.raises(tilus.TilusError, match="no CUDA lowering"):
+        q.resolve_dot_config(float32, float32, m=64, n=64, k=32, num_warps=4)
     with pytest.raises(tilus.TilusError, match="does not tile into mma.sync m16n8k16 over 4"):
         q.resolve_dot_config(float16, float32, m=8, n=64, k=32, num_warps=4)
 

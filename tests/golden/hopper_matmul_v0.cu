@@ -65,6 +65,10 @@ __device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uin
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
+__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
 // ---- tilus prelude: sync ----
 
 __device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
@@ -150,63 +154,79 @@ tl_MatmulTMA(
     // %a [64, 16]: mma_a layout, 32 per thread, over threads [0, 128)
     uint16_t a[32];
     {
-      const int tl_c3 = (((int)threadIdx.x / 4) % 8);
-      const int tl_c4 = ((int)threadIdx.x % 4) * 2;
-      const uint32_t tl_w5 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3) * 32 + (tl_c4) * 2)));
-      a[0] = (uint16_t)(tl_w5 & 0xffffu); a[1] = (uint16_t)(tl_w5 >> 16);
-      const uint32_t tl_w6 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 8) * 32 + (tl_c4) * 2)));
-      a[2] = (uint16_t)(tl_w6 & 0xffffu); a[3] = (uint16_t)(tl_w6 >> 16);
-      const uint32_t tl_w7 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3) * 32 + (tl_c4 + 8) * 2)));
-      a[4] = (uint16_t)(tl_w7 & 0xffffu); a[5] = (uint16_t)(tl_w7 >> 16);
-      const uint32_t tl_w8 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 8) * 32 + (tl_c4 + 8) * 2)));
-      a[6] = (uint16_t)(tl_w8 & 0xffffu); a[7] = (uint16_t)(tl_w8 >> 16);
-      const uint32_t tl_w9 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 16) * 32 + (tl_c4) * 2)));
-      a[8] = (uint16_t)(tl_w9 & 0xffffu); a[9] = (uint16_t)(tl_w9 >> 16);
-      const uint32_t tl_w10 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 24) * 32 + (tl_c4) * 2)));
-      a[10] = (uint16_t)(tl_w10 & 0xffffu); a[11] = (uint16_t)(tl_w10 >> 16);
-      const uint32_t tl_w11 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 16) * 32 + (tl_c4 + 8) * 2)));
-      a[12] = (uint16_t)(tl_w11 & 0xffffu); a[13] = (uint16_t)(tl_w11 >> 16);
-      const uint32_t tl_w12 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 24) * 32 + (tl_c4 + 8) * 2)));
-      a[14] = (uint16_t)(tl_w12 & 0xffffu); a[15] = (uint16_t)(tl_w12 >> 16);
-      const uint32_t tl_w13 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 32) * 32 + (tl_c4) * 2)));
-      a[16] = (uint16_t)(tl_w13 & 0xffffu); a[17] = (uint16_t)(tl_w13 >> 16);
-      const uint32_t tl_w14 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 40) * 32 + (tl_c4) * 2)));
-      a[18] = (uint16_t)(tl_w14 & 0xffffu); a[19] = (uint16_t)(tl_w14 >> 16);
-      const uint32_t tl_w15 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 32) * 32 + (tl_c4 + 8) * 2)));
-      a[20] = (uint16_t)(tl_w15 & 0xffffu); a[21] = (uint16_t)(tl_w15 >> 16);
-      const uint32_t tl_w16 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 40) * 32 + (tl_c4 + 8) * 2)));
-      a[22] = (uint16_t)(tl_w16 & 0xffffu); a[23] = (uint16_t)(tl_w16 >> 16);
-      const uint32_t tl_w17 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 48) * 32 + (tl_c4) * 2)));
-      a[24] = (uint16_t)(tl_w17 & 0xffffu); a[25] = (uint16_t)(tl_w17 >> 16);
-      const uint32_t tl_w18 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 56) * 32 + (tl_c4) * 2)));
-      a[26] = (uint16_t)(tl_w18 & 0xffffu); a[27] = (uint16_t)(tl_w18 >> 16);
-      const uint32_t tl_w19 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 48) * 32 + (tl_c4 + 8) * 2)));
-      a[28] = (uint16_t)(tl_w19 & 0xffffu); a[29] = (uint16_t)(tl_w19 >> 16);
-      const uint32_t tl_w20 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 56) * 32 + (tl_c4 + 8) * 2)));
-      a[30] = (uint16_t)(tl_w20 & 0xffffu); a[31] = (uint16_t)(tl_w20 >> 16);
+      const int tl_lr = (int)threadIdx.x & 7, tl_lj = ((int)threadIdx.x >> 3) & 3;
+      const int tl_lt = ((int)threadIdx.x & ~31) | (tl_lr << 2);
+      const int tl_c3 = ((tl_lt / 4) % 8);
+      const int tl_c4 = (tl_lt % 4) * 2;
+      uint32_t tl_lm5[4];
+      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[0] = (uint16_t)((tl_lm5[0] >> 0) & 0xffffu);
+      a[1] = (uint16_t)((tl_lm5[0] >> 16) & 0xffffu);
+      a[2] = (uint16_t)((tl_lm5[1] >> 0) & 0xffffu);
+      a[3] = (uint16_t)((tl_lm5[1] >> 16) & 0xffffu);
+      a[4] = (uint16_t)((tl_lm5[2] >> 0) & 0xffffu);
+      a[5] = (uint16_t)((tl_lm5[2] >> 16) & 0xffffu);
+      a[6] = (uint16_t)((tl_lm5[3] >> 0) & 0xffffu);
+      a[7] = (uint16_t)((tl_lm5[3] >> 16) & 0xffffu);
+      uint32_t tl_lm6[4];
+      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[8] = (uint16_t)((tl_lm6[0] >> 0) & 0xffffu);
+      a[9] = (uint16_t)((tl_lm6[0] >> 16) & 0xffffu);
+      a[10] = (uint16_t)((tl_lm6[1] >> 0) & 0xffffu);
+      a[11] = (uint16_t)((tl_lm6[1] >> 16) & 0xffffu);
+      a[12] = (uint16_t)((tl_lm6[2] >> 0) & 0xffffu);
+      a[13] = (uint16_t)((tl_lm6[2] >> 16) & 0xffffu);
+      a[14] = (uint16_t)((tl_lm6[3] >> 0) & 0xffffu);
+      a[15] = (uint16_t)((tl_lm6[3] >> 16) & 0xffffu);
+      uint32_t tl_lm7[4];
+      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[16] = (uint16_t)((tl_lm7[0] >> 0) & 0xffffu);
+      a[17] = (uint16_t)((tl_lm7[0] >> 16) & 0xffffu);
+      a[18] = (uint16_t)((tl_lm7[1] >> 0) & 0xffffu);
+      a[19] = (uint16_t)((tl_lm7[1] >> 16) & 0xffffu);
+      a[20] = (uint16_t)((tl_lm7[2] >> 0) & 0xffffu);
+      a[21] = (uint16_t)((tl_lm7[2] >> 16) & 0xffffu);
+      a[22] = (uint16_t)((tl_lm7[3] >> 0) & 0xffffu);
+      a[23] = (uint16_t)((tl_lm7[3] >> 16) & 0xffffu);
+      uint32_t tl_lm8[4];
+      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[24] = (uint16_t)((tl_lm8[0] >> 0) & 0xffffu);
+      a[25] = (uint16_t)((tl_lm8[0] >> 16) & 0xffffu);
+      a[26] = (uint16_t)((tl_lm8[1] >> 0) & 0xffffu);
+      a[27] = (uint16_t)((tl_lm8[1] >> 16) & 0xffffu);
+      a[28] = (uint16_t)((tl_lm8[2] >> 0) & 0xffffu);
+      a[29] = (uint16_t)((tl_lm8[2] >> 16) & 0xffffu);
+      a[30] = (uint16_t)((tl_lm8[3] >> 0) & 0xffffu);
+      a[31] = (uint16_t)((tl_lm8[3] >> 16) & 0xffffu);
     }
     // matmul_v0.py:79  b = self.load_shared(sb)
     // %b [128, 16]: mma_b layout, 16 per thread, over threads [0, 128)
     uint16_t b[16];
     {
-      const int tl_c21 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 32;
-      const int tl_c22 = ((int)threadIdx.x % 4) * 2;
-      const uint32_t tl_w23 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(2048u + (tl_c21) * 32 + (tl_c22) * 2)));
-      b[0] = (uint16_t)(tl_w23 & 0xffffu); b[1] = (uint16_t)(tl_w23 >> 16);
-      const uint32_t tl_w24 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(2048u + (tl_c21) * 32 + (tl_c22 + 8) * 2)));
-      b[2] = (uint16_t)(tl_w24 & 0xffffu); b[3] = (uint16_t)(tl_w24 >> 16);
-      const uint32_t tl_w25 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(2048u + (tl_c21 + 8) * 32 + (tl_c22) * 2)));
-      b[4] = (uint16_t)(tl_w25 & 0xffffu); b[5] = (uint16_t)(tl_w25 >> 16);
-      const uint32_t tl_w26 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(2048u + (tl_c21 + 8) * 32 + (tl_c22 + 8) * 2)));
-      b[6] = (uint16_t)(tl_w26 & 0xffffu); b[7] = (uint16_t)(tl_w26 >> 16);
-      const uint32_t tl_w27 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(2048u + (tl_c21 + 16) * 32 + (tl_c22) * 2)));
-      b[8] = (uint16_t)(tl_w27 & 0xffffu); b[9] = (uint16_t)(tl_w27 >> 16);
-      const uint32_t tl_w28 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(2048u + (tl_c21 + 16) * 32 + (tl_c22 + 8) * 2)));
-      b[10] = (uint16_t)(tl_w28 & 0xffffu); b[11] = (uint16_t)(tl_w28 >> 16);
-      const uint32_t tl_w29 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(2048u + (tl_c21 + 24) * 32 + (tl_c22) * 2)));
-      b[12] = (uint16_t)(tl_w29 & 0xffffu); b[13] = (uint16_t)(tl_w29 >> 16);
-      const uint32_t tl_w30 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(2048u + (tl_c21 + 24) * 32 + (tl_c22 + 8) * 2)));
-      b[14] = (uint16_t)(tl_w30 & 0xffffu); b[15] = (uint16_t)(tl_w30 >> 16);
+      const int tl_lr = (int)threadIdx.x & 7, tl_lj = ((int)threadIdx.x >> 3) & 3;
+      const int tl_lt = ((int)threadIdx.x & ~31) | (tl_lr << 2);
+      const int tl_c9 = ((tl_lt / 4) % 8) + (tl_lt / 32) * 32;
+      const int tl_c10 = (tl_lt % 4) * 2;
+      uint32_t tl_lm11[4];
+      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<32>(2048u + (tl_c9 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
+      b[0] = (uint16_t)((tl_lm11[0] >> 0) & 0xffffu);
+      b[1] = (uint16_t)((tl_lm11[0] >> 16) & 0xffffu);
+      b[2] = (uint16_t)((tl_lm11[1] >> 0) & 0xffffu);
+      b[3] = (uint16_t)((tl_lm11[1] >> 16) & 0xffffu);
+      b[4] = (uint16_t)((tl_lm11[2] >> 0) & 0xffffu);
+      b[5] = (uint16_t)((tl_lm11[2] >> 16) & 0xffffu);
+      b[6] = (uint16_t)((tl_lm11[3] >> 0) & 0xffffu);
+      b[7] = (uint16_t)((tl_lm11[3] >> 16) & 0xffffu);
+      uint32_t tl_lm12[4];
+      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<32>(2048u + (tl_c9 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
+      b[8] = (uint16_t)((tl_lm12[0] >> 0) & 0xffffu);
+      b[9] = (uint16_t)((tl_lm12[0] >> 16) & 0xffffu);
+      b[10] = (uint16_t)((tl_lm12[1] >> 0) & 0xffffu);
+      b[11] = (uint16_t)((tl_lm12[1] >> 16) & 0xffffu);
+      b[12] = (uint16_t)((tl_lm12[2] >> 0) & 0xffffu);
+      b[13] = (uint16_t)((tl_lm12[2] >> 16) & 0xffffu);
+      b[14] = (uint16_t)((tl_lm12[3] >> 0) & 0xffffu);
+      b[15] = (uint16_t)((tl_lm12[3] >> 16) & 0xffffu);
     }
     // matmul_v0.py:80  self.dot(a, b.transpose(), acc, out=acc)
     // %b_t: the registers of b, dims (1, 0)
@@ -385,166 +405,166 @@ tl_MatmulTMA(
   // %r [64, 128]: mma_c layout, 64 per thread, over threads [0, 128)
   uint16_t r[64];
 #pragma unroll
-  for (int tl_i31 = 0; tl_i31 < 64; ++tl_i31) {
-    r[tl_i31] = tl_f2h((float)(acc[tl_i31]));
+  for (int tl_i13 = 0; tl_i13 < 64; ++tl_i13) {
+    r[tl_i13] = tl_f2h((float)(acc[tl_i13]));
   }
   {
-    const int tl_c32 = (((int)threadIdx.x / 4) % 8);
-    const int tl_c33 = ((int)threadIdx.x % 4) * 2 + ((int)threadIdx.x / 32) * 32;
-    const int tl_o34 = offset_m;
-    const int tl_o35 = offset_n;
-    uint16_t* const tl_row36 = gc + (int64_t)(tl_o34 + tl_c32) * (int64_t)(4096);
-    const bool tl_rok37 = (uint32_t)(tl_o34 + tl_c32) < (uint32_t)(m_size);
-    const bool tl_cok38 = (uint32_t)(tl_o35 + tl_c33) < (uint32_t)(4096);
-    const bool tl_cok39 = (uint32_t)(tl_o35 + tl_c33) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a40 = tl_row36 + (int64_t)(tl_o35 + tl_c33);
-    const bool tl_lo41 = tl_rok37 && tl_cok38, tl_hi42 = tl_rok37 && tl_cok39;
-    const bool tl_both43 = tl_lo41 && tl_hi42 && (((uint64_t)tl_a40) & 3) == 0;
-    tl_st_global_if_pair(tl_a40, (uint32_t)r[0] | ((uint32_t)r[1] << 16), tl_both43, tl_lo41 && !tl_both43, tl_hi42 && !tl_both43);
-    uint16_t* const tl_row44 = gc + (int64_t)(tl_o34 + tl_c32 + 8) * (int64_t)(4096);
-    const bool tl_rok45 = (uint32_t)(tl_o34 + tl_c32 + 8) < (uint32_t)(m_size);
-    uint16_t* const tl_a46 = tl_row44 + (int64_t)(tl_o35 + tl_c33);
-    const bool tl_lo47 = tl_rok45 && tl_cok38, tl_hi48 = tl_rok45 && tl_cok39;
-    const bool tl_both49 = tl_lo47 && tl_hi48 && (((uint64_t)tl_a46) & 3) == 0;
-    tl_st_global_if_pair(tl_a46, (uint32_t)r[2] | ((uint32_t)r[3] << 16), tl_both49, tl_lo47 && !tl_both49, tl_hi48 && !tl_both49);
-    const bool tl_cok50 = (uint32_t)(tl_o35 + tl_c33 + 8) < (uint32_t)(4096);
-    const bool tl_cok51 = (uint32_t)(tl_o35 + tl_c33 + 8) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a52 = tl_row36 + (int64_t)(tl_o35 + tl_c33 + 8);
-    const bool tl_lo53 = tl_rok37 && tl_cok50, tl_hi54 = tl_rok37 && tl_cok51;
-    const bool tl_both55 = tl_lo53 && tl_hi54 && (((uint64_t)tl_a52) & 3) == 0;
-    tl_st_global_if_pair(tl_a52, (uint32_t)r[4] | ((uint32_t)r[5] << 16), tl_both55, tl_lo53 && !tl_both55, tl_hi54 && !tl_both55);
-    uint16_t* const tl_a56 = tl_row44 + (int64_t)(tl_o35 + tl_c33 + 8);
-    const bool tl_lo57 = tl_rok45 && tl_cok50, tl_hi58 = tl_rok45 && tl_cok51;
-    const bool tl_both59 = tl_lo57 && tl_hi58 && (((uint64_t)tl_a56) & 3) == 0;
-    tl_st_global_if_pair(tl_a56, (uint32_t)r[6] | ((uint32_t)r[7] << 16), tl_both59, tl_lo57 && !tl_both59, tl_hi58 && !tl_both59);
-    const bool tl_cok60 = (uint32_t)(tl_o35 + tl_c33 + 16) < (uint32_t)(4096);
-    const bool tl_cok61 = (uint32_t)(tl_o35 + tl_c33 + 16) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a62 = tl_row36 + (int64_t)(tl_o35 + tl_c33 + 16);
-    const bool tl_lo63 = tl_rok37 && tl_cok60, tl_hi64 = tl_rok37 && tl_cok61;
-    const bool tl_both65 = tl_lo63 && tl_hi64 && (((uint64_t)tl_a62) & 3) == 0;
-    tl_st_global_if_pair(tl_a62, (uint32_t)r[8] | ((uint32_t)r[9] << 16), tl_both65, tl_lo63 && !tl_both65, tl_hi64 && !tl_both65);
-    uint16_t* const tl_a66 = tl_row44 + (int64_t)(tl_o35 + tl_c33 + 16);
-    const bool tl_lo67 = tl_rok45 && tl_cok60, tl_hi68 = tl_rok45 && tl_cok61;
-    const bool tl_both69 = tl_lo67 && tl_hi68 && (((uint64_t)tl_a66) & 3) == 0;
-    tl_st_global_if_pair(tl_a66, (uint32_t)r[10] | ((uint32_t)r[11] << 16), tl_both69, tl_lo67 && !tl_both69, tl_hi68 && !tl_both69);
-    const bool tl_cok70 = (uint32_t)(tl_o35 + tl_c33 + 24) < (uint32_t)(4096);
-    const bool tl_cok71 = (uint32_t)(tl_o35 + tl_c33 + 24) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a72 = tl_row36 + (int64_t)(tl_o35 + tl_c33 + 24);
-    const bool tl_lo73 = tl_rok37 && tl_cok70, tl_hi74 = tl_rok37 && tl_cok71;
-    const bool tl_both75 = tl_lo73 && tl_hi74 && (((uint64_t)tl_a72) & 3) == 0;
-    tl_st_global_if_pair(tl_a72, (uint32_t)r[12] | ((uint32_t)r[13] << 16), tl_both75, tl_lo73 && !tl_both75, tl_hi74 && !tl_both75);
-    uint16_t* const tl_a76 = tl_row44 + (int64_t)(tl_o35 + tl_c33 + 24);
-    const bool tl_lo77 = tl_rok45 && tl_cok70, tl_hi78 = tl_rok45 && tl_cok71;
-    const bool tl_both79 = tl_lo77 && tl_hi78 && (((uint64_t)tl_a76) & 3) == 0;
-    tl_st_global_if_pair(tl_a76, (uint32_t)r[14] | ((uint32_t)r[15] << 16), tl_both79, tl_lo77 && !tl_both79, tl_hi78 && !tl_both79);
-    uint16_t* const tl_row80 = gc + (int64_t)(tl_o34 + tl_c32 + 16) * (int64_t)(4096);
-    const bool tl_rok81 = (uint32_t)(tl_o34 + tl_c32 + 16) < (uint32_t)(m_size);
-    uint16_t* const tl_a82 = tl_row80 + (int64_t)(tl_o35 + tl_c33);
-    const bool tl_lo83 = tl_rok81 && tl_cok38, tl_hi84 = tl_rok81 && tl_cok39;
+    const int tl_c14 = (((int)threadIdx.x / 4) % 8);
+    const int tl_c15 = ((int)threadIdx.x % 4) * 2 + ((int)threadIdx.x / 32) * 32;
+    const int tl_o16 = offset_m;
+    const int tl_o17 = offset_n;
+    uint16_t* const tl_row18 = gc + (int64_t)(tl_o16 + tl_c14) * (int64_t)(4096);
+    const bool tl_rok19 = (uint32_t)(tl_o16 + tl_c14) < (uint32_t)(m_size);
+    const bool tl_cok20 = (uint32_t)(tl_o17 + tl_c15) < (uint32_t)(4096);
+    const bool tl_cok21 = (uint32_t)(tl_o17 + tl_c15) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a22 = tl_row18 + (int64_t)(tl_o17 + tl_c15);
+    const bool tl_lo23 = tl_rok19 && tl_cok20, tl_hi24 = tl_rok19 && tl_cok21;
+    const bool tl_both25 = tl_lo23 && tl_hi24 && (((uint64_t)tl_a22) & 3) == 0;
+    tl_st_global_if_pair(tl_a22, (uint32_t)r[0] | ((uint32_t)r[1] << 16), tl_both25, tl_lo23 && !tl_both25, tl_hi24 && !tl_both25);
+    uint16_t* const tl_row26 = gc + (int64_t)(tl_o16 + tl_c14 + 8) * (int64_t)(4096);
+    const bool tl_rok27 = (uint32_t)(tl_o16 + tl_c14 + 8) < (uint32_t)(m_size);
+    uint16_t* const tl_a28 = tl_row26 + (int64_t)(tl_o17 + tl_c15);
+    const bool tl_lo29 = tl_rok27 && tl_cok20, tl_hi30 = tl_rok27 && tl_cok21;
+    const bool tl_both31 = tl_lo29 && tl_hi30 && (((uint64_t)tl_a28) & 3) == 0;
+    tl_st_global_if_pair(tl_a28, (uint32_t)r[2] | ((uint32_t)r[3] << 16), tl_both31, tl_lo29 && !tl_both31, tl_hi30 && !tl_both31);
+    const bool tl_cok32 = (uint32_t)(tl_o17 + tl_c15 + 8) < (uint32_t)(4096);
+    const bool tl_cok33 = (uint32_t)(tl_o17 + tl_c15 + 8) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a34 = tl_row18 + (int64_t)(tl_o17 + tl_c15 + 8);
+    const bool tl_lo35 = tl_rok19 && tl_cok32, tl_hi36 = tl_rok19 && tl_cok33;
+    const bool tl_both37 = tl_lo35 && tl_hi36 && (((uint64_t)tl_a34) & 3) == 0;
+    tl_st_global_if_pair(tl_a34, (uint32_t)r[4] | ((uint32_t)r[5] << 16), tl_both37, tl_lo35 && !tl_both37, tl_hi36 && !tl_both37);
+    uint16_t* const tl_a38 = tl_row26 + (int64_t)(tl_o17 + tl_c15 + 8);
+    const bool tl_lo39 = tl_rok27 && tl_cok32, tl_hi40 = tl_rok27 && tl_cok33;
+    const bool tl_both41 = tl_lo39 && tl_hi40 && (((uint64_t)tl_a38) & 3) == 0;
+    tl_st_global_if_pair(tl_a38, (uint32_t)r[6] | ((uint32_t)r[7] << 16), tl_both41, tl_lo39 && !tl_both41, tl_hi40 && !tl_both41);
+    const bool tl_cok42 = (uint32_t)(tl_o17 + tl_c15 + 16) < (uint32_t)(4096);
+    const bool tl_cok43 = (uint32_t)(tl_o17 + tl_c15 + 16) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a44 = tl_row18 + (int64_t)(tl_o17 + tl_c15 + 16);
+    const bool tl_lo45 = tl_rok19 && tl_cok42, tl_hi46 = tl_rok19 && tl_cok43;
+    const bool tl_both47 = tl_lo45 && tl_hi46 && (((uint64_t)tl_a44) & 3) == 0;
+    tl_st_global_if_pair(tl_a44, (uint32_t)r[8] | ((uint32_t)r[9] << 16), tl_both47, tl_lo45 && !tl_both47, tl_hi46 && !tl_both47);
+    uint16_t* const tl_a48 = tl_row26 + (int64_t)(tl_o17 + tl_c15 + 16);
+    const bool tl_lo49 = tl_rok27 && tl_cok42, tl_hi50 = tl_rok27 && tl_cok43;
+    const bool tl_both51 = tl_lo49 && tl_hi50 && (((uint64_t)tl_a48) & 3) == 0;
+    tl_st_global_if_pair(tl_a48, (uint32_t)r[10] | ((uint32_t)r[11] << 16), tl_both51, tl_lo49 && !tl_both51, tl_hi50 && !tl_both51);
+    const bool tl_cok52 = (uint32_t)(tl_o17 + tl_c15 + 24) < (uint32_t)(4096);
+    const bool tl_cok53 = (uint32_t)(tl_o17 + tl_c15 + 24) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a54 = tl_row18 + (int64_t)(tl_o17 + tl_c15 + 24);
+    const bool tl_lo55 = tl_rok19 && tl_cok52, tl_hi56 = tl_rok19 && tl_cok53;
+    const bool tl_both57 = tl_lo55 && tl_hi56 && (((uint64_t)tl_a54) & 3) == 0;
+    tl_st_global_if_pair(tl_a54, (uint32_t)r[12] | ((uint32_t)r[13] << 16), tl_both57, tl_lo55 && !tl_both57, tl_hi56 && !tl_both57);
+    uint16_t* const tl_a58 = tl_row26 + (int64_t)(tl_o17 + tl_c15 + 24);
+    const bool tl_lo59 = tl_rok27 && tl_cok52, tl_hi60 = tl_rok27 && tl_cok53;
+    const bool tl_both61 = tl_lo59 && tl_hi60 && (((uint64_t)tl_a58) & 3) == 0;
+    tl_st_global_if_pair(tl_a58, (uint32_t)r[14] | ((uint32_t)r[15] << 16), tl_both61, tl_lo59 && !tl_both61, tl_hi60 && !tl_both61);
+    uint16_t* const tl_row62 = gc + (int64_t)(tl_o16 + tl_c14 + 16) * (int64_t)(4096);
+    const bool tl_rok63 = (uint32_t)(tl_o16 + tl_c14 + 16) < (uint32_t)(m_size);
+    uint16_t* const tl_a64 = tl_row62 + (int64_t)(tl_o17 + tl_c15);
+    const bool tl_lo65 = tl_rok63 && tl_cok20, tl_hi66 = tl_rok63 && tl_cok21;
+    const bool tl_both67 = tl_lo65 && tl_hi66 && (((uint64_t)tl_a64) & 3) == 0;
+    tl_st_global_if_pair(tl_a64, (uint32_t)r[16] | ((uint32_t)r[17] << 16), tl_both67, tl_lo65 && !tl_both67, tl_hi66 && !tl_both67);
+    uint16_t* const tl_row68 = gc + (int64_t)(tl_o16 + tl_c14 + 24) * (int64_t)(4096);
+    const bool tl_rok69 = (uint32_t)(tl_o16 + tl_c14 + 24) < (uint32_t)(m_size);
+    uint16_t* const tl_a70 = tl_row68 + (int64_t)(tl_o17 + tl_c15);
+    const bool tl_lo71 = tl_rok69 && tl_cok20, tl_hi72 = tl_rok69 && tl_cok21;
+    const bool tl_both73 = tl_lo71 && tl_hi72 && (((uint64_t)tl_a70) & 3) == 0;
+    tl_st_global_if_pair(tl_a70, (uint32_t)r[18] | ((uint32_t)r[19] << 16), tl_both73, tl_lo71 && !tl_both73, tl_hi72 && !tl_both73);
+    uint16_t* const tl_a74 = tl_row62 + (int64_t)(tl_o17 + tl_c15 + 8);
+    const bool tl_lo75 = tl_rok63 && tl_cok32, tl_hi76 = tl_rok63 && tl_cok33;
+    const bool tl_both77 = tl_lo75 && tl_hi76 && (((uint64_t)tl_a74) & 3) == 0;
+    tl_st_global_if_pair(tl_a74, (uint32_t)r[20] | ((uint32_t)r[21] << 16), tl_both77, tl_lo75 && !tl_both77, tl_hi76 && !tl_both77);
+    uint16_t* const tl_a78 = tl_row68 + (int64_t)(tl_o17 + tl_c15 + 8);
+    const bool tl_lo79 = tl_rok69 && tl_cok32, tl_hi80 = tl_rok69 && tl_cok33;
+    const bool tl_both81 = tl_lo79 && tl_hi80 && (((uint64_t)tl_a78) & 3) == 0;
+    tl_st_global_if_pair(tl_a78, (uint32_t)r[22] | ((uint32_t)r[23] << 16), tl_both81, tl_lo79 && !tl_both81, tl_hi80 && !tl_both81);
+    uint16_t* const tl_a82 = tl_row62 + (int64_t)(tl_o17 + tl_c15 + 16);
+    const bool tl_lo83 = tl_rok63 && tl_cok42, tl_hi84 = tl_rok63 && tl_cok43;
     const bool tl_both85 = tl_lo83 && tl_hi84 && (((uint64_t)tl_a82) & 3) == 0;
-    tl_st_global_if_pair(tl_a82, (uint32_t)r[16] | ((uint32_t)r[17] << 16), tl_both85, tl_lo83 && !tl_both85, tl_hi84 && !tl_both85);
-    uint16_t* const tl_row86 = gc + (int64_t)(tl_o34 + tl_c32 + 24) * (int64_t)(4096);
-    const bool tl_rok87 = (uint32_t)(tl_o34 + tl_c32 + 24) < (uint32_t)(m_size);
-    uint16_t* const tl_a88 = tl_row86 + (int64_t)(tl_o35 + tl_c33);
-    const bool tl_lo89 = tl_rok87 && tl_cok38, tl_hi90 = tl_rok87 && tl_cok39;
-    const bool tl_both91 = tl_lo89 && tl_hi90 && (((uint64_t)tl_a88) & 3) == 0;
-    tl_st_global_if_pair(tl_a88, (uint32_t)r[18] | ((uint32_t)r[19] << 16), tl_both91, tl_lo89 && !tl_both91, tl_hi90 && !tl_both91);
-    uint16_t* const tl_a92 = tl_row80 + (int64_t)(tl_o35 + tl_c33 + 8);
-    const bool tl_lo93 = tl_rok81 && tl_cok50, tl_hi94 = tl_rok81 && tl_cok51;
-    const bool tl_both95 = tl_lo93 && tl_hi94 && (((uint64_t)tl_a92) & 3) == 0;
-    tl_st_global_if_pair(tl_a92, (uint32_t)r[20] | ((uint32_t)r[21] << 16), tl_both95, tl_lo93 && !tl_both95, tl_hi94 && !tl_both95);
-    uint16_t* const tl_a96 = tl_row86 + (int64_t)(tl_o35 + tl_c33 + 8);
-    const bool tl_lo97 = tl_rok87 && tl_cok50, tl_hi98 = tl_rok87 && tl_cok51;
-    const bool tl_both99 = tl_lo97 && tl_hi98 && (((uint64_t)tl_a96) & 3) == 0;
-    tl_st_global_if_pair(tl_a96, (uint32_t)r[22] | ((uint32_t)r[23] << 16), tl_both99, tl_lo97 && !tl_both99, tl_hi98 && !tl_both99);
-    uint16_t* const tl_a100 = tl_row80 + (int64_t)(tl_o35 + tl_c33 + 16);
-    const bool tl_lo101 = tl_rok81 && tl_cok60, tl_hi102 = tl_rok81 && tl_cok61;
+    tl_st_global_if_pair(tl_a82, (uint32_t)r[24] | ((uint32_t)r[25] << 16), tl_both85, tl_lo83 && !tl_both85, tl_hi84 && !tl_both85);
+    uint16_t* const tl_a86 = tl_row68 + (int64_t)(tl_o17 + tl_c15 + 16);
+    const bool tl_lo87 = tl_rok69 && tl_cok42, tl_hi88 = tl_rok69 && tl_cok43;
+    const bool tl_both89 = tl_lo87 && tl_hi88 && (((uint64_t)tl_a86) & 3) == 0;
+    tl_st_global_if_pair(tl_a86, (uint32_t)r[26] | ((uint32_t)r[27] << 16), tl_both89, tl_lo87 && !tl_both89, tl_hi88 && !tl_both89);
+    uint16_t* const tl_a90 = tl_row62 + (int64_t)(tl_o17 + tl_c15 + 24);
+    const bool tl_lo91 = tl_rok63 && tl_cok52, tl_hi92 = tl_rok63 && tl_cok53;
+    const bool tl_both93 = tl_lo91 && tl_hi92 && (((uint64_t)tl_a90) & 3) == 0;
+    tl_st_global_if_pair(tl_a90, (uint32_t)r[28] | ((uint32_t)r[29] << 16), tl_both93, tl_lo91 && !tl_both93, tl_hi92 && !tl_both93);
+    uint16_t* const tl_a94 = tl_row68 + (int64_t)(tl_o17 + tl_c15 + 24);
+    const bool tl_lo95 = tl_rok69 && tl_cok52, tl_hi96 = tl_rok69 && tl_cok53;
+    const bool tl_both97 = tl_lo95 && tl_hi96 && (((uint64_t)tl_a94) & 3) == 0;
+    tl_st_global_if_pair(tl_a94, (uint32_t)r[30] | ((uint32_t)r[31] << 16), tl_both97, tl_lo95 && !tl_both97, tl_hi96 && !tl_both97);
+    uint16_t* const tl_row98 = gc + (int64_t)(tl_o16 + tl_c14 + 32) * (int64_t)(4096);
+    const bool tl_rok99 = (uint32_t)(tl_o16 + tl_c14 + 32) < (uint32_t)(m_size);
+    uint16_t* const tl_a100 = tl_row98 + (int64_t)(tl_o17 + tl_c15);
+    const bool tl_lo101 = tl_rok99 && tl_cok20, tl_hi102 = tl_rok99 && tl_cok21;
     const bool tl_both103 = tl_lo101 && tl_hi102 && (((uint64_t)tl_a100) & 3) == 0;
-    tl_st_global_if_pair(tl_a100, (uint32_t)r[24] | ((uint32_t)r[25] << 16), tl_both103, tl_lo101 && !tl_both103, tl_hi102 && !tl_both103);
-    uint16_t* const tl_a104 = tl_row86 + (int64_t)(tl_o35 + tl_c33 + 16);
-    const bool tl_lo105 = tl_rok87 && tl_cok60, tl_hi106 = tl_rok87 && tl_cok61;
-    const bool tl_both107 = tl_lo105 && tl_hi106 && (((uint64_t)tl_a104) & 3) == 0;
-    tl_st_global_if_pair(tl_a104, (uint32_t)r[26] | ((uint32_t)r[27] << 16), tl_both107, tl_lo105 && !tl_both107, tl_hi106 && !tl_both107);
-    uint16_t* const tl_a108 = tl_row80 + (int64_t)(tl_o35 + tl_c33 + 24);
-    const bool tl_lo109 = tl_rok81 && tl_cok70, tl_hi110 = tl_rok81 && tl_cok71;
-    const bool tl_both111 = tl_lo109 && tl_hi110 && (((uint64_t)tl_a108) & 3) == 0;
-    tl_st_global_if_pair(tl_a108, (uint32_t)r[28] | ((uint32_t)r[29] << 16), tl_both111, tl_lo109 && !tl_both111, tl_hi110 && !tl_both111);
-    uint16_t* const tl_a112 = tl_row86 + (int64_t)(tl_o35 + tl_c33 + 24);
-    const bool tl_lo113 = tl_rok87 && tl_cok70, tl_hi114 = tl_rok87 && tl_cok71;
-    const bool tl_both115 = tl_lo113 && tl_hi114 && (((uint64_t)tl_a112) & 3) == 0;
-    tl_st_global_if_pair(tl_a112, (uint32_t)r[30] | ((uint32_t)r[31] << 16), tl_both115, tl_lo113 && !tl_both115, tl_hi114 && !tl_both115);
-    uint16_t* const tl_row116 = gc + (int64_t)(tl_o34 + tl_c32 + 32) * (int64_t)(4096);
-    const bool tl_rok117 = (uint32_t)(tl_o34 + tl_c32 + 32) < (uint32_t)(m_size);
-    uint16_t* const tl_a118 = tl_row116 + (int64_t)(tl_o35 + tl_c33);
-    const bool tl_lo119 = tl_rok117 && tl_cok38, tl_hi120 = tl_rok117 && tl_cok39;
+    tl_st_global_if_pair(tl_a100, (uint32_t)r[32] | ((uint32_t)r[33] << 16), tl_both103, tl_lo101 && !tl_both103, tl_hi102 && !tl_both103);
+    uint16_t* const tl_row104 = gc + (int64_t)(tl_o16 + tl_c14 + 40) * (int64_t)(4096);
+    const bool tl_rok105 = (uint32_t)(tl_o16 + tl_c14 + 40) < (uint32_t)(m_size);
+    uint16_t* const tl_a106 = tl_row104 + (int64_t)(tl_o17 + tl_c15);
+    const bool tl_lo107 = tl_rok105 && tl_cok20, tl_hi108 = tl_rok105 && tl_cok21;
+    const bool tl_both109 = tl_lo107 && tl_hi108 && (((uint64_t)tl_a106) & 3) == 0;
+    tl_st_global_if_pair(tl_a106, (uint32_t)r[34] | ((uint32_t)r[35] << 16), tl_both109, tl_lo107 && !tl_both109, tl_hi108 && !tl_both109);
+    uint16_t* const tl_a110 = tl_row98 + (int64_t)(tl_o17 + tl_c15 + 8);
+    const bool tl_lo111 = tl_rok99 && tl_cok32, tl_hi112 = tl_rok99 && tl_cok33;
+    const bool tl_both113 = tl_lo111 && tl_hi112 && (((uint64_t)tl_a110) & 3) == 0;
+    tl_st_global_if_pair(tl_a110, (uint32_t)r[36] | ((uint32_t)r[37] << 16), tl_both113, tl_lo111 && !tl_both113, tl_hi112 && !tl_both113);
+    uint16_t* const tl_a114 = tl_row104 + (int64_t)(tl_o17 + tl_c15 + 8);
+    const bool tl_lo115 = tl_rok105 && tl_cok32, tl_hi116 = tl_rok105 && tl_cok33;
+    const bool tl_both117 = tl_lo115 && tl_hi116 && (((uint64_t)tl_a114) & 3) == 0;
+    tl_st_global_if_pair(tl_a114, (uint32_t)r[38] | ((uint32_t)r[39] << 16), tl_both117, tl_lo115 && !tl_both117, tl_hi116 && !tl_both117);
+    uint16_t* const tl_a118 = tl_row98 + (int64_t)(tl_o17 + tl_c15 + 16);
+    const bool tl_lo119 = tl_rok99 && tl_cok42, tl_hi120 = tl_rok99 && tl_cok43;
     const bool tl_both121 = tl_lo119 && tl_hi120 && (((uint64_t)tl_a118) & 3) == 0;
-    tl_st_global_if_pair(tl_a118, (uint32_t)r[32] | ((uint32_t)r[33] << 16), tl_both121, tl_lo119 && !tl_both121, tl_hi120 && !tl_both121);
-    uint16_t* const tl_row122 = gc + (int64_t)(tl_o34 + tl_c32 + 40) * (int64_t)(4096);
-    const bool tl_rok123 = (uint32_t)(tl_o34 + tl_c32 + 40) < (uint32_t)(m_size);
-    uint16_t* const tl_a124 = tl_row122 + (int64_t)(tl_o35 + tl_c33);
-    const bool tl_lo125 = tl_rok123 && tl_cok38, tl_hi126 = tl_rok123 && tl_cok39;
-    const bool tl_both127 = tl_lo125 && tl_hi126 && (((uint64_t)tl_a124) & 3) == 0;
-    tl_st_global_if_pair(tl_a124, (uint32_t)r[34] | ((uint32_t)r[35] << 16), tl_both127, tl_lo125 && !tl_both127, tl_hi126 && !tl_both127);
-    uint16_t* const tl_a128 = tl_row116 + (int64_t)(tl_o35 + tl_c33 + 8);
-    const bool tl_lo129 = tl_rok117 && tl_cok50, tl_hi130 = tl_rok117 && tl_cok51;
-    const bool tl_both131 = tl_lo129 && tl_hi130 && (((uint64_t)tl_a128) & 3) == 0;
-    tl_st_global_if_pair(tl_a128, (uint32_t)r[36] | ((uint32_t)r[37] << 16), tl_both131, tl_lo129 && !tl_both131, tl_hi130 && !tl_both131);
-    uint16_t* const tl_a132 = tl_row122 + (int64_t)(tl_o35 + tl_c33 + 8);
-    const bool tl_lo133 = tl_rok123 && tl_cok50, tl_hi134 = tl_rok123 && tl_cok51;
-    const bool tl_both135 = tl_lo133 && tl_hi134 && (((uint64_t)tl_a132) & 3) == 0;
-    tl_st_global_if_pair(tl_a132, (uint32_t)r[38] | ((uint32_t)r[39] << 16), tl_both135, tl_lo133 && !tl_both135, tl_hi134 && !tl_both135);
-    uint16_t* const tl_a136 = tl_row116 + (int64_t)(tl_o35 + tl_c33 + 16);
-    const bool tl_lo137 = tl_rok117 && tl_cok60, tl_hi138 = tl_rok117 && tl_cok61;
+    tl_st_global_if_pair(tl_a118, (uint32_t)r[40] | ((uint32_t)r[41] << 16), tl_both121, tl_lo119 && !tl_both121, tl_hi120 && !tl_both121);
+    uint16_t* const tl_a122 = tl_row104 + (int64_t)(tl_o17 + tl_c15 + 16);
+    const bool tl_lo123 = tl_rok105 && tl_cok42, tl_hi124 = tl_rok105 && tl_cok43;
+    const bool tl_both125 = tl_lo123 && tl_hi124 && (((uint64_t)tl_a122) & 3) == 0;
+    tl_st_global_if_pair(tl_a122, (uint32_t)r[42] | ((uint32_t)r[43] << 16), tl_both125, tl_lo123 && !tl_both125, tl_hi124 && !tl_both125);
+    uint16_t* const tl_a126 = tl_row98 + (int64_t)(tl_o17 + tl_c15 + 24);
+    const bool tl_lo127 = tl_rok99 && tl_cok52, tl_hi128 = tl_rok99 && tl_cok53;
+    const bool tl_both129 = tl_lo127 && tl_hi128 && (((uint64_t)tl_a126) & 3) == 0;
+    tl_st_global_if_pair(tl_a126, (uint32_t)r[44] | ((uint32_t)r[45] << 16), tl_both129, tl_lo127 && !tl_both129, tl_hi128 && !tl_both129);
+    uint16_t* const tl_a130 = tl_row104 + (int64_t)(tl_o17 + tl_c15 + 24);
+    const bool tl_lo131 = tl_rok105 && tl_cok52, tl_hi132 = tl_rok105 && tl_cok53;
+    const bool tl_both133 = tl_lo131 && tl_hi132 && (((uint64_t)tl_a130) & 3) == 0;
+    tl_st_global_if_pair(tl_a130, (uint32_t)r[46] | ((uint32_t)r[47] << 16), tl_both133, tl_lo131 && !tl_both133, tl_hi132 && !tl_both133);
+    uint16_t* const tl_row134 = gc + (int64_t)(tl_o16 + tl_c14 + 48) * (int64_t)(4096);
+    const bool tl_rok135 = (uint32_t)(tl_o16 + tl_c14 + 48) < (uint32_t)(m_size);
+    uint16_t* const tl_a136 = tl_row134 + (int64_t)(tl_o17 + tl_c15);
+    const bool tl_lo137 = tl_rok135 && tl_cok20, tl_hi138 = tl_rok135 && tl_cok21;
     const bool tl_both139 = tl_lo137 && tl_hi138 && (((uint64_t)tl_a136) & 3) == 0;
-    tl_st_global_if_pair(tl_a136, (uint32_t)r[40] | ((uint32_t)r[41] << 16), tl_both139, tl_lo137 && !tl_both139, tl_hi138 && !tl_both139);
-    uint16_t* const tl_a140 = tl_row122 + (int64_t)(tl_o35 + tl_c33 + 16);
-    const bool tl_lo141 = tl_rok123 && tl_cok60, tl_hi142 = tl_rok123 && tl_cok61;
-    const bool tl_both143 = tl_lo141 && tl_hi142 && (((uint64_t)tl_a140) & 3) == 0;
-    tl_st_global_if_pair(tl_a140, (uint32_t)r[42] | ((uint32_t)r[43] << 16), tl_both143, tl_lo141 && !tl_both143, tl_hi142 && !tl_both143);
-    uint16_t* const tl_a144 = tl_row116 + (int64_t)(tl_o35 + tl_c33 + 24);
-    const bool tl_lo145 = tl_rok117 && tl_cok70, tl_hi146 = tl_rok117 && tl_cok71;
-    const bool tl_both147 = tl_lo145 && tl_hi146 && (((uint64_t)tl_a144) & 3) == 0;
-    tl_st_global_if_pair(tl_a144, (uint32_t)r[44] | ((uint32_t)r[45] << 16), tl_both147, tl_lo145 && !tl_both147, tl_hi146 && !tl_both147);
-    uint16_t* const tl_a148 = tl_row122 + (int64_t)(tl_o35 + tl_c33 + 24);
-    const bool tl_lo149 = tl_rok123 && tl_cok70, tl_hi150 = tl_rok123 && tl_cok71;
-    const bool tl_both151 = tl_lo149 && tl_hi150 && (((uint64_t)tl_a148) & 3) == 0;
-    tl_st_global_if_pair(tl_a148, (uint32_t)r[46] | ((uint32_t)r[47] << 16), tl_both151, tl_lo149 && !tl_both151, tl_hi150 && !tl_both151);
-    uint16_t* const tl_row152 = gc + (int64_t)(tl_o34 + tl_c32 + 48) * (int64_t)(4096);
-    const bool tl_rok153 = (uint32_t)(tl_o34 + tl_c32 + 48) < (uint32_t)(m_size);
-    uint16_t* const tl_a154 = tl_row152 + (int64_t)(tl_o35 + tl_c33);
-    const bool tl_lo155 = tl_rok153 && tl_cok38, tl_hi156 = tl_rok153 && tl_cok39;
+    tl_st_global_if_pair(tl_a136, (uint32_t)r[48] | ((uint32_t)r[49] << 16), tl_both139, tl_lo137 && !tl_both139, tl_hi138 && !tl_both139);
+    uint16_t* const tl_row140 = gc + (int64_t)(tl_o16 + tl_c14 + 56) * (int64_t)(4096);
+    const bool tl_rok141 = (uint32_t)(tl_o16 + tl_c14 + 56) < (uint32_t)(m_size);
+    uint16_t* const tl_a142 = tl_row140 + (int64_t)(tl_o17 + tl_c15);
+    const bool tl_lo143 = tl_rok141 && tl_cok20, tl_hi144 = tl_rok141 && tl_cok21;
+    const bool tl_both145 = tl_lo143 && tl_hi144 && (((uint64_t)tl_a142) & 3) == 0;
+    tl_st_global_if_pair(tl_a142, (uint32_t)r[50] | ((uint32_t)r[51] << 16), tl_both145, tl_lo143 && !tl_both145, tl_hi144 && !tl_both145);
+    uint16_t* const tl_a146 = tl_row134 + (int64_t)(tl_o17 + tl_c15 + 8);
+    const bool tl_lo147 = tl_rok135 && tl_cok32, tl_hi148 = tl_rok135 && tl_cok33;
+    const bool tl_both149 = tl_lo147 && tl_hi148 && (((uint64_t)tl_a146) & 3) == 0;
+    tl_st_global_if_pair(tl_a146, (uint32_t)r[52] | ((uint32_t)r[53] << 16), tl_both149, tl_lo147 && !tl_both149, tl_hi148 && !tl_both149);
+    uint16_t* const tl_a150 = tl_row140 + (int64_t)(tl_o17 + tl_c15 + 8);
+    const bool tl_lo151 = tl_rok141 && tl_cok32, tl_hi152 = tl_rok141 && tl_cok33;
+    const bool tl_both153 = tl_lo151 && tl_hi152 && (((uint64_t)tl_a150) & 3) == 0;
+    tl_st_global_if_pair(tl_a150, (uint32_t)r[54] | ((uint32_t)r[55] << 16), tl_both153, tl_lo151 && !tl_both153, tl_hi152 && !tl_both153);
+    uint16_t* const tl_a154 = tl_row134 + (int64_t)(tl_o17 + tl_c15 + 16);
+    const bool tl_lo155 = tl_rok135 && tl_cok42, tl_hi156 = tl_rok135 && tl_cok43;
     const bool tl_both157 = tl_lo155 && tl_hi156 && (((uint64_t)tl_a154) & 3) == 0;
-    tl_st_global_if_pair(tl_a154, (uint32_t)r[48] | ((uint32_t)r[49] << 16), tl_both157, tl_lo155 && !tl_both157, tl_hi156 && !tl_both157);
-    uint16_t* const tl_row158 = gc + (int64_t)(tl_o34 + tl_c32 + 56) * (int64_t)(4096);
-    const bool tl_rok159 = (uint32_t)(tl_o34 + tl_c32 + 56) < (uint32_t)(m_size);
-    uint16_t* const tl_a160 = tl_row158 + (int64_t)(tl_o35 + tl_c33);
-    const bool tl_lo161 = tl_rok159 && tl_cok38, tl_hi162 = tl_rok159 && tl_cok39;
-    const bool tl_both163 = tl_lo161 && tl_hi162 && (((uint64_t)tl_a160) & 3) == 0;
-    tl_st_global_if_pair(tl_a160, (uint32_t)r[50] | ((uint32_t)r[51] << 16), tl_both163, tl_lo161 && !tl_both163, tl_hi162 && !tl_both163);
-    uint16_t* const tl_a164 = tl_row152 + (int64_t)(tl_o35 + tl_c33 + 8);
-    const bool tl_lo165 = tl_rok153 && tl_cok50, tl_hi166 = tl_rok153 && tl_cok51;
-    const bool tl_both167 = tl_lo165 && tl_hi166 && (((uint64_t)tl_a164) & 3) == 0;
-    tl_st_global_if_pair(tl_a164, (uint32_t)r[52] | ((uint32_t)r[53] << 16), tl_both167, tl_lo165 && !tl_both167, tl_hi166 && !tl_both167);
-    uint16_t* const tl_a168 = tl_row158 + (int64_t)(tl_o35 + tl_c33 + 8);
-    const bool tl_lo169 = tl_rok159 && tl_cok50, tl_hi170 = tl_rok159 && tl_cok51;
-    const bool tl_both171 = tl_lo169 && tl_hi170 && (((uint64_t)tl_a168) & 3) == 0;
-    tl_st_global_if_pair(tl_a168, (uint32_t)r[54] | ((uint32_t)r[55] << 16), tl_both171, tl_lo169 && !tl_both171, tl_hi170 && !tl_both171);
-    uint16_t* const tl_a172 = tl_row152 + (int64_t)(tl_o35 + tl_c33 + 16);
-    const bool tl_lo173 = tl_rok153 && tl_cok60, tl_hi174 = tl_rok153 && tl_cok61;
-    const bool tl_both175 = tl_lo173 && tl_hi174 && (((uint64_t)tl_a172) & 3) == 0;
-    tl_st_global_if_pair(tl_a172, (uint32_t)r[56] | ((uint32_t)r[57] << 16), tl_both175, tl_lo173 && !tl_both175, tl_hi174 && !tl_both175);
-    uint16_t* const tl_a176 = tl_row158 + (int64_t)(tl_o35 + tl_c33 + 16);
-    const bool tl_lo177 = tl_rok159 && tl_cok60, tl_hi178 = tl_rok159 && tl_cok61;
-    const bool tl_both179 = tl_lo177 && tl_hi178 && (((uint64_t)tl_a176) & 3) == 0;
-    tl_st_global_if_pair(tl_a176, (uint32_t)r[58] | ((uint32_t)r[59] << 16), tl_both179, tl_lo177 && !tl_both179, tl_hi178 && !tl_both179);
-    uint16_t* const tl_a180 = tl_row152 + (int64_t)(tl_o35 + tl_c33 + 24);
-    const bool tl_lo181 = tl_rok153 && tl_cok70, tl_hi182 = tl_rok153 && tl_cok71;
-    const bool tl_both183 = tl_lo181 && tl_hi182 && (((uint64_t)tl_a180) & 3) == 0;
-    tl_st_global_if_pair(tl_a180, (uint32_t)r[60] | ((uint32_t)r[61] << 16), tl_both183, tl_lo181 && !tl_both183, tl_hi182 && !tl_both183);
-    uint16_t* const tl_a184 = tl_row158 + (int64_t)(tl_o35 + tl_c33 + 24);
-    const bool tl_lo185 = tl_rok159 && tl_cok70, tl_hi186 = tl_rok159 && tl_cok71;
-    const bool tl_both187 = tl_lo185 && tl_hi186 && (((uint64_t)tl_a184) & 3) == 0;
-    tl_st_global_if_pair(tl_a184, (uint32_t)r[62] | ((uint32_t)r[63] << 16), tl_both187, tl_lo185 && !tl_both187, tl_hi186 && !tl_both187);
+    tl_st_global_if_pair(tl_a154, (uint32_t)r[56] | ((uint32_t)r[57] << 16), tl_both157, tl_lo155 && !tl_both157, tl_hi156 && !tl_both157);
+    uint16_t* const tl_a158 = tl_row140 + (int64_t)(tl_o17 + tl_c15 + 16);
+    const bool tl_lo159 = tl_rok141 && tl_cok42, tl_hi160 = tl_rok141 && tl_cok43;
+    const bool tl_both161 = tl_lo159 && tl_hi160 && (((uint64_t)tl_a158) & 3) == 0;
+    tl_st_global_if_pair(tl_a158, (uint32_t)r[58] | ((uint32_t)r[59] << 16), tl_both161, tl_lo159 && !tl_both161, tl_hi160 && !tl_both161);
+    uint16_t* const tl_a162 = tl_row134 + (int64_t)(tl_o17 + tl_c15 + 24);
+    const bool tl_lo163 = tl_rok135 && tl_cok52, tl_hi164 = tl_rok135 && tl_cok53;
+    const bool tl_both165 = tl_lo163 && tl_hi164 && (((uint64_t)tl_a162) & 3) == 0;
+    tl_st_global_if_pair(tl_a162, (uint32_t)r[60] | ((uint32_t)r[61] << 16), tl_both165, tl_lo163 && !tl_both165, tl_hi164 && !tl_both165);
+    uint16_t* const tl_a166 = tl_row140 + (int64_t)(tl_o17 + tl_c15 + 24);
+    const bool tl_lo167 = tl_rok141 && tl_cok52, tl_hi168 = tl_rok141 && tl_cok53;
+    const bool tl_both169 = tl_lo167 && tl_hi168 && (((uint64_t)tl_a166) & 3) == 0;
+    tl_st_global_if_pair(tl_a166, (uint32_t)r[62] | ((uint32_t)r[63] << 16), tl_both169, tl_lo167 && !tl_both169, tl_hi168 && !tl_both169);
   }
 }
 // ======== config 2/6: {'block_k': 16, 'block_m': 128, 'block_n': 128} ========
@@ -611,6 +631,10 @@ __device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uin
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
 }
 // ---- tilus prelude: sync ----
 
@@ -697,79 +721,99 @@ tl_MatmulTMA(
     // %a [128, 16]: mma_a layout, 32 per thread, over threads [0, 128)
     uint16_t a[32];
     {
-      const int tl_c3 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 64) * 64;
-      const int tl_c4 = ((int)threadIdx.x % 4) * 2;
-      const uint32_t tl_w5 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3) * 32 + (tl_c4) * 2)));
-      a[0] = (uint16_t)(tl_w5 & 0xffffu); a[1] = (uint16_t)(tl_w5 >> 16);
-      const uint32_t tl_w6 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 8) * 32 + (tl_c4) * 2)));
-      a[2] = (uint16_t)(tl_w6 & 0xffffu); a[3] = (uint16_t)(tl_w6 >> 16);
-      const uint32_t tl_w7 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3) * 32 + (tl_c4 + 8) * 2)));
-      a[4] = (uint16_t)(tl_w7 & 0xffffu); a[5] = (uint16_t)(tl_w7 >> 16);
-      const uint32_t tl_w8 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 8) * 32 + (tl_c4 + 8) * 2)));
-      a[6] = (uint16_t)(tl_w8 & 0xffffu); a[7] = (uint16_t)(tl_w8 >> 16);
-      const uint32_t tl_w9 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 16) * 32 + (tl_c4) * 2)));
-      a[8] = (uint16_t)(tl_w9 & 0xffffu); a[9] = (uint16_t)(tl_w9 >> 16);
-      const uint32_t tl_w10 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 24) * 32 + (tl_c4) * 2)));
-      a[10] = (uint16_t)(tl_w10 & 0xffffu); a[11] = (uint16_t)(tl_w10 >> 16);
-      const uint32_t tl_w11 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 16) * 32 + (tl_c4 + 8) * 2)));
-      a[12] = (uint16_t)(tl_w11 & 0xffffu); a[13] = (uint16_t)(tl_w11 >> 16);
-      const uint32_t tl_w12 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 24) * 32 + (tl_c4 + 8) * 2)));
-      a[14] = (uint16_t)(tl_w12 & 0xffffu); a[15] = (uint16_t)(tl_w12 >> 16);
-      const uint32_t tl_w13 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 32) * 32 + (tl_c4) * 2)));
-      a[16] = (uint16_t)(tl_w13 & 0xffffu); a[17] = (uint16_t)(tl_w13 >> 16);
-      const uint32_t tl_w14 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 40) * 32 + (tl_c4) * 2)));
-      a[18] = (uint16_t)(tl_w14 & 0xffffu); a[19] = (uint16_t)(tl_w14 >> 16);
-      const uint32_t tl_w15 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 32) * 32 + (tl_c4 + 8) * 2)));
-      a[20] = (uint16_t)(tl_w15 & 0xffffu); a[21] = (uint16_t)(tl_w15 >> 16);
-      const uint32_t tl_w16 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 40) * 32 + (tl_c4 + 8) * 2)));
-      a[22] = (uint16_t)(tl_w16 & 0xffffu); a[23] = (uint16_t)(tl_w16 >> 16);
-      const uint32_t tl_w17 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 48) * 32 + (tl_c4) * 2)));
-      a[24] = (uint16_t)(tl_w17 & 0xffffu); a[25] = (uint16_t)(tl_w17 >> 16);
-      const uint32_t tl_w18 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 56) * 32 + (tl_c4) * 2)));
-      a[26] = (uint16_t)(tl_w18 & 0xffffu); a[27] = (uint16_t)(tl_w18 >> 16);
-      const uint32_t tl_w19 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 48) * 32 + (tl_c4 + 8) * 2)));
-      a[28] = (uint16_t)(tl_w19 & 0xffffu); a[29] = (uint16_t)(tl_w19 >> 16);
-      const uint32_t tl_w20 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(0u + (tl_c3 + 56) * 32 + (tl_c4 + 8) * 2)));
-      a[30] = (uint16_t)(tl_w20 & 0xffffu); a[31] = (uint16_t)(tl_w20 >> 16);
+      const int tl_lr = (int)threadIdx.x & 7, tl_lj = ((int)threadIdx.x >> 3) & 3;
+      const int tl_lt = ((int)threadIdx.x & ~31) | (tl_lr << 2);
+      const int tl_c3 = ((tl_lt / 4) % 8) + (tl_lt / 64) * 64;
+      const int tl_c4 = (tl_lt % 4) * 2;
+      uint32_t tl_lm5[4];
+      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[0] = (uint16_t)((tl_lm5[0] >> 0) & 0xffffu);
+      a[1] = (uint16_t)((tl_lm5[0] >> 16) & 0xffffu);
+      a[2] = (uint16_t)((tl_lm5[1] >> 0) & 0xffffu);
+      a[3] = (uint16_t)((tl_lm5[1] >> 16) & 0xffffu);
+      a[4] = (uint16_t)((tl_lm5[2] >> 0) & 0xffffu);
+      a[5] = (uint16_t)((tl_lm5[2] >> 16) & 0xffffu);
+      a[6] = (uint16_t)((tl_lm5[3] >> 0) & 0xffffu);
+      a[7] = (uint16_t)((tl_lm5[3] >> 16) & 0xffffu);
+      uint32_t tl_lm6[4];
+      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[8] = (uint16_t)((tl_lm6[0] >> 0) & 0xffffu);
+      a[9] = (uint16_t)((tl_lm6[0] >> 16) & 0xffffu);
+      a[10] = (uint16_t)((tl_lm6[1] >> 0) & 0xffffu);
+      a[11] = (uint16_t)((tl_lm6[1] >> 16) & 0xffffu);
+      a[12] = (uint16_t)((tl_lm6[2] >> 0) & 0xffffu);
+      a[13] = (uint16_t)((tl_lm6[2] >> 16) & 0xffffu);
+      a[14] = (uint16_t)((tl_lm6[3] >> 0) & 0xffffu);
+      a[15] = (uint16_t)((tl_lm6[3] >> 16) & 0xffffu);
+      uint32_t tl_lm7[4];
+      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[16] = (uint16_t)((tl_lm7[0] >> 0) & 0xffffu);
+      a[17] = (uint16_t)((tl_lm7[0] >> 16) & 0xffffu);
+      a[18] = (uint16_t)((tl_lm7[1] >> 0) & 0xffffu);
+      a[19] = (uint16_t)((tl_lm7[1] >> 16) & 0xffffu);
+      a[20] = (uint16_t)((tl_lm7[2] >> 0) & 0xffffu);
+      a[21] = (uint16_t)((tl_lm7[2] >> 16) & 0xffffu);
+      a[22] = (uint16_t)((tl_lm7[3] >> 0) & 0xffffu);
+      a[23] = (uint16_t)((tl_lm7[3] >> 16) & 0xffffu);
+      uint32_t tl_lm8[4];
+      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[24] = (uint16_t)((tl_lm8[0] >> 0) & 0xffffu);
+      a[25] = (uint16_t)((tl_lm8[0] >> 16) & 0xffffu);
+      a[26] = (uint16_t)((tl_lm8[1] >> 0) & 0xffffu);
+      a[27] = (uint16_t)((tl_lm8[1] >> 16) & 0xffffu);
+      a[28] = (uint16_t)((tl_lm8[2] >> 0) & 0xffffu);
+      a[29] = (uint16_t)((tl_lm8[2] >> 16) & 0xffffu);
+      a[30] = (uint16_t)((tl_lm8[3] >> 0) & 0xffffu);
+      a[31] = (uint16_t)((tl_lm8[3] >> 16) & 0xffffu);
     }
     // matmul_v0.py:79  b = self.load_shared(sb)
     // %b [128, 16]: mma_b layout, 32 per thread, over threads [0, 128)
     uint16_t b[32];
     {
-      const int tl_c21 = (((int)threadIdx.x / 4) % 8) + (((int)threadIdx.x / 32) % 2) * 64;
-      const int tl_c22 = ((int)threadIdx.x % 4) * 2;
-      const uint32_t tl_w23 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21) * 32 + (tl_c22) * 2)));
-      b[0] = (uint16_t)(tl_w23 & 0xffffu); b[1] = (uint16_t)(tl_w23 >> 16);
-      const uint32_t tl_w24 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21) * 32 + (tl_c22 + 8) * 2)));
-      b[2] = (uint16_t)(tl_w24 & 0xffffu); b[3] = (uint16_t)(tl_w24 >> 16);
-      const uint32_t tl_w25 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 8) * 32 + (tl_c22) * 2)));
-      b[4] = (uint16_t)(tl_w25 & 0xffffu); b[5] = (uint16_t)(tl_w25 >> 16);
-      const uint32_t tl_w26 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 8) * 32 + (tl_c22 + 8) * 2)));
-      b[6] = (uint16_t)(tl_w26 & 0xffffu); b[7] = (uint16_t)(tl_w26 >> 16);
-      const uint32_t tl_w27 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 16) * 32 + (tl_c22) * 2)));
-      b[8] = (uint16_t)(tl_w27 & 0xffffu); b[9] = (uint16_t)(tl_w27 >> 16);
-      const uint32_t tl_w28 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 16) * 32 + (tl_c22 + 8) * 2)));
-      b[10] = (uint16_t)(tl_w28 & 0xffffu); b[11] = (uint16_t)(tl_w28 >> 16);
-      const uint32_t tl_w29 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 24) * 32 + (tl_c22) * 2)));
-      b[12] = (uint16_t)(tl_w29 & 0xffffu); b[13] = (uint16_t)(tl_w29 >> 16);
-      const uint32_t tl_w30 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 24) * 32 + (tl_c22 + 8) * 2)));
-      b[14] = (uint16_t)(tl_w30 & 0xffffu); b[15] = (uint16_t)(tl_w30 >> 16);
-      const uint32_t tl_w31 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 32) * 32 + (tl_c22) * 2)));
-      b[16] = (uint16_t)(tl_w31 & 0xffffu); b[17] = (uint16_t)(tl_w31 >> 16);
-      const uint32_t tl_w32 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 32) * 32 + (tl_c22 + 8) * 2)));
-      b[18] = (uint16_t)(tl_w32 & 0xffffu); b[19] = (uint16_t)(tl_w32 >> 16);
-      const uint32_t tl_w33 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 40) * 32 + (tl_c22) * 2)));
-      b[20] = (uint16_t)(tl_w33 & 0xffffu); b[21] = (uint16_t)(tl_w33 >> 16);
-      const uint32_t tl_w34 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 40) * 32 + (tl_c22 + 8) * 2)));
-      b[22] = (uint16_t)(tl_w34 & 0xffffu); b[23] = (uint16_t)(tl_w34 >> 16);
-      const uint32_t tl_w35 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 48) * 32 + (tl_c22) * 2)));
-      b[24] = (uint16_t)(tl_w35 & 0xffffu); b[25] = (uint16_t)(tl_w35 >> 16);
-      const uint32_t tl_w36 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 48) * 32 + (tl_c22 + 8) * 2)));
-      b[26] = (uint16_t)(tl_w36 & 0xffffu); b[27] = (uint16_t)(tl_w36 >> 16);
-      const uint32_t tl_w37 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 56) * 32 + (tl_c22) * 2)));
-      b[28] = (uint16_t)(tl_w37 & 0xffffu); b[29] = (uint16_t)(tl_w37 >> 16);
-      const uint32_t tl_w38 = *((const uint32_t*)(tl_smem_ptr + tl_swz<32>(4096u + (tl_c21 + 56) * 32 + (tl_c22 + 8) * 2)));
-      b[30] = (uint16_t)(tl_w38 & 0xffffu); b[31] = (uint16_t)(tl_w38 >> 16);
+      const int tl_lr = (int)threadIdx.x & 7, tl_lj = ((int)threadIdx.x >> 3) & 3;
+      const int tl_lt = ((int)threadIdx.x & ~31) | (tl_lr << 2);
+      const int tl_c9 = ((tl_lt / 4) % 8) + ((tl_lt / 32) % 2) * 64;
+      const int tl_c10 = (tl_lt % 4) * 2;
+      uint32_t tl_lm11[4];
+      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<32>(4096u + (tl_c9 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
+      b[0] = (uint16_t)((tl_lm11[0] >> 0) & 0xffffu);
+      b[1] = (uint16_t)((tl_lm11[0] >> 16) & 0xffffu);
+      b[2] = (uint16_t)((tl_lm11[1] >> 0) & 0xffffu);
+      b[3] = (uint16_t)((tl_lm11[1] >> 16) & 0xffffu);
+      b[4] = (uint16_t)((tl_lm11[2] >> 0) & 0xffffu);
+      b[5] = (uint16_t)((tl_lm11[2] >> 16) & 0xffffu);
+      b[6] = (uint16_t)((tl_lm11[3] >> 0) & 0xffffu);
+      b[7] = (uint16_t)((tl_lm11[3] >> 16) & 0xffffu);
+      uint32_t tl_lm12[4];
+      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<32>(4096u + (tl_c9 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
+      b[8] = (uint16_t)((tl_lm12[0] >> 0) & 0xffffu);
+      b[9] = (uint16_t)((tl_lm12[0] >> 16) & 0xffffu);
+      b[10] = (uint16_t)((tl_lm12[1] >> 0) & 0xffffu);
+      b[11] = (uint16_t)((tl_lm12[1] >> 16) & 0xffffu);
+      b[12] = (uint16_t)((tl_lm12[2] >> 0) & 0xffffu);
+      b[13] = (uint16_t)((tl_lm12[2] >> 16) & 0xffffu);
+      b[14] = (uint16_t)((tl_lm12[3] >> 0) & 0xffffu);
+      b[15] = (uint16_t)((tl_lm12[3] >> 16) & 0xffffu);
+      uint32_t tl_lm13[4];
+      tl_ldmatrix_x4(tl_lm13, tl_smem + tl_swz<32>(4096u + (tl_c9 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
+      b[16] = (uint16_t)((tl_lm13[0] >> 0) & 0xffffu);
+      b[17] = (uint16_t)((tl_lm13[0] >> 16) & 0xffffu);
+      b[18] = (uint16_t)((tl_lm13[1] >> 0) & 0xffffu);
+      b[19] = (uint16_t)((tl_lm13[1] >> 16) & 0xffffu);
+      b[20] = (uint16_t)((tl_lm13[2] >> 0) & 0xffffu);
+      b[21] = (uint16_t)((tl_lm13[2] >> 16) & 0xffffu);
+      b[22] = (uint16_t)((tl_lm13[3] >> 0) & 0xffffu);
+      b[23] = (uint16_t)((tl_lm13[3] >> 16) & 0xffffu);
+      uint32_t tl_lm14[4];
+      tl_ldmatrix_x4(tl_lm14, tl_smem + tl_swz<32>(4096u + (tl_c9 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
+      b[24] = (uint16_t)((tl_lm14[0] >> 0) & 0xffffu);
+      b[25] = (uint16_t)((tl_lm14[0] >> 16) & 0xffffu);
+      b[26] = (uint16_t)((tl_lm14[1] >> 0) & 0xffffu);
+      b[27] = (uint16_t)((tl_lm14[1] >> 16) & 0xffffu);
+      b[28] = (uint16_t)((tl_lm14[2] >> 0) & 0xffffu);
+      b[29] = (uint16_t)((tl_lm14[2] >> 16) & 0xffffu);
+      b[30] = (uint16_t)((tl_lm14[3] >> 0) & 0xffffu);
+      b[31] = (uint16_t)((tl_lm14[3] >> 16) & 0xffffu);
     }
     // matmul_v0.py:80  self.dot(a, b.transpose(), acc, out=acc)
     // %b_t: the registers of b, dims (1, 0)
@@ -1088,6 +1132,4042 @@ tl_MatmulTMA(
       const uint32_t tl_fa0[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
       const uint32_t tl_fb0[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
       tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      acc[124] = tl_d[0];
+      acc[125] = tl_d[1];
+      acc[126] = tl_d[2];
+      acc[127] = tl_d[3];
+    }
+    // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
+    __syncthreads();
+    // matmul_v0.py:82  phase ^= 1
+    phase = (phase ^ 1u);
+  }
+  // matmul_v0.py:84  self.free_shared(sa)
+  // free_shared: nothing to do
+  // matmul_v0.py:85  self.free_shared(sb)
+  // free_shared: nothing to do
+  // matmul_v0.py:86  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+  uint16_t* const gc = (uint16_t*)(c_ptr);
+  // matmul_v0.py:87  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m, offset_n])
+  // %r [128, 128]: mma_c layout, 128 per thread, over threads [0, 128)
+  uint16_t r[128];
+#pragma unroll
+  for (int tl_i15 = 0; tl_i15 < 128; ++tl_i15) {
+    r[tl_i15] = tl_f2h((float)(acc[tl_i15]));
+  }
+  {
+    const int tl_c16 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 64) * 64;
+    const int tl_c17 = ((int)threadIdx.x % 4) * 2 + (((int)threadIdx.x / 32) % 2) * 64;
+    const int tl_o18 = offset_m;
+    const int tl_o19 = offset_n;
+    uint16_t* const tl_row20 = gc + (int64_t)(tl_o18 + tl_c16) * (int64_t)(4096);
+    const bool tl_rok21 = (uint32_t)(tl_o18 + tl_c16) < (uint32_t)(m_size);
+    const bool tl_cok22 = (uint32_t)(tl_o19 + tl_c17) < (uint32_t)(4096);
+    const bool tl_cok23 = (uint32_t)(tl_o19 + tl_c17) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a24 = tl_row20 + (int64_t)(tl_o19 + tl_c17);
+    const bool tl_lo25 = tl_rok21 && tl_cok22, tl_hi26 = tl_rok21 && tl_cok23;
+    const bool tl_both27 = tl_lo25 && tl_hi26 && (((uint64_t)tl_a24) & 3) == 0;
+    tl_st_global_if_pair(tl_a24, (uint32_t)r[0] | ((uint32_t)r[1] << 16), tl_both27, tl_lo25 && !tl_both27, tl_hi26 && !tl_both27);
+    uint16_t* const tl_row28 = gc + (int64_t)(tl_o18 + tl_c16 + 8) * (int64_t)(4096);
+    const bool tl_rok29 = (uint32_t)(tl_o18 + tl_c16 + 8) < (uint32_t)(m_size);
+    uint16_t* const tl_a30 = tl_row28 + (int64_t)(tl_o19 + tl_c17);
+    const bool tl_lo31 = tl_rok29 && tl_cok22, tl_hi32 = tl_rok29 && tl_cok23;
+    const bool tl_both33 = tl_lo31 && tl_hi32 && (((uint64_t)tl_a30) & 3) == 0;
+    tl_st_global_if_pair(tl_a30, (uint32_t)r[2] | ((uint32_t)r[3] << 16), tl_both33, tl_lo31 && !tl_both33, tl_hi32 && !tl_both33);
+    const bool tl_cok34 = (uint32_t)(tl_o19 + tl_c17 + 8) < (uint32_t)(4096);
+    const bool tl_cok35 = (uint32_t)(tl_o19 + tl_c17 + 8) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a36 = tl_row20 + (int64_t)(tl_o19 + tl_c17 + 8);
+    const bool tl_lo37 = tl_rok21 && tl_cok34, tl_hi38 = tl_rok21 && tl_cok35;
+    const bool tl_both39 = tl_lo37 && tl_hi38 && (((uint64_t)tl_a36) & 3) == 0;
+    tl_st_global_if_pair(tl_a36, (uint32_t)r[4] | ((uint32_t)r[5] << 16), tl_both39, tl_lo37 && !tl_both39, tl_hi38 && !tl_both39);
+    uint16_t* const tl_a40 = tl_row28 + (int64_t)(tl_o19 + tl_c17 + 8);
+    const bool tl_lo41 = tl_rok29 && tl_cok34, tl_hi42 = tl_rok29 && tl_cok35;
+    const bool tl_both43 = tl_lo41 && tl_hi42 && (((uint64_t)tl_a40) & 3) == 0;
+    tl_st_global_if_pair(tl_a40, (uint32_t)r[6] | ((uint32_t)r[7] << 16), tl_both43, tl_lo41 && !tl_both43, tl_hi42 && !tl_both43);
+    const bool tl_cok44 = (uint32_t)(tl_o19 + tl_c17 + 16) < (uint32_t)(4096);
+    const bool tl_cok45 = (uint32_t)(tl_o19 + tl_c17 + 16) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a46 = tl_row20 + (int64_t)(tl_o19 + tl_c17 + 16);
+    const bool tl_lo47 = tl_rok21 && tl_cok44, tl_hi48 = tl_rok21 && tl_cok45;
+    const bool tl_both49 = tl_lo47 && tl_hi48 && (((uint64_t)tl_a46) & 3) == 0;
+    tl_st_global_if_pair(tl_a46, (uint32_t)r[8] | ((uint32_t)r[9] << 16), tl_both49, tl_lo47 && !tl_both49, tl_hi48 && !tl_both49);
+    uint16_t* const tl_a50 = tl_row28 + (int64_t)(tl_o19 + tl_c17 + 16);
+    const bool tl_lo51 = tl_rok29 && tl_cok44, tl_hi52 = tl_rok29 && tl_cok45;
+    const bool tl_both53 = tl_lo51 && tl_hi52 && (((uint64_t)tl_a50) & 3) == 0;
+    tl_st_global_if_pair(tl_a50, (uint32_t)r[10] | ((uint32_t)r[11] << 16), tl_both53, tl_lo51 && !tl_both53, tl_hi52 && !tl_both53);
+    const bool tl_cok54 = (uint32_t)(tl_o19 + tl_c17 + 24) < (uint32_t)(4096);
+    const bool tl_cok55 = (uint32_t)(tl_o19 + tl_c17 + 24) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a56 = tl_row20 + (int64_t)(tl_o19 + tl_c17 + 24);
+    const bool tl_lo57 = tl_rok21 && tl_cok54, tl_hi58 = tl_rok21 && tl_cok55;
+    const bool tl_both59 = tl_lo57 && tl_hi58 && (((uint64_t)tl_a56) & 3) == 0;
+    tl_st_global_if_pair(tl_a56, (uint32_t)r[12] | ((uint32_t)r[13] << 16), tl_both59, tl_lo57 && !tl_both59, tl_hi58 && !tl_both59);
+    uint16_t* const tl_a60 = tl_row28 + (int64_t)(tl_o19 + tl_c17 + 24);
+    const bool tl_lo61 = tl_rok29 && tl_cok54, tl_hi62 = tl_rok29 && tl_cok55;
+    const bool tl_both63 = tl_lo61 && tl_hi62 && (((uint64_t)tl_a60) & 3) == 0;
+    tl_st_global_if_pair(tl_a60, (uint32_t)r[14] | ((uint32_t)r[15] << 16), tl_both63, tl_lo61 && !tl_both63, tl_hi62 && !tl_both63);
+    const bool tl_cok64 = (uint32_t)(tl_o19 + tl_c17 + 32) < (uint32_t)(4096);
+    const bool tl_cok65 = (uint32_t)(tl_o19 + tl_c17 + 32) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a66 = tl_row20 + (int64_t)(tl_o19 + tl_c17 + 32);
+    const bool tl_lo67 = tl_rok21 && tl_cok64, tl_hi68 = tl_rok21 && tl_cok65;
+    const bool tl_both69 = tl_lo67 && tl_hi68 && (((uint64_t)tl_a66) & 3) == 0;
+    tl_st_global_if_pair(tl_a66, (uint32_t)r[16] | ((uint32_t)r[17] << 16), tl_both69, tl_lo67 && !tl_both69, tl_hi68 && !tl_both69);
+    uint16_t* const tl_a70 = tl_row28 + (int64_t)(tl_o19 + tl_c17 + 32);
+    const bool tl_lo71 = tl_rok29 && tl_cok64, tl_hi72 = tl_rok29 && tl_cok65;
+    const bool tl_both73 = tl_lo71 && tl_hi72 && (((uint64_t)tl_a70) & 3) == 0;
+    tl_st_global_if_pair(tl_a70, (uint32_t)r[18] | ((uint32_t)r[19] << 16), tl_both73, tl_lo71 && !tl_both73, tl_hi72 && !tl_both73);
+    const bool tl_cok74 = (uint32_t)(tl_o19 + tl_c17 + 40) < (uint32_t)(4096);
+    const bool tl_cok75 = (uint32_t)(tl_o19 + tl_c17 + 40) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a76 = tl_row20 + (int64_t)(tl_o19 + tl_c17 + 40);
+    const bool tl_lo77 = tl_rok21 && tl_cok74, tl_hi78 = tl_rok21 && tl_cok75;
+    const bool tl_both79 = tl_lo77 && tl_hi78 && (((uint64_t)tl_a76) & 3) == 0;
+    tl_st_global_if_pair(tl_a76, (uint32_t)r[20] | ((uint32_t)r[21] << 16), tl_both79, tl_lo77 && !tl_both79, tl_hi78 && !tl_both79);
+    uint16_t* const tl_a80 = tl_row28 + (int64_t)(tl_o19 + tl_c17 + 40);
+    const bool tl_lo81 = tl_rok29 && tl_cok74, tl_hi82 = tl_rok29 && tl_cok75;
+    const bool tl_both83 = tl_lo81 && tl_hi82 && (((uint64_t)tl_a80) & 3) == 0;
+    tl_st_global_if_pair(tl_a80, (uint32_t)r[22] | ((uint32_t)r[23] << 16), tl_both83, tl_lo81 && !tl_both83, tl_hi82 && !tl_both83);
+    const bool tl_cok84 = (uint32_t)(tl_o19 + tl_c17 + 48) < (uint32_t)(4096);
+    const bool tl_cok85 = (uint32_t)(tl_o19 + tl_c17 + 48) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a86 = tl_row20 + (int64_t)(tl_o19 + tl_c17 + 48);
+    const bool tl_lo87 = tl_rok21 && tl_cok84, tl_hi88 = tl_rok21 && tl_cok85;
+    const bool tl_both89 = tl_lo87 && tl_hi88 && (((uint64_t)tl_a86) & 3) == 0;
+    tl_st_global_if_pair(tl_a86, (uint32_t)r[24] | ((uint32_t)r[25] << 16), tl_both89, tl_lo87 && !tl_both89, tl_hi88 && !tl_both89);
+    uint16_t* const tl_a90 = tl_row28 + (int64_t)(tl_o19 + tl_c17 + 48);
+    const bool tl_lo91 = tl_rok29 && tl_cok84, tl_hi92 = tl_rok29 && tl_cok85;
+    const bool tl_both93 = tl_lo91 && tl_hi92 && (((uint64_t)tl_a90) & 3) == 0;
+    tl_st_global_if_pair(tl_a90, (uint32_t)r[26] | ((uint32_t)r[27] << 16), tl_both93, tl_lo91 && !tl_both93, tl_hi92 && !tl_both93);
+    const bool tl_cok94 = (uint32_t)(tl_o19 + tl_c17 + 56) < (uint32_t)(4096);
+    const bool tl_cok95 = (uint32_t)(tl_o19 + tl_c17 + 56) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a96 = tl_row20 + (int64_t)(tl_o19 + tl_c17 + 56);
+    const bool tl_lo97 = tl_rok21 && tl_cok94, tl_hi98 = tl_rok21 && tl_cok95;
+    const bool tl_both99 = tl_lo97 && tl_hi98 && (((uint64_t)tl_a96) & 3) == 0;
+    tl_st_global_if_pair(tl_a96, (uint32_t)r[28] | ((uint32_t)r[29] << 16), tl_both99, tl_lo97 && !tl_both99, tl_hi98 && !tl_both99);
+    uint16_t* const tl_a100 = tl_row28 + (int64_t)(tl_o19 + tl_c17 + 56);
+    const bool tl_lo101 = tl_rok29 && tl_cok94, tl_hi102 = tl_rok29 && tl_cok95;
+    const bool tl_both103 = tl_lo101 && tl_hi102 && (((uint64_t)tl_a100) & 3) == 0;
+    tl_st_global_if_pair(tl_a100, (uint32_t)r[30] | ((uint32_t)r[31] << 16), tl_both103, tl_lo101 && !tl_both103, tl_hi102 && !tl_both103);
+    uint16_t* const tl_row104 = gc + (int64_t)(tl_o18 + tl_c16 + 16) * (int64_t)(4096);
+    const bool tl_rok105 = (uint32_t)(tl_o18 + tl_c16 + 16) < (uint32_t)(m_size);
+    uint16_t* const tl_a106 = tl_row104 + (int64_t)(tl_o19 + tl_c17);
+    const bool tl_lo107 = tl_rok105 && tl_cok22, tl_hi108 = tl_rok105 && tl_cok23;
+    const bool tl_both109 = tl_lo107 && tl_hi108 && (((uint64_t)tl_a106) & 3) == 0;
+    tl_st_global_if_pair(tl_a106, (uint32_t)r[32] | ((uint32_t)r[33] << 16), tl_both109, tl_lo107 && !tl_both109, tl_hi108 && !tl_both109);
+    uint16_t* const tl_row110 = gc + (int64_t)(tl_o18 + tl_c16 + 24) * (int64_t)(4096);
+    const bool tl_rok111 = (uint32_t)(tl_o18 + tl_c16 + 24) < (uint32_t)(m_size);
+    uint16_t* const tl_a112 = tl_row110 + (int64_t)(tl_o19 + tl_c17);
+    const bool tl_lo113 = tl_rok111 && tl_cok22, tl_hi114 = tl_rok111 && tl_cok23;
+    const bool tl_both115 = tl_lo113 && tl_hi114 && (((uint64_t)tl_a112) & 3) == 0;
+    tl_st_global_if_pair(tl_a112, (uint32_t)r[34] | ((uint32_t)r[35] << 16), tl_both115, tl_lo113 && !tl_both115, tl_hi114 && !tl_both115);
+    uint16_t* const tl_a116 = tl_row104 + (int64_t)(tl_o19 + tl_c17 + 8);
+    const bool tl_lo117 = tl_rok105 && tl_cok34, tl_hi118 = tl_rok105 && tl_cok35;
+    const bool tl_both119 = tl_lo117 && tl_hi118 && (((uint64_t)tl_a116) & 3) == 0;
+    tl_st_global_if_pair(tl_a116, (uint32_t)r[36] | ((uint32_t)r[37] << 16), tl_both119, tl_lo117 && !tl_both119, tl_hi118 && !tl_both119);
+    uint16_t* const tl_a120 = tl_row110 + (int64_t)(tl_o19 + tl_c17 + 8);
+    const bool tl_lo121 = tl_rok111 && tl_cok34, tl_hi122 = tl_rok111 && tl_cok35;
+    const bool tl_both123 = tl_lo121 && tl_hi122 && (((uint64_t)tl_a120) & 3) == 0;
+    tl_st_global_if_pair(tl_a120, (uint32_t)r[38] | ((uint32_t)r[39] << 16), tl_both123, tl_lo121 && !tl_both123, tl_hi122 && !tl_both123);
+    uint16_t* const tl_a124 = tl_row104 + (int64_t)(tl_o19 + tl_c17 + 16);
+    const bool tl_lo125 = tl_rok105 && tl_cok44, tl_hi126 = tl_rok105 && tl_cok45;
+    const bool tl_both127 = tl_lo125 && tl_hi126 && (((uint64_t)tl_a124) & 3) == 0;
+    tl_st_global_if_pair(tl_a124, (uint32_t)r[40] | ((uint32_t)r[41] << 16), tl_both127, tl_lo125 && !tl_both127, tl_hi126 && !tl_both127);
+    uint16_t* const tl_a128 = tl_row110 + (int64_t)(tl_o19 + tl_c17 + 16);
+    const bool tl_lo129 = tl_rok111 && tl_cok44, tl_hi130 = tl_rok111 && tl_cok45;
+    const bool tl_both131 = tl_lo129 && tl_hi130 && (((uint64_t)tl_a128) & 3) == 0;
+    tl_st_global_if_pair(tl_a128, (uint32_t)r[42] | ((uint32_t)r[43] << 16), tl_both131, tl_lo129 && !tl_both131, tl_hi130 && !tl_both131);
+    uint16_t* const tl_a132 = tl_row104 + (int64_t)(tl_o19 + tl_c17 + 24);
+    const bool tl_lo133 = tl_rok105 && tl_cok54, tl_hi134 = tl_rok105 && tl_cok55;
+    const bool tl_both135 = tl_lo133 && tl_hi134 && (((uint64_t)tl_a132) & 3) == 0;
+    tl_st_global_if_pair(tl_a132, (uint32_t)r[44] | ((uint32_t)r[45] << 16), tl_both135, tl_lo133 && !tl_both135, tl_hi134 && !tl_both135);
+    uint16_t* const tl_a136 = tl_row110 + (int64_t)(tl_o19 + tl_c17 + 24);
+    const bool tl_lo137 = tl_rok111 && tl_cok54, tl_hi138 = tl_rok111 && tl_cok55;
+    const bool tl_both139 = tl_lo137 && tl_hi138 && (((uint64_t)tl_a136) & 3) == 0;
+    tl_st_global_if_pair(tl_a136, (uint32_t)r[46] | ((uint32_t)r[47] << 16), tl_both139, tl_lo137 && !tl_both139, tl_hi138 && !tl_both139);
+    uint16_t* const tl_a140 = tl_row104 + (int64_t)(tl_o19 + tl_c17 + 32);
+    const bool tl_lo141 = tl_rok105 && tl_cok64, tl_hi142 = tl_rok105 && tl_cok65;
+    const bool tl_both143 = tl_lo141 && tl_hi142 && (((uint64_t)tl_a140) & 3) == 0;
+    tl_st_global_if_pair(tl_a140, (uint32_t)r[48] | ((uint32_t)r[49] << 16), tl_both143, tl_lo141 && !tl_both143, tl_hi142 && !tl_both143);
+    uint16_t* const tl_a144 = tl_row110 + (int64_t)(tl_o19 + tl_c17 + 32);
+    const bool tl_lo145 = tl_rok111 && tl_cok64, tl_hi146 = tl_rok111 && tl_cok65;
+    const bool tl_both147 = tl_lo145 && tl_hi146 && (((uint64_t)tl_a144) & 3) == 0;
+    tl_st_global_if_pair(tl_a144, (uint32_t)r[50] | ((uint32_t)r[51] << 16), tl_both147, tl_lo145 && !tl_both147, tl_hi146 && !tl_both147);
+    uint16_t* const tl_a148 = tl_row104 + (int64_t)(tl_o19 + tl_c17 + 40);
+    const bool tl_lo149 = tl_rok105 && tl_cok74, tl_hi150 = tl_rok105 && tl_cok75;
+    const bool tl_both151 = tl_lo149 && tl_hi150 && (((uint64_t)tl_a148) & 3) == 0;
+    tl_st_global_if_pair(tl_a148, (uint32_t)r[52] | ((uint32_t)r[53] << 16), tl_both151, tl_lo149 && !tl_both151, tl_hi150 && !tl_both151);
+    uint16_t* const tl_a152 = tl_row110 + (int64_t)(tl_o19 + tl_c17 + 40);
+    const bool tl_lo153 = tl_rok111 && tl_cok74, tl_hi154 = tl_rok111 && tl_cok75;
+    const bool tl_both155 = tl_lo153 && tl_hi154 && (((uint64_t)tl_a152) & 3) == 0;
+    tl_st_global_if_pair(tl_a152, (uint32_t)r[54] | ((uint32_t)r[55] << 16), tl_both155, tl_lo153 && !tl_both155, tl_hi154 && !tl_both155);
+    uint16_t* const tl_a156 = tl_row104 + (int64_t)(tl_o19 + tl_c17 + 48);
+    const bool tl_lo157 = tl_rok105 && tl_cok84, tl_hi158 = tl_rok105 && tl_cok85;
+    const bool tl_both159 = tl_lo157 && tl_hi158 && (((uint64_t)tl_a156) & 3) == 0;
+    tl_st_global_if_pair(tl_a156, (uint32_t)r[56] | ((uint32_t)r[57] << 16), tl_both159, tl_lo157 && !tl_both159, tl_hi158 && !tl_both159);
+    uint16_t* const tl_a160 = tl_row110 + (int64_t)(tl_o19 + tl_c17 + 48);
+    const bool tl_lo161 = tl_rok111 && tl_cok84, tl_hi162 = tl_rok111 && tl_cok85;
+    const bool tl_both163 = tl_lo161 && tl_hi162 && (((uint64_t)tl_a160) & 3) == 0;
+    tl_st_global_if_pair(tl_a160, (uint32_t)r[58] | ((uint32_t)r[59] << 16), tl_both163, tl_lo161 && !tl_both163, tl_hi162 && !tl_both163);
+    uint16_t* const tl_a164 = tl_row104 + (int64_t)(tl_o19 + tl_c17 + 56);
+    const bool tl_lo165 = tl_rok105 && tl_cok94, tl_hi166 = tl_rok105 && tl_cok95;
+    const bool tl_both167 = tl_lo165 && tl_hi166 && (((uint64_t)tl_a164) & 3) == 0;
+    tl_st_global_if_pair(tl_a164, (uint32_t)r[60] | ((uint32_t)r[61] << 16), tl_both167, tl_lo165 && !tl_both167, tl_hi166 && !tl_both167);
+    uint16_t* const tl_a168 = tl_row110 + (int64_t)(tl_o19 + tl_c17 + 56);
+    const bool tl_lo169 = tl_rok111 && tl_cok94, tl_hi170 = tl_rok111 && tl_cok95;
+    const bool tl_both171 = tl_lo169 && tl_hi170 && (((uint64_t)tl_a168) & 3) == 0;
+    tl_st_global_if_pair(tl_a168, (uint32_t)r[62] | ((uint32_t)r[63] << 16), tl_both171, tl_lo169 && !tl_both171, tl_hi170 && !tl_both171);
+    uint16_t* const tl_row172 = gc + (int64_t)(tl_o18 + tl_c16 + 32) * (int64_t)(4096);
+    const bool tl_rok173 = (uint32_t)(tl_o18 + tl_c16 + 32) < (uint32_t)(m_size);
+    uint16_t* const tl_a174 = tl_row172 + (int64_t)(tl_o19 + tl_c17);
+    const bool tl_lo175 = tl_rok173 && tl_cok22, tl_hi176 = tl_rok173 && tl_cok23;
+    const bool tl_both177 = tl_lo175 && tl_hi176 && (((uint64_t)tl_a174) & 3) == 0;
+    tl_st_global_if_pair(tl_a174, (uint32_t)r[64] | ((uint32_t)r[65] << 16), tl_both177, tl_lo175 && !tl_both177, tl_hi176 && !tl_both177);
+    uint16_t* const tl_row178 = gc + (int64_t)(tl_o18 + tl_c16 + 40) * (int64_t)(4096);
+    const bool tl_rok179 = (uint32_t)(tl_o18 + tl_c16 + 40) < (uint32_t)(m_size);
+    uint16_t* const tl_a180 = tl_row178 + (int64_t)(tl_o19 + tl_c17);
+    const bool tl_lo181 = tl_rok179 && tl_cok22, tl_hi182 = tl_rok179 && tl_cok23;
+    const bool tl_both183 = tl_lo181 && tl_hi182 && (((uint64_t)tl_a180) & 3) == 0;
+    tl_st_global_if_pair(tl_a180, (uint32_t)r[66] | ((uint32_t)r[67] << 16), tl_both183, tl_lo181 && !tl_both183, tl_hi182 && !tl_both183);
+    uint16_t* const tl_a184 = tl_row172 + (int64_t)(tl_o19 + tl_c17 + 8);
+    const bool tl_lo185 = tl_rok173 && tl_cok34, tl_hi186 = tl_rok173 && tl_cok35;
+    const bool tl_both187 = tl_lo185 && tl_hi186 && (((uint64_t)tl_a184) & 3) == 0;
+    tl_st_global_if_pair(tl_a184, (uint32_t)r[68] | ((uint32_t)r[69] << 16), tl_both187, tl_lo185 && !tl_both187, tl_hi186 && !tl_both187);
+    uint16_t* const tl_a188 = tl_row178 + (int64_t)(tl_o19 + tl_c17 + 8);
+    const bool tl_lo189 = tl_rok179 && tl_cok34, tl_hi190 = tl_rok179 && tl_cok35;
+    const bool tl_both191 = tl_lo189 && tl_hi190 && (((uint64_t)tl_a188) & 3) == 0;
+    tl_st_global_if_pair(tl_a188, (uint32_t)r[70] | ((uint32_t)r[71] << 16), tl_both191, tl_lo189 && !tl_both191, tl_hi190 && !tl_both191);
+    uint16_t* const tl_a192 = tl_row172 + (int64_t)(tl_o19 + tl_c17 + 16);
+    const bool tl_lo193 = tl_rok173 && tl_cok44, tl_hi194 = tl_rok173 && tl_cok45;
+    const bool tl_both195 = tl_lo193 && tl_hi194 && (((uint64_t)tl_a192) & 3) == 0;
+    tl_st_global_if_pair(tl_a192, (uint32_t)r[72] | ((uint32_t)r[73] << 16), tl_both195, tl_lo193 && !tl_both195, tl_hi194 && !tl_both195);
+    uint16_t* const tl_a196 = tl_row178 + (int64_t)(tl_o19 + tl_c17 + 16);
+    const bool tl_lo197 = tl_rok179 && tl_cok44, tl_hi198 = tl_rok179 && tl_cok45;
+    const bool tl_both199 = tl_lo197 && tl_hi198 && (((uint64_t)tl_a196) & 3) == 0;
+    tl_st_global_if_pair(tl_a196, (uint32_t)r[74] | ((uint32_t)r[75] << 16), tl_both199, tl_lo197 && !tl_both199, tl_hi198 && !tl_both199);
+    uint16_t* const tl_a200 = tl_row172 + (int64_t)(tl_o19 + tl_c17 + 24);
+    const bool tl_lo201 = tl_rok173 && tl_cok54, tl_hi202 = tl_rok173 && tl_cok55;
+    const bool tl_both203 = tl_lo201 && tl_hi202 && (((uint64_t)tl_a200) & 3) == 0;
+    tl_st_global_if_pair(tl_a200, (uint32_t)r[76] | ((uint32_t)r[77] << 16), tl_both203, tl_lo201 && !tl_both203, tl_hi202 && !tl_both203);
+    uint16_t* const tl_a204 = tl_row178 + (int64_t)(tl_o19 + tl_c17 + 24);
+    const bool tl_lo205 = tl_rok179 && tl_cok54, tl_hi206 = tl_rok179 && tl_cok55;
+    const bool tl_both207 = tl_lo205 && tl_hi206 && (((uint64_t)tl_a204) & 3) == 0;
+    tl_st_global_if_pair(tl_a204, (uint32_t)r[78] | ((uint32_t)r[79] << 16), tl_both207, tl_lo205 && !tl_both207, tl_hi206 && !tl_both207);
+    uint16_t* const tl_a208 = tl_row172 + (int64_t)(tl_o19 + tl_c17 + 32);
+    const bool tl_lo209 = tl_rok173 && tl_cok64, tl_hi210 = tl_rok173 && tl_cok65;
+    const bool tl_both211 = tl_lo209 && tl_hi210 && (((uint64_t)tl_a208) & 3) == 0;
+    tl_st_global_if_pair(tl_a208, (uint32_t)r[80] | ((uint32_t)r[81] << 16), tl_both211, tl_lo209 && !tl_both211, tl_hi210 && !tl_both211);
+    uint16_t* const tl_a212 = tl_row178 + (int64_t)(tl_o19 + tl_c17 + 32);
+    const bool tl_lo213 = tl_rok179 && tl_cok64, tl_hi214 = tl_rok179 && tl_cok65;
+    const bool tl_both215 = tl_lo213 && tl_hi214 && (((uint64_t)tl_a212) & 3) == 0;
+    tl_st_global_if_pair(tl_a212, (uint32_t)r[82] | ((uint32_t)r[83] << 16), tl_both215, tl_lo213 && !tl_both215, tl_hi214 && !tl_both215);
+    uint16_t* const tl_a216 = tl_row172 + (int64_t)(tl_o19 + tl_c17 + 40);
+    const bool tl_lo217 = tl_rok173 && tl_cok74, tl_hi218 = tl_rok173 && tl_cok75;
+    const bool tl_both219 = tl_lo217 && tl_hi218 && (((uint64_t)tl_a216) & 3) == 0;
+    tl_st_global_if_pair(tl_a216, (uint32_t)r[84] | ((uint32_t)r[85] << 16), tl_both219, tl_lo217 && !tl_both219, tl_hi218 && !tl_both219);
+    uint16_t* const tl_a220 = tl_row178 + (int64_t)(tl_o19 + tl_c17 + 40);
+    const bool tl_lo221 = tl_rok179 && tl_cok74, tl_hi222 = tl_rok179 && tl_cok75;
+    const bool tl_both223 = tl_lo221 && tl_hi222 && (((uint64_t)tl_a220) & 3) == 0;
+    tl_st_global_if_pair(tl_a220, (uint32_t)r[86] | ((uint32_t)r[87] << 16), tl_both223, tl_lo221 && !tl_both223, tl_hi222 && !tl_both223);
+    uint16_t* const tl_a224 = tl_row172 + (int64_t)(tl_o19 + tl_c17 + 48);
+    const bool tl_lo225 = tl_rok173 && tl_cok84, tl_hi226 = tl_rok173 && tl_cok85;
+    const bool tl_both227 = tl_lo225 && tl_hi226 && (((uint64_t)tl_a224) & 3) == 0;
+    tl_st_global_if_pair(tl_a224, (uint32_t)r[88] | ((uint32_t)r[89] << 16), tl_both227, tl_lo225 && !tl_both227, tl_hi226 && !tl_both227);
+    uint16_t* const tl_a228 = tl_row178 + (int64_t)(tl_o19 + tl_c17 + 48);
+    const bool tl_lo229 = tl_rok179 && tl_cok84, tl_hi230 = tl_rok179 && tl_cok85;
+    const bool tl_both231 = tl_lo229 && tl_hi230 && (((uint64_t)tl_a228) & 3) == 0;
+    tl_st_global_if_pair(tl_a228, (uint32_t)r[90] | ((uint32_t)r[91] << 16), tl_both231, tl_lo229 && !tl_both231, tl_hi230 && !tl_both231);
+    uint16_t* const tl_a232 = tl_row172 + (int64_t)(tl_o19 + tl_c17 + 56);
+    const bool tl_lo233 = tl_rok173 && tl_cok94, tl_hi234 = tl_rok173 && tl_cok95;
+    const bool tl_both235 = tl_lo233 && tl_hi234 && (((uint64_t)tl_a232) & 3) == 0;
+    tl_st_global_if_pair(tl_a232, (uint32_t)r[92] | ((uint32_t)r[93] << 16), tl_both235, tl_lo233 && !tl_both235, tl_hi234 && !tl_both235);
+    uint16_t* const tl_a236 = tl_row178 + (int64_t)(tl_o19 + tl_c17 + 56);
+    const bool tl_lo237 = tl_rok179 && tl_cok94, tl_hi238 = tl_rok179 && tl_cok95;
+    const bool tl_both239 = tl_lo237 && tl_hi238 && (((uint64_t)tl_a236) & 3) == 0;
+    tl_st_global_if_pair(tl_a236, (uint32_t)r[94] | ((uint32_t)r[95] << 16), tl_both239, tl_lo237 && !tl_both239, tl_hi238 && !tl_both239);
+    uint16_t* const tl_row240 = gc + (int64_t)(tl_o18 + tl_c16 + 48) * (int64_t)(4096);
+    const bool tl_rok241 = (uint32_t)(tl_o18 + tl_c16 + 48) < (uint32_t)(m_size);
+    uint16_t* const tl_a242 = tl_row240 + (int64_t)(tl_o19 + tl_c17);
+    const bool tl_lo243 = tl_rok241 && tl_cok22, tl_hi244 = tl_rok241 && tl_cok23;
+    const bool tl_both245 = tl_lo243 && tl_hi244 && (((uint64_t)tl_a242) & 3) == 0;
+    tl_st_global_if_pair(tl_a242, (uint32_t)r[96] | ((uint32_t)r[97] << 16), tl_both245, tl_lo243 && !tl_both245, tl_hi244 && !tl_both245);
+    uint16_t* const tl_row246 = gc + (int64_t)(tl_o18 + tl_c16 + 56) * (int64_t)(4096);
+    const bool tl_rok247 = (uint32_t)(tl_o18 + tl_c16 + 56) < (uint32_t)(m_size);
+    uint16_t* const tl_a248 = tl_row246 + (int64_t)(tl_o19 + tl_c17);
+    const bool tl_lo249 = tl_rok247 && tl_cok22, tl_hi250 = tl_rok247 && tl_cok23;
+    const bool tl_both251 = tl_lo249 && tl_hi250 && (((uint64_t)tl_a248) & 3) == 0;
+    tl_st_global_if_pair(tl_a248, (uint32_t)r[98] | ((uint32_t)r[99] << 16), tl_both251, tl_lo249 && !tl_both251, tl_hi250 && !tl_both251);
+    uint16_t* const tl_a252 = tl_row240 + (int64_t)(tl_o19 + tl_c17 + 8);
+    const bool tl_lo253 = tl_rok241 && tl_cok34, tl_hi254 = tl_rok241 && tl_cok35;
+    const bool tl_both255 = tl_lo253 && tl_hi254 && (((uint64_t)tl_a252) & 3) == 0;
+    tl_st_global_if_pair(tl_a252, (uint32_t)r[100] | ((uint32_t)r[101] << 16), tl_both255, tl_lo253 && !tl_both255, tl_hi254 && !tl_both255);
+    uint16_t* const tl_a256 = tl_row246 + (int64_t)(tl_o19 + tl_c17 + 8);
+    const bool tl_lo257 = tl_rok247 && tl_cok34, tl_hi258 = tl_rok247 && tl_cok35;
+    const bool tl_both259 = tl_lo257 && tl_hi258 && (((uint64_t)tl_a256) & 3) == 0;
+    tl_st_global_if_pair(tl_a256, (uint32_t)r[102] | ((uint32_t)r[103] << 16), tl_both259, tl_lo257 && !tl_both259, tl_hi258 && !tl_both259);
+    uint16_t* const tl_a260 = tl_row240 + (int64_t)(tl_o19 + tl_c17 + 16);
+    const bool tl_lo261 = tl_rok241 && tl_cok44, tl_hi262 = tl_rok241 && tl_cok45;
+    const bool tl_both263 = tl_lo261 && tl_hi262 && (((uint64_t)tl_a260) & 3) == 0;
+    tl_st_global_if_pair(tl_a260, (uint32_t)r[104] | ((uint32_t)r[105] << 16), tl_both263, tl_lo261 && !tl_both263, tl_hi262 && !tl_both263);
+    uint16_t* const tl_a264 = tl_row246 + (int64_t)(tl_o19 + tl_c17 + 16);
+    const bool tl_lo265 = tl_rok247 && tl_cok44, tl_hi266 = tl_rok247 && tl_cok45;
+    const bool tl_both267 = tl_lo265 && tl_hi266 && (((uint64_t)tl_a264) & 3) == 0;
+    tl_st_global_if_pair(tl_a264, (uint32_t)r[106] | ((uint32_t)r[107] << 16), tl_both267, tl_lo265 && !tl_both267, tl_hi266 && !tl_both267);
+    uint16_t* const tl_a268 = tl_row240 + (int64_t)(tl_o19 + tl_c17 + 24);
+    const bool tl_lo269 = tl_rok241 && tl_cok54, tl_hi270 = tl_rok241 && tl_cok55;
+    const bool tl_both271 = tl_lo269 && tl_hi270 && (((uint64_t)tl_a268) & 3) == 0;
+    tl_st_global_if_pair(tl_a268, (uint32_t)r[108] | ((uint32_t)r[109] << 16), tl_both271, tl_lo269 && !tl_both271, tl_hi270 && !tl_both271);
+    uint16_t* const tl_a272 = tl_row246 + (int64_t)(tl_o19 + tl_c17 + 24);
+    const bool tl_lo273 = tl_rok247 && tl_cok54, tl_hi274 = tl_rok247 && tl_cok55;
+    const bool tl_both275 = tl_lo273 && tl_hi274 && (((uint64_t)tl_a272) & 3) == 0;
+    tl_st_global_if_pair(tl_a272, (uint32_t)r[110] | ((uint32_t)r[111] << 16), tl_both275, tl_lo273 && !tl_both275, tl_hi274 && !tl_both275);
+    uint16_t* const tl_a276 = tl_row240 + (int64_t)(tl_o19 + tl_c17 + 32);
+    const bool tl_lo277 = tl_rok241 && tl_cok64, tl_hi278 = tl_rok241 && tl_cok65;
+    const bool tl_both279 = tl_lo277 && tl_hi278 && (((uint64_t)tl_a276) & 3) == 0;
+    tl_st_global_if_pair(tl_a276, (uint32_t)r[112] | ((uint32_t)r[113] << 16), tl_both279, tl_lo277 && !tl_both279, tl_hi278 && !tl_both279);
+    uint16_t* const tl_a280 = tl_row246 + (int64_t)(tl_o19 + tl_c17 + 32);
+    const bool tl_lo281 = tl_rok247 && tl_cok64, tl_hi282 = tl_rok247 && tl_cok65;
+    const bool tl_both283 = tl_lo281 && tl_hi282 && (((uint64_t)tl_a280) & 3) == 0;
+    tl_st_global_if_pair(tl_a280, (uint32_t)r[114] | ((uint32_t)r[115] << 16), tl_both283, tl_lo281 && !tl_both283, tl_hi282 && !tl_both283);
+    uint16_t* const tl_a284 = tl_row240 + (int64_t)(tl_o19 + tl_c17 + 40);
+    const bool tl_lo285 = tl_rok241 && tl_cok74, tl_hi286 = tl_rok241 && tl_cok75;
+    const bool tl_both287 = tl_lo285 && tl_hi286 && (((uint64_t)tl_a284) & 3) == 0;
+    tl_st_global_if_pair(tl_a284, (uint32_t)r[116] | ((uint32_t)r[117] << 16), tl_both287, tl_lo285 && !tl_both287, tl_hi286 && !tl_both287);
+    uint16_t* const tl_a288 = tl_row246 + (int64_t)(tl_o19 + tl_c17 + 40);
+    const bool tl_lo289 = tl_rok247 && tl_cok74, tl_hi290 = tl_rok247 && tl_cok75;
+    const bool tl_both291 = tl_lo289 && tl_hi290 && (((uint64_t)tl_a288) & 3) == 0;
+    tl_st_global_if_pair(tl_a288, (uint32_t)r[118] | ((uint32_t)r[119] << 16), tl_both291, tl_lo289 && !tl_both291, tl_hi290 && !tl_both291);
+    uint16_t* const tl_a292 = tl_row240 + (int64_t)(tl_o19 + tl_c17 + 48);
+    const bool tl_lo293 = tl_rok241 && tl_cok84, tl_hi294 = tl_rok241 && tl_cok85;
+    const bool tl_both295 = tl_lo293 && tl_hi294 && (((uint64_t)tl_a292) & 3) == 0;
+    tl_st_global_if_pair(tl_a292, (uint32_t)r[120] | ((uint32_t)r[121] << 16), tl_both295, tl_lo293 && !tl_both295, tl_hi294 && !tl_both295);
+    uint16_t* const tl_a296 = tl_row246 + (int64_t)(tl_o19 + tl_c17 + 48);
+    const bool tl_lo297 = tl_rok247 && tl_cok84, tl_hi298 = tl_rok247 && tl_cok85;
+    const bool tl_both299 = tl_lo297 && tl_hi298 && (((uint64_t)tl_a296) & 3) == 0;
+    tl_st_global_if_pair(tl_a296, (uint32_t)r[122] | ((uint32_t)r[123] << 16), tl_both299, tl_lo297 && !tl_both299, tl_hi298 && !tl_both299);
+    uint16_t* const tl_a300 = tl_row240 + (int64_t)(tl_o19 + tl_c17 + 56);
+    const bool tl_lo301 = tl_rok241 && tl_cok94, tl_hi302 = tl_rok241 && tl_cok95;
+    const bool tl_both303 = tl_lo301 && tl_hi302 && (((uint64_t)tl_a300) & 3) == 0;
+    tl_st_global_if_pair(tl_a300, (uint32_t)r[124] | ((uint32_t)r[125] << 16), tl_both303, tl_lo301 && !tl_both303, tl_hi302 && !tl_both303);
+    uint16_t* const tl_a304 = tl_row246 + (int64_t)(tl_o19 + tl_c17 + 56);
+    const bool tl_lo305 = tl_rok247 && tl_cok94, tl_hi306 = tl_rok247 && tl_cok95;
+    const bool tl_both307 = tl_lo305 && tl_hi306 && (((uint64_t)tl_a304) & 3) == 0;
+    tl_st_global_if_pair(tl_a304, (uint32_t)r[126] | ((uint32_t)r[127] << 16), tl_both307, tl_lo305 && !tl_both307, tl_hi306 && !tl_both307);
+  }
+}
+// ======== config 3/6: {'block_k': 32, 'block_m': 64, 'block_n': 128} ========
+// Generated by tilus (cuda-codegen-1) from MatmulTMA, config {'block_k': 32, 'block_m': 64, 'block_n': 128}, const args {'k_size': 4096, 'n_size': 4096}.
+// ---- tilus prelude: base ----
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+
+// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a
+// __grid_constant__ kernel parameter.
+struct alignas(64) CUtensorMap_t { unsigned long long opaque[16]; };
+
+// Generic pointer -> 32-bit address in the CTA's shared-memory window.
+__device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
+  uint32_t addr;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
+  return addr;
+}
+// ---- tilus prelude: ldst ----
+
+__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
+                                                     uint32_t lo, uint32_t hi) {
+  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
+               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
+}
+// ---- tilus prelude: mbarrier ----
+
+__device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+               :: "r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
+               :: "r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ uint32_t tl_mbar_try_wait_parity_acquire(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done;
+}
+
+__device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parity) {
+  while (!tl_mbar_try_wait_parity_acquire(bar, parity)) {
+  }
+}
+
+__device__ __forceinline__ void tl_fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// ---- tilus prelude: mma ----
+
+// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
+__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
+                                                         const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+// ---- tilus prelude: sync ----
+
+__device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
+  uint32_t pred;
+  asm volatile("{\n\t.reg .pred p;\n\telect.sync _|p, %1;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+               : "=r"(pred) : "r"(mask));
+  return pred;
+}
+// ---- tilus prelude: tma ----
+
+__device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
+                                                  uint32_t bar, int32_t c0, int32_t c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+
+// ---- tilus codegen helpers ----
+__device__ __forceinline__ uint16_t tl_f2h(float f) {
+  uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+// Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
+template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
+  return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1)
+tl_MatmulTMA(
+    int m_size,
+    uint16_t* __restrict__ a_ptr,
+    uint16_t* __restrict__ b_ptr,
+    uint16_t* __restrict__ c_ptr,
+    const __grid_constant__ CUtensorMap_t tl_map0,
+    const __grid_constant__ CUtensorMap_t tl_map1) {
+  extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
+  // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
+  uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
+  const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);
+  if (threadIdx.x == 0) {
+    tl_mbar_init(tl_smem + 12288u, 1);
+    tl_fence_mbarrier_init();
+  }
+  __syncthreads();
+  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
+  int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
+  int offset_n = (128 * (int)blockIdx.y);
+  // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+  uint16_t* const ga = (uint16_t*)(a_ptr);
+  // matmul_v0.py:55  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+  uint16_t* const gb = (uint16_t*)(b_ptr);
+  // matmul_v0.py:56  sa = self.shared_tensor(dtype=float16, shape=[block_m, block_k])
+  // %sa: shared bytes [0, 4096)
+  // matmul_v0.py:57  sb = self.shared_tensor(dtype=float16, shape=[block_n, block_k])
+  // %sb: shared bytes [4096, 12288)
+  // matmul_v0.py:58  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
+  // %acc [64, 128]: mma_c layout, 64 per thread, over threads [0, 128)
+  float acc[64];
+  const float tl_v1 = 0.0f;
+#pragma unroll
+  for (int tl_i2 = 0; tl_i2 < 64; ++tl_i2) {
+    acc[tl_i2] = tl_v1;
+  }
+  // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
+  // 1 mbarrier(s) at shared offset 12288 (initialized at entry)
+  // matmul_v0.py:62  phase: uint32 = 0
+  uint32_t phase = 0u;
+  // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
+  for (int offset_k = 0; offset_k < 4096; offset_k += 32) {
+    // matmul_v0.py:65  with self.single_thread():
+    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
+      tl_mbar_arrive_expect_tx((tl_smem + 12288u), 12288u);
+      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
+      tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 12288u), (int32_t)(offset_k), (int32_t)(offset_m));
+      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
+      tl_tma_load_2d(tl_smem + 4096u, &tl_map1, (tl_smem + 12288u), (int32_t)(offset_k), (int32_t)(offset_n));
+      // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
+      tl_mbar_wait_parity((tl_smem + 12288u), (uint32_t)(phase));
+    }
+    // matmul_v0.py:76  self.sync()  # the tiles have landed: let every thread read them
+    __syncthreads();
+    // matmul_v0.py:78  a = self.load_shared(sa)
+    // %a [64, 32]: mma_a layout, 64 per thread, over threads [0, 128)
+    uint16_t a[64];
+    {
+      const int tl_lr = (int)threadIdx.x & 7, tl_lj = ((int)threadIdx.x >> 3) & 3;
+      const int tl_lt = ((int)threadIdx.x & ~31) | (tl_lr << 2);
+      const int tl_c3 = ((tl_lt / 4) % 8);
+      const int tl_c4 = (tl_lt % 4) * 2;
+      uint32_t tl_lm5[4];
+      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[0] = (uint16_t)((tl_lm5[0] >> 0) & 0xffffu);
+      a[1] = (uint16_t)((tl_lm5[0] >> 16) & 0xffffu);
+      a[2] = (uint16_t)((tl_lm5[1] >> 0) & 0xffffu);
+      a[3] = (uint16_t)((tl_lm5[1] >> 16) & 0xffffu);
+      a[4] = (uint16_t)((tl_lm5[2] >> 0) & 0xffffu);
+      a[5] = (uint16_t)((tl_lm5[2] >> 16) & 0xffffu);
+      a[6] = (uint16_t)((tl_lm5[3] >> 0) & 0xffffu);
+      a[7] = (uint16_t)((tl_lm5[3] >> 16) & 0xffffu);
+      uint32_t tl_lm6[4];
+      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[8] = (uint16_t)((tl_lm6[0] >> 0) & 0xffffu);
+      a[9] = (uint16_t)((tl_lm6[0] >> 16) & 0xffffu);
+      a[10] = (uint16_t)((tl_lm6[1] >> 0) & 0xffffu);
+      a[11] = (uint16_t)((tl_lm6[1] >> 16) & 0xffffu);
+      a[12] = (uint16_t)((tl_lm6[2] >> 0) & 0xffffu);
+      a[13] = (uint16_t)((tl_lm6[2] >> 16) & 0xffffu);
+      a[14] = (uint16_t)((tl_lm6[3] >> 0) & 0xffffu);
+      a[15] = (uint16_t)((tl_lm6[3] >> 16) & 0xffffu);
+      uint32_t tl_lm7[4];
+      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[16] = (uint16_t)((tl_lm7[0] >> 0) & 0xffffu);
+      a[17] = (uint16_t)((tl_lm7[0] >> 16) & 0xffffu);
+      a[18] = (uint16_t)((tl_lm7[1] >> 0) & 0xffffu);
+      a[19] = (uint16_t)((tl_lm7[1] >> 16) & 0xffffu);
+      a[20] = (uint16_t)((tl_lm7[2] >> 0) & 0xffffu);
+      a[21] = (uint16_t)((tl_lm7[2] >> 16) & 0xffffu);
+      a[22] = (uint16_t)((tl_lm7[3] >> 0) & 0xffffu);
+      a[23] = (uint16_t)((tl_lm7[3] >> 16) & 0xffffu);
+      uint32_t tl_lm8[4];
+      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[24] = (uint16_t)((tl_lm8[0] >> 0) & 0xffffu);
+      a[25] = (uint16_t)((tl_lm8[0] >> 16) & 0xffffu);
+      a[26] = (uint16_t)((tl_lm8[1] >> 0) & 0xffffu);
+      a[27] = (uint16_t)((tl_lm8[1] >> 16) & 0xffffu);
+      a[28] = (uint16_t)((tl_lm8[2] >> 0) & 0xffffu);
+      a[29] = (uint16_t)((tl_lm8[2] >> 16) & 0xffffu);
+      a[30] = (uint16_t)((tl_lm8[3] >> 0) & 0xffffu);
+      a[31] = (uint16_t)((tl_lm8[3] >> 16) & 0xffffu);
+      uint32_t tl_lm9[4];
+      tl_ldmatrix_x4(tl_lm9, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[32] = (uint16_t)((tl_lm9[0] >> 0) & 0xffffu);
+      a[33] = (uint16_t)((tl_lm9[0] >> 16) & 0xffffu);
+      a[34] = (uint16_t)((tl_lm9[1] >> 0) & 0xffffu);
+      a[35] = (uint16_t)((tl_lm9[1] >> 16) & 0xffffu);
+      a[36] = (uint16_t)((tl_lm9[2] >> 0) & 0xffffu);
+      a[37] = (uint16_t)((tl_lm9[2] >> 16) & 0xffffu);
+      a[38] = (uint16_t)((tl_lm9[3] >> 0) & 0xffffu);
+      a[39] = (uint16_t)((tl_lm9[3] >> 16) & 0xffffu);
+      uint32_t tl_lm10[4];
+      tl_ldmatrix_x4(tl_lm10, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[40] = (uint16_t)((tl_lm10[0] >> 0) & 0xffffu);
+      a[41] = (uint16_t)((tl_lm10[0] >> 16) & 0xffffu);
+      a[42] = (uint16_t)((tl_lm10[1] >> 0) & 0xffffu);
+      a[43] = (uint16_t)((tl_lm10[1] >> 16) & 0xffffu);
+      a[44] = (uint16_t)((tl_lm10[2] >> 0) & 0xffffu);
+      a[45] = (uint16_t)((tl_lm10[2] >> 16) & 0xffffu);
+      a[46] = (uint16_t)((tl_lm10[3] >> 0) & 0xffffu);
+      a[47] = (uint16_t)((tl_lm10[3] >> 16) & 0xffffu);
+      uint32_t tl_lm11[4];
+      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[48] = (uint16_t)((tl_lm11[0] >> 0) & 0xffffu);
+      a[49] = (uint16_t)((tl_lm11[0] >> 16) & 0xffffu);
+      a[50] = (uint16_t)((tl_lm11[1] >> 0) & 0xffffu);
+      a[51] = (uint16_t)((tl_lm11[1] >> 16) & 0xffffu);
+      a[52] = (uint16_t)((tl_lm11[2] >> 0) & 0xffffu);
+      a[53] = (uint16_t)((tl_lm11[2] >> 16) & 0xffffu);
+      a[54] = (uint16_t)((tl_lm11[3] >> 0) & 0xffffu);
+      a[55] = (uint16_t)((tl_lm11[3] >> 16) & 0xffffu);
+      uint32_t tl_lm12[4];
+      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[56] = (uint16_t)((tl_lm12[0] >> 0) & 0xffffu);
+      a[57] = (uint16_t)((tl_lm12[0] >> 16) & 0xffffu);
+      a[58] = (uint16_t)((tl_lm12[1] >> 0) & 0xffffu);
+      a[59] = (uint16_t)((tl_lm12[1] >> 16) & 0xffffu);
+      a[60] = (uint16_t)((tl_lm12[2] >> 0) & 0xffffu);
+      a[61] = (uint16_t)((tl_lm12[2] >> 16) & 0xffffu);
+      a[62] = (uint16_t)((tl_lm12[3] >> 0) & 0xffffu);
+      a[63] = (uint16_t)((tl_lm12[3] >> 16) & 0xffffu);
+    }
+    // matmul_v0.py:79  b = self.load_shared(sb)
+    // %b [128, 32]: mma_b layout, 32 per thread, over threads [0, 128)
+    uint16_t b[32];
+    {
+      const int tl_lr = (int)threadIdx.x & 7, tl_lj = ((int)threadIdx.x >> 3) & 3;
+      const int tl_lt = ((int)threadIdx.x & ~31) | (tl_lr << 2);
+      const int tl_c13 = ((tl_lt / 4) % 8) + (tl_lt / 32) * 32;
+      const int tl_c14 = (tl_lt % 4) * 2;
+      uint32_t tl_lm15[4];
+      tl_ldmatrix_x4(tl_lm15, tl_smem + tl_swz<64>(4096u + (tl_c13 + 0) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[0] = (uint16_t)((tl_lm15[0] >> 0) & 0xffffu);
+      b[1] = (uint16_t)((tl_lm15[0] >> 16) & 0xffffu);
+      b[2] = (uint16_t)((tl_lm15[1] >> 0) & 0xffffu);
+      b[3] = (uint16_t)((tl_lm15[1] >> 16) & 0xffffu);
+      b[4] = (uint16_t)((tl_lm15[2] >> 0) & 0xffffu);
+      b[5] = (uint16_t)((tl_lm15[2] >> 16) & 0xffffu);
+      b[6] = (uint16_t)((tl_lm15[3] >> 0) & 0xffffu);
+      b[7] = (uint16_t)((tl_lm15[3] >> 16) & 0xffffu);
+      uint32_t tl_lm16[4];
+      tl_ldmatrix_x4(tl_lm16, tl_smem + tl_swz<64>(4096u + (tl_c13 + 8) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[8] = (uint16_t)((tl_lm16[0] >> 0) & 0xffffu);
+      b[9] = (uint16_t)((tl_lm16[0] >> 16) & 0xffffu);
+      b[10] = (uint16_t)((tl_lm16[1] >> 0) & 0xffffu);
+      b[11] = (uint16_t)((tl_lm16[1] >> 16) & 0xffffu);
+      b[12] = (uint16_t)((tl_lm16[2] >> 0) & 0xffffu);
+      b[13] = (uint16_t)((tl_lm16[2] >> 16) & 0xffffu);
+      b[14] = (uint16_t)((tl_lm16[3] >> 0) & 0xffffu);
+      b[15] = (uint16_t)((tl_lm16[3] >> 16) & 0xffffu);
+      uint32_t tl_lm17[4];
+      tl_ldmatrix_x4(tl_lm17, tl_smem + tl_swz<64>(4096u + (tl_c13 + 16) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[16] = (uint16_t)((tl_lm17[0] >> 0) & 0xffffu);
+      b[17] = (uint16_t)((tl_lm17[0] >> 16) & 0xffffu);
+      b[18] = (uint16_t)((tl_lm17[1] >> 0) & 0xffffu);
+      b[19] = (uint16_t)((tl_lm17[1] >> 16) & 0xffffu);
+      b[20] = (uint16_t)((tl_lm17[2] >> 0) & 0xffffu);
+      b[21] = (uint16_t)((tl_lm17[2] >> 16) & 0xffffu);
+      b[22] = (uint16_t)((tl_lm17[3] >> 0) & 0xffffu);
+      b[23] = (uint16_t)((tl_lm17[3] >> 16) & 0xffffu);
+      uint32_t tl_lm18[4];
+      tl_ldmatrix_x4(tl_lm18, tl_smem + tl_swz<64>(4096u + (tl_c13 + 24) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[24] = (uint16_t)((tl_lm18[0] >> 0) & 0xffffu);
+      b[25] = (uint16_t)((tl_lm18[0] >> 16) & 0xffffu);
+      b[26] = (uint16_t)((tl_lm18[1] >> 0) & 0xffffu);
+      b[27] = (uint16_t)((tl_lm18[1] >> 16) & 0xffffu);
+      b[28] = (uint16_t)((tl_lm18[2] >> 0) & 0xffffu);
+      b[29] = (uint16_t)((tl_lm18[2] >> 16) & 0xffffu);
+      b[30] = (uint16_t)((tl_lm18[3] >> 0) & 0xffffu);
+      b[31] = (uint16_t)((tl_lm18[3] >> 16) & 0xffffu);
+    }
+    // matmul_v0.py:80  self.dot(a, b.transpose(), acc, out=acc)
+    // %b_t: the registers of b, dims (1, 0)
+    {
+      float tl_d[4] = {acc[0], acc[1], acc[2], acc[3]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[0] = tl_d[0];
+      acc[1] = tl_d[1];
+      acc[2] = tl_d[2];
+      acc[3] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[4], acc[5], acc[6], acc[7]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[4] = tl_d[0];
+      acc[5] = tl_d[1];
+      acc[6] = tl_d[2];
+      acc[7] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[8], acc[9], acc[10], acc[11]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[8] = tl_d[0];
+      acc[9] = tl_d[1];
+      acc[10] = tl_d[2];
+      acc[11] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[12], acc[13], acc[14], acc[15]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[12] = tl_d[0];
+      acc[13] = tl_d[1];
+      acc[14] = tl_d[2];
+      acc[15] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[16], acc[17], acc[18], acc[19]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[16] = tl_d[0];
+      acc[17] = tl_d[1];
+      acc[18] = tl_d[2];
+      acc[19] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[20], acc[21], acc[22], acc[23]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[20] = tl_d[0];
+      acc[21] = tl_d[1];
+      acc[22] = tl_d[2];
+      acc[23] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[24], acc[25], acc[26], acc[27]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[24] = tl_d[0];
+      acc[25] = tl_d[1];
+      acc[26] = tl_d[2];
+      acc[27] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[28], acc[29], acc[30], acc[31]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[28] = tl_d[0];
+      acc[29] = tl_d[1];
+      acc[30] = tl_d[2];
+      acc[31] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[32], acc[33], acc[34], acc[35]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[32] = tl_d[0];
+      acc[33] = tl_d[1];
+      acc[34] = tl_d[2];
+      acc[35] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[36], acc[37], acc[38], acc[39]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[36] = tl_d[0];
+      acc[37] = tl_d[1];
+      acc[38] = tl_d[2];
+      acc[39] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[40], acc[41], acc[42], acc[43]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[40] = tl_d[0];
+      acc[41] = tl_d[1];
+      acc[42] = tl_d[2];
+      acc[43] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[44], acc[45], acc[46], acc[47]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[44] = tl_d[0];
+      acc[45] = tl_d[1];
+      acc[46] = tl_d[2];
+      acc[47] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[48], acc[49], acc[50], acc[51]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[48] = tl_d[0];
+      acc[49] = tl_d[1];
+      acc[50] = tl_d[2];
+      acc[51] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[52], acc[53], acc[54], acc[55]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[52] = tl_d[0];
+      acc[53] = tl_d[1];
+      acc[54] = tl_d[2];
+      acc[55] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[56], acc[57], acc[58], acc[59]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[56] = tl_d[0];
+      acc[57] = tl_d[1];
+      acc[58] = tl_d[2];
+      acc[59] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[60], acc[61], acc[62], acc[63]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[60] = tl_d[0];
+      acc[61] = tl_d[1];
+      acc[62] = tl_d[2];
+      acc[63] = tl_d[3];
+    }
+    // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
+    __syncthreads();
+    // matmul_v0.py:82  phase ^= 1
+    phase = (phase ^ 1u);
+  }
+  // matmul_v0.py:84  self.free_shared(sa)
+  // free_shared: nothing to do
+  // matmul_v0.py:85  self.free_shared(sb)
+  // free_shared: nothing to do
+  // matmul_v0.py:86  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+  uint16_t* const gc = (uint16_t*)(c_ptr);
+  // matmul_v0.py:87  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m, offset_n])
+  // %r [64, 128]: mma_c layout, 64 per thread, over threads [0, 128)
+  uint16_t r[64];
+#pragma unroll
+  for (int tl_i19 = 0; tl_i19 < 64; ++tl_i19) {
+    r[tl_i19] = tl_f2h((float)(acc[tl_i19]));
+  }
+  {
+    const int tl_c20 = (((int)threadIdx.x / 4) % 8);
+    const int tl_c21 = ((int)threadIdx.x % 4) * 2 + ((int)threadIdx.x / 32) * 32;
+    const int tl_o22 = offset_m;
+    const int tl_o23 = offset_n;
+    uint16_t* const tl_row24 = gc + (int64_t)(tl_o22 + tl_c20) * (int64_t)(4096);
+    const bool tl_rok25 = (uint32_t)(tl_o22 + tl_c20) < (uint32_t)(m_size);
+    const bool tl_cok26 = (uint32_t)(tl_o23 + tl_c21) < (uint32_t)(4096);
+    const bool tl_cok27 = (uint32_t)(tl_o23 + tl_c21) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a28 = tl_row24 + (int64_t)(tl_o23 + tl_c21);
+    const bool tl_lo29 = tl_rok25 && tl_cok26, tl_hi30 = tl_rok25 && tl_cok27;
+    const bool tl_both31 = tl_lo29 && tl_hi30 && (((uint64_t)tl_a28) & 3) == 0;
+    tl_st_global_if_pair(tl_a28, (uint32_t)r[0] | ((uint32_t)r[1] << 16), tl_both31, tl_lo29 && !tl_both31, tl_hi30 && !tl_both31);
+    uint16_t* const tl_row32 = gc + (int64_t)(tl_o22 + tl_c20 + 8) * (int64_t)(4096);
+    const bool tl_rok33 = (uint32_t)(tl_o22 + tl_c20 + 8) < (uint32_t)(m_size);
+    uint16_t* const tl_a34 = tl_row32 + (int64_t)(tl_o23 + tl_c21);
+    const bool tl_lo35 = tl_rok33 && tl_cok26, tl_hi36 = tl_rok33 && tl_cok27;
+    const bool tl_both37 = tl_lo35 && tl_hi36 && (((uint64_t)tl_a34) & 3) == 0;
+    tl_st_global_if_pair(tl_a34, (uint32_t)r[2] | ((uint32_t)r[3] << 16), tl_both37, tl_lo35 && !tl_both37, tl_hi36 && !tl_both37);
+    const bool tl_cok38 = (uint32_t)(tl_o23 + tl_c21 + 8) < (uint32_t)(4096);
+    const bool tl_cok39 = (uint32_t)(tl_o23 + tl_c21 + 8) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a40 = tl_row24 + (int64_t)(tl_o23 + tl_c21 + 8);
+    const bool tl_lo41 = tl_rok25 && tl_cok38, tl_hi42 = tl_rok25 && tl_cok39;
+    const bool tl_both43 = tl_lo41 && tl_hi42 && (((uint64_t)tl_a40) & 3) == 0;
+    tl_st_global_if_pair(tl_a40, (uint32_t)r[4] | ((uint32_t)r[5] << 16), tl_both43, tl_lo41 && !tl_both43, tl_hi42 && !tl_both43);
+    uint16_t* const tl_a44 = tl_row32 + (int64_t)(tl_o23 + tl_c21 + 8);
+    const bool tl_lo45 = tl_rok33 && tl_cok38, tl_hi46 = tl_rok33 && tl_cok39;
+    const bool tl_both47 = tl_lo45 && tl_hi46 && (((uint64_t)tl_a44) & 3) == 0;
+    tl_st_global_if_pair(tl_a44, (uint32_t)r[6] | ((uint32_t)r[7] << 16), tl_both47, tl_lo45 && !tl_both47, tl_hi46 && !tl_both47);
+    const bool tl_cok48 = (uint32_t)(tl_o23 + tl_c21 + 16) < (uint32_t)(4096);
+    const bool tl_cok49 = (uint32_t)(tl_o23 + tl_c21 + 16) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a50 = tl_row24 + (int64_t)(tl_o23 + tl_c21 + 16);
+    const bool tl_lo51 = tl_rok25 && tl_cok48, tl_hi52 = tl_rok25 && tl_cok49;
+    const bool tl_both53 = tl_lo51 && tl_hi52 && (((uint64_t)tl_a50) & 3) == 0;
+    tl_st_global_if_pair(tl_a50, (uint32_t)r[8] | ((uint32_t)r[9] << 16), tl_both53, tl_lo51 && !tl_both53, tl_hi52 && !tl_both53);
+    uint16_t* const tl_a54 = tl_row32 + (int64_t)(tl_o23 + tl_c21 + 16);
+    const bool tl_lo55 = tl_rok33 && tl_cok48, tl_hi56 = tl_rok33 && tl_cok49;
+    const bool tl_both57 = tl_lo55 && tl_hi56 && (((uint64_t)tl_a54) & 3) == 0;
+    tl_st_global_if_pair(tl_a54, (uint32_t)r[10] | ((uint32_t)r[11] << 16), tl_both57, tl_lo55 && !tl_both57, tl_hi56 && !tl_both57);
+    const bool tl_cok58 = (uint32_t)(tl_o23 + tl_c21 + 24) < (uint32_t)(4096);
+    const bool tl_cok59 = (uint32_t)(tl_o23 + tl_c21 + 24) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a60 = tl_row24 + (int64_t)(tl_o23 + tl_c21 + 24);
+    const bool tl_lo61 = tl_rok25 && tl_cok58, tl_hi62 = tl_rok25 && tl_cok59;
+    const bool tl_both63 = tl_lo61 && tl_hi62 && (((uint64_t)tl_a60) & 3) == 0;
+    tl_st_global_if_pair(tl_a60, (uint32_t)r[12] | ((uint32_t)r[13] << 16), tl_both63, tl_lo61 && !tl_both63, tl_hi62 && !tl_both63);
+    uint16_t* const tl_a64 = tl_row32 + (int64_t)(tl_o23 + tl_c21 + 24);
+    const bool tl_lo65 = tl_rok33 && tl_cok58, tl_hi66 = tl_rok33 && tl_cok59;
+    const bool tl_both67 = tl_lo65 && tl_hi66 && (((uint64_t)tl_a64) & 3) == 0;
+    tl_st_global_if_pair(tl_a64, (uint32_t)r[14] | ((uint32_t)r[15] << 16), tl_both67, tl_lo65 && !tl_both67, tl_hi66 && !tl_both67);
+    uint16_t* const tl_row68 = gc + (int64_t)(tl_o22 + tl_c20 + 16) * (int64_t)(4096);
+    const bool tl_rok69 = (uint32_t)(tl_o22 + tl_c20 + 16) < (uint32_t)(m_size);
+    uint16_t* const tl_a70 = tl_row68 + (int64_t)(tl_o23 + tl_c21);
+    const bool tl_lo71 = tl_rok69 && tl_cok26, tl_hi72 = tl_rok69 && tl_cok27;
+    const bool tl_both73 = tl_lo71 && tl_hi72 && (((uint64_t)tl_a70) & 3) == 0;
+    tl_st_global_if_pair(tl_a70, (uint32_t)r[16] | ((uint32_t)r[17] << 16), tl_both73, tl_lo71 && !tl_both73, tl_hi72 && !tl_both73);
+    uint16_t* const tl_row74 = gc + (int64_t)(tl_o22 + tl_c20 + 24) * (int64_t)(4096);
+    const bool tl_rok75 = (uint32_t)(tl_o22 + tl_c20 + 24) < (uint32_t)(m_size);
+    uint16_t* const tl_a76 = tl_row74 + (int64_t)(tl_o23 + tl_c21);
+    const bool tl_lo77 = tl_rok75 && tl_cok26, tl_hi78 = tl_rok75 && tl_cok27;
+    const bool tl_both79 = tl_lo77 && tl_hi78 && (((uint64_t)tl_a76) & 3) == 0;
+    tl_st_global_if_pair(tl_a76, (uint32_t)r[18] | ((uint32_t)r[19] << 16), tl_both79, tl_lo77 && !tl_both79, tl_hi78 && !tl_both79);
+    uint16_t* const tl_a80 = tl_row68 + (int64_t)(tl_o23 + tl_c21 + 8);
+    const bool tl_lo81 = tl_rok69 && tl_cok38, tl_hi82 = tl_rok69 && tl_cok39;
+    const bool tl_both83 = tl_lo81 && tl_hi82 && (((uint64_t)tl_a80) & 3) == 0;
+    tl_st_global_if_pair(tl_a80, (uint32_t)r[20] | ((uint32_t)r[21] << 16), tl_both83, tl_lo81 && !tl_both83, tl_hi82 && !tl_both83);
+    uint16_t* const tl_a84 = tl_row74 + (int64_t)(tl_o23 + tl_c21 + 8);
+    const bool tl_lo85 = tl_rok75 && tl_cok38, tl_hi86 = tl_rok75 && tl_cok39;
+    const bool tl_both87 = tl_lo85 && tl_hi86 && (((uint64_t)tl_a84) & 3) == 0;
+    tl_st_global_if_pair(tl_a84, (uint32_t)r[22] | ((uint32_t)r[23] << 16), tl_both87, tl_lo85 && !tl_both87, tl_hi86 && !tl_both87);
+    uint16_t* const tl_a88 = tl_row68 + (int64_t)(tl_o23 + tl_c21 + 16);
+    const bool tl_lo89 = tl_rok69 && tl_cok48, tl_hi90 = tl_rok69 && tl_cok49;
+    const bool tl_both91 = tl_lo89 && tl_hi90 && (((uint64_t)tl_a88) & 3) == 0;
+    tl_st_global_if_pair(tl_a88, (uint32_t)r[24] | ((uint32_t)r[25] << 16), tl_both91, tl_lo89 && !tl_both91, tl_hi90 && !tl_both91);
+    uint16_t* const tl_a92 = tl_row74 + (int64_t)(tl_o23 + tl_c21 + 16);
+    const bool tl_lo93 = tl_rok75 && tl_cok48, tl_hi94 = tl_rok75 && tl_cok49;
+    const bool tl_both95 = tl_lo93 && tl_hi94 && (((uint64_t)tl_a92) & 3) == 0;
+    tl_st_global_if_pair(tl_a92, (uint32_t)r[26] | ((uint32_t)r[27] << 16), tl_both95, tl_lo93 && !tl_both95, tl_hi94 && !tl_both95);
+    uint16_t* const tl_a96 = tl_row68 + (int64_t)(tl_o23 + tl_c21 + 24);
+    const bool tl_lo97 = tl_rok69 && tl_cok58, tl_hi98 = tl_rok69 && tl_cok59;
+    const bool tl_both99 = tl_lo97 && tl_hi98 && (((uint64_t)tl_a96) & 3) == 0;
+    tl_st_global_if_pair(tl_a96, (uint32_t)r[28] | ((uint32_t)r[29] << 16), tl_both99, tl_lo97 && !tl_both99, tl_hi98 && !tl_both99);
+    uint16_t* const tl_a100 = tl_row74 + (int64_t)(tl_o23 + tl_c21 + 24);
+    const bool tl_lo101 = tl_rok75 && tl_cok58, tl_hi102 = tl_rok75 && tl_cok59;
+    const bool tl_both103 = tl_lo101 && tl_hi102 && (((uint64_t)tl_a100) & 3) == 0;
+    tl_st_global_if_pair(tl_a100, (uint32_t)r[30] | ((uint32_t)r[31] << 16), tl_both103, tl_lo101 && !tl_both103, tl_hi102 && !tl_both103);
+    uint16_t* const tl_row104 = gc + (int64_t)(tl_o22 + tl_c20 + 32) * (int64_t)(4096);
+    const bool tl_rok105 = (uint32_t)(tl_o22 + tl_c20 + 32) < (uint32_t)(m_size);
+    uint16_t* const tl_a106 = tl_row104 + (int64_t)(tl_o23 + tl_c21);
+    const bool tl_lo107 = tl_rok105 && tl_cok26, tl_hi108 = tl_rok105 && tl_cok27;
+    const bool tl_both109 = tl_lo107 && tl_hi108 && (((uint64_t)tl_a106) & 3) == 0;
+    tl_st_global_if_pair(tl_a106, (uint32_t)r[32] | ((uint32_t)r[33] << 16), tl_both109, tl_lo107 && !tl_both109, tl_hi108 && !tl_both109);
+    uint16_t* const tl_row110 = gc + (int64_t)(tl_o22 + tl_c20 + 40) * (int64_t)(4096);
+    const bool tl_rok111 = (uint32_t)(tl_o22 + tl_c20 + 40) < (uint32_t)(m_size);
+    uint16_t* const tl_a112 = tl_row110 + (int64_t)(tl_o23 + tl_c21);
+    const bool tl_lo113 = tl_rok111 && tl_cok26, tl_hi114 = tl_rok111 && tl_cok27;
+    const bool tl_both115 = tl_lo113 && tl_hi114 && (((uint64_t)tl_a112) & 3) == 0;
+    tl_st_global_if_pair(tl_a112, (uint32_t)r[34] | ((uint32_t)r[35] << 16), tl_both115, tl_lo113 && !tl_both115, tl_hi114 && !tl_both115);
+    uint16_t* const tl_a116 = tl_row104 + (int64_t)(tl_o23 + tl_c21 + 8);
+    const bool tl_lo117 = tl_rok105 && tl_cok38, tl_hi118 = tl_rok105 && tl_cok39;
+    const bool tl_both119 = tl_lo117 && tl_hi118 && (((uint64_t)tl_a116) & 3) == 0;
+    tl_st_global_if_pair(tl_a116, (uint32_t)r[36] | ((uint32_t)r[37] << 16), tl_both119, tl_lo117 && !tl_both119, tl_hi118 && !tl_both119);
+    uint16_t* const tl_a120 = tl_row110 + (int64_t)(tl_o23 + tl_c21 + 8);
+    const bool tl_lo121 = tl_rok111 && tl_cok38, tl_hi122 = tl_rok111 && tl_cok39;
+    const bool tl_both123 = tl_lo121 && tl_hi122 && (((uint64_t)tl_a120) & 3) == 0;
+    tl_st_global_if_pair(tl_a120, (uint32_t)r[38] | ((uint32_t)r[39] << 16), tl_both123, tl_lo121 && !tl_both123, tl_hi122 && !tl_both123);
+    uint16_t* const tl_a124 = tl_row104 + (int64_t)(tl_o23 + tl_c21 + 16);
+    const bool tl_lo125 = tl_rok105 && tl_cok48, tl_hi126 = tl_rok105 && tl_cok49;
+    const bool tl_both127 = tl_lo125 && tl_hi126 && (((uint64_t)tl_a124) & 3) == 0;
+    tl_st_global_if_pair(tl_a124, (uint32_t)r[40] | ((uint32_t)r[41] << 16), tl_both127, tl_lo125 && !tl_both127, tl_hi126 && !tl_both127);
+    uint16_t* const tl_a128 = tl_row110 + (int64_t)(tl_o23 + tl_c21 + 16);
+    const bool tl_lo129 = tl_rok111 && tl_cok48, tl_hi130 = tl_rok111 && tl_cok49;
+    const bool tl_both131 = tl_lo129 && tl_hi130 && (((uint64_t)tl_a128) & 3) == 0;
+    tl_st_global_if_pair(tl_a128, (uint32_t)r[42] | ((uint32_t)r[43] << 16), tl_both131, tl_lo129 && !tl_both131, tl_hi130 && !tl_both131);
+    uint16_t* const tl_a132 = tl_row104 + (int64_t)(tl_o23 + tl_c21 + 24);
+    const bool tl_lo133 = tl_rok105 && tl_cok58, tl_hi134 = tl_rok105 && tl_cok59;
+    const bool tl_both135 = tl_lo133 && tl_hi134 && (((uint64_t)tl_a132) & 3) == 0;
+    tl_st_global_if_pair(tl_a132, (uint32_t)r[44] | ((uint32_t)r[45] << 16), tl_both135, tl_lo133 && !tl_both135, tl_hi134 && !tl_both135);
+    uint16_t* const tl_a136 = tl_row110 + (int64_t)(tl_o23 + tl_c21 + 24);
+    const bool tl_lo137 = tl_rok111 && tl_cok58, tl_hi138 = tl_rok111 && tl_cok59;
+    const bool tl_both139 = tl_lo137 && tl_hi138 && (((uint64_t)tl_a136) & 3) == 0;
+    tl_st_global_if_pair(tl_a136, (uint32_t)r[46] | ((uint32_t)r[47] << 16), tl_both139, tl_lo137 && !tl_both139, tl_hi138 && !tl_both139);
+    uint16_t* const tl_row140 = gc + (int64_t)(tl_o22 + tl_c20 + 48) * (int64_t)(4096);
+    const bool tl_rok141 = (uint32_t)(tl_o22 + tl_c20 + 48) < (uint32_t)(m_size);
+    uint16_t* const tl_a142 = tl_row140 + (int64_t)(tl_o23 + tl_c21);
+    const bool tl_lo143 = tl_rok141 && tl_cok26, tl_hi144 = tl_rok141 && tl_cok27;
+    const bool tl_both145 = tl_lo143 && tl_hi144 && (((uint64_t)tl_a142) & 3) == 0;
+    tl_st_global_if_pair(tl_a142, (uint32_t)r[48] | ((uint32_t)r[49] << 16), tl_both145, tl_lo143 && !tl_both145, tl_hi144 && !tl_both145);
+    uint16_t* const tl_row146 = gc + (int64_t)(tl_o22 + tl_c20 + 56) * (int64_t)(4096);
+    const bool tl_rok147 = (uint32_t)(tl_o22 + tl_c20 + 56) < (uint32_t)(m_size);
+    uint16_t* const tl_a148 = tl_row146 + (int64_t)(tl_o23 + tl_c21);
+    const bool tl_lo149 = tl_rok147 && tl_cok26, tl_hi150 = tl_rok147 && tl_cok27;
+    const bool tl_both151 = tl_lo149 && tl_hi150 && (((uint64_t)tl_a148) & 3) == 0;
+    tl_st_global_if_pair(tl_a148, (uint32_t)r[50] | ((uint32_t)r[51] << 16), tl_both151, tl_lo149 && !tl_both151, tl_hi150 && !tl_both151);
+    uint16_t* const tl_a152 = tl_row140 + (int64_t)(tl_o23 + tl_c21 + 8);
+    const bool tl_lo153 = tl_rok141 && tl_cok38, tl_hi154 = tl_rok141 && tl_cok39;
+    const bool tl_both155 = tl_lo153 && tl_hi154 && (((uint64_t)tl_a152) & 3) == 0;
+    tl_st_global_if_pair(tl_a152, (uint32_t)r[52] | ((uint32_t)r[53] << 16), tl_both155, tl_lo153 && !tl_both155, tl_hi154 && !tl_both155);
+    uint16_t* const tl_a156 = tl_row146 + (int64_t)(tl_o23 + tl_c21 + 8);
+    const bool tl_lo157 = tl_rok147 && tl_cok38, tl_hi158 = tl_rok147 && tl_cok39;
+    const bool tl_both159 = tl_lo157 && tl_hi158 && (((uint64_t)tl_a156) & 3) == 0;
+    tl_st_global_if_pair(tl_a156, (uint32_t)r[54] | ((uint32_t)r[55] << 16), tl_both159, tl_lo157 && !tl_both159, tl_hi158 && !tl_both159);
+    uint16_t* const tl_a160 = tl_row140 + (int64_t)(tl_o23 + tl_c21 + 16);
+    const bool tl_lo161 = tl_rok141 && tl_cok48, tl_hi162 = tl_rok141 && tl_cok49;
+    const bool tl_both163 = tl_lo161 && tl_hi162 && (((uint64_t)tl_a160) & 3) == 0;
+    tl_st_global_if_pair(tl_a160, (uint32_t)r[56] | ((uint32_t)r[57] << 16), tl_both163, tl_lo161 && !tl_both163, tl_hi162 && !tl_both163);
+    uint16_t* const tl_a164 = tl_row146 + (int64_t)(tl_o23 + tl_c21 + 16);
+    const bool tl_lo165 = tl_rok147 && tl_cok48, tl_hi166 = tl_rok147 && tl_cok49;
+    const bool tl_both167 = tl_lo165 && tl_hi166 && (((uint64_t)tl_a164) & 3) == 0;
+    tl_st_global_if_pair(tl_a164, (uint32_t)r[58] | ((uint32_t)r[59] << 16), tl_both167, tl_lo165 && !tl_both167, tl_hi166 && !tl_both167);
+    uint16_t* const tl_a168 = tl_row140 + (int64_t)(tl_o23 + tl_c21 + 24);
+    const bool tl_lo169 = tl_rok141 && tl_cok58, tl_hi170 = tl_rok141 && tl_cok59;
+    const bool tl_both171 = tl_lo169 && tl_hi170 && (((uint64_t)tl_a168) & 3) == 0;
+    tl_st_global_if_pair(tl_a168, (uint32_t)r[60] | ((uint32_t)r[61] << 16), tl_both171, tl_lo169 && !tl_both171, tl_hi170 && !tl_both171);
+    uint16_t* const tl_a172 = tl_row146 + (int64_t)(tl_o23 + tl_c21 + 24);
+    const bool tl_lo173 = tl_rok147 && tl_cok58, tl_hi174 = tl_rok147 && tl_cok59;
+    const bool tl_both175 = tl_lo173 && tl_hi174 && (((uint64_t)tl_a172) & 3) == 0;
+    tl_st_global_if_pair(tl_a172, (uint32_t)r[62] | ((uint32_t)r[63] << 16), tl_both175, tl_lo173 && !tl_both175, tl_hi174 && !tl_both175);
+  }
+}
+// ======== config 4/6: {'block_k': 32, 'block_m': 128, 'block_n': 128} ========
+// Generated by tilus (cuda-codegen-1) from MatmulTMA, config {'block_k': 32, 'block_m': 128, 'block_n': 128}, const args {'k_size': 4096, 'n_size': 4096}.
+// ---- tilus prelude: base ----
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+
+// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a
+// __grid_constant__ kernel parameter.
+struct alignas(64) CUtensorMap_t { unsigned long long opaque[16]; };
+
+// Generic pointer -> 32-bit address in the CTA's shared-memory window.
+__device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
+  uint32_t addr;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
+  return addr;
+}
+// ---- tilus prelude: ldst ----
+
+__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
+                                                     uint32_t lo, uint32_t hi) {
+  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
+               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
+}
+// ---- tilus prelude: mbarrier ----
+
+__device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+               :: "r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
+               :: "r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ uint32_t tl_mbar_try_wait_parity_acquire(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done;
+}
+
+__device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parity) {
+  while (!tl_mbar_try_wait_parity_acquire(bar, parity)) {
+  }
+}
+
+__device__ __forceinline__ void tl_fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// ---- tilus prelude: mma ----
+
+// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
+__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
+                                                         const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+// ---- tilus prelude: sync ----
+
+__device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
+  uint32_t pred;
+  asm volatile("{\n\t.reg .pred p;\n\telect.sync _|p, %1;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+               : "=r"(pred) : "r"(mask));
+  return pred;
+}
+// ---- tilus prelude: tma ----
+
+__device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
+                                                  uint32_t bar, int32_t c0, int32_t c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+
+// ---- tilus codegen helpers ----
+__device__ __forceinline__ uint16_t tl_f2h(float f) {
+  uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+// Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
+template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
+  return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1)
+tl_MatmulTMA(
+    int m_size,
+    uint16_t* __restrict__ a_ptr,
+    uint16_t* __restrict__ b_ptr,
+    uint16_t* __restrict__ c_ptr,
+    const __grid_constant__ CUtensorMap_t tl_map0,
+    const __grid_constant__ CUtensorMap_t tl_map1) {
+  extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
+  // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
+  uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
+  const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);
+  if (threadIdx.x == 0) {
+    tl_mbar_init(tl_smem + 16384u, 1);
+    tl_fence_mbarrier_init();
+  }
+  __syncthreads();
+  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
+  int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
+  int offset_n = (128 * (int)blockIdx.y);
+  // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+  uint16_t* const ga = (uint16_t*)(a_ptr);
+  // matmul_v0.py:55  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+  uint16_t* const gb = (uint16_t*)(b_ptr);
+  // matmul_v0.py:56  sa = self.shared_tensor(dtype=float16, shape=[block_m, block_k])
+  // %sa: shared bytes [0, 8192)
+  // matmul_v0.py:57  sb = self.shared_tensor(dtype=float16, shape=[block_n, block_k])
+  // %sb: shared bytes [8192, 16384)
+  // matmul_v0.py:58  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
+  // %acc [128, 128]: mma_c layout, 128 per thread, over threads [0, 128)
+  float acc[128];
+  const float tl_v1 = 0.0f;
+#pragma unroll
+  for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
+    acc[tl_i2] = tl_v1;
+  }
+  // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
+  // 1 mbarrier(s) at shared offset 16384 (initialized at entry)
+  // matmul_v0.py:62  phase: uint32 = 0
+  uint32_t phase = 0u;
+  // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
+  for (int offset_k = 0; offset_k < 4096; offset_k += 32) {
+    // matmul_v0.py:65  with self.single_thread():
+    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
+      tl_mbar_arrive_expect_tx((tl_smem + 16384u), 16384u);
+      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
+      tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 16384u), (int32_t)(offset_k), (int32_t)(offset_m));
+      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
+      tl_tma_load_2d(tl_smem + 8192u, &tl_map1, (tl_smem + 16384u), (int32_t)(offset_k), (int32_t)(offset_n));
+      // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
+      tl_mbar_wait_parity((tl_smem + 16384u), (uint32_t)(phase));
+    }
+    // matmul_v0.py:76  self.sync()  # the tiles have landed: let every thread read them
+    __syncthreads();
+    // matmul_v0.py:78  a = self.load_shared(sa)
+    // %a [128, 32]: mma_a layout, 64 per thread, over threads [0, 128)
+    uint16_t a[64];
+    {
+      const int tl_lr = (int)threadIdx.x & 7, tl_lj = ((int)threadIdx.x >> 3) & 3;
+      const int tl_lt = ((int)threadIdx.x & ~31) | (tl_lr << 2);
+      const int tl_c3 = ((tl_lt / 4) % 8) + (tl_lt / 64) * 64;
+      const int tl_c4 = (tl_lt % 4) * 2;
+      uint32_t tl_lm5[4];
+      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[0] = (uint16_t)((tl_lm5[0] >> 0) & 0xffffu);
+      a[1] = (uint16_t)((tl_lm5[0] >> 16) & 0xffffu);
+      a[2] = (uint16_t)((tl_lm5[1] >> 0) & 0xffffu);
+      a[3] = (uint16_t)((tl_lm5[1] >> 16) & 0xffffu);
+      a[4] = (uint16_t)((tl_lm5[2] >> 0) & 0xffffu);
+      a[5] = (uint16_t)((tl_lm5[2] >> 16) & 0xffffu);
+      a[6] = (uint16_t)((tl_lm5[3] >> 0) & 0xffffu);
+      a[7] = (uint16_t)((tl_lm5[3] >> 16) & 0xffffu);
+      uint32_t tl_lm6[4];
+      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[8] = (uint16_t)((tl_lm6[0] >> 0) & 0xffffu);
+      a[9] = (uint16_t)((tl_lm6[0] >> 16) & 0xffffu);
+      a[10] = (uint16_t)((tl_lm6[1] >> 0) & 0xffffu);
+      a[11] = (uint16_t)((tl_lm6[1] >> 16) & 0xffffu);
+      a[12] = (uint16_t)((tl_lm6[2] >> 0) & 0xffffu);
+      a[13] = (uint16_t)((tl_lm6[2] >> 16) & 0xffffu);
+      a[14] = (uint16_t)((tl_lm6[3] >> 0) & 0xffffu);
+      a[15] = (uint16_t)((tl_lm6[3] >> 16) & 0xffffu);
+      uint32_t tl_lm7[4];
+      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[16] = (uint16_t)((tl_lm7[0] >> 0) & 0xffffu);
+      a[17] = (uint16_t)((tl_lm7[0] >> 16) & 0xffffu);
+      a[18] = (uint16_t)((tl_lm7[1] >> 0) & 0xffffu);
+      a[19] = (uint16_t)((tl_lm7[1] >> 16) & 0xffffu);
+      a[20] = (uint16_t)((tl_lm7[2] >> 0) & 0xffffu);
+      a[21] = (uint16_t)((tl_lm7[2] >> 16) & 0xffffu);
+      a[22] = (uint16_t)((tl_lm7[3] >> 0) & 0xffffu);
+      a[23] = (uint16_t)((tl_lm7[3] >> 16) & 0xffffu);
+      uint32_t tl_lm8[4];
+      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[24] = (uint16_t)((tl_lm8[0] >> 0) & 0xffffu);
+      a[25] = (uint16_t)((tl_lm8[0] >> 16) & 0xffffu);
+      a[26] = (uint16_t)((tl_lm8[1] >> 0) & 0xffffu);
+      a[27] = (uint16_t)((tl_lm8[1] >> 16) & 0xffffu);
+      a[28] = (uint16_t)((tl_lm8[2] >> 0) & 0xffffu);
+      a[29] = (uint16_t)((tl_lm8[2] >> 16) & 0xffffu);
+      a[30] = (uint16_t)((tl_lm8[3] >> 0) & 0xffffu);
+      a[31] = (uint16_t)((tl_lm8[3] >> 16) & 0xffffu);
+      uint32_t tl_lm9[4];
+      tl_ldmatrix_x4(tl_lm9, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[32] = (uint16_t)((tl_lm9[0] >> 0) & 0xffffu);
+      a[33] = (uint16_t)((tl_lm9[0] >> 16) & 0xffffu);
+      a[34] = (uint16_t)((tl_lm9[1] >> 0) & 0xffffu);
+      a[35] = (uint16_t)((tl_lm9[1] >> 16) & 0xffffu);
+      a[36] = (uint16_t)((tl_lm9[2] >> 0) & 0xffffu);
+      a[37] = (uint16_t)((tl_lm9[2] >> 16) & 0xffffu);
+      a[38] = (uint16_t)((tl_lm9[3] >> 0) & 0xffffu);
+      a[39] = (uint16_t)((tl_lm9[3] >> 16) & 0xffffu);
+      uint32_t tl_lm10[4];
+      tl_ldmatrix_x4(tl_lm10, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[40] = (uint16_t)((tl_lm10[0] >> 0) & 0xffffu);
+      a[41] = (uint16_t)((tl_lm10[0] >> 16) & 0xffffu);
+      a[42] = (uint16_t)((tl_lm10[1] >> 0) & 0xffffu);
+      a[43] = (uint16_t)((tl_lm10[1] >> 16) & 0xffffu);
+      a[44] = (uint16_t)((tl_lm10[2] >> 0) & 0xffffu);
+      a[45] = (uint16_t)((tl_lm10[2] >> 16) & 0xffffu);
+      a[46] = (uint16_t)((tl_lm10[3] >> 0) & 0xffffu);
+      a[47] = (uint16_t)((tl_lm10[3] >> 16) & 0xffffu);
+      uint32_t tl_lm11[4];
+      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[48] = (uint16_t)((tl_lm11[0] >> 0) & 0xffffu);
+      a[49] = (uint16_t)((tl_lm11[0] >> 16) & 0xffffu);
+      a[50] = (uint16_t)((tl_lm11[1] >> 0) & 0xffffu);
+      a[51] = (uint16_t)((tl_lm11[1] >> 16) & 0xffffu);
+      a[52] = (uint16_t)((tl_lm11[2] >> 0) & 0xffffu);
+      a[53] = (uint16_t)((tl_lm11[2] >> 16) & 0xffffu);
+      a[54] = (uint16_t)((tl_lm11[3] >> 0) & 0xffffu);
+      a[55] = (uint16_t)((tl_lm11[3] >> 16) & 0xffffu);
+      uint32_t tl_lm12[4];
+      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[56] = (uint16_t)((tl_lm12[0] >> 0) & 0xffffu);
+      a[57] = (uint16_t)((tl_lm12[0] >> 16) & 0xffffu);
+      a[58] = (uint16_t)((tl_lm12[1] >> 0) & 0xffffu);
+      a[59] = (uint16_t)((tl_lm12[1] >> 16) & 0xffffu);
+      a[60] = (uint16_t)((tl_lm12[2] >> 0) & 0xffffu);
+      a[61] = (uint16_t)((tl_lm12[2] >> 16) & 0xffffu);
+      a[62] = (uint16_t)((tl_lm12[3] >> 0) & 0xffffu);
+      a[63] = (uint16_t)((tl_lm12[3] >> 16) & 0xffffu);
+    }
+    // matmul_v0.py:79  b = self.load_shared(sb)
+    // %b [128, 32]: mma_b layout, 64 per thread, over threads [0, 128)
+    uint16_t b[64];
+    {
+      const int tl_lr = (int)threadIdx.x & 7, tl_lj = ((int)threadIdx.x >> 3) & 3;
+      const int tl_lt = ((int)threadIdx.x & ~31) | (tl_lr << 2);
+      const int tl_c13 = ((tl_lt / 4) % 8) + ((tl_lt / 32) % 2) * 64;
+      const int tl_c14 = (tl_lt % 4) * 2;
+      uint32_t tl_lm15[4];
+      tl_ldmatrix_x4(tl_lm15, tl_smem + tl_swz<64>(8192u + (tl_c13 + 0) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[0] = (uint16_t)((tl_lm15[0] >> 0) & 0xffffu);
+      b[1] = (uint16_t)((tl_lm15[0] >> 16) & 0xffffu);
+      b[2] = (uint16_t)((tl_lm15[1] >> 0) & 0xffffu);
+      b[3] = (uint16_t)((tl_lm15[1] >> 16) & 0xffffu);
+      b[4] = (uint16_t)((tl_lm15[2] >> 0) & 0xffffu);
+      b[5] = (uint16_t)((tl_lm15[2] >> 16) & 0xffffu);
+      b[6] = (uint16_t)((tl_lm15[3] >> 0) & 0xffffu);
+      b[7] = (uint16_t)((tl_lm15[3] >> 16) & 0xffffu);
+      uint32_t tl_lm16[4];
+      tl_ldmatrix_x4(tl_lm16, tl_smem + tl_swz<64>(8192u + (tl_c13 + 8) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[8] = (uint16_t)((tl_lm16[0] >> 0) & 0xffffu);
+      b[9] = (uint16_t)((tl_lm16[0] >> 16) & 0xffffu);
+      b[10] = (uint16_t)((tl_lm16[1] >> 0) & 0xffffu);
+      b[11] = (uint16_t)((tl_lm16[1] >> 16) & 0xffffu);
+      b[12] = (uint16_t)((tl_lm16[2] >> 0) & 0xffffu);
+      b[13] = (uint16_t)((tl_lm16[2] >> 16) & 0xffffu);
+      b[14] = (uint16_t)((tl_lm16[3] >> 0) & 0xffffu);
+      b[15] = (uint16_t)((tl_lm16[3] >> 16) & 0xffffu);
+      uint32_t tl_lm17[4];
+      tl_ldmatrix_x4(tl_lm17, tl_smem + tl_swz<64>(8192u + (tl_c13 + 16) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[16] = (uint16_t)((tl_lm17[0] >> 0) & 0xffffu);
+      b[17] = (uint16_t)((tl_lm17[0] >> 16) & 0xffffu);
+      b[18] = (uint16_t)((tl_lm17[1] >> 0) & 0xffffu);
+      b[19] = (uint16_t)((tl_lm17[1] >> 16) & 0xffffu);
+      b[20] = (uint16_t)((tl_lm17[2] >> 0) & 0xffffu);
+      b[21] = (uint16_t)((tl_lm17[2] >> 16) & 0xffffu);
+      b[22] = (uint16_t)((tl_lm17[3] >> 0) & 0xffffu);
+      b[23] = (uint16_t)((tl_lm17[3] >> 16) & 0xffffu);
+      uint32_t tl_lm18[4];
+      tl_ldmatrix_x4(tl_lm18, tl_smem + tl_swz<64>(8192u + (tl_c13 + 24) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[24] = (uint16_t)((tl_lm18[0] >> 0) & 0xffffu);
+      b[25] = (uint16_t)((tl_lm18[0] >> 16) & 0xffffu);
+      b[26] = (uint16_t)((tl_lm18[1] >> 0) & 0xffffu);
+      b[27] = (uint16_t)((tl_lm18[1] >> 16) & 0xffffu);
+      b[28] = (uint16_t)((tl_lm18[2] >> 0) & 0xffffu);
+      b[29] = (uint16_t)((tl_lm18[2] >> 16) & 0xffffu);
+      b[30] = (uint16_t)((tl_lm18[3] >> 0) & 0xffffu);
+      b[31] = (uint16_t)((tl_lm18[3] >> 16) & 0xffffu);
+      uint32_t tl_lm19[4];
+      tl_ldmatrix_x4(tl_lm19, tl_smem + tl_swz<64>(8192u + (tl_c13 + 32) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[32] = (uint16_t)((tl_lm19[0] >> 0) & 0xffffu);
+      b[33] = (uint16_t)((tl_lm19[0] >> 16) & 0xffffu);
+      b[34] = (uint16_t)((tl_lm19[1] >> 0) & 0xffffu);
+      b[35] = (uint16_t)((tl_lm19[1] >> 16) & 0xffffu);
+      b[36] = (uint16_t)((tl_lm19[2] >> 0) & 0xffffu);
+      b[37] = (uint16_t)((tl_lm19[2] >> 16) & 0xffffu);
+      b[38] = (uint16_t)((tl_lm19[3] >> 0) & 0xffffu);
+      b[39] = (uint16_t)((tl_lm19[3] >> 16) & 0xffffu);
+      uint32_t tl_lm20[4];
+      tl_ldmatrix_x4(tl_lm20, tl_smem + tl_swz<64>(8192u + (tl_c13 + 40) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[40] = (uint16_t)((tl_lm20[0] >> 0) & 0xffffu);
+      b[41] = (uint16_t)((tl_lm20[0] >> 16) & 0xffffu);
+      b[42] = (uint16_t)((tl_lm20[1] >> 0) & 0xffffu);
+      b[43] = (uint16_t)((tl_lm20[1] >> 16) & 0xffffu);
+      b[44] = (uint16_t)((tl_lm20[2] >> 0) & 0xffffu);
+      b[45] = (uint16_t)((tl_lm20[2] >> 16) & 0xffffu);
+      b[46] = (uint16_t)((tl_lm20[3] >> 0) & 0xffffu);
+      b[47] = (uint16_t)((tl_lm20[3] >> 16) & 0xffffu);
+      uint32_t tl_lm21[4];
+      tl_ldmatrix_x4(tl_lm21, tl_smem + tl_swz<64>(8192u + (tl_c13 + 48) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[48] = (uint16_t)((tl_lm21[0] >> 0) & 0xffffu);
+      b[49] = (uint16_t)((tl_lm21[0] >> 16) & 0xffffu);
+      b[50] = (uint16_t)((tl_lm21[1] >> 0) & 0xffffu);
+      b[51] = (uint16_t)((tl_lm21[1] >> 16) & 0xffffu);
+      b[52] = (uint16_t)((tl_lm21[2] >> 0) & 0xffffu);
+      b[53] = (uint16_t)((tl_lm21[2] >> 16) & 0xffffu);
+      b[54] = (uint16_t)((tl_lm21[3] >> 0) & 0xffffu);
+      b[55] = (uint16_t)((tl_lm21[3] >> 16) & 0xffffu);
+      uint32_t tl_lm22[4];
+      tl_ldmatrix_x4(tl_lm22, tl_smem + tl_swz<64>(8192u + (tl_c13 + 56) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[56] = (uint16_t)((tl_lm22[0] >> 0) & 0xffffu);
+      b[57] = (uint16_t)((tl_lm22[0] >> 16) & 0xffffu);
+      b[58] = (uint16_t)((tl_lm22[1] >> 0) & 0xffffu);
+      b[59] = (uint16_t)((tl_lm22[1] >> 16) & 0xffffu);
+      b[60] = (uint16_t)((tl_lm22[2] >> 0) & 0xffffu);
+      b[61] = (uint16_t)((tl_lm22[2] >> 16) & 0xffffu);
+      b[62] = (uint16_t)((tl_lm22[3] >> 0) & 0xffffu);
+      b[63] = (uint16_t)((tl_lm22[3] >> 16) & 0xffffu);
+    }
+    // matmul_v0.py:80  self.dot(a, b.transpose(), acc, out=acc)
+    // %b_t: the registers of b, dims (1, 0)
+    {
+      float tl_d[4] = {acc[0], acc[1], acc[2], acc[3]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[0] = tl_d[0];
+      acc[1] = tl_d[1];
+      acc[2] = tl_d[2];
+      acc[3] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[4], acc[5], acc[6], acc[7]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[4] = tl_d[0];
+      acc[5] = tl_d[1];
+      acc[6] = tl_d[2];
+      acc[7] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[8], acc[9], acc[10], acc[11]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[8] = tl_d[0];
+      acc[9] = tl_d[1];
+      acc[10] = tl_d[2];
+      acc[11] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[12], acc[13], acc[14], acc[15]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[12] = tl_d[0];
+      acc[13] = tl_d[1];
+      acc[14] = tl_d[2];
+      acc[15] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[16], acc[17], acc[18], acc[19]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[16] = tl_d[0];
+      acc[17] = tl_d[1];
+      acc[18] = tl_d[2];
+      acc[19] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[20], acc[21], acc[22], acc[23]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[20] = tl_d[0];
+      acc[21] = tl_d[1];
+      acc[22] = tl_d[2];
+      acc[23] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[24], acc[25], acc[26], acc[27]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[24] = tl_d[0];
+      acc[25] = tl_d[1];
+      acc[26] = tl_d[2];
+      acc[27] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[28], acc[29], acc[30], acc[31]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[28] = tl_d[0];
+      acc[29] = tl_d[1];
+      acc[30] = tl_d[2];
+      acc[31] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[32], acc[33], acc[34], acc[35]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[32] = tl_d[0];
+      acc[33] = tl_d[1];
+      acc[34] = tl_d[2];
+      acc[35] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[36], acc[37], acc[38], acc[39]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[36] = tl_d[0];
+      acc[37] = tl_d[1];
+      acc[38] = tl_d[2];
+      acc[39] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[40], acc[41], acc[42], acc[43]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[40] = tl_d[0];
+      acc[41] = tl_d[1];
+      acc[42] = tl_d[2];
+      acc[43] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[44], acc[45], acc[46], acc[47]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[44] = tl_d[0];
+      acc[45] = tl_d[1];
+      acc[46] = tl_d[2];
+      acc[47] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[48], acc[49], acc[50], acc[51]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[48] = tl_d[0];
+      acc[49] = tl_d[1];
+      acc[50] = tl_d[2];
+      acc[51] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[52], acc[53], acc[54], acc[55]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[52] = tl_d[0];
+      acc[53] = tl_d[1];
+      acc[54] = tl_d[2];
+      acc[55] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[56], acc[57], acc[58], acc[59]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[56] = tl_d[0];
+      acc[57] = tl_d[1];
+      acc[58] = tl_d[2];
+      acc[59] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[60], acc[61], acc[62], acc[63]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[60] = tl_d[0];
+      acc[61] = tl_d[1];
+      acc[62] = tl_d[2];
+      acc[63] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[64], acc[65], acc[66], acc[67]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[64] = tl_d[0];
+      acc[65] = tl_d[1];
+      acc[66] = tl_d[2];
+      acc[67] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[68], acc[69], acc[70], acc[71]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[68] = tl_d[0];
+      acc[69] = tl_d[1];
+      acc[70] = tl_d[2];
+      acc[71] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[72], acc[73], acc[74], acc[75]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[72] = tl_d[0];
+      acc[73] = tl_d[1];
+      acc[74] = tl_d[2];
+      acc[75] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[76], acc[77], acc[78], acc[79]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[76] = tl_d[0];
+      acc[77] = tl_d[1];
+      acc[78] = tl_d[2];
+      acc[79] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[80], acc[81], acc[82], acc[83]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[80] = tl_d[0];
+      acc[81] = tl_d[1];
+      acc[82] = tl_d[2];
+      acc[83] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[84], acc[85], acc[86], acc[87]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[84] = tl_d[0];
+      acc[85] = tl_d[1];
+      acc[86] = tl_d[2];
+      acc[87] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[88], acc[89], acc[90], acc[91]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[88] = tl_d[0];
+      acc[89] = tl_d[1];
+      acc[90] = tl_d[2];
+      acc[91] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[92], acc[93], acc[94], acc[95]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[92] = tl_d[0];
+      acc[93] = tl_d[1];
+      acc[94] = tl_d[2];
+      acc[95] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[96], acc[97], acc[98], acc[99]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[96] = tl_d[0];
+      acc[97] = tl_d[1];
+      acc[98] = tl_d[2];
+      acc[99] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[100], acc[101], acc[102], acc[103]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[100] = tl_d[0];
+      acc[101] = tl_d[1];
+      acc[102] = tl_d[2];
+      acc[103] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[104], acc[105], acc[106], acc[107]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[104] = tl_d[0];
+      acc[105] = tl_d[1];
+      acc[106] = tl_d[2];
+      acc[107] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[108], acc[109], acc[110], acc[111]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[108] = tl_d[0];
+      acc[109] = tl_d[1];
+      acc[110] = tl_d[2];
+      acc[111] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[112], acc[113], acc[114], acc[115]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[112] = tl_d[0];
+      acc[113] = tl_d[1];
+      acc[114] = tl_d[2];
+      acc[115] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[116], acc[117], acc[118], acc[119]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[116] = tl_d[0];
+      acc[117] = tl_d[1];
+      acc[118] = tl_d[2];
+      acc[119] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[120], acc[121], acc[122], acc[123]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[120] = tl_d[0];
+      acc[121] = tl_d[1];
+      acc[122] = tl_d[2];
+      acc[123] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[124], acc[125], acc[126], acc[127]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      acc[124] = tl_d[0];
+      acc[125] = tl_d[1];
+      acc[126] = tl_d[2];
+      acc[127] = tl_d[3];
+    }
+    // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
+    __syncthreads();
+    // matmul_v0.py:82  phase ^= 1
+    phase = (phase ^ 1u);
+  }
+  // matmul_v0.py:84  self.free_shared(sa)
+  // free_shared: nothing to do
+  // matmul_v0.py:85  self.free_shared(sb)
+  // free_shared: nothing to do
+  // matmul_v0.py:86  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+  uint16_t* const gc = (uint16_t*)(c_ptr);
+  // matmul_v0.py:87  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m, offset_n])
+  // %r [128, 128]: mma_c layout, 128 per thread, over threads [0, 128)
+  uint16_t r[128];
+#pragma unroll
+  for (int tl_i23 = 0; tl_i23 < 128; ++tl_i23) {
+    r[tl_i23] = tl_f2h((float)(acc[tl_i23]));
+  }
+  {
+    const int tl_c24 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 64) * 64;
+    const int tl_c25 = ((int)threadIdx.x % 4) * 2 + (((int)threadIdx.x / 32) % 2) * 64;
+    const int tl_o26 = offset_m;
+    const int tl_o27 = offset_n;
+    uint16_t* const tl_row28 = gc + (int64_t)(tl_o26 + tl_c24) * (int64_t)(4096);
+    const bool tl_rok29 = (uint32_t)(tl_o26 + tl_c24) < (uint32_t)(m_size);
+    const bool tl_cok30 = (uint32_t)(tl_o27 + tl_c25) < (uint32_t)(4096);
+    const bool tl_cok31 = (uint32_t)(tl_o27 + tl_c25) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a32 = tl_row28 + (int64_t)(tl_o27 + tl_c25);
+    const bool tl_lo33 = tl_rok29 && tl_cok30, tl_hi34 = tl_rok29 && tl_cok31;
+    const bool tl_both35 = tl_lo33 && tl_hi34 && (((uint64_t)tl_a32) & 3) == 0;
+    tl_st_global_if_pair(tl_a32, (uint32_t)r[0] | ((uint32_t)r[1] << 16), tl_both35, tl_lo33 && !tl_both35, tl_hi34 && !tl_both35);
+    uint16_t* const tl_row36 = gc + (int64_t)(tl_o26 + tl_c24 + 8) * (int64_t)(4096);
+    const bool tl_rok37 = (uint32_t)(tl_o26 + tl_c24 + 8) < (uint32_t)(m_size);
+    uint16_t* const tl_a38 = tl_row36 + (int64_t)(tl_o27 + tl_c25);
+    const bool tl_lo39 = tl_rok37 && tl_cok30, tl_hi40 = tl_rok37 && tl_cok31;
+    const bool tl_both41 = tl_lo39 && tl_hi40 && (((uint64_t)tl_a38) & 3) == 0;
+    tl_st_global_if_pair(tl_a38, (uint32_t)r[2] | ((uint32_t)r[3] << 16), tl_both41, tl_lo39 && !tl_both41, tl_hi40 && !tl_both41);
+    const bool tl_cok42 = (uint32_t)(tl_o27 + tl_c25 + 8) < (uint32_t)(4096);
+    const bool tl_cok43 = (uint32_t)(tl_o27 + tl_c25 + 8) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a44 = tl_row28 + (int64_t)(tl_o27 + tl_c25 + 8);
+    const bool tl_lo45 = tl_rok29 && tl_cok42, tl_hi46 = tl_rok29 && tl_cok43;
+    const bool tl_both47 = tl_lo45 && tl_hi46 && (((uint64_t)tl_a44) & 3) == 0;
+    tl_st_global_if_pair(tl_a44, (uint32_t)r[4] | ((uint32_t)r[5] << 16), tl_both47, tl_lo45 && !tl_both47, tl_hi46 && !tl_both47);
+    uint16_t* const tl_a48 = tl_row36 + (int64_t)(tl_o27 + tl_c25 + 8);
+    const bool tl_lo49 = tl_rok37 && tl_cok42, tl_hi50 = tl_rok37 && tl_cok43;
+    const bool tl_both51 = tl_lo49 && tl_hi50 && (((uint64_t)tl_a48) & 3) == 0;
+    tl_st_global_if_pair(tl_a48, (uint32_t)r[6] | ((uint32_t)r[7] << 16), tl_both51, tl_lo49 && !tl_both51, tl_hi50 && !tl_both51);
+    const bool tl_cok52 = (uint32_t)(tl_o27 + tl_c25 + 16) < (uint32_t)(4096);
+    const bool tl_cok53 = (uint32_t)(tl_o27 + tl_c25 + 16) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a54 = tl_row28 + (int64_t)(tl_o27 + tl_c25 + 16);
+    const bool tl_lo55 = tl_rok29 && tl_cok52, tl_hi56 = tl_rok29 && tl_cok53;
+    const bool tl_both57 = tl_lo55 && tl_hi56 && (((uint64_t)tl_a54) & 3) == 0;
+    tl_st_global_if_pair(tl_a54, (uint32_t)r[8] | ((uint32_t)r[9] << 16), tl_both57, tl_lo55 && !tl_both57, tl_hi56 && !tl_both57);
+    uint16_t* const tl_a58 = tl_row36 + (int64_t)(tl_o27 + tl_c25 + 16);
+    const bool tl_lo59 = tl_rok37 && tl_cok52, tl_hi60 = tl_rok37 && tl_cok53;
+    const bool tl_both61 = tl_lo59 && tl_hi60 && (((uint64_t)tl_a58) & 3) == 0;
+    tl_st_global_if_pair(tl_a58, (uint32_t)r[10] | ((uint32_t)r[11] << 16), tl_both61, tl_lo59 && !tl_both61, tl_hi60 && !tl_both61);
+    const bool tl_cok62 = (uint32_t)(tl_o27 + tl_c25 + 24) < (uint32_t)(4096);
+    const bool tl_cok63 = (uint32_t)(tl_o27 + tl_c25 + 24) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a64 = tl_row28 + (int64_t)(tl_o27 + tl_c25 + 24);
+    const bool tl_lo65 = tl_rok29 && tl_cok62, tl_hi66 = tl_rok29 && tl_cok63;
+    const bool tl_both67 = tl_lo65 && tl_hi66 && (((uint64_t)tl_a64) & 3) == 0;
+    tl_st_global_if_pair(tl_a64, (uint32_t)r[12] | ((uint32_t)r[13] << 16), tl_both67, tl_lo65 && !tl_both67, tl_hi66 && !tl_both67);
+    uint16_t* const tl_a68 = tl_row36 + (int64_t)(tl_o27 + tl_c25 + 24);
+    const bool tl_lo69 = tl_rok37 && tl_cok62, tl_hi70 = tl_rok37 && tl_cok63;
+    const bool tl_both71 = tl_lo69 && tl_hi70 && (((uint64_t)tl_a68) & 3) == 0;
+    tl_st_global_if_pair(tl_a68, (uint32_t)r[14] | ((uint32_t)r[15] << 16), tl_both71, tl_lo69 && !tl_both71, tl_hi70 && !tl_both71);
+    const bool tl_cok72 = (uint32_t)(tl_o27 + tl_c25 + 32) < (uint32_t)(4096);
+    const bool tl_cok73 = (uint32_t)(tl_o27 + tl_c25 + 32) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a74 = tl_row28 + (int64_t)(tl_o27 + tl_c25 + 32);
+    const bool tl_lo75 = tl_rok29 && tl_cok72, tl_hi76 = tl_rok29 && tl_cok73;
+    const bool tl_both77 = tl_lo75 && tl_hi76 && (((uint64_t)tl_a74) & 3) == 0;
+    tl_st_global_if_pair(tl_a74, (uint32_t)r[16] | ((uint32_t)r[17] << 16), tl_both77, tl_lo75 && !tl_both77, tl_hi76 && !tl_both77);
+    uint16_t* const tl_a78 = tl_row36 + (int64_t)(tl_o27 + tl_c25 + 32);
+    const bool tl_lo79 = tl_rok37 && tl_cok72, tl_hi80 = tl_rok37 && tl_cok73;
+    const bool tl_both81 = tl_lo79 && tl_hi80 && (((uint64_t)tl_a78) & 3) == 0;
+    tl_st_global_if_pair(tl_a78, (uint32_t)r[18] | ((uint32_t)r[19] << 16), tl_both81, tl_lo79 && !tl_both81, tl_hi80 && !tl_both81);
+    const bool tl_cok82 = (uint32_t)(tl_o27 + tl_c25 + 40) < (uint32_t)(4096);
+    const bool tl_cok83 = (uint32_t)(tl_o27 + tl_c25 + 40) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a84 = tl_row28 + (int64_t)(tl_o27 + tl_c25 + 40);
+    const bool tl_lo85 = tl_rok29 && tl_cok82, tl_hi86 = tl_rok29 && tl_cok83;
+    const bool tl_both87 = tl_lo85 && tl_hi86 && (((uint64_t)tl_a84) & 3) == 0;
+    tl_st_global_if_pair(tl_a84, (uint32_t)r[20] | ((uint32_t)r[21] << 16), tl_both87, tl_lo85 && !tl_both87, tl_hi86 && !tl_both87);
+    uint16_t* const tl_a88 = tl_row36 + (int64_t)(tl_o27 + tl_c25 + 40);
+    const bool tl_lo89 = tl_rok37 && tl_cok82, tl_hi90 = tl_rok37 && tl_cok83;
+    const bool tl_both91 = tl_lo89 && tl_hi90 && (((uint64_t)tl_a88) & 3) == 0;
+    tl_st_global_if_pair(tl_a88, (uint32_t)r[22] | ((uint32_t)r[23] << 16), tl_both91, tl_lo89 && !tl_both91, tl_hi90 && !tl_both91);
+    const bool tl_cok92 = (uint32_t)(tl_o27 + tl_c25 + 48) < (uint32_t)(4096);
+    const bool tl_cok93 = (uint32_t)(tl_o27 + tl_c25 + 48) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a94 = tl_row28 + (int64_t)(tl_o27 + tl_c25 + 48);
+    const bool tl_lo95 = tl_rok29 && tl_cok92, tl_hi96 = tl_rok29 && tl_cok93;
+    const bool tl_both97 = tl_lo95 && tl_hi96 && (((uint64_t)tl_a94) & 3) == 0;
+    tl_st_global_if_pair(tl_a94, (uint32_t)r[24] | ((uint32_t)r[25] << 16), tl_both97, tl_lo95 && !tl_both97, tl_hi96 && !tl_both97);
+    uint16_t* const tl_a98 = tl_row36 + (int64_t)(tl_o27 + tl_c25 + 48);
+    const bool tl_lo99 = tl_rok37 && tl_cok92, tl_hi100 = tl_rok37 && tl_cok93;
+    const bool tl_both101 = tl_lo99 && tl_hi100 && (((uint64_t)tl_a98) & 3) == 0;
+    tl_st_global_if_pair(tl_a98, (uint32_t)r[26] | ((uint32_t)r[27] << 16), tl_both101, tl_lo99 && !tl_both101, tl_hi100 && !tl_both101);
+    const bool tl_cok102 = (uint32_t)(tl_o27 + tl_c25 + 56) < (uint32_t)(4096);
+    const bool tl_cok103 = (uint32_t)(tl_o27 + tl_c25 + 56) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a104 = tl_row28 + (int64_t)(tl_o27 + tl_c25 + 56);
+    const bool tl_lo105 = tl_rok29 && tl_cok102, tl_hi106 = tl_rok29 && tl_cok103;
+    const bool tl_both107 = tl_lo105 && tl_hi106 && (((uint64_t)tl_a104) & 3) == 0;
+    tl_st_global_if_pair(tl_a104, (uint32_t)r[28] | ((uint32_t)r[29] << 16), tl_both107, tl_lo105 && !tl_both107, tl_hi106 && !tl_both107);
+    uint16_t* const tl_a108 = tl_row36 + (int64_t)(tl_o27 + tl_c25 + 56);
+    const bool tl_lo109 = tl_rok37 && tl_cok102, tl_hi110 = tl_rok37 && tl_cok103;
+    const bool tl_both111 = tl_lo109 && tl_hi110 && (((uint64_t)tl_a108) & 3) == 0;
+    tl_st_global_if_pair(tl_a108, (uint32_t)r[30] | ((uint32_t)r[31] << 16), tl_both111, tl_lo109 && !tl_both111, tl_hi110 && !tl_both111);
+    uint16_t* const tl_row112 = gc + (int64_t)(tl_o26 + tl_c24 + 16) * (int64_t)(4096);
+    const bool tl_rok113 = (uint32_t)(tl_o26 + tl_c24 + 16) < (uint32_t)(m_size);
+    uint16_t* const tl_a114 = tl_row112 + (int64_t)(tl_o27 + tl_c25);
+    const bool tl_lo115 = tl_rok113 && tl_cok30, tl_hi116 = tl_rok113 && tl_cok31;
+    const bool tl_both117 = tl_lo115 && tl_hi116 && (((uint64_t)tl_a114) & 3) == 0;
+    tl_st_global_if_pair(tl_a114, (uint32_t)r[32] | ((uint32_t)r[33] << 16), tl_both117, tl_lo115 && !tl_both117, tl_hi116 && !tl_both117);
+    uint16_t* const tl_row118 = gc + (int64_t)(tl_o26 + tl_c24 + 24) * (int64_t)(4096);
+    const bool tl_rok119 = (uint32_t)(tl_o26 + tl_c24 + 24) < (uint32_t)(m_size);
+    uint16_t* const tl_a120 = tl_row118 + (int64_t)(tl_o27 + tl_c25);
+    const bool tl_lo121 = tl_rok119 && tl_cok30, tl_hi122 = tl_rok119 && tl_cok31;
+    const bool tl_both123 = tl_lo121 && tl_hi122 && (((uint64_t)tl_a120) & 3) == 0;
+    tl_st_global_if_pair(tl_a120, (uint32_t)r[34] | ((uint32_t)r[35] << 16), tl_both123, tl_lo121 && !tl_both123, tl_hi122 && !tl_both123);
+    uint16_t* const tl_a124 = tl_row112 + (int64_t)(tl_o27 + tl_c25 + 8);
+    const bool tl_lo125 = tl_rok113 && tl_cok42, tl_hi126 = tl_rok113 && tl_cok43;
+    const bool tl_both127 = tl_lo125 && tl_hi126 && (((uint64_t)tl_a124) & 3) == 0;
+    tl_st_global_if_pair(tl_a124, (uint32_t)r[36] | ((uint32_t)r[37] << 16), tl_both127, tl_lo125 && !tl_both127, tl_hi126 && !tl_both127);
+    uint16_t* const tl_a128 = tl_row118 + (int64_t)(tl_o27 + tl_c25 + 8);
+    const bool tl_lo129 = tl_rok119 && tl_cok42, tl_hi130 = tl_rok119 && tl_cok43;
+    const bool tl_both131 = tl_lo129 && tl_hi130 && (((uint64_t)tl_a128) & 3) == 0;
+    tl_st_global_if_pair(tl_a128, (uint32_t)r[38] | ((uint32_t)r[39] << 16), tl_both131, tl_lo129 && !tl_both131, tl_hi130 && !tl_both131);
+    uint16_t* const tl_a132 = tl_row112 + (int64_t)(tl_o27 + tl_c25 + 16);
+    const bool tl_lo133 = tl_rok113 && tl_cok52, tl_hi134 = tl_rok113 && tl_cok53;
+    const bool tl_both135 = tl_lo133 && tl_hi134 && (((uint64_t)tl_a132) & 3) == 0;
+    tl_st_global_if_pair(tl_a132, (uint32_t)r[40] | ((uint32_t)r[41] << 16), tl_both135, tl_lo133 && !tl_both135, tl_hi134 && !tl_both135);
+    uint16_t* const tl_a136 = tl_row118 + (int64_t)(tl_o27 + tl_c25 + 16);
+    const bool tl_lo137 = tl_rok119 && tl_cok52, tl_hi138 = tl_rok119 && tl_cok53;
+    const bool tl_both139 = tl_lo137 && tl_hi138 && (((uint64_t)tl_a136) & 3) == 0;
+    tl_st_global_if_pair(tl_a136, (uint32_t)r[42] | ((uint32_t)r[43] << 16), tl_both139, tl_lo137 && !tl_both139, tl_hi138 && !tl_both139);
+    uint16_t* const tl_a140 = tl_row112 + (int64_t)(tl_o27 + tl_c25 + 24);
+    const bool tl_lo141 = tl_rok113 && tl_cok62, tl_hi142 = tl_rok113 && tl_cok63;
+    const bool tl_both143 = tl_lo141 && tl_hi142 && (((uint64_t)tl_a140) & 3) == 0;
+    tl_st_global_if_pair(tl_a140, (uint32_t)r[44] | ((uint32_t)r[45] << 16), tl_both143, tl_lo141 && !tl_both143, tl_hi142 && !tl_both143);
+    uint16_t* const tl_a144 = tl_row118 + (int64_t)(tl_o27 + tl_c25 + 24);
+    const bool tl_lo145 = tl_rok119 && tl_cok62, tl_hi146 = tl_rok119 && tl_cok63;
+    const bool tl_both147 = tl_lo145 && tl_hi146 && (((uint64_t)tl_a144) & 3) == 0;
+    tl_st_global_if_pair(tl_a144, (uint32_t)r[46] | ((uint32_t)r[47] << 16), tl_both147, tl_lo145 && !tl_both147, tl_hi146 && !tl_both147);
+    uint16_t* const tl_a148 = tl_row112 + (int64_t)(tl_o27 + tl_c25 + 32);
+    const bool tl_lo149 = tl_rok113 && tl_cok72, tl_hi150 = tl_rok113 && tl_cok73;
+    const bool tl_both151 = tl_lo149 && tl_hi150 && (((uint64_t)tl_a148) & 3) == 0;
+    tl_st_global_if_pair(tl_a148, (uint32_t)r[48] | ((uint32_t)r[49] << 16), tl_both151, tl_lo149 && !tl_both151, tl_hi150 && !tl_both151);
+    uint16_t* const tl_a152 = tl_row118 + (int64_t)(tl_o27 + tl_c25 + 32);
+    const bool tl_lo153 = tl_rok119 && tl_cok72, tl_hi154 = tl_rok119 && tl_cok73;
+    const bool tl_both155 = tl_lo153 && tl_hi154 && (((uint64_t)tl_a152) & 3) == 0;
+    tl_st_global_if_pair(tl_a152, (uint32_t)r[50] | ((uint32_t)r[51] << 16), tl_both155, tl_lo153 && !tl_both155, tl_hi154 && !tl_both155);
+    uint16_t* const tl_a156 = tl_row112 + (int64_t)(tl_o27 + tl_c25 + 40);
+    const bool tl_lo157 = tl_rok113 && tl_cok82, tl_hi158 = tl_rok113 && tl_cok83;
+    const bool tl_both159 = tl_lo157 && tl_hi158 && (((uint64_t)tl_a156) & 3) == 0;
+    tl_st_global_if_pair(tl_a156, (uint32_t)r[52] | ((uint32_t)r[53] << 16), tl_both159, tl_lo157 && !tl_both159, tl_hi158 && !tl_both159);
+    uint16_t* const tl_a160 = tl_row118 + (int64_t)(tl_o27 + tl_c25 + 40);
+    const bool tl_lo161 = tl_rok119 && tl_cok82, tl_hi162 = tl_rok119 && tl_cok83;
+    const bool tl_both163 = tl_lo161 && tl_hi162 && (((uint64_t)tl_a160) & 3) == 0;
+    tl_st_global_if_pair(tl_a160, (uint32_t)r[54] | ((uint32_t)r[55] << 16), tl_both163, tl_lo161 && !tl_both163, tl_hi162 && !tl_both163);
+    uint16_t* const tl_a164 = tl_row112 + (int64_t)(tl_o27 + tl_c25 + 48);
+    const bool tl_lo165 = tl_rok113 && tl_cok92, tl_hi166 = tl_rok113 && tl_cok93;
+    const bool tl_both167 = tl_lo165 && tl_hi166 && (((uint64_t)tl_a164) & 3) == 0;
+    tl_st_global_if_pair(tl_a164, (uint32_t)r[56] | ((uint32_t)r[57] << 16), tl_both167, tl_lo165 && !tl_both167, tl_hi166 && !tl_both167);
+    uint16_t* const tl_a168 = tl_row118 + (int64_t)(tl_o27 + tl_c25 + 48);
+    const bool tl_lo169 = tl_rok119 && tl_cok92, tl_hi170 = tl_rok119 && tl_cok93;
+    const bool tl_both171 = tl_lo169 && tl_hi170 && (((uint64_t)tl_a168) & 3) == 0;
+    tl_st_global_if_pair(tl_a168, (uint32_t)r[58] | ((uint32_t)r[59] << 16), tl_both171, tl_lo169 && !tl_both171, tl_hi170 && !tl_both171);
+    uint16_t* const tl_a172 = tl_row112 + (int64_t)(tl_o27 + tl_c25 + 56);
+    const bool tl_lo173 = tl_rok113 && tl_cok102, tl_hi174 = tl_rok113 && tl_cok103;
+    const bool tl_both175 = tl_lo173 && tl_hi174 && (((uint64_t)tl_a172) & 3) == 0;
+    tl_st_global_if_pair(tl_a172, (uint32_t)r[60] | ((uint32_t)r[61] << 16), tl_both175, tl_lo173 && !tl_both175, tl_hi174 && !tl_both175);
+    uint16_t* const tl_a176 = tl_row118 + (int64_t)(tl_o27 + tl_c25 + 56);
+    const bool tl_lo177 = tl_rok119 && tl_cok102, tl_hi178 = tl_rok119 && tl_cok103;
+    const bool tl_both179 = tl_lo177 && tl_hi178 && (((uint64_t)tl_a176) & 3) == 0;
+    tl_st_global_if_pair(tl_a176, (uint32_t)r[62] | ((uint32_t)r[63] << 16), tl_both179, tl_lo177 && !tl_both179, tl_hi178 && !tl_both179);
+    uint16_t* const tl_row180 = gc + (int64_t)(tl_o26 + tl_c24 + 32) * (int64_t)(4096);
+    const bool tl_rok181 = (uint32_t)(tl_o26 + tl_c24 + 32) < (uint32_t)(m_size);
+    uint16_t* const tl_a182 = tl_row180 + (int64_t)(tl_o27 + tl_c25);
+    const bool tl_lo183 = tl_rok181 && tl_cok30, tl_hi184 = tl_rok181 && tl_cok31;
+    const bool tl_both185 = tl_lo183 && tl_hi184 && (((uint64_t)tl_a182) & 3) == 0;
+    tl_st_global_if_pair(tl_a182, (uint32_t)r[64] | ((uint32_t)r[65] << 16), tl_both185, tl_lo183 && !tl_both185, tl_hi184 && !tl_both185);
+    uint16_t* const tl_row186 = gc + (int64_t)(tl_o26 + tl_c24 + 40) * (int64_t)(4096);
+    const bool tl_rok187 = (uint32_t)(tl_o26 + tl_c24 + 40) < (uint32_t)(m_size);
+    uint16_t* const tl_a188 = tl_row186 + (int64_t)(tl_o27 + tl_c25);
+    const bool tl_lo189 = tl_rok187 && tl_cok30, tl_hi190 = tl_rok187 && tl_cok31;
+    const bool tl_both191 = tl_lo189 && tl_hi190 && (((uint64_t)tl_a188) & 3) == 0;
+    tl_st_global_if_pair(tl_a188, (uint32_t)r[66] | ((uint32_t)r[67] << 16), tl_both191, tl_lo189 && !tl_both191, tl_hi190 && !tl_both191);
+    uint16_t* const tl_a192 = tl_row180 + (int64_t)(tl_o27 + tl_c25 + 8);
+    const bool tl_lo193 = tl_rok181 && tl_cok42, tl_hi194 = tl_rok181 && tl_cok43;
+    const bool tl_both195 = tl_lo193 && tl_hi194 && (((uint64_t)tl_a192) & 3) == 0;
+    tl_st_global_if_pair(tl_a192, (uint32_t)r[68] | ((uint32_t)r[69] << 16), tl_both195, tl_lo193 && !tl_both195, tl_hi194 && !tl_both195);
+    uint16_t* const tl_a196 = tl_row186 + (int64_t)(tl_o27 + tl_c25 + 8);
+    const bool tl_lo197 = tl_rok187 && tl_cok42, tl_hi198 = tl_rok187 && tl_cok43;
+    const bool tl_both199 = tl_lo197 && tl_hi198 && (((uint64_t)tl_a196) & 3) == 0;
+    tl_st_global_if_pair(tl_a196, (uint32_t)r[70] | ((uint32_t)r[71] << 16), tl_both199, tl_lo197 && !tl_both199, tl_hi198 && !tl_both199);
+    uint16_t* const tl_a200 = tl_row180 + (int64_t)(tl_o27 + tl_c25 + 16);
+    const bool tl_lo201 = tl_rok181 && tl_cok52, tl_hi202 = tl_rok181 && tl_cok53;
+    const bool tl_both203 = tl_lo201 && tl_hi202 && (((uint64_t)tl_a200) & 3) == 0;
+    tl_st_global_if_pair(tl_a200, (uint32_t)r[72] | ((uint32_t)r[73] << 16), tl_both203, tl_lo201 && !tl_both203, tl_hi202 && !tl_both203);
+    uint16_t* const tl_a204 = tl_row186 + (int64_t)(tl_o27 + tl_c25 + 16);
+    const bool tl_lo205 = tl_rok187 && tl_cok52, tl_hi206 = tl_rok187 && tl_cok53;
+    const bool tl_both207 = tl_lo205 && tl_hi206 && (((uint64_t)tl_a204) & 3) == 0;
+    tl_st_global_if_pair(tl_a204, (uint32_t)r[74] | ((uint32_t)r[75] << 16), tl_both207, tl_lo205 && !tl_both207, tl_hi206 && !tl_both207);
+    uint16_t* const tl_a208 = tl_row180 + (int64_t)(tl_o27 + tl_c25 + 24);
+    const bool tl_lo209 = tl_rok181 && tl_cok62, tl_hi210 = tl_rok181 && tl_cok63;
+    const bool tl_both211 = tl_lo209 && tl_hi210 && (((uint64_t)tl_a208) & 3) == 0;
+    tl_st_global_if_pair(tl_a208, (uint32_t)r[76] | ((uint32_t)r[77] << 16), tl_both211, tl_lo209 && !tl_both211, tl_hi210 && !tl_both211);
+    uint16_t* const tl_a212 = tl_row186 + (int64_t)(tl_o27 + tl_c25 + 24);
+    const bool tl_lo213 = tl_rok187 && tl_cok62, tl_hi214 = tl_rok187 && tl_cok63;
+    const bool tl_both215 = tl_lo213 && tl_hi214 && (((uint64_t)tl_a212) & 3) == 0;
+    tl_st_global_if_pair(tl_a212, (uint32_t)r[78] | ((uint32_t)r[79] << 16), tl_both215, tl_lo213 && !tl_both215, tl_hi214 && !tl_both215);
+    uint16_t* const tl_a216 = tl_row180 + (int64_t)(tl_o27 + tl_c25 + 32);
+    const bool tl_lo217 = tl_rok181 && tl_cok72, tl_hi218 = tl_rok181 && tl_cok73;
+    const bool tl_both219 = tl_lo217 && tl_hi218 && (((uint64_t)tl_a216) & 3) == 0;
+    tl_st_global_if_pair(tl_a216, (uint32_t)r[80] | ((uint32_t)r[81] << 16), tl_both219, tl_lo217 && !tl_both219, tl_hi218 && !tl_both219);
+    uint16_t* const tl_a220 = tl_row186 + (int64_t)(tl_o27 + tl_c25 + 32);
+    const bool tl_lo221 = tl_rok187 && tl_cok72, tl_hi222 = tl_rok187 && tl_cok73;
+    const bool tl_both223 = tl_lo221 && tl_hi222 && (((uint64_t)tl_a220) & 3) == 0;
+    tl_st_global_if_pair(tl_a220, (uint32_t)r[82] | ((uint32_t)r[83] << 16), tl_both223, tl_lo221 && !tl_both223, tl_hi222 && !tl_both223);
+    uint16_t* const tl_a224 = tl_row180 + (int64_t)(tl_o27 + tl_c25 + 40);
+    const bool tl_lo225 = tl_rok181 && tl_cok82, tl_hi226 = tl_rok181 && tl_cok83;
+    const bool tl_both227 = tl_lo225 && tl_hi226 && (((uint64_t)tl_a224) & 3) == 0;
+    tl_st_global_if_pair(tl_a224, (uint32_t)r[84] | ((uint32_t)r[85] << 16), tl_both227, tl_lo225 && !tl_both227, tl_hi226 && !tl_both227);
+    uint16_t* const tl_a228 = tl_row186 + (int64_t)(tl_o27 + tl_c25 + 40);
+    const bool tl_lo229 = tl_rok187 && tl_cok82, tl_hi230 = tl_rok187 && tl_cok83;
+    const bool tl_both231 = tl_lo229 && tl_hi230 && (((uint64_t)tl_a228) & 3) == 0;
+    tl_st_global_if_pair(tl_a228, (uint32_t)r[86] | ((uint32_t)r[87] << 16), tl_both231, tl_lo229 && !tl_both231, tl_hi230 && !tl_both231);
+    uint16_t* const tl_a232 = tl_row180 + (int64_t)(tl_o27 + tl_c25 + 48);
+    const bool tl_lo233 = tl_rok181 && tl_cok92, tl_hi234 = tl_rok181 && tl_cok93;
+    const bool tl_both235 = tl_lo233 && tl_hi234 && (((uint64_t)tl_a232) & 3) == 0;
+    tl_st_global_if_pair(tl_a232, (uint32_t)r[88] | ((uint32_t)r[89] << 16), tl_both235, tl_lo233 && !tl_both235, tl_hi234 && !tl_both235);
+    uint16_t* const tl_a236 = tl_row186 + (int64_t)(tl_o27 + tl_c25 + 48);
+    const bool tl_lo237 = tl_rok187 && tl_cok92, tl_hi238 = tl_rok187 && tl_cok93;
+    const bool tl_both239 = tl_lo237 && tl_hi238 && (((uint64_t)tl_a236) & 3) == 0;
+    tl_st_global_if_pair(tl_a236, (uint32_t)r[90] | ((uint32_t)r[91] << 16), tl_both239, tl_lo237 && !tl_both239, tl_hi238 && !tl_both239);
+    uint16_t* const tl_a240 = tl_row180 + (int64_t)(tl_o27 + tl_c25 + 56);
+    const bool tl_lo241 = tl_rok181 && tl_cok102, tl_hi242 = tl_rok181 && tl_cok103;
+    const bool tl_both243 = tl_lo241 && tl_hi242 && (((uint64_t)tl_a240) & 3) == 0;
+    tl_st_global_if_pair(tl_a240, (uint32_t)r[92] | ((uint32_t)r[93] << 16), tl_both243, tl_lo241 && !tl_both243, tl_hi242 && !tl_both243);
+    uint16_t* const tl_a244 = tl_row186 + (int64_t)(tl_o27 + tl_c25 + 56);
+    const bool tl_lo245 = tl_rok187 && tl_cok102, tl_hi246 = tl_rok187 && tl_cok103;
+    const bool tl_both247 = tl_lo245 && tl_hi246 && (((uint64_t)tl_a244) & 3) == 0;
+    tl_st_global_if_pair(tl_a244, (uint32_t)r[94] | ((uint32_t)r[95] << 16), tl_both247, tl_lo245 && !tl_both247, tl_hi246 && !tl_both247);
+    uint16_t* const tl_row248 = gc + (int64_t)(tl_o26 + tl_c24 + 48) * (int64_t)(4096);
+    const bool tl_rok249 = (uint32_t)(tl_o26 + tl_c24 + 48) < (uint32_t)(m_size);
+    uint16_t* const tl_a250 = tl_row248 + (int64_t)(tl_o27 + tl_c25);
+    const bool tl_lo251 = tl_rok249 && tl_cok30, tl_hi252 = tl_rok249 && tl_cok31;
+    const bool tl_both253 = tl_lo251 && tl_hi252 && (((uint64_t)tl_a250) & 3) == 0;
+    tl_st_global_if_pair(tl_a250, (uint32_t)r[96] | ((uint32_t)r[97] << 16), tl_both253, tl_lo251 && !tl_both253, tl_hi252 && !tl_both253);
+    uint16_t* const tl_row254 = gc + (int64_t)(tl_o26 + tl_c24 + 56) * (int64_t)(4096);
+    const bool tl_rok255 = (uint32_t)(tl_o26 + tl_c24 + 56) < (uint32_t)(m_size);
+    uint16_t* const tl_a256 = tl_row254 + (int64_t)(tl_o27 + tl_c25);
+    const bool tl_lo257 = tl_rok255 && tl_cok30, tl_hi258 = tl_rok255 && tl_cok31;
+    const bool tl_both259 = tl_lo257 && tl_hi258 && (((uint64_t)tl_a256) & 3) == 0;
+    tl_st_global_if_pair(tl_a256, (uint32_t)r[98] | ((uint32_t)r[99] << 16), tl_both259, tl_lo257 && !tl_both259, tl_hi258 && !tl_both259);
+    uint16_t* const tl_a260 = tl_row248 + (int64_t)(tl_o27 + tl_c25 + 8);
+    const bool tl_lo261 = tl_rok249 && tl_cok42, tl_hi262 = tl_rok249 && tl_cok43;
+    const bool tl_both263 = tl_lo261 && tl_hi262 && (((uint64_t)tl_a260) & 3) == 0;
+    tl_st_global_if_pair(tl_a260, (uint32_t)r[100] | ((uint32_t)r[101] << 16), tl_both263, tl_lo261 && !tl_both263, tl_hi262 && !tl_both263);
+    uint16_t* const tl_a264 = tl_row254 + (int64_t)(tl_o27 + tl_c25 + 8);
+    const bool tl_lo265 = tl_rok255 && tl_cok42, tl_hi266 = tl_rok255 && tl_cok43;
+    const bool tl_both267 = tl_lo265 && tl_hi266 && (((uint64_t)tl_a264) & 3) == 0;
+    tl_st_global_if_pair(tl_a264, (uint32_t)r[102] | ((uint32_t)r[103] << 16), tl_both267, tl_lo265 && !tl_both267, tl_hi266 && !tl_both267);
+    uint16_t* const tl_a268 = tl_row248 + (int64_t)(tl_o27 + tl_c25 + 16);
+    const bool tl_lo269 = tl_rok249 && tl_cok52, tl_hi270 = tl_rok249 && tl_cok53;
+    const bool tl_both271 = tl_lo269 && tl_hi270 && (((uint64_t)tl_a268) & 3) == 0;
+    tl_st_global_if_pair(tl_a268, (uint32_t)r[104] | ((uint32_t)r[105] << 16), tl_both271, tl_lo269 && !tl_both271, tl_hi270 && !tl_both271);
+    uint16_t* const tl_a272 = tl_row254 + (int64_t)(tl_o27 + tl_c25 + 16);
+    const bool tl_lo273 = tl_rok255 && tl_cok52, tl_hi274 = tl_rok255 && tl_cok53;
+    const bool tl_both275 = tl_lo273 && tl_hi274 && (((uint64_t)tl_a272) & 3) == 0;
+    tl_st_global_if_pair(tl_a272, (uint32_t)r[106] | ((uint32_t)r[107] << 16), tl_both275, tl_lo273 && !tl_both275, tl_hi274 && !tl_both275);
+    uint16_t* const tl_a276 = tl_row248 + (int64_t)(tl_o27 + tl_c25 + 24);
+    const bool tl_lo277 = tl_rok249 && tl_cok62, tl_hi278 = tl_rok249 && tl_cok63;
+    const bool tl_both279 = tl_lo277 && tl_hi278 && (((uint64_t)tl_a276) & 3) == 0;
+    tl_st_global_if_pair(tl_a276, (uint32_t)r[108] | ((uint32_t)r[109] << 16), tl_both279, tl_lo277 && !tl_both279, tl_hi278 && !tl_both279);
+    uint16_t* const tl_a280 = tl_row254 + (int64_t)(tl_o27 + tl_c25 + 24);
+    const bool tl_lo281 = tl_rok255 && tl_cok62, tl_hi282 = tl_rok255 && tl_cok63;
+    const bool tl_both283 = tl_lo281 && tl_hi282 && (((uint64_t)tl_a280) & 3) == 0;
+    tl_st_global_if_pair(tl_a280, (uint32_t)r[110] | ((uint32_t)r[111] << 16), tl_both283, tl_lo281 && !tl_both283, tl_hi282 && !tl_both283);
+    uint16_t* const tl_a284 = tl_row248 + (int64_t)(tl_o27 + tl_c25 + 32);
+    const bool tl_lo285 = tl_rok249 && tl_cok72, tl_hi286 = tl_rok249 && tl_cok73;
+    const bool tl_both287 = tl_lo285 && tl_hi286 && (((uint64_t)tl_a284) & 3) == 0;
+    tl_st_global_if_pair(tl_a284, (uint32_t)r[112] | ((uint32_t)r[113] << 16), tl_both287, tl_lo285 && !tl_both287, tl_hi286 && !tl_both287);
+    uint16_t* const tl_a288 = tl_row254 + (int64_t)(tl_o27 + tl_c25 + 32);
+    const bool tl_lo289 = tl_rok255 && tl_cok72, tl_hi290 = tl_rok255 && tl_cok73;
+    const bool tl_both291 = tl_lo289 && tl_hi290 && (((uint64_t)tl_a288) & 3) == 0;
+    tl_st_global_if_pair(tl_a288, (uint32_t)r[114] | ((uint32_t)r[115] << 16), tl_both291, tl_lo289 && !tl_both291, tl_hi290 && !tl_both291);
+    uint16_t* const tl_a292 = tl_row248 + (int64_t)(tl_o27 + tl_c25 + 40);
+    const bool tl_lo293 = tl_rok249 && tl_cok82, tl_hi294 = tl_rok249 && tl_cok83;
+    const bool tl_both295 = tl_lo293 && tl_hi294 && (((uint64_t)tl_a292) & 3) == 0;
+    tl_st_global_if_pair(tl_a292, (uint32_t)r[116] | ((uint32_t)r[117] << 16), tl_both295, tl_lo293 && !tl_both295, tl_hi294 && !tl_both295);
+    uint16_t* const tl_a296 = tl_row254 + (int64_t)(tl_o27 + tl_c25 + 40);
+    const bool tl_lo297 = tl_rok255 && tl_cok82, tl_hi298 = tl_rok255 && tl_cok83;
+    const bool tl_both299 = tl_lo297 && tl_hi298 && (((uint64_t)tl_a296) & 3) == 0;
+    tl_st_global_if_pair(tl_a296, (uint32_t)r[118] | ((uint32_t)r[119] << 16), tl_both299, tl_lo297 && !tl_both299, tl_hi298 && !tl_both299);
+    uint16_t* const tl_a300 = tl_row248 + (int64_t)(tl_o27 + tl_c25 + 48);
+    const bool tl_lo301 = tl_rok249 && tl_cok92, tl_hi302 = tl_rok249 && tl_cok93;
+    const bool tl_both303 = tl_lo301 && tl_hi302 && (((uint64_t)tl_a300) & 3) == 0;
+    tl_st_global_if_pair(tl_a300, (uint32_t)r[120] | ((uint32_t)r[121] << 16), tl_both303, tl_lo301 && !tl_both303, tl_hi302 && !tl_both303);
+    uint16_t* const tl_a304 = tl_row254 + (int64_t)(tl_o27 + tl_c25 + 48);
+    const bool tl_lo305 = tl_rok255 && tl_cok92, tl_hi306 = tl_rok255 && tl_cok93;
+    const bool tl_both307 = tl_lo305 && tl_hi306 && (((uint64_t)tl_a304) & 3) == 0;
+    tl_st_global_if_pair(tl_a304, (uint32_t)r[122] | ((uint32_t)r[123] << 16), tl_both307, tl_lo305 && !tl_both307, tl_hi306 && !tl_both307);
+    uint16_t* const tl_a308 = tl_row248 + (int64_t)(tl_o27 + tl_c25 + 56);
+    const bool tl_lo309 = tl_rok249 && tl_cok102, tl_hi310 = tl_rok249 && tl_cok103;
+    const bool tl_both311 = tl_lo309 && tl_hi310 && (((uint64_t)tl_a308) & 3) == 0;
+    tl_st_global_if_pair(tl_a308, (uint32_t)r[124] | ((uint32_t)r[125] << 16), tl_both311, tl_lo309 && !tl_both311, tl_hi310 && !tl_both311);
+    uint16_t* const tl_a312 = tl_row254 + (int64_t)(tl_o27 + tl_c25 + 56);
+    const bool tl_lo313 = tl_rok255 && tl_cok102, tl_hi314 = tl_rok255 && tl_cok103;
+    const bool tl_both315 = tl_lo313 && tl_hi314 && (((uint64_t)tl_a312) & 3) == 0;
+    tl_st_global_if_pair(tl_a312, (uint32_t)r[126] | ((uint32_t)r[127] << 16), tl_both315, tl_lo313 && !tl_both315, tl_hi314 && !tl_both315);
+  }
+}
+// ======== config 5/6: {'block_k': 64, 'block_m': 64, 'block_n': 128} ========
+// Generated by tilus (cuda-codegen-1) from MatmulTMA, config {'block_k': 64, 'block_m': 64, 'block_n': 128}, const args {'k_size': 4096, 'n_size': 4096}.
+// ---- tilus prelude: base ----
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+
+// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a
+// __grid_constant__ kernel parameter.
+struct alignas(64) CUtensorMap_t { unsigned long long opaque[16]; };
+
+// Generic pointer -> 32-bit address in the CTA's shared-memory window.
+__device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
+  uint32_t addr;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
+  return addr;
+}
+// ---- tilus prelude: ldst ----
+
+__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
+                                                     uint32_t lo, uint32_t hi) {
+  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
+               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
+}
+// ---- tilus prelude: mbarrier ----
+
+__device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+               :: "r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
+               :: "r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ uint32_t tl_mbar_try_wait_parity_acquire(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done;
+}
+
+__device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parity) {
+  while (!tl_mbar_try_wait_parity_acquire(bar, parity)) {
+  }
+}
+
+__device__ __forceinline__ void tl_fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// ---- tilus prelude: mma ----
+
+// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
+__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
+                                                         const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+// ---- tilus prelude: sync ----
+
+__device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
+  uint32_t pred;
+  asm volatile("{\n\t.reg .pred p;\n\telect.sync _|p, %1;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+               : "=r"(pred) : "r"(mask));
+  return pred;
+}
+// ---- tilus prelude: tma ----
+
+__device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
+                                                  uint32_t bar, int32_t c0, int32_t c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+
+// ---- tilus codegen helpers ----
+__device__ __forceinline__ uint16_t tl_f2h(float f) {
+  uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+// Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
+template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
+  return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1)
+tl_MatmulTMA(
+    int m_size,
+    uint16_t* __restrict__ a_ptr,
+    uint16_t* __restrict__ b_ptr,
+    uint16_t* __restrict__ c_ptr,
+    const __grid_constant__ CUtensorMap_t tl_map0,
+    const __grid_constant__ CUtensorMap_t tl_map1) {
+  extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
+  // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
+  uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
+  const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);
+  if (threadIdx.x == 0) {
+    tl_mbar_init(tl_smem + 24576u, 1);
+    tl_fence_mbarrier_init();
+  }
+  __syncthreads();
+  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
+  int offset_m = (64 * (int)blockIdx.x);
+  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
+  int offset_n = (128 * (int)blockIdx.y);
+  // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+  uint16_t* const ga = (uint16_t*)(a_ptr);
+  // matmul_v0.py:55  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+  uint16_t* const gb = (uint16_t*)(b_ptr);
+  // matmul_v0.py:56  sa = self.shared_tensor(dtype=float16, shape=[block_m, block_k])
+  // %sa: shared bytes [0, 8192)
+  // matmul_v0.py:57  sb = self.shared_tensor(dtype=float16, shape=[block_n, block_k])
+  // %sb: shared bytes [8192, 24576)
+  // matmul_v0.py:58  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
+  // %acc [64, 128]: mma_c layout, 64 per thread, over threads [0, 128)
+  float acc[64];
+  const float tl_v1 = 0.0f;
+#pragma unroll
+  for (int tl_i2 = 0; tl_i2 < 64; ++tl_i2) {
+    acc[tl_i2] = tl_v1;
+  }
+  // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
+  // 1 mbarrier(s) at shared offset 24576 (initialized at entry)
+  // matmul_v0.py:62  phase: uint32 = 0
+  uint32_t phase = 0u;
+  // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
+  for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
+    // matmul_v0.py:65  with self.single_thread():
+    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
+      tl_mbar_arrive_expect_tx((tl_smem + 24576u), 24576u);
+      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
+      tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 24576u), (int32_t)(offset_k), (int32_t)(offset_m));
+      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
+      tl_tma_load_2d(tl_smem + 8192u, &tl_map1, (tl_smem + 24576u), (int32_t)(offset_k), (int32_t)(offset_n));
+      // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
+      tl_mbar_wait_parity((tl_smem + 24576u), (uint32_t)(phase));
+    }
+    // matmul_v0.py:76  self.sync()  # the tiles have landed: let every thread read them
+    __syncthreads();
+    // matmul_v0.py:78  a = self.load_shared(sa)
+    // %a [64, 64]: mma_a layout, 128 per thread, over threads [0, 128)
+    uint16_t a[128];
+    {
+      const int tl_lr = (int)threadIdx.x & 7, tl_lj = ((int)threadIdx.x >> 3) & 3;
+      const int tl_lt = ((int)threadIdx.x & ~31) | (tl_lr << 2);
+      const int tl_c3 = ((tl_lt / 4) % 8);
+      const int tl_c4 = (tl_lt % 4) * 2;
+      uint32_t tl_lm5[4];
+      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[0] = (uint16_t)((tl_lm5[0] >> 0) & 0xffffu);
+      a[1] = (uint16_t)((tl_lm5[0] >> 16) & 0xffffu);
+      a[2] = (uint16_t)((tl_lm5[1] >> 0) & 0xffffu);
+      a[3] = (uint16_t)((tl_lm5[1] >> 16) & 0xffffu);
+      a[4] = (uint16_t)((tl_lm5[2] >> 0) & 0xffffu);
+      a[5] = (uint16_t)((tl_lm5[2] >> 16) & 0xffffu);
+      a[6] = (uint16_t)((tl_lm5[3] >> 0) & 0xffffu);
+      a[7] = (uint16_t)((tl_lm5[3] >> 16) & 0xffffu);
+      uint32_t tl_lm6[4];
+      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[8] = (uint16_t)((tl_lm6[0] >> 0) & 0xffffu);
+      a[9] = (uint16_t)((tl_lm6[0] >> 16) & 0xffffu);
+      a[10] = (uint16_t)((tl_lm6[1] >> 0) & 0xffffu);
+      a[11] = (uint16_t)((tl_lm6[1] >> 16) & 0xffffu);
+      a[12] = (uint16_t)((tl_lm6[2] >> 0) & 0xffffu);
+      a[13] = (uint16_t)((tl_lm6[2] >> 16) & 0xffffu);
+      a[14] = (uint16_t)((tl_lm6[3] >> 0) & 0xffffu);
+      a[15] = (uint16_t)((tl_lm6[3] >> 16) & 0xffffu);
+      uint32_t tl_lm7[4];
+      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      a[16] = (uint16_t)((tl_lm7[0] >> 0) & 0xffffu);
+      a[17] = (uint16_t)((tl_lm7[0] >> 16) & 0xffffu);
+      a[18] = (uint16_t)((tl_lm7[1] >> 0) & 0xffffu);
+      a[19] = (uint16_t)((tl_lm7[1] >> 16) & 0xffffu);
+      a[20] = (uint16_t)((tl_lm7[2] >> 0) & 0xffffu);
+      a[21] = (uint16_t)((tl_lm7[2] >> 16) & 0xffffu);
+      a[22] = (uint16_t)((tl_lm7[3] >> 0) & 0xffffu);
+      a[23] = (uint16_t)((tl_lm7[3] >> 16) & 0xffffu);
+      uint32_t tl_lm8[4];
+      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      a[24] = (uint16_t)((tl_lm8[0] >> 0) & 0xffffu);
+      a[25] = (uint16_t)((tl_lm8[0] >> 16) & 0xffffu);
+      a[26] = (uint16_t)((tl_lm8[1] >> 0) & 0xffffu);
+      a[27] = (uint16_t)((tl_lm8[1] >> 16) & 0xffffu);
+      a[28] = (uint16_t)((tl_lm8[2] >> 0) & 0xffffu);
+      a[29] = (uint16_t)((tl_lm8[2] >> 16) & 0xffffu);
+      a[30] = (uint16_t)((tl_lm8[3] >> 0) & 0xffffu);
+      a[31] = (uint16_t)((tl_lm8[3] >> 16) & 0xffffu);
+      uint32_t tl_lm9[4];
+      tl_ldmatrix_x4(tl_lm9, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[32] = (uint16_t)((tl_lm9[0] >> 0) & 0xffffu);
+      a[33] = (uint16_t)((tl_lm9[0] >> 16) & 0xffffu);
+      a[34] = (uint16_t)((tl_lm9[1] >> 0) & 0xffffu);
+      a[35] = (uint16_t)((tl_lm9[1] >> 16) & 0xffffu);
+      a[36] = (uint16_t)((tl_lm9[2] >> 0) & 0xffffu);
+      a[37] = (uint16_t)((tl_lm9[2] >> 16) & 0xffffu);
+      a[38] = (uint16_t)((tl_lm9[3] >> 0) & 0xffffu);
+      a[39] = (uint16_t)((tl_lm9[3] >> 16) & 0xffffu);
+      uint32_t tl_lm10[4];
+      tl_ldmatrix_x4(tl_lm10, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[40] = (uint16_t)((tl_lm10[0] >> 0) & 0xffffu);
+      a[41] = (uint16_t)((tl_lm10[0] >> 16) & 0xffffu);
+      a[42] = (uint16_t)((tl_lm10[1] >> 0) & 0xffffu);
+      a[43] = (uint16_t)((tl_lm10[1] >> 16) & 0xffffu);
+      a[44] = (uint16_t)((tl_lm10[2] >> 0) & 0xffffu);
+      a[45] = (uint16_t)((tl_lm10[2] >> 16) & 0xffffu);
+      a[46] = (uint16_t)((tl_lm10[3] >> 0) & 0xffffu);
+      a[47] = (uint16_t)((tl_lm10[3] >> 16) & 0xffffu);
+      uint32_t tl_lm11[4];
+      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      a[48] = (uint16_t)((tl_lm11[0] >> 0) & 0xffffu);
+      a[49] = (uint16_t)((tl_lm11[0] >> 16) & 0xffffu);
+      a[50] = (uint16_t)((tl_lm11[1] >> 0) & 0xffffu);
+      a[51] = (uint16_t)((tl_lm11[1] >> 16) & 0xffffu);
+      a[52] = (uint16_t)((tl_lm11[2] >> 0) & 0xffffu);
+      a[53] = (uint16_t)((tl_lm11[2] >> 16) & 0xffffu);
+      a[54] = (uint16_t)((tl_lm11[3] >> 0) & 0xffffu);
+      a[55] = (uint16_t)((tl_lm11[3] >> 16) & 0xffffu);
+      uint32_t tl_lm12[4];
+      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      a[56] = (uint16_t)((tl_lm12[0] >> 0) & 0xffffu);
+      a[57] = (uint16_t)((tl_lm12[0] >> 16) & 0xffffu);
+      a[58] = (uint16_t)((tl_lm12[1] >> 0) & 0xffffu);
+      a[59] = (uint16_t)((tl_lm12[1] >> 16) & 0xffffu);
+      a[60] = (uint16_t)((tl_lm12[2] >> 0) & 0xffffu);
+      a[61] = (uint16_t)((tl_lm12[2] >> 16) & 0xffffu);
+      a[62] = (uint16_t)((tl_lm12[3] >> 0) & 0xffffu);
+      a[63] = (uint16_t)((tl_lm12[3] >> 16) & 0xffffu);
+      uint32_t tl_lm13[4];
+      tl_ldmatrix_x4(tl_lm13, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[64] = (uint16_t)((tl_lm13[0] >> 0) & 0xffffu);
+      a[65] = (uint16_t)((tl_lm13[0] >> 16) & 0xffffu);
+      a[66] = (uint16_t)((tl_lm13[1] >> 0) & 0xffffu);
+      a[67] = (uint16_t)((tl_lm13[1] >> 16) & 0xffffu);
+      a[68] = (uint16_t)((tl_lm13[2] >> 0) & 0xffffu);
+      a[69] = (uint16_t)((tl_lm13[2] >> 16) & 0xffffu);
+      a[70] = (uint16_t)((tl_lm13[3] >> 0) & 0xffffu);
+      a[71] = (uint16_t)((tl_lm13[3] >> 16) & 0xffffu);
+      uint32_t tl_lm14[4];
+      tl_ldmatrix_x4(tl_lm14, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[72] = (uint16_t)((tl_lm14[0] >> 0) & 0xffffu);
+      a[73] = (uint16_t)((tl_lm14[0] >> 16) & 0xffffu);
+      a[74] = (uint16_t)((tl_lm14[1] >> 0) & 0xffffu);
+      a[75] = (uint16_t)((tl_lm14[1] >> 16) & 0xffffu);
+      a[76] = (uint16_t)((tl_lm14[2] >> 0) & 0xffffu);
+      a[77] = (uint16_t)((tl_lm14[2] >> 16) & 0xffffu);
+      a[78] = (uint16_t)((tl_lm14[3] >> 0) & 0xffffu);
+      a[79] = (uint16_t)((tl_lm14[3] >> 16) & 0xffffu);
+      uint32_t tl_lm15[4];
+      tl_ldmatrix_x4(tl_lm15, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      a[80] = (uint16_t)((tl_lm15[0] >> 0) & 0xffffu);
+      a[81] = (uint16_t)((tl_lm15[0] >> 16) & 0xffffu);
+      a[82] = (uint16_t)((tl_lm15[1] >> 0) & 0xffffu);
+      a[83] = (uint16_t)((tl_lm15[1] >> 16) & 0xffffu);
+      a[84] = (uint16_t)((tl_lm15[2] >> 0) & 0xffffu);
+      a[85] = (uint16_t)((tl_lm15[2] >> 16) & 0xffffu);
+      a[86] = (uint16_t)((tl_lm15[3] >> 0) & 0xffffu);
+      a[87] = (uint16_t)((tl_lm15[3] >> 16) & 0xffffu);
+      uint32_t tl_lm16[4];
+      tl_ldmatrix_x4(tl_lm16, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      a[88] = (uint16_t)((tl_lm16[0] >> 0) & 0xffffu);
+      a[89] = (uint16_t)((tl_lm16[0] >> 16) & 0xffffu);
+      a[90] = (uint16_t)((tl_lm16[1] >> 0) & 0xffffu);
+      a[91] = (uint16_t)((tl_lm16[1] >> 16) & 0xffffu);
+      a[92] = (uint16_t)((tl_lm16[2] >> 0) & 0xffffu);
+      a[93] = (uint16_t)((tl_lm16[2] >> 16) & 0xffffu);
+      a[94] = (uint16_t)((tl_lm16[3] >> 0) & 0xffffu);
+      a[95] = (uint16_t)((tl_lm16[3] >> 16) & 0xffffu);
+      uint32_t tl_lm17[4];
+      tl_ldmatrix_x4(tl_lm17, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[96] = (uint16_t)((tl_lm17[0] >> 0) & 0xffffu);
+      a[97] = (uint16_t)((tl_lm17[0] >> 16) & 0xffffu);
+      a[98] = (uint16_t)((tl_lm17[1] >> 0) & 0xffffu);
+      a[99] = (uint16_t)((tl_lm17[1] >> 16) & 0xffffu);
+      a[100] = (uint16_t)((tl_lm17[2] >> 0) & 0xffffu);
+      a[101] = (uint16_t)((tl_lm17[2] >> 16) & 0xffffu);
+      a[102] = (uint16_t)((tl_lm17[3] >> 0) & 0xffffu);
+      a[103] = (uint16_t)((tl_lm17[3] >> 16) & 0xffffu);
+      uint32_t tl_lm18[4];
+      tl_ldmatrix_x4(tl_lm18, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[104] = (uint16_t)((tl_lm18[0] >> 0) & 0xffffu);
+      a[105] = (uint16_t)((tl_lm18[0] >> 16) & 0xffffu);
+      a[106] = (uint16_t)((tl_lm18[1] >> 0) & 0xffffu);
+      a[107] = (uint16_t)((tl_lm18[1] >> 16) & 0xffffu);
+      a[108] = (uint16_t)((tl_lm18[2] >> 0) & 0xffffu);
+      a[109] = (uint16_t)((tl_lm18[2] >> 16) & 0xffffu);
+      a[110] = (uint16_t)((tl_lm18[3] >> 0) & 0xffffu);
+      a[111] = (uint16_t)((tl_lm18[3] >> 16) & 0xffffu);
+      uint32_t tl_lm19[4];
+      tl_ldmatrix_x4(tl_lm19, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      a[112] = (uint16_t)((tl_lm19[0] >> 0) & 0xffffu);
+      a[113] = (uint16_t)((tl_lm19[0] >> 16) & 0xffffu);
+      a[114] = (uint16_t)((tl_lm19[1] >> 0) & 0xffffu);
+      a[115] = (uint16_t)((tl_lm19[1] >> 16) & 0xffffu);
+      a[116] = (uint16_t)((tl_lm19[2] >> 0) & 0xffffu);
+      a[117] = (uint16_t)((tl_lm19[2] >> 16) & 0xffffu);
+      a[118] = (uint16_t)((tl_lm19[3] >> 0) & 0xffffu);
+      a[119] = (uint16_t)((tl_lm19[3] >> 16) & 0xffffu);
+      uint32_t tl_lm20[4];
+      tl_ldmatrix_x4(tl_lm20, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      a[120] = (uint16_t)((tl_lm20[0] >> 0) & 0xffffu);
+      a[121] = (uint16_t)((tl_lm20[0] >> 16) & 0xffffu);
+      a[122] = (uint16_t)((tl_lm20[1] >> 0) & 0xffffu);
+      a[123] = (uint16_t)((tl_lm20[1] >> 16) & 0xffffu);
+      a[124] = (uint16_t)((tl_lm20[2] >> 0) & 0xffffu);
+      a[125] = (uint16_t)((tl_lm20[2] >> 16) & 0xffffu);
+      a[126] = (uint16_t)((tl_lm20[3] >> 0) & 0xffffu);
+      a[127] = (uint16_t)((tl_lm20[3] >> 16) & 0xffffu);
+    }
+    // matmul_v0.py:79  b = self.load_shared(sb)
+    // %b [128, 64]: mma_b layout, 64 per thread, over threads [0, 128)
+    uint16_t b[64];
+    {
+      const int tl_lr = (int)threadIdx.x & 7, tl_lj = ((int)threadIdx.x >> 3) & 3;
+      const int tl_lt = ((int)threadIdx.x & ~31) | (tl_lr << 2);
+      const int tl_c21 = ((tl_lt / 4) % 8) + (tl_lt / 32) * 32;
+      const int tl_c22 = (tl_lt % 4) * 2;
+      uint32_t tl_lm23[4];
+      tl_ldmatrix_x4(tl_lm23, tl_smem + tl_swz<128>(8192u + (tl_c21 + 0) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[0] = (uint16_t)((tl_lm23[0] >> 0) & 0xffffu);
+      b[1] = (uint16_t)((tl_lm23[0] >> 16) & 0xffffu);
+      b[2] = (uint16_t)((tl_lm23[1] >> 0) & 0xffffu);
+      b[3] = (uint16_t)((tl_lm23[1] >> 16) & 0xffffu);
+      b[4] = (uint16_t)((tl_lm23[2] >> 0) & 0xffffu);
+      b[5] = (uint16_t)((tl_lm23[2] >> 16) & 0xffffu);
+      b[6] = (uint16_t)((tl_lm23[3] >> 0) & 0xffffu);
+      b[7] = (uint16_t)((tl_lm23[3] >> 16) & 0xffffu);
+      uint32_t tl_lm24[4];
+      tl_ldmatrix_x4(tl_lm24, tl_smem + tl_swz<128>(8192u + (tl_c21 + 0) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      b[8] = (uint16_t)((tl_lm24[0] >> 0) & 0xffffu);
+      b[9] = (uint16_t)((tl_lm24[0] >> 16) & 0xffffu);
+      b[10] = (uint16_t)((tl_lm24[1] >> 0) & 0xffffu);
+      b[11] = (uint16_t)((tl_lm24[1] >> 16) & 0xffffu);
+      b[12] = (uint16_t)((tl_lm24[2] >> 0) & 0xffffu);
+      b[13] = (uint16_t)((tl_lm24[2] >> 16) & 0xffffu);
+      b[14] = (uint16_t)((tl_lm24[3] >> 0) & 0xffffu);
+      b[15] = (uint16_t)((tl_lm24[3] >> 16) & 0xffffu);
+      uint32_t tl_lm25[4];
+      tl_ldmatrix_x4(tl_lm25, tl_smem + tl_swz<128>(8192u + (tl_c21 + 8) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[16] = (uint16_t)((tl_lm25[0] >> 0) & 0xffffu);
+      b[17] = (uint16_t)((tl_lm25[0] >> 16) & 0xffffu);
+      b[18] = (uint16_t)((tl_lm25[1] >> 0) & 0xffffu);
+      b[19] = (uint16_t)((tl_lm25[1] >> 16) & 0xffffu);
+      b[20] = (uint16_t)((tl_lm25[2] >> 0) & 0xffffu);
+      b[21] = (uint16_t)((tl_lm25[2] >> 16) & 0xffffu);
+      b[22] = (uint16_t)((tl_lm25[3] >> 0) & 0xffffu);
+      b[23] = (uint16_t)((tl_lm25[3] >> 16) & 0xffffu);
+      uint32_t tl_lm26[4];
+      tl_ldmatrix_x4(tl_lm26, tl_smem + tl_swz<128>(8192u + (tl_c21 + 8) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      b[24] = (uint16_t)((tl_lm26[0] >> 0) & 0xffffu);
+      b[25] = (uint16_t)((tl_lm26[0] >> 16) & 0xffffu);
+      b[26] = (uint16_t)((tl_lm26[1] >> 0) & 0xffffu);
+      b[27] = (uint16_t)((tl_lm26[1] >> 16) & 0xffffu);
+      b[28] = (uint16_t)((tl_lm26[2] >> 0) & 0xffffu);
+      b[29] = (uint16_t)((tl_lm26[2] >> 16) & 0xffffu);
+      b[30] = (uint16_t)((tl_lm26[3] >> 0) & 0xffffu);
+      b[31] = (uint16_t)((tl_lm26[3] >> 16) & 0xffffu);
+      uint32_t tl_lm27[4];
+      tl_ldmatrix_x4(tl_lm27, tl_smem + tl_swz<128>(8192u + (tl_c21 + 16) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[32] = (uint16_t)((tl_lm27[0] >> 0) & 0xffffu);
+      b[33] = (uint16_t)((tl_lm27[0] >> 16) & 0xffffu);
+      b[34] = (uint16_t)((tl_lm27[1] >> 0) & 0xffffu);
+      b[35] = (uint16_t)((tl_lm27[1] >> 16) & 0xffffu);
+      b[36] = (uint16_t)((tl_lm27[2] >> 0) & 0xffffu);
+      b[37] = (uint16_t)((tl_lm27[2] >> 16) & 0xffffu);
+      b[38] = (uint16_t)((tl_lm27[3] >> 0) & 0xffffu);
+      b[39] = (uint16_t)((tl_lm27[3] >> 16) & 0xffffu);
+      uint32_t tl_lm28[4];
+      tl_ldmatrix_x4(tl_lm28, tl_smem + tl_swz<128>(8192u + (tl_c21 + 16) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      b[40] = (uint16_t)((tl_lm28[0] >> 0) & 0xffffu);
+      b[41] = (uint16_t)((tl_lm28[0] >> 16) & 0xffffu);
+      b[42] = (uint16_t)((tl_lm28[1] >> 0) & 0xffffu);
+      b[43] = (uint16_t)((tl_lm28[1] >> 16) & 0xffffu);
+      b[44] = (uint16_t)((tl_lm28[2] >> 0) & 0xffffu);
+      b[45] = (uint16_t)((tl_lm28[2] >> 16) & 0xffffu);
+      b[46] = (uint16_t)((tl_lm28[3] >> 0) & 0xffffu);
+      b[47] = (uint16_t)((tl_lm28[3] >> 16) & 0xffffu);
+      uint32_t tl_lm29[4];
+      tl_ldmatrix_x4(tl_lm29, tl_smem + tl_swz<128>(8192u + (tl_c21 + 24) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[48] = (uint16_t)((tl_lm29[0] >> 0) & 0xffffu);
+      b[49] = (uint16_t)((tl_lm29[0] >> 16) & 0xffffu);
+      b[50] = (uint16_t)((tl_lm29[1] >> 0) & 0xffffu);
+      b[51] = (uint16_t)((tl_lm29[1] >> 16) & 0xffffu);
+      b[52] = (uint16_t)((tl_lm29[2] >> 0) & 0xffffu);
+      b[53] = (uint16_t)((tl_lm29[2] >> 16) & 0xffffu);
+      b[54] = (uint16_t)((tl_lm29[3] >> 0) & 0xffffu);
+      b[55] = (uint16_t)((tl_lm29[3] >> 16) & 0xffffu);
+      uint32_t tl_lm30[4];
+      tl_ldmatrix_x4(tl_lm30, tl_smem + tl_swz<128>(8192u + (tl_c21 + 24) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      b[56] = (uint16_t)((tl_lm30[0] >> 0) & 0xffffu);
+      b[57] = (uint16_t)((tl_lm30[0] >> 16) & 0xffffu);
+      b[58] = (uint16_t)((tl_lm30[1] >> 0) & 0xffffu);
+      b[59] = (uint16_t)((tl_lm30[1] >> 16) & 0xffffu);
+      b[60] = (uint16_t)((tl_lm30[2] >> 0) & 0xffffu);
+      b[61] = (uint16_t)((tl_lm30[2] >> 16) & 0xffffu);
+      b[62] = (uint16_t)((tl_lm30[3] >> 0) & 0xffffu);
+      b[63] = (uint16_t)((tl_lm30[3] >> 16) & 0xffffu);
+    }
+    // matmul_v0.py:80  self.dot(a, b.transpose(), acc, out=acc)
+    // %b_t: the registers of b, dims (1, 0)
+    {
+      float tl_d[4] = {acc[0], acc[1], acc[2], acc[3]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[0] = tl_d[0];
+      acc[1] = tl_d[1];
+      acc[2] = tl_d[2];
+      acc[3] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[4], acc[5], acc[6], acc[7]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[4] = tl_d[0];
+      acc[5] = tl_d[1];
+      acc[6] = tl_d[2];
+      acc[7] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[8], acc[9], acc[10], acc[11]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[8] = tl_d[0];
+      acc[9] = tl_d[1];
+      acc[10] = tl_d[2];
+      acc[11] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[12], acc[13], acc[14], acc[15]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[12] = tl_d[0];
+      acc[13] = tl_d[1];
+      acc[14] = tl_d[2];
+      acc[15] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[16], acc[17], acc[18], acc[19]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[16] = tl_d[0];
+      acc[17] = tl_d[1];
+      acc[18] = tl_d[2];
+      acc[19] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[20], acc[21], acc[22], acc[23]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[20] = tl_d[0];
+      acc[21] = tl_d[1];
+      acc[22] = tl_d[2];
+      acc[23] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[24], acc[25], acc[26], acc[27]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[24] = tl_d[0];
+      acc[25] = tl_d[1];
+      acc[26] = tl_d[2];
+      acc[27] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[28], acc[29], acc[30], acc[31]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[28] = tl_d[0];
+      acc[29] = tl_d[1];
+      acc[30] = tl_d[2];
+      acc[31] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[32], acc[33], acc[34], acc[35]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[32] = tl_d[0];
+      acc[33] = tl_d[1];
+      acc[34] = tl_d[2];
+      acc[35] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[36], acc[37], acc[38], acc[39]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[36] = tl_d[0];
+      acc[37] = tl_d[1];
+      acc[38] = tl_d[2];
+      acc[39] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[40], acc[41], acc[42], acc[43]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[40] = tl_d[0];
+      acc[41] = tl_d[1];
+      acc[42] = tl_d[2];
+      acc[43] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[44], acc[45], acc[46], acc[47]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[44] = tl_d[0];
+      acc[45] = tl_d[1];
+      acc[46] = tl_d[2];
+      acc[47] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[48], acc[49], acc[50], acc[51]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[48] = tl_d[0];
+      acc[49] = tl_d[1];
+      acc[50] = tl_d[2];
+      acc[51] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[52], acc[53], acc[54], acc[55]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[52] = tl_d[0];
+      acc[53] = tl_d[1];
+      acc[54] = tl_d[2];
+      acc[55] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[56], acc[57], acc[58], acc[59]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[56] = tl_d[0];
+      acc[57] = tl_d[1];
+      acc[58] = tl_d[2];
+      acc[59] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[60], acc[61], acc[62], acc[63]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[60] = tl_d[0];
+      acc[61] = tl_d[1];
+      acc[62] = tl_d[2];
+      acc[63] = tl_d[3];
+    }
+    // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
+    __syncthreads();
+    // matmul_v0.py:82  phase ^= 1
+    phase = (phase ^ 1u);
+  }
+  // matmul_v0.py:84  self.free_shared(sa)
+  // free_shared: nothing to do
+  // matmul_v0.py:85  self.free_shared(sb)
+  // free_shared: nothing to do
+  // matmul_v0.py:86  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+  uint16_t* const gc = (uint16_t*)(c_ptr);
+  // matmul_v0.py:87  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m, offset_n])
+  // %r [64, 128]: mma_c layout, 64 per thread, over threads [0, 128)
+  uint16_t r[64];
+#pragma unroll
+  for (int tl_i31 = 0; tl_i31 < 64; ++tl_i31) {
+    r[tl_i31] = tl_f2h((float)(acc[tl_i31]));
+  }
+  {
+    const int tl_c32 = (((int)threadIdx.x / 4) % 8);
+    const int tl_c33 = ((int)threadIdx.x % 4) * 2 + ((int)threadIdx.x / 32) * 32;
+    const int tl_o34 = offset_m;
+    const int tl_o35 = offset_n;
+    uint16_t* const tl_row36 = gc + (int64_t)(tl_o34 + tl_c32) * (int64_t)(4096);
+    const bool tl_rok37 = (uint32_t)(tl_o34 + tl_c32) < (uint32_t)(m_size);
+    const bool tl_cok38 = (uint32_t)(tl_o35 + tl_c33) < (uint32_t)(4096);
+    const bool tl_cok39 = (uint32_t)(tl_o35 + tl_c33) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a40 = tl_row36 + (int64_t)(tl_o35 + tl_c33);
+    const bool tl_lo41 = tl_rok37 && tl_cok38, tl_hi42 = tl_rok37 && tl_cok39;
+    const bool tl_both43 = tl_lo41 && tl_hi42 && (((uint64_t)tl_a40) & 3) == 0;
+    tl_st_global_if_pair(tl_a40, (uint32_t)r[0] | ((uint32_t)r[1] << 16), tl_both43, tl_lo41 && !tl_both43, tl_hi42 && !tl_both43);
+    uint16_t* const tl_row44 = gc + (int64_t)(tl_o34 + tl_c32 + 8) * (int64_t)(4096);
+    const bool tl_rok45 = (uint32_t)(tl_o34 + tl_c32 + 8) < (uint32_t)(m_size);
+    uint16_t* const tl_a46 = tl_row44 + (int64_t)(tl_o35 + tl_c33);
+    const bool tl_lo47 = tl_rok45 && tl_cok38, tl_hi48 = tl_rok45 && tl_cok39;
+    const bool tl_both49 = tl_lo47 && tl_hi48 && (((uint64_t)tl_a46) & 3) == 0;
+    tl_st_global_if_pair(tl_a46, (uint32_t)r[2] | ((uint32_t)r[3] << 16), tl_both49, tl_lo47 && !tl_both49, tl_hi48 && !tl_both49);
+    const bool tl_cok50 = (uint32_t)(tl_o35 + tl_c33 + 8) < (uint32_t)(4096);
+    const bool tl_cok51 = (uint32_t)(tl_o35 + tl_c33 + 8) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a52 = tl_row36 + (int64_t)(tl_o35 + tl_c33 + 8);
+    const bool tl_lo53 = tl_rok37 && tl_cok50, tl_hi54 = tl_rok37 && tl_cok51;
+    const bool tl_both55 = tl_lo53 && tl_hi54 && (((uint64_t)tl_a52) & 3) == 0;
+    tl_st_global_if_pair(tl_a52, (uint32_t)r[4] | ((uint32_t)r[5] << 16), tl_both55, tl_lo53 && !tl_both55, tl_hi54 && !tl_both55);
+    uint16_t* const tl_a56 = tl_row44 + (int64_t)(tl_o35 + tl_c33 + 8);
+    const bool tl_lo57 = tl_rok45 && tl_cok50, tl_hi58 = tl_rok45 && tl_cok51;
+    const bool tl_both59 = tl_lo57 && tl_hi58 && (((uint64_t)tl_a56) & 3) == 0;
+    tl_st_global_if_pair(tl_a56, (uint32_t)r[6] | ((uint32_t)r[7] << 16), tl_both59, tl_lo57 && !tl_both59, tl_hi58 && !tl_both59);
+    const bool tl_cok60 = (uint32_t)(tl_o35 + tl_c33 + 16) < (uint32_t)(4096);
+    const bool tl_cok61 = (uint32_t)(tl_o35 + tl_c33 + 16) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a62 = tl_row36 + (int64_t)(tl_o35 + tl_c33 + 16);
+    const bool tl_lo63 = tl_rok37 && tl_cok60, tl_hi64 = tl_rok37 && tl_cok61;
+    const bool tl_both65 = tl_lo63 && tl_hi64 && (((uint64_t)tl_a62) & 3) == 0;
+    tl_st_global_if_pair(tl_a62, (uint32_t)r[8] | ((uint32_t)r[9] << 16), tl_both65, tl_lo63 && !tl_both65, tl_hi64 && !tl_both65);
+    uint16_t* const tl_a66 = tl_row44 + (int64_t)(tl_o35 + tl_c33 + 16);
+    const bool tl_lo67 = tl_rok45 && tl_cok60, tl_hi68 = tl_rok45 && tl_cok61;
+    const bool tl_both69 = tl_lo67 && tl_hi68 && (((uint64_t)tl_a66) & 3) == 0;
+    tl_st_global_if_pair(tl_a66, (uint32_t)r[10] | ((uint32_t)r[11] << 16), tl_both69, tl_lo67 && !tl_both69, tl_hi68 && !tl_both69);
+    const bool tl_cok70 = (uint32_t)(tl_o35 + tl_c33 + 24) < (uint32_t)(4096);
+    const bool tl_cok71 = (uint32_t)(tl_o35 + tl_c33 + 24) + 1u < (uint32_t)(4096);
+    uint16_t* const tl_a72 = tl_row36 + (int64_t)(tl_o35 + tl_c33 + 24);
+    const bool tl_lo73 = tl_rok37 && tl_cok70, tl_hi74 = tl_rok37 && tl_cok71;
+    const bool tl_both75 = tl_lo73 && tl_hi74 && (((uint64_t)tl_a72) & 3) == 0;
+    tl_st_global_if_pair(tl_a72, (uint32_t)r[12] | ((uint32_t)r[13] << 16), tl_both75, tl_lo73 && !tl_both75, tl_hi74 && !tl_both75);
+    uint16_t* const tl_a76 = tl_row44 + (int64_t)(tl_o35 + tl_c33 + 24);
+    const bool tl_lo77 = tl_rok45 && tl_cok70, tl_hi78 = tl_rok45 && tl_cok71;
+    const bool tl_both79 = tl_lo77 && tl_hi78 && (((uint64_t)tl_a76) & 3) == 0;
+    tl_st_global_if_pair(tl_a76, (uint32_t)r[14] | ((uint32_t)r[15] << 16), tl_both79, tl_lo77 && !tl_both79, tl_hi78 && !tl_both79);
+    uint16_t* const tl_row80 = gc + (int64_t)(tl_o34 + tl_c32 + 16) * (int64_t)(4096);
+    const bool tl_rok81 = (uint32_t)(tl_o34 + tl_c32 + 16) < (uint32_t)(m_size);
+    uint16_t* const tl_a82 = tl_row80 + (int64_t)(tl_o35 + tl_c33);
+    const bool tl_lo83 = tl_rok81 && tl_cok38, tl_hi84 = tl_rok81 && tl_cok39;
+    const bool tl_both85 = tl_lo83 && tl_hi84 && (((uint64_t)tl_a82) & 3) == 0;
+    tl_st_global_if_pair(tl_a82, (uint32_t)r[16] | ((uint32_t)r[17] << 16), tl_both85, tl_lo83 && !tl_both85, tl_hi84 && !tl_both85);
+    uint16_t* const tl_row86 = gc + (int64_t)(tl_o34 + tl_c32 + 24) * (int64_t)(4096);
+    const bool tl_rok87 = (uint32_t)(tl_o34 + tl_c32 + 24) < (uint32_t)(m_size);
+    uint16_t* const tl_a88 = tl_row86 + (int64_t)(tl_o35 + tl_c33);
+    const bool tl_lo89 = tl_rok87 && tl_cok38, tl_hi90 = tl_rok87 && tl_cok39;
+    const bool tl_both91 = tl_lo89 && tl_hi90 && (((uint64_t)tl_a88) & 3) == 0;
+    tl_st_global_if_pair(tl_a88, (uint32_t)r[18] | ((uint32_t)r[19] << 16), tl_both91, tl_lo89 && !tl_both91, tl_hi90 && !tl_both91);
+    uint16_t* const tl_a92 = tl_row80 + (int64_t)(tl_o35 + tl_c33 + 8);
+    const bool tl_lo93 = tl_rok81 && tl_cok50, tl_hi94 = tl_rok81 && tl_cok51;
+    const bool tl_both95 = tl_lo93 && tl_hi94 && (((uint64_t)tl_a92) & 3) == 0;
+    tl_st_global_if_pair(tl_a92, (uint32_t)r[20] | ((uint32_t)r[21] << 16), tl_both95, tl_lo93 && !tl_both95, tl_hi94 && !tl_both95);
+    uint16_t* const tl_a96 = tl_row86 + (int64_t)(tl_o35 + tl_c33 + 8);
+    const bool tl_lo97 = tl_rok87 && tl_cok50, tl_hi98 = tl_rok87 && tl_cok51;
+    const bool tl_both99 = tl_lo97 && tl_hi98 && (((uint64_t)tl_a96) & 3) == 0;
+    tl_st_global_if_pair(tl_a96, (uint32_t)r[22] | ((uint32_t)r[23] << 16), tl_both99, tl_lo97 && !tl_both99, tl_hi98 && !tl_both99);
+    uint16_t* const tl_a100 = tl_row80 + (int64_t)(tl_o35 + tl_c33 + 16);
+    const bool tl_lo101 = tl_rok81 && tl_cok60, tl_hi102 = tl_rok81 && tl_cok61;
+    const bool tl_both103 = tl_lo101 && tl_hi102 && (((uint64_t)tl_a100) & 3) == 0;
+    tl_st_global_if_pair(tl_a100, (uint32_t)r[24] | ((uint32_t)r[25] << 16), tl_both103, tl_lo101 && !tl_both103, tl_hi102 && !tl_both103);
+    uint16_t* const tl_a104 = tl_row86 + (int64_t)(tl_o35 + tl_c33 + 16);
+    const bool tl_lo105 = tl_rok87 && tl_cok60, tl_hi106 = tl_rok87 && tl_cok61;
+    const bool tl_both107 = tl_lo105 && tl_hi106 && (((uint64_t)tl_a104) & 3) == 0;
+    tl_st_global_if_pair(tl_a104, (uint32_t)r[26] | ((uint32_t)r[27] << 16), tl_both107, tl_lo105 && !tl_both107, tl_hi106 && !tl_both107);
+    uint16_t* const tl_a108 = tl_row80 + (int64_t)(tl_o35 + tl_c33 + 24);
+    const bool tl_lo109 = tl_rok81 && tl_cok70, tl_hi110 = tl_rok81 && tl_cok71;
+    const bool tl_both111 = tl_lo109 && tl_hi110 && (((uint64_t)tl_a108) & 3) == 0;
+    tl_st_global_if_pair(tl_a108, (uint32_t)r[28] | ((uint32_t)r[29] << 16), tl_both111, tl_lo109 && !tl_both111, tl_hi110 && !tl_both111);
+    uint16_t* const tl_a112 = tl_row86 + (int64_t)(tl_o35 + tl_c33 + 24);
+    const bool tl_lo113 = tl_rok87 && tl_cok70, tl_hi114 = tl_rok87 && tl_cok71;
+    const bool tl_both115 = tl_lo113 && tl_hi114 && (((uint64_t)tl_a112) & 3) == 0;
+    tl_st_global_if_pair(tl_a112, (uint32_t)r[30] | ((uint32_t)r[31] << 16), tl_both115, tl_lo113 && !tl_both115, tl_hi114 && !tl_both115);
+    uint16_t* const tl_row116 = gc + (int64_t)(tl_o34 + tl_c32 + 32) * (int64_t)(4096);
+    const bool tl_rok117 = (uint32_t)(tl_o34 + tl_c32 + 32) < (uint32_t)(m_size);
+    uint16_t* const tl_a118 = tl_row116 + (int64_t)(tl_o35 + tl_c33);
+    const bool tl_lo119 = tl_rok117 && tl_cok38, tl_hi120 = tl_rok117 && tl_cok39;
+    const bool tl_both121 = tl_lo119 && tl_hi120 && (((uint64_t)tl_a118) & 3) == 0;
+    tl_st_global_if_pair(tl_a118, (uint32_t)r[32] | ((uint32_t)r[33] << 16), tl_both121, tl_lo119 && !tl_both121, tl_hi120 && !tl_both121);
+    uint16_t* const tl_row122 = gc + (int64_t)(tl_o34 + tl_c32 + 40) * (int64_t)(4096);
+    const bool tl_rok123 = (uint32_t)(tl_o34 + tl_c32 + 40) < (uint32_t)(m_size);
+    uint16_t* const tl_a124 = tl_row122 + (int64_t)(tl_o35 + tl_c33);
+    const bool tl_lo125 = tl_rok123 && tl_cok38, tl_hi126 = tl_rok123 && tl_cok39;
+    const bool tl_both127 = tl_lo125 && tl_hi126 && (((uint64_t)tl_a124) & 3) == 0;
+    tl_st_global_if_pair(tl_a124, (uint32_t)r[34] | ((uint32_t)r[35] << 16), tl_both127, tl_lo125 && !tl_both127, tl_hi126 && !tl_both127);
+    uint16_t* const tl_a128 = tl_row116 + (int64_t)(tl_o35 + tl_c33 + 8);
+    const bool tl_lo129 = tl_rok117 && tl_cok50, tl_hi130 = tl_rok117 && tl_cok51;
+    const bool tl_both131 = tl_lo129 && tl_hi130 && (((uint64_t)tl_a128) & 3) == 0;
+    tl_st_global_if_pair(tl_a128, (uint32_t)r[36] | ((uint32_t)r[37] << 16), tl_both131, tl_lo129 && !tl_both131, tl_hi130 && !tl_both131);
+    uint16_t* const tl_a132 = tl_row122 + (int64_t)(tl_o35 + tl_c33 + 8);
+    const bool tl_lo133 = tl_rok123 && tl_cok50, tl_hi134 = tl_rok123 && tl_cok51;
+    const bool tl_both135 = tl_lo133 && tl_hi134 && (((uint64_t)tl_a132) & 3) == 0;
+    tl_st_global_if_pair(tl_a132, (uint32_t)r[38] | ((uint32_t)r[39] << 16), tl_both135, tl_lo133 && !tl_both135, tl_hi134 && !tl_both135);
+    uint16_t* const tl_a136 = tl_row116 + (int64_t)(tl_o35 + tl_c33 + 16);
+    const bool tl_lo137 = tl_rok117 && tl_cok60, tl_hi138 = tl_rok117 && tl_cok61;
+    const bool tl_both139 = tl_lo137 && tl_hi138 && (((uint64_t)tl_a136) & 3) == 0;
+    tl_st_global_if_pair(tl_a136, (uint32_t)r[40] | ((uint32_t)r[41] << 16), tl_both139, tl_lo137 && !tl_both139, tl_hi138 && !tl_both139);
+    uint16_t* const tl_a140 = tl_row122 + (int64_t)(tl_o35 + tl_c33 + 16);
+    const bool tl_lo141 = tl_rok123 && tl_cok60, tl_hi142 = tl_rok123 && tl_cok61;
+    const bool tl_both143 = tl_lo141 && tl_hi142 && (((uint64_t)tl_a140) & 3) == 0;
+    tl_st_global_if_pair(tl_a140, (uint32_t)r[42] | ((uint32_t)r[43] << 16), tl_both143, tl_lo141 && !tl_both143, tl_hi142 && !tl_both143);
+    uint16_t* const tl_a144 = tl_row116 + (int64_t)(tl_o35 + tl_c33 + 24);
+    const bool tl_lo145 = tl_rok117 && tl_cok70, tl_hi146 = tl_rok117 && tl_cok71;
+    const bool tl_both147 = tl_lo145 && tl_hi146 && (((uint64_t)tl_a144) & 3) == 0;
+    tl_st_global_if_pair(tl_a144, (uint32_t)r[44] | ((uint32_t)r[45] << 16), tl_both147, tl_lo145 && !tl_both147, tl_hi146 && !tl_both147);
+    uint16_t* const tl_a148 = tl_row122 + (int64_t)(tl_o35 + tl_c33 + 24);
+    const bool tl_lo149 = tl_rok123 && tl_cok70, tl_hi150 = tl_rok123 && tl_cok71;
+    const bool tl_both151 = tl_lo149 && tl_hi150 && (((uint64_t)tl_a148) & 3) == 0;
+    tl_st_global_if_pair(tl_a148, (uint32_t)r[46] | ((uint32_t)r[47] << 16), tl_both151, tl_lo149 && !tl_both151, tl_hi150 && !tl_both151);
+    uint16_t* const tl_row152 = gc + (int64_t)(tl_o34 + tl_c32 + 48) * (int64_t)(4096);
+    const bool tl_rok153 = (uint32_t)(tl_o34 + tl_c32 + 48) < (uint32_t)(m_size);
+    uint16_t* const tl_a154 = tl_row152 + (int64_t)(tl_o35 + tl_c33);
+    const bool tl_lo155 = tl_rok153 && tl_cok38, tl_hi156 = tl_rok153 && tl_cok39;
+    const bool tl_both157 = tl_lo155 && tl_hi156 && (((uint64_t)tl_a154) & 3) == 0;
+    tl_st_global_if_pair(tl_a154, (uint32_t)r[48] | ((uint32_t)r[49] << 16), tl_both157, tl_lo155 && !tl_both157, tl_hi156 && !tl_both157);
+    uint16_t* const tl_row158 = gc + (int64_t)(tl_o34 + tl_c32 + 56) * (int64_t)(4096);
+    const bool tl_rok159 = (uint32_t)(tl_o34 + tl_c32 + 56) < (uint32_t)(m_size);
+    uint16_t* const tl_a160 = tl_row158 + (int64_t)(tl_o35 + tl_c33);
+    const bool tl_lo161 = tl_rok159 && tl_cok38, tl_hi162 = tl_rok159 && tl_cok39;
+    const bool tl_both163 = tl_lo161 && tl_hi162 && (((uint64_t)tl_a160) & 3) == 0;
+    tl_st_global_if_pair(tl_a160, (uint32_t)r[50] | ((uint32_t)r[51] << 16), tl_both163, tl_lo161 && !tl_both163, tl_hi162 && !tl_both163);
+    uint16_t* const tl_a164 = tl_row152 + (int64_t)(tl_o35 + tl_c33 + 8);
+    const bool tl_lo165 = tl_rok153 && tl_cok50, tl_hi166 = tl_rok153 && tl_cok51;
+    const bool tl_both167 = tl_lo165 && tl_hi166 && (((uint64_t)tl_a164) & 3) == 0;
+    tl_st_global_if_pair(tl_a164, (uint32_t)r[52] | ((uint32_t)r[53] << 16), tl_both167, tl_lo165 && !tl_both167, tl_hi166 && !tl_both167);
+    uint16_t* const tl_a168 = tl_row158 + (int64_t)(tl_o35 + tl_c33 + 8);
+    const bool tl_lo169 = tl_rok159 && tl_cok50, tl_hi170 = tl_rok159 && tl_cok51;
+    const bool tl_both171 = tl_lo169 && tl_hi170 && (((uint64_t)tl_a168) & 3) == 0;
+    tl_st_global_if_pair(tl_a168, (uint32_t)r[54] | ((uint32_t)r[55] << 16), tl_both171, tl_lo169 && !tl_both171, tl_hi170 && !tl_both171);
+    uint16_t* const tl_a172 = tl_row152 + (int64_t)(tl_o35 + tl_c33 + 16);
+    const bool tl_lo173 = tl_rok153 && tl_cok60, tl_hi174 = tl_rok153 && tl_cok61;
+    const bool tl_both175 = tl_lo173 && tl_hi174 && (((uint64_t)tl_a172) & 3) == 0;
+    tl_st_global_if_pair(tl_a172, (uint32_t)r[56] | ((uint32_t)r[57] << 16), tl_both175, tl_lo173 && !tl_both175, tl_hi174 && !tl_both175);
+    uint16_t* const tl_a176 = tl_row158 + (int64_t)(tl_o35 + tl_c33 + 16);
+    const bool tl_lo177 = tl_rok159 && tl_cok60, tl_hi178 = tl_rok159 && tl_cok61;
+    const bool tl_both179 = tl_lo177 && tl_hi178 && (((uint64_t)tl_a176) & 3) == 0;
+    tl_st_global_if_pair(tl_a176, (uint32_t)r[58] | ((uint32_t)r[59] << 16), tl_both179, tl_lo177 && !tl_both179, tl_hi178 && !tl_both179);
+    uint16_t* const tl_a180 = tl_row152 + (int64_t)(tl_o35 + tl_c33 + 24);
+    const bool tl_lo181 = tl_rok153 && tl_cok70, tl_hi182 = tl_rok153 && tl_cok71;
+    const bool tl_both183 = tl_lo181 && tl_hi182 && (((uint64_t)tl_a180) & 3) == 0;
+    tl_st_global_if_pair(tl_a180, (uint32_t)r[60] | ((uint32_t)r[61] << 16), tl_both183, tl_lo181 && !tl_both183, tl_hi182 && !tl_both183);
+    uint16_t* const tl_a184 = tl_row158 + (int64_t)(tl_o35 + tl_c33 + 24);
+    const bool tl_lo185 = tl_rok159 && tl_cok70, tl_hi186 = tl_rok159 && tl_cok71;
+    const bool tl_both187 = tl_lo185 && tl_hi186 && (((uint64_t)tl_a184) & 3) == 0;
+    tl_st_global_if_pair(tl_a184, (uint32_t)r[62] | ((uint32_t)r[63] << 16), tl_both187, tl_lo185 && !tl_both187, tl_hi186 && !tl_both187);
+  }
+}
+// ======== config 6/6: {'block_k': 64, 'block_m': 128, 'block_n': 128} ========
+// Generated by tilus (cuda-codegen-1) from MatmulTMA, config {'block_k': 64, 'block_m': 128, 'block_n': 128}, const args {'k_size': 4096, 'n_size': 4096}.
+// ---- tilus prelude: base ----
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+
+// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a
+// __grid_constant__ kernel parameter.
+struct alignas(64) CUtensorMap_t { unsigned long long opaque[16]; };
+
+// Generic pointer -> 32-bit address in the CTA's shared-memory window.
+__device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
+  uint32_t addr;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
+  return addr;
+}
+// ---- tilus prelude: ldst ----
+
+__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
+                                                     uint32_t lo, uint32_t hi) {
+  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
+               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
+}
+// ---- tilus prelude: mbarrier ----
+
+__device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+               :: "r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
+               :: "r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ uint32_t tl_mbar_try_wait_parity_acquire(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done;
+}
+
+__device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parity) {
+  while (!tl_mbar_try_wait_parity_acquire(bar, parity)) {
+  }
+}
+
+__device__ __forceinline__ void tl_fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// ---- tilus prelude: mma ----
+
+// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
+__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
+                                                         const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void tl_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+// ---- tilus prelude: sync ----
+
+__device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
+  uint32_t pred;
+  asm volatile("{\n\t.reg .pred p;\n\telect.sync _|p, %1;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+               : "=r"(pred) : "r"(mask));
+  return pred;
+}
+// ---- tilus prelude: tma ----
+
+__device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
+                                                  uint32_t bar, int32_t c0, int32_t c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+
+// ---- tilus codegen helpers ----
+__device__ __forceinline__ uint16_t tl_f2h(float f) {
+  uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+// Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
+template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
+  return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1)
+tl_MatmulTMA(
+    int m_size,
+    uint16_t* __restrict__ a_ptr,
+    uint16_t* __restrict__ b_ptr,
+    uint16_t* __restrict__ c_ptr,
+    const __grid_constant__ CUtensorMap_t tl_map0,
+    const __grid_constant__ CUtensorMap_t tl_map1) {
+  extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
+  // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
+  uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
+  const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);
+  if (threadIdx.x == 0) {
+    tl_mbar_init(tl_smem + 32768u, 1);
+    tl_fence_mbarrier_init();
+  }
+  __syncthreads();
+  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
+  int offset_m = (128 * (int)blockIdx.x);
+  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
+  int offset_n = (128 * (int)blockIdx.y);
+  // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+  uint16_t* const ga = (uint16_t*)(a_ptr);
+  // matmul_v0.py:55  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+  uint16_t* const gb = (uint16_t*)(b_ptr);
+  // matmul_v0.py:56  sa = self.shared_tensor(dtype=float16, shape=[block_m, block_k])
+  // %sa: shared bytes [0, 16384)
+  // matmul_v0.py:57  sb = self.shared_tensor(dtype=float16, shape=[block_n, block_k])
+  // %sb: shared bytes [16384, 32768)
+  // matmul_v0.py:58  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
+  // %acc [128, 128]: mma_c layout, 128 per thread, over threads [0, 128)
+  float acc[128];
+  const float tl_v1 = 0.0f;
+#pragma unroll
+  for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
+    acc[tl_i2] = tl_v1;
+  }
+  // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
+  // 1 mbarrier(s) at shared offset 32768 (initialized at entry)
+  // matmul_v0.py:62  phase: uint32 = 0
+  uint32_t phase = 0u;
+  // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
+  for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
+    // matmul_v0.py:65  with self.single_thread():
+    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
+      tl_mbar_arrive_expect_tx((tl_smem + 32768u), 32768u);
+      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
+      tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 32768u), (int32_t)(offset_k), (int32_t)(offset_m));
+      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
+      tl_tma_load_2d(tl_smem + 16384u, &tl_map1, (tl_smem + 32768u), (int32_t)(offset_k), (int32_t)(offset_n));
+      // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
+      tl_mbar_wait_parity((tl_smem + 32768u), (uint32_t)(phase));
+    }
+    // matmul_v0.py:76  self.sync()  # the tiles have landed: let every thread read them
+    __syncthreads();
+    // matmul_v0.py:78  a = self.load_shared(sa)
+    // %a [128, 64]: mma_a layout, 128 per thread, over threads [0, 128)
+    uint16_t a[128];
+    {
+      const int tl_lr = (int)threadIdx.x & 7, tl_lj = ((int)threadIdx.x >> 3) & 3;
+      const int tl_lt = ((int)threadIdx.x & ~31) | (tl_lr << 2);
+      const int tl_c3 = ((tl_lt / 4) % 8) + (tl_lt / 64) * 64;
+      const int tl_c4 = (tl_lt % 4) * 2;
+      uint32_t tl_lm5[4];
+      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[0] = (uint16_t)((tl_lm5[0] >> 0) & 0xffffu);
+      a[1] = (uint16_t)((tl_lm5[0] >> 16) & 0xffffu);
+      a[2] = (uint16_t)((tl_lm5[1] >> 0) & 0xffffu);
+      a[3] = (uint16_t)((tl_lm5[1] >> 16) & 0xffffu);
+      a[4] = (uint16_t)((tl_lm5[2] >> 0) & 0xffffu);
+      a[5] = (uint16_t)((tl_lm5[2] >> 16) & 0xffffu);
+      a[6] = (uint16_t)((tl_lm5[3] >> 0) & 0xffffu);
+      a[7] = (uint16_t)((tl_lm5[3] >> 16) & 0xffffu);
+      uint32_t tl_lm6[4];
+      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[8] = (uint16_t)((tl_lm6[0] >> 0) & 0xffffu);
+      a[9] = (uint16_t)((tl_lm6[0] >> 16) & 0xffffu);
+      a[10] = (uint16_t)((tl_lm6[1] >> 0) & 0xffffu);
+      a[11] = (uint16_t)((tl_lm6[1] >> 16) & 0xffffu);
+      a[12] = (uint16_t)((tl_lm6[2] >> 0) & 0xffffu);
+      a[13] = (uint16_t)((tl_lm6[2] >> 16) & 0xffffu);
+      a[14] = (uint16_t)((tl_lm6[3] >> 0) & 0xffffu);
+      a[15] = (uint16_t)((tl_lm6[3] >> 16) & 0xffffu);
+      uint32_t tl_lm7[4];
+      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      a[16] = (uint16_t)((tl_lm7[0] >> 0) & 0xffffu);
+      a[17] = (uint16_t)((tl_lm7[0] >> 16) & 0xffffu);
+      a[18] = (uint16_t)((tl_lm7[1] >> 0) & 0xffffu);
+      a[19] = (uint16_t)((tl_lm7[1] >> 16) & 0xffffu);
+      a[20] = (uint16_t)((tl_lm7[2] >> 0) & 0xffffu);
+      a[21] = (uint16_t)((tl_lm7[2] >> 16) & 0xffffu);
+      a[22] = (uint16_t)((tl_lm7[3] >> 0) & 0xffffu);
+      a[23] = (uint16_t)((tl_lm7[3] >> 16) & 0xffffu);
+      uint32_t tl_lm8[4];
+      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      a[24] = (uint16_t)((tl_lm8[0] >> 0) & 0xffffu);
+      a[25] = (uint16_t)((tl_lm8[0] >> 16) & 0xffffu);
+      a[26] = (uint16_t)((tl_lm8[1] >> 0) & 0xffffu);
+      a[27] = (uint16_t)((tl_lm8[1] >> 16) & 0xffffu);
+      a[28] = (uint16_t)((tl_lm8[2] >> 0) & 0xffffu);
+      a[29] = (uint16_t)((tl_lm8[2] >> 16) & 0xffffu);
+      a[30] = (uint16_t)((tl_lm8[3] >> 0) & 0xffffu);
+      a[31] = (uint16_t)((tl_lm8[3] >> 16) & 0xffffu);
+      uint32_t tl_lm9[4];
+      tl_ldmatrix_x4(tl_lm9, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[32] = (uint16_t)((tl_lm9[0] >> 0) & 0xffffu);
+      a[33] = (uint16_t)((tl_lm9[0] >> 16) & 0xffffu);
+      a[34] = (uint16_t)((tl_lm9[1] >> 0) & 0xffffu);
+      a[35] = (uint16_t)((tl_lm9[1] >> 16) & 0xffffu);
+      a[36] = (uint16_t)((tl_lm9[2] >> 0) & 0xffffu);
+      a[37] = (uint16_t)((tl_lm9[2] >> 16) & 0xffffu);
+      a[38] = (uint16_t)((tl_lm9[3] >> 0) & 0xffffu);
+      a[39] = (uint16_t)((tl_lm9[3] >> 16) & 0xffffu);
+      uint32_t tl_lm10[4];
+      tl_ldmatrix_x4(tl_lm10, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[40] = (uint16_t)((tl_lm10[0] >> 0) & 0xffffu);
+      a[41] = (uint16_t)((tl_lm10[0] >> 16) & 0xffffu);
+      a[42] = (uint16_t)((tl_lm10[1] >> 0) & 0xffffu);
+      a[43] = (uint16_t)((tl_lm10[1] >> 16) & 0xffffu);
+      a[44] = (uint16_t)((tl_lm10[2] >> 0) & 0xffffu);
+      a[45] = (uint16_t)((tl_lm10[2] >> 16) & 0xffffu);
+      a[46] = (uint16_t)((tl_lm10[3] >> 0) & 0xffffu);
+      a[47] = (uint16_t)((tl_lm10[3] >> 16) & 0xffffu);
+      uint32_t tl_lm11[4];
+      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      a[48] = (uint16_t)((tl_lm11[0] >> 0) & 0xffffu);
+      a[49] = (uint16_t)((tl_lm11[0] >> 16) & 0xffffu);
+      a[50] = (uint16_t)((tl_lm11[1] >> 0) & 0xffffu);
+      a[51] = (uint16_t)((tl_lm11[1] >> 16) & 0xffffu);
+      a[52] = (uint16_t)((tl_lm11[2] >> 0) & 0xffffu);
+      a[53] = (uint16_t)((tl_lm11[2] >> 16) & 0xffffu);
+      a[54] = (uint16_t)((tl_lm11[3] >> 0) & 0xffffu);
+      a[55] = (uint16_t)((tl_lm11[3] >> 16) & 0xffffu);
+      uint32_t tl_lm12[4];
+      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      a[56] = (uint16_t)((tl_lm12[0] >> 0) & 0xffffu);
+      a[57] = (uint16_t)((tl_lm12[0] >> 16) & 0xffffu);
+      a[58] = (uint16_t)((tl_lm12[1] >> 0) & 0xffffu);
+      a[59] = (uint16_t)((tl_lm12[1] >> 16) & 0xffffu);
+      a[60] = (uint16_t)((tl_lm12[2] >> 0) & 0xffffu);
+      a[61] = (uint16_t)((tl_lm12[2] >> 16) & 0xffffu);
+      a[62] = (uint16_t)((tl_lm12[3] >> 0) & 0xffffu);
+      a[63] = (uint16_t)((tl_lm12[3] >> 16) & 0xffffu);
+      uint32_t tl_lm13[4];
+      tl_ldmatrix_x4(tl_lm13, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[64] = (uint16_t)((tl_lm13[0] >> 0) & 0xffffu);
+      a[65] = (uint16_t)((tl_lm13[0] >> 16) & 0xffffu);
+      a[66] = (uint16_t)((tl_lm13[1] >> 0) & 0xffffu);
+      a[67] = (uint16_t)((tl_lm13[1] >> 16) & 0xffffu);
+      a[68] = (uint16_t)((tl_lm13[2] >> 0) & 0xffffu);
+      a[69] = (uint16_t)((tl_lm13[2] >> 16) & 0xffffu);
+      a[70] = (uint16_t)((tl_lm13[3] >> 0) & 0xffffu);
+      a[71] = (uint16_t)((tl_lm13[3] >> 16) & 0xffffu);
+      uint32_t tl_lm14[4];
+      tl_ldmatrix_x4(tl_lm14, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[72] = (uint16_t)((tl_lm14[0] >> 0) & 0xffffu);
+      a[73] = (uint16_t)((tl_lm14[0] >> 16) & 0xffffu);
+      a[74] = (uint16_t)((tl_lm14[1] >> 0) & 0xffffu);
+      a[75] = (uint16_t)((tl_lm14[1] >> 16) & 0xffffu);
+      a[76] = (uint16_t)((tl_lm14[2] >> 0) & 0xffffu);
+      a[77] = (uint16_t)((tl_lm14[2] >> 16) & 0xffffu);
+      a[78] = (uint16_t)((tl_lm14[3] >> 0) & 0xffffu);
+      a[79] = (uint16_t)((tl_lm14[3] >> 16) & 0xffffu);
+      uint32_t tl_lm15[4];
+      tl_ldmatrix_x4(tl_lm15, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      a[80] = (uint16_t)((tl_lm15[0] >> 0) & 0xffffu);
+      a[81] = (uint16_t)((tl_lm15[0] >> 16) & 0xffffu);
+      a[82] = (uint16_t)((tl_lm15[1] >> 0) & 0xffffu);
+      a[83] = (uint16_t)((tl_lm15[1] >> 16) & 0xffffu);
+      a[84] = (uint16_t)((tl_lm15[2] >> 0) & 0xffffu);
+      a[85] = (uint16_t)((tl_lm15[2] >> 16) & 0xffffu);
+      a[86] = (uint16_t)((tl_lm15[3] >> 0) & 0xffffu);
+      a[87] = (uint16_t)((tl_lm15[3] >> 16) & 0xffffu);
+      uint32_t tl_lm16[4];
+      tl_ldmatrix_x4(tl_lm16, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      a[88] = (uint16_t)((tl_lm16[0] >> 0) & 0xffffu);
+      a[89] = (uint16_t)((tl_lm16[0] >> 16) & 0xffffu);
+      a[90] = (uint16_t)((tl_lm16[1] >> 0) & 0xffffu);
+      a[91] = (uint16_t)((tl_lm16[1] >> 16) & 0xffffu);
+      a[92] = (uint16_t)((tl_lm16[2] >> 0) & 0xffffu);
+      a[93] = (uint16_t)((tl_lm16[2] >> 16) & 0xffffu);
+      a[94] = (uint16_t)((tl_lm16[3] >> 0) & 0xffffu);
+      a[95] = (uint16_t)((tl_lm16[3] >> 16) & 0xffffu);
+      uint32_t tl_lm17[4];
+      tl_ldmatrix_x4(tl_lm17, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      a[96] = (uint16_t)((tl_lm17[0] >> 0) & 0xffffu);
+      a[97] = (uint16_t)((tl_lm17[0] >> 16) & 0xffffu);
+      a[98] = (uint16_t)((tl_lm17[1] >> 0) & 0xffffu);
+      a[99] = (uint16_t)((tl_lm17[1] >> 16) & 0xffffu);
+      a[100] = (uint16_t)((tl_lm17[2] >> 0) & 0xffffu);
+      a[101] = (uint16_t)((tl_lm17[2] >> 16) & 0xffffu);
+      a[102] = (uint16_t)((tl_lm17[3] >> 0) & 0xffffu);
+      a[103] = (uint16_t)((tl_lm17[3] >> 16) & 0xffffu);
+      uint32_t tl_lm18[4];
+      tl_ldmatrix_x4(tl_lm18, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      a[104] = (uint16_t)((tl_lm18[0] >> 0) & 0xffffu);
+      a[105] = (uint16_t)((tl_lm18[0] >> 16) & 0xffffu);
+      a[106] = (uint16_t)((tl_lm18[1] >> 0) & 0xffffu);
+      a[107] = (uint16_t)((tl_lm18[1] >> 16) & 0xffffu);
+      a[108] = (uint16_t)((tl_lm18[2] >> 0) & 0xffffu);
+      a[109] = (uint16_t)((tl_lm18[2] >> 16) & 0xffffu);
+      a[110] = (uint16_t)((tl_lm18[3] >> 0) & 0xffffu);
+      a[111] = (uint16_t)((tl_lm18[3] >> 16) & 0xffffu);
+      uint32_t tl_lm19[4];
+      tl_ldmatrix_x4(tl_lm19, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      a[112] = (uint16_t)((tl_lm19[0] >> 0) & 0xffffu);
+      a[113] = (uint16_t)((tl_lm19[0] >> 16) & 0xffffu);
+      a[114] = (uint16_t)((tl_lm19[1] >> 0) & 0xffffu);
+      a[115] = (uint16_t)((tl_lm19[1] >> 16) & 0xffffu);
+      a[116] = (uint16_t)((tl_lm19[2] >> 0) & 0xffffu);
+      a[117] = (uint16_t)((tl_lm19[2] >> 16) & 0xffffu);
+      a[118] = (uint16_t)((tl_lm19[3] >> 0) & 0xffffu);
+      a[119] = (uint16_t)((tl_lm19[3] >> 16) & 0xffffu);
+      uint32_t tl_lm20[4];
+      tl_ldmatrix_x4(tl_lm20, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      a[120] = (uint16_t)((tl_lm20[0] >> 0) & 0xffffu);
+      a[121] = (uint16_t)((tl_lm20[0] >> 16) & 0xffffu);
+      a[122] = (uint16_t)((tl_lm20[1] >> 0) & 0xffffu);
+      a[123] = (uint16_t)((tl_lm20[1] >> 16) & 0xffffu);
+      a[124] = (uint16_t)((tl_lm20[2] >> 0) & 0xffffu);
+      a[125] = (uint16_t)((tl_lm20[2] >> 16) & 0xffffu);
+      a[126] = (uint16_t)((tl_lm20[3] >> 0) & 0xffffu);
+      a[127] = (uint16_t)((tl_lm20[3] >> 16) & 0xffffu);
+    }
+    // matmul_v0.py:79  b = self.load_shared(sb)
+    // %b [128, 64]: mma_b layout, 128 per thread, over threads [0, 128)
+    uint16_t b[128];
+    {
+      const int tl_lr = (int)threadIdx.x & 7, tl_lj = ((int)threadIdx.x >> 3) & 3;
+      const int tl_lt = ((int)threadIdx.x & ~31) | (tl_lr << 2);
+      const int tl_c21 = ((tl_lt / 4) % 8) + ((tl_lt / 32) % 2) * 64;
+      const int tl_c22 = (tl_lt % 4) * 2;
+      uint32_t tl_lm23[4];
+      tl_ldmatrix_x4(tl_lm23, tl_smem + tl_swz<128>(16384u + (tl_c21 + 0) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[0] = (uint16_t)((tl_lm23[0] >> 0) & 0xffffu);
+      b[1] = (uint16_t)((tl_lm23[0] >> 16) & 0xffffu);
+      b[2] = (uint16_t)((tl_lm23[1] >> 0) & 0xffffu);
+      b[3] = (uint16_t)((tl_lm23[1] >> 16) & 0xffffu);
+      b[4] = (uint16_t)((tl_lm23[2] >> 0) & 0xffffu);
+      b[5] = (uint16_t)((tl_lm23[2] >> 16) & 0xffffu);
+      b[6] = (uint16_t)((tl_lm23[3] >> 0) & 0xffffu);
+      b[7] = (uint16_t)((tl_lm23[3] >> 16) & 0xffffu);
+      uint32_t tl_lm24[4];
+      tl_ldmatrix_x4(tl_lm24, tl_smem + tl_swz<128>(16384u + (tl_c21 + 0) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      b[8] = (uint16_t)((tl_lm24[0] >> 0) & 0xffffu);
+      b[9] = (uint16_t)((tl_lm24[0] >> 16) & 0xffffu);
+      b[10] = (uint16_t)((tl_lm24[1] >> 0) & 0xffffu);
+      b[11] = (uint16_t)((tl_lm24[1] >> 16) & 0xffffu);
+      b[12] = (uint16_t)((tl_lm24[2] >> 0) & 0xffffu);
+      b[13] = (uint16_t)((tl_lm24[2] >> 16) & 0xffffu);
+      b[14] = (uint16_t)((tl_lm24[3] >> 0) & 0xffffu);
+      b[15] = (uint16_t)((tl_lm24[3] >> 16) & 0xffffu);
+      uint32_t tl_lm25[4];
+      tl_ldmatrix_x4(tl_lm25, tl_smem + tl_swz<128>(16384u + (tl_c21 + 8) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[16] = (uint16_t)((tl_lm25[0] >> 0) & 0xffffu);
+      b[17] = (uint16_t)((tl_lm25[0] >> 16) & 0xffffu);
+      b[18] = (uint16_t)((tl_lm25[1] >> 0) & 0xffffu);
+      b[19] = (uint16_t)((tl_lm25[1] >> 16) & 0xffffu);
+      b[20] = (uint16_t)((tl_lm25[2] >> 0) & 0xffffu);
+      b[21] = (uint16_t)((tl_lm25[2] >> 16) & 0xffffu);
+      b[22] = (uint16_t)((tl_lm25[3] >> 0) & 0xffffu);
+      b[23] = (uint16_t)((tl_lm25[3] >> 16) & 0xffffu);
+      uint32_t tl_lm26[4];
+      tl_ldmatrix_x4(tl_lm26, tl_smem + tl_swz<128>(16384u + (tl_c21 + 8) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      b[24] = (uint16_t)((tl_lm26[0] >> 0) & 0xffffu);
+      b[25] = (uint16_t)((tl_lm26[0] >> 16) & 0xffffu);
+      b[26] = (uint16_t)((tl_lm26[1] >> 0) & 0xffffu);
+      b[27] = (uint16_t)((tl_lm26[1] >> 16) & 0xffffu);
+      b[28] = (uint16_t)((tl_lm26[2] >> 0) & 0xffffu);
+      b[29] = (uint16_t)((tl_lm26[2] >> 16) & 0xffffu);
+      b[30] = (uint16_t)((tl_lm26[3] >> 0) & 0xffffu);
+      b[31] = (uint16_t)((tl_lm26[3] >> 16) & 0xffffu);
+      uint32_t tl_lm27[4];
+      tl_ldmatrix_x4(tl_lm27, tl_smem + tl_swz<128>(16384u + (tl_c21 + 16) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[32] = (uint16_t)((tl_lm27[0] >> 0) & 0xffffu);
+      b[33] = (uint16_t)((tl_lm27[0] >> 16) & 0xffffu);
+      b[34] = (uint16_t)((tl_lm27[1] >> 0) & 0xffffu);
+      b[35] = (uint16_t)((tl_lm27[1] >> 16) & 0xffffu);
+      b[36] = (uint16_t)((tl_lm27[2] >> 0) & 0xffffu);
+      b[37] = (uint16_t)((tl_lm27[2] >> 16) & 0xffffu);
+      b[38] = (uint16_t)((tl_lm27[3] >> 0) & 0xffffu);
+      b[39] = (uint16_t)((tl_lm27[3] >> 16) & 0xffffu);
+      uint32_t tl_lm28[4];
+      tl_ldmatrix_x4(tl_lm28, tl_smem + tl_swz<128>(16384u + (tl_c21 + 16) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      b[40] = (uint16_t)((tl_lm28[0] >> 0) & 0xffffu);
+      b[41] = (uint16_t)((tl_lm28[0] >> 16) & 0xffffu);
+      b[42] = (uint16_t)((tl_lm28[1] >> 0) & 0xffffu);
+      b[43] = (uint16_t)((tl_lm28[1] >> 16) & 0xffffu);
+      b[44] = (uint16_t)((tl_lm28[2] >> 0) & 0xffffu);
+      b[45] = (uint16_t)((tl_lm28[2] >> 16) & 0xffffu);
+      b[46] = (uint16_t)((tl_lm28[3] >> 0) & 0xffffu);
+      b[47] = (uint16_t)((tl_lm28[3] >> 16) & 0xffffu);
+      uint32_t tl_lm29[4];
+      tl_ldmatrix_x4(tl_lm29, tl_smem + tl_swz<128>(16384u + (tl_c21 + 24) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[48] = (uint16_t)((tl_lm29[0] >> 0) & 0xffffu);
+      b[49] = (uint16_t)((tl_lm29[0] >> 16) & 0xffffu);
+      b[50] = (uint16_t)((tl_lm29[1] >> 0) & 0xffffu);
+      b[51] = (uint16_t)((tl_lm29[1] >> 16) & 0xffffu);
+      b[52] = (uint16_t)((tl_lm29[2] >> 0) & 0xffffu);
+      b[53] = (uint16_t)((tl_lm29[2] >> 16) & 0xffffu);
+      b[54] = (uint16_t)((tl_lm29[3] >> 0) & 0xffffu);
+      b[55] = (uint16_t)((tl_lm29[3] >> 16) & 0xffffu);
+      uint32_t tl_lm30[4];
+      tl_ldmatrix_x4(tl_lm30, tl_smem + tl_swz<128>(16384u + (tl_c21 + 24) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      b[56] = (uint16_t)((tl_lm30[0] >> 0) & 0xffffu);
+      b[57] = (uint16_t)((tl_lm30[0] >> 16) & 0xffffu);
+      b[58] = (uint16_t)((tl_lm30[1] >> 0) & 0xffffu);
+      b[59] = (uint16_t)((tl_lm30[1] >> 16) & 0xffffu);
+      b[60] = (uint16_t)((tl_lm30[2] >> 0) & 0xffffu);
+      b[61] = (uint16_t)((tl_lm30[2] >> 16) & 0xffffu);
+      b[62] = (uint16_t)((tl_lm30[3] >> 0) & 0xffffu);
+      b[63] = (uint16_t)((tl_lm30[3] >> 16) & 0xffffu);
+      uint32_t tl_lm31[4];
+      tl_ldmatrix_x4(tl_lm31, tl_smem + tl_swz<128>(16384u + (tl_c21 + 32) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[64] = (uint16_t)((tl_lm31[0] >> 0) & 0xffffu);
+      b[65] = (uint16_t)((tl_lm31[0] >> 16) & 0xffffu);
+      b[66] = (uint16_t)((tl_lm31[1] >> 0) & 0xffffu);
+      b[67] = (uint16_t)((tl_lm31[1] >> 16) & 0xffffu);
+      b[68] = (uint16_t)((tl_lm31[2] >> 0) & 0xffffu);
+      b[69] = (uint16_t)((tl_lm31[2] >> 16) & 0xffffu);
+      b[70] = (uint16_t)((tl_lm31[3] >> 0) & 0xffffu);
+      b[71] = (uint16_t)((tl_lm31[3] >> 16) & 0xffffu);
+      uint32_t tl_lm32[4];
+      tl_ldmatrix_x4(tl_lm32, tl_smem + tl_swz<128>(16384u + (tl_c21 + 32) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      b[72] = (uint16_t)((tl_lm32[0] >> 0) & 0xffffu);
+      b[73] = (uint16_t)((tl_lm32[0] >> 16) & 0xffffu);
+      b[74] = (uint16_t)((tl_lm32[1] >> 0) & 0xffffu);
+      b[75] = (uint16_t)((tl_lm32[1] >> 16) & 0xffffu);
+      b[76] = (uint16_t)((tl_lm32[2] >> 0) & 0xffffu);
+      b[77] = (uint16_t)((tl_lm32[2] >> 16) & 0xffffu);
+      b[78] = (uint16_t)((tl_lm32[3] >> 0) & 0xffffu);
+      b[79] = (uint16_t)((tl_lm32[3] >> 16) & 0xffffu);
+      uint32_t tl_lm33[4];
+      tl_ldmatrix_x4(tl_lm33, tl_smem + tl_swz<128>(16384u + (tl_c21 + 40) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[80] = (uint16_t)((tl_lm33[0] >> 0) & 0xffffu);
+      b[81] = (uint16_t)((tl_lm33[0] >> 16) & 0xffffu);
+      b[82] = (uint16_t)((tl_lm33[1] >> 0) & 0xffffu);
+      b[83] = (uint16_t)((tl_lm33[1] >> 16) & 0xffffu);
+      b[84] = (uint16_t)((tl_lm33[2] >> 0) & 0xffffu);
+      b[85] = (uint16_t)((tl_lm33[2] >> 16) & 0xffffu);
+      b[86] = (uint16_t)((tl_lm33[3] >> 0) & 0xffffu);
+      b[87] = (uint16_t)((tl_lm33[3] >> 16) & 0xffffu);
+      uint32_t tl_lm34[4];
+      tl_ldmatrix_x4(tl_lm34, tl_smem + tl_swz<128>(16384u + (tl_c21 + 40) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      b[88] = (uint16_t)((tl_lm34[0] >> 0) & 0xffffu);
+      b[89] = (uint16_t)((tl_lm34[0] >> 16) & 0xffffu);
+      b[90] = (uint16_t)((tl_lm34[1] >> 0) & 0xffffu);
+      b[91] = (uint16_t)((tl_lm34[1] >> 16) & 0xffffu);
+      b[92] = (uint16_t)((tl_lm34[2] >> 0) & 0xffffu);
+      b[93] = (uint16_t)((tl_lm34[2] >> 16) & 0xffffu);
+      b[94] = (uint16_t)((tl_lm34[3] >> 0) & 0xffffu);
+      b[95] = (uint16_t)((tl_lm34[3] >> 16) & 0xffffu);
+      uint32_t tl_lm35[4];
+      tl_ldmatrix_x4(tl_lm35, tl_smem + tl_swz<128>(16384u + (tl_c21 + 48) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[96] = (uint16_t)((tl_lm35[0] >> 0) & 0xffffu);
+      b[97] = (uint16_t)((tl_lm35[0] >> 16) & 0xffffu);
+      b[98] = (uint16_t)((tl_lm35[1] >> 0) & 0xffffu);
+      b[99] = (uint16_t)((tl_lm35[1] >> 16) & 0xffffu);
+      b[100] = (uint16_t)((tl_lm35[2] >> 0) & 0xffffu);
+      b[101] = (uint16_t)((tl_lm35[2] >> 16) & 0xffffu);
+      b[102] = (uint16_t)((tl_lm35[3] >> 0) & 0xffffu);
+      b[103] = (uint16_t)((tl_lm35[3] >> 16) & 0xffffu);
+      uint32_t tl_lm36[4];
+      tl_ldmatrix_x4(tl_lm36, tl_smem + tl_swz<128>(16384u + (tl_c21 + 48) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      b[104] = (uint16_t)((tl_lm36[0] >> 0) & 0xffffu);
+      b[105] = (uint16_t)((tl_lm36[0] >> 16) & 0xffffu);
+      b[106] = (uint16_t)((tl_lm36[1] >> 0) & 0xffffu);
+      b[107] = (uint16_t)((tl_lm36[1] >> 16) & 0xffffu);
+      b[108] = (uint16_t)((tl_lm36[2] >> 0) & 0xffffu);
+      b[109] = (uint16_t)((tl_lm36[2] >> 16) & 0xffffu);
+      b[110] = (uint16_t)((tl_lm36[3] >> 0) & 0xffffu);
+      b[111] = (uint16_t)((tl_lm36[3] >> 16) & 0xffffu);
+      uint32_t tl_lm37[4];
+      tl_ldmatrix_x4(tl_lm37, tl_smem + tl_swz<128>(16384u + (tl_c21 + 56) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      b[112] = (uint16_t)((tl_lm37[0] >> 0) & 0xffffu);
+      b[113] = (uint16_t)((tl_lm37[0] >> 16) & 0xffffu);
+      b[114] = (uint16_t)((tl_lm37[1] >> 0) & 0xffffu);
+      b[115] = (uint16_t)((tl_lm37[1] >> 16) & 0xffffu);
+      b[116] = (uint16_t)((tl_lm37[2] >> 0) & 0xffffu);
+      b[117] = (uint16_t)((tl_lm37[2] >> 16) & 0xffffu);
+      b[118] = (uint16_t)((tl_lm37[3] >> 0) & 0xffffu);
+      b[119] = (uint16_t)((tl_lm37[3] >> 16) & 0xffffu);
+      uint32_t tl_lm38[4];
+      tl_ldmatrix_x4(tl_lm38, tl_smem + tl_swz<128>(16384u + (tl_c21 + 56) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      b[120] = (uint16_t)((tl_lm38[0] >> 0) & 0xffffu);
+      b[121] = (uint16_t)((tl_lm38[0] >> 16) & 0xffffu);
+      b[122] = (uint16_t)((tl_lm38[1] >> 0) & 0xffffu);
+      b[123] = (uint16_t)((tl_lm38[1] >> 16) & 0xffffu);
+      b[124] = (uint16_t)((tl_lm38[2] >> 0) & 0xffffu);
+      b[125] = (uint16_t)((tl_lm38[2] >> 16) & 0xffffu);
+      b[126] = (uint16_t)((tl_lm38[3] >> 0) & 0xffffu);
+      b[127] = (uint16_t)((tl_lm38[3] >> 16) & 0xffffu);
+    }
+    // matmul_v0.py:80  self.dot(a, b.transpose(), acc, out=acc)
+    // %b_t: the registers of b, dims (1, 0)
+    {
+      float tl_d[4] = {acc[0], acc[1], acc[2], acc[3]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[0] = tl_d[0];
+      acc[1] = tl_d[1];
+      acc[2] = tl_d[2];
+      acc[3] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[4], acc[5], acc[6], acc[7]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[4] = tl_d[0];
+      acc[5] = tl_d[1];
+      acc[6] = tl_d[2];
+      acc[7] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[8], acc[9], acc[10], acc[11]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[8] = tl_d[0];
+      acc[9] = tl_d[1];
+      acc[10] = tl_d[2];
+      acc[11] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[12], acc[13], acc[14], acc[15]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[12] = tl_d[0];
+      acc[13] = tl_d[1];
+      acc[14] = tl_d[2];
+      acc[15] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[16], acc[17], acc[18], acc[19]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[64] | ((uint32_t)b[65] << 16)), ((uint32_t)b[66] | ((uint32_t)b[67] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[68] | ((uint32_t)b[69] << 16)), ((uint32_t)b[70] | ((uint32_t)b[71] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[72] | ((uint32_t)b[73] << 16)), ((uint32_t)b[74] | ((uint32_t)b[75] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[76] | ((uint32_t)b[77] << 16)), ((uint32_t)b[78] | ((uint32_t)b[79] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[16] = tl_d[0];
+      acc[17] = tl_d[1];
+      acc[18] = tl_d[2];
+      acc[19] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[20], acc[21], acc[22], acc[23]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[80] | ((uint32_t)b[81] << 16)), ((uint32_t)b[82] | ((uint32_t)b[83] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[84] | ((uint32_t)b[85] << 16)), ((uint32_t)b[86] | ((uint32_t)b[87] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[88] | ((uint32_t)b[89] << 16)), ((uint32_t)b[90] | ((uint32_t)b[91] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[92] | ((uint32_t)b[93] << 16)), ((uint32_t)b[94] | ((uint32_t)b[95] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[20] = tl_d[0];
+      acc[21] = tl_d[1];
+      acc[22] = tl_d[2];
+      acc[23] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[24], acc[25], acc[26], acc[27]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[96] | ((uint32_t)b[97] << 16)), ((uint32_t)b[98] | ((uint32_t)b[99] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[100] | ((uint32_t)b[101] << 16)), ((uint32_t)b[102] | ((uint32_t)b[103] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[104] | ((uint32_t)b[105] << 16)), ((uint32_t)b[106] | ((uint32_t)b[107] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[108] | ((uint32_t)b[109] << 16)), ((uint32_t)b[110] | ((uint32_t)b[111] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[24] = tl_d[0];
+      acc[25] = tl_d[1];
+      acc[26] = tl_d[2];
+      acc[27] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[28], acc[29], acc[30], acc[31]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[112] | ((uint32_t)b[113] << 16)), ((uint32_t)b[114] | ((uint32_t)b[115] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[116] | ((uint32_t)b[117] << 16)), ((uint32_t)b[118] | ((uint32_t)b[119] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[120] | ((uint32_t)b[121] << 16)), ((uint32_t)b[122] | ((uint32_t)b[123] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[124] | ((uint32_t)b[125] << 16)), ((uint32_t)b[126] | ((uint32_t)b[127] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[28] = tl_d[0];
+      acc[29] = tl_d[1];
+      acc[30] = tl_d[2];
+      acc[31] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[32], acc[33], acc[34], acc[35]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[32] = tl_d[0];
+      acc[33] = tl_d[1];
+      acc[34] = tl_d[2];
+      acc[35] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[36], acc[37], acc[38], acc[39]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[36] = tl_d[0];
+      acc[37] = tl_d[1];
+      acc[38] = tl_d[2];
+      acc[39] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[40], acc[41], acc[42], acc[43]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[40] = tl_d[0];
+      acc[41] = tl_d[1];
+      acc[42] = tl_d[2];
+      acc[43] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[44], acc[45], acc[46], acc[47]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[44] = tl_d[0];
+      acc[45] = tl_d[1];
+      acc[46] = tl_d[2];
+      acc[47] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[48], acc[49], acc[50], acc[51]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[64] | ((uint32_t)b[65] << 16)), ((uint32_t)b[66] | ((uint32_t)b[67] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[68] | ((uint32_t)b[69] << 16)), ((uint32_t)b[70] | ((uint32_t)b[71] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[72] | ((uint32_t)b[73] << 16)), ((uint32_t)b[74] | ((uint32_t)b[75] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[76] | ((uint32_t)b[77] << 16)), ((uint32_t)b[78] | ((uint32_t)b[79] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[48] = tl_d[0];
+      acc[49] = tl_d[1];
+      acc[50] = tl_d[2];
+      acc[51] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[52], acc[53], acc[54], acc[55]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[80] | ((uint32_t)b[81] << 16)), ((uint32_t)b[82] | ((uint32_t)b[83] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[84] | ((uint32_t)b[85] << 16)), ((uint32_t)b[86] | ((uint32_t)b[87] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[88] | ((uint32_t)b[89] << 16)), ((uint32_t)b[90] | ((uint32_t)b[91] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[92] | ((uint32_t)b[93] << 16)), ((uint32_t)b[94] | ((uint32_t)b[95] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[52] = tl_d[0];
+      acc[53] = tl_d[1];
+      acc[54] = tl_d[2];
+      acc[55] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[56], acc[57], acc[58], acc[59]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[96] | ((uint32_t)b[97] << 16)), ((uint32_t)b[98] | ((uint32_t)b[99] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[100] | ((uint32_t)b[101] << 16)), ((uint32_t)b[102] | ((uint32_t)b[103] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[104] | ((uint32_t)b[105] << 16)), ((uint32_t)b[106] | ((uint32_t)b[107] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[108] | ((uint32_t)b[109] << 16)), ((uint32_t)b[110] | ((uint32_t)b[111] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[56] = tl_d[0];
+      acc[57] = tl_d[1];
+      acc[58] = tl_d[2];
+      acc[59] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[60], acc[61], acc[62], acc[63]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[112] | ((uint32_t)b[113] << 16)), ((uint32_t)b[114] | ((uint32_t)b[115] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[116] | ((uint32_t)b[117] << 16)), ((uint32_t)b[118] | ((uint32_t)b[119] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[120] | ((uint32_t)b[121] << 16)), ((uint32_t)b[122] | ((uint32_t)b[123] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[124] | ((uint32_t)b[125] << 16)), ((uint32_t)b[126] | ((uint32_t)b[127] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[60] = tl_d[0];
+      acc[61] = tl_d[1];
+      acc[62] = tl_d[2];
+      acc[63] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[64], acc[65], acc[66], acc[67]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[64] = tl_d[0];
+      acc[65] = tl_d[1];
+      acc[66] = tl_d[2];
+      acc[67] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[68], acc[69], acc[70], acc[71]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[68] = tl_d[0];
+      acc[69] = tl_d[1];
+      acc[70] = tl_d[2];
+      acc[71] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[72], acc[73], acc[74], acc[75]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[72] = tl_d[0];
+      acc[73] = tl_d[1];
+      acc[74] = tl_d[2];
+      acc[75] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[76], acc[77], acc[78], acc[79]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[76] = tl_d[0];
+      acc[77] = tl_d[1];
+      acc[78] = tl_d[2];
+      acc[79] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[80], acc[81], acc[82], acc[83]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[64] | ((uint32_t)b[65] << 16)), ((uint32_t)b[66] | ((uint32_t)b[67] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[68] | ((uint32_t)b[69] << 16)), ((uint32_t)b[70] | ((uint32_t)b[71] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[72] | ((uint32_t)b[73] << 16)), ((uint32_t)b[74] | ((uint32_t)b[75] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[76] | ((uint32_t)b[77] << 16)), ((uint32_t)b[78] | ((uint32_t)b[79] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[80] = tl_d[0];
+      acc[81] = tl_d[1];
+      acc[82] = tl_d[2];
+      acc[83] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[84], acc[85], acc[86], acc[87]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[80] | ((uint32_t)b[81] << 16)), ((uint32_t)b[82] | ((uint32_t)b[83] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[84] | ((uint32_t)b[85] << 16)), ((uint32_t)b[86] | ((uint32_t)b[87] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[88] | ((uint32_t)b[89] << 16)), ((uint32_t)b[90] | ((uint32_t)b[91] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[92] | ((uint32_t)b[93] << 16)), ((uint32_t)b[94] | ((uint32_t)b[95] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[84] = tl_d[0];
+      acc[85] = tl_d[1];
+      acc[86] = tl_d[2];
+      acc[87] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[88], acc[89], acc[90], acc[91]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[96] | ((uint32_t)b[97] << 16)), ((uint32_t)b[98] | ((uint32_t)b[99] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[100] | ((uint32_t)b[101] << 16)), ((uint32_t)b[102] | ((uint32_t)b[103] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[104] | ((uint32_t)b[105] << 16)), ((uint32_t)b[106] | ((uint32_t)b[107] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[108] | ((uint32_t)b[109] << 16)), ((uint32_t)b[110] | ((uint32_t)b[111] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[88] = tl_d[0];
+      acc[89] = tl_d[1];
+      acc[90] = tl_d[2];
+      acc[91] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[92], acc[93], acc[94], acc[95]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[112] | ((uint32_t)b[113] << 16)), ((uint32_t)b[114] | ((uint32_t)b[115] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[116] | ((uint32_t)b[117] << 16)), ((uint32_t)b[118] | ((uint32_t)b[119] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[120] | ((uint32_t)b[121] << 16)), ((uint32_t)b[122] | ((uint32_t)b[123] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[124] | ((uint32_t)b[125] << 16)), ((uint32_t)b[126] | ((uint32_t)b[127] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[92] = tl_d[0];
+      acc[93] = tl_d[1];
+      acc[94] = tl_d[2];
+      acc[95] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[96], acc[97], acc[98], acc[99]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[96] = tl_d[0];
+      acc[97] = tl_d[1];
+      acc[98] = tl_d[2];
+      acc[99] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[100], acc[101], acc[102], acc[103]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[100] = tl_d[0];
+      acc[101] = tl_d[1];
+      acc[102] = tl_d[2];
+      acc[103] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[104], acc[105], acc[106], acc[107]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[104] = tl_d[0];
+      acc[105] = tl_d[1];
+      acc[106] = tl_d[2];
+      acc[107] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[108], acc[109], acc[110], acc[111]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[108] = tl_d[0];
+      acc[109] = tl_d[1];
+      acc[110] = tl_d[2];
+      acc[111] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[112], acc[113], acc[114], acc[115]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[64] | ((uint32_t)b[65] << 16)), ((uint32_t)b[66] | ((uint32_t)b[67] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[68] | ((uint32_t)b[69] << 16)), ((uint32_t)b[70] | ((uint32_t)b[71] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[72] | ((uint32_t)b[73] << 16)), ((uint32_t)b[74] | ((uint32_t)b[75] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[76] | ((uint32_t)b[77] << 16)), ((uint32_t)b[78] | ((uint32_t)b[79] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[112] = tl_d[0];
+      acc[113] = tl_d[1];
+      acc[114] = tl_d[2];
+      acc[115] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[116], acc[117], acc[118], acc[119]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[80] | ((uint32_t)b[81] << 16)), ((uint32_t)b[82] | ((uint32_t)b[83] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[84] | ((uint32_t)b[85] << 16)), ((uint32_t)b[86] | ((uint32_t)b[87] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[88] | ((uint32_t)b[89] << 16)), ((uint32_t)b[90] | ((uint32_t)b[91] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[92] | ((uint32_t)b[93] << 16)), ((uint32_t)b[94] | ((uint32_t)b[95] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[116] = tl_d[0];
+      acc[117] = tl_d[1];
+      acc[118] = tl_d[2];
+      acc[119] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[120], acc[121], acc[122], acc[123]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[96] | ((uint32_t)b[97] << 16)), ((uint32_t)b[98] | ((uint32_t)b[99] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[100] | ((uint32_t)b[101] << 16)), ((uint32_t)b[102] | ((uint32_t)b[103] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[104] | ((uint32_t)b[105] << 16)), ((uint32_t)b[106] | ((uint32_t)b[107] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[108] | ((uint32_t)b[109] << 16)), ((uint32_t)b[110] | ((uint32_t)b[111] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
+      acc[120] = tl_d[0];
+      acc[121] = tl_d[1];
+      acc[122] = tl_d[2];
+      acc[123] = tl_d[3];
+    }
+    {
+      float tl_d[4] = {acc[124], acc[125], acc[126], acc[127]};
+      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
+      const uint32_t tl_fb0[2] = {((uint32_t)b[112] | ((uint32_t)b[113] << 16)), ((uint32_t)b[114] | ((uint32_t)b[115] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
+      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
+      const uint32_t tl_fb1[2] = {((uint32_t)b[116] | ((uint32_t)b[117] << 16)), ((uint32_t)b[118] | ((uint32_t)b[119] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
+      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
+      const uint32_t tl_fb2[2] = {((uint32_t)b[120] | ((uint32_t)b[121] << 16)), ((uint32_t)b[122] | ((uint32_t)b[123] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
+      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
+      const uint32_t tl_fb3[2] = {((uint32_t)b[124] | ((uint32_t)b[125] << 16)), ((uint32_t)b[126] | ((uint32_t)b[127] << 16))};
+      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
       acc[124] = tl_d[0];
       acc[125] = tl_d[1];
       acc[126] = tl_d[2];
@@ -1404,3841 +5484,5 @@ tl_MatmulTMA(
     const bool tl_lo329 = tl_rok271 && tl_cok118, tl_hi330 = tl_rok271 && tl_cok119;
     const bool tl_both331 = tl_lo329 && tl_hi330 && (((uint64_t)tl_a328) & 3) == 0;
     tl_st_global_if_pair(tl_a328, (uint32_t)r[126] | ((uint32_t)r[127] << 16), tl_both331, tl_lo329 && !tl_both331, tl_hi330 && !tl_both331);
-  }
-}
-// ======== config 3/6: {'block_k': 32, 'block_m': 64, 'block_n': 128} ========
-// Generated by tilus (cuda-codegen-1) from MatmulTMA, config {'block_k': 32, 'block_m': 64, 'block_n': 128}, const args {'k_size': 4096, 'n_size': 4096}.
-// ---- tilus prelude: base ----
-typedef signed char int8_t;
-typedef unsigned char uint8_t;
-typedef short int16_t;
-typedef unsigned short uint16_t;
-typedef int int32_t;
-typedef unsigned int uint32_t;
-typedef long long int64_t;
-typedef unsigned long long uint64_t;
-
-// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a
-// __grid_constant__ kernel parameter.
-struct alignas(64) CUtensorMap_t { unsigned long long opaque[16]; };
-
-// Generic pointer -> 32-bit address in the CTA's shared-memory window.
-__device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
-  uint32_t addr;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
-  return addr;
-}
-// ---- tilus prelude: ldst ----
-
-__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
-}
-// ---- tilus prelude: mbarrier ----
-
-__device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
-               :: "r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ uint32_t tl_mbar_try_wait_parity_acquire(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  return done;
-}
-
-__device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parity) {
-  while (!tl_mbar_try_wait_parity_acquire(bar, parity)) {
-  }
-}
-
-__device__ __forceinline__ void tl_fence_mbarrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-// ---- tilus prelude: mma ----
-
-// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-// ---- tilus prelude: sync ----
-
-__device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
-  uint32_t pred;
-  asm volatile("{\n\t.reg .pred p;\n\telect.sync _|p, %1;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-               : "=r"(pred) : "r"(mask));
-  return pred;
-}
-// ---- tilus prelude: tma ----
-
-__device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-// ---- tilus codegen helpers ----
-__device__ __forceinline__ uint16_t tl_f2h(float f) {
-  uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-// Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
-template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
-  return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
-}
-
-extern "C" __global__ void __launch_bounds__(128, 1)
-tl_MatmulTMA(
-    int m_size,
-    uint16_t* __restrict__ a_ptr,
-    uint16_t* __restrict__ b_ptr,
-    uint16_t* __restrict__ c_ptr,
-    const __grid_constant__ CUtensorMap_t tl_map0,
-    const __grid_constant__ CUtensorMap_t tl_map1) {
-  extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
-  // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
-  uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
-  const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);
-  if (threadIdx.x == 0) {
-    tl_mbar_init(tl_smem + 12288u, 1);
-    tl_fence_mbarrier_init();
-  }
-  __syncthreads();
-  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
-  int offset_m = (64 * (int)blockIdx.x);
-  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
-  int offset_n = (128 * (int)blockIdx.y);
-  // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
-  uint16_t* const ga = (uint16_t*)(a_ptr);
-  // matmul_v0.py:55  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
-  uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v0.py:56  sa = self.shared_tensor(dtype=float16, shape=[block_m, block_k])
-  // %sa: shared bytes [0, 4096)
-  // matmul_v0.py:57  sb = self.shared_tensor(dtype=float16, shape=[block_n, block_k])
-  // %sb: shared bytes [4096, 12288)
-  // matmul_v0.py:58  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
-  // %acc [64, 128]: mma_c layout, 64 per thread, over threads [0, 128)
-  float acc[64];
-  const float tl_v1 = 0.0f;
-#pragma unroll
-  for (int tl_i2 = 0; tl_i2 < 64; ++tl_i2) {
-    acc[tl_i2] = tl_v1;
-  }
-  // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
-  // 1 mbarrier(s) at shared offset 12288 (initialized at entry)
-  // matmul_v0.py:62  phase: uint32 = 0
-  uint32_t phase = 0u;
-  // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
-  for (int offset_k = 0; offset_k < 4096; offset_k += 32) {
-    // matmul_v0.py:65  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
-      tl_mbar_arrive_expect_tx((tl_smem + 12288u), 12288u);
-      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
-      tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 12288u), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
-      tl_tma_load_2d(tl_smem + 4096u, &tl_map1, (tl_smem + 12288u), (int32_t)(offset_k), (int32_t)(offset_n));
-      // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
-      tl_mbar_wait_parity((tl_smem + 12288u), (uint32_t)(phase));
-    }
-    // matmul_v0.py:76  self.sync()  # the tiles have landed: let every thread read them
-    __syncthreads();
-    // matmul_v0.py:78  a = self.load_shared(sa)
-    // %a [64, 32]: mma_a layout, 64 per thread, over threads [0, 128)
-    uint16_t a[64];
-    {
-      const int tl_c3 = (((int)threadIdx.x / 4) % 8);
-      const int tl_c4 = ((int)threadIdx.x % 4) * 2;
-      const uint32_t tl_w5 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3) * 64 + (tl_c4) * 2)));
-      a[0] = (uint16_t)(tl_w5 & 0xffffu); a[1] = (uint16_t)(tl_w5 >> 16);
-      const uint32_t tl_w6 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 8) * 64 + (tl_c4) * 2)));
-      a[2] = (uint16_t)(tl_w6 & 0xffffu); a[3] = (uint16_t)(tl_w6 >> 16);
-      const uint32_t tl_w7 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3) * 64 + (tl_c4 + 8) * 2)));
-      a[4] = (uint16_t)(tl_w7 & 0xffffu); a[5] = (uint16_t)(tl_w7 >> 16);
-      const uint32_t tl_w8 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 8) * 64 + (tl_c4 + 8) * 2)));
-      a[6] = (uint16_t)(tl_w8 & 0xffffu); a[7] = (uint16_t)(tl_w8 >> 16);
-      const uint32_t tl_w9 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3) * 64 + (tl_c4 + 16) * 2)));
-      a[8] = (uint16_t)(tl_w9 & 0xffffu); a[9] = (uint16_t)(tl_w9 >> 16);
-      const uint32_t tl_w10 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 8) * 64 + (tl_c4 + 16) * 2)));
-      a[10] = (uint16_t)(tl_w10 & 0xffffu); a[11] = (uint16_t)(tl_w10 >> 16);
-      const uint32_t tl_w11 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3) * 64 + (tl_c4 + 24) * 2)));
-      a[12] = (uint16_t)(tl_w11 & 0xffffu); a[13] = (uint16_t)(tl_w11 >> 16);
-      const uint32_t tl_w12 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 8) * 64 + (tl_c4 + 24) * 2)));
-      a[14] = (uint16_t)(tl_w12 & 0xffffu); a[15] = (uint16_t)(tl_w12 >> 16);
-      const uint32_t tl_w13 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 16) * 64 + (tl_c4) * 2)));
-      a[16] = (uint16_t)(tl_w13 & 0xffffu); a[17] = (uint16_t)(tl_w13 >> 16);
-      const uint32_t tl_w14 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 24) * 64 + (tl_c4) * 2)));
-      a[18] = (uint16_t)(tl_w14 & 0xffffu); a[19] = (uint16_t)(tl_w14 >> 16);
-      const uint32_t tl_w15 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 16) * 64 + (tl_c4 + 8) * 2)));
-      a[20] = (uint16_t)(tl_w15 & 0xffffu); a[21] = (uint16_t)(tl_w15 >> 16);
-      const uint32_t tl_w16 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 24) * 64 + (tl_c4 + 8) * 2)));
-      a[22] = (uint16_t)(tl_w16 & 0xffffu); a[23] = (uint16_t)(tl_w16 >> 16);
-      const uint32_t tl_w17 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 16) * 64 + (tl_c4 + 16) * 2)));
-      a[24] = (uint16_t)(tl_w17 & 0xffffu); a[25] = (uint16_t)(tl_w17 >> 16);
-      const uint32_t tl_w18 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 24) * 64 + (tl_c4 + 16) * 2)));
-      a[26] = (uint16_t)(tl_w18 & 0xffffu); a[27] = (uint16_t)(tl_w18 >> 16);
-      const uint32_t tl_w19 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 16) * 64 + (tl_c4 + 24) * 2)));
-      a[28] = (uint16_t)(tl_w19 & 0xffffu); a[29] = (uint16_t)(tl_w19 >> 16);
-      const uint32_t tl_w20 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 24) * 64 + (tl_c4 + 24) * 2)));
-      a[30] = (uint16_t)(tl_w20 & 0xffffu); a[31] = (uint16_t)(tl_w20 >> 16);
-      const uint32_t tl_w21 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 32) * 64 + (tl_c4) * 2)));
-      a[32] = (uint16_t)(tl_w21 & 0xffffu); a[33] = (uint16_t)(tl_w21 >> 16);
-      const uint32_t tl_w22 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 40) * 64 + (tl_c4) * 2)));
-      a[34] = (uint16_t)(tl_w22 & 0xffffu); a[35] = (uint16_t)(tl_w22 >> 16);
-      const uint32_t tl_w23 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 32) * 64 + (tl_c4 + 8) * 2)));
-      a[36] = (uint16_t)(tl_w23 & 0xffffu); a[37] = (uint16_t)(tl_w23 >> 16);
-      const uint32_t tl_w24 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 40) * 64 + (tl_c4 + 8) * 2)));
-      a[38] = (uint16_t)(tl_w24 & 0xffffu); a[39] = (uint16_t)(tl_w24 >> 16);
-      const uint32_t tl_w25 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 32) * 64 + (tl_c4 + 16) * 2)));
-      a[40] = (uint16_t)(tl_w25 & 0xffffu); a[41] = (uint16_t)(tl_w25 >> 16);
-      const uint32_t tl_w26 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 40) * 64 + (tl_c4 + 16) * 2)));
-      a[42] = (uint16_t)(tl_w26 & 0xffffu); a[43] = (uint16_t)(tl_w26 >> 16);
-      const uint32_t tl_w27 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 32) * 64 + (tl_c4 + 24) * 2)));
-      a[44] = (uint16_t)(tl_w27 & 0xffffu); a[45] = (uint16_t)(tl_w27 >> 16);
-      const uint32_t tl_w28 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 40) * 64 + (tl_c4 + 24) * 2)));
-      a[46] = (uint16_t)(tl_w28 & 0xffffu); a[47] = (uint16_t)(tl_w28 >> 16);
-      const uint32_t tl_w29 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 48) * 64 + (tl_c4) * 2)));
-      a[48] = (uint16_t)(tl_w29 & 0xffffu); a[49] = (uint16_t)(tl_w29 >> 16);
-      const uint32_t tl_w30 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 56) * 64 + (tl_c4) * 2)));
-      a[50] = (uint16_t)(tl_w30 & 0xffffu); a[51] = (uint16_t)(tl_w30 >> 16);
-      const uint32_t tl_w31 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 48) * 64 + (tl_c4 + 8) * 2)));
-      a[52] = (uint16_t)(tl_w31 & 0xffffu); a[53] = (uint16_t)(tl_w31 >> 16);
-      const uint32_t tl_w32 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 56) * 64 + (tl_c4 + 8) * 2)));
-      a[54] = (uint16_t)(tl_w32 & 0xffffu); a[55] = (uint16_t)(tl_w32 >> 16);
-      const uint32_t tl_w33 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 48) * 64 + (tl_c4 + 16) * 2)));
-      a[56] = (uint16_t)(tl_w33 & 0xffffu); a[57] = (uint16_t)(tl_w33 >> 16);
-      const uint32_t tl_w34 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 56) * 64 + (tl_c4 + 16) * 2)));
-      a[58] = (uint16_t)(tl_w34 & 0xffffu); a[59] = (uint16_t)(tl_w34 >> 16);
-      const uint32_t tl_w35 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 48) * 64 + (tl_c4 + 24) * 2)));
-      a[60] = (uint16_t)(tl_w35 & 0xffffu); a[61] = (uint16_t)(tl_w35 >> 16);
-      const uint32_t tl_w36 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 56) * 64 + (tl_c4 + 24) * 2)));
-      a[62] = (uint16_t)(tl_w36 & 0xffffu); a[63] = (uint16_t)(tl_w36 >> 16);
-    }
-    // matmul_v0.py:79  b = self.load_shared(sb)
-    // %b [128, 32]: mma_b layout, 32 per thread, over threads [0, 128)
-    uint16_t b[32];
-    {
-      const int tl_c37 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 32;
-      const int tl_c38 = ((int)threadIdx.x % 4) * 2;
-      const uint32_t tl_w39 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37) * 64 + (tl_c38) * 2)));
-      b[0] = (uint16_t)(tl_w39 & 0xffffu); b[1] = (uint16_t)(tl_w39 >> 16);
-      const uint32_t tl_w40 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37) * 64 + (tl_c38 + 8) * 2)));
-      b[2] = (uint16_t)(tl_w40 & 0xffffu); b[3] = (uint16_t)(tl_w40 >> 16);
-      const uint32_t tl_w41 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37) * 64 + (tl_c38 + 16) * 2)));
-      b[4] = (uint16_t)(tl_w41 & 0xffffu); b[5] = (uint16_t)(tl_w41 >> 16);
-      const uint32_t tl_w42 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37) * 64 + (tl_c38 + 24) * 2)));
-      b[6] = (uint16_t)(tl_w42 & 0xffffu); b[7] = (uint16_t)(tl_w42 >> 16);
-      const uint32_t tl_w43 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37 + 8) * 64 + (tl_c38) * 2)));
-      b[8] = (uint16_t)(tl_w43 & 0xffffu); b[9] = (uint16_t)(tl_w43 >> 16);
-      const uint32_t tl_w44 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37 + 8) * 64 + (tl_c38 + 8) * 2)));
-      b[10] = (uint16_t)(tl_w44 & 0xffffu); b[11] = (uint16_t)(tl_w44 >> 16);
-      const uint32_t tl_w45 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37 + 8) * 64 + (tl_c38 + 16) * 2)));
-      b[12] = (uint16_t)(tl_w45 & 0xffffu); b[13] = (uint16_t)(tl_w45 >> 16);
-      const uint32_t tl_w46 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37 + 8) * 64 + (tl_c38 + 24) * 2)));
-      b[14] = (uint16_t)(tl_w46 & 0xffffu); b[15] = (uint16_t)(tl_w46 >> 16);
-      const uint32_t tl_w47 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37 + 16) * 64 + (tl_c38) * 2)));
-      b[16] = (uint16_t)(tl_w47 & 0xffffu); b[17] = (uint16_t)(tl_w47 >> 16);
-      const uint32_t tl_w48 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37 + 16) * 64 + (tl_c38 + 8) * 2)));
-      b[18] = (uint16_t)(tl_w48 & 0xffffu); b[19] = (uint16_t)(tl_w48 >> 16);
-      const uint32_t tl_w49 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37 + 16) * 64 + (tl_c38 + 16) * 2)));
-      b[20] = (uint16_t)(tl_w49 & 0xffffu); b[21] = (uint16_t)(tl_w49 >> 16);
-      const uint32_t tl_w50 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37 + 16) * 64 + (tl_c38 + 24) * 2)));
-      b[22] = (uint16_t)(tl_w50 & 0xffffu); b[23] = (uint16_t)(tl_w50 >> 16);
-      const uint32_t tl_w51 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37 + 24) * 64 + (tl_c38) * 2)));
-      b[24] = (uint16_t)(tl_w51 & 0xffffu); b[25] = (uint16_t)(tl_w51 >> 16);
-      const uint32_t tl_w52 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37 + 24) * 64 + (tl_c38 + 8) * 2)));
-      b[26] = (uint16_t)(tl_w52 & 0xffffu); b[27] = (uint16_t)(tl_w52 >> 16);
-      const uint32_t tl_w53 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37 + 24) * 64 + (tl_c38 + 16) * 2)));
-      b[28] = (uint16_t)(tl_w53 & 0xffffu); b[29] = (uint16_t)(tl_w53 >> 16);
-      const uint32_t tl_w54 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(4096u + (tl_c37 + 24) * 64 + (tl_c38 + 24) * 2)));
-      b[30] = (uint16_t)(tl_w54 & 0xffffu); b[31] = (uint16_t)(tl_w54 >> 16);
-    }
-    // matmul_v0.py:80  self.dot(a, b.transpose(), acc, out=acc)
-    // %b_t: the registers of b, dims (1, 0)
-    {
-      float tl_d[4] = {acc[0], acc[1], acc[2], acc[3]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[0] = tl_d[0];
-      acc[1] = tl_d[1];
-      acc[2] = tl_d[2];
-      acc[3] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[4], acc[5], acc[6], acc[7]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[4] = tl_d[0];
-      acc[5] = tl_d[1];
-      acc[6] = tl_d[2];
-      acc[7] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[8], acc[9], acc[10], acc[11]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[8] = tl_d[0];
-      acc[9] = tl_d[1];
-      acc[10] = tl_d[2];
-      acc[11] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[12], acc[13], acc[14], acc[15]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[12] = tl_d[0];
-      acc[13] = tl_d[1];
-      acc[14] = tl_d[2];
-      acc[15] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[16], acc[17], acc[18], acc[19]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[16] = tl_d[0];
-      acc[17] = tl_d[1];
-      acc[18] = tl_d[2];
-      acc[19] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[20], acc[21], acc[22], acc[23]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[20] = tl_d[0];
-      acc[21] = tl_d[1];
-      acc[22] = tl_d[2];
-      acc[23] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[24], acc[25], acc[26], acc[27]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[24] = tl_d[0];
-      acc[25] = tl_d[1];
-      acc[26] = tl_d[2];
-      acc[27] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[28], acc[29], acc[30], acc[31]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[28] = tl_d[0];
-      acc[29] = tl_d[1];
-      acc[30] = tl_d[2];
-      acc[31] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[32], acc[33], acc[34], acc[35]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[32] = tl_d[0];
-      acc[33] = tl_d[1];
-      acc[34] = tl_d[2];
-      acc[35] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[36], acc[37], acc[38], acc[39]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[36] = tl_d[0];
-      acc[37] = tl_d[1];
-      acc[38] = tl_d[2];
-      acc[39] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[40], acc[41], acc[42], acc[43]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[40] = tl_d[0];
-      acc[41] = tl_d[1];
-      acc[42] = tl_d[2];
-      acc[43] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[44], acc[45], acc[46], acc[47]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[44] = tl_d[0];
-      acc[45] = tl_d[1];
-      acc[46] = tl_d[2];
-      acc[47] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[48], acc[49], acc[50], acc[51]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[48] = tl_d[0];
-      acc[49] = tl_d[1];
-      acc[50] = tl_d[2];
-      acc[51] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[52], acc[53], acc[54], acc[55]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[52] = tl_d[0];
-      acc[53] = tl_d[1];
-      acc[54] = tl_d[2];
-      acc[55] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[56], acc[57], acc[58], acc[59]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[56] = tl_d[0];
-      acc[57] = tl_d[1];
-      acc[58] = tl_d[2];
-      acc[59] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[60], acc[61], acc[62], acc[63]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[60] = tl_d[0];
-      acc[61] = tl_d[1];
-      acc[62] = tl_d[2];
-      acc[63] = tl_d[3];
-    }
-    // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
-    __syncthreads();
-    // matmul_v0.py:82  phase ^= 1
-    phase = (phase ^ 1u);
-  }
-  // matmul_v0.py:84  self.free_shared(sa)
-  // free_shared: nothing to do
-  // matmul_v0.py:85  self.free_shared(sb)
-  // free_shared: nothing to do
-  // matmul_v0.py:86  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
-  uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v0.py:87  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m, offset_n])
-  // %r [64, 128]: mma_c layout, 64 per thread, over threads [0, 128)
-  uint16_t r[64];
-#pragma unroll
-  for (int tl_i55 = 0; tl_i55 < 64; ++tl_i55) {
-    r[tl_i55] = tl_f2h((float)(acc[tl_i55]));
-  }
-  {
-    const int tl_c56 = (((int)threadIdx.x / 4) % 8);
-    const int tl_c57 = ((int)threadIdx.x % 4) * 2 + ((int)threadIdx.x / 32) * 32;
-    const int tl_o58 = offset_m;
-    const int tl_o59 = offset_n;
-    uint16_t* const tl_row60 = gc + (int64_t)(tl_o58 + tl_c56) * (int64_t)(4096);
-    const bool tl_rok61 = (uint32_t)(tl_o58 + tl_c56) < (uint32_t)(m_size);
-    const bool tl_cok62 = (uint32_t)(tl_o59 + tl_c57) < (uint32_t)(4096);
-    const bool tl_cok63 = (uint32_t)(tl_o59 + tl_c57) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a64 = tl_row60 + (int64_t)(tl_o59 + tl_c57);
-    const bool tl_lo65 = tl_rok61 && tl_cok62, tl_hi66 = tl_rok61 && tl_cok63;
-    const bool tl_both67 = tl_lo65 && tl_hi66 && (((uint64_t)tl_a64) & 3) == 0;
-    tl_st_global_if_pair(tl_a64, (uint32_t)r[0] | ((uint32_t)r[1] << 16), tl_both67, tl_lo65 && !tl_both67, tl_hi66 && !tl_both67);
-    uint16_t* const tl_row68 = gc + (int64_t)(tl_o58 + tl_c56 + 8) * (int64_t)(4096);
-    const bool tl_rok69 = (uint32_t)(tl_o58 + tl_c56 + 8) < (uint32_t)(m_size);
-    uint16_t* const tl_a70 = tl_row68 + (int64_t)(tl_o59 + tl_c57);
-    const bool tl_lo71 = tl_rok69 && tl_cok62, tl_hi72 = tl_rok69 && tl_cok63;
-    const bool tl_both73 = tl_lo71 && tl_hi72 && (((uint64_t)tl_a70) & 3) == 0;
-    tl_st_global_if_pair(tl_a70, (uint32_t)r[2] | ((uint32_t)r[3] << 16), tl_both73, tl_lo71 && !tl_both73, tl_hi72 && !tl_both73);
-    const bool tl_cok74 = (uint32_t)(tl_o59 + tl_c57 + 8) < (uint32_t)(4096);
-    const bool tl_cok75 = (uint32_t)(tl_o59 + tl_c57 + 8) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a76 = tl_row60 + (int64_t)(tl_o59 + tl_c57 + 8);
-    const bool tl_lo77 = tl_rok61 && tl_cok74, tl_hi78 = tl_rok61 && tl_cok75;
-    const bool tl_both79 = tl_lo77 && tl_hi78 && (((uint64_t)tl_a76) & 3) == 0;
-    tl_st_global_if_pair(tl_a76, (uint32_t)r[4] | ((uint32_t)r[5] << 16), tl_both79, tl_lo77 && !tl_both79, tl_hi78 && !tl_both79);
-    uint16_t* const tl_a80 = tl_row68 + (int64_t)(tl_o59 + tl_c57 + 8);
-    const bool tl_lo81 = tl_rok69 && tl_cok74, tl_hi82 = tl_rok69 && tl_cok75;
-    const bool tl_both83 = tl_lo81 && tl_hi82 && (((uint64_t)tl_a80) & 3) == 0;
-    tl_st_global_if_pair(tl_a80, (uint32_t)r[6] | ((uint32_t)r[7] << 16), tl_both83, tl_lo81 && !tl_both83, tl_hi82 && !tl_both83);
-    const bool tl_cok84 = (uint32_t)(tl_o59 + tl_c57 + 16) < (uint32_t)(4096);
-    const bool tl_cok85 = (uint32_t)(tl_o59 + tl_c57 + 16) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a86 = tl_row60 + (int64_t)(tl_o59 + tl_c57 + 16);
-    const bool tl_lo87 = tl_rok61 && tl_cok84, tl_hi88 = tl_rok61 && tl_cok85;
-    const bool tl_both89 = tl_lo87 && tl_hi88 && (((uint64_t)tl_a86) & 3) == 0;
-    tl_st_global_if_pair(tl_a86, (uint32_t)r[8] | ((uint32_t)r[9] << 16), tl_both89, tl_lo87 && !tl_both89, tl_hi88 && !tl_both89);
-    uint16_t* const tl_a90 = tl_row68 + (int64_t)(tl_o59 + tl_c57 + 16);
-    const bool tl_lo91 = tl_rok69 && tl_cok84, tl_hi92 = tl_rok69 && tl_cok85;
-    const bool tl_both93 = tl_lo91 && tl_hi92 && (((uint64_t)tl_a90) & 3) == 0;
-    tl_st_global_if_pair(tl_a90, (uint32_t)r[10] | ((uint32_t)r[11] << 16), tl_both93, tl_lo91 && !tl_both93, tl_hi92 && !tl_both93);
-    const bool tl_cok94 = (uint32_t)(tl_o59 + tl_c57 + 24) < (uint32_t)(4096);
-    const bool tl_cok95 = (uint32_t)(tl_o59 + tl_c57 + 24) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a96 = tl_row60 + (int64_t)(tl_o59 + tl_c57 + 24);
-    const bool tl_lo97 = tl_rok61 && tl_cok94, tl_hi98 = tl_rok61 && tl_cok95;
-    const bool tl_both99 = tl_lo97 && tl_hi98 && (((uint64_t)tl_a96) & 3) == 0;
-    tl_st_global_if_pair(tl_a96, (uint32_t)r[12] | ((uint32_t)r[13] << 16), tl_both99, tl_lo97 && !tl_both99, tl_hi98 && !tl_both99);
-    uint16_t* const tl_a100 = tl_row68 + (int64_t)(tl_o59 + tl_c57 + 24);
-    const bool tl_lo101 = tl_rok69 && tl_cok94, tl_hi102 = tl_rok69 && tl_cok95;
-    const bool tl_both103 = tl_lo101 && tl_hi102 && (((uint64_t)tl_a100) & 3) == 0;
-    tl_st_global_if_pair(tl_a100, (uint32_t)r[14] | ((uint32_t)r[15] << 16), tl_both103, tl_lo101 && !tl_both103, tl_hi102 && !tl_both103);
-    uint16_t* const tl_row104 = gc + (int64_t)(tl_o58 + tl_c56 + 16) * (int64_t)(4096);
-    const bool tl_rok105 = (uint32_t)(tl_o58 + tl_c56 + 16) < (uint32_t)(m_size);
-    uint16_t* const tl_a106 = tl_row104 + (int64_t)(tl_o59 + tl_c57);
-    const bool tl_lo107 = tl_rok105 && tl_cok62, tl_hi108 = tl_rok105 && tl_cok63;
-    const bool tl_both109 = tl_lo107 && tl_hi108 && (((uint64_t)tl_a106) & 3) == 0;
-    tl_st_global_if_pair(tl_a106, (uint32_t)r[16] | ((uint32_t)r[17] << 16), tl_both109, tl_lo107 && !tl_both109, tl_hi108 && !tl_both109);
-    uint16_t* const tl_row110 = gc + (int64_t)(tl_o58 + tl_c56 + 24) * (int64_t)(4096);
-    const bool tl_rok111 = (uint32_t)(tl_o58 + tl_c56 + 24) < (uint32_t)(m_size);
-    uint16_t* const tl_a112 = tl_row110 + (int64_t)(tl_o59 + tl_c57);
-    const bool tl_lo113 = tl_rok111 && tl_cok62, tl_hi114 = tl_rok111 && tl_cok63;
-    const bool tl_both115 = tl_lo113 && tl_hi114 && (((uint64_t)tl_a112) & 3) == 0;
-    tl_st_global_if_pair(tl_a112, (uint32_t)r[18] | ((uint32_t)r[19] << 16), tl_both115, tl_lo113 && !tl_both115, tl_hi114 && !tl_both115);
-    uint16_t* const tl_a116 = tl_row104 + (int64_t)(tl_o59 + tl_c57 + 8);
-    const bool tl_lo117 = tl_rok105 && tl_cok74, tl_hi118 = tl_rok105 && tl_cok75;
-    const bool tl_both119 = tl_lo117 && tl_hi118 && (((uint64_t)tl_a116) & 3) == 0;
-    tl_st_global_if_pair(tl_a116, (uint32_t)r[20] | ((uint32_t)r[21] << 16), tl_both119, tl_lo117 && !tl_both119, tl_hi118 && !tl_both119);
-    uint16_t* const tl_a120 = tl_row110 + (int64_t)(tl_o59 + tl_c57 + 8);
-    const bool tl_lo121 = tl_rok111 && tl_cok74, tl_hi122 = tl_rok111 && tl_cok75;
-    const bool tl_both123 = tl_lo121 && tl_hi122 && (((uint64_t)tl_a120) & 3) == 0;
-    tl_st_global_if_pair(tl_a120, (uint32_t)r[22] | ((uint32_t)r[23] << 16), tl_both123, tl_lo121 && !tl_both123, tl_hi122 && !tl_both123);
-    uint16_t* const tl_a124 = tl_row104 + (int64_t)(tl_o59 + tl_c57 + 16);
-    const bool tl_lo125 = tl_rok105 && tl_cok84, tl_hi126 = tl_rok105 && tl_cok85;
-    const bool tl_both127 = tl_lo125 && tl_hi126 && (((uint64_t)tl_a124) & 3) == 0;
-    tl_st_global_if_pair(tl_a124, (uint32_t)r[24] | ((uint32_t)r[25] << 16), tl_both127, tl_lo125 && !tl_both127, tl_hi126 && !tl_both127);
-    uint16_t* const tl_a128 = tl_row110 + (int64_t)(tl_o59 + tl_c57 + 16);
-    const bool tl_lo129 = tl_rok111 && tl_cok84, tl_hi130 = tl_rok111 && tl_cok85;
-    const bool tl_both131 = tl_lo129 && tl_hi130 && (((uint64_t)tl_a128) & 3) == 0;
-    tl_st_global_if_pair(tl_a128, (uint32_t)r[26] | ((uint32_t)r[27] << 16), tl_both131, tl_lo129 && !tl_both131, tl_hi130 && !tl_both131);
-    uint16_t* const tl_a132 = tl_row104 + (int64_t)(tl_o59 + tl_c57 + 24);
-    const bool tl_lo133 = tl_rok105 && tl_cok94, tl_hi134 = tl_rok105 && tl_cok95;
-    const bool tl_both135 = tl_lo133 && tl_hi134 && (((uint64_t)tl_a132) & 3) == 0;
-    tl_st_global_if_pair(tl_a132, (uint32_t)r[28] | ((uint32_t)r[29] << 16), tl_both135, tl_lo133 && !tl_both135, tl_hi134 && !tl_both135);
-    uint16_t* const tl_a136 = tl_row110 + (int64_t)(tl_o59 + tl_c57 + 24);
-    const bool tl_lo137 = tl_rok111 && tl_cok94, tl_hi138 = tl_rok111 && tl_cok95;
-    const bool tl_both139 = tl_lo137 && tl_hi138 && (((uint64_t)tl_a136) & 3) == 0;
-    tl_st_global_if_pair(tl_a136, (uint32_t)r[30] | ((uint32_t)r[31] << 16), tl_both139, tl_lo137 && !tl_both139, tl_hi138 && !tl_both139);
-    uint16_t* const tl_row140 = gc + (int64_t)(tl_o58 + tl_c56 + 32) * (int64_t)(4096);
-    const bool tl_rok141 = (uint32_t)(tl_o58 + tl_c56 + 32) < (uint32_t)(m_size);
-    uint16_t* const tl_a142 = tl_row140 + (int64_t)(tl_o59 + tl_c57);
-    const bool tl_lo143 = tl_rok141 && tl_cok62, tl_hi144 = tl_rok141 && tl_cok63;
-    const bool tl_both145 = tl_lo143 && tl_hi144 && (((uint64_t)tl_a142) & 3) == 0;
-    tl_st_global_if_pair(tl_a142, (uint32_t)r[32] | ((uint32_t)r[33] << 16), tl_both145, tl_lo143 && !tl_both145, tl_hi144 && !tl_both145);
-    uint16_t* const tl_row146 = gc + (int64_t)(tl_o58 + tl_c56 + 40) * (int64_t)(4096);
-    const bool tl_rok147 = (uint32_t)(tl_o58 + tl_c56 + 40) < (uint32_t)(m_size);
-    uint16_t* const tl_a148 = tl_row146 + (int64_t)(tl_o59 + tl_c57);
-    const bool tl_lo149 = tl_rok147 && tl_cok62, tl_hi150 = tl_rok147 && tl_cok63;
-    const bool tl_both151 = tl_lo149 && tl_hi150 && (((uint64_t)tl_a148) & 3) == 0;
-    tl_st_global_if_pair(tl_a148, (uint32_t)r[34] | ((uint32_t)r[35] << 16), tl_both151, tl_lo149 && !tl_both151, tl_hi150 && !tl_both151);
-    uint16_t* const tl_a152 = tl_row140 + (int64_t)(tl_o59 + tl_c57 + 8);
-    const bool tl_lo153 = tl_rok141 && tl_cok74, tl_hi154 = tl_rok141 && tl_cok75;
-    const bool tl_both155 = tl_lo153 && tl_hi154 && (((uint64_t)tl_a152) & 3) == 0;
-    tl_st_global_if_pair(tl_a152, (uint32_t)r[36] | ((uint32_t)r[37] << 16), tl_both155, tl_lo153 && !tl_both155, tl_hi154 && !tl_both155);
-    uint16_t* const tl_a156 = tl_row146 + (int64_t)(tl_o59 + tl_c57 + 8);
-    const bool tl_lo157 = tl_rok147 && tl_cok74, tl_hi158 = tl_rok147 && tl_cok75;
-    const bool tl_both159 = tl_lo157 && tl_hi158 && (((uint64_t)tl_a156) & 3) == 0;
-    tl_st_global_if_pair(tl_a156, (uint32_t)r[38] | ((uint32_t)r[39] << 16), tl_both159, tl_lo157 && !tl_both159, tl_hi158 && !tl_both159);
-    uint16_t* const tl_a160 = tl_row140 + (int64_t)(tl_o59 + tl_c57 + 16);
-    const bool tl_lo161 = tl_rok141 && tl_cok84, tl_hi162 = tl_rok141 && tl_cok85;
-    const bool tl_both163 = tl_lo161 && tl_hi162 && (((uint64_t)tl_a160) & 3) == 0;
-    tl_st_global_if_pair(tl_a160, (uint32_t)r[40] | ((uint32_t)r[41] << 16), tl_both163, tl_lo161 && !tl_both163, tl_hi162 && !tl_both163);
-    uint16_t* const tl_a164 = tl_row146 + (int64_t)(tl_o59 + tl_c57 + 16);
-    const bool tl_lo165 = tl_rok147 && tl_cok84, tl_hi166 = tl_rok147 && tl_cok85;
-    const bool tl_both167 = tl_lo165 && tl_hi166 && (((uint64_t)tl_a164) & 3) == 0;
-    tl_st_global_if_pair(tl_a164, (uint32_t)r[42] | ((uint32_t)r[43] << 16), tl_both167, tl_lo165 && !tl_both167, tl_hi166 && !tl_both167);
-    uint16_t* const tl_a168 = tl_row140 + (int64_t)(tl_o59 + tl_c57 + 24);
-    const bool tl_lo169 = tl_rok141 && tl_cok94, tl_hi170 = tl_rok141 && tl_cok95;
-    const bool tl_both171 = tl_lo169 && tl_hi170 && (((uint64_t)tl_a168) & 3) == 0;
-    tl_st_global_if_pair(tl_a168, (uint32_t)r[44] | ((uint32_t)r[45] << 16), tl_both171, tl_lo169 && !tl_both171, tl_hi170 && !tl_both171);
-    uint16_t* const tl_a172 = tl_row146 + (int64_t)(tl_o59 + tl_c57 + 24);
-    const bool tl_lo173 = tl_rok147 && tl_cok94, tl_hi174 = tl_rok147 && tl_cok95;
-    const bool tl_both175 = tl_lo173 && tl_hi174 && (((uint64_t)tl_a172) & 3) == 0;
-    tl_st_global_if_pair(tl_a172, (uint32_t)r[46] | ((uint32_t)r[47] << 16), tl_both175, tl_lo173 && !tl_both175, tl_hi174 && !tl_both175);
-    uint16_t* const tl_row176 = gc + (int64_t)(tl_o58 + tl_c56 + 48) * (int64_t)(4096);
-    const bool tl_rok177 = (uint32_t)(tl_o58 + tl_c56 + 48) < (uint32_t)(m_size);
-    uint16_t* const tl_a178 = tl_row176 + (int64_t)(tl_o59 + tl_c57);
-    const bool tl_lo179 = tl_rok177 && tl_cok62, tl_hi180 = tl_rok177 && tl_cok63;
-    const bool tl_both181 = tl_lo179 && tl_hi180 && (((uint64_t)tl_a178) & 3) == 0;
-    tl_st_global_if_pair(tl_a178, (uint32_t)r[48] | ((uint32_t)r[49] << 16), tl_both181, tl_lo179 && !tl_both181, tl_hi180 && !tl_both181);
-    uint16_t* const tl_row182 = gc + (int64_t)(tl_o58 + tl_c56 + 56) * (int64_t)(4096);
-    const bool tl_rok183 = (uint32_t)(tl_o58 + tl_c56 + 56) < (uint32_t)(m_size);
-    uint16_t* const tl_a184 = tl_row182 + (int64_t)(tl_o59 + tl_c57);
-    const bool tl_lo185 = tl_rok183 && tl_cok62, tl_hi186 = tl_rok183 && tl_cok63;
-    const bool tl_both187 = tl_lo185 && tl_hi186 && (((uint64_t)tl_a184) & 3) == 0;
-    tl_st_global_if_pair(tl_a184, (uint32_t)r[50] | ((uint32_t)r[51] << 16), tl_both187, tl_lo185 && !tl_both187, tl_hi186 && !tl_both187);
-    uint16_t* const tl_a188 = tl_row176 + (int64_t)(tl_o59 + tl_c57 + 8);
-    const bool tl_lo189 = tl_rok177 && tl_cok74, tl_hi190 = tl_rok177 && tl_cok75;
-    const bool tl_both191 = tl_lo189 && tl_hi190 && (((uint64_t)tl_a188) & 3) == 0;
-    tl_st_global_if_pair(tl_a188, (uint32_t)r[52] | ((uint32_t)r[53] << 16), tl_both191, tl_lo189 && !tl_both191, tl_hi190 && !tl_both191);
-    uint16_t* const tl_a192 = tl_row182 + (int64_t)(tl_o59 + tl_c57 + 8);
-    const bool tl_lo193 = tl_rok183 && tl_cok74, tl_hi194 = tl_rok183 && tl_cok75;
-    const bool tl_both195 = tl_lo193 && tl_hi194 && (((uint64_t)tl_a192) & 3) == 0;
-    tl_st_global_if_pair(tl_a192, (uint32_t)r[54] | ((uint32_t)r[55] << 16), tl_both195, tl_lo193 && !tl_both195, tl_hi194 && !tl_both195);
-    uint16_t* const tl_a196 = tl_row176 + (int64_t)(tl_o59 + tl_c57 + 16);
-    const bool tl_lo197 = tl_rok177 && tl_cok84, tl_hi198 = tl_rok177 && tl_cok85;
-    const bool tl_both199 = tl_lo197 && tl_hi198 && (((uint64_t)tl_a196) & 3) == 0;
-    tl_st_global_if_pair(tl_a196, (uint32_t)r[56] | ((uint32_t)r[57] << 16), tl_both199, tl_lo197 && !tl_both199, tl_hi198 && !tl_both199);
-    uint16_t* const tl_a200 = tl_row182 + (int64_t)(tl_o59 + tl_c57 + 16);
-    const bool tl_lo201 = tl_rok183 && tl_cok84, tl_hi202 = tl_rok183 && tl_cok85;
-    const bool tl_both203 = tl_lo201 && tl_hi202 && (((uint64_t)tl_a200) & 3) == 0;
-    tl_st_global_if_pair(tl_a200, (uint32_t)r[58] | ((uint32_t)r[59] << 16), tl_both203, tl_lo201 && !tl_both203, tl_hi202 && !tl_both203);
-    uint16_t* const tl_a204 = tl_row176 + (int64_t)(tl_o59 + tl_c57 + 24);
-    const bool tl_lo205 = tl_rok177 && tl_cok94, tl_hi206 = tl_rok177 && tl_cok95;
-    const bool tl_both207 = tl_lo205 && tl_hi206 && (((uint64_t)tl_a204) & 3) == 0;
-    tl_st_global_if_pair(tl_a204, (uint32_t)r[60] | ((uint32_t)r[61] << 16), tl_both207, tl_lo205 && !tl_both207, tl_hi206 && !tl_both207);
-    uint16_t* const tl_a208 = tl_row182 + (int64_t)(tl_o59 + tl_c57 + 24);
-    const bool tl_lo209 = tl_rok183 && tl_cok94, tl_hi210 = tl_rok183 && tl_cok95;
-    const bool tl_both211 = tl_lo209 && tl_hi210 && (((uint64_t)tl_a208) & 3) == 0;
-    tl_st_global_if_pair(tl_a208, (uint32_t)r[62] | ((uint32_t)r[63] << 16), tl_both211, tl_lo209 && !tl_both211, tl_hi210 && !tl_both211);
-  }
-}
-// ======== config 4/6: {'block_k': 32, 'block_m': 128, 'block_n': 128} ========
-// Generated by tilus (cuda-codegen-1) from MatmulTMA, config {'block_k': 32, 'block_m': 128, 'block_n': 128}, const args {'k_size': 4096, 'n_size': 4096}.
-// ---- tilus prelude: base ----
-typedef signed char int8_t;
-typedef unsigned char uint8_t;
-typedef short int16_t;
-typedef unsigned short uint16_t;
-typedef int int32_t;
-typedef unsigned int uint32_t;
-typedef long long int64_t;
-typedef unsigned long long uint64_t;
-
-// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a
-// __grid_constant__ kernel parameter.
-struct alignas(64) CUtensorMap_t { unsigned long long opaque[16]; };
-
-// Generic pointer -> 32-bit address in the CTA's shared-memory window.
-__device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
-  uint32_t addr;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
-  return addr;
-}
-// ---- tilus prelude: ldst ----
-
-__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
-}
-// ---- tilus prelude: mbarrier ----
-
-__device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
-               :: "r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ uint32_t tl_mbar_try_wait_parity_acquire(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  return done;
-}
-
-__device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parity) {
-  while (!tl_mbar_try_wait_parity_acquire(bar, parity)) {
-  }
-}
-
-__device__ __forceinline__ void tl_fence_mbarrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-// ---- tilus prelude: mma ----
-
-// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-// ---- tilus prelude: sync ----
-
-__device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
-  uint32_t pred;
-  asm volatile("{\n\t.reg .pred p;\n\telect.sync _|p, %1;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-               : "=r"(pred) : "r"(mask));
-  return pred;
-}
-// ---- tilus prelude: tma ----
-
-__device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-// ---- tilus codegen helpers ----
-__device__ __forceinline__ uint16_t tl_f2h(float f) {
-  uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-// Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
-template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
-  return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
-}
-
-extern "C" __global__ void __launch_bounds__(128, 1)
-tl_MatmulTMA(
-    int m_size,
-    uint16_t* __restrict__ a_ptr,
-    uint16_t* __restrict__ b_ptr,
-    uint16_t* __restrict__ c_ptr,
-    const __grid_constant__ CUtensorMap_t tl_map0,
-    const __grid_constant__ CUtensorMap_t tl_map1) {
-  extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
-  // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
-  uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
-  const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);
-  if (threadIdx.x == 0) {
-    tl_mbar_init(tl_smem + 16384u, 1);
-    tl_fence_mbarrier_init();
-  }
-  __syncthreads();
-  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
-  int offset_m = (128 * (int)blockIdx.x);
-  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
-  int offset_n = (128 * (int)blockIdx.y);
-  // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
-  uint16_t* const ga = (uint16_t*)(a_ptr);
-  // matmul_v0.py:55  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
-  uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v0.py:56  sa = self.shared_tensor(dtype=float16, shape=[block_m, block_k])
-  // %sa: shared bytes [0, 8192)
-  // matmul_v0.py:57  sb = self.shared_tensor(dtype=float16, shape=[block_n, block_k])
-  // %sb: shared bytes [8192, 16384)
-  // matmul_v0.py:58  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
-  // %acc [128, 128]: mma_c layout, 128 per thread, over threads [0, 128)
-  float acc[128];
-  const float tl_v1 = 0.0f;
-#pragma unroll
-  for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
-    acc[tl_i2] = tl_v1;
-  }
-  // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
-  // 1 mbarrier(s) at shared offset 16384 (initialized at entry)
-  // matmul_v0.py:62  phase: uint32 = 0
-  uint32_t phase = 0u;
-  // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
-  for (int offset_k = 0; offset_k < 4096; offset_k += 32) {
-    // matmul_v0.py:65  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
-      tl_mbar_arrive_expect_tx((tl_smem + 16384u), 16384u);
-      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
-      tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 16384u), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
-      tl_tma_load_2d(tl_smem + 8192u, &tl_map1, (tl_smem + 16384u), (int32_t)(offset_k), (int32_t)(offset_n));
-      // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
-      tl_mbar_wait_parity((tl_smem + 16384u), (uint32_t)(phase));
-    }
-    // matmul_v0.py:76  self.sync()  # the tiles have landed: let every thread read them
-    __syncthreads();
-    // matmul_v0.py:78  a = self.load_shared(sa)
-    // %a [128, 32]: mma_a layout, 64 per thread, over threads [0, 128)
-    uint16_t a[64];
-    {
-      const int tl_c3 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 64) * 64;
-      const int tl_c4 = ((int)threadIdx.x % 4) * 2;
-      const uint32_t tl_w5 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3) * 64 + (tl_c4) * 2)));
-      a[0] = (uint16_t)(tl_w5 & 0xffffu); a[1] = (uint16_t)(tl_w5 >> 16);
-      const uint32_t tl_w6 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 8) * 64 + (tl_c4) * 2)));
-      a[2] = (uint16_t)(tl_w6 & 0xffffu); a[3] = (uint16_t)(tl_w6 >> 16);
-      const uint32_t tl_w7 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3) * 64 + (tl_c4 + 8) * 2)));
-      a[4] = (uint16_t)(tl_w7 & 0xffffu); a[5] = (uint16_t)(tl_w7 >> 16);
-      const uint32_t tl_w8 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 8) * 64 + (tl_c4 + 8) * 2)));
-      a[6] = (uint16_t)(tl_w8 & 0xffffu); a[7] = (uint16_t)(tl_w8 >> 16);
-      const uint32_t tl_w9 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3) * 64 + (tl_c4 + 16) * 2)));
-      a[8] = (uint16_t)(tl_w9 & 0xffffu); a[9] = (uint16_t)(tl_w9 >> 16);
-      const uint32_t tl_w10 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 8) * 64 + (tl_c4 + 16) * 2)));
-      a[10] = (uint16_t)(tl_w10 & 0xffffu); a[11] = (uint16_t)(tl_w10 >> 16);
-      const uint32_t tl_w11 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3) * 64 + (tl_c4 + 24) * 2)));
-      a[12] = (uint16_t)(tl_w11 & 0xffffu); a[13] = (uint16_t)(tl_w11 >> 16);
-      const uint32_t tl_w12 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 8) * 64 + (tl_c4 + 24) * 2)));
-      a[14] = (uint16_t)(tl_w12 & 0xffffu); a[15] = (uint16_t)(tl_w12 >> 16);
-      const uint32_t tl_w13 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 16) * 64 + (tl_c4) * 2)));
-      a[16] = (uint16_t)(tl_w13 & 0xffffu); a[17] = (uint16_t)(tl_w13 >> 16);
-      const uint32_t tl_w14 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 24) * 64 + (tl_c4) * 2)));
-      a[18] = (uint16_t)(tl_w14 & 0xffffu); a[19] = (uint16_t)(tl_w14 >> 16);
-      const uint32_t tl_w15 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 16) * 64 + (tl_c4 + 8) * 2)));
-      a[20] = (uint16_t)(tl_w15 & 0xffffu); a[21] = (uint16_t)(tl_w15 >> 16);
-      const uint32_t tl_w16 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 24) * 64 + (tl_c4 + 8) * 2)));
-      a[22] = (uint16_t)(tl_w16 & 0xffffu); a[23] = (uint16_t)(tl_w16 >> 16);
-      const uint32_t tl_w17 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 16) * 64 + (tl_c4 + 16) * 2)));
-      a[24] = (uint16_t)(tl_w17 & 0xffffu); a[25] = (uint16_t)(tl_w17 >> 16);
-      const uint32_t tl_w18 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 24) * 64 + (tl_c4 + 16) * 2)));
-      a[26] = (uint16_t)(tl_w18 & 0xffffu); a[27] = (uint16_t)(tl_w18 >> 16);
-      const uint32_t tl_w19 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 16) * 64 + (tl_c4 + 24) * 2)));
-      a[28] = (uint16_t)(tl_w19 & 0xffffu); a[29] = (uint16_t)(tl_w19 >> 16);
-      const uint32_t tl_w20 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 24) * 64 + (tl_c4 + 24) * 2)));
-      a[30] = (uint16_t)(tl_w20 & 0xffffu); a[31] = (uint16_t)(tl_w20 >> 16);
-      const uint32_t tl_w21 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 32) * 64 + (tl_c4) * 2)));
-      a[32] = (uint16_t)(tl_w21 & 0xffffu); a[33] = (uint16_t)(tl_w21 >> 16);
-      const uint32_t tl_w22 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 40) * 64 + (tl_c4) * 2)));
-      a[34] = (uint16_t)(tl_w22 & 0xffffu); a[35] = (uint16_t)(tl_w22 >> 16);
-      const uint32_t tl_w23 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 32) * 64 + (tl_c4 + 8) * 2)));
-      a[36] = (uint16_t)(tl_w23 & 0xffffu); a[37] = (uint16_t)(tl_w23 >> 16);
-      const uint32_t tl_w24 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 40) * 64 + (tl_c4 + 8) * 2)));
-      a[38] = (uint16_t)(tl_w24 & 0xffffu); a[39] = (uint16_t)(tl_w24 >> 16);
-      const uint32_t tl_w25 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 32) * 64 + (tl_c4 + 16) * 2)));
-      a[40] = (uint16_t)(tl_w25 & 0xffffu); a[41] = (uint16_t)(tl_w25 >> 16);
-      const uint32_t tl_w26 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 40) * 64 + (tl_c4 + 16) * 2)));
-      a[42] = (uint16_t)(tl_w26 & 0xffffu); a[43] = (uint16_t)(tl_w26 >> 16);
-      const uint32_t tl_w27 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 32) * 64 + (tl_c4 + 24) * 2)));
-      a[44] = (uint16_t)(tl_w27 & 0xffffu); a[45] = (uint16_t)(tl_w27 >> 16);
-      const uint32_t tl_w28 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 40) * 64 + (tl_c4 + 24) * 2)));
-      a[46] = (uint16_t)(tl_w28 & 0xffffu); a[47] = (uint16_t)(tl_w28 >> 16);
-      const uint32_t tl_w29 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 48) * 64 + (tl_c4) * 2)));
-      a[48] = (uint16_t)(tl_w29 & 0xffffu); a[49] = (uint16_t)(tl_w29 >> 16);
-      const uint32_t tl_w30 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 56) * 64 + (tl_c4) * 2)));
-      a[50] = (uint16_t)(tl_w30 & 0xffffu); a[51] = (uint16_t)(tl_w30 >> 16);
-      const uint32_t tl_w31 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 48) * 64 + (tl_c4 + 8) * 2)));
-      a[52] = (uint16_t)(tl_w31 & 0xffffu); a[53] = (uint16_t)(tl_w31 >> 16);
-      const uint32_t tl_w32 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 56) * 64 + (tl_c4 + 8) * 2)));
-      a[54] = (uint16_t)(tl_w32 & 0xffffu); a[55] = (uint16_t)(tl_w32 >> 16);
-      const uint32_t tl_w33 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 48) * 64 + (tl_c4 + 16) * 2)));
-      a[56] = (uint16_t)(tl_w33 & 0xffffu); a[57] = (uint16_t)(tl_w33 >> 16);
-      const uint32_t tl_w34 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 56) * 64 + (tl_c4 + 16) * 2)));
-      a[58] = (uint16_t)(tl_w34 & 0xffffu); a[59] = (uint16_t)(tl_w34 >> 16);
-      const uint32_t tl_w35 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 48) * 64 + (tl_c4 + 24) * 2)));
-      a[60] = (uint16_t)(tl_w35 & 0xffffu); a[61] = (uint16_t)(tl_w35 >> 16);
-      const uint32_t tl_w36 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(0u + (tl_c3 + 56) * 64 + (tl_c4 + 24) * 2)));
-      a[62] = (uint16_t)(tl_w36 & 0xffffu); a[63] = (uint16_t)(tl_w36 >> 16);
-    }
-    // matmul_v0.py:79  b = self.load_shared(sb)
-    // %b [128, 32]: mma_b layout, 64 per thread, over threads [0, 128)
-    uint16_t b[64];
-    {
-      const int tl_c37 = (((int)threadIdx.x / 4) % 8) + (((int)threadIdx.x / 32) % 2) * 64;
-      const int tl_c38 = ((int)threadIdx.x % 4) * 2;
-      const uint32_t tl_w39 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37) * 64 + (tl_c38) * 2)));
-      b[0] = (uint16_t)(tl_w39 & 0xffffu); b[1] = (uint16_t)(tl_w39 >> 16);
-      const uint32_t tl_w40 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37) * 64 + (tl_c38 + 8) * 2)));
-      b[2] = (uint16_t)(tl_w40 & 0xffffu); b[3] = (uint16_t)(tl_w40 >> 16);
-      const uint32_t tl_w41 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37) * 64 + (tl_c38 + 16) * 2)));
-      b[4] = (uint16_t)(tl_w41 & 0xffffu); b[5] = (uint16_t)(tl_w41 >> 16);
-      const uint32_t tl_w42 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37) * 64 + (tl_c38 + 24) * 2)));
-      b[6] = (uint16_t)(tl_w42 & 0xffffu); b[7] = (uint16_t)(tl_w42 >> 16);
-      const uint32_t tl_w43 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 8) * 64 + (tl_c38) * 2)));
-      b[8] = (uint16_t)(tl_w43 & 0xffffu); b[9] = (uint16_t)(tl_w43 >> 16);
-      const uint32_t tl_w44 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 8) * 64 + (tl_c38 + 8) * 2)));
-      b[10] = (uint16_t)(tl_w44 & 0xffffu); b[11] = (uint16_t)(tl_w44 >> 16);
-      const uint32_t tl_w45 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 8) * 64 + (tl_c38 + 16) * 2)));
-      b[12] = (uint16_t)(tl_w45 & 0xffffu); b[13] = (uint16_t)(tl_w45 >> 16);
-      const uint32_t tl_w46 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 8) * 64 + (tl_c38 + 24) * 2)));
-      b[14] = (uint16_t)(tl_w46 & 0xffffu); b[15] = (uint16_t)(tl_w46 >> 16);
-      const uint32_t tl_w47 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 16) * 64 + (tl_c38) * 2)));
-      b[16] = (uint16_t)(tl_w47 & 0xffffu); b[17] = (uint16_t)(tl_w47 >> 16);
-      const uint32_t tl_w48 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 16) * 64 + (tl_c38 + 8) * 2)));
-      b[18] = (uint16_t)(tl_w48 & 0xffffu); b[19] = (uint16_t)(tl_w48 >> 16);
-      const uint32_t tl_w49 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 16) * 64 + (tl_c38 + 16) * 2)));
-      b[20] = (uint16_t)(tl_w49 & 0xffffu); b[21] = (uint16_t)(tl_w49 >> 16);
-      const uint32_t tl_w50 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 16) * 64 + (tl_c38 + 24) * 2)));
-      b[22] = (uint16_t)(tl_w50 & 0xffffu); b[23] = (uint16_t)(tl_w50 >> 16);
-      const uint32_t tl_w51 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 24) * 64 + (tl_c38) * 2)));
-      b[24] = (uint16_t)(tl_w51 & 0xffffu); b[25] = (uint16_t)(tl_w51 >> 16);
-      const uint32_t tl_w52 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 24) * 64 + (tl_c38 + 8) * 2)));
-      b[26] = (uint16_t)(tl_w52 & 0xffffu); b[27] = (uint16_t)(tl_w52 >> 16);
-      const uint32_t tl_w53 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 24) * 64 + (tl_c38 + 16) * 2)));
-      b[28] = (uint16_t)(tl_w53 & 0xffffu); b[29] = (uint16_t)(tl_w53 >> 16);
-      const uint32_t tl_w54 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 24) * 64 + (tl_c38 + 24) * 2)));
-      b[30] = (uint16_t)(tl_w54 & 0xffffu); b[31] = (uint16_t)(tl_w54 >> 16);
-      const uint32_t tl_w55 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 32) * 64 + (tl_c38) * 2)));
-      b[32] = (uint16_t)(tl_w55 & 0xffffu); b[33] = (uint16_t)(tl_w55 >> 16);
-      const uint32_t tl_w56 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 32) * 64 + (tl_c38 + 8) * 2)));
-      b[34] = (uint16_t)(tl_w56 & 0xffffu); b[35] = (uint16_t)(tl_w56 >> 16);
-      const uint32_t tl_w57 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 32) * 64 + (tl_c38 + 16) * 2)));
-      b[36] = (uint16_t)(tl_w57 & 0xffffu); b[37] = (uint16_t)(tl_w57 >> 16);
-      const uint32_t tl_w58 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 32) * 64 + (tl_c38 + 24) * 2)));
-      b[38] = (uint16_t)(tl_w58 & 0xffffu); b[39] = (uint16_t)(tl_w58 >> 16);
-      const uint32_t tl_w59 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 40) * 64 + (tl_c38) * 2)));
-      b[40] = (uint16_t)(tl_w59 & 0xffffu); b[41] = (uint16_t)(tl_w59 >> 16);
-      const uint32_t tl_w60 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 40) * 64 + (tl_c38 + 8) * 2)));
-      b[42] = (uint16_t)(tl_w60 & 0xffffu); b[43] = (uint16_t)(tl_w60 >> 16);
-      const uint32_t tl_w61 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 40) * 64 + (tl_c38 + 16) * 2)));
-      b[44] = (uint16_t)(tl_w61 & 0xffffu); b[45] = (uint16_t)(tl_w61 >> 16);
-      const uint32_t tl_w62 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 40) * 64 + (tl_c38 + 24) * 2)));
-      b[46] = (uint16_t)(tl_w62 & 0xffffu); b[47] = (uint16_t)(tl_w62 >> 16);
-      const uint32_t tl_w63 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 48) * 64 + (tl_c38) * 2)));
-      b[48] = (uint16_t)(tl_w63 & 0xffffu); b[49] = (uint16_t)(tl_w63 >> 16);
-      const uint32_t tl_w64 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 48) * 64 + (tl_c38 + 8) * 2)));
-      b[50] = (uint16_t)(tl_w64 & 0xffffu); b[51] = (uint16_t)(tl_w64 >> 16);
-      const uint32_t tl_w65 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 48) * 64 + (tl_c38 + 16) * 2)));
-      b[52] = (uint16_t)(tl_w65 & 0xffffu); b[53] = (uint16_t)(tl_w65 >> 16);
-      const uint32_t tl_w66 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 48) * 64 + (tl_c38 + 24) * 2)));
-      b[54] = (uint16_t)(tl_w66 & 0xffffu); b[55] = (uint16_t)(tl_w66 >> 16);
-      const uint32_t tl_w67 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 56) * 64 + (tl_c38) * 2)));
-      b[56] = (uint16_t)(tl_w67 & 0xffffu); b[57] = (uint16_t)(tl_w67 >> 16);
-      const uint32_t tl_w68 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 56) * 64 + (tl_c38 + 8) * 2)));
-      b[58] = (uint16_t)(tl_w68 & 0xffffu); b[59] = (uint16_t)(tl_w68 >> 16);
-      const uint32_t tl_w69 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 56) * 64 + (tl_c38 + 16) * 2)));
-      b[60] = (uint16_t)(tl_w69 & 0xffffu); b[61] = (uint16_t)(tl_w69 >> 16);
-      const uint32_t tl_w70 = *((const uint32_t*)(tl_smem_ptr + tl_swz<64>(8192u + (tl_c37 + 56) * 64 + (tl_c38 + 24) * 2)));
-      b[62] = (uint16_t)(tl_w70 & 0xffffu); b[63] = (uint16_t)(tl_w70 >> 16);
-    }
-    // matmul_v0.py:80  self.dot(a, b.transpose(), acc, out=acc)
-    // %b_t: the registers of b, dims (1, 0)
-    {
-      float tl_d[4] = {acc[0], acc[1], acc[2], acc[3]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[0] = tl_d[0];
-      acc[1] = tl_d[1];
-      acc[2] = tl_d[2];
-      acc[3] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[4], acc[5], acc[6], acc[7]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[4] = tl_d[0];
-      acc[5] = tl_d[1];
-      acc[6] = tl_d[2];
-      acc[7] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[8], acc[9], acc[10], acc[11]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[8] = tl_d[0];
-      acc[9] = tl_d[1];
-      acc[10] = tl_d[2];
-      acc[11] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[12], acc[13], acc[14], acc[15]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[12] = tl_d[0];
-      acc[13] = tl_d[1];
-      acc[14] = tl_d[2];
-      acc[15] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[16], acc[17], acc[18], acc[19]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[16] = tl_d[0];
-      acc[17] = tl_d[1];
-      acc[18] = tl_d[2];
-      acc[19] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[20], acc[21], acc[22], acc[23]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[20] = tl_d[0];
-      acc[21] = tl_d[1];
-      acc[22] = tl_d[2];
-      acc[23] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[24], acc[25], acc[26], acc[27]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[24] = tl_d[0];
-      acc[25] = tl_d[1];
-      acc[26] = tl_d[2];
-      acc[27] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[28], acc[29], acc[30], acc[31]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[28] = tl_d[0];
-      acc[29] = tl_d[1];
-      acc[30] = tl_d[2];
-      acc[31] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[32], acc[33], acc[34], acc[35]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[32] = tl_d[0];
-      acc[33] = tl_d[1];
-      acc[34] = tl_d[2];
-      acc[35] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[36], acc[37], acc[38], acc[39]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[36] = tl_d[0];
-      acc[37] = tl_d[1];
-      acc[38] = tl_d[2];
-      acc[39] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[40], acc[41], acc[42], acc[43]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[40] = tl_d[0];
-      acc[41] = tl_d[1];
-      acc[42] = tl_d[2];
-      acc[43] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[44], acc[45], acc[46], acc[47]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[44] = tl_d[0];
-      acc[45] = tl_d[1];
-      acc[46] = tl_d[2];
-      acc[47] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[48], acc[49], acc[50], acc[51]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[48] = tl_d[0];
-      acc[49] = tl_d[1];
-      acc[50] = tl_d[2];
-      acc[51] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[52], acc[53], acc[54], acc[55]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[52] = tl_d[0];
-      acc[53] = tl_d[1];
-      acc[54] = tl_d[2];
-      acc[55] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[56], acc[57], acc[58], acc[59]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[56] = tl_d[0];
-      acc[57] = tl_d[1];
-      acc[58] = tl_d[2];
-      acc[59] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[60], acc[61], acc[62], acc[63]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[60] = tl_d[0];
-      acc[61] = tl_d[1];
-      acc[62] = tl_d[2];
-      acc[63] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[64], acc[65], acc[66], acc[67]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[64] = tl_d[0];
-      acc[65] = tl_d[1];
-      acc[66] = tl_d[2];
-      acc[67] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[68], acc[69], acc[70], acc[71]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[68] = tl_d[0];
-      acc[69] = tl_d[1];
-      acc[70] = tl_d[2];
-      acc[71] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[72], acc[73], acc[74], acc[75]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[72] = tl_d[0];
-      acc[73] = tl_d[1];
-      acc[74] = tl_d[2];
-      acc[75] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[76], acc[77], acc[78], acc[79]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[76] = tl_d[0];
-      acc[77] = tl_d[1];
-      acc[78] = tl_d[2];
-      acc[79] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[80], acc[81], acc[82], acc[83]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[80] = tl_d[0];
-      acc[81] = tl_d[1];
-      acc[82] = tl_d[2];
-      acc[83] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[84], acc[85], acc[86], acc[87]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[84] = tl_d[0];
-      acc[85] = tl_d[1];
-      acc[86] = tl_d[2];
-      acc[87] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[88], acc[89], acc[90], acc[91]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[88] = tl_d[0];
-      acc[89] = tl_d[1];
-      acc[90] = tl_d[2];
-      acc[91] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[92], acc[93], acc[94], acc[95]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[92] = tl_d[0];
-      acc[93] = tl_d[1];
-      acc[94] = tl_d[2];
-      acc[95] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[96], acc[97], acc[98], acc[99]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[96] = tl_d[0];
-      acc[97] = tl_d[1];
-      acc[98] = tl_d[2];
-      acc[99] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[100], acc[101], acc[102], acc[103]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[100] = tl_d[0];
-      acc[101] = tl_d[1];
-      acc[102] = tl_d[2];
-      acc[103] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[104], acc[105], acc[106], acc[107]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[104] = tl_d[0];
-      acc[105] = tl_d[1];
-      acc[106] = tl_d[2];
-      acc[107] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[108], acc[109], acc[110], acc[111]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[108] = tl_d[0];
-      acc[109] = tl_d[1];
-      acc[110] = tl_d[2];
-      acc[111] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[112], acc[113], acc[114], acc[115]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[112] = tl_d[0];
-      acc[113] = tl_d[1];
-      acc[114] = tl_d[2];
-      acc[115] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[116], acc[117], acc[118], acc[119]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[116] = tl_d[0];
-      acc[117] = tl_d[1];
-      acc[118] = tl_d[2];
-      acc[119] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[120], acc[121], acc[122], acc[123]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[120] = tl_d[0];
-      acc[121] = tl_d[1];
-      acc[122] = tl_d[2];
-      acc[123] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[124], acc[125], acc[126], acc[127]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      acc[124] = tl_d[0];
-      acc[125] = tl_d[1];
-      acc[126] = tl_d[2];
-      acc[127] = tl_d[3];
-    }
-    // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
-    __syncthreads();
-    // matmul_v0.py:82  phase ^= 1
-    phase = (phase ^ 1u);
-  }
-  // matmul_v0.py:84  self.free_shared(sa)
-  // free_shared: nothing to do
-  // matmul_v0.py:85  self.free_shared(sb)
-  // free_shared: nothing to do
-  // matmul_v0.py:86  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
-  uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v0.py:87  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m, offset_n])
-  // %r [128, 128]: mma_c layout, 128 per thread, over threads [0, 128)
-  uint16_t r[128];
-#pragma unroll
-  for (int tl_i71 = 0; tl_i71 < 128; ++tl_i71) {
-    r[tl_i71] = tl_f2h((float)(acc[tl_i71]));
-  }
-  {
-    const int tl_c72 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 64) * 64;
-    const int tl_c73 = ((int)threadIdx.x % 4) * 2 + (((int)threadIdx.x / 32) % 2) * 64;
-    const int tl_o74 = offset_m;
-    const int tl_o75 = offset_n;
-    uint16_t* const tl_row76 = gc + (int64_t)(tl_o74 + tl_c72) * (int64_t)(4096);
-    const bool tl_rok77 = (uint32_t)(tl_o74 + tl_c72) < (uint32_t)(m_size);
-    const bool tl_cok78 = (uint32_t)(tl_o75 + tl_c73) < (uint32_t)(4096);
-    const bool tl_cok79 = (uint32_t)(tl_o75 + tl_c73) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a80 = tl_row76 + (int64_t)(tl_o75 + tl_c73);
-    const bool tl_lo81 = tl_rok77 && tl_cok78, tl_hi82 = tl_rok77 && tl_cok79;
-    const bool tl_both83 = tl_lo81 && tl_hi82 && (((uint64_t)tl_a80) & 3) == 0;
-    tl_st_global_if_pair(tl_a80, (uint32_t)r[0] | ((uint32_t)r[1] << 16), tl_both83, tl_lo81 && !tl_both83, tl_hi82 && !tl_both83);
-    uint16_t* const tl_row84 = gc + (int64_t)(tl_o74 + tl_c72 + 8) * (int64_t)(4096);
-    const bool tl_rok85 = (uint32_t)(tl_o74 + tl_c72 + 8) < (uint32_t)(m_size);
-    uint16_t* const tl_a86 = tl_row84 + (int64_t)(tl_o75 + tl_c73);
-    const bool tl_lo87 = tl_rok85 && tl_cok78, tl_hi88 = tl_rok85 && tl_cok79;
-    const bool tl_both89 = tl_lo87 && tl_hi88 && (((uint64_t)tl_a86) & 3) == 0;
-    tl_st_global_if_pair(tl_a86, (uint32_t)r[2] | ((uint32_t)r[3] << 16), tl_both89, tl_lo87 && !tl_both89, tl_hi88 && !tl_both89);
-    const bool tl_cok90 = (uint32_t)(tl_o75 + tl_c73 + 8) < (uint32_t)(4096);
-    const bool tl_cok91 = (uint32_t)(tl_o75 + tl_c73 + 8) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a92 = tl_row76 + (int64_t)(tl_o75 + tl_c73 + 8);
-    const bool tl_lo93 = tl_rok77 && tl_cok90, tl_hi94 = tl_rok77 && tl_cok91;
-    const bool tl_both95 = tl_lo93 && tl_hi94 && (((uint64_t)tl_a92) & 3) == 0;
-    tl_st_global_if_pair(tl_a92, (uint32_t)r[4] | ((uint32_t)r[5] << 16), tl_both95, tl_lo93 && !tl_both95, tl_hi94 && !tl_both95);
-    uint16_t* const tl_a96 = tl_row84 + (int64_t)(tl_o75 + tl_c73 + 8);
-    const bool tl_lo97 = tl_rok85 && tl_cok90, tl_hi98 = tl_rok85 && tl_cok91;
-    const bool tl_both99 = tl_lo97 && tl_hi98 && (((uint64_t)tl_a96) & 3) == 0;
-    tl_st_global_if_pair(tl_a96, (uint32_t)r[6] | ((uint32_t)r[7] << 16), tl_both99, tl_lo97 && !tl_both99, tl_hi98 && !tl_both99);
-    const bool tl_cok100 = (uint32_t)(tl_o75 + tl_c73 + 16) < (uint32_t)(4096);
-    const bool tl_cok101 = (uint32_t)(tl_o75 + tl_c73 + 16) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a102 = tl_row76 + (int64_t)(tl_o75 + tl_c73 + 16);
-    const bool tl_lo103 = tl_rok77 && tl_cok100, tl_hi104 = tl_rok77 && tl_cok101;
-    const bool tl_both105 = tl_lo103 && tl_hi104 && (((uint64_t)tl_a102) & 3) == 0;
-    tl_st_global_if_pair(tl_a102, (uint32_t)r[8] | ((uint32_t)r[9] << 16), tl_both105, tl_lo103 && !tl_both105, tl_hi104 && !tl_both105);
-    uint16_t* const tl_a106 = tl_row84 + (int64_t)(tl_o75 + tl_c73 + 16);
-    const bool tl_lo107 = tl_rok85 && tl_cok100, tl_hi108 = tl_rok85 && tl_cok101;
-    const bool tl_both109 = tl_lo107 && tl_hi108 && (((uint64_t)tl_a106) & 3) == 0;
-    tl_st_global_if_pair(tl_a106, (uint32_t)r[10] | ((uint32_t)r[11] << 16), tl_both109, tl_lo107 && !tl_both109, tl_hi108 && !tl_both109);
-    const bool tl_cok110 = (uint32_t)(tl_o75 + tl_c73 + 24) < (uint32_t)(4096);
-    const bool tl_cok111 = (uint32_t)(tl_o75 + tl_c73 + 24) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a112 = tl_row76 + (int64_t)(tl_o75 + tl_c73 + 24);
-    const bool tl_lo113 = tl_rok77 && tl_cok110, tl_hi114 = tl_rok77 && tl_cok111;
-    const bool tl_both115 = tl_lo113 && tl_hi114 && (((uint64_t)tl_a112) & 3) == 0;
-    tl_st_global_if_pair(tl_a112, (uint32_t)r[12] | ((uint32_t)r[13] << 16), tl_both115, tl_lo113 && !tl_both115, tl_hi114 && !tl_both115);
-    uint16_t* const tl_a116 = tl_row84 + (int64_t)(tl_o75 + tl_c73 + 24);
-    const bool tl_lo117 = tl_rok85 && tl_cok110, tl_hi118 = tl_rok85 && tl_cok111;
-    const bool tl_both119 = tl_lo117 && tl_hi118 && (((uint64_t)tl_a116) & 3) == 0;
-    tl_st_global_if_pair(tl_a116, (uint32_t)r[14] | ((uint32_t)r[15] << 16), tl_both119, tl_lo117 && !tl_both119, tl_hi118 && !tl_both119);
-    const bool tl_cok120 = (uint32_t)(tl_o75 + tl_c73 + 32) < (uint32_t)(4096);
-    const bool tl_cok121 = (uint32_t)(tl_o75 + tl_c73 + 32) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a122 = tl_row76 + (int64_t)(tl_o75 + tl_c73 + 32);
-    const bool tl_lo123 = tl_rok77 && tl_cok120, tl_hi124 = tl_rok77 && tl_cok121;
-    const bool tl_both125 = tl_lo123 && tl_hi124 && (((uint64_t)tl_a122) & 3) == 0;
-    tl_st_global_if_pair(tl_a122, (uint32_t)r[16] | ((uint32_t)r[17] << 16), tl_both125, tl_lo123 && !tl_both125, tl_hi124 && !tl_both125);
-    uint16_t* const tl_a126 = tl_row84 + (int64_t)(tl_o75 + tl_c73 + 32);
-    const bool tl_lo127 = tl_rok85 && tl_cok120, tl_hi128 = tl_rok85 && tl_cok121;
-    const bool tl_both129 = tl_lo127 && tl_hi128 && (((uint64_t)tl_a126) & 3) == 0;
-    tl_st_global_if_pair(tl_a126, (uint32_t)r[18] | ((uint32_t)r[19] << 16), tl_both129, tl_lo127 && !tl_both129, tl_hi128 && !tl_both129);
-    const bool tl_cok130 = (uint32_t)(tl_o75 + tl_c73 + 40) < (uint32_t)(4096);
-    const bool tl_cok131 = (uint32_t)(tl_o75 + tl_c73 + 40) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a132 = tl_row76 + (int64_t)(tl_o75 + tl_c73 + 40);
-    const bool tl_lo133 = tl_rok77 && tl_cok130, tl_hi134 = tl_rok77 && tl_cok131;
-    const bool tl_both135 = tl_lo133 && tl_hi134 && (((uint64_t)tl_a132) & 3) == 0;
-    tl_st_global_if_pair(tl_a132, (uint32_t)r[20] | ((uint32_t)r[21] << 16), tl_both135, tl_lo133 && !tl_both135, tl_hi134 && !tl_both135);
-    uint16_t* const tl_a136 = tl_row84 + (int64_t)(tl_o75 + tl_c73 + 40);
-    const bool tl_lo137 = tl_rok85 && tl_cok130, tl_hi138 = tl_rok85 && tl_cok131;
-    const bool tl_both139 = tl_lo137 && tl_hi138 && (((uint64_t)tl_a136) & 3) == 0;
-    tl_st_global_if_pair(tl_a136, (uint32_t)r[22] | ((uint32_t)r[23] << 16), tl_both139, tl_lo137 && !tl_both139, tl_hi138 && !tl_both139);
-    const bool tl_cok140 = (uint32_t)(tl_o75 + tl_c73 + 48) < (uint32_t)(4096);
-    const bool tl_cok141 = (uint32_t)(tl_o75 + tl_c73 + 48) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a142 = tl_row76 + (int64_t)(tl_o75 + tl_c73 + 48);
-    const bool tl_lo143 = tl_rok77 && tl_cok140, tl_hi144 = tl_rok77 && tl_cok141;
-    const bool tl_both145 = tl_lo143 && tl_hi144 && (((uint64_t)tl_a142) & 3) == 0;
-    tl_st_global_if_pair(tl_a142, (uint32_t)r[24] | ((uint32_t)r[25] << 16), tl_both145, tl_lo143 && !tl_both145, tl_hi144 && !tl_both145);
-    uint16_t* const tl_a146 = tl_row84 + (int64_t)(tl_o75 + tl_c73 + 48);
-    const bool tl_lo147 = tl_rok85 && tl_cok140, tl_hi148 = tl_rok85 && tl_cok141;
-    const bool tl_both149 = tl_lo147 && tl_hi148 && (((uint64_t)tl_a146) & 3) == 0;
-    tl_st_global_if_pair(tl_a146, (uint32_t)r[26] | ((uint32_t)r[27] << 16), tl_both149, tl_lo147 && !tl_both149, tl_hi148 && !tl_both149);
-    const bool tl_cok150 = (uint32_t)(tl_o75 + tl_c73 + 56) < (uint32_t)(4096);
-    const bool tl_cok151 = (uint32_t)(tl_o75 + tl_c73 + 56) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a152 = tl_row76 + (int64_t)(tl_o75 + tl_c73 + 56);
-    const bool tl_lo153 = tl_rok77 && tl_cok150, tl_hi154 = tl_rok77 && tl_cok151;
-    const bool tl_both155 = tl_lo153 && tl_hi154 && (((uint64_t)tl_a152) & 3) == 0;
-    tl_st_global_if_pair(tl_a152, (uint32_t)r[28] | ((uint32_t)r[29] << 16), tl_both155, tl_lo153 && !tl_both155, tl_hi154 && !tl_both155);
-    uint16_t* const tl_a156 = tl_row84 + (int64_t)(tl_o75 + tl_c73 + 56);
-    const bool tl_lo157 = tl_rok85 && tl_cok150, tl_hi158 = tl_rok85 && tl_cok151;
-    const bool tl_both159 = tl_lo157 && tl_hi158 && (((uint64_t)tl_a156) & 3) == 0;
-    tl_st_global_if_pair(tl_a156, (uint32_t)r[30] | ((uint32_t)r[31] << 16), tl_both159, tl_lo157 && !tl_both159, tl_hi158 && !tl_both159);
-    uint16_t* const tl_row160 = gc + (int64_t)(tl_o74 + tl_c72 + 16) * (int64_t)(4096);
-    const bool tl_rok161 = (uint32_t)(tl_o74 + tl_c72 + 16) < (uint32_t)(m_size);
-    uint16_t* const tl_a162 = tl_row160 + (int64_t)(tl_o75 + tl_c73);
-    const bool tl_lo163 = tl_rok161 && tl_cok78, tl_hi164 = tl_rok161 && tl_cok79;
-    const bool tl_both165 = tl_lo163 && tl_hi164 && (((uint64_t)tl_a162) & 3) == 0;
-    tl_st_global_if_pair(tl_a162, (uint32_t)r[32] | ((uint32_t)r[33] << 16), tl_both165, tl_lo163 && !tl_both165, tl_hi164 && !tl_both165);
-    uint16_t* const tl_row166 = gc + (int64_t)(tl_o74 + tl_c72 + 24) * (int64_t)(4096);
-    const bool tl_rok167 = (uint32_t)(tl_o74 + tl_c72 + 24) < (uint32_t)(m_size);
-    uint16_t* const tl_a168 = tl_row166 + (int64_t)(tl_o75 + tl_c73);
-    const bool tl_lo169 = tl_rok167 && tl_cok78, tl_hi170 = tl_rok167 && tl_cok79;
-    const bool tl_both171 = tl_lo169 && tl_hi170 && (((uint64_t)tl_a168) & 3) == 0;
-    tl_st_global_if_pair(tl_a168, (uint32_t)r[34] | ((uint32_t)r[35] << 16), tl_both171, tl_lo169 && !tl_both171, tl_hi170 && !tl_both171);
-    uint16_t* const tl_a172 = tl_row160 + (int64_t)(tl_o75 + tl_c73 + 8);
-    const bool tl_lo173 = tl_rok161 && tl_cok90, tl_hi174 = tl_rok161 && tl_cok91;
-    const bool tl_both175 = tl_lo173 && tl_hi174 && (((uint64_t)tl_a172) & 3) == 0;
-    tl_st_global_if_pair(tl_a172, (uint32_t)r[36] | ((uint32_t)r[37] << 16), tl_both175, tl_lo173 && !tl_both175, tl_hi174 && !tl_both175);
-    uint16_t* const tl_a176 = tl_row166 + (int64_t)(tl_o75 + tl_c73 + 8);
-    const bool tl_lo177 = tl_rok167 && tl_cok90, tl_hi178 = tl_rok167 && tl_cok91;
-    const bool tl_both179 = tl_lo177 && tl_hi178 && (((uint64_t)tl_a176) & 3) == 0;
-    tl_st_global_if_pair(tl_a176, (uint32_t)r[38] | ((uint32_t)r[39] << 16), tl_both179, tl_lo177 && !tl_both179, tl_hi178 && !tl_both179);
-    uint16_t* const tl_a180 = tl_row160 + (int64_t)(tl_o75 + tl_c73 + 16);
-    const bool tl_lo181 = tl_rok161 && tl_cok100, tl_hi182 = tl_rok161 && tl_cok101;
-    const bool tl_both183 = tl_lo181 && tl_hi182 && (((uint64_t)tl_a180) & 3) == 0;
-    tl_st_global_if_pair(tl_a180, (uint32_t)r[40] | ((uint32_t)r[41] << 16), tl_both183, tl_lo181 && !tl_both183, tl_hi182 && !tl_both183);
-    uint16_t* const tl_a184 = tl_row166 + (int64_t)(tl_o75 + tl_c73 + 16);
-    const bool tl_lo185 = tl_rok167 && tl_cok100, tl_hi186 = tl_rok167 && tl_cok101;
-    const bool tl_both187 = tl_lo185 && tl_hi186 && (((uint64_t)tl_a184) & 3) == 0;
-    tl_st_global_if_pair(tl_a184, (uint32_t)r[42] | ((uint32_t)r[43] << 16), tl_both187, tl_lo185 && !tl_both187, tl_hi186 && !tl_both187);
-    uint16_t* const tl_a188 = tl_row160 + (int64_t)(tl_o75 + tl_c73 + 24);
-    const bool tl_lo189 = tl_rok161 && tl_cok110, tl_hi190 = tl_rok161 && tl_cok111;
-    const bool tl_both191 = tl_lo189 && tl_hi190 && (((uint64_t)tl_a188) & 3) == 0;
-    tl_st_global_if_pair(tl_a188, (uint32_t)r[44] | ((uint32_t)r[45] << 16), tl_both191, tl_lo189 && !tl_both191, tl_hi190 && !tl_both191);
-    uint16_t* const tl_a192 = tl_row166 + (int64_t)(tl_o75 + tl_c73 + 24);
-    const bool tl_lo193 = tl_rok167 && tl_cok110, tl_hi194 = tl_rok167 && tl_cok111;
-    const bool tl_both195 = tl_lo193 && tl_hi194 && (((uint64_t)tl_a192) & 3) == 0;
-    tl_st_global_if_pair(tl_a192, (uint32_t)r[46] | ((uint32_t)r[47] << 16), tl_both195, tl_lo193 && !tl_both195, tl_hi194 && !tl_both195);
-    uint16_t* const tl_a196 = tl_row160 + (int64_t)(tl_o75 + tl_c73 + 32);
-    const bool tl_lo197 = tl_rok161 && tl_cok120, tl_hi198 = tl_rok161 && tl_cok121;
-    const bool tl_both199 = tl_lo197 && tl_hi198 && (((uint64_t)tl_a196) & 3) == 0;
-    tl_st_global_if_pair(tl_a196, (uint32_t)r[48] | ((uint32_t)r[49] << 16), tl_both199, tl_lo197 && !tl_both199, tl_hi198 && !tl_both199);
-    uint16_t* const tl_a200 = tl_row166 + (int64_t)(tl_o75 + tl_c73 + 32);
-    const bool tl_lo201 = tl_rok167 && tl_cok120, tl_hi202 = tl_rok167 && tl_cok121;
-    const bool tl_both203 = tl_lo201 && tl_hi202 && (((uint64_t)tl_a200) & 3) == 0;
-    tl_st_global_if_pair(tl_a200, (uint32_t)r[50] | ((uint32_t)r[51] << 16), tl_both203, tl_lo201 && !tl_both203, tl_hi202 && !tl_both203);
-    uint16_t* const tl_a204 = tl_row160 + (int64_t)(tl_o75 + tl_c73 + 40);
-    const bool tl_lo205 = tl_rok161 && tl_cok130, tl_hi206 = tl_rok161 && tl_cok131;
-    const bool tl_both207 = tl_lo205 && tl_hi206 && (((uint64_t)tl_a204) & 3) == 0;
-    tl_st_global_if_pair(tl_a204, (uint32_t)r[52] | ((uint32_t)r[53] << 16), tl_both207, tl_lo205 && !tl_both207, tl_hi206 && !tl_both207);
-    uint16_t* const tl_a208 = tl_row166 + (int64_t)(tl_o75 + tl_c73 + 40);
-    const bool tl_lo209 = tl_rok167 && tl_cok130, tl_hi210 = tl_rok167 && tl_cok131;
-    const bool tl_both211 = tl_lo209 && tl_hi210 && (((uint64_t)tl_a208) & 3) == 0;
-    tl_st_global_if_pair(tl_a208, (uint32_t)r[54] | ((uint32_t)r[55] << 16), tl_both211, tl_lo209 && !tl_both211, tl_hi210 && !tl_both211);
-    uint16_t* const tl_a212 = tl_row160 + (int64_t)(tl_o75 + tl_c73 + 48);
-    const bool tl_lo213 = tl_rok161 && tl_cok140, tl_hi214 = tl_rok161 && tl_cok141;
-    const bool tl_both215 = tl_lo213 && tl_hi214 && (((uint64_t)tl_a212) & 3) == 0;
-    tl_st_global_if_pair(tl_a212, (uint32_t)r[56] | ((uint32_t)r[57] << 16), tl_both215, tl_lo213 && !tl_both215, tl_hi214 && !tl_both215);
-    uint16_t* const tl_a216 = tl_row166 + (int64_t)(tl_o75 + tl_c73 + 48);
-    const bool tl_lo217 = tl_rok167 && tl_cok140, tl_hi218 = tl_rok167 && tl_cok141;
-    const bool tl_both219 = tl_lo217 && tl_hi218 && (((uint64_t)tl_a216) & 3) == 0;
-    tl_st_global_if_pair(tl_a216, (uint32_t)r[58] | ((uint32_t)r[59] << 16), tl_both219, tl_lo217 && !tl_both219, tl_hi218 && !tl_both219);
-    uint16_t* const tl_a220 = tl_row160 + (int64_t)(tl_o75 + tl_c73 + 56);
-    const bool tl_lo221 = tl_rok161 && tl_cok150, tl_hi222 = tl_rok161 && tl_cok151;
-    const bool tl_both223 = tl_lo221 && tl_hi222 && (((uint64_t)tl_a220) & 3) == 0;
-    tl_st_global_if_pair(tl_a220, (uint32_t)r[60] | ((uint32_t)r[61] << 16), tl_both223, tl_lo221 && !tl_both223, tl_hi222 && !tl_both223);
-    uint16_t* const tl_a224 = tl_row166 + (int64_t)(tl_o75 + tl_c73 + 56);
-    const bool tl_lo225 = tl_rok167 && tl_cok150, tl_hi226 = tl_rok167 && tl_cok151;
-    const bool tl_both227 = tl_lo225 && tl_hi226 && (((uint64_t)tl_a224) & 3) == 0;
-    tl_st_global_if_pair(tl_a224, (uint32_t)r[62] | ((uint32_t)r[63] << 16), tl_both227, tl_lo225 && !tl_both227, tl_hi226 && !tl_both227);
-    uint16_t* const tl_row228 = gc + (int64_t)(tl_o74 + tl_c72 + 32) * (int64_t)(4096);
-    const bool tl_rok229 = (uint32_t)(tl_o74 + tl_c72 + 32) < (uint32_t)(m_size);
-    uint16_t* const tl_a230 = tl_row228 + (int64_t)(tl_o75 + tl_c73);
-    const bool tl_lo231 = tl_rok229 && tl_cok78, tl_hi232 = tl_rok229 && tl_cok79;
-    const bool tl_both233 = tl_lo231 && tl_hi232 && (((uint64_t)tl_a230) & 3) == 0;
-    tl_st_global_if_pair(tl_a230, (uint32_t)r[64] | ((uint32_t)r[65] << 16), tl_both233, tl_lo231 && !tl_both233, tl_hi232 && !tl_both233);
-    uint16_t* const tl_row234 = gc + (int64_t)(tl_o74 + tl_c72 + 40) * (int64_t)(4096);
-    const bool tl_rok235 = (uint32_t)(tl_o74 + tl_c72 + 40) < (uint32_t)(m_size);
-    uint16_t* const tl_a236 = tl_row234 + (int64_t)(tl_o75 + tl_c73);
-    const bool tl_lo237 = tl_rok235 && tl_cok78, tl_hi238 = tl_rok235 && tl_cok79;
-    const bool tl_both239 = tl_lo237 && tl_hi238 && (((uint64_t)tl_a236) & 3) == 0;
-    tl_st_global_if_pair(tl_a236, (uint32_t)r[66] | ((uint32_t)r[67] << 16), tl_both239, tl_lo237 && !tl_both239, tl_hi238 && !tl_both239);
-    uint16_t* const tl_a240 = tl_row228 + (int64_t)(tl_o75 + tl_c73 + 8);
-    const bool tl_lo241 = tl_rok229 && tl_cok90, tl_hi242 = tl_rok229 && tl_cok91;
-    const bool tl_both243 = tl_lo241 && tl_hi242 && (((uint64_t)tl_a240) & 3) == 0;
-    tl_st_global_if_pair(tl_a240, (uint32_t)r[68] | ((uint32_t)r[69] << 16), tl_both243, tl_lo241 && !tl_both243, tl_hi242 && !tl_both243);
-    uint16_t* const tl_a244 = tl_row234 + (int64_t)(tl_o75 + tl_c73 + 8);
-    const bool tl_lo245 = tl_rok235 && tl_cok90, tl_hi246 = tl_rok235 && tl_cok91;
-    const bool tl_both247 = tl_lo245 && tl_hi246 && (((uint64_t)tl_a244) & 3) == 0;
-    tl_st_global_if_pair(tl_a244, (uint32_t)r[70] | ((uint32_t)r[71] << 16), tl_both247, tl_lo245 && !tl_both247, tl_hi246 && !tl_both247);
-    uint16_t* const tl_a248 = tl_row228 + (int64_t)(tl_o75 + tl_c73 + 16);
-    const bool tl_lo249 = tl_rok229 && tl_cok100, tl_hi250 = tl_rok229 && tl_cok101;
-    const bool tl_both251 = tl_lo249 && tl_hi250 && (((uint64_t)tl_a248) & 3) == 0;
-    tl_st_global_if_pair(tl_a248, (uint32_t)r[72] | ((uint32_t)r[73] << 16), tl_both251, tl_lo249 && !tl_both251, tl_hi250 && !tl_both251);
-    uint16_t* const tl_a252 = tl_row234 + (int64_t)(tl_o75 + tl_c73 + 16);
-    const bool tl_lo253 = tl_rok235 && tl_cok100, tl_hi254 = tl_rok235 && tl_cok101;
-    const bool tl_both255 = tl_lo253 && tl_hi254 && (((uint64_t)tl_a252) & 3) == 0;
-    tl_st_global_if_pair(tl_a252, (uint32_t)r[74] | ((uint32_t)r[75] << 16), tl_both255, tl_lo253 && !tl_both255, tl_hi254 && !tl_both255);
-    uint16_t* const tl_a256 = tl_row228 + (int64_t)(tl_o75 + tl_c73 + 24);
-    const bool tl_lo257 = tl_rok229 && tl_cok110, tl_hi258 = tl_rok229 && tl_cok111;
-    const bool tl_both259 = tl_lo257 && tl_hi258 && (((uint64_t)tl_a256) & 3) == 0;
-    tl_st_global_if_pair(tl_a256, (uint32_t)r[76] | ((uint32_t)r[77] << 16), tl_both259, tl_lo257 && !tl_both259, tl_hi258 && !tl_both259);
-    uint16_t* const tl_a260 = tl_row234 + (int64_t)(tl_o75 + tl_c73 + 24);
-    const bool tl_lo261 = tl_rok235 && tl_cok110, tl_hi262 = tl_rok235 && tl_cok111;
-    const bool tl_both263 = tl_lo261 && tl_hi262 && (((uint64_t)tl_a260) & 3) == 0;
-    tl_st_global_if_pair(tl_a260, (uint32_t)r[78] | ((uint32_t)r[79] << 16), tl_both263, tl_lo261 && !tl_both263, tl_hi262 && !tl_both263);
-    uint16_t* const tl_a264 = tl_row228 + (int64_t)(tl_o75 + tl_c73 + 32);
-    const bool tl_lo265 = tl_rok229 && tl_cok120, tl_hi266 = tl_rok229 && tl_cok121;
-    const bool tl_both267 = tl_lo265 && tl_hi266 && (((uint64_t)tl_a264) & 3) == 0;
-    tl_st_global_if_pair(tl_a264, (uint32_t)r[80] | ((uint32_t)r[81] << 16), tl_both267, tl_lo265 && !tl_both267, tl_hi266 && !tl_both267);
-    uint16_t* const tl_a268 = tl_row234 + (int64_t)(tl_o75 + tl_c73 + 32);
-    const bool tl_lo269 = tl_rok235 && tl_cok120, tl_hi270 = tl_rok235 && tl_cok121;
-    const bool tl_both271 = tl_lo269 && tl_hi270 && (((uint64_t)tl_a268) & 3) == 0;
-    tl_st_global_if_pair(tl_a268, (uint32_t)r[82] | ((uint32_t)r[83] << 16), tl_both271, tl_lo269 && !tl_both271, tl_hi270 && !tl_both271);
-    uint16_t* const tl_a272 = tl_row228 + (int64_t)(tl_o75 + tl_c73 + 40);
-    const bool tl_lo273 = tl_rok229 && tl_cok130, tl_hi274 = tl_rok229 && tl_cok131;
-    const bool tl_both275 = tl_lo273 && tl_hi274 && (((uint64_t)tl_a272) & 3) == 0;
-    tl_st_global_if_pair(tl_a272, (uint32_t)r[84] | ((uint32_t)r[85] << 16), tl_both275, tl_lo273 && !tl_both275, tl_hi274 && !tl_both275);
-    uint16_t* const tl_a276 = tl_row234 + (int64_t)(tl_o75 + tl_c73 + 40);
-    const bool tl_lo277 = tl_rok235 && tl_cok130, tl_hi278 = tl_rok235 && tl_cok131;
-    const bool tl_both279 = tl_lo277 && tl_hi278 && (((uint64_t)tl_a276) & 3) == 0;
-    tl_st_global_if_pair(tl_a276, (uint32_t)r[86] | ((uint32_t)r[87] << 16), tl_both279, tl_lo277 && !tl_both279, tl_hi278 && !tl_both279);
-    uint16_t* const tl_a280 = tl_row228 + (int64_t)(tl_o75 + tl_c73 + 48);
-    const bool tl_lo281 = tl_rok229 && tl_cok140, tl_hi282 = tl_rok229 && tl_cok141;
-    const bool tl_both283 = tl_lo281 && tl_hi282 && (((uint64_t)tl_a280) & 3) == 0;
-    tl_st_global_if_pair(tl_a280, (uint32_t)r[88] | ((uint32_t)r[89] << 16), tl_both283, tl_lo281 && !tl_both283, tl_hi282 && !tl_both283);
-    uint16_t* const tl_a284 = tl_row234 + (int64_t)(tl_o75 + tl_c73 + 48);
-    const bool tl_lo285 = tl_rok235 && tl_cok140, tl_hi286 = tl_rok235 && tl_cok141;
-    const bool tl_both287 = tl_lo285 && tl_hi286 && (((uint64_t)tl_a284) & 3) == 0;
-    tl_st_global_if_pair(tl_a284, (uint32_t)r[90] | ((uint32_t)r[91] << 16), tl_both287, tl_lo285 && !tl_both287, tl_hi286 && !tl_both287);
-    uint16_t* const tl_a288 = tl_row228 + (int64_t)(tl_o75 + tl_c73 + 56);
-    const bool tl_lo289 = tl_rok229 && tl_cok150, tl_hi290 = tl_rok229 && tl_cok151;
-    const bool tl_both291 = tl_lo289 && tl_hi290 && (((uint64_t)tl_a288) & 3) == 0;
-    tl_st_global_if_pair(tl_a288, (uint32_t)r[92] | ((uint32_t)r[93] << 16), tl_both291, tl_lo289 && !tl_both291, tl_hi290 && !tl_both291);
-    uint16_t* const tl_a292 = tl_row234 + (int64_t)(tl_o75 + tl_c73 + 56);
-    const bool tl_lo293 = tl_rok235 && tl_cok150, tl_hi294 = tl_rok235 && tl_cok151;
-    const bool tl_both295 = tl_lo293 && tl_hi294 && (((uint64_t)tl_a292) & 3) == 0;
-    tl_st_global_if_pair(tl_a292, (uint32_t)r[94] | ((uint32_t)r[95] << 16), tl_both295, tl_lo293 && !tl_both295, tl_hi294 && !tl_both295);
-    uint16_t* const tl_row296 = gc + (int64_t)(tl_o74 + tl_c72 + 48) * (int64_t)(4096);
-    const bool tl_rok297 = (uint32_t)(tl_o74 + tl_c72 + 48) < (uint32_t)(m_size);
-    uint16_t* const tl_a298 = tl_row296 + (int64_t)(tl_o75 + tl_c73);
-    const bool tl_lo299 = tl_rok297 && tl_cok78, tl_hi300 = tl_rok297 && tl_cok79;
-    const bool tl_both301 = tl_lo299 && tl_hi300 && (((uint64_t)tl_a298) & 3) == 0;
-    tl_st_global_if_pair(tl_a298, (uint32_t)r[96] | ((uint32_t)r[97] << 16), tl_both301, tl_lo299 && !tl_both301, tl_hi300 && !tl_both301);
-    uint16_t* const tl_row302 = gc + (int64_t)(tl_o74 + tl_c72 + 56) * (int64_t)(4096);
-    const bool tl_rok303 = (uint32_t)(tl_o74 + tl_c72 + 56) < (uint32_t)(m_size);
-    uint16_t* const tl_a304 = tl_row302 + (int64_t)(tl_o75 + tl_c73);
-    const bool tl_lo305 = tl_rok303 && tl_cok78, tl_hi306 = tl_rok303 && tl_cok79;
-    const bool tl_both307 = tl_lo305 && tl_hi306 && (((uint64_t)tl_a304) & 3) == 0;
-    tl_st_global_if_pair(tl_a304, (uint32_t)r[98] | ((uint32_t)r[99] << 16), tl_both307, tl_lo305 && !tl_both307, tl_hi306 && !tl_both307);
-    uint16_t* const tl_a308 = tl_row296 + (int64_t)(tl_o75 + tl_c73 + 8);
-    const bool tl_lo309 = tl_rok297 && tl_cok90, tl_hi310 = tl_rok297 && tl_cok91;
-    const bool tl_both311 = tl_lo309 && tl_hi310 && (((uint64_t)tl_a308) & 3) == 0;
-    tl_st_global_if_pair(tl_a308, (uint32_t)r[100] | ((uint32_t)r[101] << 16), tl_both311, tl_lo309 && !tl_both311, tl_hi310 && !tl_both311);
-    uint16_t* const tl_a312 = tl_row302 + (int64_t)(tl_o75 + tl_c73 + 8);
-    const bool tl_lo313 = tl_rok303 && tl_cok90, tl_hi314 = tl_rok303 && tl_cok91;
-    const bool tl_both315 = tl_lo313 && tl_hi314 && (((uint64_t)tl_a312) & 3) == 0;
-    tl_st_global_if_pair(tl_a312, (uint32_t)r[102] | ((uint32_t)r[103] << 16), tl_both315, tl_lo313 && !tl_both315, tl_hi314 && !tl_both315);
-    uint16_t* const tl_a316 = tl_row296 + (int64_t)(tl_o75 + tl_c73 + 16);
-    const bool tl_lo317 = tl_rok297 && tl_cok100, tl_hi318 = tl_rok297 && tl_cok101;
-    const bool tl_both319 = tl_lo317 && tl_hi318 && (((uint64_t)tl_a316) & 3) == 0;
-    tl_st_global_if_pair(tl_a316, (uint32_t)r[104] | ((uint32_t)r[105] << 16), tl_both319, tl_lo317 && !tl_both319, tl_hi318 && !tl_both319);
-    uint16_t* const tl_a320 = tl_row302 + (int64_t)(tl_o75 + tl_c73 + 16);
-    const bool tl_lo321 = tl_rok303 && tl_cok100, tl_hi322 = tl_rok303 && tl_cok101;
-    const bool tl_both323 = tl_lo321 && tl_hi322 && (((uint64_t)tl_a320) & 3) == 0;
-    tl_st_global_if_pair(tl_a320, (uint32_t)r[106] | ((uint32_t)r[107] << 16), tl_both323, tl_lo321 && !tl_both323, tl_hi322 && !tl_both323);
-    uint16_t* const tl_a324 = tl_row296 + (int64_t)(tl_o75 + tl_c73 + 24);
-    const bool tl_lo325 = tl_rok297 && tl_cok110, tl_hi326 = tl_rok297 && tl_cok111;
-    const bool tl_both327 = tl_lo325 && tl_hi326 && (((uint64_t)tl_a324) & 3) == 0;
-    tl_st_global_if_pair(tl_a324, (uint32_t)r[108] | ((uint32_t)r[109] << 16), tl_both327, tl_lo325 && !tl_both327, tl_hi326 && !tl_both327);
-    uint16_t* const tl_a328 = tl_row302 + (int64_t)(tl_o75 + tl_c73 + 24);
-    const bool tl_lo329 = tl_rok303 && tl_cok110, tl_hi330 = tl_rok303 && tl_cok111;
-    const bool tl_both331 = tl_lo329 && tl_hi330 && (((uint64_t)tl_a328) & 3) == 0;
-    tl_st_global_if_pair(tl_a328, (uint32_t)r[110] | ((uint32_t)r[111] << 16), tl_both331, tl_lo329 && !tl_both331, tl_hi330 && !tl_both331);
-    uint16_t* const tl_a332 = tl_row296 + (int64_t)(tl_o75 + tl_c73 + 32);
-    const bool tl_lo333 = tl_rok297 && tl_cok120, tl_hi334 = tl_rok297 && tl_cok121;
-    const bool tl_both335 = tl_lo333 && tl_hi334 && (((uint64_t)tl_a332) & 3) == 0;
-    tl_st_global_if_pair(tl_a332, (uint32_t)r[112] | ((uint32_t)r[113] << 16), tl_both335, tl_lo333 && !tl_both335, tl_hi334 && !tl_both335);
-    uint16_t* const tl_a336 = tl_row302 + (int64_t)(tl_o75 + tl_c73 + 32);
-    const bool tl_lo337 = tl_rok303 && tl_cok120, tl_hi338 = tl_rok303 && tl_cok121;
-    const bool tl_both339 = tl_lo337 && tl_hi338 && (((uint64_t)tl_a336) & 3) == 0;
-    tl_st_global_if_pair(tl_a336, (uint32_t)r[114] | ((uint32_t)r[115] << 16), tl_both339, tl_lo337 && !tl_both339, tl_hi338 && !tl_both339);
-    uint16_t* const tl_a340 = tl_row296 + (int64_t)(tl_o75 + tl_c73 + 40);
-    const bool tl_lo341 = tl_rok297 && tl_cok130, tl_hi342 = tl_rok297 && tl_cok131;
-    const bool tl_both343 = tl_lo341 && tl_hi342 && (((uint64_t)tl_a340) & 3) == 0;
-    tl_st_global_if_pair(tl_a340, (uint32_t)r[116] | ((uint32_t)r[117] << 16), tl_both343, tl_lo341 && !tl_both343, tl_hi342 && !tl_both343);
-    uint16_t* const tl_a344 = tl_row302 + (int64_t)(tl_o75 + tl_c73 + 40);
-    const bool tl_lo345 = tl_rok303 && tl_cok130, tl_hi346 = tl_rok303 && tl_cok131;
-    const bool tl_both347 = tl_lo345 && tl_hi346 && (((uint64_t)tl_a344) & 3) == 0;
-    tl_st_global_if_pair(tl_a344, (uint32_t)r[118] | ((uint32_t)r[119] << 16), tl_both347, tl_lo345 && !tl_both347, tl_hi346 && !tl_both347);
-    uint16_t* const tl_a348 = tl_row296 + (int64_t)(tl_o75 + tl_c73 + 48);
-    const bool tl_lo349 = tl_rok297 && tl_cok140, tl_hi350 = tl_rok297 && tl_cok141;
-    const bool tl_both351 = tl_lo349 && tl_hi350 && (((uint64_t)tl_a348) & 3) == 0;
-    tl_st_global_if_pair(tl_a348, (uint32_t)r[120] | ((uint32_t)r[121] << 16), tl_both351, tl_lo349 && !tl_both351, tl_hi350 && !tl_both351);
-    uint16_t* const tl_a352 = tl_row302 + (int64_t)(tl_o75 + tl_c73 + 48);
-    const bool tl_lo353 = tl_rok303 && tl_cok140, tl_hi354 = tl_rok303 && tl_cok141;
-    const bool tl_both355 = tl_lo353 && tl_hi354 && (((uint64_t)tl_a352) & 3) == 0;
-    tl_st_global_if_pair(tl_a352, (uint32_t)r[122] | ((uint32_t)r[123] << 16), tl_both355, tl_lo353 && !tl_both355, tl_hi354 && !tl_both355);
-    uint16_t* const tl_a356 = tl_row296 + (int64_t)(tl_o75 + tl_c73 + 56);
-    const bool tl_lo357 = tl_rok297 && tl_cok150, tl_hi358 = tl_rok297 && tl_cok151;
-    const bool tl_both359 = tl_lo357 && tl_hi358 && (((uint64_t)tl_a356) & 3) == 0;
-    tl_st_global_if_pair(tl_a356, (uint32_t)r[124] | ((uint32_t)r[125] << 16), tl_both359, tl_lo357 && !tl_both359, tl_hi358 && !tl_both359);
-    uint16_t* const tl_a360 = tl_row302 + (int64_t)(tl_o75 + tl_c73 + 56);
-    const bool tl_lo361 = tl_rok303 && tl_cok150, tl_hi362 = tl_rok303 && tl_cok151;
-    const bool tl_both363 = tl_lo361 && tl_hi362 && (((uint64_t)tl_a360) & 3) == 0;
-    tl_st_global_if_pair(tl_a360, (uint32_t)r[126] | ((uint32_t)r[127] << 16), tl_both363, tl_lo361 && !tl_both363, tl_hi362 && !tl_both363);
-  }
-}
-// ======== config 5/6: {'block_k': 64, 'block_m': 64, 'block_n': 128} ========
-// Generated by tilus (cuda-codegen-1) from MatmulTMA, config {'block_k': 64, 'block_m': 64, 'block_n': 128}, const args {'k_size': 4096, 'n_size': 4096}.
-// ---- tilus prelude: base ----
-typedef signed char int8_t;
-typedef unsigned char uint8_t;
-typedef short int16_t;
-typedef unsigned short uint16_t;
-typedef int int32_t;
-typedef unsigned int uint32_t;
-typedef long long int64_t;
-typedef unsigned long long uint64_t;
-
-// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a
-// __grid_constant__ kernel parameter.
-struct alignas(64) CUtensorMap_t { unsigned long long opaque[16]; };
-
-// Generic pointer -> 32-bit address in the CTA's shared-memory window.
-__device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
-  uint32_t addr;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
-  return addr;
-}
-// ---- tilus prelude: ldst ----
-
-__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
-}
-// ---- tilus prelude: mbarrier ----
-
-__device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
-               :: "r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ uint32_t tl_mbar_try_wait_parity_acquire(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  return done;
-}
-
-__device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parity) {
-  while (!tl_mbar_try_wait_parity_acquire(bar, parity)) {
-  }
-}
-
-__device__ __forceinline__ void tl_fence_mbarrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-// ---- tilus prelude: mma ----
-
-// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-// ---- tilus prelude: sync ----
-
-__device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
-  uint32_t pred;
-  asm volatile("{\n\t.reg .pred p;\n\telect.sync _|p, %1;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-               : "=r"(pred) : "r"(mask));
-  return pred;
-}
-// ---- tilus prelude: tma ----
-
-__device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-// ---- tilus codegen helpers ----
-__device__ __forceinline__ uint16_t tl_f2h(float f) {
-  uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-// Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
-template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
-  return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
-}
-
-extern "C" __global__ void __launch_bounds__(128, 1)
-tl_MatmulTMA(
-    int m_size,
-    uint16_t* __restrict__ a_ptr,
-    uint16_t* __restrict__ b_ptr,
-    uint16_t* __restrict__ c_ptr,
-    const __grid_constant__ CUtensorMap_t tl_map0,
-    const __grid_constant__ CUtensorMap_t tl_map1) {
-  extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
-  // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
-  uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
-  const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);
-  if (threadIdx.x == 0) {
-    tl_mbar_init(tl_smem + 24576u, 1);
-    tl_fence_mbarrier_init();
-  }
-  __syncthreads();
-  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
-  int offset_m = (64 * (int)blockIdx.x);
-  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
-  int offset_n = (128 * (int)blockIdx.y);
-  // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
-  uint16_t* const ga = (uint16_t*)(a_ptr);
-  // matmul_v0.py:55  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
-  uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v0.py:56  sa = self.shared_tensor(dtype=float16, shape=[block_m, block_k])
-  // %sa: shared bytes [0, 8192)
-  // matmul_v0.py:57  sb = self.shared_tensor(dtype=float16, shape=[block_n, block_k])
-  // %sb: shared bytes [8192, 24576)
-  // matmul_v0.py:58  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
-  // %acc [64, 128]: mma_c layout, 64 per thread, over threads [0, 128)
-  float acc[64];
-  const float tl_v1 = 0.0f;
-#pragma unroll
-  for (int tl_i2 = 0; tl_i2 < 64; ++tl_i2) {
-    acc[tl_i2] = tl_v1;
-  }
-  // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
-  // 1 mbarrier(s) at shared offset 24576 (initialized at entry)
-  // matmul_v0.py:62  phase: uint32 = 0
-  uint32_t phase = 0u;
-  // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
-  for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-    // matmul_v0.py:65  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
-      tl_mbar_arrive_expect_tx((tl_smem + 24576u), 24576u);
-      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
-      tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 24576u), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
-      tl_tma_load_2d(tl_smem + 8192u, &tl_map1, (tl_smem + 24576u), (int32_t)(offset_k), (int32_t)(offset_n));
-      // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
-      tl_mbar_wait_parity((tl_smem + 24576u), (uint32_t)(phase));
-    }
-    // matmul_v0.py:76  self.sync()  # the tiles have landed: let every thread read them
-    __syncthreads();
-    // matmul_v0.py:78  a = self.load_shared(sa)
-    // %a [64, 64]: mma_a layout, 128 per thread, over threads [0, 128)
-    uint16_t a[128];
-    {
-      const int tl_c3 = (((int)threadIdx.x / 4) % 8);
-      const int tl_c4 = ((int)threadIdx.x % 4) * 2;
-      const uint32_t tl_w5 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4) * 2)));
-      a[0] = (uint16_t)(tl_w5 & 0xffffu); a[1] = (uint16_t)(tl_w5 >> 16);
-      const uint32_t tl_w6 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4) * 2)));
-      a[2] = (uint16_t)(tl_w6 & 0xffffu); a[3] = (uint16_t)(tl_w6 >> 16);
-      const uint32_t tl_w7 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 8) * 2)));
-      a[4] = (uint16_t)(tl_w7 & 0xffffu); a[5] = (uint16_t)(tl_w7 >> 16);
-      const uint32_t tl_w8 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 8) * 2)));
-      a[6] = (uint16_t)(tl_w8 & 0xffffu); a[7] = (uint16_t)(tl_w8 >> 16);
-      const uint32_t tl_w9 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 16) * 2)));
-      a[8] = (uint16_t)(tl_w9 & 0xffffu); a[9] = (uint16_t)(tl_w9 >> 16);
-      const uint32_t tl_w10 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 16) * 2)));
-      a[10] = (uint16_t)(tl_w10 & 0xffffu); a[11] = (uint16_t)(tl_w10 >> 16);
-      const uint32_t tl_w11 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 24) * 2)));
-      a[12] = (uint16_t)(tl_w11 & 0xffffu); a[13] = (uint16_t)(tl_w11 >> 16);
-      const uint32_t tl_w12 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 24) * 2)));
-      a[14] = (uint16_t)(tl_w12 & 0xffffu); a[15] = (uint16_t)(tl_w12 >> 16);
-      const uint32_t tl_w13 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 32) * 2)));
-      a[16] = (uint16_t)(tl_w13 & 0xffffu); a[17] = (uint16_t)(tl_w13 >> 16);
-      const uint32_t tl_w14 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 32) * 2)));
-      a[18] = (uint16_t)(tl_w14 & 0xffffu); a[19] = (uint16_t)(tl_w14 >> 16);
-      const uint32_t tl_w15 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 40) * 2)));
-      a[20] = (uint16_t)(tl_w15 & 0xffffu); a[21] = (uint16_t)(tl_w15 >> 16);
-      const uint32_t tl_w16 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 40) * 2)));
-      a[22] = (uint16_t)(tl_w16 & 0xffffu); a[23] = (uint16_t)(tl_w16 >> 16);
-      const uint32_t tl_w17 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 48) * 2)));
-      a[24] = (uint16_t)(tl_w17 & 0xffffu); a[25] = (uint16_t)(tl_w17 >> 16);
-      const uint32_t tl_w18 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 48) * 2)));
-      a[26] = (uint16_t)(tl_w18 & 0xffffu); a[27] = (uint16_t)(tl_w18 >> 16);
-      const uint32_t tl_w19 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 56) * 2)));
-      a[28] = (uint16_t)(tl_w19 & 0xffffu); a[29] = (uint16_t)(tl_w19 >> 16);
-      const uint32_t tl_w20 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 56) * 2)));
-      a[30] = (uint16_t)(tl_w20 & 0xffffu); a[31] = (uint16_t)(tl_w20 >> 16);
-      const uint32_t tl_w21 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4) * 2)));
-      a[32] = (uint16_t)(tl_w21 & 0xffffu); a[33] = (uint16_t)(tl_w21 >> 16);
-      const uint32_t tl_w22 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4) * 2)));
-      a[34] = (uint16_t)(tl_w22 & 0xffffu); a[35] = (uint16_t)(tl_w22 >> 16);
-      const uint32_t tl_w23 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 8) * 2)));
-      a[36] = (uint16_t)(tl_w23 & 0xffffu); a[37] = (uint16_t)(tl_w23 >> 16);
-      const uint32_t tl_w24 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 8) * 2)));
-      a[38] = (uint16_t)(tl_w24 & 0xffffu); a[39] = (uint16_t)(tl_w24 >> 16);
-      const uint32_t tl_w25 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 16) * 2)));
-      a[40] = (uint16_t)(tl_w25 & 0xffffu); a[41] = (uint16_t)(tl_w25 >> 16);
-      const uint32_t tl_w26 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 16) * 2)));
-      a[42] = (uint16_t)(tl_w26 & 0xffffu); a[43] = (uint16_t)(tl_w26 >> 16);
-      const uint32_t tl_w27 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 24) * 2)));
-      a[44] = (uint16_t)(tl_w27 & 0xffffu); a[45] = (uint16_t)(tl_w27 >> 16);
-      const uint32_t tl_w28 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 24) * 2)));
-      a[46] = (uint16_t)(tl_w28 & 0xffffu); a[47] = (uint16_t)(tl_w28 >> 16);
-      const uint32_t tl_w29 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 32) * 2)));
-      a[48] = (uint16_t)(tl_w29 & 0xffffu); a[49] = (uint16_t)(tl_w29 >> 16);
-      const uint32_t tl_w30 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 32) * 2)));
-      a[50] = (uint16_t)(tl_w30 & 0xffffu); a[51] = (uint16_t)(tl_w30 >> 16);
-      const uint32_t tl_w31 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 40) * 2)));
-      a[52] = (uint16_t)(tl_w31 & 0xffffu); a[53] = (uint16_t)(tl_w31 >> 16);
-      const uint32_t tl_w32 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 40) * 2)));
-      a[54] = (uint16_t)(tl_w32 & 0xffffu); a[55] = (uint16_t)(tl_w32 >> 16);
-      const uint32_t tl_w33 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 48) * 2)));
-      a[56] = (uint16_t)(tl_w33 & 0xffffu); a[57] = (uint16_t)(tl_w33 >> 16);
-      const uint32_t tl_w34 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 48) * 2)));
-      a[58] = (uint16_t)(tl_w34 & 0xffffu); a[59] = (uint16_t)(tl_w34 >> 16);
-      const uint32_t tl_w35 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 56) * 2)));
-      a[60] = (uint16_t)(tl_w35 & 0xffffu); a[61] = (uint16_t)(tl_w35 >> 16);
-      const uint32_t tl_w36 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 56) * 2)));
-      a[62] = (uint16_t)(tl_w36 & 0xffffu); a[63] = (uint16_t)(tl_w36 >> 16);
-      const uint32_t tl_w37 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4) * 2)));
-      a[64] = (uint16_t)(tl_w37 & 0xffffu); a[65] = (uint16_t)(tl_w37 >> 16);
-      const uint32_t tl_w38 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4) * 2)));
-      a[66] = (uint16_t)(tl_w38 & 0xffffu); a[67] = (uint16_t)(tl_w38 >> 16);
-      const uint32_t tl_w39 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 8) * 2)));
-      a[68] = (uint16_t)(tl_w39 & 0xffffu); a[69] = (uint16_t)(tl_w39 >> 16);
-      const uint32_t tl_w40 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 8) * 2)));
-      a[70] = (uint16_t)(tl_w40 & 0xffffu); a[71] = (uint16_t)(tl_w40 >> 16);
-      const uint32_t tl_w41 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 16) * 2)));
-      a[72] = (uint16_t)(tl_w41 & 0xffffu); a[73] = (uint16_t)(tl_w41 >> 16);
-      const uint32_t tl_w42 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 16) * 2)));
-      a[74] = (uint16_t)(tl_w42 & 0xffffu); a[75] = (uint16_t)(tl_w42 >> 16);
-      const uint32_t tl_w43 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 24) * 2)));
-      a[76] = (uint16_t)(tl_w43 & 0xffffu); a[77] = (uint16_t)(tl_w43 >> 16);
-      const uint32_t tl_w44 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 24) * 2)));
-      a[78] = (uint16_t)(tl_w44 & 0xffffu); a[79] = (uint16_t)(tl_w44 >> 16);
-      const uint32_t tl_w45 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 32) * 2)));
-      a[80] = (uint16_t)(tl_w45 & 0xffffu); a[81] = (uint16_t)(tl_w45 >> 16);
-      const uint32_t tl_w46 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 32) * 2)));
-      a[82] = (uint16_t)(tl_w46 & 0xffffu); a[83] = (uint16_t)(tl_w46 >> 16);
-      const uint32_t tl_w47 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 40) * 2)));
-      a[84] = (uint16_t)(tl_w47 & 0xffffu); a[85] = (uint16_t)(tl_w47 >> 16);
-      const uint32_t tl_w48 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 40) * 2)));
-      a[86] = (uint16_t)(tl_w48 & 0xffffu); a[87] = (uint16_t)(tl_w48 >> 16);
-      const uint32_t tl_w49 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 48) * 2)));
-      a[88] = (uint16_t)(tl_w49 & 0xffffu); a[89] = (uint16_t)(tl_w49 >> 16);
-      const uint32_t tl_w50 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 48) * 2)));
-      a[90] = (uint16_t)(tl_w50 & 0xffffu); a[91] = (uint16_t)(tl_w50 >> 16);
-      const uint32_t tl_w51 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 56) * 2)));
-      a[92] = (uint16_t)(tl_w51 & 0xffffu); a[93] = (uint16_t)(tl_w51 >> 16);
-      const uint32_t tl_w52 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 56) * 2)));
-      a[94] = (uint16_t)(tl_w52 & 0xffffu); a[95] = (uint16_t)(tl_w52 >> 16);
-      const uint32_t tl_w53 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4) * 2)));
-      a[96] = (uint16_t)(tl_w53 & 0xffffu); a[97] = (uint16_t)(tl_w53 >> 16);
-      const uint32_t tl_w54 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4) * 2)));
-      a[98] = (uint16_t)(tl_w54 & 0xffffu); a[99] = (uint16_t)(tl_w54 >> 16);
-      const uint32_t tl_w55 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 8) * 2)));
-      a[100] = (uint16_t)(tl_w55 & 0xffffu); a[101] = (uint16_t)(tl_w55 >> 16);
-      const uint32_t tl_w56 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 8) * 2)));
-      a[102] = (uint16_t)(tl_w56 & 0xffffu); a[103] = (uint16_t)(tl_w56 >> 16);
-      const uint32_t tl_w57 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 16) * 2)));
-      a[104] = (uint16_t)(tl_w57 & 0xffffu); a[105] = (uint16_t)(tl_w57 >> 16);
-      const uint32_t tl_w58 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 16) * 2)));
-      a[106] = (uint16_t)(tl_w58 & 0xffffu); a[107] = (uint16_t)(tl_w58 >> 16);
-      const uint32_t tl_w59 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 24) * 2)));
-      a[108] = (uint16_t)(tl_w59 & 0xffffu); a[109] = (uint16_t)(tl_w59 >> 16);
-      const uint32_t tl_w60 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 24) * 2)));
-      a[110] = (uint16_t)(tl_w60 & 0xffffu); a[111] = (uint16_t)(tl_w60 >> 16);
-      const uint32_t tl_w61 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 32) * 2)));
-      a[112] = (uint16_t)(tl_w61 & 0xffffu); a[113] = (uint16_t)(tl_w61 >> 16);
-      const uint32_t tl_w62 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 32) * 2)));
-      a[114] = (uint16_t)(tl_w62 & 0xffffu); a[115] = (uint16_t)(tl_w62 >> 16);
-      const uint32_t tl_w63 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 40) * 2)));
-      a[116] = (uint16_t)(tl_w63 & 0xffffu); a[117] = (uint16_t)(tl_w63 >> 16);
-      const uint32_t tl_w64 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 40) * 2)));
-      a[118] = (uint16_t)(tl_w64 & 0xffffu); a[119] = (uint16_t)(tl_w64 >> 16);
-      const uint32_t tl_w65 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 48) * 2)));
-      a[120] = (uint16_t)(tl_w65 & 0xffffu); a[121] = (uint16_t)(tl_w65 >> 16);
-      const uint32_t tl_w66 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 48) * 2)));
-      a[122] = (uint16_t)(tl_w66 & 0xffffu); a[123] = (uint16_t)(tl_w66 >> 16);
-      const uint32_t tl_w67 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 56) * 2)));
-      a[124] = (uint16_t)(tl_w67 & 0xffffu); a[125] = (uint16_t)(tl_w67 >> 16);
-      const uint32_t tl_w68 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 56) * 2)));
-      a[126] = (uint16_t)(tl_w68 & 0xffffu); a[127] = (uint16_t)(tl_w68 >> 16);
-    }
-    // matmul_v0.py:79  b = self.load_shared(sb)
-    // %b [128, 64]: mma_b layout, 64 per thread, over threads [0, 128)
-    uint16_t b[64];
-    {
-      const int tl_c69 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 32;
-      const int tl_c70 = ((int)threadIdx.x % 4) * 2;
-      const uint32_t tl_w71 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69) * 128 + (tl_c70) * 2)));
-      b[0] = (uint16_t)(tl_w71 & 0xffffu); b[1] = (uint16_t)(tl_w71 >> 16);
-      const uint32_t tl_w72 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69) * 128 + (tl_c70 + 8) * 2)));
-      b[2] = (uint16_t)(tl_w72 & 0xffffu); b[3] = (uint16_t)(tl_w72 >> 16);
-      const uint32_t tl_w73 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69) * 128 + (tl_c70 + 16) * 2)));
-      b[4] = (uint16_t)(tl_w73 & 0xffffu); b[5] = (uint16_t)(tl_w73 >> 16);
-      const uint32_t tl_w74 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69) * 128 + (tl_c70 + 24) * 2)));
-      b[6] = (uint16_t)(tl_w74 & 0xffffu); b[7] = (uint16_t)(tl_w74 >> 16);
-      const uint32_t tl_w75 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69) * 128 + (tl_c70 + 32) * 2)));
-      b[8] = (uint16_t)(tl_w75 & 0xffffu); b[9] = (uint16_t)(tl_w75 >> 16);
-      const uint32_t tl_w76 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69) * 128 + (tl_c70 + 40) * 2)));
-      b[10] = (uint16_t)(tl_w76 & 0xffffu); b[11] = (uint16_t)(tl_w76 >> 16);
-      const uint32_t tl_w77 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69) * 128 + (tl_c70 + 48) * 2)));
-      b[12] = (uint16_t)(tl_w77 & 0xffffu); b[13] = (uint16_t)(tl_w77 >> 16);
-      const uint32_t tl_w78 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69) * 128 + (tl_c70 + 56) * 2)));
-      b[14] = (uint16_t)(tl_w78 & 0xffffu); b[15] = (uint16_t)(tl_w78 >> 16);
-      const uint32_t tl_w79 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 8) * 128 + (tl_c70) * 2)));
-      b[16] = (uint16_t)(tl_w79 & 0xffffu); b[17] = (uint16_t)(tl_w79 >> 16);
-      const uint32_t tl_w80 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 8) * 128 + (tl_c70 + 8) * 2)));
-      b[18] = (uint16_t)(tl_w80 & 0xffffu); b[19] = (uint16_t)(tl_w80 >> 16);
-      const uint32_t tl_w81 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 8) * 128 + (tl_c70 + 16) * 2)));
-      b[20] = (uint16_t)(tl_w81 & 0xffffu); b[21] = (uint16_t)(tl_w81 >> 16);
-      const uint32_t tl_w82 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 8) * 128 + (tl_c70 + 24) * 2)));
-      b[22] = (uint16_t)(tl_w82 & 0xffffu); b[23] = (uint16_t)(tl_w82 >> 16);
-      const uint32_t tl_w83 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 8) * 128 + (tl_c70 + 32) * 2)));
-      b[24] = (uint16_t)(tl_w83 & 0xffffu); b[25] = (uint16_t)(tl_w83 >> 16);
-      const uint32_t tl_w84 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 8) * 128 + (tl_c70 + 40) * 2)));
-      b[26] = (uint16_t)(tl_w84 & 0xffffu); b[27] = (uint16_t)(tl_w84 >> 16);
-      const uint32_t tl_w85 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 8) * 128 + (tl_c70 + 48) * 2)));
-      b[28] = (uint16_t)(tl_w85 & 0xffffu); b[29] = (uint16_t)(tl_w85 >> 16);
-      const uint32_t tl_w86 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 8) * 128 + (tl_c70 + 56) * 2)));
-      b[30] = (uint16_t)(tl_w86 & 0xffffu); b[31] = (uint16_t)(tl_w86 >> 16);
-      const uint32_t tl_w87 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 16) * 128 + (tl_c70) * 2)));
-      b[32] = (uint16_t)(tl_w87 & 0xffffu); b[33] = (uint16_t)(tl_w87 >> 16);
-      const uint32_t tl_w88 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 16) * 128 + (tl_c70 + 8) * 2)));
-      b[34] = (uint16_t)(tl_w88 & 0xffffu); b[35] = (uint16_t)(tl_w88 >> 16);
-      const uint32_t tl_w89 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 16) * 128 + (tl_c70 + 16) * 2)));
-      b[36] = (uint16_t)(tl_w89 & 0xffffu); b[37] = (uint16_t)(tl_w89 >> 16);
-      const uint32_t tl_w90 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 16) * 128 + (tl_c70 + 24) * 2)));
-      b[38] = (uint16_t)(tl_w90 & 0xffffu); b[39] = (uint16_t)(tl_w90 >> 16);
-      const uint32_t tl_w91 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 16) * 128 + (tl_c70 + 32) * 2)));
-      b[40] = (uint16_t)(tl_w91 & 0xffffu); b[41] = (uint16_t)(tl_w91 >> 16);
-      const uint32_t tl_w92 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 16) * 128 + (tl_c70 + 40) * 2)));
-      b[42] = (uint16_t)(tl_w92 & 0xffffu); b[43] = (uint16_t)(tl_w92 >> 16);
-      const uint32_t tl_w93 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 16) * 128 + (tl_c70 + 48) * 2)));
-      b[44] = (uint16_t)(tl_w93 & 0xffffu); b[45] = (uint16_t)(tl_w93 >> 16);
-      const uint32_t tl_w94 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 16) * 128 + (tl_c70 + 56) * 2)));
-      b[46] = (uint16_t)(tl_w94 & 0xffffu); b[47] = (uint16_t)(tl_w94 >> 16);
-      const uint32_t tl_w95 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 24) * 128 + (tl_c70) * 2)));
-      b[48] = (uint16_t)(tl_w95 & 0xffffu); b[49] = (uint16_t)(tl_w95 >> 16);
-      const uint32_t tl_w96 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 24) * 128 + (tl_c70 + 8) * 2)));
-      b[50] = (uint16_t)(tl_w96 & 0xffffu); b[51] = (uint16_t)(tl_w96 >> 16);
-      const uint32_t tl_w97 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 24) * 128 + (tl_c70 + 16) * 2)));
-      b[52] = (uint16_t)(tl_w97 & 0xffffu); b[53] = (uint16_t)(tl_w97 >> 16);
-      const uint32_t tl_w98 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 24) * 128 + (tl_c70 + 24) * 2)));
-      b[54] = (uint16_t)(tl_w98 & 0xffffu); b[55] = (uint16_t)(tl_w98 >> 16);
-      const uint32_t tl_w99 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 24) * 128 + (tl_c70 + 32) * 2)));
-      b[56] = (uint16_t)(tl_w99 & 0xffffu); b[57] = (uint16_t)(tl_w99 >> 16);
-      const uint32_t tl_w100 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 24) * 128 + (tl_c70 + 40) * 2)));
-      b[58] = (uint16_t)(tl_w100 & 0xffffu); b[59] = (uint16_t)(tl_w100 >> 16);
-      const uint32_t tl_w101 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 24) * 128 + (tl_c70 + 48) * 2)));
-      b[60] = (uint16_t)(tl_w101 & 0xffffu); b[61] = (uint16_t)(tl_w101 >> 16);
-      const uint32_t tl_w102 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(8192u + (tl_c69 + 24) * 128 + (tl_c70 + 56) * 2)));
-      b[62] = (uint16_t)(tl_w102 & 0xffffu); b[63] = (uint16_t)(tl_w102 >> 16);
-    }
-    // matmul_v0.py:80  self.dot(a, b.transpose(), acc, out=acc)
-    // %b_t: the registers of b, dims (1, 0)
-    {
-      float tl_d[4] = {acc[0], acc[1], acc[2], acc[3]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[0] = tl_d[0];
-      acc[1] = tl_d[1];
-      acc[2] = tl_d[2];
-      acc[3] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[4], acc[5], acc[6], acc[7]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[4] = tl_d[0];
-      acc[5] = tl_d[1];
-      acc[6] = tl_d[2];
-      acc[7] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[8], acc[9], acc[10], acc[11]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[8] = tl_d[0];
-      acc[9] = tl_d[1];
-      acc[10] = tl_d[2];
-      acc[11] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[12], acc[13], acc[14], acc[15]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[12] = tl_d[0];
-      acc[13] = tl_d[1];
-      acc[14] = tl_d[2];
-      acc[15] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[16], acc[17], acc[18], acc[19]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[16] = tl_d[0];
-      acc[17] = tl_d[1];
-      acc[18] = tl_d[2];
-      acc[19] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[20], acc[21], acc[22], acc[23]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[20] = tl_d[0];
-      acc[21] = tl_d[1];
-      acc[22] = tl_d[2];
-      acc[23] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[24], acc[25], acc[26], acc[27]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[24] = tl_d[0];
-      acc[25] = tl_d[1];
-      acc[26] = tl_d[2];
-      acc[27] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[28], acc[29], acc[30], acc[31]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[28] = tl_d[0];
-      acc[29] = tl_d[1];
-      acc[30] = tl_d[2];
-      acc[31] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[32], acc[33], acc[34], acc[35]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[32] = tl_d[0];
-      acc[33] = tl_d[1];
-      acc[34] = tl_d[2];
-      acc[35] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[36], acc[37], acc[38], acc[39]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[36] = tl_d[0];
-      acc[37] = tl_d[1];
-      acc[38] = tl_d[2];
-      acc[39] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[40], acc[41], acc[42], acc[43]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[40] = tl_d[0];
-      acc[41] = tl_d[1];
-      acc[42] = tl_d[2];
-      acc[43] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[44], acc[45], acc[46], acc[47]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[44] = tl_d[0];
-      acc[45] = tl_d[1];
-      acc[46] = tl_d[2];
-      acc[47] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[48], acc[49], acc[50], acc[51]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[48] = tl_d[0];
-      acc[49] = tl_d[1];
-      acc[50] = tl_d[2];
-      acc[51] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[52], acc[53], acc[54], acc[55]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[52] = tl_d[0];
-      acc[53] = tl_d[1];
-      acc[54] = tl_d[2];
-      acc[55] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[56], acc[57], acc[58], acc[59]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[56] = tl_d[0];
-      acc[57] = tl_d[1];
-      acc[58] = tl_d[2];
-      acc[59] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[60], acc[61], acc[62], acc[63]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[60] = tl_d[0];
-      acc[61] = tl_d[1];
-      acc[62] = tl_d[2];
-      acc[63] = tl_d[3];
-    }
-    // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
-    __syncthreads();
-    // matmul_v0.py:82  phase ^= 1
-    phase = (phase ^ 1u);
-  }
-  // matmul_v0.py:84  self.free_shared(sa)
-  // free_shared: nothing to do
-  // matmul_v0.py:85  self.free_shared(sb)
-  // free_shared: nothing to do
-  // matmul_v0.py:86  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
-  uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v0.py:87  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m, offset_n])
-  // %r [64, 128]: mma_c layout, 64 per thread, over threads [0, 128)
-  uint16_t r[64];
-#pragma unroll
-  for (int tl_i103 = 0; tl_i103 < 64; ++tl_i103) {
-    r[tl_i103] = tl_f2h((float)(acc[tl_i103]));
-  }
-  {
-    const int tl_c104 = (((int)threadIdx.x / 4) % 8);
-    const int tl_c105 = ((int)threadIdx.x % 4) * 2 + ((int)threadIdx.x / 32) * 32;
-    const int tl_o106 = offset_m;
-    const int tl_o107 = offset_n;
-    uint16_t* const tl_row108 = gc + (int64_t)(tl_o106 + tl_c104) * (int64_t)(4096);
-    const bool tl_rok109 = (uint32_t)(tl_o106 + tl_c104) < (uint32_t)(m_size);
-    const bool tl_cok110 = (uint32_t)(tl_o107 + tl_c105) < (uint32_t)(4096);
-    const bool tl_cok111 = (uint32_t)(tl_o107 + tl_c105) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a112 = tl_row108 + (int64_t)(tl_o107 + tl_c105);
-    const bool tl_lo113 = tl_rok109 && tl_cok110, tl_hi114 = tl_rok109 && tl_cok111;
-    const bool tl_both115 = tl_lo113 && tl_hi114 && (((uint64_t)tl_a112) & 3) == 0;
-    tl_st_global_if_pair(tl_a112, (uint32_t)r[0] | ((uint32_t)r[1] << 16), tl_both115, tl_lo113 && !tl_both115, tl_hi114 && !tl_both115);
-    uint16_t* const tl_row116 = gc + (int64_t)(tl_o106 + tl_c104 + 8) * (int64_t)(4096);
-    const bool tl_rok117 = (uint32_t)(tl_o106 + tl_c104 + 8) < (uint32_t)(m_size);
-    uint16_t* const tl_a118 = tl_row116 + (int64_t)(tl_o107 + tl_c105);
-    const bool tl_lo119 = tl_rok117 && tl_cok110, tl_hi120 = tl_rok117 && tl_cok111;
-    const bool tl_both121 = tl_lo119 && tl_hi120 && (((uint64_t)tl_a118) & 3) == 0;
-    tl_st_global_if_pair(tl_a118, (uint32_t)r[2] | ((uint32_t)r[3] << 16), tl_both121, tl_lo119 && !tl_both121, tl_hi120 && !tl_both121);
-    const bool tl_cok122 = (uint32_t)(tl_o107 + tl_c105 + 8) < (uint32_t)(4096);
-    const bool tl_cok123 = (uint32_t)(tl_o107 + tl_c105 + 8) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a124 = tl_row108 + (int64_t)(tl_o107 + tl_c105 + 8);
-    const bool tl_lo125 = tl_rok109 && tl_cok122, tl_hi126 = tl_rok109 && tl_cok123;
-    const bool tl_both127 = tl_lo125 && tl_hi126 && (((uint64_t)tl_a124) & 3) == 0;
-    tl_st_global_if_pair(tl_a124, (uint32_t)r[4] | ((uint32_t)r[5] << 16), tl_both127, tl_lo125 && !tl_both127, tl_hi126 && !tl_both127);
-    uint16_t* const tl_a128 = tl_row116 + (int64_t)(tl_o107 + tl_c105 + 8);
-    const bool tl_lo129 = tl_rok117 && tl_cok122, tl_hi130 = tl_rok117 && tl_cok123;
-    const bool tl_both131 = tl_lo129 && tl_hi130 && (((uint64_t)tl_a128) & 3) == 0;
-    tl_st_global_if_pair(tl_a128, (uint32_t)r[6] | ((uint32_t)r[7] << 16), tl_both131, tl_lo129 && !tl_both131, tl_hi130 && !tl_both131);
-    const bool tl_cok132 = (uint32_t)(tl_o107 + tl_c105 + 16) < (uint32_t)(4096);
-    const bool tl_cok133 = (uint32_t)(tl_o107 + tl_c105 + 16) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a134 = tl_row108 + (int64_t)(tl_o107 + tl_c105 + 16);
-    const bool tl_lo135 = tl_rok109 && tl_cok132, tl_hi136 = tl_rok109 && tl_cok133;
-    const bool tl_both137 = tl_lo135 && tl_hi136 && (((uint64_t)tl_a134) & 3) == 0;
-    tl_st_global_if_pair(tl_a134, (uint32_t)r[8] | ((uint32_t)r[9] << 16), tl_both137, tl_lo135 && !tl_both137, tl_hi136 && !tl_both137);
-    uint16_t* const tl_a138 = tl_row116 + (int64_t)(tl_o107 + tl_c105 + 16);
-    const bool tl_lo139 = tl_rok117 && tl_cok132, tl_hi140 = tl_rok117 && tl_cok133;
-    const bool tl_both141 = tl_lo139 && tl_hi140 && (((uint64_t)tl_a138) & 3) == 0;
-    tl_st_global_if_pair(tl_a138, (uint32_t)r[10] | ((uint32_t)r[11] << 16), tl_both141, tl_lo139 && !tl_both141, tl_hi140 && !tl_both141);
-    const bool tl_cok142 = (uint32_t)(tl_o107 + tl_c105 + 24) < (uint32_t)(4096);
-    const bool tl_cok143 = (uint32_t)(tl_o107 + tl_c105 + 24) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a144 = tl_row108 + (int64_t)(tl_o107 + tl_c105 + 24);
-    const bool tl_lo145 = tl_rok109 && tl_cok142, tl_hi146 = tl_rok109 && tl_cok143;
-    const bool tl_both147 = tl_lo145 && tl_hi146 && (((uint64_t)tl_a144) & 3) == 0;
-    tl_st_global_if_pair(tl_a144, (uint32_t)r[12] | ((uint32_t)r[13] << 16), tl_both147, tl_lo145 && !tl_both147, tl_hi146 && !tl_both147);
-    uint16_t* const tl_a148 = tl_row116 + (int64_t)(tl_o107 + tl_c105 + 24);
-    const bool tl_lo149 = tl_rok117 && tl_cok142, tl_hi150 = tl_rok117 && tl_cok143;
-    const bool tl_both151 = tl_lo149 && tl_hi150 && (((uint64_t)tl_a148) & 3) == 0;
-    tl_st_global_if_pair(tl_a148, (uint32_t)r[14] | ((uint32_t)r[15] << 16), tl_both151, tl_lo149 && !tl_both151, tl_hi150 && !tl_both151);
-    uint16_t* const tl_row152 = gc + (int64_t)(tl_o106 + tl_c104 + 16) * (int64_t)(4096);
-    const bool tl_rok153 = (uint32_t)(tl_o106 + tl_c104 + 16) < (uint32_t)(m_size);
-    uint16_t* const tl_a154 = tl_row152 + (int64_t)(tl_o107 + tl_c105);
-    const bool tl_lo155 = tl_rok153 && tl_cok110, tl_hi156 = tl_rok153 && tl_cok111;
-    const bool tl_both157 = tl_lo155 && tl_hi156 && (((uint64_t)tl_a154) & 3) == 0;
-    tl_st_global_if_pair(tl_a154, (uint32_t)r[16] | ((uint32_t)r[17] << 16), tl_both157, tl_lo155 && !tl_both157, tl_hi156 && !tl_both157);
-    uint16_t* const tl_row158 = gc + (int64_t)(tl_o106 + tl_c104 + 24) * (int64_t)(4096);
-    const bool tl_rok159 = (uint32_t)(tl_o106 + tl_c104 + 24) < (uint32_t)(m_size);
-    uint16_t* const tl_a160 = tl_row158 + (int64_t)(tl_o107 + tl_c105);
-    const bool tl_lo161 = tl_rok159 && tl_cok110, tl_hi162 = tl_rok159 && tl_cok111;
-    const bool tl_both163 = tl_lo161 && tl_hi162 && (((uint64_t)tl_a160) & 3) == 0;
-    tl_st_global_if_pair(tl_a160, (uint32_t)r[18] | ((uint32_t)r[19] << 16), tl_both163, tl_lo161 && !tl_both163, tl_hi162 && !tl_both163);
-    uint16_t* const tl_a164 = tl_row152 + (int64_t)(tl_o107 + tl_c105 + 8);
-    const bool tl_lo165 = tl_rok153 && tl_cok122, tl_hi166 = tl_rok153 && tl_cok123;
-    const bool tl_both167 = tl_lo165 && tl_hi166 && (((uint64_t)tl_a164) & 3) == 0;
-    tl_st_global_if_pair(tl_a164, (uint32_t)r[20] | ((uint32_t)r[21] << 16), tl_both167, tl_lo165 && !tl_both167, tl_hi166 && !tl_both167);
-    uint16_t* const tl_a168 = tl_row158 + (int64_t)(tl_o107 + tl_c105 + 8);
-    const bool tl_lo169 = tl_rok159 && tl_cok122, tl_hi170 = tl_rok159 && tl_cok123;
-    const bool tl_both171 = tl_lo169 && tl_hi170 && (((uint64_t)tl_a168) & 3) == 0;
-    tl_st_global_if_pair(tl_a168, (uint32_t)r[22] | ((uint32_t)r[23] << 16), tl_both171, tl_lo169 && !tl_both171, tl_hi170 && !tl_both171);
-    uint16_t* const tl_a172 = tl_row152 + (int64_t)(tl_o107 + tl_c105 + 16);
-    const bool tl_lo173 = tl_rok153 && tl_cok132, tl_hi174 = tl_rok153 && tl_cok133;
-    const bool tl_both175 = tl_lo173 && tl_hi174 && (((uint64_t)tl_a172) & 3) == 0;
-    tl_st_global_if_pair(tl_a172, (uint32_t)r[24] | ((uint32_t)r[25] << 16), tl_both175, tl_lo173 && !tl_both175, tl_hi174 && !tl_both175);
-    uint16_t* const tl_a176 = tl_row158 + (int64_t)(tl_o107 + tl_c105 + 16);
-    const bool tl_lo177 = tl_rok159 && tl_cok132, tl_hi178 = tl_rok159 && tl_cok133;
-    const bool tl_both179 = tl_lo177 && tl_hi178 && (((uint64_t)tl_a176) & 3) == 0;
-    tl_st_global_if_pair(tl_a176, (uint32_t)r[26] | ((uint32_t)r[27] << 16), tl_both179, tl_lo177 && !tl_both179, tl_hi178 && !tl_both179);
-    uint16_t* const tl_a180 = tl_row152 + (int64_t)(tl_o107 + tl_c105 + 24);
-    const bool tl_lo181 = tl_rok153 && tl_cok142, tl_hi182 = tl_rok153 && tl_cok143;
-    const bool tl_both183 = tl_lo181 && tl_hi182 && (((uint64_t)tl_a180) & 3) == 0;
-    tl_st_global_if_pair(tl_a180, (uint32_t)r[28] | ((uint32_t)r[29] << 16), tl_both183, tl_lo181 && !tl_both183, tl_hi182 && !tl_both183);
-    uint16_t* const tl_a184 = tl_row158 + (int64_t)(tl_o107 + tl_c105 + 24);
-    const bool tl_lo185 = tl_rok159 && tl_cok142, tl_hi186 = tl_rok159 && tl_cok143;
-    const bool tl_both187 = tl_lo185 && tl_hi186 && (((uint64_t)tl_a184) & 3) == 0;
-    tl_st_global_if_pair(tl_a184, (uint32_t)r[30] | ((uint32_t)r[31] << 16), tl_both187, tl_lo185 && !tl_both187, tl_hi186 && !tl_both187);
-    uint16_t* const tl_row188 = gc + (int64_t)(tl_o106 + tl_c104 + 32) * (int64_t)(4096);
-    const bool tl_rok189 = (uint32_t)(tl_o106 + tl_c104 + 32) < (uint32_t)(m_size);
-    uint16_t* const tl_a190 = tl_row188 + (int64_t)(tl_o107 + tl_c105);
-    const bool tl_lo191 = tl_rok189 && tl_cok110, tl_hi192 = tl_rok189 && tl_cok111;
-    const bool tl_both193 = tl_lo191 && tl_hi192 && (((uint64_t)tl_a190) & 3) == 0;
-    tl_st_global_if_pair(tl_a190, (uint32_t)r[32] | ((uint32_t)r[33] << 16), tl_both193, tl_lo191 && !tl_both193, tl_hi192 && !tl_both193);
-    uint16_t* const tl_row194 = gc + (int64_t)(tl_o106 + tl_c104 + 40) * (int64_t)(4096);
-    const bool tl_rok195 = (uint32_t)(tl_o106 + tl_c104 + 40) < (uint32_t)(m_size);
-    uint16_t* const tl_a196 = tl_row194 + (int64_t)(tl_o107 + tl_c105);
-    const bool tl_lo197 = tl_rok195 && tl_cok110, tl_hi198 = tl_rok195 && tl_cok111;
-    const bool tl_both199 = tl_lo197 && tl_hi198 && (((uint64_t)tl_a196) & 3) == 0;
-    tl_st_global_if_pair(tl_a196, (uint32_t)r[34] | ((uint32_t)r[35] << 16), tl_both199, tl_lo197 && !tl_both199, tl_hi198 && !tl_both199);
-    uint16_t* const tl_a200 = tl_row188 + (int64_t)(tl_o107 + tl_c105 + 8);
-    const bool tl_lo201 = tl_rok189 && tl_cok122, tl_hi202 = tl_rok189 && tl_cok123;
-    const bool tl_both203 = tl_lo201 && tl_hi202 && (((uint64_t)tl_a200) & 3) == 0;
-    tl_st_global_if_pair(tl_a200, (uint32_t)r[36] | ((uint32_t)r[37] << 16), tl_both203, tl_lo201 && !tl_both203, tl_hi202 && !tl_both203);
-    uint16_t* const tl_a204 = tl_row194 + (int64_t)(tl_o107 + tl_c105 + 8);
-    const bool tl_lo205 = tl_rok195 && tl_cok122, tl_hi206 = tl_rok195 && tl_cok123;
-    const bool tl_both207 = tl_lo205 && tl_hi206 && (((uint64_t)tl_a204) & 3) == 0;
-    tl_st_global_if_pair(tl_a204, (uint32_t)r[38] | ((uint32_t)r[39] << 16), tl_both207, tl_lo205 && !tl_both207, tl_hi206 && !tl_both207);
-    uint16_t* const tl_a208 = tl_row188 + (int64_t)(tl_o107 + tl_c105 + 16);
-    const bool tl_lo209 = tl_rok189 && tl_cok132, tl_hi210 = tl_rok189 && tl_cok133;
-    const bool tl_both211 = tl_lo209 && tl_hi210 && (((uint64_t)tl_a208) & 3) == 0;
-    tl_st_global_if_pair(tl_a208, (uint32_t)r[40] | ((uint32_t)r[41] << 16), tl_both211, tl_lo209 && !tl_both211, tl_hi210 && !tl_both211);
-    uint16_t* const tl_a212 = tl_row194 + (int64_t)(tl_o107 + tl_c105 + 16);
-    const bool tl_lo213 = tl_rok195 && tl_cok132, tl_hi214 = tl_rok195 && tl_cok133;
-    const bool tl_both215 = tl_lo213 && tl_hi214 && (((uint64_t)tl_a212) & 3) == 0;
-    tl_st_global_if_pair(tl_a212, (uint32_t)r[42] | ((uint32_t)r[43] << 16), tl_both215, tl_lo213 && !tl_both215, tl_hi214 && !tl_both215);
-    uint16_t* const tl_a216 = tl_row188 + (int64_t)(tl_o107 + tl_c105 + 24);
-    const bool tl_lo217 = tl_rok189 && tl_cok142, tl_hi218 = tl_rok189 && tl_cok143;
-    const bool tl_both219 = tl_lo217 && tl_hi218 && (((uint64_t)tl_a216) & 3) == 0;
-    tl_st_global_if_pair(tl_a216, (uint32_t)r[44] | ((uint32_t)r[45] << 16), tl_both219, tl_lo217 && !tl_both219, tl_hi218 && !tl_both219);
-    uint16_t* const tl_a220 = tl_row194 + (int64_t)(tl_o107 + tl_c105 + 24);
-    const bool tl_lo221 = tl_rok195 && tl_cok142, tl_hi222 = tl_rok195 && tl_cok143;
-    const bool tl_both223 = tl_lo221 && tl_hi222 && (((uint64_t)tl_a220) & 3) == 0;
-    tl_st_global_if_pair(tl_a220, (uint32_t)r[46] | ((uint32_t)r[47] << 16), tl_both223, tl_lo221 && !tl_both223, tl_hi222 && !tl_both223);
-    uint16_t* const tl_row224 = gc + (int64_t)(tl_o106 + tl_c104 + 48) * (int64_t)(4096);
-    const bool tl_rok225 = (uint32_t)(tl_o106 + tl_c104 + 48) < (uint32_t)(m_size);
-    uint16_t* const tl_a226 = tl_row224 + (int64_t)(tl_o107 + tl_c105);
-    const bool tl_lo227 = tl_rok225 && tl_cok110, tl_hi228 = tl_rok225 && tl_cok111;
-    const bool tl_both229 = tl_lo227 && tl_hi228 && (((uint64_t)tl_a226) & 3) == 0;
-    tl_st_global_if_pair(tl_a226, (uint32_t)r[48] | ((uint32_t)r[49] << 16), tl_both229, tl_lo227 && !tl_both229, tl_hi228 && !tl_both229);
-    uint16_t* const tl_row230 = gc + (int64_t)(tl_o106 + tl_c104 + 56) * (int64_t)(4096);
-    const bool tl_rok231 = (uint32_t)(tl_o106 + tl_c104 + 56) < (uint32_t)(m_size);
-    uint16_t* const tl_a232 = tl_row230 + (int64_t)(tl_o107 + tl_c105);
-    const bool tl_lo233 = tl_rok231 && tl_cok110, tl_hi234 = tl_rok231 && tl_cok111;
-    const bool tl_both235 = tl_lo233 && tl_hi234 && (((uint64_t)tl_a232) & 3) == 0;
-    tl_st_global_if_pair(tl_a232, (uint32_t)r[50] | ((uint32_t)r[51] << 16), tl_both235, tl_lo233 && !tl_both235, tl_hi234 && !tl_both235);
-    uint16_t* const tl_a236 = tl_row224 + (int64_t)(tl_o107 + tl_c105 + 8);
-    const bool tl_lo237 = tl_rok225 && tl_cok122, tl_hi238 = tl_rok225 && tl_cok123;
-    const bool tl_both239 = tl_lo237 && tl_hi238 && (((uint64_t)tl_a236) & 3) == 0;
-    tl_st_global_if_pair(tl_a236, (uint32_t)r[52] | ((uint32_t)r[53] << 16), tl_both239, tl_lo237 && !tl_both239, tl_hi238 && !tl_both239);
-    uint16_t* const tl_a240 = tl_row230 + (int64_t)(tl_o107 + tl_c105 + 8);
-    const bool tl_lo241 = tl_rok231 && tl_cok122, tl_hi242 = tl_rok231 && tl_cok123;
-    const bool tl_both243 = tl_lo241 && tl_hi242 && (((uint64_t)tl_a240) & 3) == 0;
-    tl_st_global_if_pair(tl_a240, (uint32_t)r[54] | ((uint32_t)r[55] << 16), tl_both243, tl_lo241 && !tl_both243, tl_hi242 && !tl_both243);
-    uint16_t* const tl_a244 = tl_row224 + (int64_t)(tl_o107 + tl_c105 + 16);
-    const bool tl_lo245 = tl_rok225 && tl_cok132, tl_hi246 = tl_rok225 && tl_cok133;
-    const bool tl_both247 = tl_lo245 && tl_hi246 && (((uint64_t)tl_a244) & 3) == 0;
-    tl_st_global_if_pair(tl_a244, (uint32_t)r[56] | ((uint32_t)r[57] << 16), tl_both247, tl_lo245 && !tl_both247, tl_hi246 && !tl_both247);
-    uint16_t* const tl_a248 = tl_row230 + (int64_t)(tl_o107 + tl_c105 + 16);
-    const bool tl_lo249 = tl_rok231 && tl_cok132, tl_hi250 = tl_rok231 && tl_cok133;
-    const bool tl_both251 = tl_lo249 && tl_hi250 && (((uint64_t)tl_a248) & 3) == 0;
-    tl_st_global_if_pair(tl_a248, (uint32_t)r[58] | ((uint32_t)r[59] << 16), tl_both251, tl_lo249 && !tl_both251, tl_hi250 && !tl_both251);
-    uint16_t* const tl_a252 = tl_row224 + (int64_t)(tl_o107 + tl_c105 + 24);
-    const bool tl_lo253 = tl_rok225 && tl_cok142, tl_hi254 = tl_rok225 && tl_cok143;
-    const bool tl_both255 = tl_lo253 && tl_hi254 && (((uint64_t)tl_a252) & 3) == 0;
-    tl_st_global_if_pair(tl_a252, (uint32_t)r[60] | ((uint32_t)r[61] << 16), tl_both255, tl_lo253 && !tl_both255, tl_hi254 && !tl_both255);
-    uint16_t* const tl_a256 = tl_row230 + (int64_t)(tl_o107 + tl_c105 + 24);
-    const bool tl_lo257 = tl_rok231 && tl_cok142, tl_hi258 = tl_rok231 && tl_cok143;
-    const bool tl_both259 = tl_lo257 && tl_hi258 && (((uint64_t)tl_a256) & 3) == 0;
-    tl_st_global_if_pair(tl_a256, (uint32_t)r[62] | ((uint32_t)r[63] << 16), tl_both259, tl_lo257 && !tl_both259, tl_hi258 && !tl_both259);
-  }
-}
-// ======== config 6/6: {'block_k': 64, 'block_m': 128, 'block_n': 128} ========
-// Generated by tilus (cuda-codegen-1) from MatmulTMA, config {'block_k': 64, 'block_m': 128, 'block_n': 128}, const args {'k_size': 4096, 'n_size': 4096}.
-// ---- tilus prelude: base ----
-typedef signed char int8_t;
-typedef unsigned char uint8_t;
-typedef short int16_t;
-typedef unsigned short uint16_t;
-typedef int int32_t;
-typedef unsigned int uint32_t;
-typedef long long int64_t;
-typedef unsigned long long uint64_t;
-
-// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value as a
-// __grid_constant__ kernel parameter.
-struct alignas(64) CUtensorMap_t { unsigned long long opaque[16]; };
-
-// Generic pointer -> 32-bit address in the CTA's shared-memory window.
-__device__ __forceinline__ uint32_t tl_smem_addr(const void* p) {
-  uint32_t addr;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
-  return addr;
-}
-// ---- tilus prelude: ldst ----
-
-__device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi) {
-  asm volatile("{ .reg .pred p; .reg .b32 h; .reg .b64 a; setp.ne.b32 p, %2, 0; @p st.global.b32 [%0], %1; setp.ne.b32 p, %3, 0; @p st.global.b16 [%0], %1; shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
-}
-// ---- tilus prelude: mbarrier ----
-
-__device__ __forceinline__ void tl_mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
-               :: "r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void tl_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ uint32_t tl_mbar_try_wait_parity_acquire(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  return done;
-}
-
-__device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parity) {
-  while (!tl_mbar_try_wait_parity_acquire(bar, parity)) {
-  }
-}
-
-__device__ __forceinline__ void tl_fence_mbarrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-// ---- tilus prelude: mma ----
-
-// D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
-__device__ __forceinline__ void tl_mma_m16n8k16_f32_f16(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-// ---- tilus prelude: sync ----
-
-__device__ __forceinline__ uint32_t tl_elect_one(uint32_t mask = 0xffffffffu) {
-  uint32_t pred;
-  asm volatile("{\n\t.reg .pred p;\n\telect.sync _|p, %1;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-               : "=r"(pred) : "r"(mask));
-  return pred;
-}
-// ---- tilus prelude: tma ----
-
-__device__ __forceinline__ void tl_tma_load_2d(uint32_t dst, const CUtensorMap_t* map,
-                                                  uint32_t bar, int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-// ---- tilus codegen helpers ----
-__device__ __forceinline__ uint16_t tl_f2h(float f) {
-  uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-// Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
-template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
-  return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
-}
-
-extern "C" __global__ void __launch_bounds__(128, 1)
-tl_MatmulTMA(
-    int m_size,
-    uint16_t* __restrict__ a_ptr,
-    uint16_t* __restrict__ b_ptr,
-    uint16_t* __restrict__ c_ptr,
-    const __grid_constant__ CUtensorMap_t tl_map0,
-    const __grid_constant__ CUtensorMap_t tl_map1) {
-  extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
-  // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
-  uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
-  const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);
-  if (threadIdx.x == 0) {
-    tl_mbar_init(tl_smem + 32768u, 1);
-    tl_fence_mbarrier_init();
-  }
-  __syncthreads();
-  // matmul_v0.py:51  offset_m: int32 = block_m * self.blockIdx.x
-  int offset_m = (128 * (int)blockIdx.x);
-  // matmul_v0.py:52  offset_n: int32 = block_n * self.blockIdx.y
-  int offset_n = (128 * (int)blockIdx.y);
-  // matmul_v0.py:54  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
-  uint16_t* const ga = (uint16_t*)(a_ptr);
-  // matmul_v0.py:55  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
-  uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v0.py:56  sa = self.shared_tensor(dtype=float16, shape=[block_m, block_k])
-  // %sa: shared bytes [0, 16384)
-  // matmul_v0.py:57  sb = self.shared_tensor(dtype=float16, shape=[block_n, block_k])
-  // %sb: shared bytes [16384, 32768)
-  // matmul_v0.py:58  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
-  // %acc [128, 128]: mma_c layout, 128 per thread, over threads [0, 128)
-  float acc[128];
-  const float tl_v1 = 0.0f;
-#pragma unroll
-  for (int tl_i2 = 0; tl_i2 < 128; ++tl_i2) {
-    acc[tl_i2] = tl_v1;
-  }
-  // matmul_v0.py:61  loaded = self.mbarrier.alloc(counts=[1])
-  // 1 mbarrier(s) at shared offset 32768 (initialized at entry)
-  // matmul_v0.py:62  phase: uint32 = 0
-  uint32_t phase = 0u;
-  // matmul_v0.py:64  for offset_k in range(0, k_size, block_k):
-  for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
-    // matmul_v0.py:65  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
-      tl_mbar_arrive_expect_tx((tl_smem + 32768u), 32768u);
-      // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
-      tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 32768u), (int32_t)(offset_k), (int32_t)(offset_m));
-      // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
-      tl_tma_load_2d(tl_smem + 16384u, &tl_map1, (tl_smem + 32768u), (int32_t)(offset_k), (int32_t)(offset_n));
-      // matmul_v0.py:75  self.mbarrier.wait(loaded[0], phase=phase)
-      tl_mbar_wait_parity((tl_smem + 32768u), (uint32_t)(phase));
-    }
-    // matmul_v0.py:76  self.sync()  # the tiles have landed: let every thread read them
-    __syncthreads();
-    // matmul_v0.py:78  a = self.load_shared(sa)
-    // %a [128, 64]: mma_a layout, 128 per thread, over threads [0, 128)
-    uint16_t a[128];
-    {
-      const int tl_c3 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 64) * 64;
-      const int tl_c4 = ((int)threadIdx.x % 4) * 2;
-      const uint32_t tl_w5 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4) * 2)));
-      a[0] = (uint16_t)(tl_w5 & 0xffffu); a[1] = (uint16_t)(tl_w5 >> 16);
-      const uint32_t tl_w6 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4) * 2)));
-      a[2] = (uint16_t)(tl_w6 & 0xffffu); a[3] = (uint16_t)(tl_w6 >> 16);
-      const uint32_t tl_w7 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 8) * 2)));
-      a[4] = (uint16_t)(tl_w7 & 0xffffu); a[5] = (uint16_t)(tl_w7 >> 16);
-      const uint32_t tl_w8 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 8) * 2)));
-      a[6] = (uint16_t)(tl_w8 & 0xffffu); a[7] = (uint16_t)(tl_w8 >> 16);
-      const uint32_t tl_w9 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 16) * 2)));
-      a[8] = (uint16_t)(tl_w9 & 0xffffu); a[9] = (uint16_t)(tl_w9 >> 16);
-      const uint32_t tl_w10 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 16) * 2)));
-      a[10] = (uint16_t)(tl_w10 & 0xffffu); a[11] = (uint16_t)(tl_w10 >> 16);
-      const uint32_t tl_w11 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 24) * 2)));
-      a[12] = (uint16_t)(tl_w11 & 0xffffu); a[13] = (uint16_t)(tl_w11 >> 16);
-      const uint32_t tl_w12 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 24) * 2)));
-      a[14] = (uint16_t)(tl_w12 & 0xffffu); a[15] = (uint16_t)(tl_w12 >> 16);
-      const uint32_t tl_w13 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 32) * 2)));
-      a[16] = (uint16_t)(tl_w13 & 0xffffu); a[17] = (uint16_t)(tl_w13 >> 16);
-      const uint32_t tl_w14 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 32) * 2)));
-      a[18] = (uint16_t)(tl_w14 & 0xffffu); a[19] = (uint16_t)(tl_w14 >> 16);
-      const uint32_t tl_w15 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 40) * 2)));
-      a[20] = (uint16_t)(tl_w15 & 0xffffu); a[21] = (uint16_t)(tl_w15 >> 16);
-      const uint32_t tl_w16 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 40) * 2)));
-      a[22] = (uint16_t)(tl_w16 & 0xffffu); a[23] = (uint16_t)(tl_w16 >> 16);
-      const uint32_t tl_w17 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 48) * 2)));
-      a[24] = (uint16_t)(tl_w17 & 0xffffu); a[25] = (uint16_t)(tl_w17 >> 16);
-      const uint32_t tl_w18 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 48) * 2)));
-      a[26] = (uint16_t)(tl_w18 & 0xffffu); a[27] = (uint16_t)(tl_w18 >> 16);
-      const uint32_t tl_w19 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3) * 128 + (tl_c4 + 56) * 2)));
-      a[28] = (uint16_t)(tl_w19 & 0xffffu); a[29] = (uint16_t)(tl_w19 >> 16);
-      const uint32_t tl_w20 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 8) * 128 + (tl_c4 + 56) * 2)));
-      a[30] = (uint16_t)(tl_w20 & 0xffffu); a[31] = (uint16_t)(tl_w20 >> 16);
-      const uint32_t tl_w21 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4) * 2)));
-      a[32] = (uint16_t)(tl_w21 & 0xffffu); a[33] = (uint16_t)(tl_w21 >> 16);
-      const uint32_t tl_w22 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4) * 2)));
-      a[34] = (uint16_t)(tl_w22 & 0xffffu); a[35] = (uint16_t)(tl_w22 >> 16);
-      const uint32_t tl_w23 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 8) * 2)));
-      a[36] = (uint16_t)(tl_w23 & 0xffffu); a[37] = (uint16_t)(tl_w23 >> 16);
-      const uint32_t tl_w24 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 8) * 2)));
-      a[38] = (uint16_t)(tl_w24 & 0xffffu); a[39] = (uint16_t)(tl_w24 >> 16);
-      const uint32_t tl_w25 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 16) * 2)));
-      a[40] = (uint16_t)(tl_w25 & 0xffffu); a[41] = (uint16_t)(tl_w25 >> 16);
-      const uint32_t tl_w26 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 16) * 2)));
-      a[42] = (uint16_t)(tl_w26 & 0xffffu); a[43] = (uint16_t)(tl_w26 >> 16);
-      const uint32_t tl_w27 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 24) * 2)));
-      a[44] = (uint16_t)(tl_w27 & 0xffffu); a[45] = (uint16_t)(tl_w27 >> 16);
-      const uint32_t tl_w28 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 24) * 2)));
-      a[46] = (uint16_t)(tl_w28 & 0xffffu); a[47] = (uint16_t)(tl_w28 >> 16);
-      const uint32_t tl_w29 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 32) * 2)));
-      a[48] = (uint16_t)(tl_w29 & 0xffffu); a[49] = (uint16_t)(tl_w29 >> 16);
-      const uint32_t tl_w30 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 32) * 2)));
-      a[50] = (uint16_t)(tl_w30 & 0xffffu); a[51] = (uint16_t)(tl_w30 >> 16);
-      const uint32_t tl_w31 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 40) * 2)));
-      a[52] = (uint16_t)(tl_w31 & 0xffffu); a[53] = (uint16_t)(tl_w31 >> 16);
-      const uint32_t tl_w32 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 40) * 2)));
-      a[54] = (uint16_t)(tl_w32 & 0xffffu); a[55] = (uint16_t)(tl_w32 >> 16);
-      const uint32_t tl_w33 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 48) * 2)));
-      a[56] = (uint16_t)(tl_w33 & 0xffffu); a[57] = (uint16_t)(tl_w33 >> 16);
-      const uint32_t tl_w34 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 48) * 2)));
-      a[58] = (uint16_t)(tl_w34 & 0xffffu); a[59] = (uint16_t)(tl_w34 >> 16);
-      const uint32_t tl_w35 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 16) * 128 + (tl_c4 + 56) * 2)));
-      a[60] = (uint16_t)(tl_w35 & 0xffffu); a[61] = (uint16_t)(tl_w35 >> 16);
-      const uint32_t tl_w36 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 24) * 128 + (tl_c4 + 56) * 2)));
-      a[62] = (uint16_t)(tl_w36 & 0xffffu); a[63] = (uint16_t)(tl_w36 >> 16);
-      const uint32_t tl_w37 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4) * 2)));
-      a[64] = (uint16_t)(tl_w37 & 0xffffu); a[65] = (uint16_t)(tl_w37 >> 16);
-      const uint32_t tl_w38 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4) * 2)));
-      a[66] = (uint16_t)(tl_w38 & 0xffffu); a[67] = (uint16_t)(tl_w38 >> 16);
-      const uint32_t tl_w39 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 8) * 2)));
-      a[68] = (uint16_t)(tl_w39 & 0xffffu); a[69] = (uint16_t)(tl_w39 >> 16);
-      const uint32_t tl_w40 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 8) * 2)));
-      a[70] = (uint16_t)(tl_w40 & 0xffffu); a[71] = (uint16_t)(tl_w40 >> 16);
-      const uint32_t tl_w41 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 16) * 2)));
-      a[72] = (uint16_t)(tl_w41 & 0xffffu); a[73] = (uint16_t)(tl_w41 >> 16);
-      const uint32_t tl_w42 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 16) * 2)));
-      a[74] = (uint16_t)(tl_w42 & 0xffffu); a[75] = (uint16_t)(tl_w42 >> 16);
-      const uint32_t tl_w43 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 24) * 2)));
-      a[76] = (uint16_t)(tl_w43 & 0xffffu); a[77] = (uint16_t)(tl_w43 >> 16);
-      const uint32_t tl_w44 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 24) * 2)));
-      a[78] = (uint16_t)(tl_w44 & 0xffffu); a[79] = (uint16_t)(tl_w44 >> 16);
-      const uint32_t tl_w45 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 32) * 2)));
-      a[80] = (uint16_t)(tl_w45 & 0xffffu); a[81] = (uint16_t)(tl_w45 >> 16);
-      const uint32_t tl_w46 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 32) * 2)));
-      a[82] = (uint16_t)(tl_w46 & 0xffffu); a[83] = (uint16_t)(tl_w46 >> 16);
-      const uint32_t tl_w47 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 40) * 2)));
-      a[84] = (uint16_t)(tl_w47 & 0xffffu); a[85] = (uint16_t)(tl_w47 >> 16);
-      const uint32_t tl_w48 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 40) * 2)));
-      a[86] = (uint16_t)(tl_w48 & 0xffffu); a[87] = (uint16_t)(tl_w48 >> 16);
-      const uint32_t tl_w49 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 48) * 2)));
-      a[88] = (uint16_t)(tl_w49 & 0xffffu); a[89] = (uint16_t)(tl_w49 >> 16);
-      const uint32_t tl_w50 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 48) * 2)));
-      a[90] = (uint16_t)(tl_w50 & 0xffffu); a[91] = (uint16_t)(tl_w50 >> 16);
-      const uint32_t tl_w51 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 32) * 128 + (tl_c4 + 56) * 2)));
-      a[92] = (uint16_t)(tl_w51 & 0xffffu); a[93] = (uint16_t)(tl_w51 >> 16);
-      const uint32_t tl_w52 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 40) * 128 + (tl_c4 + 56) * 2)));
-      a[94] = (uint16_t)(tl_w52 & 0xffffu); a[95] = (uint16_t)(tl_w52 >> 16);
-      const uint32_t tl_w53 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4) * 2)));
-      a[96] = (uint16_t)(tl_w53 & 0xffffu); a[97] = (uint16_t)(tl_w53 >> 16);
-      const uint32_t tl_w54 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4) * 2)));
-      a[98] = (uint16_t)(tl_w54 & 0xffffu); a[99] = (uint16_t)(tl_w54 >> 16);
-      const uint32_t tl_w55 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 8) * 2)));
-      a[100] = (uint16_t)(tl_w55 & 0xffffu); a[101] = (uint16_t)(tl_w55 >> 16);
-      const uint32_t tl_w56 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 8) * 2)));
-      a[102] = (uint16_t)(tl_w56 & 0xffffu); a[103] = (uint16_t)(tl_w56 >> 16);
-      const uint32_t tl_w57 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 16) * 2)));
-      a[104] = (uint16_t)(tl_w57 & 0xffffu); a[105] = (uint16_t)(tl_w57 >> 16);
-      const uint32_t tl_w58 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 16) * 2)));
-      a[106] = (uint16_t)(tl_w58 & 0xffffu); a[107] = (uint16_t)(tl_w58 >> 16);
-      const uint32_t tl_w59 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 24) * 2)));
-      a[108] = (uint16_t)(tl_w59 & 0xffffu); a[109] = (uint16_t)(tl_w59 >> 16);
-      const uint32_t tl_w60 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 24) * 2)));
-      a[110] = (uint16_t)(tl_w60 & 0xffffu); a[111] = (uint16_t)(tl_w60 >> 16);
-      const uint32_t tl_w61 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 32) * 2)));
-      a[112] = (uint16_t)(tl_w61 & 0xffffu); a[113] = (uint16_t)(tl_w61 >> 16);
-      const uint32_t tl_w62 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 32) * 2)));
-      a[114] = (uint16_t)(tl_w62 & 0xffffu); a[115] = (uint16_t)(tl_w62 >> 16);
-      const uint32_t tl_w63 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 40) * 2)));
-      a[116] = (uint16_t)(tl_w63 & 0xffffu); a[117] = (uint16_t)(tl_w63 >> 16);
-      const uint32_t tl_w64 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 40) * 2)));
-      a[118] = (uint16_t)(tl_w64 & 0xffffu); a[119] = (uint16_t)(tl_w64 >> 16);
-      const uint32_t tl_w65 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 48) * 2)));
-      a[120] = (uint16_t)(tl_w65 & 0xffffu); a[121] = (uint16_t)(tl_w65 >> 16);
-      const uint32_t tl_w66 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 48) * 2)));
-      a[122] = (uint16_t)(tl_w66 & 0xffffu); a[123] = (uint16_t)(tl_w66 >> 16);
-      const uint32_t tl_w67 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 48) * 128 + (tl_c4 + 56) * 2)));
-      a[124] = (uint16_t)(tl_w67 & 0xffffu); a[125] = (uint16_t)(tl_w67 >> 16);
-      const uint32_t tl_w68 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(0u + (tl_c3 + 56) * 128 + (tl_c4 + 56) * 2)));
-      a[126] = (uint16_t)(tl_w68 & 0xffffu); a[127] = (uint16_t)(tl_w68 >> 16);
-    }
-    // matmul_v0.py:79  b = self.load_shared(sb)
-    // %b [128, 64]: mma_b layout, 128 per thread, over threads [0, 128)
-    uint16_t b[128];
-    {
-      const int tl_c69 = (((int)threadIdx.x / 4) % 8) + (((int)threadIdx.x / 32) % 2) * 64;
-      const int tl_c70 = ((int)threadIdx.x % 4) * 2;
-      const uint32_t tl_w71 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69) * 128 + (tl_c70) * 2)));
-      b[0] = (uint16_t)(tl_w71 & 0xffffu); b[1] = (uint16_t)(tl_w71 >> 16);
-      const uint32_t tl_w72 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69) * 128 + (tl_c70 + 8) * 2)));
-      b[2] = (uint16_t)(tl_w72 & 0xffffu); b[3] = (uint16_t)(tl_w72 >> 16);
-      const uint32_t tl_w73 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69) * 128 + (tl_c70 + 16) * 2)));
-      b[4] = (uint16_t)(tl_w73 & 0xffffu); b[5] = (uint16_t)(tl_w73 >> 16);
-      const uint32_t tl_w74 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69) * 128 + (tl_c70 + 24) * 2)));
-      b[6] = (uint16_t)(tl_w74 & 0xffffu); b[7] = (uint16_t)(tl_w74 >> 16);
-      const uint32_t tl_w75 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69) * 128 + (tl_c70 + 32) * 2)));
-      b[8] = (uint16_t)(tl_w75 & 0xffffu); b[9] = (uint16_t)(tl_w75 >> 16);
-      const uint32_t tl_w76 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69) * 128 + (tl_c70 + 40) * 2)));
-      b[10] = (uint16_t)(tl_w76 & 0xffffu); b[11] = (uint16_t)(tl_w76 >> 16);
-      const uint32_t tl_w77 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69) * 128 + (tl_c70 + 48) * 2)));
-      b[12] = (uint16_t)(tl_w77 & 0xffffu); b[13] = (uint16_t)(tl_w77 >> 16);
-      const uint32_t tl_w78 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69) * 128 + (tl_c70 + 56) * 2)));
-      b[14] = (uint16_t)(tl_w78 & 0xffffu); b[15] = (uint16_t)(tl_w78 >> 16);
-      const uint32_t tl_w79 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 8) * 128 + (tl_c70) * 2)));
-      b[16] = (uint16_t)(tl_w79 & 0xffffu); b[17] = (uint16_t)(tl_w79 >> 16);
-      const uint32_t tl_w80 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 8) * 128 + (tl_c70 + 8) * 2)));
-      b[18] = (uint16_t)(tl_w80 & 0xffffu); b[19] = (uint16_t)(tl_w80 >> 16);
-      const uint32_t tl_w81 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 8) * 128 + (tl_c70 + 16) * 2)));
-      b[20] = (uint16_t)(tl_w81 & 0xffffu); b[21] = (uint16_t)(tl_w81 >> 16);
-      const uint32_t tl_w82 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 8) * 128 + (tl_c70 + 24) * 2)));
-      b[22] = (uint16_t)(tl_w82 & 0xffffu); b[23] = (uint16_t)(tl_w82 >> 16);
-      const uint32_t tl_w83 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 8) * 128 + (tl_c70 + 32) * 2)));
-      b[24] = (uint16_t)(tl_w83 & 0xffffu); b[25] = (uint16_t)(tl_w83 >> 16);
-      const uint32_t tl_w84 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 8) * 128 + (tl_c70 + 40) * 2)));
-      b[26] = (uint16_t)(tl_w84 & 0xffffu); b[27] = (uint16_t)(tl_w84 >> 16);
-      const uint32_t tl_w85 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 8) * 128 + (tl_c70 + 48) * 2)));
-      b[28] = (uint16_t)(tl_w85 & 0xffffu); b[29] = (uint16_t)(tl_w85 >> 16);
-      const uint32_t tl_w86 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 8) * 128 + (tl_c70 + 56) * 2)));
-      b[30] = (uint16_t)(tl_w86 & 0xffffu); b[31] = (uint16_t)(tl_w86 >> 16);
-      const uint32_t tl_w87 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 16) * 128 + (tl_c70) * 2)));
-      b[32] = (uint16_t)(tl_w87 & 0xffffu); b[33] = (uint16_t)(tl_w87 >> 16);
-      const uint32_t tl_w88 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 16) * 128 + (tl_c70 + 8) * 2)));
-      b[34] = (uint16_t)(tl_w88 & 0xffffu); b[35] = (uint16_t)(tl_w88 >> 16);
-      const uint32_t tl_w89 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 16) * 128 + (tl_c70 + 16) * 2)));
-      b[36] = (uint16_t)(tl_w89 & 0xffffu); b[37] = (uint16_t)(tl_w89 >> 16);
-      const uint32_t tl_w90 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 16) * 128 + (tl_c70 + 24) * 2)));
-      b[38] = (uint16_t)(tl_w90 & 0xffffu); b[39] = (uint16_t)(tl_w90 >> 16);
-      const uint32_t tl_w91 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 16) * 128 + (tl_c70 + 32) * 2)));
-      b[40] = (uint16_t)(tl_w91 & 0xffffu); b[41] = (uint16_t)(tl_w91 >> 16);
-      const uint32_t tl_w92 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 16) * 128 + (tl_c70 + 40) * 2)));
-      b[42] = (uint16_t)(tl_w92 & 0xffffu); b[43] = (uint16_t)(tl_w92 >> 16);
-      const uint32_t tl_w93 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 16) * 128 + (tl_c70 + 48) * 2)));
-      b[44] = (uint16_t)(tl_w93 & 0xffffu); b[45] = (uint16_t)(tl_w93 >> 16);
-      const uint32_t tl_w94 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 16) * 128 + (tl_c70 + 56) * 2)));
-      b[46] = (uint16_t)(tl_w94 & 0xffffu); b[47] = (uint16_t)(tl_w94 >> 16);
-      const uint32_t tl_w95 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 24) * 128 + (tl_c70) * 2)));
-      b[48] = (uint16_t)(tl_w95 & 0xffffu); b[49] = (uint16_t)(tl_w95 >> 16);
-      const uint32_t tl_w96 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 24) * 128 + (tl_c70 + 8) * 2)));
-      b[50] = (uint16_t)(tl_w96 & 0xffffu); b[51] = (uint16_t)(tl_w96 >> 16);
-      const uint32_t tl_w97 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 24) * 128 + (tl_c70 + 16) * 2)));
-      b[52] = (uint16_t)(tl_w97 & 0xffffu); b[53] = (uint16_t)(tl_w97 >> 16);
-      const uint32_t tl_w98 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 24) * 128 + (tl_c70 + 24) * 2)));
-      b[54] = (uint16_t)(tl_w98 & 0xffffu); b[55] = (uint16_t)(tl_w98 >> 16);
-      const uint32_t tl_w99 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 24) * 128 + (tl_c70 + 32) * 2)));
-      b[56] = (uint16_t)(tl_w99 & 0xffffu); b[57] = (uint16_t)(tl_w99 >> 16);
-      const uint32_t tl_w100 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 24) * 128 + (tl_c70 + 40) * 2)));
-      b[58] = (uint16_t)(tl_w100 & 0xffffu); b[59] = (uint16_t)(tl_w100 >> 16);
-      const uint32_t tl_w101 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 24) * 128 + (tl_c70 + 48) * 2)));
-      b[60] = (uint16_t)(tl_w101 & 0xffffu); b[61] = (uint16_t)(tl_w101 >> 16);
-      const uint32_t tl_w102 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 24) * 128 + (tl_c70 + 56) * 2)));
-      b[62] = (uint16_t)(tl_w102 & 0xffffu); b[63] = (uint16_t)(tl_w102 >> 16);
-      const uint32_t tl_w103 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 32) * 128 + (tl_c70) * 2)));
-      b[64] = (uint16_t)(tl_w103 & 0xffffu); b[65] = (uint16_t)(tl_w103 >> 16);
-      const uint32_t tl_w104 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 32) * 128 + (tl_c70 + 8) * 2)));
-      b[66] = (uint16_t)(tl_w104 & 0xffffu); b[67] = (uint16_t)(tl_w104 >> 16);
-      const uint32_t tl_w105 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 32) * 128 + (tl_c70 + 16) * 2)));
-      b[68] = (uint16_t)(tl_w105 & 0xffffu); b[69] = (uint16_t)(tl_w105 >> 16);
-      const uint32_t tl_w106 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 32) * 128 + (tl_c70 + 24) * 2)));
-      b[70] = (uint16_t)(tl_w106 & 0xffffu); b[71] = (uint16_t)(tl_w106 >> 16);
-      const uint32_t tl_w107 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 32) * 128 + (tl_c70 + 32) * 2)));
-      b[72] = (uint16_t)(tl_w107 & 0xffffu); b[73] = (uint16_t)(tl_w107 >> 16);
-      const uint32_t tl_w108 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 32) * 128 + (tl_c70 + 40) * 2)));
-      b[74] = (uint16_t)(tl_w108 & 0xffffu); b[75] = (uint16_t)(tl_w108 >> 16);
-      const uint32_t tl_w109 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 32) * 128 + (tl_c70 + 48) * 2)));
-      b[76] = (uint16_t)(tl_w109 & 0xffffu); b[77] = (uint16_t)(tl_w109 >> 16);
-      const uint32_t tl_w110 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 32) * 128 + (tl_c70 + 56) * 2)));
-      b[78] = (uint16_t)(tl_w110 & 0xffffu); b[79] = (uint16_t)(tl_w110 >> 16);
-      const uint32_t tl_w111 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 40) * 128 + (tl_c70) * 2)));
-      b[80] = (uint16_t)(tl_w111 & 0xffffu); b[81] = (uint16_t)(tl_w111 >> 16);
-      const uint32_t tl_w112 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 40) * 128 + (tl_c70 + 8) * 2)));
-      b[82] = (uint16_t)(tl_w112 & 0xffffu); b[83] = (uint16_t)(tl_w112 >> 16);
-      const uint32_t tl_w113 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 40) * 128 + (tl_c70 + 16) * 2)));
-      b[84] = (uint16_t)(tl_w113 & 0xffffu); b[85] = (uint16_t)(tl_w113 >> 16);
-      const uint32_t tl_w114 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 40) * 128 + (tl_c70 + 24) * 2)));
-      b[86] = (uint16_t)(tl_w114 & 0xffffu); b[87] = (uint16_t)(tl_w114 >> 16);
-      const uint32_t tl_w115 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 40) * 128 + (tl_c70 + 32) * 2)));
-      b[88] = (uint16_t)(tl_w115 & 0xffffu); b[89] = (uint16_t)(tl_w115 >> 16);
-      const uint32_t tl_w116 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 40) * 128 + (tl_c70 + 40) * 2)));
-      b[90] = (uint16_t)(tl_w116 & 0xffffu); b[91] = (uint16_t)(tl_w116 >> 16);
-      const uint32_t tl_w117 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 40) * 128 + (tl_c70 + 48) * 2)));
-      b[92] = (uint16_t)(tl_w117 & 0xffffu); b[93] = (uint16_t)(tl_w117 >> 16);
-      const uint32_t tl_w118 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 40) * 128 + (tl_c70 + 56) * 2)));
-      b[94] = (uint16_t)(tl_w118 & 0xffffu); b[95] = (uint16_t)(tl_w118 >> 16);
-      const uint32_t tl_w119 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 48) * 128 + (tl_c70) * 2)));
-      b[96] = (uint16_t)(tl_w119 & 0xffffu); b[97] = (uint16_t)(tl_w119 >> 16);
-      const uint32_t tl_w120 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 48) * 128 + (tl_c70 + 8) * 2)));
-      b[98] = (uint16_t)(tl_w120 & 0xffffu); b[99] = (uint16_t)(tl_w120 >> 16);
-      const uint32_t tl_w121 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 48) * 128 + (tl_c70 + 16) * 2)));
-      b[100] = (uint16_t)(tl_w121 & 0xffffu); b[101] = (uint16_t)(tl_w121 >> 16);
-      const uint32_t tl_w122 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 48) * 128 + (tl_c70 + 24) * 2)));
-      b[102] = (uint16_t)(tl_w122 & 0xffffu); b[103] = (uint16_t)(tl_w122 >> 16);
-      const uint32_t tl_w123 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 48) * 128 + (tl_c70 + 32) * 2)));
-      b[104] = (uint16_t)(tl_w123 & 0xffffu); b[105] = (uint16_t)(tl_w123 >> 16);
-      const uint32_t tl_w124 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 48) * 128 + (tl_c70 + 40) * 2)));
-      b[106] = (uint16_t)(tl_w124 & 0xffffu); b[107] = (uint16_t)(tl_w124 >> 16);
-      const uint32_t tl_w125 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 48) * 128 + (tl_c70 + 48) * 2)));
-      b[108] = (uint16_t)(tl_w125 & 0xffffu); b[109] = (uint16_t)(tl_w125 >> 16);
-      const uint32_t tl_w126 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 48) * 128 + (tl_c70 + 56) * 2)));
-      b[110] = (uint16_t)(tl_w126 & 0xffffu); b[111] = (uint16_t)(tl_w126 >> 16);
-      const uint32_t tl_w127 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 56) * 128 + (tl_c70) * 2)));
-      b[112] = (uint16_t)(tl_w127 & 0xffffu); b[113] = (uint16_t)(tl_w127 >> 16);
-      const uint32_t tl_w128 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 56) * 128 + (tl_c70 + 8) * 2)));
-      b[114] = (uint16_t)(tl_w128 & 0xffffu); b[115] = (uint16_t)(tl_w128 >> 16);
-      const uint32_t tl_w129 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 56) * 128 + (tl_c70 + 16) * 2)));
-      b[116] = (uint16_t)(tl_w129 & 0xffffu); b[117] = (uint16_t)(tl_w129 >> 16);
-      const uint32_t tl_w130 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 56) * 128 + (tl_c70 + 24) * 2)));
-      b[118] = (uint16_t)(tl_w130 & 0xffffu); b[119] = (uint16_t)(tl_w130 >> 16);
-      const uint32_t tl_w131 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 56) * 128 + (tl_c70 + 32) * 2)));
-      b[120] = (uint16_t)(tl_w131 & 0xffffu); b[121] = (uint16_t)(tl_w131 >> 16);
-      const uint32_t tl_w132 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 56) * 128 + (tl_c70 + 40) * 2)));
-      b[122] = (uint16_t)(tl_w132 & 0xffffu); b[123] = (uint16_t)(tl_w132 >> 16);
-      const uint32_t tl_w133 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 56) * 128 + (tl_c70 + 48) * 2)));
-      b[124] = (uint16_t)(tl_w133 & 0xffffu); b[125] = (uint16_t)(tl_w133 >> 16);
-      const uint32_t tl_w134 = *((const uint32_t*)(tl_smem_ptr + tl_swz<128>(16384u + (tl_c69 + 56) * 128 + (tl_c70 + 56) * 2)));
-      b[126] = (uint16_t)(tl_w134 & 0xffffu); b[127] = (uint16_t)(tl_w134 >> 16);
-    }
-    // matmul_v0.py:80  self.dot(a, b.transpose(), acc, out=acc)
-    // %b_t: the registers of b, dims (1, 0)
-    {
-      float tl_d[4] = {acc[0], acc[1], acc[2], acc[3]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[0] = tl_d[0];
-      acc[1] = tl_d[1];
-      acc[2] = tl_d[2];
-      acc[3] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[4], acc[5], acc[6], acc[7]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[4] = tl_d[0];
-      acc[5] = tl_d[1];
-      acc[6] = tl_d[2];
-      acc[7] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[8], acc[9], acc[10], acc[11]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[8] = tl_d[0];
-      acc[9] = tl_d[1];
-      acc[10] = tl_d[2];
-      acc[11] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[12], acc[13], acc[14], acc[15]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[12] = tl_d[0];
-      acc[13] = tl_d[1];
-      acc[14] = tl_d[2];
-      acc[15] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[16], acc[17], acc[18], acc[19]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[64] | ((uint32_t)b[65] << 16)), ((uint32_t)b[66] | ((uint32_t)b[67] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[68] | ((uint32_t)b[69] << 16)), ((uint32_t)b[70] | ((uint32_t)b[71] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[72] | ((uint32_t)b[73] << 16)), ((uint32_t)b[74] | ((uint32_t)b[75] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[76] | ((uint32_t)b[77] << 16)), ((uint32_t)b[78] | ((uint32_t)b[79] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[16] = tl_d[0];
-      acc[17] = tl_d[1];
-      acc[18] = tl_d[2];
-      acc[19] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[20], acc[21], acc[22], acc[23]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[80] | ((uint32_t)b[81] << 16)), ((uint32_t)b[82] | ((uint32_t)b[83] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[84] | ((uint32_t)b[85] << 16)), ((uint32_t)b[86] | ((uint32_t)b[87] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[88] | ((uint32_t)b[89] << 16)), ((uint32_t)b[90] | ((uint32_t)b[91] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[92] | ((uint32_t)b[93] << 16)), ((uint32_t)b[94] | ((uint32_t)b[95] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[20] = tl_d[0];
-      acc[21] = tl_d[1];
-      acc[22] = tl_d[2];
-      acc[23] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[24], acc[25], acc[26], acc[27]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[96] | ((uint32_t)b[97] << 16)), ((uint32_t)b[98] | ((uint32_t)b[99] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[100] | ((uint32_t)b[101] << 16)), ((uint32_t)b[102] | ((uint32_t)b[103] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[104] | ((uint32_t)b[105] << 16)), ((uint32_t)b[106] | ((uint32_t)b[107] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[108] | ((uint32_t)b[109] << 16)), ((uint32_t)b[110] | ((uint32_t)b[111] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[24] = tl_d[0];
-      acc[25] = tl_d[1];
-      acc[26] = tl_d[2];
-      acc[27] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[28], acc[29], acc[30], acc[31]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[0] | ((uint32_t)a[1] << 16)), ((uint32_t)a[2] | ((uint32_t)a[3] << 16)), ((uint32_t)a[4] | ((uint32_t)a[5] << 16)), ((uint32_t)a[6] | ((uint32_t)a[7] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[112] | ((uint32_t)b[113] << 16)), ((uint32_t)b[114] | ((uint32_t)b[115] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[8] | ((uint32_t)a[9] << 16)), ((uint32_t)a[10] | ((uint32_t)a[11] << 16)), ((uint32_t)a[12] | ((uint32_t)a[13] << 16)), ((uint32_t)a[14] | ((uint32_t)a[15] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[116] | ((uint32_t)b[117] << 16)), ((uint32_t)b[118] | ((uint32_t)b[119] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[16] | ((uint32_t)a[17] << 16)), ((uint32_t)a[18] | ((uint32_t)a[19] << 16)), ((uint32_t)a[20] | ((uint32_t)a[21] << 16)), ((uint32_t)a[22] | ((uint32_t)a[23] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[120] | ((uint32_t)b[121] << 16)), ((uint32_t)b[122] | ((uint32_t)b[123] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[24] | ((uint32_t)a[25] << 16)), ((uint32_t)a[26] | ((uint32_t)a[27] << 16)), ((uint32_t)a[28] | ((uint32_t)a[29] << 16)), ((uint32_t)a[30] | ((uint32_t)a[31] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[124] | ((uint32_t)b[125] << 16)), ((uint32_t)b[126] | ((uint32_t)b[127] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[28] = tl_d[0];
-      acc[29] = tl_d[1];
-      acc[30] = tl_d[2];
-      acc[31] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[32], acc[33], acc[34], acc[35]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[32] = tl_d[0];
-      acc[33] = tl_d[1];
-      acc[34] = tl_d[2];
-      acc[35] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[36], acc[37], acc[38], acc[39]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[36] = tl_d[0];
-      acc[37] = tl_d[1];
-      acc[38] = tl_d[2];
-      acc[39] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[40], acc[41], acc[42], acc[43]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[40] = tl_d[0];
-      acc[41] = tl_d[1];
-      acc[42] = tl_d[2];
-      acc[43] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[44], acc[45], acc[46], acc[47]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[44] = tl_d[0];
-      acc[45] = tl_d[1];
-      acc[46] = tl_d[2];
-      acc[47] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[48], acc[49], acc[50], acc[51]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[64] | ((uint32_t)b[65] << 16)), ((uint32_t)b[66] | ((uint32_t)b[67] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[68] | ((uint32_t)b[69] << 16)), ((uint32_t)b[70] | ((uint32_t)b[71] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[72] | ((uint32_t)b[73] << 16)), ((uint32_t)b[74] | ((uint32_t)b[75] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[76] | ((uint32_t)b[77] << 16)), ((uint32_t)b[78] | ((uint32_t)b[79] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[48] = tl_d[0];
-      acc[49] = tl_d[1];
-      acc[50] = tl_d[2];
-      acc[51] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[52], acc[53], acc[54], acc[55]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[80] | ((uint32_t)b[81] << 16)), ((uint32_t)b[82] | ((uint32_t)b[83] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[84] | ((uint32_t)b[85] << 16)), ((uint32_t)b[86] | ((uint32_t)b[87] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[88] | ((uint32_t)b[89] << 16)), ((uint32_t)b[90] | ((uint32_t)b[91] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[92] | ((uint32_t)b[93] << 16)), ((uint32_t)b[94] | ((uint32_t)b[95] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[52] = tl_d[0];
-      acc[53] = tl_d[1];
-      acc[54] = tl_d[2];
-      acc[55] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[56], acc[57], acc[58], acc[59]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[96] | ((uint32_t)b[97] << 16)), ((uint32_t)b[98] | ((uint32_t)b[99] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[100] | ((uint32_t)b[101] << 16)), ((uint32_t)b[102] | ((uint32_t)b[103] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[104] | ((uint32_t)b[105] << 16)), ((uint32_t)b[106] | ((uint32_t)b[107] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[108] | ((uint32_t)b[109] << 16)), ((uint32_t)b[110] | ((uint32_t)b[111] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[56] = tl_d[0];
-      acc[57] = tl_d[1];
-      acc[58] = tl_d[2];
-      acc[59] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[60], acc[61], acc[62], acc[63]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[32] | ((uint32_t)a[33] << 16)), ((uint32_t)a[34] | ((uint32_t)a[35] << 16)), ((uint32_t)a[36] | ((uint32_t)a[37] << 16)), ((uint32_t)a[38] | ((uint32_t)a[39] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[112] | ((uint32_t)b[113] << 16)), ((uint32_t)b[114] | ((uint32_t)b[115] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[40] | ((uint32_t)a[41] << 16)), ((uint32_t)a[42] | ((uint32_t)a[43] << 16)), ((uint32_t)a[44] | ((uint32_t)a[45] << 16)), ((uint32_t)a[46] | ((uint32_t)a[47] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[116] | ((uint32_t)b[117] << 16)), ((uint32_t)b[118] | ((uint32_t)b[119] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[48] | ((uint32_t)a[49] << 16)), ((uint32_t)a[50] | ((uint32_t)a[51] << 16)), ((uint32_t)a[52] | ((uint32_t)a[53] << 16)), ((uint32_t)a[54] | ((uint32_t)a[55] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[120] | ((uint32_t)b[121] << 16)), ((uint32_t)b[122] | ((uint32_t)b[123] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[56] | ((uint32_t)a[57] << 16)), ((uint32_t)a[58] | ((uint32_t)a[59] << 16)), ((uint32_t)a[60] | ((uint32_t)a[61] << 16)), ((uint32_t)a[62] | ((uint32_t)a[63] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[124] | ((uint32_t)b[125] << 16)), ((uint32_t)b[126] | ((uint32_t)b[127] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[60] = tl_d[0];
-      acc[61] = tl_d[1];
-      acc[62] = tl_d[2];
-      acc[63] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[64], acc[65], acc[66], acc[67]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[64] = tl_d[0];
-      acc[65] = tl_d[1];
-      acc[66] = tl_d[2];
-      acc[67] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[68], acc[69], acc[70], acc[71]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[68] = tl_d[0];
-      acc[69] = tl_d[1];
-      acc[70] = tl_d[2];
-      acc[71] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[72], acc[73], acc[74], acc[75]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[72] = tl_d[0];
-      acc[73] = tl_d[1];
-      acc[74] = tl_d[2];
-      acc[75] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[76], acc[77], acc[78], acc[79]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[76] = tl_d[0];
-      acc[77] = tl_d[1];
-      acc[78] = tl_d[2];
-      acc[79] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[80], acc[81], acc[82], acc[83]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[64] | ((uint32_t)b[65] << 16)), ((uint32_t)b[66] | ((uint32_t)b[67] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[68] | ((uint32_t)b[69] << 16)), ((uint32_t)b[70] | ((uint32_t)b[71] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[72] | ((uint32_t)b[73] << 16)), ((uint32_t)b[74] | ((uint32_t)b[75] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[76] | ((uint32_t)b[77] << 16)), ((uint32_t)b[78] | ((uint32_t)b[79] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[80] = tl_d[0];
-      acc[81] = tl_d[1];
-      acc[82] = tl_d[2];
-      acc[83] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[84], acc[85], acc[86], acc[87]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[80] | ((uint32_t)b[81] << 16)), ((uint32_t)b[82] | ((uint32_t)b[83] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[84] | ((uint32_t)b[85] << 16)), ((uint32_t)b[86] | ((uint32_t)b[87] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[88] | ((uint32_t)b[89] << 16)), ((uint32_t)b[90] | ((uint32_t)b[91] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[92] | ((uint32_t)b[93] << 16)), ((uint32_t)b[94] | ((uint32_t)b[95] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[84] = tl_d[0];
-      acc[85] = tl_d[1];
-      acc[86] = tl_d[2];
-      acc[87] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[88], acc[89], acc[90], acc[91]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[96] | ((uint32_t)b[97] << 16)), ((uint32_t)b[98] | ((uint32_t)b[99] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[100] | ((uint32_t)b[101] << 16)), ((uint32_t)b[102] | ((uint32_t)b[103] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[104] | ((uint32_t)b[105] << 16)), ((uint32_t)b[106] | ((uint32_t)b[107] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[108] | ((uint32_t)b[109] << 16)), ((uint32_t)b[110] | ((uint32_t)b[111] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[88] = tl_d[0];
-      acc[89] = tl_d[1];
-      acc[90] = tl_d[2];
-      acc[91] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[92], acc[93], acc[94], acc[95]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[64] | ((uint32_t)a[65] << 16)), ((uint32_t)a[66] | ((uint32_t)a[67] << 16)), ((uint32_t)a[68] | ((uint32_t)a[69] << 16)), ((uint32_t)a[70] | ((uint32_t)a[71] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[112] | ((uint32_t)b[113] << 16)), ((uint32_t)b[114] | ((uint32_t)b[115] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[72] | ((uint32_t)a[73] << 16)), ((uint32_t)a[74] | ((uint32_t)a[75] << 16)), ((uint32_t)a[76] | ((uint32_t)a[77] << 16)), ((uint32_t)a[78] | ((uint32_t)a[79] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[116] | ((uint32_t)b[117] << 16)), ((uint32_t)b[118] | ((uint32_t)b[119] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[80] | ((uint32_t)a[81] << 16)), ((uint32_t)a[82] | ((uint32_t)a[83] << 16)), ((uint32_t)a[84] | ((uint32_t)a[85] << 16)), ((uint32_t)a[86] | ((uint32_t)a[87] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[120] | ((uint32_t)b[121] << 16)), ((uint32_t)b[122] | ((uint32_t)b[123] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[88] | ((uint32_t)a[89] << 16)), ((uint32_t)a[90] | ((uint32_t)a[91] << 16)), ((uint32_t)a[92] | ((uint32_t)a[93] << 16)), ((uint32_t)a[94] | ((uint32_t)a[95] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[124] | ((uint32_t)b[125] << 16)), ((uint32_t)b[126] | ((uint32_t)b[127] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[92] = tl_d[0];
-      acc[93] = tl_d[1];
-      acc[94] = tl_d[2];
-      acc[95] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[96], acc[97], acc[98], acc[99]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[0] | ((uint32_t)b[1] << 16)), ((uint32_t)b[2] | ((uint32_t)b[3] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[4] | ((uint32_t)b[5] << 16)), ((uint32_t)b[6] | ((uint32_t)b[7] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[8] | ((uint32_t)b[9] << 16)), ((uint32_t)b[10] | ((uint32_t)b[11] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[12] | ((uint32_t)b[13] << 16)), ((uint32_t)b[14] | ((uint32_t)b[15] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[96] = tl_d[0];
-      acc[97] = tl_d[1];
-      acc[98] = tl_d[2];
-      acc[99] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[100], acc[101], acc[102], acc[103]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[16] | ((uint32_t)b[17] << 16)), ((uint32_t)b[18] | ((uint32_t)b[19] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[20] | ((uint32_t)b[21] << 16)), ((uint32_t)b[22] | ((uint32_t)b[23] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[24] | ((uint32_t)b[25] << 16)), ((uint32_t)b[26] | ((uint32_t)b[27] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[28] | ((uint32_t)b[29] << 16)), ((uint32_t)b[30] | ((uint32_t)b[31] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[100] = tl_d[0];
-      acc[101] = tl_d[1];
-      acc[102] = tl_d[2];
-      acc[103] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[104], acc[105], acc[106], acc[107]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[32] | ((uint32_t)b[33] << 16)), ((uint32_t)b[34] | ((uint32_t)b[35] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[36] | ((uint32_t)b[37] << 16)), ((uint32_t)b[38] | ((uint32_t)b[39] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[40] | ((uint32_t)b[41] << 16)), ((uint32_t)b[42] | ((uint32_t)b[43] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[44] | ((uint32_t)b[45] << 16)), ((uint32_t)b[46] | ((uint32_t)b[47] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[104] = tl_d[0];
-      acc[105] = tl_d[1];
-      acc[106] = tl_d[2];
-      acc[107] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[108], acc[109], acc[110], acc[111]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[48] | ((uint32_t)b[49] << 16)), ((uint32_t)b[50] | ((uint32_t)b[51] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[52] | ((uint32_t)b[53] << 16)), ((uint32_t)b[54] | ((uint32_t)b[55] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[56] | ((uint32_t)b[57] << 16)), ((uint32_t)b[58] | ((uint32_t)b[59] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[60] | ((uint32_t)b[61] << 16)), ((uint32_t)b[62] | ((uint32_t)b[63] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[108] = tl_d[0];
-      acc[109] = tl_d[1];
-      acc[110] = tl_d[2];
-      acc[111] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[112], acc[113], acc[114], acc[115]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[64] | ((uint32_t)b[65] << 16)), ((uint32_t)b[66] | ((uint32_t)b[67] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[68] | ((uint32_t)b[69] << 16)), ((uint32_t)b[70] | ((uint32_t)b[71] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[72] | ((uint32_t)b[73] << 16)), ((uint32_t)b[74] | ((uint32_t)b[75] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[76] | ((uint32_t)b[77] << 16)), ((uint32_t)b[78] | ((uint32_t)b[79] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[112] = tl_d[0];
-      acc[113] = tl_d[1];
-      acc[114] = tl_d[2];
-      acc[115] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[116], acc[117], acc[118], acc[119]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[80] | ((uint32_t)b[81] << 16)), ((uint32_t)b[82] | ((uint32_t)b[83] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[84] | ((uint32_t)b[85] << 16)), ((uint32_t)b[86] | ((uint32_t)b[87] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[88] | ((uint32_t)b[89] << 16)), ((uint32_t)b[90] | ((uint32_t)b[91] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[92] | ((uint32_t)b[93] << 16)), ((uint32_t)b[94] | ((uint32_t)b[95] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[116] = tl_d[0];
-      acc[117] = tl_d[1];
-      acc[118] = tl_d[2];
-      acc[119] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[120], acc[121], acc[122], acc[123]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[96] | ((uint32_t)b[97] << 16)), ((uint32_t)b[98] | ((uint32_t)b[99] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[100] | ((uint32_t)b[101] << 16)), ((uint32_t)b[102] | ((uint32_t)b[103] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[104] | ((uint32_t)b[105] << 16)), ((uint32_t)b[106] | ((uint32_t)b[107] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[108] | ((uint32_t)b[109] << 16)), ((uint32_t)b[110] | ((uint32_t)b[111] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[120] = tl_d[0];
-      acc[121] = tl_d[1];
-      acc[122] = tl_d[2];
-      acc[123] = tl_d[3];
-    }
-    {
-      float tl_d[4] = {acc[124], acc[125], acc[126], acc[127]};
-      const uint32_t tl_fa0[4] = {((uint32_t)a[96] | ((uint32_t)a[97] << 16)), ((uint32_t)a[98] | ((uint32_t)a[99] << 16)), ((uint32_t)a[100] | ((uint32_t)a[101] << 16)), ((uint32_t)a[102] | ((uint32_t)a[103] << 16))};
-      const uint32_t tl_fb0[2] = {((uint32_t)b[112] | ((uint32_t)b[113] << 16)), ((uint32_t)b[114] | ((uint32_t)b[115] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa0, tl_fb0);
-      const uint32_t tl_fa1[4] = {((uint32_t)a[104] | ((uint32_t)a[105] << 16)), ((uint32_t)a[106] | ((uint32_t)a[107] << 16)), ((uint32_t)a[108] | ((uint32_t)a[109] << 16)), ((uint32_t)a[110] | ((uint32_t)a[111] << 16))};
-      const uint32_t tl_fb1[2] = {((uint32_t)b[116] | ((uint32_t)b[117] << 16)), ((uint32_t)b[118] | ((uint32_t)b[119] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa1, tl_fb1);
-      const uint32_t tl_fa2[4] = {((uint32_t)a[112] | ((uint32_t)a[113] << 16)), ((uint32_t)a[114] | ((uint32_t)a[115] << 16)), ((uint32_t)a[116] | ((uint32_t)a[117] << 16)), ((uint32_t)a[118] | ((uint32_t)a[119] << 16))};
-      const uint32_t tl_fb2[2] = {((uint32_t)b[120] | ((uint32_t)b[121] << 16)), ((uint32_t)b[122] | ((uint32_t)b[123] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa2, tl_fb2);
-      const uint32_t tl_fa3[4] = {((uint32_t)a[120] | ((uint32_t)a[121] << 16)), ((uint32_t)a[122] | ((uint32_t)a[123] << 16)), ((uint32_t)a[124] | ((uint32_t)a[125] << 16)), ((uint32_t)a[126] | ((uint32_t)a[127] << 16))};
-      const uint32_t tl_fb3[2] = {((uint32_t)b[124] | ((uint32_t)b[125] << 16)), ((uint32_t)b[126] | ((uint32_t)b[127] << 16))};
-      tl_mma_m16n8k16_f32_f16(tl_d, tl_fa3, tl_fb3);
-      acc[124] = tl_d[0];
-      acc[125] = tl_d[1];
-      acc[126] = tl_d[2];
-      acc[127] = tl_d[3];
-    }
-    // matmul_v0.py:81  self.sync()  # everyone is done reading before the next TMA overwrites the tiles
-    __syncthreads();
-    // matmul_v0.py:82  phase ^= 1
-    phase = (phase ^ 1u);
-  }
-  // matmul_v0.py:84  self.free_shared(sa)
-  // free_shared: nothing to do
-  // matmul_v0.py:85  self.free_shared(sb)
-  // free_shared: nothing to do
-  // matmul_v0.py:86  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
-  uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v0.py:87  self.store_global(gc, self.cast(acc, dtype=float16), offsets=[offset_m, offset_n])
-  // %r [128, 128]: mma_c layout, 128 per thread, over threads [0, 128)
-  uint16_t r[128];
-#pragma unroll
-  for (int tl_i135 = 0; tl_i135 < 128; ++tl_i135) {
-    r[tl_i135] = tl_f2h((float)(acc[tl_i135]));
-  }
-  {
-    const int tl_c136 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 64) * 64;
-    const int tl_c137 = ((int)threadIdx.x % 4) * 2 + (((int)threadIdx.x / 32) % 2) * 64;
-    const int tl_o138 = offset_m;
-    const int tl_o139 = offset_n;
-    uint16_t* const tl_row140 = gc + (int64_t)(tl_o138 + tl_c136) * (int64_t)(4096);
-    const bool tl_rok141 = (uint32_t)(tl_o138 + tl_c136) < (uint32_t)(m_size);
-    const bool tl_cok142 = (uint32_t)(tl_o139 + tl_c137) < (uint32_t)(4096);
-    const bool tl_cok143 = (uint32_t)(tl_o139 + tl_c137) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a144 = tl_row140 + (int64_t)(tl_o139 + tl_c137);
-    const bool tl_lo145 = tl_rok141 && tl_cok142, tl_hi146 = tl_rok141 && tl_cok143;
-    const bool tl_both147 = tl_lo145 && tl_hi146 && (((uint64_t)tl_a144) & 3) == 0;
-    tl_st_global_if_pair(tl_a144, (uint32_t)r[0] | ((uint32_t)r[1] << 16), tl_both147, tl_lo145 && !tl_both147, tl_hi146 && !tl_both147);
-    uint16_t* const tl_row148 = gc + (int64_t)(tl_o138 + tl_c136 + 8) * (int64_t)(4096);
-    const bool tl_rok149 = (uint32_t)(tl_o138 + tl_c136 + 8) < (uint32_t)(m_size);
-    uint16_t* const tl_a150 = tl_row148 + (int64_t)(tl_o139 + tl_c137);
-    const bool tl_lo151 = tl_rok149 && tl_cok142, tl_hi152 = tl_rok149 && tl_cok143;
-    const bool tl_both153 = tl_lo151 && tl_hi152 && (((uint64_t)tl_a150) & 3) == 0;
-    tl_st_global_if_pair(tl_a150, (uint32_t)r[2] | ((uint32_t)r[3] << 16), tl_both153, tl_lo151 && !tl_both153, tl_hi152 && !tl_both153);
-    const bool tl_cok154 = (uint32_t)(tl_o139 + tl_c137 + 8) < (uint32_t)(4096);
-    const bool tl_cok155 = (uint32_t)(tl_o139 + tl_c137 + 8) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a156 = tl_row140 + (int64_t)(tl_o139 + tl_c137 + 8);
-    const bool tl_lo157 = tl_rok141 && tl_cok154, tl_hi158 = tl_rok141 && tl_cok155;
-    const bool tl_both159 = tl_lo157 && tl_hi158 && (((uint64_t)tl_a156) & 3) == 0;
-    tl_st_global_if_pair(tl_a156, (uint32_t)r[4] | ((uint32_t)r[5] << 16), tl_both159, tl_lo157 && !tl_both159, tl_hi158 && !tl_both159);
-    uint16_t* const tl_a160 = tl_row148 + (int64_t)(tl_o139 + tl_c137 + 8);
-    const bool tl_lo161 = tl_rok149 && tl_cok154, tl_hi162 = tl_rok149 && tl_cok155;
-    const bool tl_both163 = tl_lo161 && tl_hi162 && (((uint64_t)tl_a160) & 3) == 0;
-    tl_st_global_if_pair(tl_a160, (uint32_t)r[6] | ((uint32_t)r[7] << 16), tl_both163, tl_lo161 && !tl_both163, tl_hi162 && !tl_both163);
-    const bool tl_cok164 = (uint32_t)(tl_o139 + tl_c137 + 16) < (uint32_t)(4096);
-    const bool tl_cok165 = (uint32_t)(tl_o139 + tl_c137 + 16) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a166 = tl_row140 + (int64_t)(tl_o139 + tl_c137 + 16);
-    const bool tl_lo167 = tl_rok141 && tl_cok164, tl_hi168 = tl_rok141 && tl_cok165;
-    const bool tl_both169 = tl_lo167 && tl_hi168 && (((uint64_t)tl_a166) & 3) == 0;
-    tl_st_global_if_pair(tl_a166, (uint32_t)r[8] | ((uint32_t)r[9] << 16), tl_both169, tl_lo167 && !tl_both169, tl_hi168 && !tl_both169);
-    uint16_t* const tl_a170 = tl_row148 + (int64_t)(tl_o139 + tl_c137 + 16);
-    const bool tl_lo171 = tl_rok149 && tl_cok164, tl_hi172 = tl_rok149 && tl_cok165;
-    const bool tl_both173 = tl_lo171 && tl_hi172 && (((uint64_t)tl_a170) & 3) == 0;
-    tl_st_global_if_pair(tl_a170, (uint32_t)r[10] | ((uint32_t)r[11] << 16), tl_both173, tl_lo171 && !tl_both173, tl_hi172 && !tl_both173);
-    const bool tl_cok174 = (uint32_t)(tl_o139 + tl_c137 + 24) < (uint32_t)(4096);
-    const bool tl_cok175 = (uint32_t)(tl_o139 + tl_c137 + 24) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a176 = tl_row140 + (int64_t)(tl_o139 + tl_c137 + 24);
-    const bool tl_lo177 = tl_rok141 && tl_cok174, tl_hi178 = tl_rok141 && tl_cok175;
-    const bool tl_both179 = tl_lo177 && tl_hi178 && (((uint64_t)tl_a176) & 3) == 0;
-    tl_st_global_if_pair(tl_a176, (uint32_t)r[12] | ((uint32_t)r[13] << 16), tl_both179, tl_lo177 && !tl_both179, tl_hi178 && !tl_both179);
-    uint16_t* const tl_a180 = tl_row148 + (int64_t)(tl_o139 + tl_c137 + 24);
-    const bool tl_lo181 = tl_rok149 && tl_cok174, tl_hi182 = tl_rok149 && tl_cok175;
-    const bool tl_both183 = tl_lo181 && tl_hi182 && (((uint64_t)tl_a180) & 3) == 0;
-    tl_st_global_if_pair(tl_a180, (uint32_t)r[14] | ((uint32_t)r[15] << 16), tl_both183, tl_lo181 && !tl_both183, tl_hi182 && !tl_both183);
-    const bool tl_cok184 = (uint32_t)(tl_o139 + tl_c137 + 32) < (uint32_t)(4096);
-    const bool tl_cok185 = (uint32_t)(tl_o139 + tl_c137 + 32) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a186 = tl_row140 + (int64_t)(tl_o139 + tl_c137 + 32);
-    const bool tl_lo187 = tl_rok141 && tl_cok184, tl_hi188 = tl_rok141 && tl_cok185;
-    const bool tl_both189 = tl_lo187 && tl_hi188 && (((uint64_t)tl_a186) & 3) == 0;
-    tl_st_global_if_pair(tl_a186, (uint32_t)r[16] | ((uint32_t)r[17] << 16), tl_both189, tl_lo187 && !tl_both189, tl_hi188 && !tl_both189);
-    uint16_t* const tl_a190 = tl_row148 + (int64_t)(tl_o139 + tl_c137 + 32);
-    const bool tl_lo191 = tl_rok149 && tl_cok184, tl_hi192 = tl_rok149 && tl_cok185;
-    const bool tl_both193 = tl_lo191 && tl_hi192 && (((uint64_t)tl_a190) & 3) == 0;
-    tl_st_global_if_pair(tl_a190, (uint32_t)r[18] | ((uint32_t)r[19] << 16), tl_both193, tl_lo191 && !tl_both193, tl_hi192 && !tl_both193);
-    const bool tl_cok194 = (uint32_t)(tl_o139 + tl_c137 + 40) < (uint32_t)(4096);
-    const bool tl_cok195 = (uint32_t)(tl_o139 + tl_c137 + 40) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a196 = tl_row140 + (int64_t)(tl_o139 + tl_c137 + 40);
-    const bool tl_lo197 = tl_rok141 && tl_cok194, tl_hi198 = tl_rok141 && tl_cok195;
-    const bool tl_both199 = tl_lo197 && tl_hi198 && (((uint64_t)tl_a196) & 3) == 0;
-    tl_st_global_if_pair(tl_a196, (uint32_t)r[20] | ((uint32_t)r[21] << 16), tl_both199, tl_lo197 && !tl_both199, tl_hi198 && !tl_both199);
-    uint16_t* const tl_a200 = tl_row148 + (int64_t)(tl_o139 + tl_c137 + 40);
-    const bool tl_lo201 = tl_rok149 && tl_cok194, tl_hi202 = tl_rok149 && tl_cok195;
-    const bool tl_both203 = tl_lo201 && tl_hi202 && (((uint64_t)tl_a200) & 3) == 0;
-    tl_st_global_if_pair(tl_a200, (uint32_t)r[22] | ((uint32_t)r[23] << 16), tl_both203, tl_lo201 && !tl_both203, tl_hi202 && !tl_both203);
-    const bool tl_cok204 = (uint32_t)(tl_o139 + tl_c137 + 48) < (uint32_t)(4096);
-    const bool tl_cok205 = (uint32_t)(tl_o139 + tl_c137 + 48) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a206 = tl_row140 + (int64_t)(tl_o139 + tl_c137 + 48);
-    const bool tl_lo207 = tl_rok141 && tl_cok204, tl_hi208 = tl_rok141 && tl_cok205;
-    const bool tl_both209 = tl_lo207 && tl_hi208 && (((uint64_t)tl_a206) & 3) == 0;
-    tl_st_global_if_pair(tl_a206, (uint32_t)r[24] | ((uint32_t)r[25] << 16), tl_both209, tl_lo207 && !tl_both209, tl_hi208 && !tl_both209);
-    uint16_t* const tl_a210 = tl_row148 + (int64_t)(tl_o139 + tl_c137 + 48);
-    const bool tl_lo211 = tl_rok149 && tl_cok204, tl_hi212 = tl_rok149 && tl_cok205;
-    const bool tl_both213 = tl_lo211 && tl_hi212 && (((uint64_t)tl_a210) & 3) == 0;
-    tl_st_global_if_pair(tl_a210, (uint32_t)r[26] | ((uint32_t)r[27] << 16), tl_both213, tl_lo211 && !tl_both213, tl_hi212 && !tl_both213);
-    const bool tl_cok214 = (uint32_t)(tl_o139 + tl_c137 + 56) < (uint32_t)(4096);
-    const bool tl_cok215 = (uint32_t)(tl_o139 + tl_c137 + 56) + 1u < (uint32_t)(4096);
-    uint16_t* const tl_a216 = tl_row140 + (int64_t)(tl_o139 + tl_c137 + 56);
-    const bool tl_lo217 = tl_rok141 && tl_cok214, tl_hi218 = tl_rok141 && tl_cok215;
-    const bool tl_both219 = tl_lo217 && tl_hi218 && (((uint64_t)tl_a216) & 3) == 0;
-    tl_st_global_if_pair(tl_a216, (uint32_t)r[28] | ((uint32_t)r[29] << 16), tl_both219, tl_lo217 && !tl_both219, tl_hi218 && !tl_both219);
-    uint16_t* const tl_a220 = tl_row148 + (int64_t)(tl_o139 + tl_c137 + 56);
-    const bool tl_lo221 = tl_rok149 && tl_cok214, tl_hi222 = tl_rok149 && tl_cok215;
-    const bool tl_both223 = tl_lo221 && tl_hi222 && (((uint64_t)tl_a220) & 3) == 0;
-    tl_st_global_if_pair(tl_a220, (uint32_t)r[30] | ((uint32_t)r[31] << 16), tl_both223, tl_lo221 && !tl_both223, tl_hi222 && !tl_both223);
-    uint16_t* const tl_row224 = gc + (int64_t)(tl_o138 + tl_c136 + 16) * (int64_t)(4096);
-    const bool tl_rok225 = (uint32_t)(tl_o138 + tl_c136 + 16) < (uint32_t)(m_size);
-    uint16_t* const tl_a226 = tl_row224 + (int64_t)(tl_o139 + tl_c137);
-    const bool tl_lo227 = tl_rok225 && tl_cok142, tl_hi228 = tl_rok225 && tl_cok143;
-    const bool tl_both229 = tl_lo227 && tl_hi228 && (((uint64_t)tl_a226) & 3) == 0;
-    tl_st_global_if_pair(tl_a226, (uint32_t)r[32] | ((uint32_t)r[33] << 16), tl_both229, tl_lo227 && !tl_both229, tl_hi228 && !tl_both229);
-    uint16_t* const tl_row230 = gc + (int64_t)(tl_o138 + tl_c136 + 24) * (int64_t)(4096);
-    const bool tl_rok231 = (uint32_t)(tl_o138 + tl_c136 + 24) < (uint32_t)(m_size);
-    uint16_t* const tl_a232 = tl_row230 + (int64_t)(tl_o139 + tl_c137);
-    const bool tl_lo233 = tl_rok231 && tl_cok142, tl_hi234 = tl_rok231 && tl_cok143;
-    const bool tl_both235 = tl_lo233 && tl_hi234 && (((uint64_t)tl_a232) & 3) == 0;
-    tl_st_global_if_pair(tl_a232, (uint32_t)r[34] | ((uint32_t)r[35] << 16), tl_both235, tl_lo233 && !tl_both235, tl_hi234 && !tl_both235);
-    uint16_t* const tl_a236 = tl_row224 + (int64_t)(tl_o139 + tl_c137 + 8);
-    const bool tl_lo237 = tl_rok225 && tl_cok154, tl_hi238 = tl_rok225 && tl_cok155;
-    const bool tl_both239 = tl_lo237 && tl_hi238 && (((uint64_t)tl_a236) & 3) == 0;
-    tl_st_global_if_pair(tl_a236, (uint32_t)r[36] | ((uint32_t)r[37] << 16), tl_both239, tl_lo237 && !tl_both239, tl_hi238 && !tl_both239);
-    uint16_t* const tl_a240 = tl_row230 + (int64_t)(tl_o139 + tl_c137 + 8);
-    const bool tl_lo241 = tl_rok231 && tl_cok154, tl_hi242 = tl_rok231 && tl_cok155;
-    const bool tl_both243 = tl_lo241 && tl_hi242 && (((uint64_t)tl_a240) & 3) == 0;
-    tl_st_global_if_pair(tl_a240, (uint32_t)r[38] | ((uint32_t)r[39] << 16), tl_both243, tl_lo241 && !tl_both243, tl_hi242 && !tl_both243);
-    uint16_t* const tl_a244 = tl_row224 + (int64_t)(tl_o139 + tl_c137 + 16);
-    const bool tl_lo245 = tl_rok225 && tl_cok164, tl_hi246 = tl_rok225 && tl_cok165;
-    const bool tl_both247 = tl_lo245 && tl_hi246 && (((uint64_t)tl_a244) & 3) == 0;
-    tl_st_global_if_pair(tl_a244, (uint32_t)r[40] | ((uint32_t)r[41] << 16), tl_both247, tl_lo245 && !tl_both247, tl_hi246 && !tl_both247);
-    uint16_t* const tl_a248 = tl_row230 + (int64_t)(tl_o139 + tl_c137 + 16);
-    const bool tl_lo249 = tl_rok231 && tl_cok164, tl_hi250 = tl_rok231 && tl_cok165;
-    const bool tl_both251 = tl_lo249 && tl_hi250 && (((uint64_t)tl_a248) & 3) == 0;
-    tl_st_global_if_pair(tl_a248, (uint32_t)r[42] | ((uint32_t)r[43] << 16), tl_both251, tl_lo249 && !tl_both251, tl_hi250 && !tl_both251);
-    uint16_t* const tl_a252 = tl_row224 + (int64_t)(tl_o139 + tl_c137 + 24);
-    const bool tl_lo253 = tl_rok225 && tl_cok174, tl_hi254 = tl_rok225 && tl_cok175;
-    const bool tl_both255 = tl_lo253 && tl_hi254 && (((uint64_t)tl_a252) & 3) == 0;
-    tl_st_global_if_pair(tl_a252, (uint32_t)r[44] | ((uint32_t)r[45] << 16), tl_both255, tl_lo253 && !tl_both255, tl_hi254 && !tl_both255);
-    uint16_t* const tl_a256 = tl_row230 + (int64_t)(tl_o139 + tl_c137 + 24);
-    const bool tl_lo257 = tl_rok231 && tl_cok174, tl_hi258 = tl_rok231 && tl_cok175;
-    const bool tl_both259 = tl_lo257 && tl_hi258 && (((uint64_t)tl_a256) & 3) == 0;
-    tl_st_global_if_pair(tl_a256, (uint32_t)r[46] | ((uint32_t)r[47] << 16), tl_both259, tl_lo257 && !tl_both259, tl_hi258 && !tl_both259);
-    uint16_t* const tl_a260 = tl_row224 + (int64_t)(tl_o139 + tl_c137 + 32);
-    const bool tl_lo261 = tl_rok225 && tl_cok184, tl_hi262 = tl_rok225 && tl_cok185;
-    const bool tl_both263 = tl_lo261 && tl_hi262 && (((uint64_t)tl_a260) & 3) == 0;
-    tl_st_global_if_pair(tl_a260, (uint32_t)r[48] | ((uint32_t)r[49] << 16), tl_both263, tl_lo261 && !tl_both263, tl_hi262 && !tl_both263);
-    uint16_t* const tl_a264 = tl_row230 + (int64_t)(tl_o139 + tl_c137 + 32);
-    const bool tl_lo265 = tl_rok231 && tl_cok184, tl_hi266 = tl_rok231 && tl_cok185;
-    const bool tl_both267 = tl_lo265 && tl_hi266 && (((uint64_t)tl_a264) & 3) == 0;
-    tl_st_global_if_pair(tl_a264, (uint32_t)r[50] | ((uint32_t)r[51] << 16), tl_both267, tl_lo265 && !tl_both267, tl_hi266 && !tl_both267);
-    uint16_t* const tl_a268 = tl_row224 + (int64_t)(tl_o139 + tl_c137 + 40);
-    const bool tl_lo269 = tl_rok225 && tl_cok194, tl_hi270 = tl_rok225 && tl_cok195;
-    const bool tl_both271 = tl_lo269 && tl_hi270 && (((uint64_t)tl_a268) & 3) == 0;
-    tl_st_global_if_pair(tl_a268, (uint32_t)r[52] | ((uint32_t)r[53] << 16), tl_both271, tl_lo269 && !tl_both271, tl_hi270 && !tl_both271);
-    uint16_t* const tl_a272 = tl_row230 + (int64_t)(tl_o139 + tl_c137 + 40);
-    const bool tl_lo273 = tl_rok231 && tl_cok194, tl_hi274 = tl_rok231 && tl_cok195;
-    const bool tl_both275 = tl_lo273 && tl_hi274 && (((uint64_t)tl_a272) & 3) == 0;
-    tl_st_global_if_pair(tl_a272, (uint32_t)r[54] | ((uint32_t)r[55] << 16), tl_both275, tl_lo273 && !tl_both275, tl_hi274 && !tl_both275);
-    uint16_t* const tl_a276 = tl_row224 + (int64_t)(tl_o139 + tl_c137 + 48);
-    const bool tl_lo277 = tl_rok225 && tl_cok204, tl_hi278 = tl_rok225 && tl_cok205;
-    const bool tl_both279 = tl_lo277 && tl_hi278 && (((uint64_t)tl_a276) & 3) == 0;
-    tl_st_global_if_pair(tl_a276, (uint32_t)r[56] | ((uint32_t)r[57] << 16), tl_both279, tl_lo277 && !tl_both279, tl_hi278 && !tl_both279);
-    uint16_t* const tl_a280 = tl_row230 + (int64_t)(tl_o139 + tl_c137 + 48);
-    const bool tl_lo281 = tl_rok231 && tl_cok204, tl_hi282 = tl_rok231 && tl_cok205;
-    const bool tl_both283 = tl_lo281 && tl_hi282 && (((uint64_t)tl_a280) & 3) == 0;
-    tl_st_global_if_pair(tl_a280, (uint32_t)r[58] | ((uint32_t)r[59] << 16), tl_both283, tl_lo281 && !tl_both283, tl_hi282 && !tl_both283);
-    uint16_t* const tl_a284 = tl_row224 + (int64_t)(tl_o139 + tl_c137 + 56);
-    const bool tl_lo285 = tl_rok225 && tl_cok214, tl_hi286 = tl_rok225 && tl_cok215;
-    const bool tl_both287 = tl_lo285 && tl_hi286 && (((uint64_t)tl_a284) & 3) == 0;
-    tl_st_global_if_pair(tl_a284, (uint32_t)r[60] | ((uint32_t)r[61] << 16), tl_both287, tl_lo285 && !tl_both287, tl_hi286 && !tl_both287);
-    uint16_t* const tl_a288 = tl_row230 + (int64_t)(tl_o139 + tl_c137 + 56);
-    const bool tl_lo289 = tl_rok231 && tl_cok214, tl_hi290 = tl_rok231 && tl_cok215;
-    const bool tl_both291 = tl_lo289 && tl_hi290 && (((uint64_t)tl_a288) & 3) == 0;
-    tl_st_global_if_pair(tl_a288, (uint32_t)r[62] | ((uint32_t)r[63] << 16), tl_both291, tl_lo289 && !tl_both291, tl_hi290 && !tl_both291);
-    uint16_t* const tl_row292 = gc + (int64_t)(tl_o138 + tl_c136 + 32) * (int64_t)(4096);
-    const bool tl_rok293 = (uint32_t)(tl_o138 + tl_c136 + 32) < (uint32_t)(m_size);
-    uint16_t* const tl_a294 = tl_row292 + (int64_t)(tl_o139 + tl_c137);
-    const bool tl_lo295 = tl_rok293 && tl_cok142, tl_hi296 = tl_rok293 && tl_cok143;
-    const bool tl_both297 = tl_lo295 && tl_hi296 && (((uint64_t)tl_a294) & 3) == 0;
-    tl_st_global_if_pair(tl_a294, (uint32_t)r[64] | ((uint32_t)r[65] << 16), tl_both297, tl_lo295 && !tl_both297, tl_hi296 && !tl_both297);
-    uint16_t* const tl_row298 = gc + (int64_t)(tl_o138 + tl_c136 + 40) * (int64_t)(4096);
-    const bool tl_rok299 = (uint32_t)(tl_o138 + tl_c136 + 40) < (uint32_t)(m_size);
-    uint16_t* const tl_a300 = tl_row298 + (int64_t)(tl_o139 + tl_c137);
-    const bool tl_lo301 = tl_rok299 && tl_cok142, tl_hi302 = tl_rok299 && tl_cok143;
-    const bool tl_both303 = tl_lo301 && tl_hi302 && (((uint64_t)tl_a300) & 3) == 0;
-    tl_st_global_if_pair(tl_a300, (uint32_t)r[66] | ((uint32_t)r[67] << 16), tl_both303, tl_lo301 && !tl_both303, tl_hi302 && !tl_both303);
-    uint16_t* const tl_a304 = tl_row292 + (int64_t)(tl_o139 + tl_c137 + 8);
-    const bool tl_lo305 = tl_rok293 && tl_cok154, tl_hi306 = tl_rok293 && tl_cok155;
-    const bool tl_both307 = tl_lo305 && tl_hi306 && (((uint64_t)tl_a304) & 3) == 0;
-    tl_st_global_if_pair(tl_a304, (uint32_t)r[68] | ((uint32_t)r[69] << 16), tl_both307, tl_lo305 && !tl_both307, tl_hi306 && !tl_both307);
-    uint16_t* const tl_a308 = tl_row298 + (int64_t)(tl_o139 + tl_c137 + 8);
-    const bool tl_lo309 = tl_rok299 && tl_cok154, tl_hi310 = tl_rok299 && tl_cok155;
-    const bool tl_both311 = tl_lo309 && tl_hi310 && (((uint64_t)tl_a308) & 3) == 0;
-    tl_st_global_if_pair(tl_a308, (uint32_t)r[70] | ((uint32_t)r[71] << 16), tl_both311, tl_lo309 && !tl_both311, tl_hi310 && !tl_both311);
-    uint16_t* const tl_a312 = tl_row292 + (int64_t)(tl_o139 + tl_c137 + 16);
-    const bool tl_lo313 = tl_rok293 && tl_cok164, tl_hi314 = tl_rok293 && tl_cok165;
-    const bool tl_both315 = tl_lo313 && tl_hi314 && (((uint64_t)tl_a312) & 3) == 0;
-    tl_st_global_if_pair(tl_a312, (uint32_t)r[72] | ((uint32_t)r[73] << 16), tl_both315, tl_lo313 && !tl_both315, tl_hi314 && !tl_both315);
-    uint16_t* const tl_a316 = tl_row298 + (int64_t)(tl_o139 + tl_c137 + 16);
-    const bool tl_lo317 = tl_rok299 && tl_cok164, tl_hi318 = tl_rok299 && tl_cok165;
-    const bool tl_both319 = tl_lo317 && tl_hi318 && (((uint64_t)tl_a316) & 3) == 0;
-    tl_st_global_if_pair(tl_a316, (uint32_t)r[74] | ((uint32_t)r[75] << 16), tl_both319, tl_lo317 && !tl_both319, tl_hi318 && !tl_both319);
-    uint16_t* const tl_a320 = tl_row292 + (int64_t)(tl_o139 + tl_c137 + 24);
-    const bool tl_lo321 = tl_rok293 && tl_cok174, tl_hi322 = tl_rok293 && tl_cok175;
-    const bool tl_both323 = tl_lo321 && tl_hi322 && (((uint64_t)tl_a320) & 3) == 0;
-    tl_st_global_if_pair(tl_a320, (uint32_t)r[76] | ((uint32_t)r[77] << 16), tl_both323, tl_lo321 && !tl_both323, tl_hi322 && !tl_both323);
-    uint16_t* const tl_a324 = tl_row298 + (int64_t)(tl_o139 + tl_c137 + 24);
-    const bool tl_lo325 = tl_rok299 && tl_cok174, tl_hi326 = tl_rok299 && tl_cok175;
-    const bool tl_both327 = tl_lo325 && tl_hi326 && (((uint64_t)tl_a324) & 3) == 0;
-    tl_st_global_if_pair(tl_a324, (uint32_t)r[78] | ((uint32_t)r[79] << 16), tl_both327, tl_lo325 && !tl_both327, tl_hi326 && !tl_both327);
-    uint16_t* const tl_a328 = tl_row292 + (int64_t)(tl_o139 + tl_c137 + 32);
-    const bool tl_lo329 = tl_rok293 && tl_cok184, tl_hi330 = tl_rok293 && tl_cok185;
-    const bool tl_both331 = tl_lo329 && tl_hi330 && (((uint64_t)tl_a328) & 3) == 0;
-    tl_st_global_if_pair(tl_a328, (uint32_t)r[80] | ((uint32_t)r[81] << 16), tl_both331, tl_lo329 && !tl_both331, tl_hi330 && !tl_both331);
-    uint16_t* const tl_a332 = tl_row298 + (int64_t)(tl_o139 + tl_c137 + 32);
-    const bool tl_lo333 = tl_rok299 && tl_cok184, tl_hi334 = tl_rok299 && tl_cok185;
-    const bool tl_both335 = tl_lo333 && tl_hi334 && (((uint64_t)tl_a332) & 3) == 0;
-    tl_st_global_if_pair(tl_a332, (uint32_t)r[82] | ((uint32_t)r[83] << 16), tl_both335, tl_lo333 && !tl_both335, tl_hi334 && !tl_both335);
-    uint16_t* const tl_a336 = tl_row292 + (int64_t)(tl_o139 + tl_c137 + 40);
-    const bool tl_lo337 = tl_rok293 && tl_cok194, tl_hi338 = tl_rok293 && tl_cok195;
-    const bool tl_both339 = tl_lo337 && tl_hi338 && (((uint64_t)tl_a336) & 3) == 0;
-    tl_st_global_if_pair(tl_a336, (uint32_t)r[84] | ((uint32_t)r[85] << 16), tl_both339, tl_lo337 && !tl_both339, tl_hi338 && !tl_both339);
-    uint16_t* const tl_a340 = tl_row298 + (int64_t)(tl_o139 + tl_c137 + 40);
-    const bool tl_lo341 = tl_rok299 && tl_cok194, tl_hi342 = tl_rok299 && tl_cok195;
-    const bool tl_both343 = tl_lo341 && tl_hi342 && (((uint64_t)tl_a340) & 3) == 0;
-    tl_st_global_if_pair(tl_a340, (uint32_t)r[86] | ((uint32_t)r[87] << 16), tl_both343, tl_lo341 && !tl_both343, tl_hi342 && !tl_both343);
-    uint16_t* const tl_a344 = tl_row292 + (int64_t)(tl_o139 + tl_c137 + 48);
-    const bool tl_lo345 = tl_rok293 && tl_cok204, tl_hi346 = tl_rok293 && tl_cok205;
-    const bool tl_both347 = tl_lo345 && tl_hi346 && (((uint64_t)tl_a344) & 3) == 0;
-    tl_st_global_if_pair(tl_a344, (uint32_t)r[88] | ((uint32_t)r[89] << 16), tl_both347, tl_lo345 && !tl_both347, tl_hi346 && !tl_both347);
-    uint16_t* const tl_a348 = tl_row298 + (int64_t)(tl_o139 + tl_c137 + 48);
-    const bool tl_lo349 = tl_rok299 && tl_cok204, tl_hi350 = tl_rok299 && tl_cok205;
-    const bool tl_both351 = tl_lo349 && tl_hi350 && (((uint64_t)tl_a348) & 3) == 0;
-    tl_st_global_if_pair(tl_a348, (uint32_t)r[90] | ((uint32_t)r[91] << 16), tl_both351, tl_lo349 && !tl_both351, tl_hi350 && !tl_both351);
-    uint16_t* const tl_a352 = tl_row292 + (int64_t)(tl_o139 + tl_c137 + 56);
-    const bool tl_lo353 = tl_rok293 && tl_cok214, tl_hi354 = tl_rok293 && tl_cok215;
-    const bool tl_both355 = tl_lo353 && tl_hi354 && (((uint64_t)tl_a352) & 3) == 0;
-    tl_st_global_if_pair(tl_a352, (uint32_t)r[92] | ((uint32_t)r[93] << 16), tl_both355, tl_lo353 && !tl_both355, tl_hi354 && !tl_both355);
-    uint16_t* const tl_a356 = tl_row298 + (int64_t)(tl_o139 + tl_c137 + 56);
-    const bool tl_lo357 = tl_rok299 && tl_cok214, tl_hi358 = tl_rok299 && tl_cok215;
-    const bool tl_both359 = tl_lo357 && tl_hi358 && (((uint64_t)tl_a356) & 3) == 0;
-    tl_st_global_if_pair(tl_a356, (uint32_t)r[94] | ((uint32_t)r[95] << 16), tl_both359, tl_lo357 && !tl_both359, tl_hi358 && !tl_both359);
-    uint16_t* const tl_row360 = gc + (int64_t)(tl_o138 + tl_c136 + 48) * (int64_t)(4096);
-    const bool tl_rok361 = (uint32_t)(tl_o138 + tl_c136 + 48) < (uint32_t)(m_size);
-    uint16_t* const tl_a362 = tl_row360 + (int64_t)(tl_o139 + tl_c137);
-    const bool tl_lo363 = tl_rok361 && tl_cok142, tl_hi364 = tl_rok361 && tl_cok143;
-    const bool tl_both365 = tl_lo363 && tl_hi364 && (((uint64_t)tl_a362) & 3) == 0;
-    tl_st_global_if_pair(tl_a362, (uint32_t)r[96] | ((uint32_t)r[97] << 16), tl_both365, tl_lo363 && !tl_both365, tl_hi364 && !tl_both365);
-    uint16_t* const tl_row366 = gc + (int64_t)(tl_o138 + tl_c136 + 56) * (int64_t)(4096);
-    const bool tl_rok367 = (uint32_t)(tl_o138 + tl_c136 + 56) < (uint32_t)(m_size);
-    uint16_t* const tl_a368 = tl_row366 + (int64_t)(tl_o139 + tl_c137);
-    const bool tl_lo369 = tl_rok367 && tl_cok142, tl_hi370 = tl_rok367 && tl_cok143;
-    const bool tl_both371 = tl_lo369 && tl_hi370 && (((uint64_t)tl_a368) & 3) == 0;
-    tl_st_global_if_pair(tl_a368, (uint32_t)r[98] | ((uint32_t)r[99] << 16), tl_both371, tl_lo369 && !tl_both371, tl_hi370 && !tl_both371);
-    uint16_t* const tl_a372 = tl_row360 + (int64_t)(tl_o139 + tl_c137 + 8);
-    const bool tl_lo373 = tl_rok361 && tl_cok154, tl_hi374 = tl_rok361 && tl_cok155;
-    const bool tl_both375 = tl_lo373 && tl_hi374 && (((uint64_t)tl_a372) & 3) == 0;
-    tl_st_global_if_pair(tl_a372, (uint32_t)r[100] | ((uint32_t)r[101] << 16), tl_both375, tl_lo373 && !tl_both375, tl_hi374 && !tl_both375);
-    uint16_t* const tl_a376 = tl_row366 + (int64_t)(tl_o139 + tl_c137 + 8);
-    const bool tl_lo377 = tl_rok367 && tl_cok154, tl_hi378 = tl_rok367 && tl_cok155;
-    const bool tl_both379 = tl_lo377 && tl_hi378 && (((uint64_t)tl_a376) & 3) == 0;
-    tl_st_global_if_pair(tl_a376, (uint32_t)r[102] | ((uint32_t)r[103] << 16), tl_both379, tl_lo377 && !tl_both379, tl_hi378 && !tl_both379);
-    uint16_t* const tl_a380 = tl_row360 + (int64_t)(tl_o139 + tl_c137 + 16);
-    const bool tl_lo381 = tl_rok361 && tl_cok164, tl_hi382 = tl_rok361 && tl_cok165;
-    const bool tl_both383 = tl_lo381 && tl_hi382 && (((uint64_t)tl_a380) & 3) == 0;
-    tl_st_global_if_pair(tl_a380, (uint32_t)r[104] | ((uint32_t)r[105] << 16), tl_both383, tl_lo381 && !tl_both383, tl_hi382 && !tl_both383);
-    uint16_t* const tl_a384 = tl_row366 + (int64_t)(tl_o139 + tl_c137 + 16);
-    const bool tl_lo385 = tl_rok367 && tl_cok164, tl_hi386 = tl_rok367 && tl_cok165;
-    const bool tl_both387 = tl_lo385 && tl_hi386 && (((uint64_t)tl_a384) & 3) == 0;
-    tl_st_global_if_pair(tl_a384, (uint32_t)r[106] | ((uint32_t)r[107] << 16), tl_both387, tl_lo385 && !tl_both387, tl_hi386 && !tl_both387);
-    uint16_t* const tl_a388 = tl_row360 + (int64_t)(tl_o139 + tl_c137 + 24);
-    const bool tl_lo389 = tl_rok361 && tl_cok174, tl_hi390 = tl_rok361 && tl_cok175;
-    const bool tl_both391 = tl_lo389 && tl_hi390 && (((uint64_t)tl_a388) & 3) == 0;
-    tl_st_global_if_pair(tl_a388, (uint32_t)r[108] | ((uint32_t)r[109] << 16), tl_both391, tl_lo389 && !tl_both391, tl_hi390 && !tl_both391);
-    uint16_t* const tl_a392 = tl_row366 + (int64_t)(tl_o139 + tl_c137 + 24);
-    const bool tl_lo393 = tl_rok367 && tl_cok174, tl_hi394 = tl_rok367 && tl_cok175;
-    const bool tl_both395 = tl_lo393 && tl_hi394 && (((uint64_t)tl_a392) & 3) == 0;
-    tl_st_global_if_pair(tl_a392, (uint32_t)r[110] | ((uint32_t)r[111] << 16), tl_both395, tl_lo393 && !tl_both395, tl_hi394 && !tl_both395);
-    uint16_t* const tl_a396 = tl_row360 + (int64_t)(tl_o139 + tl_c137 + 32);
-    const bool tl_lo397 = tl_rok361 && tl_cok184, tl_hi398 = tl_rok361 && tl_cok185;
-    const bool tl_both399 = tl_lo397 && tl_hi398 && (((uint64_t)tl_a396) & 3) == 0;
-    tl_st_global_if_pair(tl_a396, (uint32_t)r[112] | ((uint32_t)r[113] << 16), tl_both399, tl_lo397 && !tl_both399, tl_hi398 && !tl_both399);
-    uint16_t* const tl_a400 = tl_row366 + (int64_t)(tl_o139 + tl_c137 + 32);
-    const bool tl_lo401 = tl_rok367 && tl_cok184, tl_hi402 = tl_rok367 && tl_cok185;
-    const bool tl_both403 = tl_lo401 && tl_hi402 && (((uint64_t)tl_a400) & 3) == 0;
-    tl_st_global_if_pair(tl_a400, (uint32_t)r[114] | ((uint32_t)r[115] << 16), tl_both403, tl_lo401 && !tl_both403, tl_hi402 && !tl_both403);
-    uint16_t* const tl_a404 = tl_row360 + (int64_t)(tl_o139 + tl_c137 + 40);
-    const bool tl_lo405 = tl_rok361 && tl_cok194, tl_hi406 = tl_rok361 && tl_cok195;
-    const bool tl_both407 = tl_lo405 && tl_hi406 && (((uint64_t)tl_a404) & 3) == 0;
-    tl_st_global_if_pair(tl_a404, (uint32_t)r[116] | ((uint32_t)r[117] << 16), tl_both407, tl_lo405 && !tl_both407, tl_hi406 && !tl_both407);
-    uint16_t* const tl_a408 = tl_row366 + (int64_t)(tl_o139 + tl_c137 + 40);
-    const bool tl_lo409 = tl_rok367 && tl_cok194, tl_hi410 = tl_rok367 && tl_cok195;
-    const bool tl_both411 = tl_lo409 && tl_hi410 && (((uint64_t)tl_a408) & 3) == 0;
-    tl_st_global_if_pair(tl_a408, (uint32_t)r[118] | ((uint32_t)r[119] << 16), tl_both411, tl_lo409 && !tl_both411, tl_hi410 && !tl_both411);
-    uint16_t* const tl_a412 = tl_row360 + (int64_t)(tl_o139 + tl_c137 + 48);
-    const bool tl_lo413 = tl_rok361 && tl_cok204, tl_hi414 = tl_rok361 && tl_cok205;
-    const bool tl_both415 = tl_lo413 && tl_hi414 && (((uint64_t)tl_a412) & 3) == 0;
-    tl_st_global_if_pair(tl_a412, (uint32_t)r[120] | ((uint32_t)r[121] << 16), tl_both415, tl_lo413 && !tl_both415, tl_hi414 && !tl_both415);
-    uint16_t* const tl_a416 = tl_row366 + (int64_t)(tl_o139 + tl_c137 + 48);
-    const bool tl_lo417 = tl_rok367 && tl_cok204, tl_hi418 = tl_rok367 && tl_cok205;
-    const bool tl_both419 = tl_lo417 && tl_hi418 && (((uint64_t)tl_a416) & 3) == 0;
-    tl_st_global_if_pair(tl_a416, (uint32_t)r[122] | ((uint32_t)r[123] << 16), tl_both419, tl_lo417 && !tl_both419, tl_hi418 && !tl_both419);
-    uint16_t* const tl_a420 = tl_row360 + (int64_t)(tl_o139 + tl_c137 + 56);
-    const bool tl_lo421 = tl_rok361 && tl_cok214, tl_hi422 = tl_rok361 && tl_cok215;
-    const bool tl_both423 = tl_lo421 && tl_hi422 && (((uint64_t)tl_a420) & 3) == 0;
-    tl_st_global_if_pair(tl_a420, (uint32_t)r[124] | ((uint32_t)r[125] << 16), tl_both423, tl_lo421 && !tl_both423, tl_hi422 && !tl_both423);
-    uint16_t* const tl_a424 = tl_row366 + (int64_t)(tl_o139 + tl_c137 + 56);
-    const bool tl_lo425 = tl_rok367 && tl_cok214, tl_hi426 = tl_rok367 && tl_cok215;
-    const bool tl_both427 = tl_lo425 && tl_hi426 && (((uint64_t)tl_a424) & 3) == 0;
-    tl_st_global_if_pair(tl_a424, (uint32_t)r[126] | ((uint32_t)r[127] << 16), tl_both427, tl_lo425 && !tl_both427, tl_hi426 && !tl_both427);
   }
 }

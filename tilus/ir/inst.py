@@ -453,7 +453,8 @@ class WgmmaFence(Inst):
 
 @instruction("wgmma_mma", ptx="9.7.15.5.2 wgmma.mma_async")
 class WgmmaMma(Inst):
-    """``d += a @ b`` asynchronously on the tensor cores (a, b in shared memory)."""
+    """``d += a @ b`` asynchronously on the tensor cores (b in shared memory; a in shared
+    memory or, as the A fragment of wgmma.mma_async, in registers)."""
 
     a: TensorVar
     b: TensorVar

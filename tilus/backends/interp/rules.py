@@ -473,17 +473,32 @@ def _scan(task, inst, loc):
     task.env[inst.out] = convert(r, inst.out.dtype)
 
 
+#: K of one mma.sync step for 16-bit operands: a float16 accumulator is rounded once per step
+DOT_F16_STEP = 16
+
+
 @rule(I.Dot)
 def _dot(task, inst, loc):
     a = reg(task, inst.a, loc)
     b = reg(task, inst.b, loc)
     acc_t = inst.out.dtype
-    if inst.a.dtype.is_integer():
+    c = reg(task, inst.c, loc) if inst.c is not None else None
+    if inst.a.dtype.is_integer():  # exact: int64 sums wrapped to the accumulator (int32)
         r = a.astype(np.int64) @ b.astype(np.int64)
+        if c is not None:
+            r = r + c.astype(np.int64)
+    elif acc_t.name == "float16":
+        # mma.sync .f16 accumulation, modelled per m16n8k16 step: the step's 16 products
+        # summed in float32, added to the accumulator, and the sum rounded to float16
+        r = np.zeros(inst.out.shape, np.float16) if c is None else c.astype(np.float16)
+        af, bf = a.astype(np.float32), b.astype(np.float32)
+        for k0 in range(0, a.shape[1], DOT_F16_STEP):
+            step = af[:, k0 : k0 + DOT_F16_STEP] @ bf[k0 : k0 + DOT_F16_STEP]
+            r = (r.astype(np.float32) + step).astype(np.float16)
     else:
         r = a.astype(np.float32) @ b.astype(np.float32)  # tensor cores accumulate in f32
-    if inst.c is not None:
-        r = r + reg(task, inst.c, loc).astype(r.dtype)
+        if c is not None:
+            r = r + c.astype(np.float32)
     task.env[inst.out] = convert(r, acc_t)
 
 

@@ -202,46 +202,51 @@ def mma_c(m: int, n: int, wm: int, wn: int, num_warps: int = 0) -> RegisterLayou
     return RegisterLayout((m, n), threads, locs, "mma_c")
 
 
-def mma_a(m: int, k: int, wm: int, wn: int, num_warps: int = 0) -> RegisterLayout:
-    """The mma.sync m16k16 A fragment (row major), replicated over the ``wn`` warp columns.
+def mma_a(m: int, k: int, wm: int, wn: int, num_warps: int = 0, pack: int = 2) -> RegisterLayout:
+    """The mma.sync A fragment (row major), replicated over the ``wn`` warp columns.
 
-    Half ``h`` of an atom sits at row ``lane/4 + 8*((h/2)%2)``, column
-    ``(lane%4)*2 + h%2 + 8*(h/4)``.
+    ``pack`` elements share a 32-bit register: 2 (16-bit types, m16k16), 4 (8-bit, m16k32) or
+    1 (tf32, m16k8). Element ``h`` of an atom sits at row ``lane/4 + 8*((h/pack)%2)``, column
+    ``(lane%4)*pack + h%pack + 4*pack*(h/(2*pack))`` (PTX ISA, mma.m16n8k{8,16,32} A fragment).
     """
     threads = _rep(num_warps, wm, wn) + (
         Factor(0, wm, m // wm),
         Factor(-1, wn, 0),
         Factor(0, 8, 1),
-        Factor(1, 4, 2),
+        Factor(1, 4, pack),
     )
     locs = (
         Factor(0, m // (16 * wm), 16),
-        Factor(1, k // 16, 16),
-        Factor(1, 2, 8),
+        Factor(1, k // (8 * pack), 8 * pack),
+        Factor(1, 2, 4 * pack),
         Factor(0, 2, 8),
-        Factor(1, 2, 1),
-    )
+    ) + _pack(1, pack)
     return RegisterLayout((m, k), threads, locs, "mma_a")
 
 
-def mma_b(k: int, n: int, wm: int, wn: int, num_warps: int = 0) -> RegisterLayout:
-    """The mma.sync k16n8 B fragment (column major), replicated over the ``wm`` warp rows.
+def mma_b(k: int, n: int, wm: int, wn: int, num_warps: int = 0, pack: int = 2) -> RegisterLayout:
+    """The mma.sync B fragment (column major), replicated over the ``wm`` warp rows.
 
-    Half ``h`` of an atom sits at row (k) ``(lane%4)*2 + h%2 + 8*(h/2)``, column ``lane/4``.
+    Element ``h`` of an atom sits at row (k) ``(lane%4)*pack + h%pack + 4*pack*(h/pack)``,
+    column ``lane/4`` (``pack`` as in :func:`mma_a`).
     """
     threads = _rep(num_warps, wm, wn) + (
         Factor(-1, wm, 0),
         Factor(1, wn, n // wn),
         Factor(1, 8, 1),
-        Factor(0, 4, 2),
+        Factor(0, 4, pack),
     )
     locs = (
         Factor(1, n // (8 * wn), 8),
-        Factor(0, k // 16, 16),
-        Factor(0, 2, 8),
-        Factor(0, 2, 1),
-    )
+        Factor(0, k // (8 * pack), 8 * pack),
+        Factor(0, 2, 4 * pack),
+    ) + _pack(0, pack)
     return RegisterLayout((k, n), threads, locs, "mma_b")
+
+
+def _pack(dim: int, pack: int) -> tuple[Factor, ...]:
+    # the elements sharing a 32-bit register (none for tf32: one element per register)
+    return (Factor(dim, pack, 1),) if pack > 1 else ()
 
 
 def permute(layout: RegisterLayout, dims) -> RegisterLayout:

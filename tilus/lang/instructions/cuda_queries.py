@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from tilus.dtypes import DataType, bfloat16, float16, float32, int8, int32
+from tilus.dtypes import DataType, bfloat16, float16, float32, int8, int32, tfloat32, uint8
 from tilus.errors import TilusError
+from tilus.ir.layout import mma
 from tilus.ir.layout import register as rl
+from tilus.ir.layout.mma import mma_atom, supported_pairs
 from tilus.ir.layout.shared import SharedLayout, choose_swizzle
 from tilus.target import Target, transpile_target
 
@@ -31,12 +33,14 @@ class MmaConfig:
 
 
 _CONFIGS = (
-    MmaConfig("m16n8k16_f16_f16", 16, 8, 16, float16, float16, float16),
+    MmaConfig("m16n8k16_f16_f16", 16, 8, 16, float16, float16, float16, True),
     MmaConfig("m16n8k16_f16_f32", 16, 8, 16, float16, float16, float32, True),
     MmaConfig("m16n8k16_bf16_f32", 16, 8, 16, bfloat16, bfloat16, float32, True),
     MmaConfig("m8n8k16_i8_i32", 8, 8, 16, int8, int8, int32),
     MmaConfig("m16n8k16_i8_i32", 16, 8, 16, int8, int8, int32),
-    MmaConfig("m16n8k32_i8_i32", 16, 8, 32, int8, int8, int32),
+    MmaConfig("m16n8k32_i8_i32", 16, 8, 32, int8, int8, int32, True),
+    MmaConfig("m16n8k32_u8_i32", 16, 8, 32, uint8, uint8, int32, True),
+    MmaConfig("m16n8k8_tf32_f32", 16, 8, 8, tfloat32, tfloat32, float32, True),
 )
 
 
@@ -151,31 +155,27 @@ class CudaQueries:
             TilusError: the dtypes are not lowered (float16/bfloat16 into float32 are), or the
                 tile does not split into m16n8k16 atoms over the warps.
         """
-        cfg = self.atomic_mma_configs.from_dtypes(operand, acc)
-        if not cfg.lowered:
+        cfg = next((c for c in _CONFIGS if c.a == operand and c.c == acc and c.lowered), None)
+        atom = mma_atom(operand, acc)
+        if cfg is None or atom is None:
             raise TilusError(
-                f"dot with {operand} operands into {acc} has no CUDA lowering yet (float16 or "
-                f"bfloat16 into float32 have)"
+                f"dot with {operand} operands into {acc} has no CUDA lowering "
+                f"({supported_pairs()} have)"
             )
-        w = rl.mma_warps(num_warps, m, n)
+        w = mma.choose_warps(num_warps, m, n, k, operand.nbits, acc.nbits)
         if w is None or k % cfg.k:
             raise TilusError(
                 f"dot [{m}, {k}] @ [{k}, {n}] does not tile into mma.sync "
                 f"m{cfg.m}n{cfg.n}k{cfg.k} over {num_warps} warps"
             )
         wm, wn = w
-        return DotConfig(
-            cfg,
-            wm,
-            wn,
-            rl.mma_a(m, k, wm, wn, num_warps),
-            rl.mma_b(k, n, wm, wn, num_warps),
-            rl.mma_c(m, n, wm, wn, num_warps),
-        )
+        return DotConfig(cfg, wm, wn, *atom.layouts(m, n, k, wm, wn, num_warps))
 
     def mma_dot_config(self, operand: DataType, acc: DataType, num_warps: int) -> DotConfig:
         """:meth:`resolve_dot_config` for the smallest tile the warps cover (one atom each)."""
-        cfg = self.atomic_mma_configs.from_dtypes(operand, acc)
+        cfg = next((c for c in _CONFIGS if c.a == operand and c.c == acc and c.lowered), None)
+        if cfg is None:
+            cfg = self.atomic_mma_configs.from_dtypes(operand, acc)
         w = rl.mma_warps(num_warps, 16 * num_warps, 8 * num_warps)
         wm, wn = w if w is not None else (1, 1)
         return self.resolve_dot_config(

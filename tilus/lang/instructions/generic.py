@@ -396,6 +396,14 @@ class GenericInstructions:
             if c.shape != (m, n):
                 raise b.error(f"dot accumulator is {c.type_str()} but a @ b is [{m}, {n}]")
         rdtype = c.dtype if c is not None else out.dtype if out is not None else acc_dtype
+        rdtype = _dtype(b, rdtype)
+        if a.dtype.name == "tfloat32" and rdtype.name != "float32":
+            raise b.error(f"a tfloat32 dot accumulates in float32, got a {rdtype} accumulator")
+        if a.dtype.is_integer() != rdtype.is_integer():
+            raise b.error(
+                f"dot of {a.dtype} operands into a {rdtype} accumulator: integer operands "
+                "accumulate in an integer type and float operands in a float type"
+            )
         if out is None:
             out = b.register(rdtype, (m, n), "r")
         elif out.shape != (m, n):

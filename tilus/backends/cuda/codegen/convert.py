@@ -192,7 +192,7 @@ def cast_code(a: str, sd, dd) -> str:
     """C code converting ``a`` of dtype ``sd`` to ``dd`` (round to nearest even)."""
     if sd == dd:
         return a
-    if dd.name in HALF:
+    if dd.name in HALF or dd.name == "tfloat32":
         return from_float(f"(float)({to_float(a, sd)})", dd)
     if dd.kind == "bool":
         return f"({to_float(a, sd)} != 0)"

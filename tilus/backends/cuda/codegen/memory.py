@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tilus.backends.cuda.codegen import ldmatrix
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen import vector as V
 from tilus.backends.cuda.codegen.scalar import ctype
@@ -284,8 +285,16 @@ def _shared_access(ctx, inst, tile, reg, load: bool):
 
 @rule(I.LoadShared)
 def load_shared(ctx, inst, expr):
-    """Copy a whole shared tile into registers (through the tile's swizzle)."""
+    """Copy a whole shared tile into registers (through the tile's swizzle); into mma.sync
+    operand fragments with ldmatrix where the tile's rows allow it."""
     R.declare(ctx, inst.out)
+    view = ctx.plan.shared[inst.src]
+    plan = ldmatrix.plan_for(R.layout_of(ctx, inst.out), inst.out.dtype.nbits)
+    g = ctx.group
+    if plan is not None and ldmatrix.view_fits(view) and g.begin % 32 == 0 and g.size % 32 == 0:
+        off = shared_offset(ctx, inst.src)
+        ldmatrix.emit_load(ctx, plan, view, off, inst.out, lambda c: _shared_elem(view, c))
+        return
     _shared_access(ctx, inst, inst.src, inst.out, True)
 
 

@@ -103,9 +103,10 @@ def unrolled(ctx, n: int):
     return i
 
 
-def thread_coords(ctx, layout, group) -> list[str]:
-    """Per-dim C expressions of the calling thread's coordinate contribution."""
-    tid = ctx.tid(group)
+def thread_coords(ctx, layout, group, tid: str | None = None) -> list[str]:
+    """Per-dim C expressions of the calling thread's (or thread ``tid``'s) coordinate
+    contribution."""
+    tid = ctx.tid(group) if tid is None else tid
     out = [[] for _ in layout.shape]
     inner = 1
     facs = []

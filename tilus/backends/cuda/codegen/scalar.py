@@ -26,6 +26,7 @@ C_TYPES = {
     "float64": "double",
     "float16": "uint16_t",  # bits; arithmetic goes through float
     "bfloat16": "uint16_t",
+    "tfloat32": "float",  # a float whose low 13 mantissa bits are zero
 }
 HALF = ("float16", "bfloat16")
 
@@ -43,6 +44,13 @@ __device__ __forceinline__ float tl_b2f(uint16_t h) {
 }
 __device__ __forceinline__ uint16_t tl_f2b(float f) {
   uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+// float -> tf32 (10 mantissa bits), round to nearest even like the interpreter; NaN stays NaN
+__device__ __forceinline__ float tl_f2tf(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7f800000u) == 0x7f800000u) return (u & 0x7fffffu) ? __uint_as_float(0x7fc00000u) : f;
+  u += 0xfffu + ((u >> 13) & 1u);
+  return __uint_as_float(u & 0xffffe000u);
 }
 template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 template <class T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
@@ -100,6 +108,8 @@ def from_float(code: str, dtype: DataType) -> str:
         return f"tl_f2h({code})"
     if dtype.name == "bfloat16":
         return f"tl_f2b({code})"
+    if dtype.name == "tfloat32":
+        return f"tl_f2tf({code})"
     return code
 
 

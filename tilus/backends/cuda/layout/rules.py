@@ -13,15 +13,8 @@ from tilus.ir.enums import TensorKind, VarKind
 from tilus.ir.expr import Const, Expr, Var
 from tilus.ir.layout import SharedLayout, choose_swizzle, replicated
 from tilus.ir.layout.derived import broadcast_layout, reduce_layout
-from tilus.ir.layout.register import (
-    blocked,
-    mma_a,
-    mma_b,
-    mma_c,
-    mma_warps,
-    permute,
-    wgmma_acc,
-)
+from tilus.ir.layout.mma import choose_warps, mma_atom, supported_pairs
+from tilus.ir.layout.register import blocked, permute, wgmma_acc
 from tilus.ir.tensor import TensorVar
 
 rule = LAYOUT_RULES.rule
@@ -266,23 +259,32 @@ def _reshape(inf, stmt, inst, g):
 
 @rule(I.Dot)
 def _dot(inf, stmt, inst, g: Group):
-    """mma.sync fragment layouts for a dot's operands and accumulator."""
+    """mma.sync fragment layouts for a dot's operands and accumulator; the warp split is the
+    one with the fewest fragment registers per thread."""
     m, k = inst.a.shape
     n = inst.b.shape[1]
-    if inst.a.dtype.name not in ("float16", "bfloat16") or inst.out.dtype.name != "float32":
+    atom = mma_atom(inst.a.dtype, inst.out.dtype)
+    if atom is None:
         raise err(
             stmt,
-            f"dot on the CUDA backend needs float16/bfloat16 operands and a float32 "
-            f"accumulator (mma.sync), got {inst.a.dtype} -> {inst.out.dtype}",
+            f"dot on the CUDA backend has no mma.sync form for {inst.a.dtype} operands into a "
+            f"{inst.out.dtype} accumulator (it has {supported_pairs()})",
+        )
+    if inst.c is not None and inst.c.dtype != inst.out.dtype:
+        raise err(
+            stmt,
+            f"dot accumulator c is {inst.c.dtype} but the result is {inst.out.dtype}; mma.sync "
+            "accumulates in one dtype",
         )
     if g.size % 32 or g.begin % 32:
         raise err(stmt, "dot (mma.sync) needs a thread group of whole warps")
-    w = mma_warps(g.size // 32, m, n)
-    if w is None or k % 16:
+    nw = g.size // 32
+    w = choose_warps(nw, m, n, k, inst.a.dtype.nbits, inst.out.dtype.nbits)
+    if w is None or k % atom.k:
         raise err(
             stmt,
-            f"dot [{m}, {k}] @ [{k}, {n}] does not tile into mma.sync m16n8k16 over "
-            f"{g.size // 32} warps",
+            f"dot [{m}, {k}] @ [{k}, {n}] does not tile into mma.sync m16n8k{atom.k} over "
+            f"{nw} warps",
         )
     wm, wn = w
     for t in (inst.a, inst.b, inst.out) + ((inst.c,) if inst.c is not None else ()):
@@ -290,10 +292,10 @@ def _dot(inf, stmt, inst, g: Group):
     inf.define(inst.out, g, stmt)
     if inst.c is not None:
         inf.uf.union(inst.out, inst.c)
-    nw = g.size // 32
-    inf.set_anchor(inst.out, mma_c(m, n, wm, wn, nw), stmt)
-    inf.set_anchor(inst.a, mma_a(m, k, wm, wn, nw), stmt)
-    inf.set_anchor(inst.b, mma_b(k, n, wm, wn, nw), stmt)
+    la, lb, lc = atom.layouts(m, n, k, wm, wn, nw)
+    inf.set_anchor(inst.out, lc, stmt)
+    inf.set_anchor(inst.a, la, stmt)
+    inf.set_anchor(inst.b, lb, stmt)
 
 
 @rule(I.WgmmaMma)

@@ -1,8 +1,8 @@
-"""Warp-level MMA family: mma.sync m16n8k16 (f16/bf16 -> f32) and ldmatrix x4 / x4.trans."""
+"""Warp-level MMA family: mma.sync (m16n8k16 16-bit, m16n8k32 8-bit, m16n8k8 tf32) and ldmatrix."""
 
 from __future__ import annotations
 
-from tilus.backends.cuda.ptx.registry import check_operands, register
+from tilus.backends.cuda.ptx.registry import Fragment, check_operands, register
 
 FAMILY = "mma"
 
@@ -50,3 +50,35 @@ LDMATRIX = {
     for num in (1, 2, 4)
     for trans in (False, True)
 }
+
+
+_D_TYPES = {"f32": ("float", "f", 4), "s32": ("int", "r", 4), "f16": ("uint32_t", "r", 2)}
+
+
+def mma_sync(k: int, ab: str, cd: str) -> Fragment:
+    """The wrapper of ``mma.sync.aligned.m16n8k{k}.row.col.{cd}.{ab}.{ab}.{cd}``.
+
+    ``void tl_mma_m16n8k{k}_{cd}_{ab}(D (&d)[n], const uint32_t (&a)[4], const uint32_t (&b)[2])``
+    with D ``float[4]`` (f32), ``int[4]`` (s32) or ``uint32_t[2]`` (f16: two f16x2 pairs):
+    ``d += a @ b`` on the register fragments of the PTX ISA (9.7.14.5.14). The s8/u8 forms have
+    no ``.satfinite``: int32 sums wrap.
+    """
+    if cd not in _D_TYPES:
+        raise ValueError(f"no mma.sync accumulator type {cd!r}")
+    ct, con, nd = _D_TYPES[cd]
+    d = ", ".join(f"%{i}" for i in range(nd))
+    a = ", ".join(f"%{nd + i}" for i in range(4))
+    b = f"%{nd + 4}, %{nd + 5}"
+    asm = f"mma.sync.aligned.m16n8k{k}.row.col.{cd}.{ab}.{ab}.{cd} {{{d}}}, {{{a}}}, {{{b}}}, {{{d}}};"
+    name = f"tl_mma_m16n8k{k}_{cd}_{ab}"
+    outs = ", ".join(f'"+{con}"(d[{i}])' for i in range(nd))
+    text = f"""
+// PTX ISA 9.7.14.5.14 mma.m16n8k{k}: D ({cd}) += A ({ab}, row) * B ({ab}, col)
+__device__ __forceinline__ void {name}({ct} (&d)[{nd}], const uint32_t (&a)[4],
+                                       const uint32_t (&b)[2]) {{
+  asm volatile("{check_operands(asm, nd + 6)}"
+               : {outs}
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}}
+"""
+    return Fragment(name=name, family=FAMILY, text=text.lstrip("\n"))
