@@ -1,0 +1,210 @@
+"""Hopper matmul V7: ping-pong consumer warp groups, 64-row tiles, fp16 and bf16.
+
+``C = A @ B^T`` (fp16 or bf16 in, fp32 accumulate, the input type out). Changes on top of V6:
+
+1. **Ping-pong.** In V6 both consumer warp groups share one C tile (half of its rows each), so
+   both run their epilogue at the same time and the tensor cores idle meanwhile. In V7 each
+   consumer warp group computes whole C tiles of ``block_m x block_n``, the two groups taking
+   alternate tiles of the block's sequence (group 0 the even ones, group 1 the odd ones). The
+   producer fills the ring in sequence order, so a group consumes the ``num_k`` slots of its
+   tile and then skips the other group's ``num_k``. An *order barrier* pair hands the tensor
+   cores from one group to the other: a group starts its mainloop only when the other group has
+   finished its own, so one group's epilogue (cast, shared store, TMA store) runs while the
+   other's WGMMAs run. (It also keeps each group's barrier waits at most one phase ahead of the
+   ring: a group waits for a slot only when every earlier position has been consumed.)
+2. **64-row tiles** (64 x 256 and 64 x 128 per warp group) so that small M (64-256 rows) gives
+   more tiles to spread over the SMs.
+3. **bf16.** ``MatmulV7`` takes fp16 pointers and ``MatmulV7BF16`` bf16 ones; the body is one
+   method (``matmul``) that reads the element type from the class.
+
+Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
+``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
+warp issuing TMA copies, ``setmaxnreg`` (producer 40, consumers 232 registers per thread), and
+an epilogue through shared memory with a TMA store that is waited for only before the group's
+next tile is written into the same shared tile.
+
+Run ``python examples/hopper_matmul/matmul_v7.py``.
+"""
+
+import sys
+
+import harness
+from matmul_v4 import MatmulWGMMAV4, Pipeline
+from matmul_v6 import sm_count
+
+import tilus
+from tilus import SharedTensor, bfloat16, float16, float32, int32, uint32
+from tilus.utils import cdiv
+
+
+# Tiles of one consumer warp group with the deepest ring that fits beside the two C tiles:
+# 128 x 128 (large shapes), 64 x 256 (64-row tiles), 64 x 128 and 64 x 64 (small M: more
+# tiles to spread over the SMs).
+@tilus.autotune(
+    "block_m, block_n, num_stages",
+    [(128, 128, 4), (128, 128, 5), (64, 256, 4), (64, 128, 6), (64, 64, 8)],
+)
+@tilus.autotune("block_k", [64])
+@tilus.autotune("swizzle", [2, 8])
+class MatmulV7(MatmulWGMMAV4):
+    """Persistent ping-pong matmul with TMA-store epilogues (fp16 pointers)."""
+
+    dtype = float16
+
+    def __init__(self, num_stages, block_m, block_n, block_k, swizzle, num_sms=None):
+        super().__init__(num_stages, block_m, block_n, block_k, swizzle)
+        self.num_sms = num_sms if num_sms is not None else sm_count()
+
+    def produce_all(self, pipe, sa, sb, ga, gb, k_size: int, num_m: int32, num_n: int):
+        """The producer warp: every tile of the block in sequence, K tiles in ring order."""
+        for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+            m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+            for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+                pipe.producer_acquire()
+                stage = pipe.producer_stage
+                with self.single_thread():
+                    self.mbarrier.arrive_and_expect_tx(
+                        pipe.producer_barrier(),
+                        transaction_bytes=sa[stage].nbytes + sb[stage].nbytes,
+                    )
+                self.tma.global_to_shared(
+                    src=ga,
+                    dst=sa[stage],
+                    offsets=[m_tile * self.block_m, offset_k],
+                    mbarrier=pipe.producer_barrier(),
+                )
+                self.tma.global_to_shared(
+                    src=gb,
+                    dst=sb[stage],
+                    offsets=[n_tile * self.block_n, offset_k],
+                    mbarrier=pipe.producer_barrier(),
+                )
+                pipe.producer_advance()
+
+    def mainloop_pp(self, pipe, sa: SharedTensor, sb: SharedTensor, acc, num_k: int):
+        """``acc += A_tile @ B_tile^T`` over ``num_k`` ring slots, one WGMMA group in flight
+        (V5's loop on whole tiles)."""
+        prev_stage: int32 = 0
+        for i in self.range(num_k, unroll=self.num_stages):
+            pipe.consumer_acquire()
+            self.wgmma.fence()
+            self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(1)
+            if i > 0:
+                pipe.consumer_release(prev_stage)
+            prev_stage = pipe.consumer_stage
+            pipe.consumer_advance()
+        self.wgmma.wait_group(0)
+        pipe.consumer_release(prev_stage)
+
+    def skip(self, pipe, num_k: int):
+        """Move the consumer position past the other group's ``num_k`` slots."""
+        adv: int32 = pipe.consumer_stage + num_k
+        pipe.consumer_stage = adv % self.num_stages
+        if (adv // self.num_stages) % 2 == 1:
+            pipe.consumer_phase ^= 1
+
+    def consume_all(self, group: int, pipe, order, sa, sb, gc, k_size: int,
+                    num_m: int32, num_n: int):  # fmt: skip
+        """Consumer warp group ``group``: the block's tiles ``group``, ``group + 2``, ..."""
+        bm, bn = self.block_m, self.block_n
+        num_k = cdiv(k_size, self.block_k)
+        order_phase: uint32 = 1 - group  # group 0 starts first
+        sc = self.shared_tensor(dtype=self.dtype, shape=[bm, bn])
+        first = self.blockIdx.x + group * self.num_sms
+        for tile in self.range(first, num_m * num_n, 2 * self.num_sms):
+            m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+            acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            self.mbarrier.wait(order[group], phase=order_phase)  # the other group's turn ended
+            order_phase ^= 1
+            self.mainloop_pp(pipe, sa, sb, acc, num_k)
+            with self.single_thread():
+                self.mbarrier.arrive(order[1 - group])  # hand the tensor cores over
+            self.skip(pipe, num_k)
+            with self.single_thread():  # the previous tile's TMA store has read sc
+                self.tma.wait_group(0, read=True)
+            self.sync()
+            self.store_shared(sc, self.cast(acc, dtype=self.dtype))
+            self.fence.proxy_async(space="shared")  # generic writes visible to TMA
+            self.sync()
+            with self.single_thread():
+                self.tma.shared_to_global(sc, gc, offsets=[m_tile * bm, n_tile * bn])
+                self.tma.commit_group()
+        with self.single_thread():
+            self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+
+    def matmul(self, m_size: int32, n_size: int, k_size: int, a_ptr, b_ptr, c_ptr):
+        """The kernel body, for either element type (``self.dtype``)."""
+        dt, num_stages = self.dtype, self.num_stages
+        block_m, block_n, block_k = self.block_m, self.block_n, self.block_k
+        num_m = cdiv(m_size, block_m)
+        num_n = cdiv(n_size, block_n)
+        num_k = cdiv(k_size, block_k)
+        self.attrs.blocks = min(num_m * num_n, self.num_sms)
+        self.attrs.warps = 12  # two consumer warp groups + a producer warp group
+
+        ga = self.global_view(a_ptr, dtype=dt, shape=[m_size, k_size])
+        gb = self.global_view(b_ptr, dtype=dt, shape=[n_size, k_size])
+        gc = self.global_view(c_ptr, dtype=dt, shape=[m_size, n_size])
+        sa = self.shared_tensor(dtype=dt, shape=[num_stages, block_m, block_k])
+        sb = self.shared_tensor(dtype=dt, shape=[num_stages, block_n, block_k])
+        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=1)
+        order = self.mbarrier.alloc([1, 1])  # order[g]: the other group left the tensor cores
+
+        with self.warp_group(8, 4):  # producer warp group: threads 256-383
+            self.setmaxnreg(40)
+            with self.single_warp(0):
+                self.produce_all(pipe, sa, sb, ga, gb, k_size, num_m, num_n)
+                # drain: wait until the consumers have released every slot still in use
+                mine = cdiv(num_m * num_n - self.blockIdx.x, self.num_sms)  # its tiles
+                for _ in self.range(min(num_stages, mine * num_k)):
+                    pipe.producer_acquire()
+                    pipe.producer_advance()
+
+        with self.warp_group(0, 4):  # consumer warp group 0: the block's even tiles
+            self.setmaxnreg(232)
+            self.consume_all(0, pipe, order, sa, sb, gc, k_size, num_m, num_n)
+        with self.warp_group(4, 4):  # consumer warp group 1: the odd tiles
+            self.setmaxnreg(232)
+            # its first slot is the one after tile 0's num_k slots
+            pipe.consumer_stage = num_k % num_stages
+            pipe.consumer_phase ^= (num_k // num_stages) % 2
+            self.consume_all(1, pipe, order, sa, sb, gc, k_size, num_m, num_n)
+
+    def __call__(
+        self,
+        m_size: int32,
+        n_size: int,
+        k_size: int,
+        a_ptr: ~float16,
+        b_ptr: ~float16,
+        c_ptr: ~float16,
+    ):
+        self.matmul(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr)
+
+
+class MatmulV7BF16(MatmulV7):
+    """:class:`MatmulV7` on bf16 operands (the same space)."""
+
+    dtype = bfloat16
+
+    def __call__(
+        self,
+        m_size: int32,
+        n_size: int,
+        k_size: int,
+        a_ptr: ~bfloat16,
+        b_ptr: ~bfloat16,
+        c_ptr: ~bfloat16,
+    ):
+        self.matmul(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr)
+
+
+def main() -> int:
+    """Check V7 against NumPy and print a table; returns the exit status."""
+    return harness.run(MatmulV7)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
