@@ -134,19 +134,19 @@ class MatmulV7(MatmulWGMMAV4):
         with self.single_thread():
             self.tma.wait_group(0, read=True)  # sc is read: the block may exit
 
-    def matmul(self, m_size: int32, n_size: int, k_size: int, a_ptr, b_ptr, c_ptr):
+    def launch(self, m_size: int32, n_size: int):
+        """Grid and block size (set in ``__call__``, from the parameters themselves)."""
+        num_tiles = cdiv(m_size, self.block_m) * cdiv(n_size, self.block_n)
+        self.attrs.blocks = min(num_tiles, self.num_sms)
+        self.attrs.warps = 12  # two consumer warp groups + a producer warp group
+
+    def matmul(self, m_size: int32, n_size: int, k_size: int, ga, gb, gc):
         """The kernel body, for either element type (``self.dtype``)."""
         dt, num_stages = self.dtype, self.num_stages
         block_m, block_n, block_k = self.block_m, self.block_n, self.block_k
         num_m = cdiv(m_size, block_m)
         num_n = cdiv(n_size, block_n)
         num_k = cdiv(k_size, block_k)
-        self.attrs.blocks = min(num_m * num_n, self.num_sms)
-        self.attrs.warps = 12  # two consumer warp groups + a producer warp group
-
-        ga = self.global_view(a_ptr, dtype=dt, shape=[m_size, k_size])
-        gb = self.global_view(b_ptr, dtype=dt, shape=[n_size, k_size])
-        gc = self.global_view(c_ptr, dtype=dt, shape=[m_size, n_size])
         sa = self.shared_tensor(dtype=dt, shape=[num_stages, block_m, block_k])
         sb = self.shared_tensor(dtype=dt, shape=[num_stages, block_n, block_k])
         pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=1)
@@ -181,7 +181,11 @@ class MatmulV7(MatmulWGMMAV4):
         b_ptr: ~float16,
         c_ptr: ~float16,
     ):
-        self.matmul(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr)
+        self.launch(m_size, n_size)
+        ga = self.global_view(a_ptr, dtype=self.dtype, shape=[m_size, k_size])
+        gb = self.global_view(b_ptr, dtype=self.dtype, shape=[n_size, k_size])
+        gc = self.global_view(c_ptr, dtype=self.dtype, shape=[m_size, n_size])
+        self.matmul(m_size, n_size, k_size, ga, gb, gc)
 
 
 class MatmulV7BF16(MatmulV7):
@@ -198,7 +202,11 @@ class MatmulV7BF16(MatmulV7):
         b_ptr: ~bfloat16,
         c_ptr: ~bfloat16,
     ):
-        self.matmul(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr)
+        self.launch(m_size, n_size)
+        ga = self.global_view(a_ptr, dtype=self.dtype, shape=[m_size, k_size])
+        gb = self.global_view(b_ptr, dtype=self.dtype, shape=[n_size, k_size])
+        gc = self.global_view(c_ptr, dtype=self.dtype, shape=[m_size, n_size])
+        self.matmul(m_size, n_size, k_size, ga, gb, gc)
 
 
 def main() -> int:
