@@ -37,6 +37,7 @@ EXAMPLES = [
     "hopper_matmul/matmul_v4.py",
     "hopper_matmul/matmul_v5.py",
     "hopper_matmul/matmul_v6.py",
+    "hopper_matmul/matmul_v7.py",
 ]
 HELPERS = [
     "example_support.py",
@@ -52,6 +53,7 @@ HOPPER_KERNELS = [
     ("matmul_v4", "MatmulWGMMAV4"),
     ("matmul_v5", "MatmulWGMMAV5"),
     ("matmul_v6", "MatmulWGMMAV6"),
+    ("matmul_v7", "MatmulV7"),
 ]
 # ragged in M, N and K; K spans more tiles than any config has stages, so slots get refilled
 ALL_CONFIGS_SIZE = (200, 320, 392)
