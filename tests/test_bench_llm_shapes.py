@@ -1,4 +1,4 @@
-"""bench/llm_shapes.py: the argument checks and a CPU dry run that builds the kernels."""
+"""bench/llm_shapes.py and bench/sanitize.py: argument checks, a CPU dry run that builds the kernels."""
 
 from __future__ import annotations
 
@@ -42,3 +42,15 @@ def test_dry_run_builds_every_kernel():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("fp16 v5", "fp16 v6", "fp16 v7", "bf16 v7"):
         assert f"{name} m64-4096: built (0 spill bytes" in proc.stdout
+
+
+def test_sanitize_covers_v0_to_v7_and_refuses_unknown_tools():
+    import sanitize
+
+    for name in sanitize.KERNELS:
+        cls = sanitize.kernel_class(name)
+        assert len(cls().configs) > 1, name
+    assert {"v0", "v7", "v7bf16"} <= set(sanitize.KERNELS)
+    with pytest.raises(SystemExit) as info:
+        sanitize.main(["--tools", "leakcheck"])
+    assert info.value.code == 2
