@@ -53,7 +53,6 @@ HOPPER_KERNELS = [
     ("matmul_v4", "MatmulWGMMAV4"),
     ("matmul_v5", "MatmulWGMMAV5"),
     ("matmul_v6", "MatmulWGMMAV6"),
-    ("matmul_v7", "MatmulV7"),
 ]
 # ragged in M, N and K; K spans more tiles than any config has stages, so slots get refilled
 ALL_CONFIGS_SIZE = (200, 320, 392)

@@ -1,5 +1,5 @@
-"""Matmul V7 on the CPU: every config on the interpreter with several tiles per block (both
-consumer groups, in order and shuffled), fp16 and bf16; NVRTC builds without spills."""
+"""Matmul V7 on the CPU: every config on the interpreter with several units per block (both
+consumer groups, in order and shuffled), bf16, and NVRTC builds without spills."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import tilus
 from tests.cuda.conftest import needs_nvrtc
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "hopper_matmul"
-SIZE = (200, 320, 392)  # ragged in M, N and K; more K tiles than any ring has stages
+SIZE = (200, 200, 264)  # ragged in M, N and K (the ring wraps: blocks run several units)
 
 
 def load_v7():
@@ -54,31 +54,37 @@ def _run(kernel, dtype, seed):
 
 @pytest.mark.parametrize("seed", [None, 1], ids=["in-order", "shuffled"])
 def test_every_config_fp16_several_tiles_per_block(v7, seed):
-    # 2 "SMs": each block runs 2-8 tiles, so both consumer groups take turns through the
-    # order barriers and skip each other's ring slots
+    # 2 "SMs": each block runs several units, so both consumer groups take turns through
+    # the order barriers and skip each other's ring slots; M = 200 is 4 tiles of 64 rows,
+    # so the split-K configs split (in 2 parts: one per block)
     _run(v7.MatmulV7(num_sms=2), "float16", seed)
 
 
-def test_every_config_bf16(v7):
-    _run(v7.MatmulV7BF16(num_sms=3), "bfloat16", 2)
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_bf16(v7, split_k):
+    cfg = [c for c in v7.MatmulV7BF16().configs if c["split_k"] == split_k][0]
+    _run(v7.MatmulV7BF16(num_sms=3, **cfg), "bfloat16", 2)
 
 
 def test_the_space_and_the_types(v7):
     configs = v7.MatmulV7().configs
-    assert len(configs) == 10 and v7.MatmulV7BF16().configs == configs
+    assert len(configs) == 12 and v7.MatmulV7BF16().configs == configs
     assert {c["block_m"] for c in configs} == {64, 128}
+    assert {c["split_k"] for c in configs} == {1, 2, 3, 4}
     assert v7.MatmulV7.dtype == tilus.float16 and v7.MatmulV7BF16.dtype == tilus.bfloat16
 
 
 @needs_nvrtc
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp16", "bf16"])
-def test_every_config_builds_without_spills(v7, bf16):
-    # every tile shape and ring depth (swizzle changes only the tile-order arithmetic); bf16
-    # changes only the wgmma type and the cast, so one config is built for it
+def test_builds_without_spills(v7, bf16):
+    # bf16 changes only the wgmma type and the cast: one split-K config is built for it
     cls = v7.MatmulV7BF16 if bf16 else v7.MatmulV7
     dt = tilus.bfloat16 if bf16 else tilus.float16
-    configs = [c for c in cls().configs if c["swizzle"] == 8]
-    for cfg in configs[2:3] if bf16 else configs:
+    # the largest accumulator (128 x 128) and a split-K config (every config builds on the
+    # GPU tier, tests/cuda/test_gpu_matmul_v7.py)
+    configs = [c for c in cls().configs if c["block_n"] == 128 and c["block_m"] == 128][:1]
+    configs += [c for c in cls().configs if c["split_k"] == 4]
+    for cfg in configs[-1:] if bf16 else configs:
         ck = tilus.compile(cls(num_sms=132, **cfg), *SIZE, dt, dt, dt)
         ck = ck[0] if isinstance(ck, list) else ck
         assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)

@@ -1,4 +1,4 @@
-"""Hopper matmul V7: ping-pong consumer warp groups, 64-row tiles, fp16 and bf16.
+"""Hopper matmul V7: ping-pong consumer warp groups, 64-row tiles and split-K, fp16 and bf16.
 
 ``C = A @ B^T`` (fp16 or bf16 in, fp32 accumulate, the input type out). Changes on top of V6:
 
@@ -12,8 +12,15 @@
    finished its own, so one group's epilogue (cast, shared store, TMA store) runs while the
    other's WGMMAs run. (It also keeps each group's barrier waits at most one phase ahead of the
    ring: a group waits for a slot only when every earlier position has been consumed.)
-2. **64-row tiles** (64 x 256 and 64 x 128 per warp group) so that small M (64-256 rows) gives
-   more tiles to spread over the SMs.
+2. **64-row tiles and split-K** for small M (64-256 rows are 1-4 M tiles): with ``split_k``
+   the K tiles of each C tile are cut into up to that many parts, each a work unit of its own
+   (the parts of a tile are consecutive units, so they run on different blocks at the same
+   time). Every part stores its fp32 sums into a workspace (``global_tensor``) and counts
+   itself in with an atomic add (acquire-release, gpu scope) on the tile's counter; the part
+   that counts in last adds the other parts' sums to its own, stores C and sets the counter
+   back to 0 (the counters must be left clean: ``requires_clean=True``). No block waits for
+   another. Split-K is used only when M has at most ``SPLIT_M_TILES`` tiles, so the workspace
+   size is known when the kernel is built; larger M runs the same config unsplit.
 3. **bf16.** ``MatmulV7`` takes fp16 pointers and ``MatmulV7BF16`` bf16 ones; the body is one
    method (``matmul``) that reads the element type from the class.
 
@@ -43,8 +50,10 @@ SPLIT_M_TILES = 4
 
 # (block_m, block_n, num_stages, split_k, swizzle): tiles of one consumer warp group with the
 # deepest ring that fits beside the two C tiles: 128 x 128 and 64 x 256 for large shapes,
-# 64 x 128 and 64 x 64 with split-K for small M (M = 64-256 gives 1-4 M tiles: K split in 2
-# or 4 parts makes enough work units to fill the SMs).
+# 64 x 128 and 64 x 64 for small M, 64 x 64 with K split in 2-4 parts for M = 64-256 (1-4 M
+# tiles; small M streams B, so what counts is work units on every SM). The split-K sums of a
+# 64 x 128 tile (the accumulator and a loaded partial: 128 registers) spill within the 168
+# registers ptxas gives every thread of a 384-thread block, so split-K uses 64 x 64 tiles.
 @tilus.autotune(
     "block_m, block_n, num_stages, split_k, swizzle",
     [
@@ -54,17 +63,18 @@ SPLIT_M_TILES = 4
         (64, 256, 4, 1, 8),
         (64, 256, 4, 1, 2),
         (64, 128, 6, 1, 8),
+        (64, 128, 6, 1, 2),
         (64, 64, 8, 1, 8),
-        (64, 128, 6, 2, 8),
-        (64, 128, 6, 4, 8),
         (64, 64, 8, 2, 8),
+        (64, 64, 8, 2, 2),
+        (64, 64, 8, 3, 8),
         (64, 64, 8, 4, 8),
-        (64, 128, 6, 4, 2),
     ],
 )
 @tilus.autotune("block_k", [64])
 class MatmulV7(MatmulWGMMAV4):
-    """Persistent ping-pong matmul with TMA-store epilogues and split-K (fp16 pointers)."""
+    """Persistent ping-pong matmul with TMA-store epilogues and split-K (fp16 pointers);
+    ``num_sms`` (default: the GPU's SM count) is the number of persistent blocks."""
 
     dtype = float16
 
