@@ -142,8 +142,8 @@ class Driver:
     def cuCtxSetCurrent(self, ctx):  # noqa: N802
         return (self._result(self._call("cuCtxSetCurrent", _P(_int(ctx or 0)))),)
 
-    def cuModuleLoadData(self, image: bytes):  # noqa: N802
-        return self._out("cuModuleLoadData", ctypes.c_void_p, image)
+    def cuModuleLoadData(self, image):  # noqa: N802
+        return self._out("cuModuleLoadData", ctypes.c_void_p, bytes(image))
 
     def cuModuleGetFunction(self, module, name: bytes):  # noqa: N802
         return self._out("cuModuleGetFunction", ctypes.c_void_p, _P(_int(module)), name)
