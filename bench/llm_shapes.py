@@ -155,8 +155,11 @@ def _picked(kernel):
     winner came from the dispatch cache."""
     from tilus.backends.cuda import launch
 
-    tuning = launch.dispatcher(kernel).last_tuning
-    launch.dispatcher(kernel).last_tuning = None
+    try:
+        disp = launch.dispatcher(kernel)
+        tuning, disp.last_tuning = disp.last_tuning, None
+    except Exception:  # noqa: BLE001 - informative only
+        return None
     return {x: v for x, v in tuning.items() if x != "build_pids"} if tuning else None
 
 
