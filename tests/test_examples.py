@@ -37,6 +37,7 @@ EXAMPLES = [
     "hopper_matmul/matmul_v4.py",
     "hopper_matmul/matmul_v5.py",
     "hopper_matmul/matmul_v6.py",
+    "hopper_matmul/matmul_v7.py",
 ]
 HELPERS = [
     "example_support.py",

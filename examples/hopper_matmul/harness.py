@@ -1,4 +1,4 @@
-"""Shared driver of the Hopper matmul examples (V0..V6): inputs, checking, timing, the table.
+"""Shared driver of the Hopper matmul examples (V0..V7): inputs, checking, timing, the table.
 
 Every version computes ``C = A @ B^T`` with ``A [m, k]``, ``B [n, k]`` and ``C [m, n]`` in
 float16, accumulating in float32. ``run(kernel_cls)`` is what each example's ``main()`` calls:

@@ -13,7 +13,9 @@ TENSORMAP_ALIGN = 64
 
 
 def cuda_driver():
-    """Return the `cuda.bindings.driver` module, raising TilusBackendError if missing."""
+    """Return the driver API: `cuda.bindings.driver`'s interface, its functions that tilus
+    calls resolved one by one from libcuda (`tilus.runtime.libcuda`), so that no entry point
+    this driver lacks is ever probed; raises TilusBackendError if cuda-bindings is missing."""
     # Imported lazily so that `import tilus` works on machines without cuda-bindings.
     try:
         from cuda.bindings import driver
@@ -21,7 +23,14 @@ def cuda_driver():
         raise TilusBackendError(
             "the CUDA driver API is unavailable: install the 'cuda' extra (cuda-bindings)"
         ) from e
-    return driver
+    return _direct(driver)
+
+
+@functools.cache
+def _direct(bindings):
+    from tilus.runtime import libcuda
+
+    return libcuda.load(bindings) or bindings
 
 
 def _error_text(err) -> str:

@@ -247,6 +247,32 @@ class _Inference:
                 out[r] = self.default_layout(r, classes[r], self.defs[classes[r][0]][0])
         return out
 
+    def reown(self):
+        """A tile made by ``register_tensor`` in an enclosing group and used only inside one
+        thread group belongs to that group (the tutorial style: the accumulator is created
+        before ``with self.thread_group(...)``); its threads are the group's, the other
+        threads of the enclosing group only run the register-only initialization. A tile
+        used by two groups keeps the first and the second use is refused (``reowned``)."""
+        self.reowned: dict = {}  # tile -> (Group, stmt) of its first use, when re-owned
+        first: dict = {}  # tile -> (Group, stmt) of its first use
+        groups: dict = {}  # tile -> the distinct groups of its uses
+        for t, g, stmt in self.uses:
+            first.setdefault(t, (g, stmt))
+            groups.setdefault(t, set()).add(g)
+        for t, (g, stmt) in first.items():
+            dg, dstmt = self.defs.get(t, (None, None))
+            if dg is None or g == dg or not isinstance(dstmt.inst, I.AllocRegister):
+                continue
+            inner = [u for u in groups[t] if u != dg]
+            if any(u.elected for u in inner) or len(inner) != len(groups[t]):
+                continue  # used by the creating group itself, or by one elected thread
+            if not all(
+                dg.begin <= u.begin and u.begin + u.size <= dg.begin + dg.size for u in inner
+            ):
+                continue
+            self.defs[t] = (g, dstmt)
+            self.reowned[t] = (g, stmt)
+
     def check_derived(self):
         """Every derivation holds for the final layouts (else a conversion would be needed)."""
         p = self.plan
@@ -273,6 +299,7 @@ class _Inference:
         """Give every class of register tiles a layout and check the uses."""
         p = self.plan
         self.resolve_anchors()
+        self.reown()
         classes: dict = {}
         for t in self.defs:
             classes.setdefault(self.uf.find(t), []).append(t)
@@ -316,12 +343,26 @@ class _Inference:
             if layout is None:
                 raise err(stmt, f"tile %{t.name} is used before it is defined")
             if not layout.replicated and (g.begin, g.size) != (p.owner[t].begin, p.owner[t].size):
+                if t in self.reowned:
+                    first_g, first_stmt = self.reowned[t]
+                    raise err(
+                        stmt,
+                        f"tile %{t.name} is used by two thread groups: threads "
+                        f"[{first_g.begin}, {first_g.begin + first_g.size}) at line "
+                        f"{_line(first_stmt)} and [{g.begin}, {g.begin + g.size}) here at line "
+                        f"{_line(stmt)}; a register tile belongs to the one group that uses it "
+                        "(create one tile per group)",
+                    )
                 raise err(
                     stmt,
                     f"tile %{t.name} is spread over threads [{p.owner[t].begin}, "
                     f"{p.owner[t].begin + p.owner[t].size}) but used by the group "
                     f"[{g.begin}, {g.begin + g.size})",
                 )
+
+
+def _line(stmt) -> str:
+    return str(stmt.loc.line) if stmt is not None and stmt.loc is not None else "?"
 
 
 def moves_in_place(inst, src_layout: RegisterLayout, out_layout: RegisterLayout) -> bool:

@@ -1,0 +1,259 @@
+"""The LLM matmul suite: tuned Hopper matmul examples (V5, V6, V7) beside cuBLAS, fp16 and bf16.
+
+``C = A @ B^T`` with ``A [M, K]``, ``B [N, K]``: 8192^3, 4096^3, the Llama-3-8B projections at
+M = 4096, the Llama-3-70B projections at M = 8192, a ragged M (3000) and small M (64, 256) at
+N = K = 4096 and 8192. Each kernel is built by its default constructor and tuned by its first
+call (the way a user gets it), checked against ``torch.matmul`` in fp32 (fresh random inputs,
+NaN-poisoned output), then timed with cuBLAS (``torch.matmul(a, b.T, out=c)``) in interleaved
+rounds: each round times every kernel once (the median of ``--reps`` runs after a warm-up, the
+L2 flushed before each run, no idle pause anywhere: the GPU runs back to back, as in a training
+or serving loop); the result is the median of the round medians. Prints TFLOPS and the ratio to
+cuBLAS per shape and the geometric mean of the ratios; writes JSON to ``$OUT/llm_shapes.json``
+when ``$OUT`` is set and to ``bench/results/<YYYY-MM-DD>-h200-llm-shapes.json``.
+
+Run on a Hopper GPU: ``python3 bench/llm_shapes.py [--dtype fp16,bf16] [--shapes NAME,...]
+[--quick]``. ``--dry-run`` needs no GPU: it builds one config of each kernel for each shape
+with NVRTC (a smoke test of the script and the kernels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+for p in (REPO, REPO / "bench", REPO / "examples" / "hopper_matmul"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import hopper_matmul as hm  # noqa: E402 - bench helpers: time_ms, git_commit
+
+#: name -> (M, N, K)
+SHAPES = {
+    "square-8192": (8192, 8192, 8192),
+    "square-4096": (4096, 4096, 4096),
+    "l3-8b-qkv": (4096, 6144, 4096),
+    "l3-8b-o": (4096, 4096, 4096),
+    "l3-8b-gate-up": (4096, 28672, 4096),
+    "l3-8b-down": (4096, 4096, 14336),
+    "l3-70b-qkv": (8192, 10240, 8192),
+    "l3-70b-gate-up": (8192, 57344, 8192),
+    "l3-70b-down": (8192, 8192, 28672),
+    "ragged-m3000": (3000, 4096, 4096),
+    "m64-4096": (64, 4096, 4096),
+    "m64-8192": (64, 8192, 8192),
+    "m256-4096": (256, 4096, 4096),
+    "m256-8192": (256, 8192, 8192),
+}
+QUICK = ["square-8192", "l3-8b-down", "ragged-m3000", "m64-4096", "m256-8192"]
+
+
+def kernels(dtype: str) -> dict:
+    """name -> (kernel class, element type) for the examples that take ``dtype``."""
+    import matmul_v5
+    import matmul_v6
+    import matmul_v7
+
+    import tilus
+
+    if dtype == "bf16":  # V5 and V6 are written for fp16 pointers
+        return {"v7": (matmul_v7.MatmulV7BF16, tilus.bfloat16)}
+    return {
+        "v5": (matmul_v5.MatmulWGMMAV5, tilus.float16),
+        "v6": (matmul_v6.MatmulWGMMAV6, tilus.float16),
+        "v7": (matmul_v7.MatmulV7, tilus.float16),
+    }
+
+
+def dry_run(dtypes, names) -> int:
+    """Build the first config of each kernel at each shape (NVRTC, no GPU); 0 when all built."""
+    import tilus
+
+    bad = 0
+    for dtype in dtypes:
+        for kname, (cls, dt) in kernels(dtype).items():
+            cfg = cls().configs[0]
+            for name in names:
+                m, n, k = SHAPES[name]
+                t0 = time.perf_counter()
+                try:
+                    ck = tilus.compile(cls(**cfg), m, n, k, dt, dt, dt)
+                except tilus.TilusError as e:
+                    bad += 1
+                    print(f"{dtype} {kname} {name}: FAILED {str(e).splitlines()[0]}")
+                    continue
+                ck = ck[0] if isinstance(ck, list) else ck
+                spills = ck.resources.get("spill_store_bytes")
+                secs = time.perf_counter() - t0
+                print(f"{dtype} {kname} {name}: built ({spills} spill bytes, {secs:.1f} s)")
+    return 1 if bad else 0
+
+
+def measure(torch, dtype: str, names, rounds: int, reps: int) -> list[dict]:
+    """Check and time every kernel and cuBLAS at each shape; one row per shape."""
+    tdt = torch.float16 if dtype == "fp16" else torch.bfloat16
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+    ks = {name: cls() for name, (cls, _) in kernels(dtype).items()}  # default constructors
+    rows = []
+    for name in names:
+        m, n, k = SHAPES[name]
+        row = {"shape": name, "M": m, "N": n, "K": k, "dtype": dtype}
+        row.update(ms={}, tflops={}, vs_cublas={}, rel_err={}, first_call_s={}, tuning={})
+        a = torch.randn(m, k, device="cuda", dtype=tdt)
+        b = torch.randn(n, k, device="cuda", dtype=tdt)
+        ref = torch.matmul(a.float(), b.float().T)
+        runs = {"cublas": lambda c, a=a, b=b: torch.matmul(a, b.T, out=c)}
+        for kname, kern in ks.items():
+            runs[kname] = lambda c, kern=kern, s=(m, n, k, a, b): kern(*s, c)
+        timed = {}
+        for kname, run in runs.items():
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
+            t0 = time.perf_counter()
+            try:
+                run(c)  # the first call tunes
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 - report the failure, time the others
+                print(f"{name} {kname}: FAILED {type(e).__name__}: {str(e).splitlines()[0]}")
+                row["rel_err"][kname] = None
+                continue
+            row["first_call_s"][kname] = round(time.perf_counter() - t0, 2)
+            bad = bool(torch.isnan(c).any())
+            err = float("inf") if bad else float((c.float() - ref).abs().max() / ref.abs().max())
+            row["rel_err"][kname] = None if bad else err
+            if kname != "cublas":
+                row["tuning"][kname] = _picked(ks[kname])
+            if not err < 1e-2:
+                print(f"{name} {kname}: WRONG (rel err {err})")
+                continue
+            timed[kname] = lambda run=run, c=c: run(c)
+        del ref
+        per_round = {kname: [] for kname in timed}
+        for _ in range(rounds):  # interleaved: drift hits every kernel alike
+            for kname, fn in timed.items():
+                per_round[kname].append(hm.time_ms(fn, torch, flush, reps=reps, warmup=3))
+        for kname, ts in per_round.items():
+            ms = sorted(ts)[len(ts) // 2]
+            row["ms"][kname] = round(ms, 4)
+            row["tflops"][kname] = round(2 * m * n * k / ms / 1e9, 1)
+        base = row["ms"].get("cublas")
+        for kname, ms in row["ms"].items():
+            if base and kname != "cublas":
+                row["vs_cublas"][kname] = round(base / ms, 3)
+        rows.append(row)
+        print(_row_text(row), flush=True)
+    return rows
+
+
+def _picked(kernel):
+    """What the last tuning of ``kernel`` reported (winner, failures, seconds); None when the
+    winner came from the dispatch cache."""
+    from tilus.backends.cuda import launch
+
+    try:
+        disp = launch.dispatcher(kernel)
+        tuning, disp.last_tuning = disp.last_tuning, None
+    except Exception:  # noqa: BLE001 - informative only
+        return None
+    return {x: v for x, v in tuning.items() if x != "build_pids"} if tuning else None
+
+
+def _row_text(row) -> str:
+    parts = [f"{row['dtype']} {row['shape']:15s} {row['M']}x{row['N']}x{row['K']}"]
+    for kname, tf in row["tflops"].items():
+        ratio = row["vs_cublas"].get(kname)
+        parts.append(f"{kname} {tf:6.1f}" + (f" ({ratio:.3f}x)" if ratio else ""))
+    return "  ".join(parts)
+
+
+def geomeans(rows) -> dict:
+    """(dtype, kernel) -> geometric mean of the ratios to cuBLAS, and the lowest ratio."""
+    out: dict = {}
+    for row in rows:
+        for kname, r in row["vs_cublas"].items():
+            out.setdefault(f"{row['dtype']} {kname}", []).append(r)
+    return {
+        key: {
+            "geomean": round(math.exp(sum(map(math.log, rs)) / len(rs)), 3),
+            "min": min(rs),
+            "shapes": len(rs),
+        }
+        for key, rs in out.items()
+    }
+
+
+def main(argv=None) -> int:
+    """Parse the arguments, measure (or only build), print the table, write the JSON."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dtype", default="fp16,bf16", help="comma-separated: fp16, bf16")
+    ap.add_argument("--shapes", default=None, help=f"comma-separated of: {', '.join(SHAPES)}")
+    ap.add_argument("--quick", action="store_true", help=f"shapes {QUICK}, 3 rounds")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
+    ap.add_argument("--reps", type=int, default=10, help="timed runs per kernel per round")
+    ap.add_argument("--dry-run", action="store_true", help="only build (no GPU needed)")
+    args = ap.parse_args(argv)
+    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    if any(d not in ("fp16", "bf16") for d in dtypes):
+        ap.error(f"--dtype takes fp16 and bf16, got {args.dtype!r}")
+    names = QUICK if args.quick else list(SHAPES)
+    if args.shapes:
+        names = [s.strip() for s in args.shapes.split(",") if s.strip()]
+        unknown = [s for s in names if s not in SHAPES]
+        if unknown:
+            ap.error(f"unknown shapes {unknown}; known: {', '.join(SHAPES)}")
+    if args.dry_run:
+        return dry_run(dtypes, names)
+    rounds = 3 if args.quick else args.rounds
+    import torch
+
+    from tilus.runtime.nvrtc import nvrtc_version
+
+    rows = []
+    for dtype in dtypes:
+        rows += measure(torch, dtype, names, rounds, args.reps)
+    summary = geomeans(rows)
+    out = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_properties(0).name,
+        "git_commit": hm.git_commit(),
+        "command": "python3 bench/llm_shapes.py " + " ".join(argv or sys.argv[1:]),
+        "torch": torch.__version__,
+        "nvrtc": ".".join(map(str, nvrtc_version())),
+        "timing": (
+            f"{rounds} interleaved rounds over cuBLAS and the kernels, no idle pauses; per round "
+            f"CUDA events, median of {args.reps} runs after 3 warm-ups, a 256 MB L2 flush and a "
+            "short GPU sleep (hides host launch time) before each; reported: median of the "
+            "round medians. Kernels: default constructors, tuned by their first call"
+        ),
+        "results": rows,
+        "summary": summary,
+    }
+    text = json.dumps(out, indent=1)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "llm_shapes.json").write_text(text)
+    try:
+        (REPO / "bench" / "results").mkdir(parents=True, exist_ok=True)
+        day = out["date"][:10]
+        (REPO / "bench" / "results" / f"{day}-h200-llm-shapes.json").write_text(text)
+    except OSError:
+        pass
+    print("\nshape            dtype  kernel  TFLOPS   vs cuBLAS")
+    for row in rows:
+        for kname, tf in row["tflops"].items():
+            ratio = row["vs_cublas"].get(kname)
+            print(
+                f"{row['shape']:16s} {row['dtype']:5s}  {kname:6s} {tf:7.1f}   "
+                + (f"{ratio:.3f}x" if ratio else "-")
+            )
+    for key, s in summary.items():
+        print(f"geo-mean {key}: {s['geomean']:.3f}x over {s['shapes']} shapes (min {s['min']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,327 @@
+"""Hopper matmul V7: ping-pong consumer warp groups, 64-row tiles and split-K, fp16 and bf16.
+
+``C = A @ B^T`` (fp16 or bf16 in, fp32 accumulate, the input type out). Changes on top of V6:
+
+1. **Ping-pong.** In V6 both consumer warp groups share one C tile (half of its rows each), so
+   both run their epilogue at the same time and the tensor cores idle meanwhile. In V7 each
+   consumer warp group computes whole C tiles of ``block_m x block_n``, the two groups taking
+   alternate tiles of the block's sequence (group 0 the even ones, group 1 the odd ones). The
+   producer fills the ring in sequence order, so a group consumes the ``num_k`` slots of its
+   tile and then skips the other group's ``num_k``. An *order barrier* pair hands the tensor
+   cores from one group to the other: a group starts its mainloop only when the other group has
+   finished its own, so one group's epilogue (cast, shared store, TMA store) runs while the
+   other's WGMMAs run. (It also keeps each group's barrier waits at most one phase ahead of the
+   ring: a group waits for a slot only when every earlier position has been consumed.)
+2. **64-row tiles and split-K** for small M (64-256 rows are 1-4 M tiles): with ``split_k``
+   the K tiles of each C tile are cut into up to that many parts, each a work unit of its own
+   (the parts of a tile are consecutive units, so they run on different blocks at the same
+   time). Every part stores its fp32 sums into a workspace (``global_tensor``) and counts
+   itself in with an atomic add (acquire-release, gpu scope) on the tile's counter; the part
+   that counts in last adds the other parts' sums to its own, stores C and sets the counter
+   back to 0 (the counters must be left clean: ``requires_clean=True``). No block waits for
+   another. Split-K is used only when M has at most ``SPLIT_M_TILES`` tiles, so the workspace
+   size is known when the kernel is built; larger M runs the same config unsplit.
+3. **bf16.** ``MatmulV7`` takes fp16 pointers and ``MatmulV7BF16`` bf16 ones; the body is one
+   method (``matmul``) that reads the element type from the class.
+
+Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
+``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
+warp issuing TMA copies, ``setmaxnreg`` (producer 40, consumers 232 registers per thread), and
+an epilogue through shared memory with a TMA store that is waited for only before the group's
+next tile is written into the same shared tile.
+
+Run ``python examples/hopper_matmul/matmul_v7.py``.
+"""
+
+import sys
+
+import harness
+from matmul_v4 import MatmulWGMMAV4, Pipeline
+from matmul_v6 import sm_count
+
+import tilus
+from tilus import SharedTensor, bfloat16, float16, float32, int32, uint32
+from tilus.utils import cdiv
+
+#: split-K is used only when M has at most this many tiles (M <= 256 with 64-row tiles), so that
+#: the fp32 workspace of the partial sums has a size known when the kernel is built.
+SPLIT_M_TILES = 4
+
+
+# (block_m, block_n, num_stages, split_k, swizzle): tiles of one consumer warp group with the
+# deepest ring that fits beside the two C tiles: 128 x 128 and 64 x 256 for large shapes,
+# 64 x 128 and 64 x 64 for small M, 64 x 64 with K split in 2-4 parts for M = 64-256 (1-4 M
+# tiles; small M streams B, so what counts is work units on every SM). The split-K sums of a
+# 64 x 128 tile (the accumulator and a loaded partial: 128 registers) spill within the 168
+# registers ptxas gives every thread of a 384-thread block, so split-K uses 64 x 64 tiles.
+@tilus.autotune(
+    "block_m, block_n, num_stages, split_k, swizzle",
+    [
+        (128, 128, 4, 1, 8),
+        (128, 128, 5, 1, 8),
+        (128, 128, 5, 1, 2),
+        (64, 256, 4, 1, 8),
+        (64, 256, 4, 1, 2),
+        (64, 128, 6, 1, 8),
+        (64, 128, 6, 1, 2),
+        (64, 64, 8, 1, 8),
+        (64, 64, 8, 2, 8),
+        (64, 64, 8, 2, 2),
+        (64, 64, 8, 3, 8),
+        (64, 64, 8, 4, 8),
+    ],
+)
+@tilus.autotune("block_k", [64])
+class MatmulV7(MatmulWGMMAV4):
+    """Persistent ping-pong matmul with TMA-store epilogues and split-K (fp16 pointers);
+    ``num_sms`` (default: the GPU's SM count) is the number of persistent blocks."""
+
+    dtype = float16
+
+    def __init__(self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, num_sms=None):
+        super().__init__(num_stages, block_m, block_n, block_k, swizzle)
+        self.split_k = split_k
+        self.num_sms = num_sms if num_sms is not None else sm_count()
+
+    def splits(self, num_m: int32, k_size: int):
+        """How many K parts each tile has in this launch: ``split_k`` when M has at most
+        ``SPLIT_M_TILES`` tiles, else 1; at most one part per K tile, and at most one per
+        block (the parts of a tile, consecutive units, then run in different blocks: only
+        the workspace and the count order them, and no block waits for another)."""
+        k_tiles = cdiv(k_size, self.block_k)
+        split: int32 = 1
+        if self.split_k > 1:
+            if num_m <= SPLIT_M_TILES:
+                split = min(self.split_k, k_tiles, self.num_sms)
+        return split
+
+    def unit_work(self, unit: int32, num_m: int32, num_n: int, k_size: int, split: int32):
+        """(m tile, n tile, first K tile, K tiles, tile, part) of work unit ``unit``: the K
+        parts of a tile are consecutive units, part ``p`` of ``s`` taking K tiles
+        ``[p * T / s, (p + 1) * T / s)`` (``T`` K tiles: every part gets at least one)."""
+        k_tiles = cdiv(k_size, self.block_k)
+        tile = unit
+        part = 0
+        k_lo = 0
+        k_cnt = k_tiles
+        if self.split_k > 1:
+            tile = unit // split
+            part = unit % split
+            k_lo = part * k_tiles // split
+            k_cnt = (part + 1) * k_tiles // split - k_lo
+        m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        return m_tile, n_tile, k_lo, k_cnt, tile, part
+
+    def produce_all(self, pipe, sa, sb, ga, gb, k_size: int, num_m: int32, num_n: int):
+        """The producer warp: every unit of the block in sequence, its K tiles in ring order;
+        returns how many slots it filled."""
+        split = self.splits(num_m, k_size)
+        filled: int32 = 0
+        for unit in self.range(self.blockIdx.x, num_m * num_n * split, self.num_sms):
+            m_tile, n_tile, k_lo, k_cnt, _, _ = self.unit_work(unit, num_m, num_n, k_size, split)
+            filled += k_cnt
+            for kk in self.range(k_cnt, unroll=self.num_stages):
+                offset_k = (k_lo + kk) * self.block_k
+                pipe.producer_acquire()
+                stage = pipe.producer_stage
+                with self.single_thread():
+                    self.mbarrier.arrive_and_expect_tx(
+                        pipe.producer_barrier(),
+                        transaction_bytes=sa[stage].nbytes + sb[stage].nbytes,
+                    )
+                self.tma.global_to_shared(
+                    src=ga,
+                    dst=sa[stage],
+                    offsets=[m_tile * self.block_m, offset_k],
+                    mbarrier=pipe.producer_barrier(),
+                )
+                self.tma.global_to_shared(
+                    src=gb,
+                    dst=sb[stage],
+                    offsets=[n_tile * self.block_n, offset_k],
+                    mbarrier=pipe.producer_barrier(),
+                )
+                pipe.producer_advance()
+        return filled
+
+    def mainloop_pp(self, pipe, sa: SharedTensor, sb: SharedTensor, acc, num_k: int32):
+        """``acc += A_tile @ B_tile^T`` over ``num_k`` ring slots, one WGMMA group in flight
+        (V5's loop on whole tiles)."""
+        prev_stage: int32 = 0
+        for i in self.range(num_k, unroll=self.num_stages):
+            pipe.consumer_acquire()
+            self.wgmma.fence()
+            self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(1)
+            if i > 0:
+                pipe.consumer_release(prev_stage)
+            prev_stage = pipe.consumer_stage
+            pipe.consumer_advance()
+        self.wgmma.wait_group(0)
+        pipe.consumer_release(prev_stage)
+
+    def skip(self, pipe, num_k: int32):
+        """Move the consumer position past the other group's ``num_k`` slots."""
+        adv: int32 = pipe.consumer_stage + num_k
+        pipe.consumer_stage = adv % self.num_stages
+        if (adv // self.num_stages) % 2 == 1:
+            pipe.consumer_phase ^= 1
+
+    def add_parts(self, acc, ws, cnt, flag, tile: int32, part: int32, split: int32):
+        """Split-K: publish this part's sums ``acc`` in the workspace and count the part in;
+        the last part of the tile to arrive adds the others' sums into ``acc`` and resets the
+        count. Returns whether this part is the last (it then stores C)."""
+        bm, bn = self.block_m, self.block_n
+        self.store_global(ws, acc, offsets=[(tile * split + part) * bm, 0])
+        self.sync()  # every thread's sums are written before the count is released
+        with self.single_warp(0):
+            idx = self.register_tensor(dtype=int32, shape=[1], init=tile)
+            one = self.register_tensor(dtype=int32, shape=[1], init=1)
+            old = self.atomic.global_scatter_add(
+                cnt, dim=0, indices=idx, values=one, sem="acq_rel", scope="gpu"
+            )
+            self.store_shared(flag, old)
+            if old[0] == split - 1:  # the last part: leave the count clean for the next launch
+                back = self.register_tensor(dtype=int32, shape=[1], init=-split)
+                self.atomic.global_scatter_add(cnt, dim=0, indices=idx, values=back, scope="gpu")
+        self.sync()
+        seen = self.load_shared(flag)
+        last: int32 = 0
+        if seen[0] == split - 1:
+            last = 1
+            for p in self.range(split):
+                if p != part:
+                    acc += self.load_global(
+                        ws, offsets=[(tile * split + p) * bm, 0], shape=[bm, bn]
+                    )
+        self.sync()  # flag is read by every thread before the next unit writes it
+        return last
+
+    def consume_all(self, group: int, pipe, order, sa, sb, gc, ws, cnt, k_size: int,
+                    num_m: int32, num_n: int):  # fmt: skip
+        """Consumer warp group ``group``: the block's units ``group``, ``group + 2``, ..."""
+        bm, bn = self.block_m, self.block_n
+        split = self.splits(num_m, k_size)
+        num_units = num_m * num_n * split
+        order_phase: uint32 = 1 - group  # group 0 starts first
+        sc = self.shared_tensor(dtype=self.dtype, shape=[bm, bn])
+        flag = None
+        if self.split_k > 1:
+            flag = self.shared_tensor(dtype=int32, shape=[1])
+        if group == 1 and self.blockIdx.x < num_units:  # after group 0's first unit's slots
+            first = self.unit_work(self.blockIdx.x, num_m, num_n, k_size, split)
+            self.skip(pipe, first[3])
+        for unit in self.range(self.blockIdx.x + group * self.num_sms, num_units,
+                               2 * self.num_sms):  # fmt: skip
+            m_tile, n_tile, _, k_cnt, tile, part = self.unit_work(unit, num_m, num_n, k_size, split)
+            acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            self.mbarrier.wait(order[group], phase=order_phase)  # the other group's turn ended
+            order_phase ^= 1
+            self.mainloop_pp(pipe, sa, sb, acc, k_cnt)
+            with self.single_thread():
+                self.mbarrier.arrive(order[1 - group])  # hand the tensor cores over
+            if unit + self.num_sms < num_units:  # skip the other group's next unit
+                other = self.unit_work(unit + self.num_sms, num_m, num_n, k_size, split)
+                self.skip(pipe, other[3])
+            store: int32 = 1
+            if self.split_k > 1:
+                if split > 1:
+                    store = self.add_parts(acc, ws, cnt, flag, tile, part, split)
+            if store == 1:
+                with self.single_thread():  # the previous tile's TMA store has read sc
+                    self.tma.wait_group(0, read=True)
+                self.sync()
+                self.store_shared(sc, self.cast(acc, dtype=self.dtype))
+                self.fence.proxy_async(space="shared")  # generic writes visible to TMA
+                self.sync()
+                with self.single_thread():
+                    self.tma.shared_to_global(sc, gc, offsets=[m_tile * bm, n_tile * bn])
+                    self.tma.commit_group()
+        with self.single_thread():
+            self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+
+    def launch(self, m_size: int32, n_size: int):
+        """Grid and block size (set in ``__call__``, from the parameters themselves)."""
+        num_tiles = cdiv(m_size, self.block_m) * cdiv(n_size, self.block_n)
+        # with split-K, a block per unit of the largest split (blocks without units exit)
+        self.attrs.blocks = min(num_tiles * self.split_k, self.num_sms)
+        self.attrs.warps = 12  # two consumer warp groups + a producer warp group
+
+    def matmul(self, m_size: int32, n_size: int, k_size: int, ga, gb, gc):
+        """The kernel body, for either element type (``self.dtype``)."""
+        dt, num_stages = self.dtype, self.num_stages
+        block_m, block_n, block_k = self.block_m, self.block_n, self.block_k
+        num_m = cdiv(m_size, block_m)
+        num_n = cdiv(n_size, block_n)
+        sa = self.shared_tensor(dtype=dt, shape=[num_stages, block_m, block_k])
+        sb = self.shared_tensor(dtype=dt, shape=[num_stages, block_n, block_k])
+        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=1)
+        order = self.mbarrier.alloc([1, 1])  # order[g]: the other group left the tensor cores
+        ws = None
+        cnt = None
+        if self.split_k > 1:  # partial sums of the K parts, and per tile the parts done
+            rows = SPLIT_M_TILES * num_n * self.split_k * block_m
+            ws = self.global_tensor(float32, [rows, block_n], requires_clean=False)
+            cnt = self.global_tensor(int32, [SPLIT_M_TILES * num_n], requires_clean=True)
+
+        with self.warp_group(8, 4):  # producer warp group: threads 256-383
+            self.setmaxnreg(40)
+            with self.single_warp(0):
+                filled = self.produce_all(pipe, sa, sb, ga, gb, k_size, num_m, num_n)
+                # drain: wait until the consumers have released every slot still in use
+                for _ in self.range(min(num_stages, filled)):
+                    pipe.producer_acquire()
+                    pipe.producer_advance()
+
+        with self.warp_group(0, 4):  # consumer warp group 0: the block's even tiles
+            self.setmaxnreg(232)
+            self.consume_all(0, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n)
+        with self.warp_group(4, 4):  # consumer warp group 1: the odd tiles
+            self.setmaxnreg(232)
+            self.consume_all(1, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n)
+
+    def __call__(
+        self,
+        m_size: int32,
+        n_size: int,
+        k_size: int,
+        a_ptr: ~float16,
+        b_ptr: ~float16,
+        c_ptr: ~float16,
+    ):
+        self.launch(m_size, n_size)
+        ga = self.global_view(a_ptr, dtype=self.dtype, shape=[m_size, k_size])
+        gb = self.global_view(b_ptr, dtype=self.dtype, shape=[n_size, k_size])
+        gc = self.global_view(c_ptr, dtype=self.dtype, shape=[m_size, n_size])
+        self.matmul(m_size, n_size, k_size, ga, gb, gc)
+
+
+class MatmulV7BF16(MatmulV7):
+    """:class:`MatmulV7` on bf16 operands (the same space)."""
+
+    dtype = bfloat16
+
+    def __call__(
+        self,
+        m_size: int32,
+        n_size: int,
+        k_size: int,
+        a_ptr: ~bfloat16,
+        b_ptr: ~bfloat16,
+        c_ptr: ~bfloat16,
+    ):
+        self.launch(m_size, n_size)
+        ga = self.global_view(a_ptr, dtype=self.dtype, shape=[m_size, k_size])
+        gb = self.global_view(b_ptr, dtype=self.dtype, shape=[n_size, k_size])
+        gc = self.global_view(c_ptr, dtype=self.dtype, shape=[m_size, n_size])
+        self.matmul(m_size, n_size, k_size, ga, gb, gc)
+
+
+def main() -> int:
+    """Check V7 against NumPy and print a table; returns the exit status."""
+    return harness.run(MatmulV7)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

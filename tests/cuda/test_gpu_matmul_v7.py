@@ -1,0 +1,37 @@
+"""Matmul V7 on the GPU: every config of the space, fp16 and bf16, at ragged sizes against torch
+(NaN-poisoned outputs): with a block per SM (M = 136: 3 M tiles, so the split-K configs split;
+M = 1000: they run unsplit), and with 3 blocks (several units per block, both consumer groups)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cuda.conftest import needs_gpu
+from tests.test_matmul_v7 import load_v7
+
+pytestmark = [pytest.mark.gpu, needs_gpu]
+
+#: num_sms -> sizes (N and K are compile-time: one build per config and num_sms)
+SIZES = {None: [(1000, 1320, 776), (136, 1320, 776)], 3: [(200, 328, 392)]}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("num_sms", [None, 3], ids=["all-sms", "3-sms"])
+def test_every_config_against_torch(dtype, num_sms):
+    import torch
+
+    v7 = load_v7()
+    cls = v7.MatmulV7 if dtype == "float16" else v7.MatmulV7BF16
+    tdt = getattr(torch, dtype)
+    for m, n, k in SIZES[num_sms]:
+        a = torch.randn(m, k, device="cuda", dtype=tdt)
+        b = torch.randn(n, k, device="cuda", dtype=tdt)
+        ref = a.float() @ b.float().T
+        for cfg in cls().configs:
+            for _ in range(2):  # the second launch finds the split-K counters clean
+                c = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
+                cls(num_sms=num_sms, **cfg)(m, n, k, a, b, c)
+                torch.cuda.synchronize()
+                assert not torch.isnan(c).any(), (cfg, m, n, k)
+                err = float((c.float() - ref).abs().max() / ref.abs().max())
+                assert err < 1e-2, (cfg, m, n, k, err)

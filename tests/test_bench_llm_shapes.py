@@ -1,0 +1,56 @@
+"""bench/llm_shapes.py and bench/sanitize.py: argument checks, a CPU dry run that builds the kernels."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cuda.conftest import needs_nvrtc
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import llm_shapes  # noqa: E402
+
+
+def test_the_suite_has_the_issue_shapes():
+    shapes = set(llm_shapes.SHAPES.values())
+    assert {(8192, 8192, 8192), (4096, 4096, 4096), (3000, 4096, 4096)} <= shapes
+    assert {(4096, 28672, 4096), (4096, 4096, 14336), (8192, 57344, 8192)} <= shapes
+    assert {(64, 4096, 4096), (256, 8192, 8192)} <= shapes
+    assert set(llm_shapes.QUICK) <= set(llm_shapes.SHAPES)
+
+
+def test_bad_arguments_are_refused():
+    for argv in (["--dtype", "fp8"], ["--shapes", "nope"]):
+        with pytest.raises(SystemExit) as info:
+            llm_shapes.main([*argv, "--dry-run"])
+        assert info.value.code == 2
+
+
+@needs_nvrtc
+def test_dry_run_builds_every_kernel():
+    proc = subprocess.run(
+        [sys.executable, "bench/llm_shapes.py", "--dry-run", "--shapes", "m64-4096"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("fp16 v5", "fp16 v6", "fp16 v7", "bf16 v7"):
+        assert f"{name} m64-4096: built (0 spill bytes" in proc.stdout
+
+
+def test_sanitize_covers_v0_to_v7_and_refuses_unknown_tools():
+    import sanitize
+
+    for name in sanitize.KERNELS:
+        cls = sanitize.kernel_class(name)
+        assert len(cls().configs) > 1, name
+    assert {"v0", "v7", "v7bf16"} <= set(sanitize.KERNELS)
+    with pytest.raises(SystemExit) as info:
+        sanitize.main(["--tools", "leakcheck"])
+    assert info.value.code == 2

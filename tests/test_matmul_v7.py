@@ -1,0 +1,94 @@
+"""Matmul V7 on the CPU: every config on the interpreter with several units per block (both
+consumer groups, in order and shuffled), bf16, and NVRTC builds without spills."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+import tilus
+from tests.cuda.conftest import needs_nvrtc
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "hopper_matmul"
+SIZE = (200, 200, 264)  # ragged in M, N and K (the ring wraps: blocks run several units)
+
+
+def load_v7():
+    """The V7 module (imported by file, its sibling modules taken out of sys.modules again)."""
+    names = ("matmul_v4", "matmul_v5", "matmul_v6", "harness")
+    saved = {k: sys.modules.pop(k) for k in names if k in sys.modules}
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        spec = importlib.util.spec_from_file_location("v7_under_test", EXAMPLES / "matmul_v7.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(EXAMPLES))
+        for k in names:
+            sys.modules.pop(k, None)
+        sys.modules.update(saved)
+
+
+@pytest.fixture(scope="module")
+def v7():
+    return load_v7()
+
+
+def _run(kernel, dtype, seed):
+    torch = pytest.importorskip("torch")
+    m, n, k = SIZE
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    a = (torch.rand(m, k, dtype=torch.float64) * 2 - 1).to(tdt)
+    b = (torch.rand(n, k, dtype=torch.float64) * 2 - 1).to(tdt)
+    c = torch.full((m, n), float("nan"), dtype=tdt)
+    with tilus.option.scoped(interpret=True, interpret_all_configs=True, schedule_seed=seed):
+        kernel(m, n, k, a, b, c)
+    ref = a.double() @ b.double().T
+    assert not torch.isnan(c).any()
+    assert float((c.double() - ref).abs().max() / ref.abs().max()) < 1e-2
+
+
+@pytest.mark.parametrize("seed", [None, 1], ids=["in-order", "shuffled"])
+def test_every_config_fp16_several_tiles_per_block(v7, seed):
+    # 2 "SMs": each block runs several units, so both consumer groups take turns through
+    # the order barriers and skip each other's ring slots; M = 200 is 4 tiles of 64 rows,
+    # so the split-K configs split (in 2 parts: one per block)
+    _run(v7.MatmulV7(num_sms=2), "float16", seed)
+
+
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_bf16(v7, split_k):
+    cfg = [c for c in v7.MatmulV7BF16().configs if c["split_k"] == split_k][0]
+    _run(v7.MatmulV7BF16(num_sms=3, **cfg), "bfloat16", 2)
+
+
+def test_the_space_and_the_types(v7):
+    configs = v7.MatmulV7().configs
+    assert len(configs) == 12 and v7.MatmulV7BF16().configs == configs
+    assert {c["block_m"] for c in configs} == {64, 128}
+    assert {c["split_k"] for c in configs} == {1, 2, 3, 4}
+    assert v7.MatmulV7.dtype == tilus.float16 and v7.MatmulV7BF16.dtype == tilus.bfloat16
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp16", "bf16"])
+def test_builds_without_spills(v7, bf16):
+    # bf16 changes only the wgmma type and the cast: one split-K config is built for it
+    cls = v7.MatmulV7BF16 if bf16 else v7.MatmulV7
+    dt = tilus.bfloat16 if bf16 else tilus.float16
+    # the largest accumulator (128 x 128) and a split-K config (every config builds on the
+    # GPU tier, tests/cuda/test_gpu_matmul_v7.py)
+    configs = [c for c in cls().configs if c["block_n"] == 128 and c["block_m"] == 128][:1]
+    configs += [c for c in cls().configs if c["split_k"] == 4]
+    for cfg in configs[-1:] if bf16 else configs:
+        ck = tilus.compile(cls(num_sms=132, **cfg), *SIZE, dt, dt, dt)
+        ck = ck[0] if isinstance(ck, list) else ck
+        assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
+        assert ck.resources["registers"] == 168, cfg  # setmaxnreg moves it from there
+        assert not ck.wgmma_serialized, cfg
+        assert "tl_setmaxnreg_dec<40>();" in ck.source
+        assert ck.source.count("tl_setmaxnreg_inc<232>") == 2
