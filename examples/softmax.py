@@ -31,23 +31,40 @@ def pow2_at_least(n: int) -> int:
     return p
 
 
-@tilus.autotune("rows, warps", [(1, 4), (1, 8), (1, 16), (1, 32), (2, 4), (4, 4), (4, 8), (8, 8)])
-class Softmax(tilus.Script):
-    """Softmax of ``rows`` whole rows per block (a row of ``n`` held in registers)."""
+def rows_and_warps(bn: int, block: int, per_thread: int) -> tuple[int, int]:
+    """Rows per block and warps for rows of ``bn`` elements: ``block`` elements a block (at
+    least one row), ``per_thread`` elements a thread (more when 32 warps are too few)."""
+    rows = max(1, block // bn)
+    warps = min(32, max(1, rows * bn // (32 * per_thread)))
+    return rows, warps
 
-    def __init__(self, rows, warps):
+
+#: The row-wise autotune space: (elements per block, elements per thread). It is given in
+#: elements, not rows and warps, so that every config fits at every row length (a row of 32768
+#: fp32 values is 32 a thread over 1024 threads; a fixed (rows, warps) space either refuses
+#: long rows or wastes threads on short ones): 8-32 elements a thread (one to four 16-byte
+#: loads, 30-60 registers: 2048 threads an SM), and 2-16 K elements a block.
+ROW_SPACE = [(b, t) for b in (2048, 4096, 8192, 16384) for t in (8, 16, 32)]
+
+
+@tilus.autotune("block, per_thread", ROW_SPACE)
+class Softmax(tilus.Script):
+    """Softmax of whole rows held in registers, ``block // n`` rows a block (at least one)."""
+
+    def __init__(self, block, per_thread):
         super().__init__()
-        self.rows = rows
-        self.warps = warps
+        self.block = block
+        self.per_thread = per_thread
 
     def __call__(self, m: int32, n: int, x_ptr: ~float16, y_ptr: ~float16):
         bn = pow2_at_least(n)
-        self.attrs.blocks = cdiv(m, self.rows)
-        self.attrs.warps = self.warps
+        rows, warps = rows_and_warps(bn, self.block, self.per_thread)
+        self.attrs.blocks = cdiv(m, rows)
+        self.attrs.warps = warps
         gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
-        row: int32 = self.blockIdx.x * self.rows
-        x = self.load_global(gx, offsets=[row, 0], shape=[self.rows, bn])
+        row: int32 = self.blockIdx.x * rows
+        x = self.load_global(gx, offsets=[row, 0], shape=[rows, bn])
         x = self.cast(x, float32) * LOG2E  # exp(v) = exp2(v * log2 e)
         if n < bn:  # the ragged tail of every row must not win the max nor add to the sum
             cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda j: j)
@@ -57,7 +74,10 @@ class Softmax(tilus.Script):
         self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
 
 
-@tilus.autotune("block_n, rows, warps", [(1024, 1, 4), (2048, 1, 8), (4096, 1, 8), (1024, 4, 8)])
+@tilus.autotune(
+    "block_n, rows, warps",
+    [(1024, 1, 4), (2048, 1, 8), (4096, 1, 8), (1024, 4, 8), (4096, 1, 16), (8192, 1, 32)],
+)
 class OnlineSoftmax(tilus.Script):
     """Softmax of rows of any length: an online max/sum pass over column tiles, then a pass
     that writes ``exp(x - max) / sum``."""
