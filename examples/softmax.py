@@ -43,8 +43,11 @@ def rows_and_warps(bn: int, block: int, per_thread: int) -> tuple[int, int]:
 #: elements, not rows and warps, so that every config fits at every row length (a row of 32768
 #: fp32 values is 32 a thread over 1024 threads; a fixed (rows, warps) space either refuses
 #: long rows or wastes threads on short ones): 8-32 elements a thread (one to four 16-byte
-#: loads, 30-60 registers: 2048 threads an SM), and 2-16 K elements a block.
-ROW_SPACE = [(b, t) for b in (2048, 4096, 8192, 16384) for t in (8, 16, 32)]
+#: loads, 30-60 registers: 2048 threads an SM), and 2-32 K elements a block.
+ROW_SPACE = [(b, t) for b in (2048, 4096, 8192, 16384) for t in (8, 16, 32)] + [
+    (32768, 16),  # 4 rows of 8192 a block: the norms' weights shared by the rows of a thread
+    (32768, 32),
+]
 
 
 @tilus.autotune("block, per_thread", ROW_SPACE)
@@ -65,11 +68,12 @@ class Softmax(tilus.Script):
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
         row: int32 = self.blockIdx.x * rows
         x = self.load_global(gx, offsets=[row, 0], shape=[rows, bn])
-        x = self.cast(x, float32) * LOG2E  # exp(v) = exp2(v * log2 e)
+        x = self.cast(x, float32)
         if n < bn:  # the ragged tail of every row must not win the max nor add to the sum
             cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda j: j)
             x = self.where(cols < n, x, -float("inf"))
-        e = self.exp2(x - self.max(x, dim=1, keepdim=True))
+        # exp(v - max) = exp2(v * log2 e - max * log2 e): one FFMA and one MUFU.EX2 an element
+        e = self.exp2(x * LOG2E - self.max(x, dim=1, keepdim=True) * LOG2E)
         y = e * (1.0 / self.sum(e, dim=1, keepdim=True))
         self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
 

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 #: Below this many registers the straight-line code stays (it is short and reads well).
 LOOP_MIN = 16
 
@@ -49,14 +51,38 @@ def _prime_factors(n: int) -> list[int]:
     return out
 
 
+def _orders(n: int, cap: int = 24):
+    """Orders of the prime factors of ``n`` to try as digit radices (little-endian)."""
+    ps = _prime_factors(n)
+    if len(set(ps)) == 1:
+        yield ps
+        return
+    seen = set()
+    for order in itertools.permutations(ps):
+        if order not in seen:
+            seen.add(order)
+            yield list(order)
+            if len(seen) >= cap:
+                return
+
+
 def fit(m: list[int]) -> list[tuple[int, int, int]] | None:
     """``m`` (a list of ints) as ``m[0] + sum(((i // below) % extent) * step)`` over terms
     ``(below, extent, step)``, checked at every ``i``; None when it is not of that form."""
     n = len(m)
     if n == 0:
         return None
+    for order in _orders(n):
+        terms = _fit_digits(m, order)
+        if terms is not None:
+            return terms
+    return None
+
+
+def _fit_digits(m: list[int], radices: list[int]) -> list[tuple[int, int, int]] | None:
+    n = len(m)
     terms, below = [], 1
-    for p in _prime_factors(n):  # the little-endian digits of i, radix the primes of n
+    for p in radices:  # the little-endian digits of i
         terms.append((below, p, m[below] - m[0] if below < n else 0))
         below *= p
     merged: list[list[int]] = []  # a digit that continues the one below: one wider term

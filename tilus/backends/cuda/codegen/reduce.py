@@ -16,7 +16,7 @@ import math
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.convert import row_major, through_shared
 from tilus.backends.cuda.codegen.loops import LOOP_MIN, fitted_expr
-from tilus.backends.cuda.codegen.scalar import HALF, ctype, from_float, to_float
+from tilus.backends.cuda.codegen.scalar import HALF, ctype, from_float, minmax, to_float
 from tilus.backends.cuda.layout.inference import moves_in_place
 from tilus.backends.cuda.layout.reduction import thread_stages
 from tilus.backends.cuda.tables import CODEGEN_RULES
@@ -28,11 +28,18 @@ rule = CODEGEN_RULES.rule
 #: Identity-free combine of two accumulators, by op (``T`` the accumulator's C type).
 COMBINE = {
     "sum": "({a} + {b})",
-    "max": "tl_max<{T}>({a}, {b})",
+    "max": "tl_max<{T}>({a}, {b})",  # float: tl_fmax (see combine)
     "min": "tl_min<{T}>({a}, {b})",
     "any": "({a} | {b})",
     "all": "({a} & {b})",
 }
+
+
+def combine(op: str, a: str, b: str, T: str) -> str:
+    """C code combining accumulators ``a`` and ``b`` of C type ``T`` by ``op``."""
+    if op in ("max", "min"):
+        return minmax(op, T, a, b)
+    return COMBINE[op].format(a=a, b=b, T=T)
 
 
 def acc_type(op: str, dtype) -> str:
@@ -57,7 +64,7 @@ def _tree(ctx, codes, op, T) -> str:
     while len(codes) > 1:
         nxt = []
         for k in range(0, len(codes) - 1, 2):
-            nxt.append(COMBINE[op].format(a=codes[k], b=codes[k + 1], T=T))
+            nxt.append(combine(op, codes[k], codes[k + 1], T))
         if len(codes) % 2:
             nxt.append(codes[-1])
         if len(nxt) > 1:
@@ -110,7 +117,7 @@ def reduce_(ctx, inst, expr):
         j = R.unrolled(ctx, lo.local_size)
         for m in masks:
             other = f"__shfl_xor_sync({mask}, {acc}[{j}], {m})"
-            ctx.emit(f"{acc}[{j}] = {COMBINE[op].format(a=f'{acc}[{j}]', b=other, T=T)};")
+            ctx.emit(f"{acc}[{j}] = {combine(op, f'{acc}[{j}]', other, T)};")
         ctx.close()
     # stage 3: slots in shared memory across warps
     if slots:
@@ -166,7 +173,7 @@ def _in_thread_loop(ctx, src, groups, acc, op, T) -> bool:
     ctx.open(f"for (int {r} = {PARTIALS}; {r} < {n}; {r} += {PARTIALS})")
     ctx.emit("#pragma unroll")
     ctx.open(f"for (int {q} = 0; {q} < {PARTIALS}; ++{q})")
-    ctx.emit(f"{p}[{q}] = {COMBINE[op].format(a=f'{p}[{q}]', b=read(), T=T)};")
+    ctx.emit(f"{p}[{q}] = {combine(op, f'{p}[{q}]', read(), T)};")
     ctx.close()
     ctx.close()
     codes = [f"{p}[{k}]" for k in range(PARTIALS)]

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from tilus.backends.cuda.codegen.loops import LOOP_MIN, fitted_expr, local_coord_exprs
-from tilus.backends.cuda.codegen.scalar import HALF, const, ctype, from_float, to_float
+from tilus.backends.cuda.codegen.scalar import HALF, const, ctype, from_float, minmax, to_float
 from tilus.backends.cuda.ptx.registry import Fragment
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.dtypes import uint32
@@ -377,8 +377,7 @@ def _binary_one(ctx, inst, i, x, y):
     if half:
         x, y = to_float(x, odt), to_float(y, odt)
     if inst.op in BINARY_FUNCS:
-        ct = "float" if half else ctype(odt)
-        code = f"{BINARY_FUNCS[inst.op]}<{ct}>({x}, {y})"
+        code = minmax(inst.op, "float" if half else ctype(odt), x, y)
     elif inst.op == "%" and odt.is_float():
         code = f"fmodf({x}, {y})"
     else:
