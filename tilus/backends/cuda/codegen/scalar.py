@@ -37,6 +37,7 @@ def minmax(op: str, ctype_name: str, a: str, b: str) -> str:
         return f"tl_f{op}({a}, {b})"
     return f"tl_{op}<{ctype_name}>({a}, {b})"
 
+
 #: Helpers every kernel gets (conversions of 16-bit floats, min/max, the shared swizzle).
 HELPERS = r"""
 // ---- tilus codegen helpers ----
