@@ -116,10 +116,11 @@ def time_ms(fn, torch, flush, reps):
 
 def winner(kernel) -> str:
     """The config the tuner chose for the last call of ``kernel`` (an InstantiatedScript)."""
-    for state in vars(kernel).values():
-        fast = getattr(getattr(state, "tuner", None), "_fast", None)
-        if fast:
-            return config_text(list(fast.values())[-1].config)
+    for state in getattr(kernel, "_backend_states", {}).values():  # the CUDA dispatchers
+        for disp in getattr(state, "by_arch", {}).values():
+            fast = getattr(getattr(disp, "tuner", None), "_fast", None)
+            if fast:
+                return config_text(list(fast.values())[-1].config)
     configs = getattr(kernel, "configs", None) or [{}]
     return config_text(configs[0]) if len(configs) == 1 else "?"
 

@@ -46,8 +46,7 @@ def rows_and_warps(bn: int, block: int, per_thread: int) -> tuple[int, int]:
 #: long rows or wastes threads on short ones): 8-32 elements a thread (one to four 16-byte
 #: loads, 30-60 registers: 2048 threads an SM), and 2-32 K elements a block.
 ROW_SPACE = [(b, t) for b in (2048, 4096, 8192, 16384) for t in (8, 16, 32)] + [
-    (32768, 16),  # 4 rows of 8192 a block: the norms' weights shared by the rows of a thread
-    (32768, 32),
+    (32768, 32),  # 4 rows of 8192 a block: the norms' weights shared by the rows of a thread
 ]
 
 
