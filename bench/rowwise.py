@@ -11,7 +11,10 @@ flushed by a 256 MB write before each run; the median of the rounds is reported)
   and, for softmax, the online variant.
 
 Every kernel is checked against torch in float32 first (NaN-poisoned output). It prints GB/s
-(bytes read + written / time) and the ratio to the copy, and writes JSON to ``--out``.
+(bytes read + written / time), the ratio to the copy, the config the tuner chose and the wall
+time of the first call (compile + tune), then (unless ``--no-space``) every config of each
+autotune space pinned and timed once more (GB/s, ratio to copy, registers a thread; refused
+configs with their reason), and writes JSON to ``--out``.
 ``--dry-run`` needs no GPU: it runs every tilus kernel on the interpreter at a tiny ragged size
 and checks it against NumPy.
 """
@@ -24,6 +27,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,6 +114,46 @@ def time_ms(fn, torch, flush, reps):
     return statistics.median(times)
 
 
+def winner(kernel) -> str:
+    """The config the tuner chose for the last call of ``kernel`` (an InstantiatedScript)."""
+    for state in getattr(kernel, "_backend_states", {}).values():  # the CUDA dispatchers
+        for disp in getattr(state, "by_arch", {}).values():
+            fast = getattr(getattr(disp, "tuner", None), "_fast", None)
+            if fast:
+                return config_text(list(fast.values())[-1].config)
+    configs = getattr(kernel, "configs", None) or [{}]
+    return config_text(configs[0]) if len(configs) == 1 else "?"
+
+
+def config_text(cfg: dict) -> str:
+    """``k=v,k=v`` of a config."""
+    return ",".join(f"{k}={v}" for k, v in cfg.items())
+
+
+def time_space(cls, argf, m, n, tensors, torch, flush, reps, copy_ms):
+    """Every config of ``cls``'s space pinned: rows for the per-config table."""
+    import tilus  # noqa: F401 - tilus.compile below
+
+    x, w, b = tensors
+    out = []
+    for cfg in cls().configs:
+        row = dict(kernel=cls.__name__, shape=f"{m}x{n}", config=config_text(cfg))
+        try:
+            k = cls(**cfg)
+            y = torch.empty(m, n, device="cuda", dtype=torch.float16)
+            a = argf(x, w, b, y)
+            ck = tilus.compile(k, m, n, *a)
+            row["registers"] = ck.resources.get("registers")
+            k(m, n, *a)
+            torch.cuda.synchronize()
+            ms = time_ms(lambda k=k, a=a: k(m, n, *a), torch, flush, reps)
+            row.update(ms=ms, gbps=4 * m * n / ms / 1e6, ratio_to_copy=copy_ms / ms)
+        except Exception as e:  # noqa: BLE001 - a config that fails is listed, not fatal
+            row["refused"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][-100:]}"
+        out.append(row)
+    return out
+
+
 def git_commit() -> str:
     """The repository's HEAD commit (or "unknown")."""
     try:
@@ -130,7 +174,7 @@ def bench(args) -> int:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     ops = args.ops.split(",")
     kernels = tilus_kernels()
-    results, status = [], 0
+    results, space, status = [], [], 0
     for m, n in shapes:
         x = torch.randn(m, n, device="cuda").half()
         w = torch.randn(n, device="cuda").half()
@@ -146,12 +190,15 @@ def bench(args) -> int:
                 "torch eager": lambda f=f, t=(x, w, b): f(*t),
                 "torch.compile": lambda c=compiled, t=(x, w, b): c(*t),
             }
+            chosen = {}
             for label, cls, argf, _, _ in kernels[op]:
                 y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
                 k = cls()
                 a = argf(x, w, b, y)
+                t0 = time.perf_counter()
                 k(m, n, *a)  # compile + tune on first use
                 torch.cuda.synchronize()
+                chosen[label] = (winner(k), time.perf_counter() - t0)
                 err = ((y.float() - ref).abs().max() / ref.abs().max().clamp(min=1)).item()
                 if not err < 2e-2:
                     print(f"{op} {m}x{n} {label}: max error {err:.2e} FAILS")
@@ -168,16 +215,36 @@ def bench(args) -> int:
             copy_ms = statistics.median(rounds["copy"])
             for name, ts in rounds.items():
                 ms = statistics.median(ts)
+                cfg, first_s = chosen.get(name, ("", None))
                 results.append(
                     dict(op=op, shape=f"{m}x{n}", impl=name, ms=ms, gbps=moved / ms / 1e6,
-                         ratio_to_copy=copy_ms / ms, rounds_ms=ts)
+                         ratio_to_copy=copy_ms / ms, rounds_ms=ts, config=cfg,
+                         first_call_s=first_s)
                 )  # fmt: skip
-    header = f"{'op':10s} {'shape':11s} {'impl':14s} {'ms':>8s} {'GB/s':>7s} {'x copy':>6s}"
+            if args.space:
+                for _label, cls, argf, _, _ in kernels[op]:
+                    space.extend(
+                        time_space(cls, argf, m, n, (x, w, b), torch, flush, args.reps, copy_ms)
+                    )
+    header = (f"{'op':10s} {'shape':11s} {'impl':14s} {'ms':>8s} {'GB/s':>7s} {'x copy':>6s} "
+              f"{'first s':>7s}  config")  # fmt: skip
     print(header)
     print("-" * len(header))
     for r in results:
+        first = f"{r['first_call_s']:7.1f}" if r["first_call_s"] is not None else " " * 7
         print(f"{r['op']:10s} {r['shape']:11s} {r['impl']:14s} {r['ms']:8.4f} "
-              f"{r['gbps']:7.0f} {r['ratio_to_copy']:6.2f}")  # fmt: skip
+              f"{r['gbps']:7.0f} {r['ratio_to_copy']:6.2f} {first}  {r['config']}")  # fmt: skip
+    if space:
+        print(f"\nevery config pinned ({args.reps} runs each; first s: compile + tune):")
+        print(f"{'kernel':14s} {'shape':11s} {'config':34s} {'ms':>8s} {'GB/s':>7s} "
+              f"{'x copy':>6s} {'regs':>4s}")  # fmt: skip
+        for r in space:
+            if "refused" in r:
+                print(f"{r['kernel']:14s} {r['shape']:11s} {r['config']:34s} refused: "
+                      f"{r['refused']}")  # fmt: skip
+                continue
+            print(f"{r['kernel']:14s} {r['shape']:11s} {r['config']:34s} {r['ms']:8.4f} "
+                  f"{r['gbps']:7.0f} {r['ratio_to_copy']:6.2f} {r['registers'] or 0:4d}")  # fmt: skip
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         gpu=torch.cuda.get_device_name(),
@@ -186,7 +253,8 @@ def bench(args) -> int:
         torch=torch.__version__,
     )
     if args.out:
-        Path(args.out).write_text(json.dumps(dict(meta=meta, results=results), indent=1) + "\n")
+        doc = dict(meta=meta, results=results, configs=space)
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {args.out}")
     return status
 
@@ -199,6 +267,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=20, help="timed runs per kernel per round")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--no-space", dest="space", action="store_false",
+                    help="skip timing every config of each autotune space")  # fmt: skip
     ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
     args = ap.parse_args(argv)
     return dry_run() if args.dry_run else bench(args)

@@ -12,7 +12,7 @@ is checked against NumPy float64.
 
 import numpy as np
 from rowwise_support import check, exit_with, fp16_rows, rowwise_kernels
-from softmax import pow2_at_least
+from softmax import ROW_SPACE, pow2_at_least, rows_and_warps
 
 import tilus
 from tilus import float16, float32, int32
@@ -21,27 +21,28 @@ from tilus.utils import cdiv
 EPS = 1e-5
 
 
-@tilus.autotune("rows, warps", [(1, 4), (1, 8), (1, 16), (1, 32), (2, 4), (4, 4), (4, 8), (8, 8)])
+@tilus.autotune("block, per_thread", ROW_SPACE)
 class LayerNorm(tilus.Script):
-    """Layer norm of ``rows`` whole rows per block."""
+    """Layer norm of whole rows held in registers, ``block // n`` rows a block."""
 
-    def __init__(self, rows, warps):
+    def __init__(self, block, per_thread):
         super().__init__()
-        self.rows = rows
-        self.warps = warps
+        self.block = block
+        self.per_thread = per_thread
 
     def __call__(
         self, m: int32, n: int, x_ptr: ~float16, w_ptr: ~float16, b_ptr: ~float16, y_ptr: ~float16
     ):
         bn = pow2_at_least(n)
-        self.attrs.blocks = cdiv(m, self.rows)
-        self.attrs.warps = self.warps
+        rows, warps = rows_and_warps(bn, self.block, self.per_thread)
+        self.attrs.blocks = cdiv(m, rows)
+        self.attrs.warps = warps
         gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
         gw = self.global_view(w_ptr, dtype=float16, shape=[n])
         gb = self.global_view(b_ptr, dtype=float16, shape=[n])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
-        row: int32 = self.blockIdx.x * self.rows
-        x = self.cast(self.load_global(gx, offsets=[row, 0], shape=[self.rows, bn]), float32)
+        row: int32 = self.blockIdx.x * rows
+        x = self.cast(self.load_global(gx, offsets=[row, 0], shape=[rows, bn]), float32)
         mean = self.sum(x, dim=1, keepdim=True) * (1.0 / n)
         xc = x - mean
         if n < bn:  # the tail read as 0, but 0 - mean must not add to the variance

@@ -7,7 +7,8 @@ reduces each row to its maximum and its sum (``self.max(..., dim=1, keepdim=True
 ``[rows, 1]`` tile that broadcasts back over the row with no data movement) and stores the
 result, reading and writing each element once. Rows longer than a tile use ``OnlineSoftmax``:
 one pass over the row's column tiles keeps a running maximum and a running sum rescaled by
-``exp(m_old - m_new)`` (the "online" softmax), a second pass writes the outputs.
+``exp(m_old - m_new)`` (the "online" softmax), a second pass writes the outputs; both load the
+next column tile before working on the current one.
 
 Run ``python examples/softmax.py``: on the tilus interpreter without a GPU (or with
 ``TILUS_INTERPRET=1``), on CUDA with one; the result is checked against NumPy float64.
@@ -31,33 +32,65 @@ def pow2_at_least(n: int) -> int:
     return p
 
 
-@tilus.autotune("rows, warps", [(1, 4), (1, 8), (1, 16), (1, 32), (2, 4), (4, 4), (4, 8), (8, 8)])
-class Softmax(tilus.Script):
-    """Softmax of ``rows`` whole rows per block (a row of ``n`` held in registers)."""
+def rows_and_warps(bn: int, block: int, per_thread: int) -> tuple[int, int]:
+    """Rows per block and warps for rows of ``bn`` elements: ``block`` elements a block (at
+    least one row), ``per_thread`` elements a thread (more when 32 warps are too few)."""
+    rows = max(1, block // bn)
+    warps = min(32, max(1, rows * bn // (32 * per_thread)))
+    return rows, warps
 
-    def __init__(self, rows, warps):
+
+#: The row-wise autotune space: (elements per block, elements per thread). It is given in
+#: elements, not rows and warps, so that every config fits at every row length (a row of 32768
+#: fp32 values is 32 a thread over 1024 threads; a fixed (rows, warps) space either refuses
+#: long rows or wastes threads on short ones): 8-32 elements a thread (one to four 16-byte
+#: loads, 30-60 registers: 2048 threads an SM), and 2-32 K elements a block.
+ROW_SPACE = [(b, t) for b in (2048, 4096, 8192, 16384) for t in (8, 16, 32)] + [
+    (32768, 32),  # 4 rows of 8192 a block: the norms' weights shared by the rows of a thread
+]
+
+
+@tilus.autotune("block, per_thread", ROW_SPACE)
+class Softmax(tilus.Script):
+    """Softmax of whole rows held in registers, ``block // n`` rows a block (at least one)."""
+
+    def __init__(self, block, per_thread):
         super().__init__()
-        self.rows = rows
-        self.warps = warps
+        self.block = block
+        self.per_thread = per_thread
 
     def __call__(self, m: int32, n: int, x_ptr: ~float16, y_ptr: ~float16):
         bn = pow2_at_least(n)
-        self.attrs.blocks = cdiv(m, self.rows)
-        self.attrs.warps = self.warps
+        rows, warps = rows_and_warps(bn, self.block, self.per_thread)
+        self.attrs.blocks = cdiv(m, rows)
+        self.attrs.warps = warps
         gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
-        row: int32 = self.blockIdx.x * self.rows
-        x = self.load_global(gx, offsets=[row, 0], shape=[self.rows, bn])
-        x = self.cast(x, float32) * LOG2E  # exp(v) = exp2(v * log2 e)
+        row: int32 = self.blockIdx.x * rows
+        x = self.load_global(gx, offsets=[row, 0], shape=[rows, bn])
+        x = self.cast(x, float32)
         if n < bn:  # the ragged tail of every row must not win the max nor add to the sum
             cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda j: j)
             x = self.where(cols < n, x, -float("inf"))
-        e = self.exp2(x - self.max(x, dim=1, keepdim=True))
+        # exp(v - max) = exp2(v * log2 e - max * log2 e): one FFMA and one MUFU.EX2 an element
+        e = self.exp2(x * LOG2E - self.max(x, dim=1, keepdim=True) * LOG2E)
         y = e * (1.0 / self.sum(e, dim=1, keepdim=True))
         self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
 
 
-@tilus.autotune("block_n, rows, warps", [(1024, 1, 4), (2048, 1, 8), (4096, 1, 8), (1024, 4, 8)])
+@tilus.autotune(
+    "block_n, rows, warps",
+    [
+        (1024, 1, 4),
+        (2048, 1, 8),
+        (4096, 1, 8),
+        (1024, 4, 8),
+        (4096, 1, 16),
+        (8192, 1, 32),
+        (4096, 2, 16),
+        (2048, 4, 16),
+    ],  # fmt: skip
+)
 class OnlineSoftmax(tilus.Script):
     """Softmax of rows of any length: an online max/sum pass over column tiles, then a pass
     that writes ``exp(x - max) / sum``."""
@@ -78,16 +111,22 @@ class OnlineSoftmax(tilus.Script):
         cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda j: j)
         mx = self.register_tensor(dtype=float32, shape=[bm, 1], init=-float("inf"))
         total = self.register_tensor(dtype=float32, shape=[bm, 1], init=0.0)
+        # Each pass loads tile j + 1 before it works on tile j (a register double buffer), so
+        # a block always has a tile's loads in flight; past the row they read zeros, unused.
+        buf = self.load_global(gx, offsets=[row, 0], shape=[bm, bn])
         for j in range(cdiv(n, bn)):
-            x = self.cast(self.load_global(gx, offsets=[row, j * bn], shape=[bm, bn]), float32)
+            x = self.cast(buf, float32)
+            self.assign(buf, self.load_global(gx, offsets=[row, (j + 1) * bn], shape=[bm, bn]))
             x = self.where(cols < n - j * bn, x * LOG2E, -float("inf"))
             new = self.maximum(mx, self.max(x, dim=1, keepdim=True))
             scaled = total * self.exp2(mx - new)
             self.assign(total, scaled + self.sum(self.exp2(x - new), dim=1, keepdim=True))
             self.assign(mx, new)
         inv = 1.0 / total
+        self.assign(buf, self.load_global(gx, offsets=[row, 0], shape=[bm, bn]))
         for j in range(cdiv(n, bn)):
-            x = self.cast(self.load_global(gx, offsets=[row, j * bn], shape=[bm, bn]), float32)
+            x = self.cast(buf, float32)
+            self.assign(buf, self.load_global(gx, offsets=[row, (j + 1) * bn], shape=[bm, bn]))
             y = self.exp2(x * LOG2E - mx) * inv
             self.store_global(gy, self.cast(y, float16), offsets=[row, j * bn])
 

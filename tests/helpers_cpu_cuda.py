@@ -69,6 +69,8 @@ static inline float tl_ex2(float x) { return std::exp2(x); }
 static inline float tl_lg2(float x) { return std::log2(x); }
 template <class T> static inline T tl_min(T a, T b) { return b < a ? b : a; }
 template <class T> static inline T tl_max(T a, T b) { return a < b ? b : a; }
+static inline float tl_fmin(float a, float b) { return a != a || b != b ? NAN : (b < a ? b : a); }
+static inline float tl_fmax(float a, float b) { return a != a || b != b ? NAN : (a < b ? b : a); }
 template <class T> static inline T tl_abs(T a) { return a < T(0) ? -a : a; }
 template <int W> static inline uint32_t tl_swz(uint32_t o) {
   return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);

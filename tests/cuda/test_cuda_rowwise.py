@@ -52,12 +52,16 @@ def _close(got, want, tol=1e-2):
 
 @needs_nvrtc
 @needs_gxx
-@pytest.mark.parametrize("rows, warps, m, n", [(2, 4, 5, 200), (1, 8, 3, 1000)])
-def test_softmax(ex, rows, warps, m, n):
+@pytest.mark.parametrize(
+    "block, per_thread, m, n",
+    [(512, 8, 5, 200), (1024, 16, 3, 1000), (1024, 32, 3, 1000)],  # 8, 16, 32 a thread
+)
+def test_softmax(ex, block, per_thread, m, n):
     sm = ex["softmax"]
     rng = np.random.default_rng()
     x, y = _rand(rng, m, n), np.full((m, n), np.nan, np.float16)
-    ck = emulate(sm.Softmax(rows=rows, warps=warps), (m, n, x, y), [-(-m // rows)])
+    rows, _ = sm.rows_and_warps(sm.pow2_at_least(n), block, per_thread)
+    ck = emulate(sm.Softmax(block=block, per_thread=per_thread), (m, n, x, y), [-(-m // rows)])
     _close(y, sm.reference(x.astype(np.float64)), 2e-3)
     ops = _sass_ok(ck)
     assert ops.get("SHFL", 0) > 0
@@ -81,10 +85,11 @@ def test_layer_norm_and_rms_norm(ex):
     m, n = 5, 200
     x, w, b = _rand(rng, m, n), _rand(rng, n), _rand(rng, n)
     y = np.full((m, n), np.nan, np.float16)
-    ck = emulate(ex["layer_norm"].LayerNorm(rows=2, warps=4), (m, n, x, w, b, y), [3])
+    ck = emulate(ex["layer_norm"].LayerNorm(block=512, per_thread=4), (m, n, x, w, b, y), [3])
     _close(y, ex["layer_norm"].reference(*(a.astype(np.float64) for a in (x, w, b))))
     y = np.full((m, n), np.nan, np.float16)
-    emulate(ex["rms_norm"].RMSNorm(rows=1, warps=8), (m, n, x, w, y), [m])
+    # 4 rows of 256 over one warp: 32 a thread, the loops of codegen.loops
+    emulate(ex["rms_norm"].RMSNorm(block=1024, per_thread=32), (m, n, x, w, y), [2])
     _close(y, ex["rms_norm"].reference(x.astype(np.float64), w.astype(np.float64)))
     assert "uint4" in ck.source  # 16-byte vector accesses with a scalar fallback
 
@@ -108,7 +113,10 @@ def test_bench_shapes_compile_with_128_bit_accesses(ex):
     import tilus
 
     sm = ex["softmax"]
-    for n, cfg in [(8192, dict(rows=1, warps=8)), (1024, dict(rows=4, warps=4))]:
+    for n, cfg in [
+        (8192, dict(block=8192, per_thread=32)),
+        (1024, dict(block=4096, per_thread=32)),
+    ]:
         ck = tilus.compile(sm.Softmax(**cfg), 4096, n, None, None)
         ops = _sass_ok(ck)
         assert ops.get("LDG", 0) > 0 and ops.get("STG", 0) > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tilus.backends.cuda.codegen import ldmatrix
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen import vector as V
+from tilus.backends.cuda.codegen.loops import LOOP_MIN, local_coord_exprs
 from tilus.backends.cuda.codegen.scalar import ctype
 from tilus.backends.cuda.ptx.ldst import GUARDED_SUFFIX
 from tilus.backends.cuda.tables import CODEGEN_RULES
@@ -102,7 +103,7 @@ def load_global(ctx, inst, expr):
     base, offs = _tile_base(ctx, layout, inst.offsets, expr)
 
     def scalar(i):
-        idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
+        idx = _global_index(offs, base, inst.dims, _local(layout, i))
         ok = _in_bounds(idx, shape)
         ctx.emit(
             f"{R.elem(ctx, out, i)} = ({ok}) ? {name}[{_address(idx, strides)}] : "
@@ -110,6 +111,15 @@ def load_global(ctx, inst, expr):
         )
 
     w = V.vector_width(ctx, out, layout, inst.dims, strides, len(shape))
+    if w and layout.local_size >= LOOP_MIN:  # one loop over the runs (see codegen.loops)
+        i = _runs(ctx, layout, w)
+        idx = _global_index(offs, base, inst.dims, _local(layout, i))
+        ok = _in_bounds(idx[:-1], shape[:-1]) or "true"
+        ptr = f"{name} + {_address(idx, strides)}"
+        V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar)
+        ctx.close()
+        ctx.close()
+        return
     for i in range(0, layout.local_size, w or 1):
         if not w:
             scalar(i)
@@ -119,6 +129,19 @@ def load_global(ctx, inst, expr):
         ptr = f"{name} + {_address(idx, strides)}"
         V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar)
     ctx.close()
+
+
+def _local(layout, i):
+    """Register ``i``'s coordinate contribution: ints, or C expressions for a C index."""
+    return layout.local_coords(i) if isinstance(i, int) else local_coord_exprs(layout, i)
+
+
+def _runs(ctx, layout, w: int) -> str:
+    """Open a loop over the ``w``-register runs of a tile; returns the run's first register."""
+    r = R.unrolled(ctx, layout.local_size // w)
+    i = ctx.fresh("i")
+    ctx.emit(f"const int {i} = {r} * {w};")
+    return i
 
 
 def _register_pairs(t, layout) -> bool:
@@ -176,6 +199,26 @@ def store_global(ctx, inst, expr):
         return col_memo[c]
 
     w = V.vector_width(ctx, src, layout, inst.dims, strides, len(shape))
+    if w and layout.local_size >= LOOP_MIN:  # one loop over the runs (see codegen.loops)
+        i = _runs(ctx, layout, w)
+        idx = _global_index(offs, base, inst.dims, _local(layout, i))
+        parts = [_address([idx[d]], [strides[d]]) for d in rows_of]
+        p, rok = ctx.fresh("row"), ctx.fresh("rok")
+        ctx.emit(f"{ct}* const {p} = {' + '.join([name, *parts])};")
+        conds = [f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})" for d in rows_of]
+        ctx.emit(f"const bool {rok} = {' && '.join(conds) or 'true'};")
+
+        def scalar_in_row(k):
+            c = _global_index(offs, base, inst.dims, _local(layout, k))[last]
+            cok = f"(uint32_t)({c}) < (uint32_t)({shape[last]})"
+            a = f"{p} + {_address([c], [strides[last]])}"
+            _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", f"{a}, {R.elem(ctx, src, k)}, {rok} && {cok}")
+
+        a = f"{p} + {_address([idx[last]], [strides[last]])}"
+        V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar_in_row)
+        ctx.close()
+        ctx.close()
+        return
     if w:
 
         def scalar(i):

@@ -15,7 +15,8 @@ import math
 
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.convert import row_major, through_shared
-from tilus.backends.cuda.codegen.scalar import HALF, ctype, from_float, to_float
+from tilus.backends.cuda.codegen.loops import LOOP_MIN, fitted_expr
+from tilus.backends.cuda.codegen.scalar import HALF, ctype, from_float, minmax, to_float
 from tilus.backends.cuda.layout.inference import moves_in_place
 from tilus.backends.cuda.layout.reduction import thread_stages
 from tilus.backends.cuda.tables import CODEGEN_RULES
@@ -27,11 +28,18 @@ rule = CODEGEN_RULES.rule
 #: Identity-free combine of two accumulators, by op (``T`` the accumulator's C type).
 COMBINE = {
     "sum": "({a} + {b})",
-    "max": "tl_max<{T}>({a}, {b})",
+    "max": "tl_max<{T}>({a}, {b})",  # float: tl_fmax (see combine)
     "min": "tl_min<{T}>({a}, {b})",
     "any": "({a} | {b})",
     "all": "({a} & {b})",
 }
+
+
+def combine(op: str, a: str, b: str, T: str) -> str:
+    """C code combining accumulators ``a`` and ``b`` of C type ``T`` by ``op``."""
+    if op in ("max", "min"):
+        return minmax(op, T, a, b)
+    return COMBINE[op].format(a=a, b=b, T=T)
 
 
 def acc_type(op: str, dtype) -> str:
@@ -56,7 +64,7 @@ def _tree(ctx, codes, op, T) -> str:
     while len(codes) > 1:
         nxt = []
         for k in range(0, len(codes) - 1, 2):
-            nxt.append(COMBINE[op].format(a=codes[k], b=codes[k + 1], T=T))
+            nxt.append(combine(op, codes[k], codes[k + 1], T))
         if len(codes) % 2:
             nxt.append(codes[-1])
         if len(nxt) > 1:
@@ -99,22 +107,24 @@ def reduce_(ctx, inst, expr):
         groups[where[tuple(c)]].append(i)
     acc = ctx.fresh("acc")
     ctx.emit(f"{T} {acc}[{lo.local_size}];")
-    for j, regs in enumerate(groups):
-        codes = [f"({T})({to_float(R.elem(ctx, src, i), src.dtype)})" for i in regs]
-        ctx.emit(f"{acc}[{j}] = {_tree(ctx, codes, op, T)};")
+    if not _in_thread_loop(ctx, src, groups, acc, op, T):
+        for j, regs in enumerate(groups):
+            codes = [f"({T})({to_float(R.elem(ctx, src, i), src.dtype)})" for i in regs]
+            ctx.emit(f"{acc}[{j}] = {_tree(ctx, codes, op, T)};")
     # stage 2: butterflies within the warp
     if masks:
         mask = _lane_mask(g)
         j = R.unrolled(ctx, lo.local_size)
         for m in masks:
             other = f"__shfl_xor_sync({mask}, {acc}[{j}], {m})"
-            ctx.emit(f"{acc}[{j}] = {COMBINE[op].format(a=f'{acc}[{j}]', b=other, T=T)};")
+            ctx.emit(f"{acc}[{j}] = {combine(op, f'{acc}[{j}]', other, T)};")
         ctx.close()
     # stage 3: slots in shared memory across warps
     if slots:
         _cross_warps(ctx, inst, lo, g, slots, acc, T)
     conv = from_float if out.dtype.name in HALF else None
-    for j in range(lo.local_size):
+    loop = lo.local_size >= LOOP_MIN
+    for j in [R.unrolled(ctx, lo.local_size)] if loop else range(lo.local_size):
         v = f"{acc}[{j}]"
         if conv is not None:
             v = conv(v, out.dtype)
@@ -123,7 +133,54 @@ def reduce_(ctx, inst, expr):
         elif T != ctype(out.dtype):
             v = f"({ctype(out.dtype)})({v})"
         ctx.emit(f"{R.elem(ctx, out, j)} = {v};")
+    if loop:
+        ctx.close()
     ctx.close()
+
+
+#: Partial accumulators of the in-thread loop: independent chains the SM overlaps.
+PARTIALS = 8
+
+
+def _in_thread_loop(ctx, src, groups, acc, op, T) -> bool:
+    """Stage 1 as loops (long rows per thread: see ``codegen.loops``): ``PARTIALS`` partial
+    results per output element, each combining every ``PARTIALS``-th register, then a tree.
+    Returns False (nothing emitted) when the registers do not have a closed form."""
+    n = len(groups[0])
+    if n < LOOP_MIN or n % PARTIALS or any(len(g) != n for g in groups):
+        return False
+    flat = [i for g in groups for i in g]
+    j = ctx.fresh("j") if len(groups) > 1 else "0"
+    q, r = ctx.fresh("q"), ctx.fresh("r")
+    at = fitted_expr(flat, f"{j} * {n} + {r} + {q}" if len(groups) > 1 else f"{r} + {q}")
+    if at is None:
+        return False
+
+    def read():
+        return f"({T})({to_float(R.elem(ctx, src, f'({at})'), src.dtype)})"
+
+    if len(groups) > 1:
+        ctx.emit("#pragma unroll")
+        ctx.open(f"for (int {j} = 0; {j} < {len(groups)}; ++{j})")
+    p = ctx.fresh("part")
+    ctx.emit(f"{T} {p}[{PARTIALS}];")
+    ctx.emit("#pragma unroll")
+    ctx.open(f"for (int {q} = 0; {q} < {PARTIALS}; ++{q})")
+    ctx.emit(f"const int {r} = 0;")
+    ctx.emit(f"{p}[{q}] = {read()};")
+    ctx.close()
+    ctx.emit("#pragma unroll")
+    ctx.open(f"for (int {r} = {PARTIALS}; {r} < {n}; {r} += {PARTIALS})")
+    ctx.emit("#pragma unroll")
+    ctx.open(f"for (int {q} = 0; {q} < {PARTIALS}; ++{q})")
+    ctx.emit(f"{p}[{q}] = {combine(op, f'{p}[{q}]', read(), T)};")
+    ctx.close()
+    ctx.close()
+    codes = [f"{p}[{k}]" for k in range(PARTIALS)]
+    ctx.emit(f"{acc}[{j}] = {_tree(ctx, codes, op, T)};")
+    if len(groups) > 1:
+        ctx.close()
+    return True
 
 
 def _cross_warps(ctx, inst, lo, g, slots, acc, T):

@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from tilus.backends.cuda.codegen.scalar import HALF, const, ctype, from_float, to_float
+from tilus.backends.cuda.codegen.loops import LOOP_MIN, fitted_expr, local_coord_exprs
+from tilus.backends.cuda.codegen.scalar import HALF, const, ctype, from_float, minmax, to_float
 from tilus.backends.cuda.ptx.registry import Fragment
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.dtypes import uint32
@@ -136,8 +137,12 @@ def emit_thread_coords(ctx, layout, group) -> list[str]:
     return names
 
 
-def coord(base: str, k: int) -> str:
-    """``base + k`` tidied."""
+def coord(base: str, k) -> str:
+    """``base + k`` tidied (``k`` an int or a C expression)."""
+    if isinstance(k, str):
+        if k == "0":
+            return base
+        return f"({k})" if base == "0" else f"{base} + ({k})"
     if base == "0":
         return str(k)
     return base if k == 0 else f"{base} + {k}"
@@ -250,6 +255,13 @@ def alloc_register(ctx, inst, expr):
         ctx.close()
         return
     base = emit_thread_coords(ctx, layout, ctx.plan.owner[t])
+    if layout.local_size >= LOOP_MIN:  # one loop body, the axes from the register index
+        i = unrolled(ctx, layout.local_size)
+        for ax, b, k in zip(inst.axes, base, local_coord_exprs(layout, i)):
+            ctx.emit(f"const int {ctx.name(ax)} = {coord(b, k)};")
+        ctx.emit(f"{elem(ctx, t, i)} = {expr(inst.init)};")
+        ctx.close()
+        return
     for i in range(layout.local_size):
         lc = layout.local_coords(i)
         ctx.open("")
@@ -288,18 +300,33 @@ def _maps(ctx, out, ops):
 
 
 def _each(ctx, layout, maps):
-    """Loop over the registers: a constant-trip loop when no operand is broadcast (returns
-    the index variable), else a Python range of straight-line code (returns None and the
-    caller emits once per register)."""
+    """Loop over the registers: a constant-trip loop (returns the index variable and, per
+    operand, None or its register index expression) when no operand is broadcast or every
+    broadcast map has a closed form (big tiles), else None and the caller emits once per
+    register (straight-line code)."""
     if all(m is None for m in maps):
-        return unrolled(ctx, layout.local_size)
-    return None
+        return unrolled(ctx, layout.local_size), [None] * len(maps)
+    if layout.local_size < LOOP_MIN:
+        return None, None
+    i = ctx.fresh("i")
+    exprs = [None if m is None else fitted_expr(m, i) for m in maps]
+    if any(e is None and m is not None for e, m in zip(exprs, maps)):
+        return None, None
+    ctx.emit("#pragma unroll")
+    ctx.open(f"for (int {i} = 0; {i} < {layout.local_size}; ++{i})")
+    return i, exprs
 
 
 def _at(ctx, x, i, m, pre):
     if not isinstance(x, TensorVar):
         return pre[id(x)]
     return elem(ctx, x, i if m is None else m[i])
+
+
+def _at_loop(ctx, x, i, e, pre):
+    if not isinstance(x, TensorVar):
+        return pre[id(x)]
+    return elem(ctx, x, i if e is None else f"({e})")
 
 
 @rule(I.AssignTensor)
@@ -309,12 +336,6 @@ def assign(ctx, inst, expr):
     i = unrolled(ctx, layout.local_size)
     ctx.emit(f"{elem(ctx, inst.out, i)} = {elem(ctx, inst.src, i)};")
     ctx.close()
-
-
-def _operand(ctx, x, i, expr, pre):
-    if isinstance(x, TensorVar):
-        return elem(ctx, x, i)
-    return pre[id(x)]
 
 
 def _scalar_operands(ctx, ops, expr):
@@ -340,12 +361,12 @@ def binary(ctx, inst, expr):
     layout, maps = _maps(ctx, out, ops)
     pre = _scalar_operands(ctx, ops, expr)
     _declare_unless_same(ctx, out, ops)
-    i = _each(ctx, layout, maps)
+    i, exprs = _each(ctx, layout, maps)
     if i is None:
         for k in range(layout.local_size):
             _binary_one(ctx, inst, k, *(_at(ctx, x, k, m, pre) for x, m in zip(ops, maps)))
         return
-    _binary_one(ctx, inst, i, _operand(ctx, a, i, expr, pre), _operand(ctx, b, i, expr, pre))
+    _binary_one(ctx, inst, i, *(_at_loop(ctx, x, i, e, pre) for x, e in zip(ops, exprs)))
     ctx.close()
 
 
@@ -356,8 +377,7 @@ def _binary_one(ctx, inst, i, x, y):
     if half:
         x, y = to_float(x, odt), to_float(y, odt)
     if inst.op in BINARY_FUNCS:
-        ct = "float" if half else ctype(odt)
-        code = f"{BINARY_FUNCS[inst.op]}<{ct}>({x}, {y})"
+        code = minmax(inst.op, "float" if half else ctype(odt), x, y)
     elif inst.op == "%" and odt.is_float():
         code = f"fmodf({x}, {y})"
     else:
@@ -418,13 +438,13 @@ def where(ctx, inst, expr):
     layout, maps = _maps(ctx, out, ops)
     pre = _scalar_operands(ctx, ops, expr)
     _declare_unless_same(ctx, out, ops)
-    i = _each(ctx, layout, maps)
+    i, exprs = _each(ctx, layout, maps)
     if i is None:
         for k in range(layout.local_size):
             c, x, y = (_at(ctx, o, k, m, pre) for o, m in zip(ops, maps))
             ctx.emit(f"{elem(ctx, out, k)} = {c} ? {x} : {y};")
         return
-    c, x, y = (_operand(ctx, o, i, expr, pre) for o in ops)
+    c, x, y = (_at_loop(ctx, o, i, e, pre) for o, e in zip(ops, exprs))
     ctx.emit(f"{elem(ctx, out, i)} = {c} ? {x} : {y};")
     ctx.close()
 

@@ -30,6 +30,14 @@ C_TYPES = {
 }
 HALF = ("float16", "bfloat16")
 
+
+def minmax(op: str, ctype_name: str, a: str, b: str) -> str:
+    """C code of ``min``/``max`` (``op``) of ``a`` and ``b`` computed in C type ``ctype_name``."""
+    if ctype_name == "float":
+        return f"tl_f{op}({a}, {b})"
+    return f"tl_{op}<{ctype_name}>({a}, {b})"
+
+
 #: Helpers every kernel gets (conversions of 16-bit floats, min/max, the shared swizzle).
 HELPERS = r"""
 // ---- tilus codegen helpers ----
@@ -54,6 +62,13 @@ __device__ __forceinline__ float tl_f2tf(float f) {
 }
 template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 template <class T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
+// float min/max: one FMNMX that propagates NaN as NumPy does (tl_min/tl_max: two instructions)
+__device__ __forceinline__ float tl_fmin(float a, float b) {
+  float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+}
+__device__ __forceinline__ float tl_fmax(float a, float b) {
+  float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+}
 template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? -a : a; }
 // Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
 template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {

@@ -65,9 +65,28 @@ def _words(t, regs, ctx):
     return out
 
 
-def load_run(ctx, out, i0: int, w: int, ptr: str, ok: str, col: str, ncols: str, scalar):
+def _plus(i0, k: int):
+    """Register ``i0 + k`` (``i0`` an int or a C expression)."""
+    if isinstance(i0, int):
+        return i0 + k
+    return i0 if k == 0 else f"{i0} + {k}"
+
+
+def _fallback(ctx, i0, w: int, scalar) -> None:
+    """``scalar(i)`` for the run's registers: straight-line for a constant run, else a loop."""
+    if isinstance(i0, int):
+        for i in range(i0, i0 + w):
+            scalar(i)
+        return
+    k = R.unrolled(ctx, w)
+    scalar(f"{i0} + {k}")
+    ctx.close()
+
+
+def load_run(ctx, out, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar):
     """Registers ``i0 .. i0 + w`` of ``out`` from ``ptr`` (one vector access when the run is
-    in bounds and aligned, else ``scalar(i)`` lines for each register)."""
+    in bounds and aligned, else ``scalar(i)`` for each register); ``i0`` is an int or, in a
+    loop over runs, a C expression."""
     esize = out.dtype.nbits // 8
     nwords = w * esize // 4
     wt = _word_type(nwords)
@@ -84,18 +103,17 @@ def load_run(ctx, out, i0: int, w: int, ptr: str, ok: str, col: str, ncols: str,
     for k, c in enumerate(comps):
         word = f"{v}.{c}"
         if out.dtype.nbits == 32:
-            ctx.emit(f"{R.elem(ctx, out, i0 + k)} = {_from_word(word, out.dtype)};")
+            ctx.emit(f"{R.elem(ctx, out, _plus(i0, k))} = {_from_word(word, out.dtype)};")
         else:
             ct = ctype(out.dtype)
-            ctx.emit(f"{R.elem(ctx, out, i0 + 2 * k)} = ({ct})({word} & 0xffffu);")
-            ctx.emit(f"{R.elem(ctx, out, i0 + 2 * k + 1)} = ({ct})({word} >> 16);")
+            ctx.emit(f"{R.elem(ctx, out, _plus(i0, 2 * k))} = ({ct})({word} & 0xffffu);")
+            ctx.emit(f"{R.elem(ctx, out, _plus(i0, 2 * k + 1))} = ({ct})({word} >> 16);")
     ctx.reopen()
-    for i in range(i0, i0 + w):
-        scalar(i)
+    _fallback(ctx, i0, w, scalar)
     ctx.close()
 
 
-def store_run(ctx, src, i0: int, w: int, ptr: str, ok: str, col: str, ncols: str, scalar):
+def store_run(ctx, src, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar):
     """Store registers ``i0 .. i0 + w`` of ``src`` at ``ptr`` (vector or ``scalar(i)``)."""
     esize = src.dtype.nbits // 8
     nwords = w * esize // 4
@@ -107,9 +125,8 @@ def store_run(ctx, src, i0: int, w: int, ptr: str, ok: str, col: str, ncols: str
         f"(((uint64_t){p}) & {w * esize - 1}) == 0"
     )
     ctx.open(f"if ({cond})")
-    words = _words(src, list(range(i0, i0 + w)), ctx)
+    words = _words(src, [_plus(i0, k) for k in range(w)], ctx)
     ctx.emit(f"*(({wt}*){p}) = make_{wt}({', '.join(words)});")
     ctx.reopen()
-    for i in range(i0, i0 + w):
-        scalar(i)
+    _fallback(ctx, i0, w, scalar)
     ctx.close()
