@@ -223,19 +223,33 @@ def decode(codes: np.ndarray, dtype: DataType) -> np.ndarray:
 
 def encode(values, dtype: DataType) -> np.ndarray:
     """Codes of ``values`` in a sub-byte dtype: integers wrapped to ``nbits`` bits, floats
-    rounded to the nearest finite value (ties to the even code)."""
+    rounded to nearest even as a kernel's cast does (``tilus.ir.cscalar.round_float_format``:
+    saturating, NaN to +max where the format has no NaN; X=5 keeps inf and NaN)."""
+    from tilus.ir.cscalar import round_float_format
+
     values = np.asarray(values)
     if dtype.kind != "float":
         return (values.astype(np.int64) & ((1 << dtype.nbits) - 1)).astype(np.uint64)
-    table = _float_table(dtype)
-    finite = np.flatnonzero(np.isfinite(table))
-    v = values.astype(np.float64).reshape(-1)
-    dist = np.abs(table[finite][None, :] - v[:, None])
-    best = dist.min(axis=1, keepdims=True)
-    ties = dist == best
-    even = ties & (finite[None, :] % 2 == 0)
-    pick = np.where(even.any(axis=1), even.argmax(axis=1), ties.argmax(axis=1))
-    return finite[pick].astype(np.uint64).reshape(values.shape)
+    e, m = dtype.exponent_bits, dtype.mantissa_bits
+    bias = (1 << (e - 1)) - 1
+    r = round_float_format(values, dtype).astype(np.float64)
+    sign = np.signbit(r).astype(np.int64) << (e + m)
+    a = np.abs(r)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        _, ex = np.frexp(a)
+        ex = ex.astype(np.int64) - 1  # a = 1.f * 2**ex
+        normal = ex >= 1 - bias
+        man_n = np.ldexp(a, (m - ex)) - (1 << m)
+        man_s = np.ldexp(a, m - (1 - bias))
+        man = np.where(normal, man_n, man_s)
+        fld = np.where(normal, ex + bias, 0)
+        top = (1 << e) - 1
+        fld = np.where(np.isinf(a) | np.isnan(a), top, fld)
+        man = np.where(np.isinf(a), 0, np.where(np.isnan(a), (1 << m) - 1, man))
+        man = np.where(a == 0, 0, man)
+        fld = np.where(a == 0, 0, fld)
+    code = sign | (fld.astype(np.int64) << m) | np.nan_to_num(man).astype(np.int64)
+    return code.astype(np.uint64)
 
 
 # --- construction --------------------------------------------------------------------------------

@@ -161,7 +161,7 @@ def round_float_format(x, dt: DataType) -> np.ndarray:
     """Round values to the nearest value of a narrow float format (ties to even), as float32.
 
     Formats without infinities (the fp8 e4m3 and sub-byte families) saturate to their largest
-    finite value.
+    finite value; the sub-byte ones other than X=5 have no NaN either, and NaN becomes +max.
     """
     x = np.asarray(x, dtype=np.float64)
     e, m = dt.exponent_bits, dt.mantissa_bits
@@ -179,6 +179,8 @@ def round_float_format(x, dt: DataType) -> np.ndarray:
             r = np.where(big, np.copysign(np.inf, r), r)
         else:
             r = np.where(big, np.copysign(fmax, r), r)
-        r = np.where(np.isnan(x), np.nan, r)
+        # sub-byte floats without NaN codes (all but X=5) take NaN to +max, as cvt .satfinite
+        nan_to = fmax if dt.nbits < 8 and not ieee_like else np.nan
+        r = np.where(np.isnan(x), nan_to, r)
         r = np.where(np.isinf(x), x if ieee_like else np.copysign(fmax, x), r)
     return r.astype(np.float32)

@@ -24,6 +24,7 @@ from tilus.dtypes import DataType, PointerType, from_numpy_dtype, from_torch_dty
 from tilus.errors import TilusArgumentError, TilusRuntimeError
 from tilus.ir.builtins import BLOCK_IDX, GRID_DIM
 from tilus.ir.evaluate import eval_scalar
+from tilus.tensor import Tensor
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
 
@@ -47,6 +48,9 @@ class _Buffer:
 
     def __init__(self, kernel, name, ann: PointerType, v):
         want = ann.base
+        packed = None
+        if isinstance(v, Tensor):  # a tilus.Tensor: its bytes, typed as its dtype
+            packed, v = v.dtype, v.storage
         if isinstance(v, np.ndarray):
             dt = from_numpy_dtype(v.dtype)
             if not v.flags.c_contiguous:
@@ -78,6 +82,8 @@ class _Buffer:
                 f"{kernel}: argument {name!r} ({ann!r}) needs an array or "
                 f"tensor, got {type(v).__name__}"
             )
+        if packed is not None:
+            dt = packed
         if dt is None:
             raise TilusArgumentError(
                 f"{kernel}: argument {name!r} has dtype {v.dtype}, which tilus does not support"

@@ -119,6 +119,7 @@ class CTA:
         self.units = AsyncUnits()
         self.shared: dict = {}  # AllocShared.out -> SharedAlloc
         self.gacc: dict = {}  # id(caller's buffer) -> (writes, reads, address) of this block
+        self.packed: dict = {}  # element numbers of the packed views' buffers (packed.py)
         self.keys = 0
         self.rng = random.Random(seed) if seed is not None else None
         self.block = block

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
 
 from tilus.backends.interp import races
 from tilus.backends.interp.numeric import convert, poison
+from tilus.backends.interp.packed import PackedGlobalView, is_packed, packed_view, read_region
 from tilus.backends.interp.sched import Sync
 from tilus.backends.interp.values import (
     GlobalViewValue,
@@ -126,6 +128,9 @@ def _global_view(task, inst, loc):
         strides = [int(np.prod(shape[i + 1 :])) for i in range(len(shape))]
     else:
         strides = [int(scal(task, s, loc)) for s in inst.strides]
+    if is_packed(out.dtype):  # sub-byte: element numbers over the caller's bytes
+        task.env[out] = packed_view(task.cta.packed, ptr, out.dtype, shape, strides, ptr.name, loc)
+        return
     buf, offset = ptr.buf, ptr.offset
     st = out.dtype.np_storage
     if st != buf.dtype:  # a void pointer viewed as another dtype: reinterpret the bytes
@@ -182,7 +187,7 @@ def _slice(task, inst, loc):
     elif src.kind == TensorKind.SHARED:
         task.env[inst.out] = SharedView.of(val.alloc, val.arr[idx], src.dtype, inst.out.name)
     else:
-        task.env[inst.out] = GlobalViewValue(val.arr[idx], src.dtype, val.name)
+        task.env[inst.out] = dataclasses.replace(val, arr=val.arr[idx])
 
 
 @rule(I.PermuteTensor)
@@ -197,7 +202,7 @@ def _permute(task, inst, loc):
         )
     else:
         v = task.env[src]
-        task.env[inst.out] = GlobalViewValue(np.transpose(v.arr, inst.dims), src.dtype, v.name)
+        task.env[inst.out] = dataclasses.replace(v, arr=np.transpose(v.arr, inst.dims))
 
 
 @rule(I.ReshapeTensor)
@@ -240,7 +245,7 @@ def read_box(g: GlobalViewValue, offsets, dims, tile_shape, dtype, index=None) -
     out = np.zeros(tile_shape, dtype=dtype.np_storage)
     gidx, tidx = index or box_index(g.arr, offsets, dims, tile_shape)
     if gidx is not None:
-        part = g.arr[gidx]
+        part = read_region(g, gidx)
         order = sorted(range(len(dims)), key=lambda k: dims[k])  # tile dims in global order
         part = np.transpose(part, np.argsort(order))
         out[tidx] = part
@@ -273,6 +278,9 @@ def _store_global(task, inst, loc):
     part = np.transpose(src[tidx], order)
     region = g.arr[gidx + (...,)]  # a view even when every dim is indexed
     races.access_global(task, region, True, loc, "store_global", g.name)
+    if isinstance(g, PackedGlobalView):
+        g.write(region, convert(part, inst.dst.dtype))
+        return
     region[...] = convert(part, inst.dst.dtype).astype(g.arr.dtype, copy=False)
 
 
@@ -529,7 +537,10 @@ def _printf(task, inst, loc):
 def _print_tensor(task, inst, loc):
     t = inst.tensor
     v = task.env[t] if t.kind != TensorKind.REGISTER else reg(task, t, loc)
-    arr = np.asarray(v.arr if hasattr(v, "arr") else v)
+    if isinstance(v, PackedGlobalView):
+        arr = v.read(v.arr)
+    else:
+        arr = np.asarray(v.arr if hasattr(v, "arr") else v)
     fmt = inst.fmt or _default_fmt(t.dtype)
     text = np.array2string(
         arr,

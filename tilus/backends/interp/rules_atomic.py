@@ -10,6 +10,7 @@ import numpy as np
 
 from tilus.backends.interp import races
 from tilus.backends.interp.numeric import convert, poison
+from tilus.backends.interp.packed import PackedGlobalView
 from tilus.backends.interp.rules import apply_binary, reg, rule, scal, shared
 from tilus.backends.interp.sched import SemWait
 from tilus.backends.interp.values import GlobalViewValue, PointerValue
@@ -40,6 +41,8 @@ def memory(task, t, loc, what) -> np.ndarray:
         task.cta.units.check_write(v, loc, what)
         return v.arr
     g = task.env[t]
+    if isinstance(g, PackedGlobalView):
+        raise TilusRuntimeError(f"{what} on bit-packed {t.dtype} memory is not supported", loc)
     if not g.arr.flags.writeable:
         raise TilusRuntimeError(
             f"the kernel writes into `{g.name}`, but the array passed for it is read-only", loc

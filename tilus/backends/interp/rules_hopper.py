@@ -8,6 +8,7 @@ from tilus.backends.interp import races
 from tilus.backends.interp.cluster import barrier_at
 from tilus.backends.interp.hopper import MBarrier, WgmmaOp
 from tilus.backends.interp.numeric import convert
+from tilus.backends.interp.packed import PackedGlobalView
 from tilus.backends.interp.rules import box_index, read_box, rule, scal, shared
 from tilus.backends.interp.sched import Wait
 from tilus.errors import TilusRuntimeError
@@ -99,7 +100,11 @@ def _tma_s2g(task, inst, loc):
             task, region, True, loc, "tma.shared_to_global", g.name, pending=True
         )
         order = sorted(range(len(inst.dims)), key=lambda k: inst.dims[k])
-        region[...] = convert(np.transpose(src.arr[tidx], order), inst.dst.dtype)
+        vals = convert(np.transpose(src.arr[tidx], order), inst.dst.dtype)
+        if isinstance(g, PackedGlobalView):
+            g.write(region, vals)
+        else:
+            region[...] = vals
     task.cta.units.store_issued(_bulk_owner(task), src, loc, grec)
 
 

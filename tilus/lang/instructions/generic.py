@@ -287,8 +287,17 @@ class GenericInstructions:
             raise b.error(
                 f"global_view needs a pointer (a parameter annotated ~{dtype}), got {ptr!r}"
             )
-        if ptr.dtype.base is not None and ptr.dtype.base != dtype:
-            raise b.error(f"global_view of dtype {dtype} over a pointer to {ptr.dtype.base}")
+        base = ptr.dtype.base
+        packed_bytes = dtype.nbits % 8 and getattr(base, "name", None) in ("uint8", "int8")
+        if base is not None and base != dtype and not packed_bytes:
+            raise b.error(
+                f"global_view of dtype {dtype} over a pointer to {base}"
+                + (
+                    " (sub-byte views take a void_p, ~uint8 or ~int8 pointer)"
+                    if dtype.nbits % 8
+                    else ""
+                )
+            )
         if not isinstance(shape, (list, tuple)) or not shape:
             raise b.error("global_view shape must be a non-empty list")
         shp = tuple(b.expect_scalar(s, f"shape[{i}]", int32) for i, s in enumerate(shape))
