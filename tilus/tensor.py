@@ -200,7 +200,9 @@ def _float_table(dtype: DataType) -> np.ndarray:
     for code in range(1 << dtype.nbits):
         sign = -1.0 if code >> (e + m) else 1.0
         ex, man = (code >> m) & ((1 << e) - 1), code & ((1 << m) - 1)
-        if e == 5 and ex == (1 << e) - 1:
+        if dtype.name == "float8_e4m3" and code & 0x7F == 0x7F:  # e4m3's only NaN codes
+            v = np.nan
+        elif e == 5 and ex == (1 << e) - 1:
             v = np.inf if man == 0 else np.nan
         elif ex == 0:
             v = man / (1 << m) * 2.0 ** (1 - bias)

@@ -7,6 +7,7 @@ from enum import Enum
 
 from tilus.ir import inst as I
 from tilus.ir import inst_cluster as C
+from tilus.ir import inst_lowbit as L
 from tilus.ir import inst_memory as M
 from tilus.ir.rules import RuleTable
 
@@ -64,6 +65,7 @@ for _cls in (
     I.MBarrierAlloc,
     I.Random,
     M.Atomic,
+    L.ViewTensor,
 ):
     EFFECTS.add(_cls, _DEFINES)
 

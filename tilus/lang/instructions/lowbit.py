@@ -1,0 +1,37 @@
+"""The low-bit instructions of a Script: ``self.view`` (bit reinterpretation of register tiles)."""
+
+from __future__ import annotations
+
+from tilus.ir import inst_lowbit as L
+from tilus.ir.enums import TensorKind
+from tilus.lang.builder import current
+from tilus.lang.instructions.tiles import _dtype
+
+
+class LowBitInstructions:
+    """Reinterpreting packed register tiles (e.g. uint8 storage seen as int4b)."""
+
+    def view(self, x, *, layout=None, dtype=None):
+        """The bits of register tile ``x`` seen as ``dtype``: each row (last dim) keeps its bits
+        in order, so the last dim scales by ``x.dtype.nbits / dtype.nbits`` (a uint8 tile of
+        shape [BK, BN // 2] viewed as int4b is [BK, BN], element j of a row in bits
+        ``4j .. 4j + 3``). A thread keeps its bits: no data moves on the GPU.
+
+        ``layout=`` is not supported yet (the output's layout is derived from ``x``'s).
+        """
+        b = current()
+        b.expect_tensor(x, (TensorKind.REGISTER,), "view's operand")
+        if layout is not None:
+            raise b.error("view(layout=...) is not supported yet: the layout follows x's")
+        dt = x.dtype if dtype is None else _dtype(b, dtype)
+        if x.ndim == 0:
+            raise b.error("view of a 0-d tile: it has no row to reinterpret")
+        bits = x.shape[-1] * x.dtype.nbits
+        if bits % dt.nbits:
+            raise b.error(
+                f"view of {x.type_str()} as {dt}: a row has {bits} bits, not a whole number "
+                f"of {dt.nbits}-bit elements"
+            )
+        out = b.register(dt, (*x.shape[:-1], bits // dt.nbits), "v")
+        b.inst(L.ViewTensor(out, x))
+        return out
