@@ -92,7 +92,27 @@ static inline void tl_st_global_if_pair(uint16_t* p, uint32_t w, uint32_t both, 
   if (lo) p[0] = (uint16_t)(w & 0xffffu);
   if (hi) p[1] = (uint16_t)(w >> 16);
 }
+static inline int __float2int_rn(float x) { return (int)std::nearbyint(x); }
+static inline int __float2int_rz(float x) {
+  if (std::isnan(x)) return 0;
+  if (x >= 2147483647.0f) return 2147483647;
+  if (x <= -2147483648.0f) return (int)-2147483648LL;
+  return (int)x;
+}
+static inline uint32_t atomicCAS(uint32_t* p, uint32_t cmp, uint32_t v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+static inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
 """
+
+
+def _lowbit_helpers() -> str:
+    """The sub-byte helpers of the prelude: plain C++ (``tl_hsub2``'s PTX is under
+    ``__CUDA_ARCH__``), compiled as they are."""
+    from tilus.backends.cuda.ptx.registry import fragments
+
+    return "".join(f.text for f in fragments("lowbit"))
 
 
 def available() -> bool:
@@ -150,7 +170,7 @@ extern "C" void tl_launch(int gx, int gy, int gz, void** args) {{
   }}
 }}
 """
-    text = HEADER + body + launch
+    text = HEADER + _lowbit_helpers() + body + launch
     key = hashlib.sha256(text.encode()).hexdigest()[:16]
     d = pathlib.Path(tempfile.gettempdir()) / "tilus-cpu-cuda"
     d.mkdir(exist_ok=True)

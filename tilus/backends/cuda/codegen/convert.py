@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from tilus.backends.cuda.codegen import lowbit_rules
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import HALF, const, ctype, from_float, to_float
 from tilus.backends.cuda.tables import CODEGEN_RULES
@@ -176,6 +177,8 @@ def cast(ctx, inst, expr):
     """Elementwise conversion (same layout); float -> f16 pairs use cvt.rn.f16x2.f32."""
     out, src = inst.out, inst.src
     sd, dd = src.dtype, out.dtype
+    if sd.nbits % 8 or dd.nbits % 8:  # sub-byte: packed registers
+        return lowbit_rules.cast(ctx, inst, expr)
     if R.layout_of(ctx, out) != R.layout_of(ctx, src):  # e.g. an accumulator made an mma operand
         through_shared(
             ctx, inst, src, out, lambda c: row_major(c, src.shape), lambda a: cast_code(a, sd, dd)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from tilus.backends.cuda.codegen.context import Context
+from tilus.backends.cuda.codegen.lowbit import check_program
 from tilus.backends.cuda.codegen.scalar import FASTDIV_HELPERS, HELPERS, ctype
 from tilus.backends.cuda.codegen.stmts import StmtEmitter
 from tilus.backends.cuda.layout import LayoutPlan, infer_layouts
@@ -64,6 +65,7 @@ def generate(program, smem_limit: int = SM90_SMEM_LIMIT) -> KernelSource:
         TilusCompileError: a construct has no CUDA lowering (naming the user's line).
     """
     fn = program.fn
+    check_program(fn)  # dtypes it cannot lower, at their line
     plan = infer_layouts(fn)
     ctx = Context(program, plan)
     name = kernel_name(fn)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tilus.backends.cuda.codegen import ldmatrix
+import sys
+
+from tilus.backends.cuda.codegen import ldmatrix, lowbit_rules
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen import vector as V
 from tilus.backends.cuda.codegen.loops import LOOP_MIN, local_coord_exprs
@@ -33,7 +35,8 @@ def global_view(ctx, inst, expr):
             acc = s if acc == "1" else f"{acc} * (int64_t)({s})"
         strides = [x if x == "1" else f"(int64_t)({x})" for x in reversed(strides)]
     ctx.gview_info[t] = (ctx.name(t), shape, strides)
-    ctx.emit(f"{ctype(t.dtype)}* const {ctx.name(t)} = ({ctype(t.dtype)}*)({expr(inst.ptr)});")
+    ct = "uint8_t" if t.dtype.nbits % 8 else ctype(t.dtype)  # sub-byte: the packed bytes
+    ctx.emit(f"{ct}* const {ctx.name(t)} = ({ct}*)({expr(inst.ptr)});")
 
 
 def shared_offset(ctx, t: TensorVar) -> str:
@@ -96,6 +99,8 @@ def _address(idx, strides) -> str:
 def load_global(ctx, inst, expr):
     """Each thread loads its registers; out-of-bounds elements read zero."""
     out, g = inst.out, inst.src
+    if out.dtype.nbits % 8:
+        return lowbit_rules.load_global(ctx, inst, expr, sys.modules[__name__])
     layout = R.layout_of(ctx, out)
     R.declare(ctx, out)
     name, shape, strides = ctx.gview_info[g]
@@ -165,6 +170,8 @@ def store_global(ctx, inst, expr):
     wgmma groups in flight (its plan has a scratch word), always made, to the scratch word when
     out of bounds (why: see ``ptx.ldst``)."""
     src, g = inst.src, inst.dst
+    if src.dtype.nbits % 8:
+        return lowbit_rules.store_global(ctx, inst, expr, sys.modules[__name__])
     layout = R.layout_of(ctx, src)
     name, shape, strides = ctx.gview_info[g]
     pairs = _register_pairs(src, layout) and strides[inst.dims[-1]] == "1"

@@ -71,7 +71,10 @@ def declare(ctx, t: TensorVar):
     ctx.decl_scope[id(t)] = tuple(ctx.blocks)
     layout = layout_of(ctx, t)
     n, rl = layout.local_size, row_len(layout)
-    ct = ctype(t.dtype)
+    if t.dtype.nbits % 8:  # sub-byte: the thread's elements packed into words (lowbit.py)
+        n, rl, ct = -(-n * t.dtype.nbits // 32), 1, "uint32_t"
+    else:
+        ct = ctype(t.dtype)
     g = ctx.plan.owner.get(t)
     where = f"threads [{g.begin}, {g.begin + g.size})" if g is not None else "the group"
     spread = "every thread holds it whole" if layout.replicated else f"over {where}"

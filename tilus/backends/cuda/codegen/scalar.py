@@ -101,6 +101,8 @@ def ctype(dtype) -> str:
     """The C++ type holding a value of ``dtype``."""
     if isinstance(dtype, PointerType):
         base = dtype.base
+        if getattr(base, "nbits", 8) % 8:  # sub-byte elements: the packed bytes
+            return "uint8_t*"
         return "void*" if base is None else f"{ctype(base)}*"
     try:
         return C_TYPES[dtype.name]

@@ -8,13 +8,14 @@ from tilus.backends.cuda.layout.reads import result_used
 from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.ir import inst as I
 from tilus.ir import inst_cluster as C
+from tilus.ir import inst_lowbit as L
 from tilus.ir import inst_memory as M
 from tilus.ir.enums import TensorKind, VarKind
 from tilus.ir.expr import Const, Expr, Var
 from tilus.ir.layout import SharedLayout, choose_swizzle, replicated
 from tilus.ir.layout.derived import broadcast_layout, reduce_layout
 from tilus.ir.layout.mma import choose_warps, mma_atom, supported_pairs
-from tilus.ir.layout.register import blocked, permute, wgmma_acc
+from tilus.ir.layout.register import Factor, RegisterLayout, blocked, permute, wgmma_acc
 from tilus.ir.tensor import TensorVar
 
 rule = LAYOUT_RULES.rule
@@ -473,3 +474,60 @@ def _map_shared_addr(inf, stmt, inst, g):
         inf.use(src, g, stmt)
         if src not in inf.plan.barriers:
             inf.set_anchor(src, replicated(src.shape, g.size), stmt)
+
+
+# --- bit reinterpretation (self.view) ------------------------------------------------------------
+
+
+def view_layout(lo, src_bits: int, dst_bits: int, shape):
+    """The layout of ``view`` of a tile in ``lo``: the same threads, the row's registers
+    rescaled by ``src_bits / dst_bits`` (each thread keeps its bits in register order); None
+    when the thread's registers along the last dim are not a run of consecutive elements
+    that splits into whole ``dst_bits`` elements."""
+    last = len(lo.shape) - 1
+    locs = list(lo.locals)
+    if locs and locs[-1].dim == last and locs[-1].stride == 1:
+        inner = locs.pop()
+    else:
+        inner = Factor(last, 1, 1)
+    if inner.extent * src_bits % dst_bits:
+        return None
+    ext = inner.extent * src_bits // dst_bits
+
+    def scaled(f):
+        if f.dim != last:
+            return f
+        if f.stride * src_bits % dst_bits or f.stride % inner.extent:
+            return None
+        return Factor(last, f.extent, f.stride * src_bits // dst_bits)
+
+    threads = [scaled(f) for f in lo.threads]
+    outer = [scaled(f) for f in locs]
+    if any(f is None for f in threads + outer):
+        return None
+    new = [*outer, Factor(last, ext, 1)] if ext > 1 or not outer else outer
+    out = RegisterLayout(tuple(shape), tuple(threads), tuple(new), lo.kind)
+    return out if out.local_size * dst_bits == lo.local_size * src_bits else None
+
+
+@rule(L.ViewTensor)
+def _view(inf, stmt, inst, g):
+    """The output's layout follows from the source's (no data moves)."""
+    src, out = inst.src, inst.out
+    inf.no_perm(stmt, src)
+    inf.use(src, g, stmt)
+    inf.define(out, g, stmt)
+    sb, db = src.dtype.nbits, out.dtype.nbits
+
+    def derive(lo):
+        r = view_layout(lo, sb, db, out.shape)
+        if r is None:
+            raise err(
+                stmt,
+                f"view of %{src.name} as {out.dtype}: in its layout a thread's registers along "
+                f"the last dim are not runs of whole {out.dtype} elements, so the view would "
+                "not keep each thread's bits",
+            )
+        return r
+
+    inf.derive(out, src, derive, stmt, "view")

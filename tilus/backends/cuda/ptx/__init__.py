@@ -5,6 +5,7 @@ from tilus.backends.cuda.ptx import (  # noqa: F401
     cluster,
     cp_async,
     ldst,
+    lowbit,
     mbarrier,
     mma,
     random,

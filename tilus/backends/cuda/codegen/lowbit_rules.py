@@ -1,0 +1,207 @@
+"""Code of the instructions on sub-byte tiles (see ``lowbit.py`` for the packing)."""
+
+from __future__ import annotations
+
+from tilus.backends.cuda.codegen import lowbit as B
+from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.ir import inst_lowbit as L
+
+
+def _run(layout, t, dims, strides) -> int:
+    """Registers per run of consecutive elements along the global view's innermost dim
+    (stride 1) that a thread holds in consecutive registers; 1 when there is none."""
+    inner = layout.locals[-1]
+    if inner.dim != t.ndim - 1 or inner.stride != 1 or dims[-1] != len(strides) - 1:
+        return 1
+    return inner.extent if strides[-1] == "1" else 1
+
+
+def load_global(ctx, inst, expr, M):
+    """Each thread gathers its elements' bits; whole aligned words in bounds load as words."""
+    out, g = inst.out, inst.src
+    nb = out.dtype.nbits
+    layout = R.layout_of(ctx, out)
+    R.declare(ctx, out)
+    name, shape, strides = ctx.gview_info[g]
+    ctx.open("")
+    B.zero_words(ctx, out, layout)
+    base, offs = M._tile_base(ctx, layout, inst.offsets, expr)
+    w = ctx.name(out)
+
+    def scalar(i):
+        idx = M._global_index(offs, base, inst.dims, layout.local_coords(i))
+        ok, bit = ctx.fresh("ok"), ctx.fresh("bit")
+        ctx.emit(f"const bool {ok} = {M._in_bounds(idx, shape)};")
+        ctx.emit(f"const int64_t {bit} = ({M._address(idx, strides)}) * {nb};")
+        ctx.open(f"if ({ok})")
+        ctx.emit(f"const uint8_t* p = {name} + ({bit} >> 3);")
+        ctx.emit(f"uint32_t v = (uint32_t)p[0] >> ({bit} & 7);")
+        if 8 % nb:  # may straddle into the next byte
+            ctx.emit(f"if (({bit} & 7) + {nb} > 8) v |= (uint32_t)p[1] << (8 - ({bit} & 7));")
+        B.put_bits(ctx, w, i * nb, nb, "v")
+        ctx.close()
+
+    run = _run(layout, out, inst.dims, strides)
+    words = run * nb // 32 if run * nb % 32 == 0 else 0
+    for i0 in range(0, layout.local_size, run if words else 1):
+        if not words:
+            scalar(i0)
+            continue
+        idx = M._global_index(offs, base, inst.dims, layout.local_coords(i0))
+        fast, bit = ctx.fresh("fast"), ctx.fresh("bit")
+        ctx.emit(f"const int64_t {bit} = ({M._address(idx, strides)}) * {nb};")
+        rows = M._in_bounds(idx[:-1], shape[:-1]) or "true"
+        col = idx[-1]
+        ctx.emit(
+            f"const bool {fast} = {rows} && ({col}) >= 0 && ({col}) + {run} <= ({shape[-1]}) "
+            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & 3u) | ((uint64_t){bit} & 31u)) == 0;"
+        )
+        ctx.open(f"if ({fast})")
+        ctx.emit(f"const uint32_t* p = (const uint32_t*)({name} + ({bit} >> 3));")
+        k0 = i0 * nb // 32
+        for j in range(words):
+            ctx.emit(f"{w}[{k0 + j}] = p[{j}];")
+        ctx.reopen()
+        for i in range(i0, i0 + run):
+            scalar(i)
+        ctx.close()
+    ctx.close()
+
+
+def store_global(ctx, inst, expr, M):
+    """Each thread stores its elements' bits (compare-and-swap on shared words); whole
+    aligned words in bounds store as plain words (no other thread has bits in them)."""
+    src, g = inst.src, inst.dst
+    nb = src.dtype.nbits
+    layout = R.layout_of(ctx, src)
+    name, shape, strides = ctx.gview_info[g]
+    ctx.open("")
+    base, offs = M._tile_base(ctx, layout, inst.offsets, expr)
+    w = ctx.name(src)
+
+    def scalar(i):
+        idx = M._global_index(offs, base, inst.dims, layout.local_coords(i))
+        ok = M._in_bounds(idx, shape)
+        addr = f"({M._address(idx, strides)}) * {nb}"
+        ctx.emit(f"if ({ok}) tl_st_bits({name}, {addr}, {B.get(ctx, src, i)}, {nb});")
+
+    run = _run(layout, src, inst.dims, strides)
+    words = run * nb // 32 if run * nb % 32 == 0 else 0
+    for i0 in range(0, layout.local_size, run if words else 1):
+        if not words:
+            scalar(i0)
+            continue
+        idx = M._global_index(offs, base, inst.dims, layout.local_coords(i0))
+        fast, bit = ctx.fresh("fast"), ctx.fresh("bit")
+        ctx.emit(f"const int64_t {bit} = ({M._address(idx, strides)}) * {nb};")
+        rows = M._in_bounds(idx[:-1], shape[:-1]) or "true"
+        col = idx[-1]
+        ctx.emit(
+            f"const bool {fast} = {rows} && ({col}) >= 0 && ({col}) + {run} <= ({shape[-1]}) "
+            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & 3u) | ((uint64_t){bit} & 31u)) == 0;"
+        )
+        ctx.open(f"if ({fast})")
+        ctx.emit(f"uint32_t* p = (uint32_t*)({name} + ({bit} >> 3));")
+        k0 = i0 * nb // 32
+        for j in range(words):
+            ctx.emit(f"p[{j}] = {w}[{k0 + j}];")
+        ctx.reopen()
+        for i in range(i0, i0 + run):
+            scalar(i)
+        ctx.close()
+    ctx.close()
+
+
+def cast(ctx, inst, expr):
+    """Elementwise conversion from or to a sub-byte dtype (same layout)."""
+    out, src = inst.out, inst.src
+    sd, dd = src.dtype, out.dtype
+    layout = R.layout_of(ctx, src)
+    if R.layout_of(ctx, out) != layout:
+        raise ctx.error(
+            f"cast of %{src.name} ({sd}) to {dd} would need a layout conversion, which the CUDA "
+            "backend does not do for sub-byte tiles yet"
+        )
+    if sd.kind == "bool" or dd.kind == "bool":
+        raise ctx.error(f"cast between {sd} and {dd} is not supported by the CUDA backend")
+    R.declare(ctx, out)
+    ctx.open("")
+    n = layout.local_size
+    if B.packed(dd):
+        B.zero_words(ctx, out, layout)
+    if sd.name in ("uint4b", "int4b") and dd.name == "float16" and n % 8 == 0:
+        _int4_to_f16(ctx, src, out, n)
+        ctx.close()
+        return
+    for i in range(n):
+        if B.packed(sd):
+            val, vdt = B.decode(B.get(ctx, src, i), sd)
+        else:
+            val, vdt = R.elem(ctx, src, i), sd
+        if B.packed(dd):
+            B.put_bits(ctx, ctx.name(out), i * dd.nbits, dd.nbits, B.encode(val, vdt, dd))
+        else:
+            ctx.emit(f"{R.elem(ctx, out, i)} = {B.value_to(val, vdt, dd)};")
+    ctx.close()
+
+
+def _int4_to_f16(ctx, src, out, n):
+    """u4/i4 -> f16 by magic numbers: a nibble OR-ed into the mantissa of 1024.0 (0x6400) is
+    1024 + v; one f16x2 subtraction of 1024 (u4) or 1032 (i4, whose sign bit is flipped to
+    bias it by 8) gives two exact values. Nibbles j and j + 4 of a word share one f16x2."""
+    signed = src.dtype.name == "int4b"
+    magic = "0x64086408u" if signed else "0x64006400u"
+    for k in range(n // 8):
+        wv = f"{ctx.name(src)}[{k}]" + (" ^ 0x88888888u" if signed else "")
+        word = ctx.fresh("w")
+        ctx.emit(f"const uint32_t {word} = {wv};")
+        for j in range(4):
+            h = ctx.fresh("h")
+            sh = f" >> {4 * j}" if j else ""
+            ctx.emit(
+                f"const uint32_t {h} = tl_hsub2((({word}{sh}) & 0x000f000fu) | 0x64006400u, "
+                f"{magic});"
+            )
+            ctx.emit(f"{R.elem(ctx, out, 8 * k + j)} = (uint16_t)({h} & 0xffffu);")
+            ctx.emit(f"{R.elem(ctx, out, 8 * k + j + 4)} = (uint16_t)({h} >> 16);")
+
+
+@CODEGEN_RULES.rule(L.ViewTensor)
+def view(ctx, inst, expr):
+    """A thread's bits regrouped: packed words are copied (or are the source's), byte-sized
+    registers are taken apart into / put together from 32-bit words."""
+    src, out = inst.src, inst.out
+    sd, dd = src.dtype, out.dtype
+    ls, lo = R.layout_of(ctx, src), R.layout_of(ctx, out)
+    total = ls.local_size * sd.nbits
+    if total != lo.local_size * dd.nbits:  # layout inference derives lo from ls
+        raise ctx.error(f"view of %{src.name} as {dd} does not keep each thread's bits")
+    R.declare(ctx, out)
+    ctx.open("")
+    nw = B.num_words(1, total)
+    if B.packed(sd):
+        words = ctx.name(src)
+    else:
+        words = ctx.fresh("vw")
+        ctx.emit(f"uint32_t {words}[{nw}] = {{}};")
+        for i in range(ls.local_size):
+            bits = B.bits_of(R.elem(ctx, src, i), sd)
+            if sd.nbits == 64:
+                B.put_bits(ctx, words, 64 * i, 32, f"(uint32_t)({bits})")
+                B.put_bits(ctx, words, 64 * i + 32, 32, f"(uint32_t)(({bits}) >> 32)")
+            else:
+                B.put_bits(ctx, words, i * sd.nbits, sd.nbits, bits)
+    if B.packed(dd):
+        for k in range(nw):
+            ctx.emit(f"{ctx.name(out)}[{k}] = {words}[{k}];")
+    else:
+        for j in range(lo.local_size):
+            if dd.nbits == 64:
+                lo32 = B.get_bits(words, 64 * j, 32)
+                hi32 = B.get_bits(words, 64 * j + 32, 32)
+                bits = f"((uint64_t)({lo32}) | ((uint64_t)({hi32}) << 32))"
+            else:
+                bits = B.get_bits(words, j * dd.nbits, dd.nbits)
+            ctx.emit(f"{R.elem(ctx, out, j)} = {B.from_bits(bits, dd)};")
+    ctx.close()

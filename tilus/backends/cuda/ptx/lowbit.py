@@ -1,0 +1,107 @@
+"""Low-bit family: sub-byte float codes to and from float32, packed-bit stores, f16x2 tricks.
+
+Plain CUDA C++ except ``tl_hsub2`` (``sub.rn.f16x2``, PTX ISA 9.7.4.2 sub (half)); the CPU
+emulator of the tests compiles the rest as it is. The code generator calls these only for
+kernels with sub-byte tiles.
+"""
+
+from __future__ import annotations
+
+from tilus.backends.cuda.ptx.registry import register
+
+FAMILY = "lowbit"
+
+#: A sub-byte float (1 sign, E exponent, M mantissa bits, bias 2^(E-1) - 1; IEEE: the all-ones
+#: exponent is inf/NaN, else every code is finite) to float32: exact (every value is a float32).
+DECODE = register(
+    FAMILY,
+    "tl_dec_sf",
+    r"""
+template <int E, int M, bool IEEE> __device__ __forceinline__ float tl_dec_sf(uint32_t c) {
+  const int BIAS = (1 << (E - 1)) - 1;
+  const uint32_t ex = (c >> M) & ((1u << E) - 1u), man = c & ((1u << M) - 1u);
+  float v;
+  if (IEEE && ex == (1u << E) - 1u) {
+    v = man ? __uint_as_float(0x7fc00000u) : __uint_as_float(0x7f800000u);
+  } else {
+    const int k = (ex ? (int)ex : 1) - BIAS - M;  // value = significand * 2^k, k >= -16
+    v = (float)(ex ? (man | (1u << M)) : man) * __uint_as_float((uint32_t)(127 + k) << 23);
+  }
+  return ((c >> (E + M)) & 1u) ? -v : v;
+}
+""",
+)
+
+#: float32 to a sub-byte float code, rounding to nearest even on the unbounded-exponent grid
+#: of the format (subnormals included) like ``tilus.ir.cscalar.round_float_format``: beyond
+#: the largest finite value it saturates (IEEE, E = 5: becomes inf); NaN becomes +max
+#: (IEEE: the positive NaN with all mantissa bits set).
+ENCODE = register(
+    FAMILY,
+    "tl_enc_sf",
+    r"""
+template <int E, int M, bool IEEE> __device__ __forceinline__ uint32_t tl_enc_sf(float x) {
+  const int BIAS = (1 << (E - 1)) - 1;
+  const uint32_t INF = ((1u << E) - 1u) << M;
+  const uint32_t MAXMAG = IEEE ? INF - 1u : (1u << (E + M)) - 1u;
+  const uint32_t sign = (__float_as_uint(x) >> 31) << (E + M);
+  const float a = fabsf(x);
+  if (a != a) return IEEE ? (INF | ((1u << M) - 1u)) : MAXMAG;
+  const int e = (int)((__float_as_uint(a) >> 23) & 255u) - 127;  // a = 1.f * 2^e (normal a)
+  uint32_t mag;
+  if (e > BIAS + 1) {
+    mag = INF + 1u;  // out of range (inf included): saturated below
+  } else if (e < 1 - BIAS) {  // the format's subnormals: multiples of 2^(1 - BIAS - M)
+    mag = (uint32_t)__float2int_rn(a * __uint_as_float((uint32_t)(127 + M + BIAS - 1) << 23));
+  } else {  // a / 2^(e - M) lies in [2^M, 2^(M+1)]: its rounding carries into the exponent
+    const float q = a * __uint_as_float((uint32_t)(127 + M - e) << 23);
+    mag = ((uint32_t)(e + BIAS) << M) + (uint32_t)__float2int_rn(q) - (1u << M);
+  }
+  if (mag > MAXMAG) mag = IEEE ? INF : MAXMAG;
+  return sign | mag;
+}
+""",
+)
+
+#: Store the low ``nbits`` bits of ``v`` at bit ``bit`` of the bytes at ``base`` with atomic
+#: compare-and-swap on the aligned 32-bit word(s) holding them: other threads may be writing
+#: the other bits of those words (a packed element shares its byte with its neighbours).
+STORE_BITS = register(
+    FAMILY,
+    "tl_st_bits",
+    r"""
+__device__ __forceinline__ void tl_or_bits32(uint32_t* w, uint32_t mask, uint32_t v) {
+  uint32_t old = *(volatile uint32_t*)w, seen;
+  do {
+    seen = old;
+    old = atomicCAS(w, seen, (seen & ~mask) | (v & mask));
+  } while (old != seen);
+}
+__device__ __forceinline__ void tl_st_bits(uint8_t* base, int64_t bit, uint32_t v, int nbits) {
+  const uint64_t addr = (uint64_t)(base + (bit >> 3));
+  uint32_t* w = (uint32_t*)(addr & ~(uint64_t)3);
+  const int sh = (int)((addr & 3u) * 8u) + (int)(bit & 7);
+  const uint32_t m = (1u << nbits) - 1u;
+  tl_or_bits32(w, m << sh, (v & m) << sh);
+  if (sh + nbits > 32) tl_or_bits32(w + 1, m >> (32 - sh), (v & m) >> (32 - sh));
+}
+""",
+)
+
+#: Two f16 subtractions in one instruction (the u4/i4 -> f16 magic-number conversion).
+HSUB2 = register(
+    FAMILY,
+    "tl_hsub2",
+    r"""
+__device__ __forceinline__ uint32_t tl_hsub2(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return (uint32_t)tl_f2h(tl_h2f((uint16_t)a) - tl_h2f((uint16_t)b)) |
+         ((uint32_t)tl_f2h(tl_h2f((uint16_t)(a >> 16)) - tl_h2f((uint16_t)(b >> 16))) << 16);
+#endif
+}
+""",
+)
