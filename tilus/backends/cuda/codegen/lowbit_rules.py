@@ -17,6 +17,10 @@ def _run(layout, t, dims, strides) -> int:
     return inner.extent if strides[-1] == "1" else 1
 
 
+#: The word vectors a thread's run moves as (16, 8 or 4 bytes, aligned).
+_VEC = {1: "uint32_t", 2: "uint2", 4: "uint4"}
+
+
 def load_global(ctx, inst, expr, M):
     """Each thread gathers its elements' bits; whole aligned words in bounds load as words."""
     out, g = inst.out, inst.src
@@ -44,6 +48,7 @@ def load_global(ctx, inst, expr, M):
 
     run = _run(layout, out, inst.dims, strides)
     words = run * nb // 32 if run * nb % 32 == 0 else 0
+    vec = 4 if words % 4 == 0 else 2 if words % 2 == 0 else 1
     for i0 in range(0, layout.local_size, run if words else 1):
         if not words:
             scalar(i0)
@@ -55,13 +60,20 @@ def load_global(ctx, inst, expr, M):
         col = idx[-1]
         ctx.emit(
             f"const bool {fast} = {rows} && ({col}) >= 0 && ({col}) + {run} <= ({shape[-1]}) "
-            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & 3u) | ((uint64_t){bit} & 31u)) == 0;"
+            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & {4 * vec - 1}u) | ((uint64_t){bit} & 7u)) == 0;"
         )
         ctx.open(f"if ({fast})")
-        ctx.emit(f"const uint32_t* p = (const uint32_t*)({name} + ({bit} >> 3));")
+        vt = _VEC[vec]
+        ctx.emit(f"const {vt}* p = (const {vt}*)({name} + ({bit} >> 3));")
         k0 = i0 * nb // 32
-        for j in range(words):
-            ctx.emit(f"{w}[{k0 + j}] = p[{j}];")
+        for j in range(words // vec):
+            parts = [f"{w}[{k0 + vec * j + c}]" for c in range(vec)]
+            if vec == 1:
+                ctx.emit(f"{parts[0]} = p[{j}];")
+                continue
+            ctx.emit(f"const {vt} q{j} = p[{j}];")
+            for c, part in enumerate(parts):
+                ctx.emit(f"{part} = q{j}.{'xyzw'[c]};")
         ctx.reopen()
         for i in range(i0, i0 + run):
             scalar(i)
@@ -88,6 +100,7 @@ def store_global(ctx, inst, expr, M):
 
     run = _run(layout, src, inst.dims, strides)
     words = run * nb // 32 if run * nb % 32 == 0 else 0
+    vec = 4 if words % 4 == 0 else 2 if words % 2 == 0 else 1
     for i0 in range(0, layout.local_size, run if words else 1):
         if not words:
             scalar(i0)
@@ -99,13 +112,17 @@ def store_global(ctx, inst, expr, M):
         col = idx[-1]
         ctx.emit(
             f"const bool {fast} = {rows} && ({col}) >= 0 && ({col}) + {run} <= ({shape[-1]}) "
-            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & 3u) | ((uint64_t){bit} & 31u)) == 0;"
+            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & {4 * vec - 1}u) | ((uint64_t){bit} & 7u)) == 0;"
         )
         ctx.open(f"if ({fast})")
-        ctx.emit(f"uint32_t* p = (uint32_t*)({name} + ({bit} >> 3));")
+        vt = _VEC[vec]
+        ctx.emit(f"{vt}* p = ({vt}*)({name} + ({bit} >> 3));")
         k0 = i0 * nb // 32
-        for j in range(words):
-            ctx.emit(f"p[{j}] = {w}[{k0 + j}];")
+        for j in range(words // vec):
+            parts = [f"{w}[{k0 + vec * j + c}]" for c in range(vec)]
+            ctx.emit(
+                f"p[{j}] = " + (parts[0] if vec == 1 else f"make_{vt}({', '.join(parts)})") + ";"
+            )
         ctx.reopen()
         for i in range(i0, i0 + run):
             scalar(i)

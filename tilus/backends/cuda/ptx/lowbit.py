@@ -50,7 +50,7 @@ template <int E, int M, bool IEEE> __device__ __forceinline__ uint32_t tl_enc_sf
   const int e = (int)((__float_as_uint(a) >> 23) & 255u) - 127;  // a = 1.f * 2^e (normal a)
   uint32_t mag;
   if (e > BIAS + 1) {
-    mag = INF + 1u;  // out of range (inf included): saturated below
+    mag = 0xffffffffu;  // out of range (inf included): saturated below
   } else if (e < 1 - BIAS) {  // the format's subnormals: multiples of 2^(1 - BIAS - M)
     mag = (uint32_t)__float2int_rn(a * __uint_as_float((uint32_t)(127 + M + BIAS - 1) << 23));
   } else {  // a / 2^(e - M) lies in [2^M, 2^(M+1)]: its rounding carries into the exponent
