@@ -6,6 +6,7 @@ import numpy as np
 
 import tilus
 from tilus import int32, uint8, void_p
+from tilus.tensor import pack
 from tilus.utils import cdiv
 
 #: every sub-byte dtype: int1b..int7b, uint1b..uint7b and the float families
@@ -104,3 +105,42 @@ def specials(a: np.ndarray, dt) -> np.ndarray:
     vals = [np.nan, np.inf, -np.inf, big, -big, -0.0, tie * 3, -tie * 5, 0.5, -1.5]
     a[: len(vals)] = np.asarray(vals, dtype=np.float64).astype(a.dtype)
     return a
+
+
+class Both(tilus.Script):
+    """One kernel, both directions: packed ``dt`` -> f32 (``w_ptr`` -> ``out_ptr``) and f32 ->
+    packed ``dt`` (``a_ptr`` -> ``q_ptr``)."""
+
+    def __init__(self, dt):
+        super().__init__()
+        self.dt = dt
+
+    def __call__(
+        self, m: int32, n: int32, w_ptr: ~uint8, out_ptr: ~tilus.float32,
+        a_ptr: ~tilus.float32, q_ptr: ~uint8,
+    ):  # fmt: skip
+        self.attrs.blocks = [cdiv(m, BM), cdiv(n, BN)]
+        self.attrs.warps = 2
+        om, on = self.blockIdx.x * BM, self.blockIdx.y * BN
+        gw = self.global_view(w_ptr, dtype=self.dt, shape=[m, n])
+        go = self.global_view(out_ptr, dtype=tilus.float32, shape=[m, n])
+        t = self.load_global(gw, offsets=[om, on], shape=[BM, BN])
+        self.store_global(go, self.cast(t, tilus.float32), offsets=[om, on])
+        ga = self.global_view(a_ptr, dtype=tilus.float32, shape=[m, n])
+        gq = self.global_view(q_ptr, dtype=self.dt, shape=[m, n])
+        x = self.load_global(ga, offsets=[om, on], shape=[BM, BN])
+        self.store_global(gq, self.cast(x, self.dt), offsets=[om, on])
+
+
+def both_inputs(rng, dt, m: int, n: int):
+    """Arguments of :class:`Both`: every code, and every f16 value (then random ones) with
+    NaN/inf/ties in front; outputs poisoned (NaN) or sentinel bytes."""
+    w = pack(codes(rng, dt, (m, n)), dt.nbits)
+    f16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    a = rng.standard_normal(m * n) * float(dt.max_value()) / 2
+    with np.errstate(invalid="ignore", over="ignore"):
+        a[: min(a.size, f16.size)] = f16[: a.size]
+        a = specials(a.astype(np.float32), dt).reshape(m, n)
+    out = np.full((m, n), np.nan, np.float32)
+    q = np.full((m * n * dt.nbits + 7) // 8 + 4, 0xA5, np.uint8)
+    return m, n, w, out, a, q

@@ -22,7 +22,8 @@ template <int E, int M, bool IEEE> __device__ __forceinline__ float tl_dec_sf(ui
   const uint32_t ex = (c >> M) & ((1u << E) - 1u), man = c & ((1u << M) - 1u);
   float v;
   if (IEEE && ex == (1u << E) - 1u) {
-    v = man ? __uint_as_float(0x7fc00000u) : __uint_as_float(0x7f800000u);
+    if (man) return __uint_as_float(0x7fc00000u);  // one NaN, positive, as the interpreter's
+    v = __uint_as_float(0x7f800000u);
   } else {
     const int k = (ex ? (int)ex : 1) - BIAS - M;  // value = significand * 2^k, k >= -16
     v = (float)(ex ? (man | (1u << M)) : man) * __uint_as_float((uint32_t)(127 + k) << 23);

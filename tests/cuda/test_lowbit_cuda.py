@@ -1,0 +1,124 @@
+"""Sub-byte tiles on the CUDA backend without a GPU: NVRTC to sm_90a, then the generated code
+on the CPU emulator, bit-identical to the interpreter (every code of every type), and the
+located refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilus
+from tests.cuda.conftest import needs_nvrtc
+from tests.helpers_cpu_cuda import available, emulate
+from tests.helpers_errors import err_line
+from tests.lowbit_kernels import Both, Dequant, Repack, ViewBytes, both_inputs, codes, grid
+from tilus import float16, int4b, uint8
+from tilus.tensor import pack
+
+needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ for the CPU emulator")
+rng = np.random.default_rng()
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILUS_CACHE_DIR", str(tmp_path))
+
+
+#: one type per path of the generated code: the u4/i4 magic numbers, elements straddling
+#: bytes and words (3 and 7 bits), and each float family shape (IEEE-like X=5 included);
+#: the GPU tier runs every type
+EMULATED = [tilus.int4b, tilus.uint3b, tilus.int7b, tilus.float4_e2m1, tilus.float6_e3m2,
+            tilus.float7_e5m1]  # fmt: skip
+
+
+@needs_nvrtc
+@needs_gxx
+@pytest.mark.parametrize("dt", EMULATED, ids=str)
+def test_casts_both_ways_match_the_interpreter_bit_for_bit(dt):
+    args = both_inputs(rng, dt, 250, 262)  # every code, every f16 value, ragged tiles
+    ref = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
+    emulate(Both(dt), args, grid(250, 262))
+    Both(dt)(*ref)
+    np.testing.assert_array_equal(args[3].view(np.uint32), ref[3].view(np.uint32))
+    np.testing.assert_array_equal(args[5], ref[5])
+    assert (args[5][-4:] == 0xA5).all()
+
+
+@needs_nvrtc
+@needs_gxx
+@pytest.mark.parametrize("dt", [tilus.int3b], ids=str)
+def test_packed_round_trip_with_padded_rows(dt):
+    m, n, ld = 19, 45, 47
+    c = codes(rng, dt, (m, n))
+    nb = (m * ld * dt.nbits + 7) // 8
+    got = np.full(nb, 0x3C, np.uint8)
+    want = got.copy()
+    emulate(Repack(dt), (m, n, ld, pack(c, dt.nbits), got), grid(m, n))
+    Repack(dt)(m, n, ld, pack(c, dt.nbits), want)
+    np.testing.assert_array_equal(got, want)
+
+
+@needs_nvrtc
+@needs_gxx
+@pytest.mark.parametrize("dt", [tilus.uint2b], ids=str)
+def test_view_of_uint8_tiles(dt):
+    m, n = 21, 96
+    raw = pack(codes(rng, dt, (m, n)), dt.nbits).reshape(m, -1)
+    got = np.full((m, n), np.nan, np.float16)
+    want = got.copy()
+    emulate(ViewBytes(dt), (m, n, raw, got), grid(m, n))
+    ViewBytes(dt)(m, n, raw, want)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+@needs_nvrtc
+def test_int4_to_f16_uses_the_magic_number_path_and_vector_loads():
+    from tilus.runtime.sass import sass_opcodes
+
+    m, n = 64, 256
+    k = Dequant(int4b, float16)
+    ck = tilus.compile(k, m, n, np.zeros(m * n // 2, np.uint8), np.zeros((m, n), np.float16))
+    assert "tl_hsub2" in ck.kernel.source and "uint2" in ck.kernel.source
+    ops = sass_opcodes(ck.sass())
+    assert ops.get("HADD2", 0) + ops.get("HFMA2", 0) >= 8
+    assert not ops.get("LDL") and not ops.get("STL")
+
+
+class AddOnPacked(tilus.Script):
+    def __call__(self, w_ptr: ~uint8):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(w_ptr, dtype=int4b, shape=[16, 32])
+        t = self.load_global(g, offsets=[0, 0], shape=[16, 32])
+        self.store_global(g, t + t, offsets=[0, 0])  # ERR
+
+
+class SharedPacked(tilus.Script):
+    def __call__(self, w_ptr: ~uint8):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        self.shared_tensor(dtype=int4b, shape=[16, 32])  # ERR
+
+
+class Fp8Tile(tilus.Script):
+    def __call__(self, a_ptr: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        g = self.global_view(a_ptr, dtype=float16, shape=[16, 32])
+        t = self.load_global(g, offsets=[0, 0], shape=[16, 32])
+        self.store_global(g, self.cast(t, tilus.tfloat32).to(float16), offsets=[0, 0])  # ERR
+
+
+@pytest.mark.parametrize(
+    "cls, args, match",
+    [
+        (AddOnPacked, (np.zeros(256, np.uint8),), "binary on the int4b tile"),
+        (SharedPacked, (np.zeros(256, np.uint8),), "shared tile %s of sub-byte int4b"),
+        (Fp8Tile, (np.zeros((16, 32), np.float16),), "dtype tfloat32, which the CUDA backend"),
+    ],
+    ids=["elementwise", "shared", "no-c-type"],
+)
+def test_what_the_cuda_backend_cannot_lower_is_refused_at_its_line(cls, args, match):
+    with pytest.raises(tilus.TilusCompileError, match=match) as e:
+        tilus.compile(cls(), *args)
+    assert e.value.loc.line == err_line(cls)
