@@ -1,6 +1,11 @@
 """tilus: a tile-level GPU kernel language embedded in Python, targeting NVIDIA Hopper."""
 
-from tilus import option, target, utils
+from tilus import (
+    kernels,  # noqa: E402, F401 - Tensor.to's cast kernel (a Script)
+    option,
+    target,
+    utils,
+)
 from tilus.backends.cuda.api import compile  # noqa: A004 - tilus.compile(kernel, ...)
 from tilus.dtypes import (
     ALL_DTYPES,

@@ -8,7 +8,7 @@ import numpy as np
 
 from tilus.backends.interp.values import GlobalViewValue
 from tilus.errors import TilusRuntimeError
-from tilus.tensor import decode, encode
+from tilus.packing import decode, encode
 
 
 def is_packed(dtype) -> bool:

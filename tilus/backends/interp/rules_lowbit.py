@@ -7,7 +7,7 @@ import numpy as np
 from tilus.backends.interp.rules import reg, rule
 from tilus.dtypes import DataType
 from tilus.ir import inst_lowbit as L
-from tilus.tensor import decode, encode
+from tilus.packing import decode, encode
 
 
 def to_codes(values: np.ndarray, dtype: DataType) -> np.ndarray:

@@ -178,7 +178,7 @@ def cast(ctx, inst, expr):
     out, src = inst.out, inst.src
     sd, dd = src.dtype, out.dtype
     if sd.nbits % 8 or dd.nbits % 8:  # sub-byte: packed registers
-        return lowbit_rules.cast(ctx, inst, expr)
+        return lowbit_rules.cast(ctx, inst, expr, cast_code)
     if R.layout_of(ctx, out) != R.layout_of(ctx, src):  # e.g. an accumulator made an mma operand
         through_shared(
             ctx, inst, src, out, lambda c: row_major(c, src.shape), lambda a: cast_code(a, sd, dd)

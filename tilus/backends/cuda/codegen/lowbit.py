@@ -162,13 +162,6 @@ def encode(value: str, sd: DataType, dd: DataType) -> str:
     return f"((uint32_t)({value}))"  # integers wrap (the mask is applied on insertion)
 
 
-def value_to(code: str, vdt: DataType, dd: DataType) -> str:
-    """C code converting a decoded value (of dtype ``vdt``: int32 or float32) to ``dd``."""
-    from tilus.backends.cuda.codegen.convert import cast_code
-
-    return cast_code(code, vdt, dd)
-
-
 def bits_of(code: str, dt: DataType) -> str:
     """The bits (uint32, or uint64 for 64-bit types) of a C value of a byte-sized dtype."""
     if dt.name == "float32":

@@ -130,8 +130,9 @@ def store_global(ctx, inst, expr, M):
     ctx.close()
 
 
-def cast(ctx, inst, expr):
-    """Elementwise conversion from or to a sub-byte dtype (same layout)."""
+def cast(ctx, inst, expr, cast_code):
+    """Elementwise conversion from or to a sub-byte dtype (same layout); ``cast_code`` is
+    ``convert.cast_code`` (values of byte-sized types)."""
     out, src = inst.out, inst.src
     sd, dd = src.dtype, out.dtype
     layout = R.layout_of(ctx, src)
@@ -159,7 +160,7 @@ def cast(ctx, inst, expr):
         if B.packed(dd):
             B.put_bits(ctx, ctx.name(out), i * dd.nbits, dd.nbits, B.encode(val, vdt, dd))
         else:
-            ctx.emit(f"{R.elem(ctx, out, i)} = {B.value_to(val, vdt, dd)};")
+            ctx.emit(f"{R.elem(ctx, out, i)} = {cast_code(val, vdt, dd)};")
     ctx.close()
 
 

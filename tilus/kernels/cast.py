@@ -1,0 +1,56 @@
+"""``tilus.kernels.cast``: the elementwise cast behind ``tilus.Tensor.to`` for any dtypes."""
+
+from __future__ import annotations
+
+import functools
+
+from tilus import tensor as _tensor
+from tilus.dtypes import DataType, int32, void_p
+from tilus.lang.script import Script
+from tilus.utils import cdiv
+
+#: elements per block (a multiple of 32, so packed tiles of every width fill whole words)
+BLOCK = 1024
+
+
+class Cast(Script):
+    """``dst[i] = cast(src[i])`` over ``n`` elements, each side a flat buffer of its dtype
+    (sub-byte types packed), rounding as every tilus cast does."""
+
+    def __init__(self, src: DataType, dst: DataType):
+        super().__init__()
+        self.src, self.dst = src, dst
+
+    def __call__(self, n: int32, src_ptr: void_p, dst_ptr: void_p):
+        self.attrs.blocks = [cdiv(n, BLOCK)]
+        self.attrs.warps = 4
+        gs = self.global_view(src_ptr, dtype=self.src, shape=[n])
+        gd = self.global_view(dst_ptr, dtype=self.dst, shape=[n])
+        t = self.load_global(gs, offsets=[self.blockIdx.x * BLOCK], shape=[BLOCK])
+        self.store_global(gd, self.cast(t, self.dst), offsets=[self.blockIdx.x * BLOCK])
+
+
+@functools.cache
+def cast_kernel(src: DataType, dst: DataType) -> Cast:
+    """The (cached) cast kernel from ``src`` to ``dst``."""
+    return Cast(src, dst)
+
+
+def run_cast(x, dtype: DataType):
+    """``x.to(dtype)`` for a ``tilus.Tensor`` ``x``: a new tensor on ``x``'s device, made by
+    :class:`Cast` (the interpreter for CPU storage, the GPU for CUDA storage)."""
+    out = _tensor.empty(x.shape, dtype, device=x.device)
+    if x.numel:
+        cast_kernel(x.dtype, dtype)(x.numel, _operand(x), _operand(out))
+    return out
+
+
+def _operand(t):
+    # packed types pass their bytes; the others their typed view (bf16 is widened on the
+    # interpreter, which needs to know it is bf16)
+    if t.dtype.nbits % 8 or _tensor._torch_dtype(t.dtype) is None:
+        return t.storage
+    return t.torch().reshape(-1)
+
+
+_tensor.set_cast_kernel(run_cast)
