@@ -67,8 +67,8 @@ def _refs(fn) -> tuple[set[str], set[str]]:
     insts, calls = set(), set()
     for node in ast.walk(ast.parse(src)):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            # the IR modules' aliases: I (inst), M (inst_memory), C (inst_cluster)
-            if node.value.id in ("I", "M", "C") and node.attr[:1].isupper():
+            # the IR modules' aliases: I (inst), M (inst_memory), C (inst_cluster), L (inst_lowbit)
+            if node.value.id in ("I", "M", "C", "L") and node.attr[:1].isupper():
                 insts.add(node.attr)
         if isinstance(node, ast.Call):
             f = node.func
