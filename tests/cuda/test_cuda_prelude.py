@@ -189,6 +189,16 @@ USES = {
 """,
         {"IMAD"},
     ),
+    "lowbit": (
+        """
+  const float x = out[threadIdx.x];
+  const uint32_t c = tl_enc_sf<2, 1, false>(x) | tl_enc_sf<5, 1, true>(x);
+  tl_st_bits((uint8_t*)out2, 3 * (int64_t)threadIdx.x, c, 3);
+  tl_or_bits32(out2 + 64, 0xffu, threadIdx.x);
+  out[threadIdx.x] = tl_dec_sf<3, 2, false>(out2[threadIdx.x]) + (float)tl_hsub2(out2[1], out2[2]);
+""",
+        {"ATOM", "HFMA2"},  # the f16x2 subtraction is an HFMA2 (x * 1 - y) here
+    ),
 }
 
 
