@@ -225,3 +225,11 @@ def test_integer_casts_truncate_saturate_and_wrap(dt):
     if dt.kind == "int":
         wrapped = np.where(wrapped >= 1 << (dt.nbits - 1), wrapped - (1 << dt.nbits), wrapped)
     np.testing.assert_array_equal(convert(i, dt), wrapped)
+
+
+def test_a_sub_byte_pointer_takes_byte_storage():
+    m, n = 6, 20
+    vals = rng.integers(-8, 8, (m, n))
+    out = np.full((m, n), np.nan, np.float16)
+    DequantTyped()(m, n, pack(vals & 15, 4), out)  # ~int4b given uint8 bytes
+    np.testing.assert_array_equal(out, vals.astype(np.float16))

@@ -69,3 +69,16 @@ def test_view_of_uint8_tiles(dt):
     ViewBytes(dt)(*dev)
     ViewBytes(dt)(m, n, raw, out)
     np.testing.assert_array_equal(_host(dev[3]).view(np.uint16), out.view(np.uint16))
+
+
+def test_packed_storage_too_small_is_refused_naming_the_argument():
+    import torch
+
+    m, n = 33, 64
+    w = torch.zeros(m * n // 2 - 1, dtype=torch.uint8, device="cuda")
+    out = torch.zeros((m, n), dtype=torch.float16, device="cuda")
+    with pytest.raises(tilus.TilusArgumentError, match=r"'w_ptr' has 1055 bytes.*\(1056 bytes\)"):
+        Dequant(tilus.int4b, tilus.float16)(m, n, w, out)
+    w = torch.zeros(m * n // 2, dtype=torch.uint8, device="cuda")
+    Dequant(tilus.int4b, tilus.float16)(m, n, w, out)  # exactly enough: accepted
+    assert not out.isnan().any()

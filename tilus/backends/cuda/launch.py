@@ -10,7 +10,7 @@ from tilus import option as _option
 from tilus.backends.arguments import check_view_extents
 from tilus.backends.base import MISS
 from tilus.backends.cuda.launcher import Launcher, LaunchPlan
-from tilus.dtypes import DataType, PointerType, from_torch_dtype
+from tilus.dtypes import DataType, PointerType, from_torch_dtype, int8, uint8
 from tilus.errors import (
     TilusArgumentError,
     TilusBackendError,
@@ -82,7 +82,8 @@ def _check_values(kname: str, params, runtime):
                 )
             dt = from_torch_dtype(v.dtype)
             want = p.dtype.base
-            if isinstance(want, DataType) and dt != want:
+            packed_bytes = isinstance(want, DataType) and want.nbits % 8 and dt in (uint8, int8)
+            if isinstance(want, DataType) and dt != want and not packed_bytes:
                 raise TilusArgumentError(
                     f"{kname}: argument {p.name!r} is declared {p.dtype!r} but got a tensor of "
                     f"{v.dtype}"

@@ -93,6 +93,7 @@ class Bound:
         self.divisors = [self._divisor(d, env) for d in plan.divisors]  # (d, magic, shift)
         gviews = plan.ks.plan.gviews
         need: dict = {}  # param name -> (elements, shape)
+        packed_views: set = set()  # params a sub-byte view reads: their need is in bytes
         for g, gv in gviews.items():
             if (
                 isinstance(gv.ptr, Var)
@@ -101,6 +102,9 @@ class Bound:
             ):
                 shape = [_eval(s, env) for s in g.shape]
                 n = math.prod(shape)
+                if g.dtype.nbits % 8:  # packed: bytes, ceil(n * nbits / 8)
+                    n = -(-n * g.dtype.nbits // 8)
+                    packed_views.add(gv.ptr.name)
                 if n > need.get(gv.ptr.name, (-1, None))[0]:
                     need[gv.ptr.name] = (n, shape)
         self.tensors = []  # (position, name, elements needed, view shape)
@@ -108,6 +112,7 @@ class Bound:
             if isinstance(p.dtype, PointerType):
                 n, shape = need.get(p.name, (0, None))
                 self.tensors.append((positions[p.name], p.name, n, shape))
+        self.in_bytes = packed_views
         self.maps = []  # (position, name, dtype name, shape, byte strides, box, swizzle)
         for m in plan.ks.plan.tmaps:
             ptr = gviews[m.gview].ptr
@@ -155,7 +160,12 @@ class Bound:
         kname = self.plan.kname
         for pos, name, n, shape in self.tensors:
             t = values[pos]
-            if n > t.numel():
+            if name in self.in_bytes and n > t.numel() * t.element_size():
+                raise TilusArgumentError(
+                    f"{kname}: argument {name!r} has {t.numel() * t.element_size()} bytes but "
+                    f"the kernel views it as packed {shape} ({n} bytes)"
+                )
+            if name not in self.in_bytes and n > t.numel():
                 raise TilusArgumentError(
                     f"{kname}: argument {name!r} has {t.numel()} elements but the kernel views "
                     f"it as {shape} ({n} elements)"
@@ -428,7 +438,7 @@ class Prepared:
             addrs.append(ctypes.addressof(obj))
         self.params = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
         self.params_addr = ctypes.addressof(self.params)
-        self.checks = [(pos, n) for pos, _, n, _ in bound.tensors]
+        self.checks = [(pos, n, name in bound.in_bytes) for pos, name, n, _ in bound.tensors]
         self.last = None  # the pointers the storage holds
         self.lock = threading.Lock()
 
@@ -460,8 +470,17 @@ class Prepared:
     def checked(self, values) -> None:
         """Check the sizes of the tensors (types were checked by the caller) and launch."""
         self.bound.check(values)
-        tchecks = tuple((pos, n, type(values[pos]), values[pos].dtype) for pos, n in self.checks)
-        ptrs = tuple(values[pos].data_ptr() for pos, _ in self.checks)
+        tchecks = tuple(
+            # a packed view's need is in bytes: in elements of this tensor's dtype here
+            (
+                pos,
+                -(-n // values[pos].element_size()) if nb else n,
+                type(values[pos]),
+                values[pos].dtype,
+            )
+            for pos, n, nb in self.checks
+        )
+        ptrs = tuple(values[pos].data_ptr() for pos, _, _ in self.checks)
         if self.bound.empty:
             self._tchecks = tchecks
             return

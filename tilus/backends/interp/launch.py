@@ -89,6 +89,9 @@ class _Buffer:
             raise TilusArgumentError(
                 f"{kernel}: argument {name!r} has dtype {v.dtype}, which tilus does not support"
             )
+        byte_storage = packed is None and dt is not None and dt.name in ("uint8", "int8")
+        if isinstance(want, DataType) and want.nbits % 8 and byte_storage:
+            dt = want  # bytes for a sub-byte pointer (``~int4b``): packed storage
         if isinstance(want, DataType) and dt != want:
             raise TilusArgumentError(
                 f"{kernel}: argument {name!r} is declared {ann!r} but got an array of {dt.name}"
