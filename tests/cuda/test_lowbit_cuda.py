@@ -100,13 +100,24 @@ class SharedPacked(tilus.Script):
         self.shared_tensor(dtype=int4b, shape=[16, 32])  # ERR
 
 
+def _no_c_type():
+    """A byte-sized dtype the CUDA backend has no C type for (fp8 until it lowers them)."""
+    from tilus.backends.cuda.codegen.scalar import C_TYPES
+
+    left = [d for d in tilus.dtypes.ALL_DTYPES.values() if d.nbits % 8 == 0]
+    return next((d for d in left if d.name not in C_TYPES), None)
+
+
+NO_C = _no_c_type()
+
+
 class Fp8Tile(tilus.Script):
     def __call__(self, a_ptr: ~float16):
         self.attrs.blocks = [1]
         self.attrs.warps = 1
         g = self.global_view(a_ptr, dtype=float16, shape=[16, 32])
         t = self.load_global(g, offsets=[0, 0], shape=[16, 32])
-        self.store_global(g, self.cast(t, tilus.tfloat32).to(float16), offsets=[0, 0])  # ERR
+        self.store_global(g, self.cast(t, NO_C).to(float16), offsets=[0, 0])  # ERR
 
 
 @pytest.mark.parametrize(
@@ -114,7 +125,12 @@ class Fp8Tile(tilus.Script):
     [
         (AddOnPacked, (np.zeros(256, np.uint8),), "binary on the int4b tile"),
         (SharedPacked, (np.zeros(256, np.uint8),), "shared tile %s of sub-byte int4b"),
-        (Fp8Tile, (np.zeros((16, 32), np.float16),), "dtype tfloat32, which the CUDA backend"),
+        pytest.param(
+            Fp8Tile,
+            (np.zeros((16, 32), np.float16),),
+            f"dtype {NO_C}, which the CUDA backend",
+            marks=pytest.mark.skipif(NO_C is None, reason="every dtype has a C type"),
+        ),
     ],
     ids=["elementwise", "shared", "no-c-type"],
 )
