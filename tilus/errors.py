@@ -74,9 +74,10 @@ class TilusArgumentError(TilusError):
     """A kernel was called with arguments that do not match its parameters."""
 
 
-class LayoutOperationError(TilusError, ValueError):
+class LayoutOperationError(ValueError):
     """A layout function got layouts it cannot combine (a divide with no quotient, a reshape
-    that splits a thread mode, a mode list that does not cover the shape)."""
+    that splits a thread mode, a mode list that does not cover the shape); raised in a kernel,
+    it is reported at the calling line."""
 
 
 class TilusBackendError(TilusError):

@@ -16,6 +16,7 @@ from tilus.lang.instructions.cluster import ClusterInstructions
 from tilus.lang.instructions.cuda_queries import CudaQueryInstructions
 from tilus.lang.instructions.generic import GenericInstructions
 from tilus.lang.instructions.hopper import HopperInstructions
+from tilus.lang.instructions.layouts import LayoutInstructions
 from tilus.lang.instructions.memory_async import AsyncCopyInstructions
 from tilus.lang.instructions.random import RandomInstructions
 
@@ -42,6 +43,7 @@ class Script(
     AtomicInstructions,
     CudaQueryInstructions,
     ClusterInstructions,
+    LayoutInstructions,
 ):
     """Base class of tilus kernels.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilus.ir import inst as I
 from tilus.ir import inst_cluster as C
+from tilus.ir import inst_layout as L
 from tilus.ir import inst_memory as M
 from tilus.ir.rules import RuleTable
 
@@ -57,6 +58,8 @@ for _cls in (
     M.LockSemaphore,  # ld.acquire.gpu / st.release.gpu (sm_70)
     M.ReleaseSemaphore,
     M.GlobalTensorAlloc,
+    L.AnnotateLayout,  # no code: a seed of layout inference
+    L.Repeat,  # register copies
 ):
     MIN_TARGET.add(_cls, _SM80)
 for _cls in (

@@ -14,6 +14,7 @@ from tilus.backends.interp import (  # noqa: F401 - register rules
     rules_atomic,
     rules_cluster,
     rules_hopper,
+    rules_layout,
     rules_random,
 )
 from tilus.backends.interp.cluster import Cluster

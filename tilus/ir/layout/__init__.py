@@ -1,5 +1,6 @@
 """Register and shared-memory layouts of tiles, and the user-facing layout functions."""
 
+from tilus.ir.layout.algebra import Factor
 from tilus.ir.layout.ops import (
     auto_local_spatial,
     canonicalize_layout,
@@ -21,7 +22,7 @@ from tilus.ir.layout.ops import (
     unsqueeze,
     visualize,
 )
-from tilus.ir.layout.register import Factor, RegisterLayout, blocked, wgmma_acc
+from tilus.ir.layout.register import RegisterLayout, blocked, wgmma_acc
 from tilus.ir.layout.shared import SharedLayout, choose_swizzle
 from tilus.ir.layout.shared_ops import (
     Swizzle,

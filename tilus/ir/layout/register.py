@@ -12,14 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Factor:
-    """One digit of the thread or register index: ``extent`` values adding ``stride`` to ``dim``."""
-
-    dim: int
-    extent: int
-    stride: int
+from tilus.ir.layout.algebra import Factor, LayoutAlgebra
 
 
 def _digits(x: int, factors: tuple[Factor, ...]) -> list[int]:
@@ -31,7 +24,7 @@ def _digits(x: int, factors: tuple[Factor, ...]) -> list[int]:
 
 
 @dataclass(frozen=True)
-class RegisterLayout:
+class RegisterLayout(LayoutAlgebra):
     """A tile of ``shape`` over ``num_threads`` threads, ``local_size`` registers each."""
 
     shape: tuple[int, ...]
@@ -73,97 +66,6 @@ class RegisterLayout:
     def coords(self, t: int, i: int) -> tuple[int, ...]:
         """The tile coordinate held by register ``i`` of thread ``t``."""
         return tuple(a + b for a, b in zip(self.thread_coords(t), self.local_coords(i)))
-
-    # --- the spec's layout API (tilus.ir.layout.ops) ---------------------------------------
-    @property
-    def spatial_size(self) -> int:
-        """Threads the layout spans (``num_threads``)."""
-        return self.num_threads
-
-    @property
-    def size(self) -> int:
-        """Elements of the tile."""
-        return math.prod(self.shape)
-
-    @property
-    def mode_shape(self) -> list[int]:
-        """The modes every dim splits into, row-major, dim after dim (canonical form)."""
-        from tilus.ir.layout import ops
-
-        return ops._modes(self)[0]
-
-    @property
-    def spatial_modes(self) -> list[int]:
-        """Mode indices serialized into the thread index (``-k``: replication by k)."""
-        from tilus.ir.layout import ops
-
-        return ops._modes(self)[1]
-
-    @property
-    def local_modes(self) -> list[int]:
-        """Mode indices serialized into the register index."""
-        from tilus.ir.layout import ops
-
-        return ops._modes(self)[2]
-
-    def get_global(self, spatial_index: int, local_index: int) -> tuple[int, ...]:
-        """The element held by register ``local_index`` of thread ``spatial_index``."""
-        return self.coords(spatial_index, local_index)
-
-    def get_spatial(self, index) -> list[int]:
-        """The threads that hold element ``index``."""
-        from tilus.ir.layout import ops
-
-        return ops.get_spatial(self, index)
-
-    def get_local(self, index) -> int:
-        """The register slot of element ``index``."""
-        from tilus.ir.layout import ops
-
-        return ops.get_local(self, index)
-
-    def _then(self, inner: RegisterLayout) -> RegisterLayout:
-        from tilus.ir.layout import ops
-
-        return ops.compose(self, inner)
-
-    def spatial(self, *shape, ranks=None) -> RegisterLayout:
-        """``compose(self, spatial(*shape, ranks=ranks))``."""
-        from tilus.ir.layout import ops
-
-        return self._then(ops.spatial(*shape, ranks=ranks))
-
-    def local(self, *shape, ranks=None) -> RegisterLayout:
-        """``compose(self, local(*shape, ranks=ranks))``."""
-        from tilus.ir.layout import ops
-
-        return self._then(ops.local(*shape, ranks=ranks))
-
-    def column_spatial(self, *shape) -> RegisterLayout:
-        """``compose(self, column_spatial(*shape))``."""
-        from tilus.ir.layout import ops
-
-        return self._then(ops.column_spatial(*shape))
-
-    def column_local(self, *shape) -> RegisterLayout:
-        """``compose(self, column_local(*shape))``."""
-        from tilus.ir.layout import ops
-
-        return self._then(ops.column_local(*shape))
-
-    def __mul__(self, inner: RegisterLayout) -> RegisterLayout:
-        return self._then(inner)
-
-    def __truediv__(self, rhs: RegisterLayout) -> RegisterLayout:
-        from tilus.ir.layout import ops
-
-        return ops.divide(self, rhs)
-
-    def visualize(self) -> str:
-        """A text grid of which thread and register hold each element (1-D or 2-D)."""
-        from tilus.ir.layout import ops
-
-        return ops.visualize(self)
 
     def is_complete(self) -> bool:
         """True when every coordinate of the tile is held by some thread, each exactly once

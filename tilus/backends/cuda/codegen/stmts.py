@@ -6,6 +6,7 @@ from tilus.backends.cuda.codegen import (  # noqa: F401 - register rules
     async_copy,
     atomics,
     hopper,
+    layouts,
     memory,
     mma,
     random,

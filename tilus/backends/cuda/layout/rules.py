@@ -51,7 +51,9 @@ def _alloc_shared(inf, stmt, inst, g):
         sw = 128  # wide rows as 128-byte column blocks: conflict-free, TMA-movable
     if sw and t.shape[-2] % 8:
         sw = 0
-    inf.plan.shared[t] = SharedView(t, SharedLayout(tuple(t.shape), eb, sw), ())
+    given = inf.user_shared.get(t)  # annotate_layout / shared_tensor(layout=) decide
+    layout = given[0] if given is not None else SharedLayout(tuple(t.shape), eb, sw)
+    inf.plan.shared[t] = SharedView(t, layout, ())
 
 
 @rule(I.SliceTensor)
