@@ -446,7 +446,7 @@ def _atomic(inf, stmt, inst, g):
             # each element is updated by one thread and only that thread gets its old value:
             # spread the tile over the threads (a small or vectorized default would give the
             # warps copies of it)
-            inf.set_anchor(v, blocked(v.shape, g.size), stmt)
+            inf.set_anchor(v, blocked(v.shape, g.size), stmt, soft=True)
 
 
 @rule(M.LockSemaphore, M.ReleaseSemaphore, M.GlobalTensorAlloc)
