@@ -64,6 +64,10 @@ def _slice(inf, stmt, inst, g):
         inf.define(inst.out, g, stmt)
         inf.converts.append((inst, g))
         return
+    if inst.src.kind == TensorKind.GLOBAL:  # a view: pointer, shape and strides (codegen)
+        if inst.src in inf.plan.strided or inst.indices[-1] is not None:
+            inf.plan.strided.add(inst.out)
+        return
     if inst.src.kind != TensorKind.SHARED:
         raise err(stmt, f"slice of a {inst.src.kind} tile is not supported by the CUDA backend")
     v = inf.shared_view(inst.src, stmt)
@@ -88,6 +92,10 @@ def _slice(inf, stmt, inst, g):
 def _permute(inf, stmt, inst, g):
     if inst.src.kind == TensorKind.REGISTER:
         inf.perms[inst.out] = (inst.src, tuple(inst.dims))
+        return
+    if inst.src.kind == TensorKind.GLOBAL:  # a view with permuted shape and strides
+        if inst.src in inf.plan.strided or inst.dims[-1] != len(inst.dims) - 1:
+            inf.plan.strided.add(inst.out)
         return
     if inst.src.kind != TensorKind.SHARED:
         raise err(stmt, f"permute of a {inst.src.kind} tile is not supported by the CUDA backend")
@@ -415,7 +423,9 @@ def _copy_async(inf, stmt, inst, g):
         raise err(stmt, "copy_async into a permuted shared view is not supported")
     gv = inf.plan.gviews.get(inst.src)  # a global_view, or a row-major global_tensor
     st = gv.strides if gv is not None else None
-    if st is not None and not (isinstance(st[-1], Const) and st[-1].value == 1):
+    if inst.src in inf.plan.strided or (
+        st is not None and not (isinstance(st[-1], Const) and st[-1].value == 1)
+    ):
         raise err(
             stmt,
             "copy_async needs a global tensor whose innermost stride is 1 (rows move as "
