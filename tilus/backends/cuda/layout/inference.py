@@ -291,7 +291,7 @@ class _Inference:
         io = [self.io_bytes[t] for t in members if t in self.io_bytes]
         if t0 in self.plan.barriers:
             return replicated(t0.shape, g.size)
-        if t0.size <= SMALL_TILE and not io:
+        if (t0.size <= SMALL_TILE and not io) or not t0.shape:  # 0-d: nothing to spread
             return replicated(t0.shape, g.size)
         return blocked(t0.shape, g.size, 16 // min(io) if io else 1)
 
