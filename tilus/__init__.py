@@ -26,6 +26,7 @@ from tilus.dtypes import (
     void_p,
 )
 from tilus.errors import (
+    LayoutOperationError,
     TilusArgumentError,
     TilusBackendError,
     TilusCacheWarning,
@@ -67,6 +68,7 @@ __all__ = [
     "DataType",
     "GlobalTensor",
     "InstantiatedScript",
+    "LayoutOperationError",
     "PointerType",
     "RegisterTensor",
     "Script",
