@@ -55,12 +55,13 @@ def _methods(cls, prefix: str) -> list[str]:
 def reference() -> str:
     """The text of docs/reference.md, from the Script docstrings and the backends' rule tables."""
     sys.path.insert(0, str(ROOT))
+    import tilus.ir.layout as layout_api
     from tilus.backends.cuda import tables
     from tilus.backends.cuda.codegen import CODEGEN_RULES  # noqa: F401 - registers its rules
     from tilus.backends.cuda.layout import LayoutPlan  # noqa: F401 - registers its rules
     from tilus.backends.interp.launch import INTERP_RULES
     from tilus.ir.inst import INSTRUCTIONS
-    from tilus.lang.instructions import generic, hopper, random
+    from tilus.lang.instructions import generic, hopper, layouts, random
 
     lines = [
         "# Instruction reference",
@@ -74,6 +75,7 @@ def reference() -> str:
         "",
         *_methods(generic.GenericInstructions, "self."),
         *_methods(hopper.HopperInstructions, "self."),
+        *_methods(layouts.LayoutInstructions, "self."),
         "",
         "Random numbers (`tilus.Script` only):",
         "",
@@ -89,6 +91,19 @@ def reference() -> str:
             "",
             *_methods(type(group), f"self.{attr}."),
         ]
+    lines += [
+        "",
+        "## Layout functions (`tilus.ir.layout`)",
+        "",
+        "Register layouts (`RegisterLayout`: also `a * b`, `a / b`, `a.spatial(...)`,",
+        "`a.local(...)`, `a.visualize()`, `a.mode_shape`, `a.get_spatial(index)`, ...) and shared",
+        "layouts, for `annotate_layout` and `register_tensor`/`shared_tensor(layout=)`:",
+        "",
+    ]
+    for name in sorted(layout_api.__all__):
+        obj = getattr(layout_api, name)
+        if inspect.isfunction(obj):
+            lines.append(f"- `{name}{_signature(obj)}`: {_doc(obj).replace(chr(10), ' ')}")
     lines += [
         "",
         "## Which backend takes which IR instruction",

@@ -186,11 +186,11 @@ def test_scatter_stores():
 
 
 class NoShortAtomics(tilus.Script):
-    def __call__(self, d_ptr: ~float16):
+    def __call__(self, d_ptr: ~float32):
         self.attrs.blocks = [1]
         self.attrs.warps = 1
-        g = self.global_view(d_ptr, dtype=float16, shape=[32])
-        v = self.register_tensor(dtype=float16, shape=[32], init=1.0)
+        g = self.global_view(d_ptr, dtype=float32, shape=[32])
+        v = self.register_tensor(dtype=float32, shape=[32], init=1.0)
         self.atomic.global_max(g, v)  # ERR
 
 
@@ -231,7 +231,7 @@ class ReplicatedResult(tilus.Script):
 
 
 def test_refusals_name_the_line():
-    expect_error(NoShortAtomics, fragment="global memory has no atomic max on float16")
+    expect_error(NoShortAtomics, fragment="global memory has no atomic max on float32")
     expect_error(RegisterDst, fragment="destination must be a shared tensor")
     expect_error(BadShape, fragment="dim 0 is 32 in the tile but 16")
     expect_error(BadSem, fragment="sem must be one of")

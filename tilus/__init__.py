@@ -31,6 +31,7 @@ from tilus.dtypes import (
     void_p,
 )
 from tilus.errors import (
+    LayoutOperationError,
     TilusArgumentError,
     TilusBackendError,
     TilusCacheWarning,
@@ -72,6 +73,7 @@ __all__ = [
     "DataType",
     "GlobalTensor",
     "InstantiatedScript",
+    "LayoutOperationError",
     "PointerType",
     "RegisterTensor",
     "Script",

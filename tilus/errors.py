@@ -74,6 +74,12 @@ class TilusArgumentError(TilusError):
     """A kernel was called with arguments that do not match its parameters."""
 
 
+class LayoutOperationError(ValueError):
+    """A layout function got layouts it cannot combine (a divide with no quotient, a reshape
+    that splits a thread mode, a mode list that does not cover the shape); raised in a kernel,
+    it is reported at the calling line."""
+
+
 class TilusBackendError(TilusError):
     """The compiler toolchain or the CUDA driver failed (NVRTC log or driver error attached)."""
 

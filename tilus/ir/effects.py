@@ -7,7 +7,11 @@ from enum import Enum
 
 from tilus.ir import inst as I
 from tilus.ir import inst_cluster as C
+<<<<<<< HEAD
 from tilus.ir import inst_lowbit as L
+=======
+from tilus.ir import inst_layout as L
+>>>>>>> layoutapi
 from tilus.ir import inst_memory as M
 from tilus.ir.rules import RuleTable
 
@@ -114,3 +118,7 @@ for _cls in (
     C.TmaGlobalToSharedMulticast,
 ):
     EFFECTS.add(_cls, _NO_OUT)
+
+# --- layouts and repeats (inst_layout) ---
+EFFECTS.add(L.AnnotateLayout, _NO_OUT)
+EFFECTS.add(L.Repeat, _DEFINES)

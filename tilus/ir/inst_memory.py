@@ -108,7 +108,8 @@ class Atomic(Inst):
     SEMS: ClassVar[tuple[str, ...]] = ("relaxed", "acquire", "release", "acq_rel")
     SCOPES: ClassVar[tuple[str, ...]] = ("cta", "cluster", "gpu", "sys")
     #: PTX ISA 9.7.13.5: what scalar ``atom`` offers per dtype (the same in global and shared
-    #: memory); f16/bf16 min/max exist only in vector forms on global memory (not lowered)
+    #: memory); f16/bf16 min/max exist only in vector forms on global memory, so the CUDA
+    #: backend runs them as an ``atom.cas.b16`` loop
     DTYPES: ClassVar[dict] = {
         "int32": ("add", "sub", "min", "max", "exch", "cas"),
         "uint32": ("add", "sub", "min", "max", "exch", "cas"),
@@ -116,8 +117,8 @@ class Atomic(Inst):
         "uint64": ("add", "sub", "min", "max", "exch", "cas"),
         "float32": ("add", "sub", "exch", "cas"),
         "float64": ("add", "sub", "exch", "cas"),
-        "float16": ("add", "sub"),
-        "bfloat16": ("add", "sub"),
+        "float16": ("add", "sub", "min", "max"),
+        "bfloat16": ("add", "sub", "min", "max"),
     }
 
     @classmethod

@@ -42,6 +42,11 @@ SPEC_NAMES = (
 ).split()
 
 
+#: The names the front end imports the IR instruction modules as (inst, inst_memory,
+#: inst_cluster, inst_layout).
+IR_MODULES = ("I", "M", "C", "L")
+
+
 def missing_spec_names() -> list[str]:
     """The names of :data:`SPEC_NAMES` that ``tilus.Script`` does not have."""
     from tilus.lang.script import Script
@@ -67,8 +72,8 @@ def _refs(fn) -> tuple[set[str], set[str]]:
     insts, calls = set(), set()
     for node in ast.walk(ast.parse(src)):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            # the IR modules' aliases: I (inst), M (inst_memory), C (inst_cluster), L (inst_lowbit)
-            if node.value.id in ("I", "M", "C", "L") and node.attr[:1].isupper():
+            # the IR modules' aliases (IR_MODULES)
+            if node.value.id in IR_MODULES and node.attr[:1].isupper():
                 insts.add(node.attr)
         if isinstance(node, ast.Call):
             f = node.func

@@ -1,14 +1,74 @@
-"""Register and shared-memory layouts of tiles (how the CUDA backend stores them)."""
+"""Register and shared-memory layouts of tiles, and the user-facing layout functions."""
 
-from tilus.ir.layout.register import Factor, RegisterLayout, blocked, replicated, wgmma_acc
+from tilus.ir.layout.algebra import Factor
+from tilus.ir.layout.ops import (
+    auto_local_spatial,
+    canonicalize_layout,
+    column_local,
+    column_spatial,
+    compose,
+    concat,
+    divide,
+    flatten,
+    local,
+    permute,
+    reduce,
+    register_layout,
+    replicated,
+    reshape,
+    same_layout,
+    spatial,
+    squeeze,
+    unsqueeze,
+    visualize,
+)
+from tilus.ir.layout.register import RegisterLayout, blocked, wgmma_acc
 from tilus.ir.layout.shared import SharedLayout, choose_swizzle
+from tilus.ir.layout.shared_ops import (
+    Swizzle,
+    shared_column_major,
+    shared_compose,
+    shared_permute,
+    shared_row_major,
+    shared_row_major_swizzle,
+    shared_slice,
+    shared_transpose,
+    swizzle_of,
+)
 
 __all__ = [
     "Factor",
     "RegisterLayout",
     "SharedLayout",
+    "Swizzle",
+    "auto_local_spatial",
     "blocked",
+    "canonicalize_layout",
     "choose_swizzle",
+    "column_local",
+    "column_spatial",
+    "compose",
+    "concat",
+    "divide",
+    "flatten",
+    "local",
+    "permute",
+    "reduce",
+    "register_layout",
     "replicated",
+    "reshape",
+    "same_layout",
+    "shared_column_major",
+    "shared_compose",
+    "shared_permute",
+    "shared_row_major",
+    "shared_row_major_swizzle",
+    "shared_slice",
+    "shared_transpose",
+    "spatial",
+    "squeeze",
+    "swizzle_of",
+    "unsqueeze",
+    "visualize",
     "wgmma_acc",
 ]

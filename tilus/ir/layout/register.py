@@ -12,14 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Factor:
-    """One digit of the thread or register index: ``extent`` values adding ``stride`` to ``dim``."""
-
-    dim: int
-    extent: int
-    stride: int
+from tilus.ir.layout.algebra import Factor, LayoutAlgebra
 
 
 def _digits(x: int, factors: tuple[Factor, ...]) -> list[int]:
@@ -31,7 +24,7 @@ def _digits(x: int, factors: tuple[Factor, ...]) -> list[int]:
 
 
 @dataclass(frozen=True)
-class RegisterLayout:
+class RegisterLayout(LayoutAlgebra):
     """A tile of ``shape`` over ``num_threads`` threads, ``local_size`` registers each."""
 
     shape: tuple[int, ...]

@@ -33,10 +33,15 @@ class SharedLayout:
     shape: tuple[int, ...]
     elem_bytes: int
     swizzle: int = 0
+    # storage order: the tile is stored row-major as its dims ``perm`` (None: as is); built by
+    # shared_column_major / shared_permute; the CUDA backend lowers only perm None so far
+    perm: tuple[int, ...] | None = None
 
     def __post_init__(self):
         if self.swizzle not in SWIZZLES:
             raise ValueError(f"swizzle must be one of {SWIZZLES}, got {self.swizzle}")
+        if self.perm is not None and self.swizzle:
+            raise ValueError("a permuted shared layout cannot be swizzled")
         if self.swizzle and (len(self.shape) < 2 or self.row_bytes % self.swizzle):
             raise ValueError(
                 f"a {self.swizzle}B swizzle needs 2-D leaves with rows of a multiple of "
@@ -85,6 +90,9 @@ class SharedLayout:
 
     def offset(self, coords) -> int:
         """The physical byte offset of element ``coords``."""
+        if self.perm is not None:
+            stored = SharedLayout(tuple(self.shape[p] for p in self.perm), self.elem_bytes)
+            return stored.offset(tuple(coords[p] for p in self.perm))
         strides = self.strides_bytes()
         if self.col_blocks == 1:
             return self.apply_swizzle(sum(c * s for c, s in zip(coords, strides)))
@@ -95,4 +103,6 @@ class SharedLayout:
 
     def slice(self, ndrop: int) -> SharedLayout:
         """The layout of a sub-tile indexed by ``ndrop`` leading integer indices."""
-        return SharedLayout(self.shape[ndrop:], self.elem_bytes, self.swizzle)
+        if self.perm is not None and ndrop:
+            raise ValueError("slicing a permuted shared layout is not supported")
+        return SharedLayout(self.shape[ndrop:], self.elem_bytes, self.swizzle, self.perm)

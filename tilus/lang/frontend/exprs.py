@@ -115,13 +115,42 @@ class TensorMethod:
             shape = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
             return reshape_tensor(t, list(shape))
         if n == "item":
+            if (
+                t.kind in (TensorKind.SHARED, TensorKind.GLOBAL)
+                and isinstance(t.size, int)
+                and t.size == 1
+            ):
+                t = _load_whole(t)  # a one-element view: its value through a 1-element load
             if t.kind != TensorKind.REGISTER or t.size != 1:
-                raise TypeError("item() needs a one-element register tile")
+                raise TypeError("item() needs a one-element register, shared or global tile")
             return slice_tensor(t, tuple(0 for _ in t.shape)) if t.shape else slice_tensor(t, ())
+        if n == "tolist":
+            if t.kind != TensorKind.REGISTER:
+                raise TypeError(f"tolist() needs a register tile, got {t.type_str()}")
+            return _tolist(t, ())
         raise TypeError(f"tiles have no method {n}()")
 
 
-TENSOR_METHODS = ("transpose", "permute", "to", "item", "squeeze", "unsqueeze", "reshape")
+TENSOR_METHODS = (
+    "transpose", "permute", "to", "item", "tolist", "squeeze", "unsqueeze", "reshape",
+)  # fmt: skip
+
+
+def _tolist(t: TensorVar, index: tuple):
+    """Nested lists of the tile's elements as scalars (``t[i, j]`` each)."""
+    if len(index) == t.ndim:
+        return slice_tensor(t, index)
+    return [_tolist(t, index + (i,)) for i in range(t.shape[len(index)])]
+
+
+def _load_whole(t: TensorVar) -> TensorVar:
+    """A one-element shared or global tile loaded into registers."""
+    from tilus.lang.instructions.generic import GenericInstructions
+
+    if t.kind == TensorKind.SHARED:
+        return GenericInstructions.load_shared(None, t)
+    gi = GenericInstructions()
+    return gi.load_global(t, offsets=[0] * t.ndim, shape=[1] * t.ndim)
 
 
 def _range(*args, unroll=None):

@@ -14,6 +14,7 @@ from tilus.ir.expr import Binary, Const, Expr, Var, as_expr, call, cast
 from tilus.ir.printer import print_ir
 from tilus.ir.tensor import TensorVar
 from tilus.lang.builder import current
+from tilus.lang.instructions.layouts import annotate
 from tilus.lang.instructions.tiles import (  # noqa: F401 - re-exported for the front end
     _dtype,
     _int_list,
@@ -249,8 +250,9 @@ class GenericInstructions:
             b.assumes.append((c, b.loc))
 
     # --- tensor creation -----------------------------------------------------------------------
-    def register_tensor(self, *, dtype, shape, init=None) -> TensorVar:
-        """A register tile; ``init`` is a scalar or ``f(i, j, ...) -> value``; None: undefined."""
+    def register_tensor(self, *, dtype, shape, init=None, layout=None) -> TensorVar:
+        """A register tile; ``init`` is a scalar or ``f(i, j, ...) -> value``; None: undefined.
+        ``layout``: a ``RegisterLayout`` to pin (as ``annotate_layout``)."""
         b = current()
         dtype = _dtype(b, dtype)
         shape = _int_list(b, shape, "shape") if shape != [] else ()
@@ -263,13 +265,18 @@ class GenericInstructions:
             init_e = b.expect_scalar(init, "init", dtype)
         out = b.register(dtype, shape, "r")
         b.inst(I.AllocRegister(out, init_e, axes))
+        if layout is not None:
+            annotate(b, out, layout)
         return out
 
-    def shared_tensor(self, *, dtype, shape) -> TensorVar:
-        """A tile in shared memory (contents undefined until written)."""
+    def shared_tensor(self, *, dtype, shape, layout=None) -> TensorVar:
+        """A tile in shared memory (contents undefined until written); ``layout``: a
+        ``SharedLayout`` to store it in (as ``annotate_layout``)."""
         b = current()
         out = b.shared(_dtype(b, dtype), _int_list(b, shape, "shape"), "s")
         b.inst(I.AllocShared(out))
+        if layout is not None:
+            annotate(b, out, layout)
         return out
 
     def free_shared(self, tensor):

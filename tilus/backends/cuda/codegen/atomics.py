@@ -102,7 +102,13 @@ def atomic(ctx, inst, expr):
             f"at least one element per thread, a single warp, or leave the result unused"
         )
     ct = ctype(dst.dtype)
+    pairs = _packed_pairs(ctx, inst, layout) if not (ret and prim) else set()
     for i, (addr, ok) in enumerate(addrs):
+        if i in pairs:
+            _packed_add(ctx, inst, i, addrs, prim, ret)
+            continue
+        if i - 1 in pairs:
+            continue
         b = elem(ctx, v, i)
         if inst.op == "sub":
             b = _negate(b, dst.dtype)
@@ -116,6 +122,64 @@ def atomic(ctx, inst, expr):
             ctx.emit(f"{elem(ctx, inst.out, i)} = {_shfl(ctx, layout, r, dst.dtype)};")
             continue
         stmt = f"{elem(ctx, inst.out, i)} = {call};" if ret else f"{call};"
+        ctx.emit(f"if ({cond}) {stmt}" if cond else stmt)
+    ctx.close()
+
+
+def _packed_pairs(ctx, inst, layout) -> set:
+    """Registers ``i`` whose element and that of ``i + 1`` are neighbours along a contiguous
+    last dim of an f16/bf16 ``dst``: one ``.f16x2``/``.bf16x2`` add updates both."""
+    dst = inst.dst
+    if inst.op not in ("add", "sub") or inst.indices is not None:
+        return set()
+    if dst.dtype.name not in ("float16", "bfloat16"):
+        return set()
+    if dst.kind == TensorKind.GLOBAL:
+        if ctx.gview_info[dst][2][-1] != "1":
+            return set()
+    elif ctx.plan.shared[dst].perm is not None:
+        return set()
+    out, i, n = set(), 0, layout.local_size
+    while i + 1 < n:
+        a, b = layout.local_coords(i), layout.local_coords(i + 1)
+        if a[:-1] == b[:-1] and b[-1] == a[-1] + 1:
+            out.add(i)
+            i += 2
+        else:
+            i += 1
+    return out
+
+
+def _packed_add(ctx, inst, i, addrs, prim, ret):
+    """Registers ``i`` and ``i + 1`` by one paired add when both are in bounds and the pair
+    is 4-byte aligned (checked at run time: views may start anywhere), else one by one."""
+    dst, v = inst.dst, inst.values
+    frag = A.atom_pair(dst.kind, dst.dtype.name, inst.sem, inst.scope, ret)
+    one = A.atom(dst.kind, "add", dst.dtype.name, inst.sem, inst.scope, ret)
+    for f in (frag, one):
+        if f not in ctx.fragments:
+            ctx.fragments.append(f)
+    (a0, ok0), (a1, ok1) = addrs[i], addrs[i + 1]
+    vals = [elem(ctx, v, i), elem(ctx, v, i + 1)]
+    if inst.op == "sub":
+        vals = [_negate(x, dst.dtype) for x in vals]
+    cast = "(uint32_t)" if dst.kind == TensorKind.SHARED else "(uint64_t)"
+    both = " && ".join(x for x in (prim, ok0, ok1, f"({cast}({a0}) & 3) == 0") if x)
+    packed = f"(uint32_t)({vals[0]}) | ((uint32_t)({vals[1]}) << 16)"
+    ctx.open(f"if ({both})")
+    if ret:
+        r = ctx.fresh("r")
+        ctx.emit(f"const uint32_t {r} = {frag.name}({a0}, {packed});")
+        ctx.emit(f"{elem(ctx, inst.out, i)} = (uint16_t)({r} & 0xffffu);")
+        ctx.emit(f"{elem(ctx, inst.out, i + 1)} = (uint16_t)({r} >> 16);")
+    else:
+        ctx.emit(f"{frag.name}({a0}, {packed});")
+    ctx.close()
+    ctx.open("else")
+    for k, (addr, ok) in enumerate(((a0, ok0), (a1, ok1))):
+        call = f"{one.name}({addr}, {vals[k]})"
+        stmt = f"{elem(ctx, inst.out, i + k)} = {call};" if ret else f"{call};"
+        cond = " && ".join(x for x in (prim, ok) if x)
         ctx.emit(f"if ({cond}) {stmt}" if cond else stmt)
     ctx.close()
 

@@ -92,7 +92,7 @@ def _address(idx, strides) -> str:
     parts = []
     for i, s in zip(idx, strides):
         parts.append(f"(int64_t)({i})" if s == "1" else f"(int64_t)({i}) * {s}")
-    return " + ".join(parts)
+    return " + ".join(parts) or "0"  # a 0-d view: its one element
 
 
 @rule(I.LoadGlobal)
@@ -109,7 +109,7 @@ def load_global(ctx, inst, expr):
 
     def scalar(i):
         idx = _global_index(offs, base, inst.dims, _local(layout, i))
-        ok = _in_bounds(idx, shape)
+        ok = _in_bounds(idx, shape) or "true"
         ctx.emit(
             f"{R.elem(ctx, out, i)} = ({ok}) ? {name}[{_address(idx, strides)}] : "
             f"{R.zero(out.dtype)};"
@@ -281,7 +281,8 @@ def _shared_elem(view, coords) -> str:
     layout = view.layout
     strides = layout.strides_bytes()[len(view.index) :]
     if layout.col_blocks == 1:
-        return " + ".join(f"({x}) * {s}" if s != 1 else f"({x})" for x, s in zip(coords, strides))
+        terms = [f"({x}) * {s}" if s != 1 else f"({x})" for x, s in zip(coords, strides)]
+        return " + ".join(terms) or "0"  # a 0-d view: its one element
     # column blocks (see SharedLayout): the leaf's rows are stacked per block of columns
     lead = [f"({x}) * {s}" for x, s in zip(coords[:-2], strides[:-2])]
     r, c, cb = coords[-2], coords[-1], layout.block_cols

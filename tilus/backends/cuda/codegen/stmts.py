@@ -5,7 +5,9 @@ from __future__ import annotations
 from tilus.backends.cuda.codegen import (  # noqa: F401 - register rules
     async_copy,
     atomics,
+    global_views,
     hopper,
+    layouts,
     memory,
     mma,
     random,
@@ -68,6 +70,8 @@ def _slice(ctx, inst, expr):
         from tilus.backends.cuda.codegen.convert import slice_register
 
         slice_register(ctx, inst, expr)
+    elif inst.out.kind == TensorKind.GLOBAL:
+        global_views.slice_global(ctx, inst, expr)
     else:
         raise ctx.error(f"slicing a {inst.out.kind} tile is not supported")
 
@@ -78,6 +82,9 @@ def _permute(ctx, inst, expr):
         # the same registers under a permuted layout: an alias
         ctx.names[id(inst.out)] = ctx.name(inst.src)
         ctx.emit(f"// %{inst.out.name}: the registers of {ctx.name(inst.src)}, dims {inst.dims}")
+        return
+    if inst.out.kind == TensorKind.GLOBAL:
+        global_views.permute_global(ctx, inst)
         return
     name = ctx.name(inst.out)
     ctx.shared_names[inst.out] = name

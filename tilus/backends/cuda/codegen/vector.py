@@ -22,7 +22,7 @@ def vector_width(ctx, t, layout, dims, strides, ndim: int) -> int:
     """Elements per vector access of tile ``t`` against a view (0: no vector path)."""
     if ctx.smem.scratch_offset is not None or t.dtype.nbits not in (16, 32):
         return 0  # kernels with wgmma in flight keep their branch-free stores
-    if t.dtype.kind == "bool" or dims[-1] != ndim - 1 or strides[-1] != "1":
+    if t.dtype.kind == "bool" or not dims or dims[-1] != ndim - 1 or strides[-1] != "1":
         return 0
     inner = layout.locals[-1]
     if inner.dim != t.ndim - 1 or inner.stride != 1 or inner.extent < 4:

@@ -5,11 +5,14 @@ from __future__ import annotations
 from tilus.backends.cuda.layout.plan import Group, LayoutPlan, SharedView, err, free_vars
 from tilus.backends.cuda.layout.reduction import scratch_bytes
 from tilus.backends.cuda.tables import LAYOUT_RULES
+from tilus.errors import TilusCompileError, at
 from tilus.ir import inst as I
 from tilus.ir.enums import TensorKind, VarKind
 from tilus.ir.function import Function
+from tilus.ir.inst_layout import AnnotateLayout
 from tilus.ir.layout import RegisterLayout, blocked, replicated
 from tilus.ir.layout.derived import broadcast_map, insert_dims
+from tilus.ir.layout.ops import same_layout
 from tilus.ir.layout.register import permute
 from tilus.ir.rules import NotLowered
 from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt
@@ -50,7 +53,9 @@ class _Inference:
         self.plan = LayoutPlan()
         self.uf = _UnionFind()
         self.anchor: dict = {}  # class root -> (layout, stmt)
-        self.anchors: list = []  # (tensor, layout, stmt) requirements
+        self.anchors: list = []  # (tensor, layout, stmt, user) requirements
+        self.user_shared: dict = {}  # shared allocation -> (SharedLayout, stmt) it was given
+        self.user_reg: dict = {}  # register tile -> stmt of the annotation that pinned it
         self.perms: dict = {}  # permuted register tile -> (source tile, dims)
         self.defs: dict = {}  # register tensor -> (Group, stmt) of its first definition
         self.uses: list = []  # (tensor, Group, stmt) where a distributed layout must match
@@ -65,6 +70,7 @@ class _Inference:
         """Walk the function and assign every layout."""
         root = Group(0, self.fn.num_threads)
         self.blockable = _blockable_tiles(self.fn)
+        self.collect_shared_annotations()
         self.walk(self.fn.body, root)
         self.assign()
         self.plan_scratch()
@@ -113,6 +119,48 @@ class _Inference:
         for c in children(s):
             self.walk(c, g, inner)
 
+    def collect_shared_annotations(self):
+        """The layouts given to shared tiles (annotate_layout, shared_tensor(layout=)): the
+        allocation takes them wherever the annotation is; two that differ are refused."""
+        from tilus.ir.layout.shared_ops import with_elem_bytes
+
+        for stmt, inst in instructions(self.fn.body):
+            if not isinstance(inst, AnnotateLayout) or inst.tensor.kind != TensorKind.SHARED:
+                continue
+            t = inst.tensor
+            layout = with_elem_bytes(inst.layout, max(1, t.dtype.nbits // 8))
+            if layout.perm is not None:
+                raise err(
+                    stmt,
+                    f"the shared layout given to %{t.name} stores its dims permuted; the CUDA "
+                    "backend lowers row-major (optionally swizzled) shared layouts only",
+                )
+            old = self.user_shared.get(t)
+            if old is not None and old[0] != layout:
+                raise err(
+                    stmt,
+                    f"shared tile %{t.name} is given two different layouts (here and at "
+                    f"{at(old[1].loc)})",
+                )
+            self.user_shared.setdefault(t, (layout, stmt))
+
+    def user_note(self, inst) -> str:
+        """Where the layouts an instruction's operands were given by the user come from."""
+        notes = []
+        for _, v in inst.items():
+            if not isinstance(v, TensorVar):
+                continue
+            view = self.plan.shared.get(v)
+            if view is not None and view.root in self.user_shared:
+                notes.append(
+                    f"the layout of %{v.name} was given at {at(self.user_shared[view.root][1].loc)}"
+                )
+            elif v.kind == TensorKind.REGISTER and self.base(v)[0] in self.user_reg:
+                notes.append(
+                    f"the layout of %{v.name} was given at {at(self.user_reg[self.base(v)[0]].loc)}"
+                )
+        return "; ".join(notes)
+
     def check_barrier_alloc(self, stmt):
         """Barriers are initialized once at kernel entry: the alloc must be at the top level,
         with counts known there (constants or parameters)."""
@@ -157,27 +205,56 @@ class _Inference:
                 "yet (only dot operands may be transposed views)",
             )
 
-    def set_anchor(self, t: TensorVar, layout: RegisterLayout, stmt, why: str = ""):
+    def set_anchor(
+        self,
+        t: TensorVar,
+        layout: RegisterLayout,
+        stmt,
+        why: str = "",
+        user: bool = False,
+        soft: bool = False,
+    ):
         """Require a layout for a tile (through transposed views to their source); ``why``
-        names the requirement in the error when another one conflicts."""
+        names the requirement in the error when another one conflicts; ``user``: given by the
+        program (annotate_layout, register_tensor(layout=)); ``soft``: a preference any other
+        requirement overrides."""
         src, dims = self.base(t)
         if dims is not None:
             inv = [0] * len(dims)
             for k, d in enumerate(dims):
                 inv[d] = k
             layout = permute(layout, inv)
-        self.anchors.append((src, layout, stmt, why))
+        if user:
+            self.user_reg.setdefault(src, stmt)
+        self.anchors.append((src, layout, stmt, 2 if user else 0 if soft else 1, why))
 
     def resolve_anchors(self):
-        """Attach the required layouts to the final equivalence classes."""
-        for t, layout, stmt, why in self.anchors:
-            r = self.uf.find(t)
+        """Attach the required layouts to the final equivalence classes. A layout the user
+        gave is never replaced: an instruction that needs another one is refused (an equal
+        one, built differently, is taken in the instruction's form, which codegen knows)."""
+        for t, layout, stmt, rank, why in self.anchors:
+            r, user = self.uf.find(t), rank == 2
             old = self.anchor.get(r)
+            if old is not None and old[0] != layout and min(rank, old[3]) == 0:
+                if rank > old[3]:
+                    self.anchor[r] = (layout, stmt, user, rank, why)
+                continue  # a preference gives way
             if old is not None and old[0] != layout:
-                whys = " and ".join(w for w in (old[2], why) if w)
-                detail = f" ({whys})" if whys else ""
-                raise err(stmt, f"tile %{t.name} needs two different register layouts{detail}")
-            self.anchor[r] = (layout, stmt, why)
+                if not (user or old[2]):
+                    whys = " and ".join(w for w in (old[4], why) if w)
+                    detail = f" ({whys})" if whys else ""
+                    raise err(stmt, f"tile %{t.name} needs two different register layouts{detail}")
+                if not same_layout(old[0], layout):
+                    first = "given" if old[2] else "needed"
+                    raise err(
+                        stmt,
+                        f"tile %{t.name}: the register layout {'given' if user else 'needed'} "
+                        f"here differs from the one {first} at {at(old[1].loc)} (tiles computed "
+                        "together share one layout)",
+                    )
+                if user:
+                    continue  # keep the instruction's equal layout
+            self.anchor[r] = (layout, stmt, user, rank, why)
 
     def shared_view(self, t: TensorVar, stmt) -> SharedView:
         """The SharedView of a shared tile."""
@@ -194,7 +271,13 @@ class _Inference:
             raise err(
                 stmt, f"{inst.NAME} is not supported by the CUDA backend: {e.reason}"
             ) from None
-        rule(self, stmt, inst, g)
+        try:
+            rule(self, stmt, inst, g)
+        except TilusCompileError as e:
+            note = self.user_note(inst)
+            if not note:
+                raise
+            raise TilusCompileError(f"{e.msg} ({note})", e.loc, e.notes) from None
 
     def derive(self, target, source, fn, stmt, how: str):
         """Require ``layout(target) == fn(layout(source))`` (``how``: "reduce", "reshape", or
@@ -208,7 +291,7 @@ class _Inference:
         io = [self.io_bytes[t] for t in members if t in self.io_bytes]
         if t0 in self.plan.barriers:
             return replicated(t0.shape, g.size)
-        if t0.size <= SMALL_TILE and not io:
+        if (t0.size <= SMALL_TILE and not io) or not t0.shape:  # 0-d: nothing to spread
             return replicated(t0.shape, g.size)
         return blocked(t0.shape, g.size, 16 // min(io) if io else 1)
 
@@ -287,11 +370,16 @@ class _Inference:
             else:
                 ok = fn(ls) == lt
             if not ok:
+                given = [
+                    f"the layout of %{x.name} was given at {at(self.user_reg[x].loc)}"
+                    for x in (t, s)
+                    if x in self.user_reg
+                ]
                 raise err(
                     stmt,
                     f"{how}: tile %{t.name} has a register layout ({lt.kind}) that does not "
                     f"match %{s.name} ({ls.kind}); converting register layouts is not supported "
-                    "yet",
+                    "yet" + (f" ({'; '.join(given)})" if given else ""),
                 )
 
     # --- assignment --------------------------------------------------------------------------
@@ -317,7 +405,11 @@ class _Inference:
                         raise err(
                             self.defs[t][1],
                             f"tile %{t.name} is created in a group of {dg.size} threads but "
-                            f"its layout ({layout.kind}) spans {layout.num_threads}",
+                            f"its layout ({layout.kind}) spans {layout.num_threads}"
+                            + (
+                                f" (the layout {'given' if anchor[2] else 'needed'} at "
+                                f"{at(anchor[1].loc)})"
+                            ),
                         )
             for t in members:
                 dg, dstmt = self.defs[t]

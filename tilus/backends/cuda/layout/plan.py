@@ -47,6 +47,9 @@ class LayoutPlan:
     shared: dict = field(default_factory=dict)  # shared TensorVar -> SharedView
     barriers: set = field(default_factory=set)  # MBarrierAlloc outputs
     gviews: dict = field(default_factory=dict)  # global TensorVar -> GlobalView inst
+    strided: set = field(
+        default_factory=set
+    )  # global views (slices, permutes) whose last dim is not contiguous
     tmaps: list = field(default_factory=list)  # TmaMap, in first-use order
     tmap_of: dict = field(default_factory=dict)  # TMA inst -> index into tmaps
     scratch: dict = field(default_factory=dict)  # Reduce inst -> offset in the scratch area

@@ -52,7 +52,9 @@ def _alloc_shared(inf, stmt, inst, g):
         sw = 128  # wide rows as 128-byte column blocks: conflict-free, TMA-movable
     if sw and t.shape[-2] % 8:
         sw = 0
-    inf.plan.shared[t] = SharedView(t, SharedLayout(tuple(t.shape), eb, sw), ())
+    given = inf.user_shared.get(t)  # annotate_layout / shared_tensor(layout=) decide
+    layout = given[0] if given is not None else SharedLayout(tuple(t.shape), eb, sw)
+    inf.plan.shared[t] = SharedView(t, layout, ())
 
 
 @rule(I.SliceTensor)
@@ -62,6 +64,10 @@ def _slice(inf, stmt, inst, g):
         inf.use(inst.src, g, stmt)
         inf.define(inst.out, g, stmt)
         inf.converts.append((inst, g))
+        return
+    if inst.src.kind == TensorKind.GLOBAL:  # a view: pointer, shape and strides (codegen)
+        if inst.src in inf.plan.strided or inst.indices[-1] is not None:
+            inf.plan.strided.add(inst.out)
         return
     if inst.src.kind != TensorKind.SHARED:
         raise err(stmt, f"slice of a {inst.src.kind} tile is not supported by the CUDA backend")
@@ -87,6 +93,10 @@ def _slice(inf, stmt, inst, g):
 def _permute(inf, stmt, inst, g):
     if inst.src.kind == TensorKind.REGISTER:
         inf.perms[inst.out] = (inst.src, tuple(inst.dims))
+        return
+    if inst.src.kind == TensorKind.GLOBAL:  # a view with permuted shape and strides
+        if inst.src in inf.plan.strided or inst.dims[-1] != len(inst.dims) - 1:
+            inf.plan.strided.add(inst.out)
         return
     if inst.src.kind != TensorKind.SHARED:
         raise err(stmt, f"permute of a {inst.src.kind} tile is not supported by the CUDA backend")
@@ -414,7 +424,9 @@ def _copy_async(inf, stmt, inst, g):
         raise err(stmt, "copy_async into a permuted shared view is not supported")
     gv = inf.plan.gviews.get(inst.src)  # a global_view, or a row-major global_tensor
     st = gv.strides if gv is not None else None
-    if st is not None and not (isinstance(st[-1], Const) and st[-1].value == 1):
+    if inst.src in inf.plan.strided or (
+        st is not None and not (isinstance(st[-1], Const) and st[-1].value == 1)
+    ):
         raise err(
             stmt,
             "copy_async needs a global tensor whose innermost stride is 1 (rows move as "
@@ -445,7 +457,7 @@ def _atomic(inf, stmt, inst, g):
             # each element is updated by one thread and only that thread gets its old value:
             # spread the tile over the threads (a small or vectorized default would give the
             # warps copies of it)
-            inf.set_anchor(v, blocked(v.shape, g.size), stmt)
+            inf.set_anchor(v, blocked(v.shape, g.size), stmt, soft=True)
 
 
 @rule(M.LockSemaphore, M.ReleaseSemaphore, M.GlobalTensorAlloc)

@@ -39,6 +39,8 @@ def atom(space: str, op: str, dtype: str, sem: str, scope: str, ret: bool) -> Fr
     ``op`` in add/min/max/exch/cas (``sub`` is the caller's add of the negation)."""
     name = atom_name(space, op, dtype, sem, scope, ret)
     ct = _CTYPE[dtype]
+    if op in ("min", "max") and dtype in _HALF:
+        return _cas_loop(name, space, op, dtype, sem, scope, ret)
     if op in ("exch", "cas"):
         ty, con = _BITS[dtype], _ARITH[dtype][1]
     else:
@@ -62,6 +64,75 @@ def atom(space: str, op: str, dtype: str, sem: str, scope: str, ret: bool) -> Fr
         text = (
             f"__device__ __forceinline__ void {name}({addr_t} addr, {ct} b) {{\n"
             f'  asm volatile("{asm}" :: {at}, "{con}"(b) : "memory");\n}}\n'
+        )
+    return Fragment(name=name, family=FAMILY, text=text)
+
+
+_HALF = ("float16", "bfloat16")
+
+
+def _cas_loop(name, space, op, dtype, sem, scope, ret) -> Fragment:
+    """f16/bf16 min/max, which scalar ``atom`` lacks (PTX ISA 9.7.13.5: only vector forms on
+    global memory): a loop of ``atom.cas.b16`` (sm_70) until no other thread intervened. The
+    first guess is ``b`` itself, so no separate load is needed; NaN propagates, as in the
+    interpreter (NumPy minimum/maximum)."""
+    sp = "shared::cta" if space == "shared" else "global"
+    at = '"r"(addr)' if space == "shared" else '"l"(addr)'
+    addr_t = "uint32_t" if space == "shared" else "void*"
+    asm = check_operands(f"atom.{sem}.{scope}.{sp}.cas.b16 %0, [%1], %2, %3;", 4)
+    cmp = "<" if op == "min" else ">"
+    if dtype == "float16":  # PTX ISA 9.7.9.21 cvt: f16 -> f32 is exact
+        cvt = check_operands("cvt.f32.f16 %0, %1;", 2)
+        conv = (
+            f'    float x, y;\n    asm("{cvt}" : "=f"(x) : "h"(seen));\n'
+            f'    asm("{cvt}" : "=f"(y) : "h"(b));\n'
+        )
+    else:  # bf16 is the high half of an f32
+        conv = "    const float x = __uint_as_float((uint32_t)seen << 16);\n"
+        conv += "    const float y = __uint_as_float((uint32_t)b << 16);\n"
+    body = (
+        "uint16_t old = b, seen;\n"
+        "  do {\n"
+        "    seen = old;\n"
+        + conv
+        + f"    const uint16_t v = x != x ? seen : (y != y || y {cmp} x) ? b : seen;\n"
+        f'    asm volatile("{asm}" : "=h"(old) : {at}, "h"(seen), "h"(v) : "memory");\n'
+        "  } while (old != seen);\n"
+    )
+    if ret:
+        text = (
+            f"__device__ __forceinline__ uint16_t {name}({addr_t} addr, uint16_t b) {{\n"
+            f"  {body}  return old;\n}}\n"
+        )
+    else:
+        text = f"__device__ __forceinline__ void {name}({addr_t} addr, uint16_t b) {{\n  {body}}}\n"
+    return Fragment(name=name, family=FAMILY, text=text)
+
+
+def atom_pair(space: str, dtype: str, sem: str, scope: str, ret: bool) -> Fragment:
+    """The helper adding two adjacent f16/bf16 elements at a 4-byte aligned ``addr`` with one
+    ``atom``/``red`` ``.add.noftz.f16x2``/``.bf16x2`` (PTX ISA 9.7.13.5; bf16x2 needs sm_90):
+    ``b`` packs the element at the lower address in its low half; ``atom`` returns the old
+    pair packed the same way."""
+    kind = "atom" if ret else "red"
+    name = f"tl_{kind}2_{space}_add_{dtype}_{sem}_{scope}"
+    ty = "f16x2" if dtype == "float16" else "bf16x2"
+    sp = "shared::cta" if space == "shared" else "global"
+    at = '"r"(addr)' if space == "shared" else '"l"(addr)'
+    addr_t = "uint32_t" if space == "shared" else "void*"
+    mnemonic = f"{kind}.{sem}.{scope}.{sp}.add.noftz.{ty}"
+    if ret:
+        asm = check_operands(f"{mnemonic} %0, [%1], %2;", 3)
+        text = (
+            f"__device__ __forceinline__ uint32_t {name}({addr_t} addr, uint32_t b) {{\n"
+            f'  uint32_t d;\n  asm volatile("{asm}" : "=r"(d) : {at}, "r"(b) : "memory");\n'
+            "  return d;\n}\n"
+        )
+    else:
+        asm = check_operands(f"{mnemonic} [%0], %1;", 2)
+        text = (
+            f"__device__ __forceinline__ void {name}({addr_t} addr, uint32_t b) {{\n"
+            f'  asm volatile("{asm}" :: {at}, "r"(b) : "memory");\n}}\n'
         )
     return Fragment(name=name, family=FAMILY, text=text)
 
