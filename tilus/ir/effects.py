@@ -7,11 +7,8 @@ from enum import Enum
 
 from tilus.ir import inst as I
 from tilus.ir import inst_cluster as C
-<<<<<<< HEAD
+from tilus.ir import inst_layout as LY
 from tilus.ir import inst_lowbit as L
-=======
-from tilus.ir import inst_layout as L
->>>>>>> layoutapi
 from tilus.ir import inst_memory as M
 from tilus.ir.rules import RuleTable
 
@@ -120,5 +117,5 @@ for _cls in (
     EFFECTS.add(_cls, _NO_OUT)
 
 # --- layouts and repeats (inst_layout) ---
-EFFECTS.add(L.AnnotateLayout, _NO_OUT)
-EFFECTS.add(L.Repeat, _DEFINES)
+EFFECTS.add(LY.AnnotateLayout, _NO_OUT)
+EFFECTS.add(LY.Repeat, _DEFINES)

@@ -16,11 +16,8 @@ from tilus.lang.instructions.cluster import ClusterInstructions
 from tilus.lang.instructions.cuda_queries import CudaQueryInstructions
 from tilus.lang.instructions.generic import GenericInstructions
 from tilus.lang.instructions.hopper import HopperInstructions
-<<<<<<< HEAD
-from tilus.lang.instructions.lowbit import LowBitInstructions
-=======
 from tilus.lang.instructions.layouts import LayoutInstructions
->>>>>>> layoutapi
+from tilus.lang.instructions.lowbit import LowBitInstructions
 from tilus.lang.instructions.memory_async import AsyncCopyInstructions
 from tilus.lang.instructions.random import RandomInstructions
 
@@ -47,11 +44,8 @@ class Script(
     AtomicInstructions,
     CudaQueryInstructions,
     ClusterInstructions,
-<<<<<<< HEAD
     LowBitInstructions,
-=======
     LayoutInstructions,
->>>>>>> layoutapi
 ):
     """Base class of tilus kernels.
 

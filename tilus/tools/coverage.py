@@ -43,8 +43,8 @@ SPEC_NAMES = (
 
 
 #: The names the front end imports the IR instruction modules as (inst, inst_memory,
-#: inst_cluster, inst_layout).
-IR_MODULES = ("I", "M", "C", "L")
+#: inst_cluster, inst_lowbit, inst_layout).
+IR_MODULES = ("I", "M", "C", "L", "LY")
 
 
 def missing_spec_names() -> list[str]:

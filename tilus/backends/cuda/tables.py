@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from tilus.ir import inst as I
 from tilus.ir import inst_cluster as C
-<<<<<<< HEAD
+from tilus.ir import inst_layout as LY
 from tilus.ir import inst_lowbit as L
-=======
-from tilus.ir import inst_layout as L
->>>>>>> layoutapi
 from tilus.ir import inst_memory as M
 from tilus.ir.rules import RuleTable
 
@@ -62,12 +59,9 @@ for _cls in (
     M.LockSemaphore,  # ld.acquire.gpu / st.release.gpu (sm_70)
     M.ReleaseSemaphore,
     M.GlobalTensorAlloc,
-<<<<<<< HEAD
     L.ViewTensor,  # register bit moves only
-=======
-    L.AnnotateLayout,  # no code: a seed of layout inference
-    L.Repeat,  # register copies
->>>>>>> layoutapi
+    LY.AnnotateLayout,  # no code: a seed of layout inference
+    LY.Repeat,  # register copies
 ):
     MIN_TARGET.add(_cls, _SM80)
 for _cls in (

@@ -14,11 +14,8 @@ from tilus.backends.interp import (  # noqa: F401 - register rules
     rules_atomic,
     rules_cluster,
     rules_hopper,
-<<<<<<< HEAD
-    rules_lowbit,
-=======
     rules_layout,
->>>>>>> layoutapi
+    rules_lowbit,
     rules_random,
 )
 from tilus.backends.interp.cluster import Cluster

@@ -6,11 +6,11 @@ import numpy as np
 
 from tilus.backends.interp.rules import reg, rule
 from tilus.errors import TilusRuntimeError
-from tilus.ir import inst_layout as L
+from tilus.ir import inst_layout as LY
 from tilus.ir.enums import TensorKind
 
 
-@rule(L.AnnotateLayout)
+@rule(LY.AnnotateLayout)
 def _annotate_layout(task, inst, loc):
     # the interpreter holds whole tiles; what it checks is that the layout fits the group
     # running the annotation (the front end checked it against the group it saw)
@@ -22,7 +22,7 @@ def _annotate_layout(task, inst, loc):
         )
 
 
-@rule(L.Repeat)
+@rule(LY.Repeat)
 def _repeat(task, inst, loc):
     x = reg(task, inst.src, loc)
     x = x.reshape((1,) * (len(inst.repeats) - x.ndim) + x.shape)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilus.ir import inst_layout as L
+from tilus.ir import inst_layout as LY
 from tilus.ir.enums import TensorKind
 from tilus.ir.layout.register import RegisterLayout
 from tilus.ir.layout.shared import SharedLayout
@@ -26,7 +26,7 @@ def annotate(b, tensor, layout) -> None:
                 f"the layout of %{t.name} spans {layout.num_threads} threads but the current "
                 f"thread group has {n}"
             )
-    b.inst(L.AnnotateLayout(t, layout))
+    b.inst(LY.AnnotateLayout(t, layout))
 
 
 class LayoutInstructions:
@@ -66,5 +66,5 @@ def _repeat(x, repeats, out, interleave: bool) -> TensorVar:
     shape = tuple(n * r for n, r in zip(lead + tuple(x.shape), reps))
     if out is None:
         out = b.register(x.dtype, shape, "t")
-    b.inst(L.Repeat(out, x, reps, interleave))
+    b.inst(LY.Repeat(out, x, reps, interleave))
     return out

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from tilus.backends.cuda.codegen.registers import declare, elem, layout_of
 from tilus.backends.cuda.tables import CODEGEN_RULES
-from tilus.ir import inst_layout as L
+from tilus.ir import inst_layout as LY
 from tilus.ir.inst_layout import repeat_source_index
 
 rule = CODEGEN_RULES.rule
 
 
-@rule(L.AnnotateLayout)
+@rule(LY.AnnotateLayout)
 def _annotate_layout(ctx, inst, expr):
     ctx.emit(f"// %{inst.tensor.name}: layout given by annotate_layout")
 
 
-@rule(L.Repeat)
+@rule(LY.Repeat)
 def _repeat(ctx, inst, expr):
     # layout inference put every copy in the thread that holds its source element
     # (inst_layout.repeat_layout), so each output register copies one source register

@@ -6,14 +6,14 @@ from tilus.backends.cuda.layout.inference import err
 from tilus.backends.cuda.layout.plan import Group
 from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.errors import at
-from tilus.ir import inst_layout as L
+from tilus.ir import inst_layout as LY
 from tilus.ir.enums import TensorKind
 from tilus.ir.inst_layout import repeat_layout
 
 rule = LAYOUT_RULES.rule
 
 
-@rule(L.AnnotateLayout)
+@rule(LY.AnnotateLayout)
 def _annotate(inf, stmt, inst, g: Group):
     t = inst.tensor
     if t.kind == TensorKind.SHARED:
@@ -38,7 +38,7 @@ def _annotate(inf, stmt, inst, g: Group):
     inf.set_anchor(t, inst.layout, stmt, user=True)
 
 
-@rule(L.Repeat)
+@rule(LY.Repeat)
 def _repeat(inf, stmt, inst, g: Group):
     inf.no_perm(stmt, inst.src)
     inf.use(inst.src, g, stmt)
