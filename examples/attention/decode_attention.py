@@ -217,9 +217,13 @@ def num_splits(batch: int, heads_kv: int, max_len: int, block_n: int, sms: int =
     return max(1, min(want, 64, cdiv(max_len, block_n)))
 
 
-def decode_attention(q, k, v, lens, scale=None, kernel=None, splits=None, out=None):
-    """``(o, lse)`` of q [b, h, nq, d] against the first ``lens[b]`` positions of the cache
-    k, v [b, hkv, max_len, d] (torch tensors; CPU ones run on the interpreter)."""
+def decode_launcher(
+    q, k, v, lens, max_seq_len=None, scale=None, kernel=None, splits=None, out=None
+):
+    """Check the arguments once and return ``run() -> (o, lse)``, which launches the split
+    kernel and the combine on preallocated buffers. q [b, h, nq, d], the cache k, v
+    [b, hkv, max_len, d], ``lens`` int32 [b]; ``max_seq_len`` (the largest of ``lens``) sizes
+    the splits: when it is not given it is read from ``lens`` (a device synchronization)."""
     import torch
 
     b, h, hkv, nq, max_len, d, dt = check_attention_args(q, k, v)
@@ -232,25 +236,40 @@ def decode_attention(q, k, v, lens, scale=None, kernel=None, splits=None, out=No
         raise tilus.TilusArgumentError(
             f"lens must be int32 of shape [{b}], got {lens.dtype} {list(lens.shape)}"
         )
-    lo, hi = int(lens.min()), int(lens.max())
+    if max_seq_len is None:
+        lo, hi = int(lens.min()), int(lens.max())
+    else:
+        lo, hi = 1, int(max_seq_len)
     if lo < 1 or hi > max_len:
         raise tilus.TilusArgumentError(
             f"lens must be in [1, {max_len}] (the KV cache k holds {max_len} positions), "
             f"got lengths from {lo} to {hi}"
         )
     kernel = kernel or DecodeAttention(dim=d, dtype=dt)
-    bn = 128
+    combine = DecodeCombine(dim=d, dtype=dt)
+    bn = 128  # chunks are whole tiles of every config's block_n
     splits = splits or num_splits(b, hkv, hi, bn)
     chunk = cdiv(cdiv(hi, splits), bn) * bn
     splits = cdiv(hi, chunk)
     dev = q.device
     po = torch.empty((b * hkv * splits, rows, d), dtype=torch.float32, device=dev)
     plse = torch.empty((b * hkv * splits, rows), dtype=torch.float32, device=dev)
-    kernel(b, hkv, rows, max_len, splits, chunk, default_scale(d, scale), q, k, v, lens, po, plse)
     o = out if out is not None else torch.empty_like(q)
     lse = torch.empty((b, h, nq), dtype=torch.float32, device=dev)
-    DecodeCombine(dim=d, dtype=dt)(b * hkv, rows, splits, po, plse, o, lse)
-    return o, lse
+    sc = default_scale(d, scale)
+
+    def run():
+        kernel(b, hkv, rows, max_len, splits, chunk, sc, q, k, v, lens, po, plse)
+        combine(b * hkv, rows, splits, po, plse, o, lse)
+        return o, lse
+
+    return run
+
+
+def decode_attention(q, k, v, lens, scale=None, kernel=None, splits=None, out=None):
+    """``(o, lse)`` of q [b, h, nq, d] against the first ``lens[b]`` positions of the cache
+    k, v [b, hkv, max_len, d] (torch tensors; CPU ones run on the interpreter)."""
+    return decode_launcher(q, k, v, lens, None, scale, kernel, splits, out)()
 
 
 CPU_CASES = [  # (batch, heads, heads_kv, nq, max_len, dim, dtype, lens)

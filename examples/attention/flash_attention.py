@@ -325,9 +325,10 @@ class FlashAttention(tilus.Script):
             )
 
 
-def flash_attention(q, k, v, causal: bool = False, scale=None, kernel=None, out=None):
-    """``(o, lse)`` of q [b, h, sq, d] against k, v [b, hkv, skv, d] (torch tensors; CPU ones run
-    on the interpreter). ``kernel`` overrides the default-constructed ``FlashAttention``."""
+def forward_launcher(q, k, v, causal: bool = False, scale=None, kernel=None, out=None):
+    """Check the arguments once and return ``run() -> (o, lse)`` launching the forward kernel on
+    preallocated outputs. q [b, h, sq, d], k and v [b, hkv, skv, d] (torch tensors; CPU ones run
+    on the interpreter); ``kernel`` overrides the default-constructed ``FlashAttention``."""
     import torch
 
     b, h, hkv, sq, skv, d, dt = check_attention_args(q, k, v)
@@ -339,8 +340,18 @@ def flash_attention(q, k, v, causal: bool = False, scale=None, kernel=None, out=
         kernel = FlashAttention(dim=d, dtype=dt, causal=causal, group=h // hkv)
     o = out if out is not None else torch.empty_like(q)
     lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
-    kernel(b, h, sq, skv, default_scale(d, scale), q, k, v, o, lse)
-    return o, lse
+    sc = default_scale(d, scale)
+
+    def run():
+        kernel(b, h, sq, skv, sc, q, k, v, o, lse)
+        return o, lse
+
+    return run
+
+
+def flash_attention(q, k, v, causal: bool = False, scale=None, kernel=None, out=None):
+    """``(o, lse)``: O = softmax(scale * Q K^T) V (and the natural log-sum-exp of each row)."""
+    return forward_launcher(q, k, v, causal, scale, kernel, out)()
 
 
 CPU_CASES = [  # (b, h, hkv, sq, skv, d, dtype, causal)
