@@ -52,8 +52,24 @@ __device__ __forceinline__ float tl_f2tf(float f) {
   u += 0xfffu + ((u >> 13) & 1u);
   return __uint_as_float(u & 0xffffe000u);
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
-template <class T> __device__ __forceinline__ T tl_max(T a, T b) { return a < b ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
+template <class T> __device__ __forceinline__ T tl_max(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return a < b ? b : a;
+}
 template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? -a : a; }
 // Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
 template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
