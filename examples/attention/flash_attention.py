@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 import tilus
-from tilus import bfloat16, float16, float32, int32, uint32, void_p
+from tilus import RegisterTensor, SharedTensor, bfloat16, float16, float32, int32, uint32, void_p
 from tilus.utils import cdiv
 
 if str(Path(__file__).resolve().parent) not in sys.path:
@@ -57,9 +57,13 @@ class Ring(tilus.Class):
         self.empty = self.mbarrier.alloc([consumers] * num_stages)
         self.stage: int32 = 0
         self.phase: uint32 = 0
+        self.prev_stage: int32 = 0  # the slot (and its phase) before the current one
+        self.prev_phase: uint32 = 0
 
     def advance(self):
         """Move to the next slot, flipping the phase on wrap-around."""
+        self.prev_stage = self.stage
+        self.prev_phase = self.phase
         self.stage = (self.stage + 1) % self.num_stages
         if self.stage == 0:
             self.phase ^= 1
@@ -160,6 +164,91 @@ class FlashAttention(tilus.Script):
             )
             ring.advance()
 
+    def softmax(
+        self,
+        s: RegisterTensor,
+        m: RegisterTensor,
+        lsum: RegisterTensor,
+        masked: bool,
+        j: int32,
+        row0: int32,
+        seq_kv: int32,
+        scale_log2: float32,
+    ):
+        """The online softmax of score tile ``j`` (rows from ``row0``): updates the running row
+        max ``m`` (log2 domain) and sum ``lsum``; returns P and the factor that rescales O.
+        ``masked`` tiles hide keys past ``seq_kv`` (and, causal, right of the diagonal) without
+        a branch: ptxas serializes every wgmma of a kernel that branches while one is in
+        flight."""
+        bmh, bn = self.block_m // 2, self.block_n
+        t = s * scale_log2
+        if masked:
+            kv0: int32 = j * bn
+            cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda c: c)
+            ok = cols < seq_kv - kv0
+            if self.causal:
+                rows = self.register_tensor(dtype=int32, shape=[bmh, 1], init=lambda r, c: r)
+                ok = ok & (cols <= rows + (row0 - kv0))
+            t = self.where(ok, t, -float("inf"))
+        m_new = self.maximum(m, self.max(t, dim=1, keepdim=True))
+        p = self.exp2(t - m_new)
+        alpha = self.exp2(m - m_new)
+        self.assign(lsum, lsum * alpha + self.sum(p, dim=1, keepdim=True))
+        self.assign(m, m_new)
+        return p, alpha
+
+    def step(
+        self,
+        masked: bool,
+        j: int32,
+        half: int,
+        ring: Ring,
+        kfull,
+        sq,
+        sk,
+        sv,
+        sp,
+        pa,
+        o: RegisterTensor,
+        m: RegisterTensor,
+        lsum: RegisterTensor,
+        row0: int32,
+        seq_kv: int32,
+        scale_log2: float32,
+    ):
+        """KV tile ``j >= 1``: issue ``S_j = Q K_j^T`` and ``O += P_{j-1} V_{j-1}``, run the
+        softmax of ``S_j`` while the second one runs, then rescale O and stage ``P_j``."""
+        bmh, bn = self.block_m // 2, self.block_n
+        stage = ring.stage
+        s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
+        self.mbarrier.wait(kfull[stage], phase=ring.phase)
+        # both waits before the issue: a wait loop between two wgmma issues makes ptxas
+        # serialize every wgmma of the kernel
+        self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+        self.wgmma.fence()
+        self.wgmma.mma(sq[half], sk[stage].transpose(), s)
+        self.wgmma.commit_group()
+        self.wgmma.mma(pa, sv[ring.prev_stage], o)
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(1)  # S_j has landed; P_{j-1} V_{j-1} may still run
+        p, alpha = self.softmax(s, m, lsum, masked, j, row0, seq_kv, scale_log2)
+        self.wgmma.wait_group(0)
+        with self.single_thread():
+            self.mbarrier.arrive(ring.empty[ring.prev_stage])
+        self.assign(o, o * alpha)
+        if P_IN_SHARED:
+            self.stage_p(self.cast(p, self.dtype), sp[half])
+        else:
+            self.assign(pa, self.cast(p, self.dtype))
+        ring.advance()
+
+    def stage_p(self, pa: RegisterTensor, sp: SharedTensor):
+        """P into shared memory for the shared-operand WGMMA (not needed with register A)."""
+        self.store_shared(sp, pa)
+        self.fence.proxy_async(space="shared")  # generic writes, then WGMMA reads
+        self.sync()
+        return sp
+
     def consume(
         self,
         half: int,
@@ -179,51 +268,45 @@ class FlashAttention(tilus.Script):
         n_kv: int32,
         scale_log2: float32,
     ):
-        """A consumer warp group: rows ``[q_row + half * block_m / 2, ...)`` of the block."""
+        """A consumer warp group: rows ``[q_row + half * block_m / 2, ...)`` of the block.
+
+        Software-pipelined over the KV tiles: while the softmax of tile ``j`` runs on the CUDA
+        cores, the tensor cores compute ``P_{j-1} V_{j-1}`` (issued with ``S_j = Q K_j^T``);
+        the output is rescaled once that group has retired."""
         bmh, bn, dim = self.block_m // 2, self.block_n, self.dim
         row0: int32 = q_row + half * bmh
         o = self.register_tensor(dtype=float32, shape=[bmh, dim], init=0.0)
         m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
         lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
-        rows = self.register_tensor(dtype=int32, shape=[bmh, 1], init=lambda i, j: i)
-        cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda j: j)
         self.mbarrier.wait(qbar, phase=0)
-        for j in self.range(n_kv):
-            stage = ring.stage
-            s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
-            self.mbarrier.wait(kfull[stage], phase=ring.phase)
-            self.wgmma.fence()
-            self.wgmma.mma(sq[half], sk[stage].transpose(), s)
-            self.wgmma.commit_group()
-            self.wgmma.wait_group(0)
-            s = s * scale_log2
-            kv0: int32 = j * bn
-            # only the ragged last tile and (causal) the tiles crossing the diagonal are masked
-            if kv0 + bn > seq_kv or (self.causal and kv0 + bn > row0):
-                ok = cols < seq_kv - kv0
-                if self.causal:
-                    ok = ok & (cols <= rows + (row0 - kv0))
-                s = self.where(ok, s, -float("inf"))
-            m_new = self.maximum(m, self.max(s, dim=1, keepdim=True))
-            p = self.exp2(s - m_new)
-            alpha = self.exp2(m - m_new)
-            self.assign(lsum, lsum * alpha + self.sum(p, dim=1, keepdim=True))
-            self.assign(m, m_new)
-            self.assign(o, o * alpha)
-            pa = self.cast(p, self.dtype)
-            if P_IN_SHARED:
-                self.store_shared(sp[half], pa)
-                self.fence.proxy_async(space="shared")  # generic writes, then WGMMA reads
-                self.sync()
-                pa = sp[half]
-            self.mbarrier.wait(ring.full[stage], phase=ring.phase)
-            self.wgmma.fence()
-            self.wgmma.mma(pa, sv[stage], o)
-            self.wgmma.commit_group()
-            self.wgmma.wait_group(0)
-            with self.single_thread():
-                self.mbarrier.arrive(ring.empty[stage])
-            ring.advance()
+        # tile 0: S, its softmax and P (n_kv >= 1: every row has a first key)
+        s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
+        self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+        self.wgmma.fence()
+        self.wgmma.mma(sq[half], sk[ring.stage].transpose(), s)
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(0)
+        p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
+        pa = self.cast(p, self.dtype)
+        if P_IN_SHARED:
+            pa = self.stage_p(pa, sp[half])
+        ring.advance()
+        # tiles every row of this group sees whole, then the ragged / diagonal ones, masked
+        n_full: int32 = max(min(n_kv, seq_kv // bn), 1)
+        if self.causal:
+            n_full = max(min(n_full, (row0 + 1) // bn), 1)
+        args = (half, ring, kfull, sq, sk, sv, sp, pa, o, m, lsum, row0, seq_kv, scale_log2)
+        for j in self.range(1, n_full):
+            self.step(False, j, *args)
+        for j in self.range(n_full, n_kv):
+            self.step(True, j, *args)
+        self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+        self.wgmma.fence()
+        self.wgmma.mma(pa, sv[ring.prev_stage], o)
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(0)
+        with self.single_thread():
+            self.mbarrier.arrive(ring.empty[ring.prev_stage])
         inv = 1.0 / lsum
         out = self.cast(o * inv, self.dtype)
         self.sync()
