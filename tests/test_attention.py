@@ -31,8 +31,8 @@ def _check_forward(q, k, v, causal, o, lse, scale=None):
 
 
 FORWARD = [  # (b, h, hkv, sq, skv, d, dtype, causal)
-    (1, 2, 1, 150, 150, 64, "float16", True),
-    (1, 2, 2, 70, 200, 128, "bfloat16", False),
+    (1, 2, 1, 300, 300, 64, "float16", True),  # whole tiles left of the diagonal, then masked
+    (1, 2, 2, 70, 330, 128, "bfloat16", False),  # whole KV tiles, then a ragged one
     (1, 1, 1, 40, 100, 256, "float16", True),
 ]
 

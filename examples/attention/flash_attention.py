@@ -75,7 +75,7 @@ def default_tiles(dim: int) -> list[tuple[int, int, int]]:
         return [(128, 128, 2), (128, 128, 3), (128, 64, 3)]
     if dim <= 128:
         return [(128, 128, 2), (128, 64, 2), (128, 64, 3)]
-    return [(128, 64, 2), (128, 32, 2)]
+    return [(128, 64, 2), (128, 32, 2), (128, 32, 3)]
 
 
 @tilus.autotune("tile", [0, 1, 2])
