@@ -227,11 +227,12 @@ def wgmma_mma(ctx, inst, expr):
         ctx.emit(f"const uint32_t {pa} = tl_smem + {shared_offset(ctx, a)};")
     pb = ctx.fresh("db")
     ctx.emit(f"const uint32_t {pb} = tl_smem + {shared_offset(ctx, b)};")
-    for kk in range(k // 16):
-        kob = tb.k_offset(16 * kk)
-        desc_b = f"tl_wgmma_desc_with_addr({tb.high_bits():#x}ull, {pb} + {kob}u)"
-        for mt in range(m // 64):
-            if regs_a:
+    packed = {}
+    if regs_a:
+        # every step's A words are packed before the issues, then fenced: packing between two
+        # wgmma issues makes ptxas insert a warpgroup.arrive there and serialize every wgmma
+        for kk in range(k // 16):
+            for mt in range(m // 64):
                 # registers 8kk..8kk+7 of row mt are a0..a7 of the k16 step, two per .b32
                 base = mt * (k // 2) + 8 * kk
                 words = [
@@ -239,9 +240,15 @@ def wgmma_mma(ctx, inst, expr):
                     f"((uint32_t){R.elem(ctx, a, base + 2 * j + 1)} << 16)"
                     for j in range(4)
                 ]
-                ra = ctx.fresh("ra")
-                ctx.emit(f"const uint32_t {ra}[4] = {{{', '.join(words)}}};")
-                a_arg = ra
+                packed[kk, mt] = ctx.fresh("ra")
+                ctx.emit(f"const uint32_t {packed[kk, mt]}[4] = {{{', '.join(words)}}};")
+        ctx.emit("tl_wgmma_fence();")
+    for kk in range(k // 16):
+        kob = tb.k_offset(16 * kk)
+        desc_b = f"tl_wgmma_desc_with_addr({tb.high_bits():#x}ull, {pb} + {kob}u)"
+        for mt in range(m // 64):
+            if regs_a:
+                a_arg = packed[kk, mt]
             else:
                 aoff = ta.row_offset(64 * mt) + ta.k_offset(16 * kk)
                 a_arg = f"tl_wgmma_desc_with_addr({ta.high_bits():#x}ull, {pa} + {aoff}u)"
