@@ -118,7 +118,8 @@ def test_forward_builds_without_spills():
     assert ck.resources["spill_store_bytes"] == 0 and not ck.wgmma_serialized, ck.log
     src = ck.source
     assert "tl_setmaxnreg_dec<24>();" in src and src.count("tl_setmaxnreg_inc<240>") == 2
-    assert "_ss_t01(" in src  # P @ V reads V [block_n, dim] as an MN-major operand
+    # P @ V: P from registers (the S accumulator cast in place), V [block_n, dim] MN-major
+    assert "_rs_t01(" in src and "through shared memory" not in src
     assert "HGMMA.64x128x16.F32" in ck.sass()
 
 

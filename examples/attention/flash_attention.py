@@ -44,7 +44,7 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 #: P @ V reads P from shared memory (True) or from registers (WGMMA register-A, False).
-P_IN_SHARED = True
+P_IN_SHARED = False
 
 
 class Ring(tilus.Class):
@@ -72,10 +72,10 @@ class Ring(tilus.Class):
 def default_tiles(dim: int) -> list[tuple[int, int, int]]:
     """(block_m, block_n, num_stages) candidates for a head dim (registers and shared memory)."""
     if dim <= 64:
-        return [(128, 128, 2), (128, 128, 3), (128, 64, 3)]
+        return [(128, 128, 2), (128, 128, 4), (128, 64, 4)]
     if dim <= 128:
-        return [(128, 128, 2), (128, 64, 2), (128, 64, 3)]
-    return [(128, 64, 2), (128, 32, 2), (128, 32, 3)]
+        return [(128, 128, 2), (128, 128, 3), (128, 64, 4)]
+    return [(128, 64, 2), (128, 48, 3), (128, 32, 4)]
 
 
 @tilus.autotune("tile", [0, 1, 2])
@@ -356,7 +356,9 @@ class FlashAttention(tilus.Script):
         sq = self.shared_tensor(dtype=dt, shape=[2, bmh, dim])
         sk = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
         sv = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
-        sp = self.shared_tensor(dtype=dt, shape=[2, bmh, bn])
+        sp = None  # P goes from registers straight into the P @ V WGMMA
+        if P_IN_SHARED:
+            sp = self.shared_tensor(dtype=dt, shape=[2, bmh, bn])
         qbar = self.mbarrier.alloc([1])
         kfull = self.mbarrier.alloc([1] * stages)
         ring = Ring(stages)
