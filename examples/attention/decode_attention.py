@@ -90,7 +90,6 @@ class DecodeAttention(tilus.Script):
         sq = self.shared_tensor(dtype=dt, shape=[ROWS, dim])
         sk = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
         sv = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
-        sp = self.shared_tensor(dtype=dt, shape=[ROWS, bn])
         qbar = self.mbarrier.alloc([1])
         kfull = self.mbarrier.alloc([1] * stages)
         ring = Ring(stages, 1)
@@ -150,12 +149,10 @@ class DecodeAttention(tilus.Script):
                 self.assign(lsum, lsum * alpha + self.sum(p, dim=1, keepdim=True))
                 self.assign(m, m_new)
                 self.assign(o, o * alpha)
-                self.store_shared(sp, self.cast(p, dt))
-                self.fence.proxy_async(space="shared")
-                self.sync()
+                pa = self.cast(p, dt)  # P stays in registers: the A operand of P @ V
                 self.mbarrier.wait(ring.full[stage], phase=ring.phase)
                 self.wgmma.fence()
-                self.wgmma.mma(sp, sv[stage], o)
+                self.wgmma.mma(pa, sv[stage], o)
                 self.wgmma.commit_group()
                 self.wgmma.wait_group(0)
                 with self.single_thread():
