@@ -97,6 +97,11 @@ def test_bad_decode_arguments_name_the_argument():
         decode_attention(q, k, v, torch.tensor([0, 5], dtype=torch.int32))
 
 
+def test_the_scale_must_be_positive():
+    with pytest.raises(tilus.TilusArgumentError, match="scale must be positive"):
+        flash_attention(*_qkv(), scale=-0.5)
+
+
 def test_causal_needs_no_more_queries_than_keys():
     q, k, v = _qkv(shape_kv=(1, 2, 32, 64))
     with pytest.raises(tilus.TilusArgumentError, match="seq_q <= seq_kv"):

@@ -181,7 +181,7 @@ class FlashAttention(tilus.Script):
         a branch: ptxas serializes every wgmma of a kernel that branches while one is in
         flight."""
         bmh, bn = self.block_m // 2, self.block_n
-        t = s * scale_log2
+        t = s
         if masked:
             kv0: int32 = j * bn
             cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda c: c)
@@ -189,9 +189,11 @@ class FlashAttention(tilus.Script):
             if self.causal:
                 rows = self.register_tensor(dtype=int32, shape=[bmh, 1], init=lambda r, c: r)
                 ok = ok & (cols <= rows + (row0 - kv0))
-            t = self.where(ok, t, -float("inf"))
-        m_new = self.maximum(m, self.max(t, dim=1, keepdim=True))
-        p = self.exp2(t - m_new)
+            t = self.where(ok, s, -float("inf"))
+        # the scale (> 0) is applied to the row max, and to the scores inside exp2's argument
+        # (one FFMA per score: s * scale - max)
+        m_new = self.maximum(m, self.max(t, dim=1, keepdim=True) * scale_log2)
+        p = self.exp2(t * scale_log2 - m_new)
         alpha = self.exp2(m - m_new)
         self.assign(lsum, lsum * alpha + self.sum(p, dim=1, keepdim=True))
         self.assign(m, m_new)
@@ -417,6 +419,8 @@ def forward_launcher(q, k, v, causal: bool = False, scale=None, kernel=None, out
     import torch
 
     b, h, hkv, sq, skv, d, dt = check_attention_args(q, k, v)
+    if not default_scale(d, scale) > 0:
+        raise tilus.TilusArgumentError(f"scale must be positive, got {scale}")
     if causal and sq > skv:
         raise tilus.TilusArgumentError(
             f"causal attention needs seq_q <= seq_kv, got q with {sq} rows and k with {skv}"
