@@ -209,9 +209,18 @@ class DecodeCombine(tilus.Script):
 
 
 def num_splits(batch: int, heads_kv: int, max_len: int, block_n: int, sms: int = 132) -> int:
-    """Chunks per sequence so that about two waves of blocks fill the GPU (at most 64)."""
-    want = max(1, cdiv(2 * sms, batch * heads_kv))
-    return max(1, min(want, 64, cdiv(max_len, block_n)))
+    """Chunks per sequence: the fewest whose blocks fill at least 90% of the SMs' last wave
+    (one block per SM), each chunk at least 4 KV tiles long, at most 64 chunks."""
+    parts = batch * heads_kv
+    best, best_eff = 1, 0.0
+    for s in range(1, max(1, min(64, cdiv(max_len, 4 * block_n))) + 1):
+        blocks = parts * s
+        eff = blocks / (cdiv(blocks, sms) * sms)
+        if eff >= 0.9:
+            return s
+        if eff > best_eff:
+            best, best_eff = s, eff
+    return best
 
 
 def decode_launcher(
@@ -245,7 +254,8 @@ def decode_launcher(
     kernel = kernel or DecodeAttention(dim=d, dtype=dt)
     combine = DecodeCombine(dim=d, dtype=dt)
     bn = 128  # chunks are whole tiles of every config's block_n
-    splits = splits or num_splits(b, hkv, hi, bn)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
+    splits = splits or num_splits(b, hkv, hi, bn, sms)
     chunk = cdiv(cdiv(hi, splits), bn) * bn
     splits = cdiv(hi, chunk)
     dev = q.device
