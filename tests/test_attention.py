@@ -164,11 +164,15 @@ def _gpu_reference(q, k, v, causal, scale):
     return torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), v), torch.logsumexp(s, -1)
 
 
+GPU_FORWARD = [(d, "float16", c) for d in (64, 128, 256) for c in (False, True)] + [
+    (128, "bfloat16", False),
+    (128, "bfloat16", True),
+]
+
+
 @needs_gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("d", [64, 128, 256])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d, dtype, causal", GPU_FORWARD)
 def test_gpu_forward_every_config(d, dtype, causal):
     q, k, v = S.random_qkv(torch, 2, 4, 2, 333, 333 if causal else 517, d, dtype, "cuda")
     scale = S.default_scale(d, None)
