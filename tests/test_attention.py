@@ -95,6 +95,8 @@ def test_bad_decode_arguments_name_the_argument():
         decode_attention(q, k, v, torch.tensor([50], dtype=torch.int32))
     with pytest.raises(tilus.TilusArgumentError, match="lens must be in"):
         decode_attention(q, k, v, torch.tensor([0, 5], dtype=torch.int32))
+    with pytest.raises(tilus.TilusArgumentError, match=r"splits must be in \[1, 64\]"):
+        decode_attention(q, k, v, torch.tensor([50, 60], dtype=torch.int32), splits=65)
 
 
 def test_the_scale_must_be_positive():

@@ -40,6 +40,7 @@ from attention_support import (  # noqa: E402
 from flash_attention import LN2, LOG2E, Ring  # noqa: E402
 
 ROWS = 64  # WGMMA's M: the query rows of one KV head, padded
+MAX_SPLITS = 64  # the combine kernel's tile of splits
 
 
 @tilus.autotune("block_n, num_stages", [(128, 3), (128, 2), (64, 6), (64, 4)])
@@ -170,7 +171,7 @@ class DecodeAttention(tilus.Script):
 class DecodeCombine(tilus.Script):
     """``o[row] = sum_s w_s po[s, row] / sum_s w_s``, ``w_s = exp(lse_s - max lse)``."""
 
-    def __init__(self, warps, dim=128, dtype="float16", max_splits=64):
+    def __init__(self, warps, dim=128, dtype="float16", max_splits=MAX_SPLITS):
         super().__init__()
         self.warps = warps
         self.dim = dim
@@ -213,7 +214,7 @@ def num_splits(batch: int, heads_kv: int, max_len: int, block_n: int, sms: int =
     (one block per SM), each chunk at least 4 KV tiles long, at most 64 chunks."""
     parts = batch * heads_kv
     best, best_eff = 1, 0.0
-    for s in range(1, max(1, min(64, cdiv(max_len, 4 * block_n))) + 1):
+    for s in range(1, max(1, min(MAX_SPLITS, cdiv(max_len, 4 * block_n))) + 1):
         blocks = parts * s
         eff = blocks / (cdiv(blocks, sms) * sms)
         if eff >= 0.9:
@@ -255,6 +256,8 @@ def decode_launcher(
     combine = DecodeCombine(dim=d, dtype=dt)
     bn = 128  # chunks are whole tiles of every config's block_n
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
+    if splits is not None and not 1 <= splits <= MAX_SPLITS:
+        raise tilus.TilusArgumentError(f"splits must be in [1, {MAX_SPLITS}], got {splits}")
     splits = splits or num_splits(b, hkv, hi, bn, sms)
     chunk = cdiv(cdiv(hi, splits), bn) * bn
     splits = cdiv(hi, chunk)
