@@ -38,11 +38,14 @@ EXAMPLES = [
     "hopper_matmul/matmul_v5.py",
     "hopper_matmul/matmul_v6.py",
     "hopper_matmul/matmul_v7.py",
+    "attention/flash_attention.py",
+    "attention/decode_attention.py",
 ]
 HELPERS = [
     "example_support.py",
     "rowwise_support.py",
     "hopper_matmul/harness.py",
+    "attention/attention_support.py",
 ]  # imported, not run alone
 
 HOPPER_KERNELS = [

@@ -187,10 +187,10 @@ class NonKMajorB(tilus.Script):
         self.attrs.blocks = 1
         self.attrs.warps = 4
         sa = self.shared_tensor(dtype=float16, shape=[64, 64])
-        sb = self.shared_tensor(dtype=float16, shape=[64, 64])
-        acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+        sb = self.shared_tensor(dtype=float16, shape=[64, 8])
+        acc = self.register_tensor(dtype=float32, shape=[64, 8], init=0.0)
         self.wgmma.fence()
-        self.wgmma.mma(sa, sb, acc)  # B not transposed: N-major, unsupported
+        self.wgmma.mma(sa, sb, acc)  # N-major B of 16-byte rows: no swizzle, unsupported
         self.wgmma.commit_group()
         self.wgmma.wait_group(0)
 

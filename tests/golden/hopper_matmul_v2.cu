@@ -111,7 +111,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -536,7 +545,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -963,7 +981,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -1392,7 +1419,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -1951,7 +1987,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -2512,7 +2557,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -3075,7 +3129,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -3502,7 +3565,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -3931,7 +4003,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -4362,7 +4443,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -4925,7 +5015,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -5490,7 +5589,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(

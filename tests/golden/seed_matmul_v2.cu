@@ -111,7 +111,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -538,7 +547,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -967,7 +985,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -1398,7 +1425,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -1958,7 +1994,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -2520,7 +2565,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -3093,7 +3147,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -3521,7 +3584,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -3951,7 +4023,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -4383,7 +4464,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -4945,7 +5035,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -5509,7 +5608,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -6084,7 +6192,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -6514,7 +6631,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -6946,7 +7072,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -7380,7 +7515,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -7946,7 +8090,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -8514,7 +8667,16 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
+// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
+// sm_80+), instead of a compare and a select
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
+    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+  }
+#endif
+  return b < a ? b : a;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(

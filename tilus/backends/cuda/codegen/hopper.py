@@ -183,21 +183,34 @@ def setmaxnreg(ctx, inst, expr):
         ctx.emit(f"// setmaxnreg {inst.count}: the count the block starts with")
 
 
+def wgmma_operand_tile(view, dtype, k_major: bool):
+    """The descriptor geometry of a wgmma shared operand: its leaf (the last two dims of the
+    view) stored in ``view.layout``'s column blocks; K rows of an MN-major B when not
+    ``k_major``. Every 8-row atom of a block is one descriptor step."""
+    leaf = view.layout.slice(len(view.layout.shape) - 2)
+    rows, cols = leaf.shape
+    eb = dtype.nbits // 8
+    if k_major:
+        return W.KMajorTile(rows=rows, cols=cols, dtype_bytes=eb, swizzle=leaf.swizzle)
+    return W.MNMajorTile(rows=rows, cols=cols, dtype_bytes=eb, swizzle=leaf.swizzle)
+
+
 @rule(I.WgmmaMma)
 def wgmma_mma(ctx, inst, expr):
     """``d += a @ b``: one m64nNk16 wgmma per (m64 tile, k16 step), B (and a shared A) by
-    descriptor; a register A passes its fragment's four 32-bit registers per step."""
+    descriptor; a register A passes its fragment's four 32-bit registers per step. B is K-major
+    (a transposed ``[N, K]`` view) or MN-major (a ``[K, N]`` tile, imm-trans-b)."""
     a, b, d = inst.a, inst.b, inst.d
     vb = ctx.plan.shared[b]
     m, k = a.shape
     n = b.shape[1]
     ab = "f16" if a.dtype.name == "float16" else "bf16"
     regs_a = a.kind == TensorKind.REGISTER
-    frag = W.mma_async(n, ab, a_from="regs" if regs_a else "smem")
+    b_k_major = vb.perm is not None
+    frag = W.mma_async(n, ab, a_from="regs" if regs_a else "smem", trans_b=0 if b_k_major else 1)
     if frag.name not in {f.name for f in ctx.fragments}:
         ctx.fragments.append(frag)
-    eb = a.dtype.nbits // 8
-    tb = W.KMajorTile(rows=8, cols=k, dtype_bytes=eb, swizzle=vb.layout.swizzle)
+    tb = wgmma_operand_tile(vb, b.dtype, b_k_major)
     layout = R.layout_of(ctx, d)
     ctx.wgmma_accs[id(d)] = d
     if layout.kind != "wgmma_acc":
@@ -209,17 +222,17 @@ def wgmma_mma(ctx, inst, expr):
         )
     ctx.open("")
     if not regs_a:
-        va = ctx.plan.shared[a]
-        ta = W.KMajorTile(rows=8, cols=k, dtype_bytes=eb, swizzle=va.layout.swizzle)
+        ta = wgmma_operand_tile(ctx.plan.shared[a], a.dtype, True)
         pa = ctx.fresh("da")
         ctx.emit(f"const uint32_t {pa} = tl_smem + {shared_offset(ctx, a)};")
     pb = ctx.fresh("db")
     ctx.emit(f"const uint32_t {pb} = tl_smem + {shared_offset(ctx, b)};")
-    for kk in range(k // 16):
-        kob = tb.k_offset(16 * kk)
-        desc_b = f"tl_wgmma_desc_with_addr({tb.high_bits():#x}ull, {pb} + {kob}u)"
-        for mt in range(m // 64):
-            if regs_a:
+    packed = {}
+    if regs_a:
+        # every step's A words are packed before the issues, then fenced: packing between two
+        # wgmma issues makes ptxas insert a warpgroup.arrive there and serialize every wgmma
+        for kk in range(k // 16):
+            for mt in range(m // 64):
                 # registers 8kk..8kk+7 of row mt are a0..a7 of the k16 step, two per .b32
                 base = mt * (k // 2) + 8 * kk
                 words = [
@@ -227,11 +240,17 @@ def wgmma_mma(ctx, inst, expr):
                     f"((uint32_t){R.elem(ctx, a, base + 2 * j + 1)} << 16)"
                     for j in range(4)
                 ]
-                ra = ctx.fresh("ra")
-                ctx.emit(f"const uint32_t {ra}[4] = {{{', '.join(words)}}};")
-                a_arg = ra
+                packed[kk, mt] = ctx.fresh("ra")
+                ctx.emit(f"const uint32_t {packed[kk, mt]}[4] = {{{', '.join(words)}}};")
+        ctx.emit("tl_wgmma_fence();")
+    for kk in range(k // 16):
+        kob = tb.k_offset(16 * kk)
+        desc_b = f"tl_wgmma_desc_with_addr({tb.high_bits():#x}ull, {pb} + {kob}u)"
+        for mt in range(m // 64):
+            if regs_a:
+                a_arg = packed[kk, mt]
             else:
-                aoff = mt * 64 * va.layout.row_bytes + ta.k_offset(16 * kk)
+                aoff = ta.row_offset(64 * mt) + ta.k_offset(16 * kk)
                 a_arg = f"tl_wgmma_desc_with_addr({ta.high_bits():#x}ull, {pa} + {aoff}u)"
             ctx.emit(f"{frag.name}({ctx.name(d)}[{mt}], {a_arg}, {desc_b}, 1);")
     ctx.close()

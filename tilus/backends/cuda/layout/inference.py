@@ -492,8 +492,10 @@ def tile_registers_error(t: TensorVar, layout: RegisterLayout, num_threads: int)
 
 
 #: What may use a shared tile stored in column blocks: element-wise copies and TMA, which
-#: address it through ``SharedLayout``; wgmma descriptors and permuted views do not.
+#: address it through ``SharedLayout``, and wgmma, whose descriptors step over the blocks
+#: (a K row of 256 bytes is two 128-byte blocks); permuted views only as wgmma operands.
 _BLOCKABLE_USES = (
+    I.WgmmaMma,
     I.AllocShared,
     I.SliceTensor,
     I.LoadShared,
@@ -509,6 +511,7 @@ def _blockable_tiles(fn: Function) -> set:
     ``_BLOCKABLE_USES``: those with rows wider than 128 bytes get column blocks."""
     root: dict = {}
     bad: set = set()
+    permuted: set = set()  # transposed views: blockable as wgmma operands only
     for _, inst in instructions(fn.body):
         if isinstance(inst, I.AllocShared):
             root[inst.out] = inst.out
@@ -516,7 +519,14 @@ def _blockable_tiles(fn: Function) -> set:
         used = [v for _, value in inst.items() for v in _tensor_vars(value) if v in root]
         if isinstance(inst, I.SliceTensor) and inst.src in root:
             root[inst.out] = root[inst.src]
-        elif not isinstance(inst, _BLOCKABLE_USES):
+            if inst.src in permuted:
+                permuted.add(inst.out)
+        elif isinstance(inst, I.PermuteTensor) and inst.src in root:
+            root[inst.out] = root[inst.src]
+            permuted.add(inst.out)
+        elif isinstance(inst, I.WgmmaMma):
+            continue
+        elif not isinstance(inst, _BLOCKABLE_USES) or any(v in permuted for v in used):
             bad.update(root[v] for v in used)
     return {t for t in root.values() if t not in bad}
 

@@ -327,11 +327,12 @@ def _wgmma(inf, stmt, inst, g: Group):
         inf.set_anchor(inst.a, wgmma_acc(m, k), stmt, why=f"the wgmma A fragment of [{m}, {k}]")
     else:
         _wgmma_shared_a(inf, stmt, inst)
-    if b.perm != (1, 0) or not b.layout.swizzle:
+    if b.perm not in ((1, 0), None) or not b.layout.swizzle:
         raise err(
             stmt,
             f"wgmma operand b %{inst.b.name} must be the transpose of a K-major shared tile "
-            "[N, K] whose rows span 32, 64 or 128 bytes (as in s[stage].transpose())",
+            "[N, K] whose rows span 32, 64 or 128 bytes (as in s[stage].transpose()), or an "
+            "MN-major [K, N] tile of such rows (N contiguous, as V in P @ V)",
         )
     m, n = inst.d.shape
     if n > 256:

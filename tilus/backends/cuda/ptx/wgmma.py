@@ -283,3 +283,56 @@ __device__ __forceinline__ void {name}(float (&d)[{n_d}], {a_param}, uint64_t de
 }}
 """
     return Fragment(name=name, family=FAMILY, text=text.lstrip("\n"))
+
+
+@dataclass(frozen=True)
+class MNMajorTile:
+    """Descriptor fields of an MN-major (M or N contiguous) operand tile, ``rows`` K rows of
+    ``cols`` M/N elements, used with imm-trans = 1 (16-bit types only).
+
+    Storage assumed (as :class:`KMajorTile`'s, so one TMA-loaded ``[K, N]`` tile serves): with a
+    swizzle of W bytes the tile is ``cols * dtype_bytes / W`` column blocks of ``rows`` rows of
+    W bytes, swizzled in 8-row atoms. In the canonical MN-major form (PTX ISA 9.7.15.5.1.2.1)
+    the leading-dimension offset steps from one W-byte span of M/N to the next (one column
+    block) and the stride-dimension offset from one group of 8 K rows to the next.
+    """
+
+    rows: int
+    cols: int
+    dtype_bytes: int = 2
+    swizzle: int = 128
+
+    def __post_init__(self):
+        if self.swizzle not in (32, 64, 128):
+            raise ValueError(
+                f"an MN-major operand needs a 32/64/128-byte swizzle, not {self.swizzle}"
+            )
+        if self.rows % 8 or (self.cols * self.dtype_bytes) % self.swizzle:
+            raise ValueError(
+                f"a {self.rows}x{self.cols} MN-major tile of {self.dtype_bytes}-byte elements "
+                f"does not tile into 8-row atoms of {self.swizzle}-byte rows"
+            )
+
+    @property
+    def lbo(self) -> int:
+        """Between M/N-adjacent column blocks (each ``rows`` rows of W bytes)."""
+        return self.rows * self.swizzle
+
+    @property
+    def sbo(self) -> int:
+        """Between consecutive groups of 8 K rows."""
+        return 8 * self.swizzle
+
+    def k_offset(self, k: int) -> int:
+        """Byte offset to add to the start address to begin at K row ``k`` (k % 8 == 0)."""
+        if k % 8:
+            raise ValueError(f"K offset {k} is not a multiple of 8 rows")
+        return k * self.swizzle
+
+    def descriptor(self, start_address: int = 0) -> SmemDescriptor:
+        """The descriptor of this tile placed at ``start_address`` (swizzle-atom aligned)."""
+        return SmemDescriptor(start_address, self.lbo, self.sbo, 0, self.swizzle)
+
+    def high_bits(self) -> int:
+        """The descriptor with a zero start address, to OR with ``(addr >> 4) & 0x3FFF``."""
+        return self.descriptor(0).encode()

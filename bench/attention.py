@@ -1,0 +1,218 @@
+"""Benchmark the attention examples beside ``torch.nn.functional.scaled_dot_product_attention``.
+
+On a Hopper GPU with torch: ``python bench/attention.py [--out results.json]``. In one process,
+for each shape, it checks every kernel against a float32 reference (NaN-poisoned outputs) and
+then times, in interleaved rounds (``--rounds``, each the median of ``--reps`` CUDA-event
+timings, the L2 flushed before each run; the median of the rounds is reported):
+
+* forward (``--forward``, default the issue's shapes ``b x h x s x d`` with ``c`` for causal):
+  ``FlashAttention`` with its default constructor (tuned on first use) and SDPA with each of its
+  backends (flash, cuDNN, efficient; ``torch.nn.attention.sdpa_kernel``), in TFLOPS
+  (``4 b h s^2 d``, halved when causal) and the ratio to the fastest SDPA backend;
+* decode (``--decode``, ``b x h x hkv x kv_len x d``, one query token, every sequence the full
+  length so that SDPA computes the same thing): ``decode_attention`` (split kernel and combine)
+  and each SDPA backend, in GB/s of the KV read (``2 b hkv kv_len d`` elements) and the ratio.
+
+A backend that refuses a shape is listed as unsupported. ``--dry-run`` needs no GPU: it runs
+both kernels on the tilus interpreter at tiny ragged sizes against NumPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from rowwise import git_commit, time_ms  # noqa: E402
+
+FORWARD = "4x32x4096x128,4x32x4096x128c,2x16x8192x128,4x32x4096x64,16x16x1024x128"
+DECODE = "16x32x8x4096x128,16x32x8x32768x128,64x32x8x4096x128,64x32x8x16384x128"
+BACKENDS = ("flash", "cudnn", "efficient")
+
+
+def sdpa_runs(torch, q, k, v, causal):
+    """label -> callable for each SDPA backend that accepts these inputs (else the error)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    F = torch.nn.functional
+    which = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    }
+    gqa = q.shape[1] != k.shape[1]
+    runs, refused = {}, {}
+    for name in BACKENDS:
+
+        def run(b=which[name]):
+            with sdpa_kernel([b]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+
+        try:
+            run()
+            torch.cuda.synchronize()
+            runs[f"sdpa {name}"] = run
+        except Exception as e:  # noqa: BLE001 - a backend may refuse a shape: say so
+            refused[f"sdpa {name}"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+    return runs, refused
+
+
+def timed(torch, runs, flush, rounds, reps):
+    """name -> (median of the rounds' medians in ms, the rounds), interleaved."""
+    for fn in runs.values():
+        fn()
+    torch.cuda.synchronize()
+    out = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            out[name].append(time_ms(fn, torch, flush, reps))
+    return {name: (statistics.median(ts), ts) for name, ts in out.items()}
+
+
+def bench_forward(torch, shape, flush, args, status):
+    from attention_support import random_qkv
+    from flash_attention import flash_attention, forward_launcher
+
+    causal = shape.endswith("c")
+    b, h, s, d = (int(x) for x in shape.rstrip("c").split("x"))
+    q, k, v = random_qkv(torch, b, h, h, s, s, d, "float16", "cuda")
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), is_causal=causal
+    )
+    o = torch.full_like(q, float("nan"))
+    flash_attention(q, k, v, causal=causal, out=o)  # compiles and tunes on first use
+    torch.cuda.synchronize()
+    err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
+    if not err < 2e-2:
+        print(f"forward {shape}: tilus max error {err:.2e} FAILS")
+        status[0] = 1
+    runs, refused = sdpa_runs(torch, q, k, v, causal)
+    runs = {"tilus": forward_launcher(q, k, v, causal=causal, out=o), **runs}
+    flops = 4 * b * h * s * s * d / (2 if causal else 1)
+    return _rows("forward", shape, timed(torch, runs, flush, args.rounds, args.reps), refused,
+                 lambda ms: flops / ms / 1e9, "TFLOPS")  # fmt: skip
+
+
+def bench_decode(torch, shape, flush, args, status):
+    from attention_support import random_qkv
+    from decode_attention import decode_attention, decode_launcher
+
+    b, h, hkv, n, d = (int(x) for x in shape.split("x"))
+    q, k, v = random_qkv(torch, b, h, hkv, 1, n, d, "float16", "cuda")
+    lens = torch.full((b,), n, dtype=torch.int32, device="cuda")
+    g = h // hkv
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float().repeat_interleave(g, 1), v.float().repeat_interleave(g, 1)
+    )
+    o = torch.full_like(q, float("nan"))
+    decode_attention(q, k, v, lens, out=o)
+    torch.cuda.synchronize()
+    err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
+    if not err < 2e-2:
+        print(f"decode {shape}: tilus max error {err:.2e} FAILS")
+        status[0] = 1
+    runs, refused = sdpa_runs(torch, q, k, v, False)
+    runs = {"tilus": decode_launcher(q, k, v, lens, max_seq_len=n, out=o), **runs}
+    kv_bytes = 2 * b * hkv * n * d * 2
+    return _rows("decode", shape, timed(torch, runs, flush, args.rounds, args.reps), refused,
+                 lambda ms: kv_bytes / ms / 1e6, "GB/s")  # fmt: skip
+
+
+def _rows(kind, shape, times, refused, rate, unit):
+    best = min((ms for name, (ms, _) in times.items() if name != "tilus"), default=None)
+    rows = []
+    for name, (ms, ts) in times.items():
+        rows.append(dict(kind=kind, shape=shape, impl=name, ms=ms, rate=rate(ms), unit=unit,
+                         ratio_to_best_sdpa=(best / ms) if best else None, rounds_ms=ts))  # fmt: skip
+    for name, why in refused.items():
+        rows.append(dict(kind=kind, shape=shape, impl=name, unsupported=why))
+    return rows
+
+
+def dry_run() -> int:
+    """Both kernels on the interpreter at tiny ragged sizes, against NumPy float64."""
+    import torch
+    from attention_support import max_error, random_qkv, reference, reference_decode
+    from decode_attention import decode_attention
+    from flash_attention import flash_attention
+
+    import tilus
+
+    status = 0
+    with tilus.option.scoped(interpret=True):
+        q, k, v = random_qkv(torch, 1, 2, 1, 70, 70, 64, "float16")
+        o, lse = flash_attention(q, k, v, causal=True)
+        ro, rl = reference(q, k, v, True, 64**-0.5)
+        ok = max_error(o, ro) < 2e-2 and max_error(lse, rl) < 1e-3
+        print(f"forward 1x2/1x70x64 causal: {'ok' if ok else 'FAIL'}")
+        status |= not ok
+        q, k, v = random_qkv(torch, 2, 4, 2, 1, 150, 64, "float16")
+        lens = [150, 33]
+        o, lse = decode_attention(q, k, v, torch.tensor(lens, dtype=torch.int32))
+        ro, rl = reference_decode(q, k, v, lens, 64**-0.5)
+        ok = max_error(o, ro) < 2e-2 and max_error(lse, rl) < 1e-3
+        print(f"decode 2x4/2 cache 150: {'ok' if ok else 'FAIL'}")
+        status |= not ok
+    return int(status)
+
+
+def bench(args) -> int:
+    """Check and time everything on the GPU; print the table, write the JSON."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: use --dry-run for the CPU checks")
+        return 1
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    status, results = [0], []
+    for shape in filter(None, args.forward.split(",")):
+        results += bench_forward(torch, shape, flush, args, status)
+    for shape in filter(None, args.decode.split(",")):
+        results += bench_decode(torch, shape, flush, args, status)
+    print(f"{'kind':8s} {'shape':20s} {'impl':15s} {'ms':>8s} {'rate':>13s} {'x best sdpa':>11s}")
+    print("-" * 80)
+    for r in results:
+        if "unsupported" in r:
+            print(
+                f"{r['kind']:8s} {r['shape']:20s} {r['impl']:15s} unsupported: {r['unsupported']}"
+            )
+            continue
+        ratio = f"{r['ratio_to_best_sdpa']:11.2f}" if r["ratio_to_best_sdpa"] else " " * 11
+        print(f"{r['kind']:8s} {r['shape']:20s} {r['impl']:15s} {r['ms']:8.3f} "
+              f"{r['rate']:7.0f} {r['unit']:5s} {ratio}")  # fmt: skip
+    meta = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        gpu=torch.cuda.get_device_name(),
+        commit=git_commit(),
+        command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        torch=torch.__version__,
+    )
+    if args.out:
+        Path(args.out).write_text(json.dumps(dict(meta=meta, results=results), indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return status[0]
+
+
+def main(argv=None) -> int:
+    """Parse the arguments and run the benchmark (or the CPU dry run)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--forward", default=FORWARD, help="b x h x s x d shapes, 'c' = causal")
+    ap.add_argument("--decode", default=DECODE, help="b x h x hkv x kv_len x d shapes")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
+    ap.add_argument("--reps", type=int, default=10, help="timed runs per kernel per round")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
+    args = ap.parse_args(argv)
+    return dry_run() if args.dry_run else bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""What the attention examples share: argument checks, inputs, the float32 reference, checking."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tilus.errors import TilusArgumentError
+
+DTYPES = ("float16", "bfloat16")
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def dtype_name(x) -> str:
+    """``"float16"``/``"bfloat16"``/... of a NumPy array or a torch tensor."""
+    if _is_torch(x):
+        return str(x.dtype).removeprefix("torch.")
+    return np.dtype(x.dtype).name
+
+
+def _contiguous(x) -> bool:
+    return x.is_contiguous() if _is_torch(x) else bool(x.flags.c_contiguous)
+
+
+def _tensor(name: str, x, ndim: int, dtype: str | None = None):
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise TilusArgumentError(f"{name} must be a tensor, got {type(x).__name__}")
+    if len(x.shape) != ndim:
+        raise TilusArgumentError(f"{name} must be {ndim}-D, got shape {list(x.shape)}")
+    if dtype is not None and dtype_name(x) != dtype:
+        raise TilusArgumentError(f"{name} must be {dtype}, got {dtype_name(x)}")
+    if not _contiguous(x):
+        raise TilusArgumentError(
+            f"{name} must be contiguous (row-major {list(x.shape)}); got strides "
+            f"{list(x.stride()) if _is_torch(x) else list(x.strides)}: pass {name}.contiguous()"
+        )
+
+
+def check_attention_args(q, k, v) -> tuple[int, int, int, int, int, int, str]:
+    """Check q [b, h, sq, d], k and v [b, hkv, skv, d]; return (b, h, hkv, sq, skv, d, dtype)."""
+    _tensor("q", q, 4)
+    dt = dtype_name(q)
+    if dt not in DTYPES:
+        raise TilusArgumentError(f"q must be float16 or bfloat16, got {dt}")
+    _tensor("k", k, 4, dt)
+    _tensor("v", v, 4, dt)
+    b, h, sq, d = q.shape
+    if tuple(k.shape) != tuple(v.shape):
+        raise TilusArgumentError(f"k {list(k.shape)} and v {list(v.shape)} must have one shape")
+    bk, hkv, skv, dk = k.shape
+    if bk != b:
+        raise TilusArgumentError(f"k has batch {bk}, q has batch {b}")
+    if dk != d:
+        raise TilusArgumentError(f"k has head dim {dk}, q has head dim {d}: they must match")
+    if d not in (64, 128, 256):
+        raise TilusArgumentError(f"q: head dim {d} is not supported (64, 128 or 256)")
+    if hkv < 1 or h % hkv:
+        raise TilusArgumentError(
+            f"k: heads_kv = {hkv} must divide the {h} query heads (grouped-query attention)"
+        )
+    if sq < 1 or skv < 1:
+        raise TilusArgumentError(f"empty sequence: q has {sq} rows, k has {skv}")
+    return b, h, hkv, sq, skv, d, dt
+
+
+def default_scale(d: int, scale) -> float:
+    """The softmax scale: ``1 / sqrt(d)`` unless given."""
+    return 1.0 / math.sqrt(d) if scale is None else float(scale)
+
+
+def reference(q, k, v, causal: bool, scale: float):
+    """(O, LSE) in float64 NumPy from NumPy or torch inputs (GQA by repeating KV heads)."""
+    q, k, v = (to_f64(x) for x in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k = np.repeat(k, group, axis=1)
+    v = np.repeat(v, group, axis=1)
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
+    if causal:
+        sq, skv = s.shape[-2:]
+        s = np.where(np.arange(skv)[None, :] > np.arange(sq)[:, None], -np.inf, s)
+    mx = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - mx)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.einsum("bhqk,bhkd->bhqd", e / total, v), (mx + np.log(total))[..., 0]
+
+
+def reference_decode(q, k, v, lens, scale: float):
+    """(O, LSE) in float64 of each sequence's queries against its first ``lens[b]`` keys."""
+    outs, lses = [], []
+    for i, n in enumerate(lens):
+        o, lse = reference(q[i : i + 1], k[i : i + 1, :, :n], v[i : i + 1, :, :n], False, scale)
+        outs.append(o)
+        lses.append(lse)
+    return np.concatenate(outs), np.concatenate(lses)
+
+
+def to_f64(x) -> np.ndarray:
+    """A NumPy float64 copy of an array or tensor (bf16 included)."""
+    if _is_torch(x):
+        return x.detach().float().cpu().numpy().astype(np.float64)
+    return np.asarray(x, dtype=np.float64)
+
+
+def max_error(got, want) -> float:
+    """``max |got - want| / max |want|``; NaN when ``got`` holds a NaN."""
+    g = to_f64(got)
+    if np.isnan(g).any():
+        return float("nan")
+    return float(np.max(np.abs(g - want))) / max(float(np.max(np.abs(want))), 1e-30)
+
+
+def random_qkv(torch, b, h, hkv, sq, skv, d, dtype: str, device="cpu", seed=None):
+    """Fresh q, k, v (standard normal) as torch tensors on ``device`` (the interpreter takes CPU
+    tensors, bf16 included)."""
+    g = torch.Generator().manual_seed(int(np.random.default_rng(seed).integers(2**31)))
+    shapes = [(b, h, sq, d), (b, hkv, skv, d), (b, hkv, skv, d)]
+    tdt = getattr(torch, dtype)
+    return [torch.randn(s, generator=g).to(device=device, dtype=tdt) for s in shapes]

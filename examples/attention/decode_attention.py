@@ -1,0 +1,322 @@
+"""Decode attention (flash-decoding): a few query tokens per sequence against a KV cache.
+
+``q [batch, heads, nq, dim]`` (``nq`` new tokens per sequence, usually 1), a contiguous KV cache
+``k, v [batch, heads_kv, max_len, dim]`` of which sequence ``b`` uses its first ``lens[b]``
+positions, ``o`` like ``q`` and ``lse [batch, heads, nq]``. Every query token attends to all
+``lens[b]`` keys of its sequence (the new tokens are already in the cache).
+
+One token per head leaves a GEMM with almost no rows, so the work is spread over the KV length
+instead: ``DecodeAttention`` gives each block one KV head and one of ``splits`` chunks of the
+cache, and its tile holds every query row of that KV head (``heads / heads_kv`` heads times
+``nq`` tokens, padded to WGMMA's 64 rows; TMA zero-fills the padding), so the chunk of K and V is
+read from memory once for all of them. A producer warp streams K and V tiles through a ring of
+shared stages with TMA; a consumer warp group computes ``S = Q K^T`` and ``O += P V`` by WGMMA
+with the online softmax between them, and writes its partial ``O`` (float32, normalized) and
+``LSE`` per split. ``DecodeCombine`` then merges the splits of each row with weights
+``exp(lse_s - max lse)`` (empty chunks have ``lse = -inf`` and weigh nothing).
+
+Run ``python examples/attention/decode_attention.py``: on the interpreter without a GPU, on CUDA
+with one, checked against a float64 reference.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import tilus
+from tilus import bfloat16, float16, float32, int32, void_p
+from tilus.utils import cdiv
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from attention_support import (  # noqa: E402
+    check_attention_args,
+    default_scale,
+    max_error,
+    random_qkv,
+    reference_decode,
+)
+from flash_attention import LN2, LOG2E, Ring  # noqa: E402
+
+ROWS = 64  # WGMMA's M: the query rows of one KV head, padded
+MAX_SPLITS = 64  # the combine kernel's tile of splits
+
+
+@tilus.autotune("block_n, num_stages", [(128, 3), (128, 2), (64, 6), (64, 4)])
+class DecodeAttention(tilus.Script):
+    """Partial attention of one (sequence, KV head, KV chunk): all its query rows at once."""
+
+    def __init__(self, block_n, num_stages, dim=128, dtype="float16"):
+        super().__init__()
+        self.block_n = block_n
+        self.num_stages = num_stages
+        self.dim = dim
+        self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
+
+    def __call__(
+        self,
+        batch: int32,
+        heads_kv: int32,
+        rows: int32,
+        max_len: int32,
+        splits: int32,
+        chunk: int32,
+        scale: float32,
+        q_ptr: void_p,
+        k_ptr: void_p,
+        v_ptr: void_p,
+        lens_ptr: ~int32,
+        po_ptr: ~float32,
+        plse_ptr: ~float32,
+    ):
+        dt, dim, bn, stages = self.dtype, self.dim, self.block_n, self.num_stages
+        self.attrs.blocks = [splits, heads_kv, batch]
+        self.attrs.warps = 5  # a consumer warp group + the producer warp
+        gq = self.global_view(q_ptr, dtype=dt, shape=[batch * heads_kv, rows, dim])
+        gk = self.global_view(k_ptr, dtype=dt, shape=[batch * heads_kv, max_len, dim])
+        gv = self.global_view(v_ptr, dtype=dt, shape=[batch * heads_kv, max_len, dim])
+        glens = self.global_view(lens_ptr, dtype=int32, shape=[batch])
+        gpo = self.global_view(po_ptr, dtype=float32, shape=[batch * heads_kv * splits, rows, dim])
+        gplse = self.global_view(
+            plse_ptr, dtype=float32, shape=[batch * heads_kv * splits, rows, 1]
+        )
+        bkv: int32 = self.blockIdx.z * heads_kv + self.blockIdx.y
+        part: int32 = bkv * splits + self.blockIdx.x
+        seq_len: int32 = self.load_global(glens, offsets=[self.blockIdx.z], shape=[1]).item()
+        start: int32 = self.blockIdx.x * chunk
+        count: int32 = max(min(seq_len, start + chunk) - start, 0)
+        n_kv: int32 = cdiv(count, bn)
+
+        sq = self.shared_tensor(dtype=dt, shape=[ROWS, dim])
+        sk = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
+        sv = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
+        qbar = self.mbarrier.alloc([1])
+        kfull = self.mbarrier.alloc([1] * stages)
+        ring = Ring(stages, 1)
+        scale_log2: float32 = scale * LOG2E
+
+        with self.thread_group(128, 32):  # the producer warp
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(qbar[0], transaction_bytes=sq.nbytes)
+            self.tma.global_to_shared(
+                src=gq, dst=sq, offsets=[bkv, 0, 0], dims=[1, 2], mbarrier=qbar[0]
+            )
+            for j in self.range(n_kv):
+                self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
+                with self.single_thread():
+                    self.mbarrier.arrive_and_expect_tx(
+                        kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
+                    )
+                    self.mbarrier.arrive_and_expect_tx(
+                        ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
+                    )
+                self.tma.global_to_shared(
+                    src=gk,
+                    dst=sk[ring.stage],
+                    offsets=[bkv, start + j * bn, 0],
+                    dims=[1, 2],
+                    mbarrier=kfull[ring.stage],
+                )
+                self.tma.global_to_shared(
+                    src=gv,
+                    dst=sv[ring.stage],
+                    offsets=[bkv, start + j * bn, 0],
+                    dims=[1, 2],
+                    mbarrier=ring.full[ring.stage],
+                )
+                ring.advance()
+
+        with self.warp_group(0, 4):  # the consumer warp group
+            o = self.register_tensor(dtype=float32, shape=[ROWS, dim], init=0.0)
+            m = self.register_tensor(dtype=float32, shape=[ROWS, 1], init=-float("inf"))
+            lsum = self.register_tensor(dtype=float32, shape=[ROWS, 1], init=0.0)
+            cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda c: c)
+            self.mbarrier.wait(qbar[0], phase=0)
+            for j in self.range(n_kv):
+                stage = ring.stage
+                s = self.register_tensor(dtype=float32, shape=[ROWS, bn], init=0.0)
+                self.mbarrier.wait(kfull[stage], phase=ring.phase)
+                self.wgmma.fence()
+                self.wgmma.mma(sq, sk[stage].transpose(), s)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                s = s * scale_log2
+                if (j + 1) * bn > count:  # the ragged last tile of the chunk
+                    s = self.where(cols < count - j * bn, s, -float("inf"))
+                m_new = self.maximum(m, self.max(s, dim=1, keepdim=True))
+                p = self.exp2(s - m_new)
+                alpha = self.exp2(m - m_new)
+                self.assign(lsum, lsum * alpha + self.sum(p, dim=1, keepdim=True))
+                self.assign(m, m_new)
+                self.assign(o, o * alpha)
+                pa = self.cast(p, dt)  # P stays in registers: the A operand of P @ V
+                self.mbarrier.wait(ring.full[stage], phase=ring.phase)
+                self.wgmma.fence()
+                self.wgmma.mma(pa, sv[stage], o)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                with self.single_thread():
+                    self.mbarrier.arrive(ring.empty[stage])
+                ring.advance()
+            # an empty chunk: o = 0, lse = -inf (it then weighs nothing in the combine)
+            self.store_global(
+                gpo, o * (1.0 / self.maximum(lsum, 1e-30)), offsets=[part, 0, 0], dims=[1, 2]
+            )
+            lse = (m + self.log2(lsum)) * LN2
+            self.store_global(gplse, lse, offsets=[part, 0, 0], dims=[1, 2])
+
+
+@tilus.autotune("warps", [4])
+class DecodeCombine(tilus.Script):
+    """``o[row] = sum_s w_s po[s, row] / sum_s w_s``, ``w_s = exp(lse_s - max lse)``."""
+
+    def __init__(self, warps, dim=128, dtype="float16", max_splits=MAX_SPLITS):
+        super().__init__()
+        self.warps = warps
+        self.dim = dim
+        self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
+        self.max_splits = max_splits
+
+    def __call__(
+        self,
+        parts: int32,
+        rows: int32,
+        splits: int32,
+        po_ptr: ~float32,
+        plse_ptr: ~float32,
+        o_ptr: void_p,
+        lse_ptr: ~float32,
+    ):
+        ns, dim = self.max_splits, self.dim
+        self.attrs.blocks = [rows, parts]
+        self.attrs.warps = self.warps
+        gpo = self.global_view(po_ptr, dtype=float32, shape=[parts, splits, rows, dim])
+        gplse = self.global_view(plse_ptr, dtype=float32, shape=[parts, splits, rows, 1])
+        go = self.global_view(o_ptr, dtype=self.dtype, shape=[parts, rows, dim])
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[parts, rows, 1])
+        part: int32 = self.blockIdx.y
+        row: int32 = self.blockIdx.x
+        idx = self.register_tensor(dtype=int32, shape=[ns, 1], init=lambda s, c: s)
+        lse = self.load_global(gplse, offsets=[part, 0, row, 0], shape=[ns, 1], dims=[1, 3])
+        lse = self.where(idx < splits, lse, -float("inf"))
+        top = self.max(lse, dim=0, keepdim=True)
+        w = self.exp2((lse - top) * LOG2E)
+        po = self.load_global(gpo, offsets=[part, 0, row, 0], shape=[ns, dim], dims=[1, 3])
+        total = self.sum(w, dim=0, keepdim=True)
+        out = self.sum(po * w, dim=0, keepdim=True) * (1.0 / total)
+        self.store_global(go, self.cast(out, self.dtype), offsets=[part, row, 0], dims=[1, 2])
+        self.store_global(glse, top + self.log(total), offsets=[part, row, 0], dims=[1, 2])
+
+
+def num_splits(batch: int, heads_kv: int, max_len: int, block_n: int, sms: int = 132) -> int:
+    """Chunks per sequence: the fewest whose blocks fill at least 90% of the SMs' last wave
+    (one block per SM), each chunk at least 4 KV tiles long, at most 64 chunks."""
+    parts = batch * heads_kv
+    best, best_eff = 1, 0.0
+    for s in range(1, max(1, min(MAX_SPLITS, cdiv(max_len, 4 * block_n))) + 1):
+        blocks = parts * s
+        eff = blocks / (cdiv(blocks, sms) * sms)
+        if eff >= 0.9:
+            return s
+        if eff > best_eff:
+            best, best_eff = s, eff
+    return best
+
+
+def decode_launcher(
+    q, k, v, lens, max_seq_len=None, scale=None, kernel=None, splits=None, out=None
+):
+    """Check the arguments once and return ``run() -> (o, lse)``, which launches the split
+    kernel and the combine on preallocated buffers. q [b, h, nq, d], the cache k, v
+    [b, hkv, max_len, d], ``lens`` int32 [b]; ``max_seq_len`` (the largest of ``lens``) sizes
+    the splits: when it is not given it is read from ``lens`` (a device synchronization)."""
+    import torch
+
+    b, h, hkv, nq, max_len, d, dt = check_attention_args(q, k, v)
+    rows = (h // hkv) * nq
+    if rows > ROWS:
+        raise tilus.TilusArgumentError(
+            f"q: {h // hkv} query heads per KV head x {nq} tokens = {rows} rows; at most {ROWS}"
+        )
+    if tuple(lens.shape) != (b,) or str(lens.dtype) not in ("torch.int32", "int32"):
+        raise tilus.TilusArgumentError(
+            f"lens must be int32 of shape [{b}], got {lens.dtype} {list(lens.shape)}"
+        )
+    if max_seq_len is None:
+        lo, hi = int(lens.min()), int(lens.max())
+    else:
+        lo, hi = 1, int(max_seq_len)
+    if lo < 1 or hi > max_len:
+        raise tilus.TilusArgumentError(
+            f"lens must be in [1, {max_len}] (the KV cache k holds {max_len} positions), "
+            f"got lengths from {lo} to {hi}"
+        )
+    kernel = kernel or DecodeAttention(dim=d, dtype=dt)
+    combine = DecodeCombine(dim=d, dtype=dt)
+    bn = 128  # chunks are whole tiles of every config's block_n
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
+    if splits is not None and not 1 <= splits <= MAX_SPLITS:
+        raise tilus.TilusArgumentError(f"splits must be in [1, {MAX_SPLITS}], got {splits}")
+    splits = splits or num_splits(b, hkv, hi, bn, sms)
+    chunk = cdiv(cdiv(hi, splits), bn) * bn
+    splits = cdiv(hi, chunk)
+    dev = q.device
+    po = torch.empty((b * hkv * splits, rows, d), dtype=torch.float32, device=dev)
+    plse = torch.empty((b * hkv * splits, rows), dtype=torch.float32, device=dev)
+    o = out if out is not None else torch.empty_like(q)
+    lse = torch.empty((b, h, nq), dtype=torch.float32, device=dev)
+    sc = default_scale(d, scale)
+
+    def run():
+        kernel(b, hkv, rows, max_len, splits, chunk, sc, q, k, v, lens, po, plse)
+        combine(b * hkv, rows, splits, po, plse, o, lse)
+        return o, lse
+
+    return run
+
+
+def decode_attention(q, k, v, lens, scale=None, kernel=None, splits=None, out=None):
+    """``(o, lse)`` of q [b, h, nq, d] against the first ``lens[b]`` positions of the cache
+    k, v [b, hkv, max_len, d] (torch tensors; CPU ones run on the interpreter)."""
+    return decode_launcher(q, k, v, lens, None, scale, kernel, splits, out)()
+
+
+CPU_CASES = [  # (batch, heads, heads_kv, nq, max_len, dim, dtype, lens)
+    (2, 4, 1, 1, 300, 128, "float16", [300, 77]),
+    (1, 4, 2, 2, 200, 64, "bfloat16", [129]),
+]
+GPU_CASES = [
+    (16, 32, 8, 1, 8192, 128, "float16", None),
+    (8, 16, 16, 1, 4000, 128, "bfloat16", None),
+    (4, 8, 1, 4, 3000, 64, "float16", None),
+]
+
+
+def main() -> int:
+    """Check decode attention against a float64 reference; returns the exit status."""
+    import torch
+
+    on_gpu = torch.cuda.is_available() and not tilus.option.get_option("interpret")
+    device = "cuda" if on_gpu else "cpu"
+    ok_all = True
+    for b, h, hkv, nq, max_len, d, dt, lens in GPU_CASES if on_gpu else CPU_CASES:
+        q, k, v = random_qkv(torch, b, h, hkv, nq, max_len, d, dt, device)
+        if lens is None:  # ragged: from a quarter of the cache to all of it
+            lens = torch.randint(max_len // 4, max_len + 1, (b,)).tolist()
+        lens_t = torch.tensor(lens, dtype=torch.int32, device=device)
+        o = torch.full_like(q, float("nan"))
+        o, lse = decode_attention(q, k, v, lens_t, out=o)
+        ro, rl = reference_decode(q, k, v, lens, default_scale(d, None))
+        err, lerr = max_error(o, ro), max_error(lse, rl)
+        ok = err < 2e-2 and lerr < 1e-3
+        ok_all &= ok
+        print(
+            f"{b}x{h}/{hkv}x{nq} cache {max_len} d{d} {dt}: max err {err:.2e}, "
+            f"lse err {lerr:.2e} {'ok' if ok else 'FAIL'}"
+        )
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,480 @@
+"""FlashAttention forward on Hopper: ``O = softmax(scale * Q K^T) V`` and the log-sum-exp.
+
+``q [batch, heads, seq_q, dim]``, ``k, v [batch, heads_kv, seq_kv, dim]`` (fp16 or bf16, rows
+contiguous), ``o`` like ``q`` and ``lse [batch, heads, seq_q]`` (float32, natural log). Grouped
+query heads: query head ``h`` reads KV head ``h // (heads // heads_kv)``. ``causal`` masks key
+``j > i`` of query ``i`` (top-left aligned, as ``scaled_dot_product_attention(is_causal=True)``).
+
+Built like FlashAttention-3. A block computes ``block_m`` query rows of one head with three warp
+groups: a producer group (one warp issues the TMA copies, its registers lowered with
+``setmaxnreg``) and two consumer groups, each owning ``block_m / 2`` rows. The producer loads
+the Q tile once and streams K and V tiles of ``block_n`` keys through a ring of ``num_stages``
+shared slots, K and V each on their own mbarrier so that ``S = Q K^T`` can start before V lands.
+A consumer computes ``S`` by WGMMA from shared memory into registers, runs the online softmax
+on the accumulator (row max and row sum are reductions over the WGMMA layout, the ``[rows, 1]``
+statistics broadcast back over it; ``exp2`` with the scale folded into ``log2(e)``), rescales its
+output accumulator, and accumulates ``P V`` by WGMMA. Only the tiles a block needs are loaded:
+with ``causal`` the tiles right of the diagonal are skipped, and only the diagonal tile and the
+ragged last tile are masked.
+
+Run ``python examples/attention/flash_attention.py``: on the tilus interpreter without a GPU,
+on CUDA with one (every result checked against a float32 reference).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import tilus
+from tilus import RegisterTensor, SharedTensor, bfloat16, float16, float32, int32, uint32, void_p
+from tilus.utils import cdiv
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from attention_support import (  # noqa: E402
+    check_attention_args,
+    default_scale,
+    max_error,
+    random_qkv,
+    reference,
+)
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+#: P @ V reads P from shared memory (True) or from registers (WGMMA register-A, False).
+P_IN_SHARED = False
+
+
+class Ring(tilus.Class):
+    """A ring of ``num_stages`` slots: ``full[s]`` completes when slot ``s`` is loaded (one
+    arrival plus the bytes), ``empty[s]`` when its ``consumers`` warp groups are done with it."""
+
+    def __init__(self, num_stages: int, consumers: int = 2):
+        self.num_stages: int = num_stages
+        self.full = self.mbarrier.alloc([1] * num_stages)
+        self.empty = self.mbarrier.alloc([consumers] * num_stages)
+        self.stage: int32 = 0
+        self.phase: uint32 = 0
+        self.prev_stage: int32 = 0  # the slot (and its phase) before the current one
+        self.prev_phase: uint32 = 0
+
+    def advance(self):
+        """Move to the next slot, flipping the phase on wrap-around."""
+        self.prev_stage = self.stage
+        self.prev_phase = self.phase
+        self.stage = (self.stage + 1) % self.num_stages
+        if self.stage == 0:
+            self.phase ^= 1
+
+
+def default_tiles(dim: int) -> list[tuple[int, int, int]]:
+    """(block_m, block_n, num_stages) candidates for a head dim (registers and shared memory)."""
+    if dim <= 64:
+        return [(128, 128, 2), (128, 128, 4), (128, 64, 4)]
+    if dim <= 128:
+        return [(128, 128, 2), (128, 128, 3), (128, 64, 4)]
+    return [(128, 64, 2), (128, 48, 3), (128, 32, 4)]
+
+
+@tilus.autotune("tile", [0, 1, 2])
+class FlashAttention(tilus.Script):
+    """The forward kernel for one dtype, head dim, causality and head grouping; ``tile`` picks
+    one of the head dim's ``default_tiles`` (or pass ``block_m``/``block_n``/``num_stages``)."""
+
+    def __init__(
+        self,
+        tile,
+        dim=128,
+        dtype="float16",
+        causal=False,
+        group=1,
+        block_m=None,
+        block_n=None,
+        num_stages=None,
+    ):
+        super().__init__()
+        tiles = default_tiles(dim)
+        bm, bn, st = tiles[tile % len(tiles)]
+        self.block_m = block_m or bm
+        self.block_n = block_n or bn
+        self.num_stages = num_stages or st
+        self.dim = dim
+        self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
+        self.causal = causal
+        self.group = group
+
+    def kv_tiles(self, q_row: int32, seq_kv: int32):
+        """How many KV tiles the block at query row ``q_row`` reads (causal: up to the diagonal)."""
+        n = cdiv(seq_kv, self.block_n)
+        if self.causal:
+            n = min(n, cdiv(q_row + self.block_m, self.block_n))
+        return n
+
+    def produce(
+        self,
+        ring: Ring,
+        kfull,
+        sq,
+        sk,
+        sv,
+        gq,
+        gk,
+        gv,
+        qbar,
+        bh: int32,
+        bkv: int32,
+        q_row: int32,
+        n_kv: int32,
+    ):
+        """The producer warp: Q once, then K and V of every KV tile into the ring."""
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(qbar, transaction_bytes=sq.nbytes)
+        for half in self.range(2, unroll=2):
+            self.tma.global_to_shared(
+                src=gq,
+                dst=sq[half],
+                offsets=[bh, q_row + half * (self.block_m // 2), 0],
+                dims=[1, 2],
+                mbarrier=qbar,
+            )
+        for j in self.range(n_kv):
+            self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(
+                    kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
+                )
+                self.mbarrier.arrive_and_expect_tx(
+                    ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
+                )
+            self.tma.global_to_shared(
+                src=gk,
+                dst=sk[ring.stage],
+                offsets=[bkv, j * self.block_n, 0],
+                dims=[1, 2],
+                mbarrier=kfull[ring.stage],
+            )
+            self.tma.global_to_shared(
+                src=gv,
+                dst=sv[ring.stage],
+                offsets=[bkv, j * self.block_n, 0],
+                dims=[1, 2],
+                mbarrier=ring.full[ring.stage],
+            )
+            ring.advance()
+
+    def softmax(
+        self,
+        s: RegisterTensor,
+        m: RegisterTensor,
+        lsum: RegisterTensor,
+        masked: bool,
+        j: int32,
+        row0: int32,
+        seq_kv: int32,
+        scale_log2: float32,
+    ):
+        """The online softmax of score tile ``j`` (rows from ``row0``): updates the running row
+        max ``m`` (log2 domain) and sum ``lsum``; returns P and the factor that rescales O.
+        ``masked`` tiles hide keys past ``seq_kv`` (and, causal, right of the diagonal) without
+        a branch: ptxas serializes every wgmma of a kernel that branches while one is in
+        flight."""
+        bmh, bn = self.block_m // 2, self.block_n
+        t = s
+        if masked:
+            kv0: int32 = j * bn
+            cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda c: c)
+            ok = cols < seq_kv - kv0
+            if self.causal:
+                rows = self.register_tensor(dtype=int32, shape=[bmh, 1], init=lambda r, c: r)
+                ok = ok & (cols <= rows + (row0 - kv0))
+            t = self.where(ok, s, -float("inf"))
+        # the scale (> 0) is applied to the row max, and to the scores inside exp2's argument
+        # (one FFMA per score: s * scale - max)
+        m_new = self.maximum(m, self.max(t, dim=1, keepdim=True) * scale_log2)
+        p = self.exp2(t * scale_log2 - m_new)
+        alpha = self.exp2(m - m_new)
+        self.assign(lsum, lsum * alpha + self.sum(p, dim=1, keepdim=True))
+        self.assign(m, m_new)
+        return p, alpha
+
+    def step(
+        self,
+        masked: bool,
+        j: int32,
+        half: int,
+        ring: Ring,
+        kfull,
+        sq,
+        sk,
+        sv,
+        sp,
+        pa,
+        o: RegisterTensor,
+        m: RegisterTensor,
+        lsum: RegisterTensor,
+        row0: int32,
+        seq_kv: int32,
+        scale_log2: float32,
+    ):
+        """KV tile ``j >= 1``: issue ``S_j = Q K_j^T`` and ``O += P_{j-1} V_{j-1}``, run the
+        softmax of ``S_j`` while the second one runs, then rescale O and stage ``P_j``."""
+        bmh, bn = self.block_m // 2, self.block_n
+        stage = ring.stage
+        s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
+        self.mbarrier.wait(kfull[stage], phase=ring.phase)
+        # both waits before the issue: a wait loop between two wgmma issues makes ptxas
+        # serialize every wgmma of the kernel
+        self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+        self.wgmma.fence()
+        self.wgmma.mma(sq[half], sk[stage].transpose(), s)
+        self.wgmma.commit_group()
+        self.wgmma.mma(pa, sv[ring.prev_stage], o)
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(1)  # S_j has landed; P_{j-1} V_{j-1} may still run
+        p, alpha = self.softmax(s, m, lsum, masked, j, row0, seq_kv, scale_log2)
+        self.wgmma.wait_group(0)
+        with self.single_thread():
+            self.mbarrier.arrive(ring.empty[ring.prev_stage])
+        self.assign(o, o * alpha)
+        if P_IN_SHARED:
+            self.stage_p(self.cast(p, self.dtype), sp[half])
+        else:
+            self.assign(pa, self.cast(p, self.dtype))
+        ring.advance()
+
+    def stage_p(self, pa: RegisterTensor, sp: SharedTensor):
+        """P into shared memory for the shared-operand WGMMA (not needed with register A)."""
+        self.store_shared(sp, pa)
+        self.fence.proxy_async(space="shared")  # generic writes, then WGMMA reads
+        self.sync()
+        return sp
+
+    def consume(
+        self,
+        half: int,
+        ring: Ring,
+        kfull,
+        sq,
+        sk,
+        sv,
+        sp,
+        go,
+        glse,
+        qbar,
+        bh: int32,
+        q_row: int32,
+        seq_q: int32,
+        seq_kv: int32,
+        n_kv: int32,
+        scale_log2: float32,
+    ):
+        """A consumer warp group: rows ``[q_row + half * block_m / 2, ...)`` of the block.
+
+        Software-pipelined over the KV tiles: while the softmax of tile ``j`` runs on the CUDA
+        cores, the tensor cores compute ``P_{j-1} V_{j-1}`` (issued with ``S_j = Q K_j^T``);
+        the output is rescaled once that group has retired."""
+        bmh, bn, dim = self.block_m // 2, self.block_n, self.dim
+        row0: int32 = q_row + half * bmh
+        o = self.register_tensor(dtype=float32, shape=[bmh, dim], init=0.0)
+        m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
+        lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
+        self.mbarrier.wait(qbar, phase=0)
+        # tile 0: S, its softmax and P (n_kv >= 1: every row has a first key)
+        s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
+        self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+        self.wgmma.fence()
+        self.wgmma.mma(sq[half], sk[ring.stage].transpose(), s)
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(0)
+        p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
+        pa = self.cast(p, self.dtype)
+        if P_IN_SHARED:
+            pa = self.stage_p(pa, sp[half])
+        ring.advance()
+        # tiles every row of this group sees whole, then the ragged / diagonal ones, masked
+        n_full: int32 = max(min(n_kv, seq_kv // bn), 1)
+        if self.causal:
+            n_full = max(min(n_full, (row0 + 1) // bn), 1)
+        args = (half, ring, kfull, sq, sk, sv, sp, pa, o, m, lsum, row0, seq_kv, scale_log2)
+        for j in self.range(1, n_full):
+            self.step(False, j, *args)
+        for j in self.range(n_full, n_kv):
+            self.step(True, j, *args)
+        self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+        self.wgmma.fence()
+        self.wgmma.mma(pa, sv[ring.prev_stage], o)
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(0)
+        with self.single_thread():
+            self.mbarrier.arrive(ring.empty[ring.prev_stage])
+        inv = 1.0 / lsum
+        out = self.cast(o * inv, self.dtype)
+        self.sync()
+        self.store_shared(sq[half], out)  # Q is no longer read: its tile stages the output
+        self.fence.proxy_async(space="shared")
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(sq[half], go, offsets=[bh, row0, 0], dims=[1, 2])
+            self.tma.commit_group()
+        lse = (m + self.log2(lsum)) * LN2
+        self.store_global(glse, lse, offsets=[bh, row0, 0], dims=[1, 2])
+        with self.single_thread():
+            self.tma.wait_group(0, read=True)
+
+    def __call__(
+        self,
+        batch: int32,
+        heads: int32,
+        seq_q: int32,
+        seq_kv: int32,
+        scale: float32,
+        q_ptr: void_p,
+        k_ptr: void_p,
+        v_ptr: void_p,
+        o_ptr: void_p,
+        lse_ptr: ~float32,
+    ):
+        dt, dim = self.dtype, self.dim
+        bm, bn, stages = self.block_m, self.block_n, self.num_stages
+        bmh = bm // 2
+        num_q = cdiv(seq_q, bm)
+        self.attrs.blocks = [num_q, heads, batch]
+        self.attrs.warps = 12  # two consumer warp groups + a producer warp group
+        gq = self.global_view(q_ptr, dtype=dt, shape=[batch * heads, seq_q, dim])
+        gk = self.global_view(k_ptr, dtype=dt, shape=[batch * (heads // self.group), seq_kv, dim])
+        gv = self.global_view(v_ptr, dtype=dt, shape=[batch * (heads // self.group), seq_kv, dim])
+        go = self.global_view(o_ptr, dtype=dt, shape=[batch * heads, seq_q, dim])
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[batch * heads, seq_q, 1])
+        q_tile: int32 = self.blockIdx.x
+        if self.causal:  # the longest rows first
+            q_tile = num_q - 1 - self.blockIdx.x
+        bh: int32 = self.blockIdx.z * heads + self.blockIdx.y
+        bkv: int32 = bh // self.group
+        q_row: int32 = q_tile * bm
+        n_kv: int32 = self.kv_tiles(q_row, seq_kv)
+
+        sq = self.shared_tensor(dtype=dt, shape=[2, bmh, dim])
+        sk = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
+        sv = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
+        sp = None  # P goes from registers straight into the P @ V WGMMA
+        if P_IN_SHARED:
+            sp = self.shared_tensor(dtype=dt, shape=[2, bmh, bn])
+        qbar = self.mbarrier.alloc([1])
+        kfull = self.mbarrier.alloc([1] * stages)
+        ring = Ring(stages)
+        scale_log2: float32 = scale * LOG2E
+
+        with self.warp_group(8, 4):  # producer warp group
+            self.setmaxnreg(24)
+            with self.single_warp(0):
+                self.produce(ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], bh, bkv, q_row, n_kv)
+        with self.warp_group(0, 4):
+            self.setmaxnreg(240)
+            self.consume(
+                0,
+                ring,
+                kfull,
+                sq,
+                sk,
+                sv,
+                sp,
+                go,
+                glse,
+                qbar[0],
+                bh,
+                q_row,
+                seq_q,
+                seq_kv,
+                n_kv,
+                scale_log2,
+            )
+        with self.warp_group(4, 4):
+            self.setmaxnreg(240)
+            self.consume(
+                1,
+                ring,
+                kfull,
+                sq,
+                sk,
+                sv,
+                sp,
+                go,
+                glse,
+                qbar[0],
+                bh,
+                q_row,
+                seq_q,
+                seq_kv,
+                n_kv,
+                scale_log2,
+            )
+
+
+def forward_launcher(q, k, v, causal: bool = False, scale=None, kernel=None, out=None):
+    """Check the arguments once and return ``run() -> (o, lse)`` launching the forward kernel on
+    preallocated outputs. q [b, h, sq, d], k and v [b, hkv, skv, d] (torch tensors; CPU ones run
+    on the interpreter); ``kernel`` overrides the default-constructed ``FlashAttention``."""
+    import torch
+
+    b, h, hkv, sq, skv, d, dt = check_attention_args(q, k, v)
+    if not default_scale(d, scale) > 0:
+        raise tilus.TilusArgumentError(f"scale must be positive, got {scale}")
+    if causal and sq > skv:
+        raise tilus.TilusArgumentError(
+            f"causal attention needs seq_q <= seq_kv, got q with {sq} rows and k with {skv}"
+        )
+    if kernel is None:
+        kernel = FlashAttention(dim=d, dtype=dt, causal=causal, group=h // hkv)
+    o = out if out is not None else torch.empty_like(q)
+    lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
+    sc = default_scale(d, scale)
+
+    def run():
+        kernel(b, h, sq, skv, sc, q, k, v, o, lse)
+        return o, lse
+
+    return run
+
+
+def flash_attention(q, k, v, causal: bool = False, scale=None, kernel=None, out=None):
+    """``(o, lse)``: O = softmax(scale * Q K^T) V (and the natural log-sum-exp of each row)."""
+    return forward_launcher(q, k, v, causal, scale, kernel, out)()
+
+
+CPU_CASES = [  # (b, h, hkv, sq, skv, d, dtype, causal)
+    (1, 2, 1, 150, 150, 64, "float16", True),
+    (1, 1, 1, 100, 200, 128, "bfloat16", False),
+]
+GPU_CASES = [
+    (2, 8, 2, 1000, 1000, 128, "float16", True),
+    (2, 8, 8, 1000, 1234, 64, "bfloat16", False),
+    (1, 4, 1, 777, 777, 256, "float16", False),
+]
+
+
+def main() -> int:
+    """Check the kernel against a float64 reference; returns the exit status."""
+    import torch
+
+    on_gpu = torch.cuda.is_available() and not tilus.option.get_option("interpret")
+    device = "cuda" if on_gpu else "cpu"
+    ok_all = True
+    for b, h, hkv, sq, skv, d, dt, causal in GPU_CASES if on_gpu else CPU_CASES:
+        q, k, v = random_qkv(torch, b, h, hkv, sq, skv, d, dt, device)
+        o = torch.full_like(q, float("nan"))
+        o, lse = flash_attention(q, k, v, causal=causal, out=o)
+        ro, rl = reference(q, k, v, causal, default_scale(d, None))
+        err, lerr = max_error(o, ro), max_error(lse, rl)
+        ok = err < 2e-2 and lerr < 1e-3
+        ok_all &= ok
+        print(
+            f"{b}x{h}/{hkv}x{sq}x{skv}x{d} {dt} causal={causal}: "
+            f"max err {err:.2e}, lse err {lerr:.2e} {'ok' if ok else 'FAIL'}"
+        )
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""The attention examples: FlashAttention forward and decode attention on the interpreter (every
+config, in order and shuffled), their argument checks, NVRTC builds, and GPU runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilus
+
+torch = pytest.importorskip("torch")
+
+ATTN = Path(__file__).resolve().parents[1] / "examples" / "attention"
+if str(ATTN) not in sys.path:
+    sys.path.insert(0, str(ATTN))
+
+import attention_support as S  # noqa: E402
+from decode_attention import DecodeAttention, DecodeCombine, decode_attention  # noqa: E402
+from flash_attention import FlashAttention, flash_attention  # noqa: E402
+
+from tests.cuda.conftest import needs_gpu, needs_nvrtc  # noqa: E402
+
+
+def _check_forward(q, k, v, causal, o, lse, scale=None):
+    ro, rl = S.reference(q, k, v, causal, S.default_scale(q.shape[-1], scale))
+    assert S.max_error(o, ro) < 2e-2, S.max_error(o, ro)
+    assert S.max_error(lse, rl) < 1e-3
+
+
+FORWARD = [  # (b, h, hkv, sq, skv, d, dtype, causal)
+    (1, 2, 1, 300, 300, 64, "float16", True),  # whole tiles left of the diagonal, then masked
+    (1, 2, 2, 70, 330, 128, "bfloat16", False),  # whole KV tiles, then a ragged one
+    (1, 1, 1, 40, 100, 256, "float16", True),
+]
+
+
+@pytest.mark.parametrize("seed", [None, 1], ids=["in-order", "shuffled"])
+@pytest.mark.parametrize("case", FORWARD, ids=lambda c: f"d{c[5]}-{c[6]}-causal{c[7]}")
+def test_forward_every_config_on_the_interpreter(case, seed):
+    b, h, hkv, sq, skv, d, dt, causal = case
+    q, k, v = S.random_qkv(torch, b, h, hkv, sq, skv, d, dt)
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, interpret_all_configs=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=causal, out=o, scale=0.3)
+    _check_forward(q, k, v, causal, o, lse, scale=0.3)
+
+
+@pytest.mark.parametrize("seed", [None, 2], ids=["in-order", "shuffled"])
+def test_decode_every_config_on_the_interpreter(seed):
+    q, k, v = S.random_qkv(torch, 2, 4, 2, 1, 300, 64, "float16")
+    lens = [300, 70]  # one chunk ragged, one sequence shorter than its first split
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, interpret_all_configs=True, schedule_seed=seed):
+        o, lse = decode_attention(q, k, v, torch.tensor(lens, dtype=torch.int32), out=o, splits=3)
+    ro, rl = S.reference_decode(q, k, v, lens, S.default_scale(64, None))
+    assert S.max_error(o, ro) < 2e-2 and S.max_error(lse, rl) < 1e-3
+
+
+def _qkv(shape_q=(1, 4, 64, 64), shape_kv=(1, 2, 64, 64), dtype=torch.float16):
+    return torch.randn(shape_q).to(dtype), *(torch.randn(shape_kv).to(dtype) for _ in "kv")
+
+
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda: _qkv(shape_kv=(1, 2, 64, 128)), "head dim 128, q has head dim 64"),
+        (lambda: _qkv(shape_kv=(1, 3, 64, 64)), "heads_kv = 3 must divide the 4 query heads"),
+        (lambda: _qkv(shape_q=(1, 4, 64, 96), shape_kv=(1, 2, 64, 96)), "head dim 96"),
+        (
+            lambda: (_qkv()[0].transpose(1, 2).contiguous().transpose(1, 2),) + _qkv()[1:],
+            "q must be contiguous",
+        ),
+        (
+            lambda: _qkv()[:2] + (torch.randn(1, 2, 64, 128).half()[..., ::2],),
+            "v must be contiguous",
+        ),
+        (lambda: _qkv()[:2] + (_qkv()[2].float(),), "v must be float16"),
+        (lambda: (_qkv()[0][0],) + _qkv()[1:], "q must be 4-D"),
+    ],
+)
+def test_bad_forward_arguments_name_the_argument(make, fragment):
+    q, k, v = make()
+    with pytest.raises(tilus.TilusArgumentError, match=fragment.replace("(", r"\(")):
+        flash_attention(q, k, v)
+
+
+def test_bad_decode_arguments_name_the_argument():
+    q, k, v = _qkv(shape_q=(2, 4, 1, 64), shape_kv=(2, 2, 100, 64))
+    with pytest.raises(tilus.TilusArgumentError, match="the KV cache k holds 100 positions"):
+        decode_attention(q, k, v, torch.tensor([50, 101], dtype=torch.int32))
+    with pytest.raises(tilus.TilusArgumentError, match="lens must be int32 of shape"):
+        decode_attention(q, k, v, torch.tensor([50], dtype=torch.int32))
+    with pytest.raises(tilus.TilusArgumentError, match="lens must be in"):
+        decode_attention(q, k, v, torch.tensor([0, 5], dtype=torch.int32))
+    with pytest.raises(tilus.TilusArgumentError, match=r"splits must be in \[1, 64\]"):
+        decode_attention(q, k, v, torch.tensor([50, 60], dtype=torch.int32), splits=65)
+
+
+def test_the_scale_must_be_positive():
+    with pytest.raises(tilus.TilusArgumentError, match="scale must be positive"):
+        flash_attention(*_qkv(), scale=-0.5)
+
+
+def test_causal_needs_no_more_queries_than_keys():
+    q, k, v = _qkv(shape_kv=(1, 2, 32, 64))
+    with pytest.raises(tilus.TilusArgumentError, match="seq_q <= seq_kv"):
+        flash_attention(q, k, v, causal=True)
+
+
+def test_every_head_dim_has_its_tiles():
+    for d in (64, 128, 256):
+        kernel = FlashAttention(dim=d)
+        assert len(kernel.configs) == 3
+        assert all(len(FlashAttention(tile=t, dim=d).configs) == 1 for t in range(3))
+
+
+@needs_nvrtc
+def test_forward_builds_without_spills():
+    args = (4, 32, 4096, 4096, 0.1) + (tilus.void_p,) * 4 + (tilus.float32,)
+    ck = tilus.compile(FlashAttention(tile=0, dim=128, causal=True), *args)
+    ck = ck[0] if isinstance(ck, list) else ck
+    assert ck.resources["spill_store_bytes"] == 0 and not ck.wgmma_serialized, ck.log
+    src = ck.source
+    assert "tl_setmaxnreg_dec<24>();" in src and src.count("tl_setmaxnreg_inc<240>") == 2
+    # P @ V: P from registers (the S accumulator cast in place), V [block_n, dim] MN-major
+    assert "_rs_t01(" in src and "through shared memory" not in src
+    assert "HGMMA.64x128x16.F32" in ck.sass()
+
+
+@needs_nvrtc
+def test_decode_builds_without_spills():
+    v, f = tilus.void_p, tilus.float32
+    ck = tilus.compile(
+        DecodeAttention(block_n=128, num_stages=2, dim=128),
+        16,
+        8,
+        4,
+        8192,
+        2,
+        4096,
+        0.1,
+        v,
+        v,
+        v,
+        tilus.int32,
+        f,
+        f,
+    )
+    ck = ck[0] if isinstance(ck, list) else ck
+    assert ck.resources["spill_store_bytes"] == 0 and not ck.wgmma_serialized, ck.log
+
+
+# --- GPU: every config at one ragged size against the float32 reference, outputs poisoned ----
+
+
+def _gpu_reference(q, k, v, causal, scale):
+    g = q.shape[1] // k.shape[1]
+    k, v = (x.float().repeat_interleave(g, dim=1) for x in (k, v))
+    s = torch.einsum("bhqd,bhkd->bhqk", q.float(), k) * scale
+    if causal:
+        mask = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+    return torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), v), torch.logsumexp(s, -1)
+
+
+GPU_FORWARD = [(d, "float16", c) for d in (64, 128, 256) for c in (False, True)] + [
+    (128, "bfloat16", False),
+    (128, "bfloat16", True),
+]
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("d, dtype, causal", GPU_FORWARD)
+def test_gpu_forward_every_config(d, dtype, causal):
+    q, k, v = S.random_qkv(torch, 2, 4, 2, 333, 333 if causal else 517, d, dtype, "cuda")
+    scale = S.default_scale(d, None)
+    ro, rl = _gpu_reference(q, k, v, causal, scale)
+    for tile in range(len(FlashAttention(dim=d).configs)):
+        kernel = FlashAttention(tile=tile, dim=d, dtype=dtype, causal=causal, group=2)
+        o = torch.full_like(q, float("nan"))
+        o, lse = flash_attention(q, k, v, causal=causal, kernel=kernel, out=o)
+        torch.cuda.synchronize()
+        assert not o.isnan().any(), f"tile {tile}: NaN left in O"
+        err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
+        assert err < 2e-2, f"tile {tile}: max error {err}"
+        assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3), f"tile {tile}: lse"
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_decode_every_config(dtype):
+    b, h, hkv, nq, max_len, d = 4, 16, 4, 1, 2000, 128
+    q, k, v = S.random_qkv(torch, b, h, hkv, nq, max_len, d, dtype, "cuda")
+    lens = [2000, 1, 777, 1500]
+    lt = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    want = S.reference_decode(q.cpu(), k.cpu(), v.cpu(), lens, S.default_scale(d, None))
+    for cfg in DecodeAttention(dim=d).configs:
+        kernel = DecodeAttention(dim=d, dtype=dtype, **cfg)
+        o = torch.full_like(q, float("nan"))
+        o, lse = decode_attention(q, k, v, lt, kernel=kernel, out=o)
+        torch.cuda.synchronize()
+        assert S.max_error(o, want[0]) < 2e-2, cfg
+        assert S.max_error(lse, want[1]) < 1e-3, cfg
+
+
+def test_combine_space():
+    assert len(DecodeCombine(dim=64).configs) == 1
+    assert np.isfinite(S.default_scale(64, None))
