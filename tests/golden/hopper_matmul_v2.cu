@@ -111,16 +111,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -545,16 +536,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -981,16 +963,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -1419,16 +1392,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -1987,16 +1951,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -2557,16 +2512,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -3129,16 +3075,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -3565,16 +3502,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -4003,16 +3931,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -4443,16 +4362,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -5015,16 +4925,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -5589,16 +5490,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(

@@ -111,16 +111,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -547,16 +538,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -985,16 +967,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -1425,16 +1398,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -1994,16 +1958,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -2565,16 +2520,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -3147,16 +3093,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -3584,16 +3521,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -4023,16 +3951,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -4464,16 +4383,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -5035,16 +4945,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -5608,16 +5509,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -6192,16 +6084,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -6631,16 +6514,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -7072,16 +6946,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -7515,16 +7380,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -8090,16 +7946,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
@@ -8667,16 +8514,7 @@ __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], u
 __device__ __forceinline__ uint16_t tl_f2h(float f) {
   uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-// float min/max on the GPU: one FMNMX that propagates NaN as NumPy does (PTX min/max.NaN,
-// sm_80+), instead of a compare and a select
-template <class T> __device__ __forceinline__ T tl_min(T a, T b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(T) == 4 && T(0.5) != T(0)) {
-    float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
-  }
-#endif
-  return b < a ? b : a;
-}
+template <class T> __device__ __forceinline__ T tl_min(T a, T b) { return b < a ? b : a; }
 
 extern "C" __global__ void __launch_bounds__(128, 1)
 tl_MatmulWGMMAV2(
