@@ -17,13 +17,13 @@ from tilus.backends.interp.values import (
 )
 from tilus.dtypes import float32, int32
 from tilus.errors import TilusRuntimeError, at
+from tilus.ir import fp8
 from tilus.ir import inst as I
 from tilus.ir.cscalar import intdiv, intmod, shift_array
-from tilus.ir import fp8
 from tilus.ir.enums import TensorKind
-from tilus.ir.fp8 import is_fp8
 from tilus.ir.evaluate import eval_scalar
 from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, Unary, Var
+from tilus.ir.fp8 import is_fp8
 from tilus.ir.rules import RuleTable
 from tilus.ir.tensor import TensorVar
 
