@@ -159,6 +159,14 @@ def wgmma_wait_group(ctx, inst, expr):
         ctx.close()
 
 
+#: tilus dtype name -> the wgmma input type (``W.INPUT_K`` has K per instruction of each).
+WGMMA_PTX_TYPES = {
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float8_e4m3": "e4m3",
+    "float8_e5m2": "e5m2",
+}
+
 _PROXY_FENCES = {"shared": "tl_fence_proxy_async", "global": "tl_fence_proxy_async_global"}
 
 
@@ -185,19 +193,23 @@ def setmaxnreg(ctx, inst, expr):
 
 @rule(I.WgmmaMma)
 def wgmma_mma(ctx, inst, expr):
-    """``d += a @ b``: one m64nNk16 wgmma per (m64 tile, k16 step), B (and a shared A) by
-    descriptor; a register A passes its fragment's four 32-bit registers per step."""
+    """``d += a @ b``: one m64nNkK wgmma per (m64 tile, K step; K = 16 for f16/bf16, 32 for
+    fp8: a K step is 32 bytes either way), B (and a shared A) by descriptor; a register A
+    passes its fragment's four 32-bit registers per step."""
     a, b, d = inst.a, inst.b, inst.d
     vb = ctx.plan.shared[b]
     m, k = a.shape
     n = b.shape[1]
-    ab = "f16" if a.dtype.name == "float16" else "bf16"
+    ab, bt = WGMMA_PTX_TYPES[a.dtype.name], WGMMA_PTX_TYPES[b.dtype.name]
+    ks = W.input_k(ab, bt)
     regs_a = a.kind == TensorKind.REGISTER
-    frag = W.mma_async(n, ab, a_from="regs" if regs_a else "smem")
+    if regs_a and ks != 16:
+        raise ctx.error(f"wgmma with a register A operand of {a.dtype} is not supported")
+    frag = W.mma_async(n, ab, a_from="regs" if regs_a else "smem", b_type=None if bt == ab else bt)
     if frag.name not in {f.name for f in ctx.fragments}:
         ctx.fragments.append(frag)
     eb = a.dtype.nbits // 8
-    tb = W.KMajorTile(rows=8, cols=k, dtype_bytes=eb, swizzle=vb.layout.swizzle)
+    tb = W.KMajorTile(rows=8, cols=k, dtype_bytes=b.dtype.nbits // 8, swizzle=vb.layout.swizzle)
     layout = R.layout_of(ctx, d)
     ctx.wgmma_accs[id(d)] = d
     if layout.kind != "wgmma_acc":
@@ -215,8 +227,8 @@ def wgmma_mma(ctx, inst, expr):
         ctx.emit(f"const uint32_t {pa} = tl_smem + {shared_offset(ctx, a)};")
     pb = ctx.fresh("db")
     ctx.emit(f"const uint32_t {pb} = tl_smem + {shared_offset(ctx, b)};")
-    for kk in range(k // 16):
-        kob = tb.k_offset(16 * kk)
+    for kk in range(k // ks):
+        kob = tb.k_offset(ks * kk)
         desc_b = f"tl_wgmma_desc_with_addr({tb.high_bits():#x}ull, {pb} + {kob}u)"
         for mt in range(m // 64):
             if regs_a:
@@ -231,7 +243,7 @@ def wgmma_mma(ctx, inst, expr):
                 ctx.emit(f"const uint32_t {ra}[4] = {{{', '.join(words)}}};")
                 a_arg = ra
             else:
-                aoff = mt * 64 * va.layout.row_bytes + ta.k_offset(16 * kk)
+                aoff = mt * 64 * va.layout.row_bytes + ta.k_offset(ks * kk)
                 a_arg = f"tl_wgmma_desc_with_addr({ta.high_bits():#x}ull, {pa} + {aoff}u)"
             ctx.emit(f"{frag.name}({ctx.name(d)}[{mt}], {a_arg}, {desc_b}, 1);")
     ctx.close()
