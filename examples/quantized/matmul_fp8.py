@@ -26,8 +26,6 @@ import time
 import traceback
 from pathlib import Path
 
-import numpy as np
-
 import tilus
 
 _HERE = Path(__file__).resolve().parent
