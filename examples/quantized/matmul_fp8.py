@@ -235,7 +235,8 @@ def main() -> int:
         try:
             ok, err, note, c, ins = run_once(kernel, gpu, m, n, k, "cuda")
             a8, b8, sa, sb, scale = ins
-            secs = gpu_time(gpu, lambda: kernel(m, n, k, a8, b8, sa, sb, scale, c))
+            args = (m, n, k, a8, b8, sa, sb, scale, c)
+            secs = gpu_time(gpu, lambda args=args: kernel(*args))
             tflops = f"{2 * m * n * k / secs / 1e12:.0f}"
         except Exception as e:  # noqa: BLE001 - report the failure, do not hide it
             traceback.print_exception(e)

@@ -129,7 +129,8 @@ def main() -> int:
                 if gpu is None:
                     speed = f"{time.perf_counter() - start:.1f} s"
                 else:
-                    secs = gpu_time(gpu, lambda k=kernel: k(m, n, x, q, s))
+                    args = (m, n, x, q, s)
+                    secs = gpu_time(gpu, lambda k=kernel, args=args: k(*args))
                     speed = f"{secs * 1e3:.3f} ms, {(3 * m * n + 4 * m) / secs / 1e9:.0f} GB/s"
             except Exception as e:  # noqa: BLE001 - report the failure, do not hide it
                 traceback.print_exception(e)
