@@ -81,16 +81,16 @@ def decode(codes, dt: DataType) -> np.ndarray:
 def round_fp8(x, dt: DataType) -> np.ndarray:
     """Values rounded to ``dt`` (nearest even, satfinite; NaN stays NaN), as float64."""
     e, m, bias = _params(dt)
-    x = np.asarray(x, dtype=np.float64)
     fmax = 448.0 if dt.name == "float8_e4m3" else 57344.0
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+    with np.errstate(all="ignore"):
+        x = np.asarray(x, dtype=np.float64)
         _, ex = np.frexp(x)  # x = f * 2**ex, 0.5 <= |f| < 1
         ex = np.maximum(ex - 1, 1 - bias)  # unbiased exponent, clamped for subnormals
         quantum = np.ldexp(1.0, (ex - m).astype(np.int64))
         r = np.rint(x / quantum) * quantum  # exact: a power-of-two scale, then round-half-even
         r = np.where(np.isinf(x), x, r)
         r = np.clip(r, -fmax, fmax)  # satfinite, Inf included
-    return np.where(np.isnan(x), np.nan, r)
+        return np.where(np.isnan(x), np.nan, r)
 
 
 def encode(x, dt: DataType) -> np.ndarray:
