@@ -275,3 +275,77 @@ def test_unsupported_dtype_is_a_failed_config_of_the_sweep():
     built = tilus.compile(Tf32Space(), 128, float32, target="sm_90a")
     built = built if isinstance(built, list) else [built]
     assert [dict(b.config) for b in built] == [{"dt": "f32"}]
+
+
+# --- fp8 WGMMA --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "da, db", [(float8_e4m3, float8_e4m3), (float8_e4m3, float8_e5m2), (float8_e5m2, float8_e4m3)]
+)
+def test_interpreter_fp8_wgmma_matches_torch(da, db):
+    from tests.fp8_kernels import Fp8Wgmma
+
+    m, n, k = 70, 72, 208  # ragged in M, N and K
+    tdt = {float8_e4m3: torch.float8_e4m3fn, float8_e5m2: torch.float8_e5m2}
+    a = (torch.randn(m, k) * 8).to(tdt[da])
+    b = (torch.randn(n, k) * 8).to(tdt[db])
+    c = torch.full((m, n), float("nan"))
+    Fp8Wgmma(da, db)(m, n, k, a.view(torch.uint8), b.view(torch.uint8), c)
+    ref = a.float() @ b.float().T
+    assert float((c - ref).abs().max() / ref.abs().max()) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        ("Fp8WgmmaMNMajorB", "operand b `sb` .* MN-major"),
+        ("Fp8WgmmaMNMajorA", "operand a `sa_t` .* MN-major"),
+        ("Fp8WgmmaBadK", "K=16 must be a multiple of 32"),
+        ("Fp8WgmmaMixedF16", "float8_e4m3/float8_e5m2 operands in any mix"),
+    ],
+)
+def test_fp8_wgmma_refusals_are_located(name, fragment):
+    from tests import fp8_kernels
+
+    cls = getattr(fp8_kernels, name)
+    with pytest.raises(tilus.TilusProgramError) as info:
+        cls()(np.zeros(8, np.uint8), np.zeros(8, np.uint8), np.zeros(8, np.float32))
+    assert info.value.loc.line == err_line(cls)
+    assert re.search(fragment, info.value.msg), info.value.msg
+
+
+def test_cuda_fp8_wgmma_code_and_targets():
+    pytest.importorskip("cuda.bindings")
+    from tests.fp8_kernels import Fp8Wgmma
+
+    ck = tilus.compile(
+        Fp8Wgmma(float8_e4m3, float8_e5m2), 100, 72, 208, void_p, void_p, float32, target="sm_90a"
+    )
+    src = ck.kernel.source
+    assert "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e5m2" in src
+    assert "p, 1, 1;" in src  # no transpose immediates for 8-bit operands
+    # four K steps of 32 bytes in a 128-byte swizzled row
+    assert all(f"+ {off}u)" in src for off in (0, 32, 64, 96))
+    with pytest.raises(tilus.TilusCompileError, match="wgmma_mma needs target sm_90a"):
+        tilus.compile(
+            Fp8Wgmma(float8_e4m3, float8_e4m3), 64, 64, 128, void_p, void_p, float32,
+            target="sm_90",
+        )  # fmt: skip
+
+
+def test_ptx_wgmma_fp8_wrappers():
+    from tilus.backends.cuda.ptx import wgmma as W
+
+    assert W.mma_async_name(128, "f16") == "tl_wgmma_m64n128k16_f32_f16_ss"  # unchanged
+    assert W.mma_async_name(128, "e4m3") == "tl_wgmma_m64n128k32_f32_e4m3_ss"
+    assert W.mma_async_name(8, "e5m2", b_type="e4m3") == "tl_wgmma_m64n8k32_f32_e5m2_e4m3_ss"
+    frag = W.mma_async(256, "e4m3", b_type="e5m2")
+    assert "m64n256k32.f32.e4m3.e5m2" in frag.text and "p, 1, 1;" in frag.text
+    with pytest.raises(ValueError, match="no transpose"):
+        W.mma_async(64, "e4m3", trans_b=1)
+    with pytest.raises(ValueError, match="no e4m3 x f16 form"):
+        W.mma_async(64, "e4m3", b_type="f16")
+    # an fp8 K step is 32 elements = 32 bytes of a 128-byte swizzled K-major row
+    tile = W.KMajorTile(rows=8, cols=128, dtype_bytes=1, swizzle=128)
+    assert [tile.k_offset(32 * i) for i in range(4)] == [0, 32, 64, 96]
