@@ -327,7 +327,7 @@ def test_cuda_fp8_wgmma_code_and_targets():
     assert "p, 1, 1;" in src  # no transpose immediates for 8-bit operands
     # four K steps of 32 bytes in a 128-byte swizzled row
     assert all(f"+ {off}u)" in src for off in (0, 32, 64, 96))
-    with pytest.raises(tilus.TilusCompileError, match="wgmma_mma needs target sm_90a"):
+    with pytest.raises(tilus.TilusCompileError, match="wgmma_fence needs target sm_90a"):
         tilus.compile(
             Fp8Wgmma(float8_e4m3, float8_e4m3), 64, 64, 128, void_p, void_p, float32,
             target="sm_90",
