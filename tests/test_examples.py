@@ -37,6 +37,8 @@ EXAMPLES = [
     "hopper_matmul/matmul_v4.py",
     "hopper_matmul/matmul_v5.py",
     "hopper_matmul/matmul_v6.py",
+    "quantized/matmul_fp8.py",
+    "quantized/per_token_cast.py",
 ]
 HELPERS = [
     "example_support.py",
