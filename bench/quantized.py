@@ -1,122 +1,253 @@
-"""Benchmark the low-precision kernels beside their torch/cuBLAS baselines (H200).
+"""Benchmark the quantized kernels beside their torch/cuBLAS counterparts, in one process.
 
-``python bench/quantized.py [--out results.json]`` runs each case of ``CASES`` on a Hopper GPU
-in the same process: for now the casts of ``tilus.kernels.cast`` (the kernel behind
-``tilus.Tensor.to``) between packed sub-byte types and float16, against ``dst.copy_(src)`` of
-the same bytes (the HBM ceiling). Each row gives the time (median of CUDA-event timings with
-a cold L2), GB/s (bytes read + written / time) and the ratio to the copy. Every kernel is first
-checked bit for bit against the interpreter at a small ragged size. ``--dry-run`` needs no
-GPU: only those checks, on the interpreter.
+On a Hopper GPU with torch: ``python bench/quantized.py [--cases fp8_matmul,fp8_cast]
+[--out results.json]``. The benchmark is a table of cases (``CASES``); each checks its tilus
+kernel against torch float32 first (NaN-poisoned outputs), then times every implementation
+in interleaved rounds (``--rounds``, each the median of ``--reps`` CUDA-event timings with the
+L2 flushed before each run, as ``bench/rowwise.py`` does) and reports the median of the
+rounds:
 
-Cases are ``(group, label, function)``; a group (the quantized matmuls, fp8) adds its rows by
-appending to ``CASES``.
+* ``fp8_matmul``: ``examples/quantized/matmul_fp8.py`` with its default constructor (tuned
+  over its autotune space on first use) beside ``torch._scaled_mm`` (cuBLAS fp8, bf16 out),
+  both with per-tensor scales and both with per-row scales, at 8192^3, 4096^3 and a ragged
+  shape: TFLOPS and the ratio to cuBLAS;
+* ``fp8_cast``: ``examples/quantized/per_token_cast.py`` (bf16 -> e4m3 with per-row scales)
+  beside ``copy_`` of the same number of bytes (the HBM ceiling) and torch eager: GB/s (bytes
+  read + written) and the ratio to the copy.
+
+``--dry-run`` needs no GPU: every case runs its tilus kernel on the interpreter at a tiny
+ragged size and checks it.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import statistics
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for p in (REPO, REPO / "bench", REPO / "examples" / "quantized"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
 
-import tilus  # noqa: E402
-from tilus.kernels.cast import cast_kernel  # noqa: E402
-from tilus.packing import unpack  # noqa: E402
+from rowwise import git_commit, time_ms  # noqa: E402 - the shared timing helpers
 
-#: (source dtype, destination dtype) of the cast cases
-CASTS = [
-    (tilus.int4b, tilus.float16),
-    (tilus.uint4b, tilus.float16),
-    (tilus.float4_e2m1, tilus.float16),
-    (tilus.float6_e3m2, tilus.float16),
-    (tilus.float16, tilus.int4b),
-    (tilus.float16, tilus.float4_e2m1),
-]
-NUMEL = 1 << 28  # elements per cast (128 MB of int4b, 512 MB of float16)
+MATMUL_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4000, 3008, 4000)]
+CAST_SHAPES = [(4096, 7168), (16384, 4096), (3000, 5000)]
 
 
-def _check(src, dst, device):
-    """The cast on ``device`` equals the interpreter's at a ragged size (bit for bit)."""
-    n = 3 * 1024 + 77
-    if src.nbits % 8:
-        x = tilus.Tensor(src, [n], tilus.randint(0, 256, [(n * src.nbits + 7) // 8], tilus.uint8,
-                                                  device=device).storage)  # fmt: skip
-    else:
-        x = tilus.randn([n], src, device=device, seed=1)
-    got = x.to(dst)
-    host = tilus.Tensor(src, [n], x.storage.cpu())
-    want = host.to(dst)
-    # the codes (a packed result's last byte may have bits past the tensor: not compared)
-    bits = (
-        unpack(got.storage.cpu().numpy(), dst.nbits, n),
-        unpack(want.storage.cpu().numpy(), dst.nbits, n),
-    )
-    assert np.array_equal(*bits), (src, dst)
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case: its CPU check and its GPU timing.
+
+    Attributes:
+        name: what ``--cases`` selects it by.
+        dry_run: ``() -> bool``, the tilus kernel on the interpreter at a tiny size, checked.
+        bench: ``(torch, args, flush) -> (rows, ok)``: result dicts (``impl``, ``shape``,
+            ``ms``, ``metric``, ``value``, ``ratio``, ``rounds_ms``) and whether every check
+            passed.
+    """
+
+    name: str
+    dry_run: Callable[[], bool]
+    bench: Callable
 
 
-def cast_case(src, dst):
-    """Time one cast of ``NUMEL`` elements; returns a result row."""
+def _interleaved(runs: dict, torch, flush, args) -> dict:
+    """name -> list of per-round median ms, the implementations interleaved in each round."""
+    for fn in runs.values():  # warm up (compiles and tunes here)
+        fn()
+    torch.cuda.synchronize()
+    rounds = {name: [] for name in runs}
+    for _ in range(args.rounds):
+        for name, fn in runs.items():
+            rounds[name].append(time_ms(fn, torch, flush, args.reps))
+    return rounds
+
+
+# --- fp8 matmul ---------------------------------------------------------------------------------
+
+
+def fp8_matmul_dry() -> bool:
+    """Two pinned configs of MatmulFP8 on the interpreter at a small ragged size."""
+    import matmul_fp8
     import torch
 
-    from tilus.utils import benchmark_func
+    import tilus
 
-    _check(src, dst, "cuda")
-    x = tilus.Tensor(src, [NUMEL], torch.randint(0, 256, ((NUMEL * src.nbits + 7) // 8,),
-                                                 dtype=torch.uint8, device="cuda"))  # fmt: skip
-    y = tilus.empty([NUMEL], dst, device="cuda")
-    k = cast_kernel(src, dst)
-
-    def operand(t):
-        return t.storage if t.dtype.nbits % 8 else t.torch().reshape(-1)
-
-    xs, ys = operand(x), operand(y)
-    ms = benchmark_func(lambda: k(NUMEL, xs, ys))
-    nbytes = x.nbytes + y.nbytes
-    half = (x.nbytes + y.nbytes) // 2  # a copy of this many bytes moves as many as the cast
-    a = torch.empty(half, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    copy_ms = benchmark_func(lambda: b.copy_(a))
-    return {
-        "case": f"cast {src} -> {dst}",
-        "numel": NUMEL,
-        "ms": ms,
-        "GB/s": nbytes / ms / 1e6,
-        "copy_ms": copy_ms,
-        "vs_copy": copy_ms / ms,
-    }
+    ok_all = True
+    for rs in (True, False):
+        cfg = dict(num_stages=3, block_m=128, block_n=128, block_k=128, swizzle=4)
+        kernel = matmul_fp8.MatmulFP8(num_sms=2, row_scales=rs, **cfg)
+        with tilus.option.scoped(interpret=True):
+            ok, err, note, _, _ = matmul_fp8.run_once(kernel, torch, 130, 136, 160, "cpu", rs)
+        print(f"fp8_matmul row_scales={rs} 130x136x160 interpreter max err {err:.1e} "
+              f"{'ok' if ok else 'FAIL ' + note}")  # fmt: skip
+        ok_all &= ok
+    return ok_all
 
 
-CASES = [("cast", f"{s}->{d}", lambda s=s, d=d: cast_case(s, d)) for s, d in CASTS]
+def fp8_matmul_bench(torch, args, flush):
+    """tilus fp8 matmul vs torch._scaled_mm, per-tensor and per-row scales."""
+    import matmul_fp8
+
+    rows, ok_all = [], True
+    kernels = {True: matmul_fp8.MatmulFP8(), False: matmul_fp8.MatmulFP8(row_scales=False)}
+    for m, n, k in MATMUL_SHAPES:
+        a8, b8, sa, sb, scale = matmul_fp8.quantized_inputs(torch, m, n, k, "cuda")
+        one = torch.ones((), device="cuda")
+        runs = {}
+        for rs, kernel in kernels.items():
+            tag = "row" if rs else "tensor"
+            c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+            kernel(m, n, k, a8, b8, sa, sb, scale, c)  # compile + tune on first use
+            ref = matmul_fp8.reference(torch, a8, b8, sa, sb, scale, rs)
+            ok, err, note = matmul_fp8.check(torch, c, ref)
+            if not ok:
+                print(f"fp8_matmul {m}x{n}x{k} tilus scales={tag}: error {err:.2e} {note} FAILS")
+                ok_all = False
+            t = (m, n, k, a8, b8, sa, sb, scale, c)
+            runs[f"tilus ({tag})"] = lambda kern=kernel, t=t: kern(*t)
+            if rs:
+                sa_t, sb_t = (sa * scale)[:, None].contiguous(), sb[None, :].contiguous()
+            else:
+                sa_t, sb_t = one * scale, one
+            runs[f"cuBLAS ({tag})"] = lambda sa_t=sa_t, sb_t=sb_t, a8=a8, b8=b8: torch._scaled_mm(
+                a8, b8.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16
+            )
+        rounds = _interleaved(runs, torch, flush, args)
+        for name, ts in rounds.items():
+            ms = statistics.median(ts)
+            base = "cuBLAS (row)" if "(row)" in name else "cuBLAS (tensor)"
+            rows.append(dict(case="fp8_matmul", impl=name, shape=f"{m}x{n}x{k}", ms=ms,
+                             metric="TFLOPS", value=2 * m * n * k / ms / 1e9,
+                             ratio=statistics.median(rounds[base]) / ms, rounds_ms=ts))  # fmt: skip
+    return rows, ok_all
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="write the rows as JSON here")
-    ap.add_argument("--dry-run", action="store_true", help="interpreter checks only (no GPU)")
-    args = ap.parse_args(argv)
-    if args.dry_run:
-        for s, d in CASTS:
-            _check(s, d, "cpu")
-            print(f"ok  cast {s} -> {d} (interpreter)")
-        return []
-    rows = []
-    print(f"{'case':36s} {'ms':>9s} {'GB/s':>8s} {'copy ms':>9s} {'vs copy':>8s}")
-    for _group, _label, fn in CASES:
-        r = fn()
-        rows.append(r)
-        print(
-            f"{r['case']:36s} {r['ms']:9.4f} {r['GB/s']:8.1f} {r['copy_ms']:9.4f} {r['vs_copy']:8.2f}"
-        )
+# --- per-token fp8 cast --------------------------------------------------------------------------
+
+
+def fp8_cast_dry() -> bool:
+    """Two pinned configs of PerTokenCast on the interpreter at a small ragged size."""
+    import per_token_cast
+    import torch
+
+    import tilus
+
+    ok_all = True
+    for r, w in ((1, 4), (4, 4)):
+        with tilus.option.scoped(interpret=True):
+            kernel = per_token_cast.PerTokenCast(rows=r, warps=w)
+            ok, note, *_ = per_token_cast.run_once(kernel, torch, 7, 300, "cpu")
+        print(f"fp8_cast rows={r} warps={w} 7x300 interpreter {note} {'ok' if ok else 'FAIL'}")
+        ok_all &= ok
+    return ok_all
+
+
+def fp8_cast_bench(torch, args, flush):
+    """tilus per-token cast vs copy_ of the same bytes and torch eager."""
+    import per_token_cast
+
+    rows, ok_all = [], True
+    kernel = per_token_cast.PerTokenCast()
+    for m, n in CAST_SHAPES:
+        ok, note, x, q, s = per_token_cast.run_once(kernel, torch, m, n, "cuda")
+        if not ok:
+            print(f"fp8_cast {m}x{n}: {note} FAILS")
+            ok_all = False
+        moved = 2 * m * n + m * n + 4 * m  # bf16 read, fp8 and the scales written
+        src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        runs = {
+            "copy": lambda d=dst, s=src: d.copy_(s),
+            "tilus": lambda t=(m, n, x, q, s): kernel(*t),
+            "torch eager": lambda x=x: per_token_cast.reference(torch, x),
+        }
+        rounds = _interleaved(runs, torch, flush, args)
+        copy_ms = statistics.median(rounds["copy"])
+        for name, ts in rounds.items():
+            ms = statistics.median(ts)
+            rows.append(dict(case="fp8_cast", impl=name, shape=f"{m}x{n}", ms=ms,
+                             metric="GB/s", value=moved / ms / 1e6, ratio=copy_ms / ms,
+                             rounds_ms=ts))  # fmt: skip
+    return rows, ok_all
+
+
+#: The cases, in the order they run (more quantized kernels add their rows here).
+CASES = [
+    Case("fp8_matmul", fp8_matmul_dry, fp8_matmul_bench),
+    Case("fp8_cast", fp8_cast_dry, fp8_cast_bench),
+]
+
+
+def _selected(names: str) -> list[Case]:
+    want = [c.strip() for c in names.split(",") if c.strip()]
+    known = {c.name: c for c in CASES}
+    bad = [w for w in want if w not in known]
+    if bad:
+        raise SystemExit(f"unknown case(s) {bad}; known: {sorted(known)}")
+    return [known[w] for w in want]
+
+
+def bench(args) -> int:
+    """Check and time the selected cases on the GPU; print the table, write the JSON."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: use --dry-run for the CPU checks")
+        return 1
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    results, status = [], 0
+    for case in _selected(args.cases):
+        rows, ok = case.bench(torch, args, flush)
+        results += rows
+        status |= not ok
+    header = f"{'case':11s} {'shape':15s} {'impl':16s} {'ms':>9s} {'value':>13s} {'ratio':>6s}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        val = f"{r['value']:.0f} {r['metric']}"
+        print(f"{r['case']:11s} {r['shape']:15s} {r['impl']:16s} {r['ms']:9.4f} {val:>13s} "
+              f"{r['ratio']:6.2f}")  # fmt: skip
+    print("ratio: fp8_matmul to cuBLAS with the same scales; fp8_cast to the copy")
+    meta = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        gpu=torch.cuda.get_device_name(),
+        commit=git_commit(),
+        command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        torch=torch.__version__,
+    )
     if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1))
-    return rows
+        Path(args.out).write_text(json.dumps(dict(meta=meta, results=results), indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return status
+
+
+def dry_run(args) -> int:
+    """Every selected case's tilus kernel on the interpreter, checked."""
+    ok = True
+    for case in _selected(args.cases):
+        ok &= case.dry_run()
+    return 0 if ok else 1
+
+
+def main(argv=None) -> int:
+    """Parse the arguments and run the benchmark (or the CPU dry run)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--cases", default=",".join(c.name for c in CASES))
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
+    ap.add_argument("--reps", type=int, default=20, help="timed runs per kernel per round")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
+    args = ap.parse_args(argv)
+    return dry_run(args) if args.dry_run else bench(args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,16 +1,42 @@
-"""bench/quantized.py without a GPU: its kernels checked on the interpreter (--dry-run)."""
+"""bench/quantized.py on the CPU: --help, and --dry-run checks every case on the interpreter."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+pytest.importorskip("torch")
 
 
-def test_dry_run_checks_every_cast_case(capsys):
-    path = Path(__file__).resolve().parents[1] / "bench" / "quantized.py"
-    spec = importlib.util.spec_from_file_location("bench_quantized", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    assert mod.main(["--dry-run"]) == []
-    out = capsys.readouterr().out
-    assert out.count("ok  cast") == len(mod.CASTS) == len(mod.CASES)
+def _run(*args):
+    env = dict(os.environ, TILUS_INTERPRET="1")
+    return subprocess.run(
+        [sys.executable, "bench/quantized.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_help_names_the_cases():
+    p = _run("--help")
+    assert p.returncode == 0 and "--dry-run" in p.stdout and "fp8_matmul" in p.stdout
+
+
+def test_dry_run_checks_every_case():
+    p = _run("--dry-run")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count(" ok") == 4 and "FAIL" not in p.stdout
+
+
+def test_unknown_case_is_refused():
+    p = _run("--dry-run", "--cases", "fp8_matmul,nope")
+    assert p.returncode != 0 and "nope" in (p.stdout + p.stderr)

@@ -231,7 +231,7 @@ def test_float8_e4m3_rounding_and_saturation():
 def test_float8_e5m2_rounding_and_overflow():
     got = _round_trip(tilus.float8_e5m2, [1.125, 1.375, 57344.0, 1e6, 2**-16])
     assert got[:3] == [1.0, 1.5, 57344.0]
-    assert got[3] == np.inf
+    assert got[3] == 57344.0  # conversions saturate (cvt.rn.satfinite), as on the GPU
     assert got[4] == 2**-16
 
 

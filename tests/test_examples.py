@@ -40,6 +40,8 @@ EXAMPLES = [
     "hopper_matmul/matmul_v7.py",
     "attention/flash_attention.py",
     "attention/decode_attention.py",
+    "quantized/matmul_fp8.py",
+    "quantized/per_token_cast.py",
 ]
 HELPERS = [
     "example_support.py",

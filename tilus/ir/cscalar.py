@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from tilus.dtypes import DataType, PointerType, float_max
+from tilus.ir.fp8 import FP8_NAMES, round_fp8
 
 
 def wrap(v: int, dt: DataType) -> int:
@@ -161,8 +162,11 @@ def round_float_format(x, dt: DataType) -> np.ndarray:
     """Round values to the nearest value of a narrow float format (ties to even), as float32.
 
     Formats without infinities (the fp8 e4m3 and sub-byte families) saturate to their largest
-    finite value; the sub-byte ones other than X=5 have no NaN either, and NaN becomes +max.
+    finite value; both fp8 formats saturate like the GPU's ``cvt.rn.satfinite`` (``ir/fp8.py``);
+    the sub-byte ones other than X=5 have no NaN either, and NaN becomes +max.
     """
+    if dt.name in FP8_NAMES:
+        return round_fp8(x, dt).astype(np.float32)
     x = np.asarray(x, dtype=np.float64)
     e, m = dt.exponent_bits, dt.mantissa_bits
     bias = (1 << (e - 1)) - 1

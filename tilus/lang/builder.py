@@ -123,6 +123,7 @@ class Builder:
         self.assigned: set[Var] = set()
         self.assumes: list = []  # (condition, loc) facts about the parameters (assume())
         self.cluster_read = False  # self.cluster was used (the shape may no longer change)
+        self.permuted: dict = {}  # a permuted view -> (its source, dims), for operand checks
 
     # --- context -------------------------------------------------------------------------------
     def __enter__(self):

@@ -22,10 +22,12 @@ from tilus.backends.interp.cluster import Cluster
 from tilus.backends.interp.machine import CTA
 from tilus.backends.interp.rules import INTERP_RULES
 from tilus.backends.interp.values import PointerValue
-from tilus.dtypes import DataType, PointerType, from_numpy_dtype, from_torch_dtype
+from tilus.dtypes import ALL_DTYPES, DataType, PointerType, from_numpy_dtype, from_torch_dtype
 from tilus.errors import TilusArgumentError, TilusRuntimeError
+from tilus.ir import fp8
 from tilus.ir.builtins import BLOCK_IDX, GRID_DIM
 from tilus.ir.evaluate import eval_scalar
+from tilus.ir.fp8 import is_fp8
 from tilus.tensor import Tensor
 
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -70,10 +72,14 @@ class _Buffer:
             t = v.detach()
             self.torch = t
             # the interpreter works on host copies of device tensors (TILUS_INTERPRET=1 on a GPU
-            # machine), and on float32 copies of bfloat16, which NumPy lacks; both write back
-            self.copied = t.device.type != "cpu" or (dt is not None and dt.name == "bfloat16")
+            # machine), and on float32 copies of bfloat16 and fp8, which NumPy lacks (DLPack
+            # does not carry fp8 either: its bytes are decoded here); all write back
+            widened = dt is not None and (dt.name == "bfloat16" or is_fp8(dt))
+            self.copied = t.device.type != "cpu" or widened
             host = t.cpu() if t.device.type != "cpu" else t
-            if dt is not None and dt.name == "bfloat16":
+            if dt is not None and is_fp8(dt):
+                self.flat = fp8.decode(host.reshape(-1).view(torch_uint8(t)).numpy(), dt)
+            elif dt is not None and dt.name == "bfloat16":
                 self.flat = host.float().reshape(-1).numpy().copy()
             else:
                 self.flat = host.reshape(-1).numpy()
@@ -99,12 +105,33 @@ class _Buffer:
             )
         self.dtype = dt
         self.name = name
+        # float32 copies of this buffer's bytes viewed as fp8 by `global_view` (dtype name ->
+        # array); encoded back into the bytes when the kernel ends
+        self.fp8_views: dict = {}
+
+    def flush_views(self):
+        """Write the fp8 views' values into the buffer's bytes."""
+        for name, arr in self.fp8_views.items():
+            self.flat.view(np.uint8)[...] = fp8.encode(arr, ALL_DTYPES[name])
+        self.fp8_views.clear()
 
     def write_back(self):
+        self.flush_views()
         if self.torch is not None and self.copied:
             import torch
 
+            if is_fp8(self.dtype):
+                data = torch.from_numpy(fp8.encode(self.flat, self.dtype))
+                self.torch.view(torch.uint8).copy_(data.reshape(self.torch.shape))
+                return
             self.torch.copy_(torch.from_numpy(self.flat).reshape(self.torch.shape))
+
+
+def torch_uint8(t):
+    """torch.uint8 (torch is imported only when a torch tensor is passed)."""
+    import torch
+
+    return torch.uint8
 
 
 def _scalar(kernel, name, ann: DataType, v):
@@ -158,7 +185,10 @@ def run_program(program, values, seed=None):
     check_view_extents(fn.name, program, {p.name: v for p, v in zip(fn.params, values)})
     env = {}
     for p, v in zip(fn.params, values):
-        env[p] = PointerValue(v.flat, 0, p.name, v.dtype) if hasattr(v, "flat") else v
+        if hasattr(v, "flat"):
+            env[p] = PointerValue(v.flat, 0, p.name, v.dtype, v.fp8_views)
+        else:
+            env[p] = v
     check_assumptions(fn, env)
     grid = [int(eval_scalar(b, env)) for b in fn.blocks]
     for g, lim, axis in zip(grid, MAX_GRID, "xyz"):
@@ -250,6 +280,8 @@ def run_interpreted(instantiated, const_args, runtime):
             for b, o in zip(buffers, originals):
                 b.flat[...] = o
             run_program(prog, values, seed)
+            for b in buffers:
+                b.flush_views()
             results.append((cfg, [b.flat.copy() for b in buffers]))
         ref_cfg, ref = results[0]
         for cfg, outs in results[1:]:

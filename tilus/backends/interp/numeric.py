@@ -32,7 +32,8 @@ def convert(x, dt: DataType) -> np.ndarray:
         if dt.nbits in (16, 32, 64) and dt.name not in ("bfloat16", "tfloat32"):
             with np.errstate(over="ignore", invalid="ignore"):
                 return x.astype(st)
-        return round_float_format(x.astype(np.float64), dt)
+        with np.errstate(invalid="ignore"):  # signalling NaNs quieten on the way
+            return round_float_format(x.astype(np.float64), dt)
     # integer targets
     if x.dtype.kind == "f":
         lo, hi = dt.min_value(), dt.max_value()

@@ -19,11 +19,13 @@ from tilus.backends.interp.values import (
 )
 from tilus.dtypes import float32, int32
 from tilus.errors import TilusRuntimeError, at
+from tilus.ir import fp8
 from tilus.ir import inst as I
 from tilus.ir.cscalar import intdiv, intmod, shift_array
 from tilus.ir.enums import TensorKind
 from tilus.ir.evaluate import eval_scalar
 from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, Unary, Var
+from tilus.ir.fp8 import is_fp8
 from tilus.ir.rules import RuleTable
 from tilus.ir.tensor import TensorVar
 
@@ -133,7 +135,14 @@ def _global_view(task, inst, loc):
         return
     buf, offset = ptr.buf, ptr.offset
     st = out.dtype.np_storage
-    if st != buf.dtype:  # a void pointer viewed as another dtype: reinterpret the bytes
+    if is_fp8(out.dtype) and buf.itemsize == 1 and ptr.fp8_views is not None:
+        # bytes viewed as fp8: one float32 copy of the whole buffer per fp8 dtype, shared by
+        # every view of it in the launch and encoded back into the bytes when the kernel ends
+        views = ptr.fp8_views
+        if out.dtype.name not in views:
+            views[out.dtype.name] = fp8.decode(buf, out.dtype)
+        buf = views[out.dtype.name]
+    elif st != buf.dtype:  # a void pointer viewed as another dtype: reinterpret the bytes
         native = out.dtype.nbits == st.itemsize * 8 and ptr.dtype.nbits == buf.itemsize * 8
         if not native:
             raise TilusRuntimeError(

@@ -19,12 +19,14 @@ class PointerValue:
     offset: int
     name: str
     dtype: DataType
+    #: the argument buffer's float32 copies of its bytes viewed as fp8 (see interp/launch.py)
+    fp8_views: dict | None = None
 
     def __add__(self, k: int):
-        return PointerValue(self.buf, self.offset + int(k), self.name, self.dtype)
+        return PointerValue(self.buf, self.offset + int(k), self.name, self.dtype, self.fp8_views)
 
     def __sub__(self, k: int):
-        return PointerValue(self.buf, self.offset - int(k), self.name, self.dtype)
+        return PointerValue(self.buf, self.offset - int(k), self.name, self.dtype, self.fp8_views)
 
 
 @dataclass(frozen=True)

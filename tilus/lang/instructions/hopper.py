@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilus.dtypes import bfloat16, float16, float32, int32, uint32
+from tilus.dtypes import bfloat16, float8_e4m3, float8_e5m2, float16, float32, int32, uint32
 from tilus.ir import inst as I
 from tilus.ir import inst_cluster as C
 from tilus.ir.enums import MemScope, MemSem, TensorKind
@@ -219,22 +219,54 @@ class WgmmaGroup:
             raise b.error(
                 f"wgmma.mma shapes do not match: a [{m}, {k}] @ b [{k2}, {n}] into d [{m2}, {n2}]"
             )
-        if a.dtype != b_.dtype or a.dtype not in (float16, bfloat16):
+        fp8 = (float8_e4m3, float8_e5m2)
+        if not (
+            (a.dtype == b_.dtype and a.dtype in (float16, bfloat16))
+            or (a.dtype in fp8 and b_.dtype in fp8)
+        ):
             raise b.error(
-                f"wgmma.mma supports float16/bfloat16 operands of one dtype, got "
-                f"{a.dtype} and {b_.dtype}"
+                f"wgmma.mma supports float16/bfloat16 operands of one dtype or float8_e4m3/"
+                f"float8_e5m2 operands in any mix, got {a.dtype} and {b_.dtype}"
             )
         if d.dtype != float32:
             raise b.error(f"wgmma.mma accumulates in float32, got a {d.dtype} accumulator")
+        if a.dtype in fp8 or b_.dtype in fp8:
+            if a.kind == TensorKind.REGISTER:
+                raise b.error(
+                    f"wgmma.mma with a register A operand supports float16/bfloat16, got "
+                    f"{a.dtype}; keep an fp8 A in shared memory"
+                )
+            self._check_k_major(a, b_)
         if m % 64:
             raise b.error(f"wgmma.mma: M={m} must be a multiple of 64 (instruction shape m64)")
-        if k % 16:
-            raise b.error(f"wgmma.mma: K={k} must be a multiple of 16 for {a.dtype}")
+        kstep = 32 if a.dtype in fp8 else 16  # one instruction covers 32 bytes of K
+        if k % kstep:
+            raise b.error(f"wgmma.mma: K={k} must be a multiple of {kstep} for {a.dtype}")
         if n % 8:
             raise b.error(f"wgmma.mma: N={n} must be a multiple of 8")
         if a is d:
             raise b.error("wgmma.mma: the accumulator cannot also be the A operand")
         b.inst(I.WgmmaMma(a, b_, d))
+
+    @staticmethod
+    def _check_k_major(a, b_):
+        """8-bit operands have no transpose in the ISA: A must be stored [M, K] and B [N, K]
+        (passed as its ``.transpose()``), K contiguous in both."""
+        b = current()
+        a_t = b.permuted.get(a, (None, None))[1] == (1, 0)
+        b_t = b.permuted.get(b_, (None, None))[1] == (1, 0)
+        if a_t:
+            raise b.error(
+                f"wgmma.mma operand a `{a.name}` ({a.dtype}) is MN-major (a transposed view, M "
+                "contiguous): the ISA has no transpose for 8-bit operands; store a as [M, K] "
+                "with K contiguous"
+            )
+        if not b_t:
+            raise b.error(
+                f"wgmma.mma operand b `{b_.name}` ({b_.dtype}) is MN-major (a [K, N] tile, N "
+                "contiguous): the ISA has no transpose for 8-bit operands; store b as [N, K] "
+                "and pass its .transpose()"
+            )
 
     @staticmethod
     def _check_group(what):

@@ -135,6 +135,7 @@ def permute_tensor(t: TensorVar, dims) -> TensorVar:
         raise b.error(f"permutation {list(dims)} does not match a tile of rank {t.ndim}")
     out = type(t)(b.fresh(b.take_hint(t.name + "_t")), t.dtype, tuple(t.shape[d] for d in dims))
     b.inst(I.PermuteTensor(out, t, dims))
+    b.permuted[out] = (t, dims)
     return out
 
 

@@ -12,8 +12,17 @@ import math
 
 from tilus.backends.cuda.codegen import lowbit_rules
 from tilus.backends.cuda.codegen import registers as R
-from tilus.backends.cuda.codegen.scalar import HALF, const, ctype, from_float, to_float
+from tilus.backends.cuda.codegen.scalar import (
+    FP8,
+    FP8_PTX,
+    HALF,
+    const,
+    ctype,
+    from_float,
+    to_float,
+)
 from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.dtypes import float32
 from tilus.ir import inst as I
 
 
@@ -186,9 +195,53 @@ def cast(ctx, inst, expr):
         return
     layout = R.check_same(ctx, out, src)
     R.declare(ctx, out)
+    if (sd.name in FP8 or dd.name in FP8) and sd != dd and _fp8_pairs(ctx, inst, layout):
+        return
     i = R.unrolled(ctx, layout.local_size)
     ctx.emit(f"{R.elem(ctx, out, i)} = {cast_code(R.elem(ctx, src, i), sd, dd)};")
     ctx.close()
+
+
+def _fp8_pairs(ctx, inst, layout) -> bool:
+    """Convert to or from fp8 two registers per ``cvt`` (``e4m3x2``/``e5m2x2``: from two f32
+    or one f16x2, and back to f16x2); False when the registers do not pair up."""
+    out, src = inst.out, inst.src
+    sd, dd = src.dtype, out.dtype
+    n = layout.local_size
+    if n % 2 or R.row_len(layout) % 2:
+        return False
+    j = R.unrolled(ctx, n // 2)
+    a, b = R.elem(ctx, src, f"(2 * {j})"), R.elem(ctx, src, f"(2 * {j} + 1)")
+    oa, ob = R.elem(ctx, out, f"(2 * {j})"), R.elem(ctx, out, f"(2 * {j} + 1)")
+    if sd.name in FP8:  # decode the pair: fp8 -> f16 is exact, then f16 -> f32 is too
+        pair = f"(uint16_t)((uint32_t){a} | ((uint32_t){b} << 8))"
+        short = FP8_PTX[sd.name]
+        if dd.name == "float16":
+            ctx.emit(f"tl_{short}x2_to_h2({pair}, {oa}, {ob});")
+            ctx.close()
+            return True
+        lo, hi = ctx.fresh("lo"), ctx.fresh("hi")
+        ctx.emit(f"float {lo}, {hi};")
+        ctx.emit(f"tl_{short}x2_to_f2({pair}, {lo}, {hi});")
+        a, b, sd = lo, hi, float32
+        if dd == float32:
+            ctx.emit(f"{oa} = {lo}; {ob} = {hi};")
+            ctx.close()
+            return True
+        if dd.name not in FP8:
+            ctx.emit(f"{oa} = {cast_code(lo, float32, dd)}; {ob} = {cast_code(hi, float32, dd)};")
+            ctx.close()
+            return True
+    short = FP8_PTX[dd.name]
+    if sd.name == "float16":
+        code = f"tl_h2_to_{short}x2({a}, {b})"
+    else:  # one rounding from the exact float value (bf16 and integers widen exactly first)
+        code = f"tl_f2_to_{short}x2((float)({to_float(a, sd)}), (float)({to_float(b, sd)}))"
+    v = ctx.fresh("p")
+    ctx.emit(f"const uint16_t {v} = {code};")
+    ctx.emit(f"{oa} = (uint8_t){v}; {ob} = (uint8_t)({v} >> 8);")
+    ctx.close()
+    return True
 
 
 def cast_code(a: str, sd, dd) -> str:

@@ -159,6 +159,14 @@ def wgmma_wait_group(ctx, inst, expr):
         ctx.close()
 
 
+#: tilus dtype name -> the wgmma input type (``W.INPUT_K`` has K per instruction of each).
+WGMMA_PTX_TYPES = {
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float8_e4m3": "e4m3",
+    "float8_e5m2": "e5m2",
+}
+
 _PROXY_FENCES = {"shared": "tl_fence_proxy_async", "global": "tl_fence_proxy_async_global"}
 
 
@@ -197,17 +205,27 @@ def wgmma_operand_tile(view, dtype, k_major: bool):
 
 @rule(I.WgmmaMma)
 def wgmma_mma(ctx, inst, expr):
-    """``d += a @ b``: one m64nNk16 wgmma per (m64 tile, k16 step), B (and a shared A) by
-    descriptor; a register A passes its fragment's four 32-bit registers per step. B is K-major
-    (a transposed ``[N, K]`` view) or MN-major (a ``[K, N]`` tile, imm-trans-b)."""
+    """``d += a @ b``: one m64nNkK wgmma per (m64 tile, K step; K = 16 for f16/bf16, 32 for
+    fp8: a K step is 32 bytes either way), B (and a shared A) by descriptor; a register A
+    passes its fragment's four 32-bit registers per step. B is K-major (a transposed ``[N, K]``
+    view) or, for 16-bit types, MN-major (a ``[K, N]`` tile, imm-trans-b)."""
     a, b, d = inst.a, inst.b, inst.d
     vb = ctx.plan.shared[b]
     m, k = a.shape
     n = b.shape[1]
-    ab = "f16" if a.dtype.name == "float16" else "bf16"
+    ab, bt = WGMMA_PTX_TYPES[a.dtype.name], WGMMA_PTX_TYPES[b.dtype.name]
+    ks = W.input_k(ab, bt)
     regs_a = a.kind == TensorKind.REGISTER
+    if regs_a and ks != 16:
+        raise ctx.error(f"wgmma with a register A operand of {a.dtype} is not supported")
     b_k_major = vb.perm is not None
-    frag = W.mma_async(n, ab, a_from="regs" if regs_a else "smem", trans_b=0 if b_k_major else 1)
+    frag = W.mma_async(
+        n,
+        ab,
+        a_from="regs" if regs_a else "smem",
+        trans_b=0 if b_k_major else 1,
+        b_type=None if bt == ab else bt,
+    )
     if frag.name not in {f.name for f in ctx.fragments}:
         ctx.fragments.append(frag)
     tb = wgmma_operand_tile(vb, b.dtype, b_k_major)
@@ -231,7 +249,7 @@ def wgmma_mma(ctx, inst, expr):
     if regs_a:
         # every step's A words are packed before the issues, then fenced: packing between two
         # wgmma issues makes ptxas insert a warpgroup.arrive there and serialize every wgmma
-        for kk in range(k // 16):
+        for kk in range(k // ks):
             for mt in range(m // 64):
                 # registers 8kk..8kk+7 of row mt are a0..a7 of the k16 step, two per .b32
                 base = mt * (k // 2) + 8 * kk
@@ -243,14 +261,14 @@ def wgmma_mma(ctx, inst, expr):
                 packed[kk, mt] = ctx.fresh("ra")
                 ctx.emit(f"const uint32_t {packed[kk, mt]}[4] = {{{', '.join(words)}}};")
         ctx.emit("tl_wgmma_fence();")
-    for kk in range(k // 16):
-        kob = tb.k_offset(16 * kk)
+    for kk in range(k // ks):
+        kob = tb.k_offset(ks * kk)
         desc_b = f"tl_wgmma_desc_with_addr({tb.high_bits():#x}ull, {pb} + {kob}u)"
         for mt in range(m // 64):
             if regs_a:
                 a_arg = packed[kk, mt]
             else:
-                aoff = ta.row_offset(64 * mt) + ta.k_offset(16 * kk)
+                aoff = ta.row_offset(64 * mt) + ta.k_offset(ks * kk)
                 a_arg = f"tl_wgmma_desc_with_addr({ta.high_bits():#x}ull, {pa} + {aoff}u)"
             ctx.emit(f"{frag.name}({ctx.name(d)}[{mt}], {a_arg}, {desc_b}, 1);")
     ctx.close()

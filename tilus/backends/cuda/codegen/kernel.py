@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from tilus.backends.cuda.codegen.context import Context
 from tilus.backends.cuda.codegen.lowbit import check_program
-from tilus.backends.cuda.codegen.scalar import FASTDIV_HELPERS, HELPERS, ctype
+from tilus.backends.cuda.codegen.scalar import FASTDIV_HELPERS, HELPERS, UnsupportedDtype, ctype
 from tilus.backends.cuda.codegen.stmts import StmtEmitter
 from tilus.backends.cuda.layout import LayoutPlan, infer_layouts
 from tilus.backends.cuda.prelude import prelude_for
@@ -71,10 +71,16 @@ def generate(program, smem_limit: int = SM90_SMEM_LIMIT) -> KernelSource:
     name = kernel_name(fn)
     params = []
     for p in fn.params:
+        try:
+            ct = ctype(p.dtype)
+        except UnsupportedDtype as e:
+            raise TilusCompileError(
+                f"CUDA backend: parameter {p.name!r}: {e}", fn.body.loc
+            ) from None
         if isinstance(p.dtype, PointerType):
-            params.append(f"{ctype(p.dtype)} __restrict__ {ctx.name(p)}")
+            params.append(f"{ct} __restrict__ {ctx.name(p)}")
         else:
-            params.append(f"{ctype(p.dtype)} {ctx.name(p)}")
+            params.append(f"{ct} {ctx.name(p)}")
     for k in range(len(plan.tmaps)):
         params.append(f"const __grid_constant__ CUtensorMap_t tl_map{k}")
     divisors = _hidden_divisors(program)

@@ -8,6 +8,7 @@ import struct
 import numpy as np
 
 from tilus.dtypes import DataType, PointerType
+from tilus.ir import fp8
 from tilus.ir.enums import VarKind
 from tilus.ir.expr import Binary, Call, Cast, Const, Select, TensorElement, Unary, Var
 
@@ -27,8 +28,14 @@ C_TYPES = {
     "float16": "uint16_t",  # bits; arithmetic goes through float
     "bfloat16": "uint16_t",
     "tfloat32": "float",  # a float whose low 13 mantissa bits are zero
+    "float8_e4m3": "uint8_t",  # bits; converted through the sm_89 fp8 cvt
+    "float8_e5m2": "uint8_t",
 }
-HALF = ("float16", "bfloat16")
+FP8 = ("float8_e4m3", "float8_e5m2")
+#: Floats held as their bits in C and computed in float (16-bit and fp8).
+HALF = ("float16", "bfloat16", *FP8)
+#: Short PTX names of the fp8 formats (``cvt`` and ``wgmma`` type suffixes).
+FP8_PTX = {"float8_e4m3": "e4m3", "float8_e5m2": "e5m2"}
 
 
 def minmax(op: str, ctype_name: str, a: str, b: str) -> str:
@@ -70,6 +77,59 @@ __device__ __forceinline__ float tl_fmax(float a, float b) {
   float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
 }
 template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? -a : a; }
+// fp8 <-> float through the sm_89 pair conversions (cvt.rn.satfinite: round to nearest even,
+// finite overflow and Inf saturate to the largest finite value, NaN -> 0x7F; fp8 -> f16 is
+// exact). A pair's element i sits in the low byte / low half, element i + 1 in the high one.
+__device__ __forceinline__ float tl_e4m3_to_f(uint8_t v) {
+  uint32_t h2; asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((uint16_t)v));
+  return tl_h2f((uint16_t)h2);
+}
+__device__ __forceinline__ uint8_t tl_f_to_e4m3(float f) {
+  uint16_t r; asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+  return (uint8_t)r;
+}
+__device__ __forceinline__ void tl_e4m3x2_to_f2(uint16_t v, float &lo, float &hi) {
+  uint32_t h2; asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(v));
+  lo = tl_h2f((uint16_t)h2); hi = tl_h2f((uint16_t)(h2 >> 16));
+}
+__device__ __forceinline__ uint16_t tl_f2_to_e4m3x2(float lo, float hi) {
+  uint16_t r; asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ void tl_e4m3x2_to_h2(uint16_t v, uint16_t &lo, uint16_t &hi) {
+  uint32_t h2; asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(v));
+  lo = (uint16_t)h2; hi = (uint16_t)(h2 >> 16);
+}
+__device__ __forceinline__ uint16_t tl_h2_to_e4m3x2(uint16_t lo, uint16_t hi) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(r) : "r"((uint32_t)lo | ((uint32_t)hi << 16)));
+  return r;
+}
+__device__ __forceinline__ float tl_e5m2_to_f(uint8_t v) {
+  uint32_t h2; asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"((uint16_t)v));
+  return tl_h2f((uint16_t)h2);
+}
+__device__ __forceinline__ uint8_t tl_f_to_e5m2(float f) {
+  uint16_t r; asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+  return (uint8_t)r;
+}
+__device__ __forceinline__ void tl_e5m2x2_to_f2(uint16_t v, float &lo, float &hi) {
+  uint32_t h2; asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"(v));
+  lo = tl_h2f((uint16_t)h2); hi = tl_h2f((uint16_t)(h2 >> 16));
+}
+__device__ __forceinline__ uint16_t tl_f2_to_e5m2x2(float lo, float hi) {
+  uint16_t r; asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ void tl_e5m2x2_to_h2(uint16_t v, uint16_t &lo, uint16_t &hi) {
+  uint32_t h2; asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"(v));
+  lo = (uint16_t)h2; hi = (uint16_t)(h2 >> 16);
+}
+__device__ __forceinline__ uint16_t tl_h2_to_e5m2x2(uint16_t lo, uint16_t hi) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e5m2x2.f16x2 %0, %1;" : "=h"(r) : "r"((uint32_t)lo | ((uint32_t)hi << 16)));
+  return r;
+}
 // Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
 template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
   return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
@@ -107,7 +167,15 @@ def ctype(dtype) -> str:
     try:
         return C_TYPES[dtype.name]
     except KeyError:
-        raise TypeError(f"the CUDA backend has no C type for {dtype.name} yet") from None
+        raise UnsupportedDtype(dtype) from None
+
+
+class UnsupportedDtype(TypeError):
+    """A dtype without a C type in the CUDA backend; codegen reports it at the user's line."""
+
+    def __init__(self, dtype):
+        super().__init__(f"the CUDA backend has no C type for {dtype.name} yet")
+        self.dtype = dtype
 
 
 def to_float(code: str, dtype: DataType) -> str:
@@ -116,6 +184,8 @@ def to_float(code: str, dtype: DataType) -> str:
         return f"tl_h2f({code})"
     if dtype.name == "bfloat16":
         return f"tl_b2f({code})"
+    if dtype.name in FP8_PTX:
+        return f"tl_{FP8_PTX[dtype.name]}_to_f({code})"
     return code
 
 
@@ -127,6 +197,8 @@ def from_float(code: str, dtype: DataType) -> str:
         return f"tl_f2b({code})"
     if dtype.name == "tfloat32":
         return f"tl_f2tf({code})"
+    if dtype.name in FP8_PTX:
+        return f"tl_f_to_{FP8_PTX[dtype.name]}({code})"
     return code
 
 
@@ -137,6 +209,8 @@ def const(value, dtype: DataType) -> str:
     n = dtype.name
     if dtype.kind == "bool":
         return "true" if value else "false"
+    if n in FP8:
+        return f"(uint8_t){int(fp8.encode(np.array([value], np.float32), dtype)[0]):#04x}"
     if n in HALF:
         bits = (
             int(np.array(value, np.float16).view(np.uint16))

@@ -13,7 +13,7 @@ from tilus.backends.cuda.codegen import (  # noqa: F401 - register rules
     random,
 )
 from tilus.backends.cuda.codegen import registers as R
-from tilus.backends.cuda.codegen.scalar import ExprPrinter, ctype
+from tilus.backends.cuda.codegen.scalar import ExprPrinter, UnsupportedDtype, ctype
 from tilus.backends.cuda.layout import Group
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
@@ -131,6 +131,8 @@ class StmtEmitter:
         prev, ctx.stmt = ctx.stmt, s
         try:
             self._stmt(s)
+        except UnsupportedDtype as e:  # at the innermost statement that names the dtype
+            raise ctx.error(str(e)) from None
         finally:
             ctx.stmt = prev
 

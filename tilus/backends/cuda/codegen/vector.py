@@ -20,7 +20,7 @@ _BITS = {16: "uint16_t", 32: None}
 
 def vector_width(ctx, t, layout, dims, strides, ndim: int) -> int:
     """Elements per vector access of tile ``t`` against a view (0: no vector path)."""
-    if ctx.smem.scratch_offset is not None or t.dtype.nbits not in (16, 32):
+    if ctx.smem.scratch_offset is not None or t.dtype.nbits not in (8, 16, 32):
         return 0  # kernels with wgmma in flight keep their branch-free stores
     if t.dtype.kind == "bool" or not dims or dims[-1] != ndim - 1 or strides[-1] != "1":
         return 0
@@ -55,10 +55,17 @@ def _from_word(w: str, dtype) -> str:
 
 
 def _words(t, regs, ctx):
-    """The 32-bit words of registers ``regs`` of ``t`` (16-bit elements in pairs)."""
+    """The 32-bit words of registers ``regs`` of ``t`` (16-bit elements in pairs, bytes in
+    fours, the first in the low bits)."""
     if t.dtype.nbits == 32:
         return [_to_word(R.elem(ctx, t, i), t.dtype) for i in regs]
     out = []
+    if t.dtype.nbits == 8:
+        for k in range(0, len(regs), 4):
+            b = [R.elem(ctx, t, regs[k + j]) for j in range(4)]
+            u = [f"(uint32_t)(uint8_t){x}" for x in b]  # int8: no sign extension into the word
+            out.append(f"({u[0]} | ({u[1]} << 8) | ({u[2]} << 16) | ({u[3]} << 24))")
+        return out
     for k in range(0, len(regs), 2):
         lo, hi = R.elem(ctx, t, regs[k]), R.elem(ctx, t, regs[k + 1])
         out.append(f"((uint32_t){lo} | ((uint32_t){hi} << 16))")
@@ -104,6 +111,10 @@ def load_run(ctx, out, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scal
         word = f"{v}.{c}"
         if out.dtype.nbits == 32:
             ctx.emit(f"{R.elem(ctx, out, _plus(i0, k))} = {_from_word(word, out.dtype)};")
+        elif out.dtype.nbits == 8:  # four bytes, the first in the low bits
+            ct = ctype(out.dtype)
+            for j in range(4):
+                ctx.emit(f"{R.elem(ctx, out, _plus(i0, 4 * k + j))} = ({ct})({word} >> {8 * j});")
         else:
             ct = ctype(out.dtype)
             ctx.emit(f"{R.elem(ctx, out, _plus(i0, 2 * k))} = ({ct})({word} & 0xffffu);")

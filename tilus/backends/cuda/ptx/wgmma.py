@@ -8,8 +8,23 @@ from tilus.backends.cuda.ptx.registry import Fragment, check_operands, register
 
 FAMILY = "wgmma"
 
-#: Legal N of wgmma.mma_async m64nNk16 for f16/bf16 inputs.
+#: Legal N of wgmma.mma_async m64nNk16 for f16/bf16 inputs (and m64nNk32 for fp8).
 LEGAL_N = tuple(range(8, 257, 8))
+
+#: Input type (PTX name) -> K of one instruction. A and B share a type except that the fp8
+#: types mix freely; the ISA has transpose immediates only for the 16-bit types (8-bit
+#: operands must be K-major), PTX ISA 9.7.15.5.1.
+INPUT_K = {"f16": 16, "bf16": 16, "e4m3": 32, "e5m2": 32}
+_FP8 = ("e4m3", "e5m2")
+
+
+def input_k(ab: str, b_type: str | None = None) -> int:
+    """K per instruction of inputs ``ab`` x ``b_type`` (default: ``ab``); raises if illegal."""
+    bt = ab if b_type is None else b_type
+    if ab not in INPUT_K or bt not in INPUT_K or (ab != bt and not (ab in _FP8 and bt in _FP8)):
+        raise ValueError(f"wgmma has no {ab} x {bt} form (f16, bf16, or any mix of e4m3/e5m2)")
+    return INPUT_K[ab]
+
 
 #: Swizzle width in bytes -> the descriptor's 2-bit layout-type code (bits 62..63).
 SWIZZLE_CODES = {0: 0, 128: 1, 64: 2, 32: 3}
@@ -215,15 +230,23 @@ def _constraint_list(kind: str, array: str, count: int, per_line: int = 8) -> st
     return (",\n" + " " * 16).join(lines)
 
 
-def mma_async_name(n: int, ab: str = "f16", a_from: str = "smem") -> str:
-    """The C++ name of the m64n{n}k16 f32-accumulating wgmma wrapper."""
-    return f"tl_wgmma_m64n{n}k16_f32_{ab}_{'ss' if a_from == 'smem' else 'rs'}"
+def mma_async_name(n: int, ab: str = "f16", a_from: str = "smem", b_type: str | None = None) -> str:
+    """The C++ name of the m64n{n}k{K} f32-accumulating wgmma wrapper."""
+    types = ab if b_type in (None, ab) else f"{ab}_{b_type}"
+    k = input_k(ab, b_type)
+    return f"tl_wgmma_m64n{n}k{k}_f32_{types}_{'ss' if a_from == 'smem' else 'rs'}"
 
 
 def mma_async(
-    n: int, ab: str = "f16", *, a_from: str = "smem", trans_a: int = 0, trans_b: int = 0
+    n: int,
+    ab: str = "f16",
+    *,
+    a_from: str = "smem",
+    trans_a: int = 0,
+    trans_b: int = 0,
+    b_type: str | None = None,
 ) -> Fragment:
-    """Build the wrapper for ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}``.
+    """Build the wrapper for ``wgmma.mma_async.sync.aligned.m64n{n}k{K}.f32.{ab}.{b_type}``.
 
     The C++ function is ``void NAME(float (&d)[n/2], A, uint64_t desc_b, int scale_d)`` where A
     is ``uint64_t desc_a`` (``a_from="smem"``) or ``const uint32_t (&a)[4]`` (``"regs"``);
@@ -232,37 +255,42 @@ def mma_async(
 
     Args:
         n: The N of the shape, a multiple of 8 in 8..256.
-        ab: Input type, "f16" or "bf16".
+        ab: Input type of A (and of B unless ``b_type``): "f16", "bf16", "e4m3" or "e5m2"
+            (K = 16 for the 16-bit types, 32 for fp8).
         a_from: "smem" (descriptor) or "regs" (four 32-bit registers per thread).
-        trans_a: imm-trans-a (smem A only), 0 or 1.
-        trans_b: imm-trans-b, 0 or 1.
+        trans_a: imm-trans-a (smem A only), 0 or 1; 16-bit types only.
+        trans_b: imm-trans-b, 0 or 1; 16-bit types only.
+        b_type: Input type of B when it differs from A's (the fp8 types mix).
 
     Returns:
         A Fragment of family "wgmma" to pass to ``prelude``.
     """
     if n not in LEGAL_N:
         raise ValueError(f"wgmma m64nNk16 needs N in 8..256 step 8, got {n}")
-    if ab not in ("f16", "bf16"):
-        raise ValueError(f"wgmma input type must be f16 or bf16, got {ab}")
+    k = input_k(ab, b_type)
+    bt = ab if b_type is None else b_type
     if a_from not in ("smem", "regs") or trans_a not in (0, 1) or trans_b not in (0, 1):
         raise ValueError("bad a_from / transpose arguments")
     if a_from == "regs" and trans_a:
         raise ValueError("imm-trans-a exists only for A in shared memory")
+    has_trans = ab not in _FP8
+    if not has_trans and (trans_a or trans_b):
+        raise ValueError(f"wgmma with {ab} x {bt} operands has no transpose: both are K-major")
     n_d = n // 2  # f32 accumulators per thread: 64*n / 128
-    name = mma_async_name(n, ab, a_from)
+    name = mma_async_name(n, ab, a_from, b_type)
     if trans_a or trans_b:
         name += f"_t{trans_a}{trans_b}"
-    shape = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}"
+    shape = f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ab}.{bt}"
     d_list = _reg_list(0, n_d)
     if a_from == "smem":
         n_ops = n_d + 3
         a_operand, b_idx, s_idx = f"%{n_d}", n_d + 1, n_d + 2
-        tail = f"p, 1, 1, {trans_a}, {trans_b};"
+        tail = f"p, 1, 1, {trans_a}, {trans_b};" if has_trans else "p, 1, 1;"
         a_param, a_inputs = "uint64_t desc_a", '"l"(desc_a)'
     else:
         n_ops = n_d + 6
         a_operand, b_idx, s_idx = _reg_list(n_d, 4), n_d + 4, n_d + 5
-        tail = f"p, 1, 1, {trans_b};"
+        tail = f"p, 1, 1, {trans_b};" if has_trans else "p, 1, 1;"
         a_param = "const uint32_t (&a)[4]"
         a_inputs = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])'
     asm = (
@@ -273,7 +301,7 @@ def mma_async(
     check_operands(asm, n_ops)
     text = f"""
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
-// m64n{n}k16, D f32 ({n_d} registers per thread), A {a_from}, B smem, trans {trans_a}{trans_b}.
+// m64n{n}k{k}, D f32 ({n_d} registers per thread), A {a_from}, B smem, trans {trans_a}{trans_b}.
 __device__ __forceinline__ void {name}(float (&d)[{n_d}], {a_param}, uint64_t desc_b,
                                         int scale_d) {{
   asm volatile("{asm}"

@@ -1,0 +1,252 @@
+"""fp8 matmul: ``C = scale * (sa[:, None] * sb[None, :]) * (A @ B^T)``, e4m3 in, bf16 out.
+
+``A [m, k]`` and ``B [n, k]`` are float8_e4m3 (torch ``float8_e4m3fn``), both K-major as the
+fp8 WGMMA requires; ``scale`` is the product of the per-tensor scales and ``sa [m]``, ``sb [n]``
+are per-row scales of A and B (float32; ``row_scales=False`` leaves them out). The product
+accumulates in float32 on the tensor cores (``wgmma.mma_async ... k32.f32.e4m3.e4m3``, K = 32
+per instruction) and the scales are applied to the accumulator in the epilogue, before the
+rounding to bf16.
+
+The kernel is the Hopper tutorial's V6 (examples/hopper_matmul/matmul_v6.py) with 8-bit
+operands: a producer warp fills a ring of shared stages with TMA, two consumer warp groups
+each keep one WGMMA group in flight over their half of the M tile, blocks are persistent and
+registers move from the producer to the consumers with ``setmaxnreg``. A K tile of 128 fp8
+elements is 128 bytes, the rows the 128-byte swizzle of the WGMMA operands spans, so an fp8
+stage holds twice the K of an fp16 one in the same bytes.
+
+Run ``python examples/quantized/matmul_fp8.py`` (the interpreter on CPU torch tensors at small
+ragged sizes without a GPU; CUDA with one). Results are checked against torch float32
+(dequantize, then matmul, then scale); C is poisoned with NaN first.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import tilus
+
+_HERE = Path(__file__).resolve().parent
+for _p in (_HERE.parent, _HERE.parent / "hopper_matmul"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+from example_support import cuda_torch, gpu_time, print_table  # noqa: E402
+from matmul_v4 import Pipeline  # noqa: E402
+from matmul_v6 import MatmulWGMMAV6, sm_count  # noqa: E402
+
+from tilus import (  # noqa: E402
+    GlobalTensor,
+    SharedTensor,
+    bfloat16,
+    float8_e4m3,
+    float32,
+    int32,
+)
+from tilus.utils import cdiv  # noqa: E402
+
+TOLERANCE = 1e-2
+CPU_SIZES = [(200, 320, 384), (72, 136, 160)]  # (m, n, k): ragged in M, N and K
+GPU_SIZES = [(4096, 4096, 4096), (4000, 3000, 4000), (8192, 8192, 8192)]
+
+
+@tilus.autotune("num_stages", [3, 4, 5])
+@tilus.autotune("block_m, block_n", [(128, 128), (128, 256)])
+@tilus.autotune("block_k", [128])
+@tilus.autotune("swizzle", [4, 8])
+class MatmulFP8(MatmulWGMMAV6):
+    """Persistent warp-specialized fp8 e4m3 x e4m3 -> bf16 matmul with scales in the epilogue."""
+
+    def __init__(
+        self, num_stages, block_m, block_n, block_k, swizzle, num_sms=None, row_scales=True
+    ):
+        super().__init__(num_stages, block_m, block_n, block_k, swizzle, num_sms)
+        self.row_scales = row_scales
+
+    def epilogue_scale(self, acc, gsa, gsb, scale, offset_m, offset_n):
+        """``acc * scale`` times the rows' scales of A (a column) and of B (a row)."""
+        y = acc * scale
+        if self.row_scales:
+            ra = self.load_global(gsa, offsets=[offset_m, 0], shape=[self.block_m // 2, 1])
+            rb = self.load_global(gsb, offsets=[0, offset_n], shape=[1, self.block_n])
+            y = y * ra * rb
+        return y
+
+    def consume_fp8(
+        self,
+        half: int,
+        pipe: Pipeline,
+        sa: SharedTensor,
+        sb: SharedTensor,
+        gc: GlobalTensor,
+        gsa: GlobalTensor,
+        gsb: GlobalTensor,
+        scale: float32,
+        k_size: int,
+        num_m: int32,
+        num_n: int,
+    ):
+        """Consumer warp group ``half`` over the block's C tiles (V6's, with the scales)."""
+        block_m_half = self.block_m // 2
+        sc = self.shared_tensor(dtype=bfloat16, shape=[block_m_half, self.block_n])
+        for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+            m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+            offset_m: int32 = m_tile * self.block_m + half * block_m_half
+            offset_n: int32 = n_tile * self.block_n
+            acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+            self.mainloop(half, pipe, sa, sb, acc, k_size)
+            y = self.epilogue_scale(acc, gsa, gsb, scale, offset_m, offset_n)
+            with self.single_thread():  # the same elected thread that issued the last store
+                self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+            self.sync()
+            self.store_shared(sc, self.cast(y, dtype=bfloat16))
+            self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+            self.sync()
+            with self.single_thread():
+                self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+                self.tma.commit_group()
+        with self.single_thread():
+            self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+
+    def __call__(
+        self,
+        m_size: int32,
+        n_size: int,
+        k_size: int,
+        a_ptr: ~float8_e4m3,
+        b_ptr: ~float8_e4m3,
+        sa_ptr: ~float32,
+        sb_ptr: ~float32,
+        scale: float32,
+        c_ptr: ~bfloat16,
+    ):
+        num_stages = self.num_stages
+        block_m, block_n, block_k = self.block_m, self.block_n, self.block_k
+        num_m = cdiv(m_size, block_m)
+        num_n = cdiv(n_size, block_n)
+        self.attrs.blocks = min(num_m * num_n, self.num_sms)
+        self.attrs.warps = 12  # two consumer warp groups + a producer warp group
+
+        ga = self.global_view(a_ptr, dtype=float8_e4m3, shape=[m_size, k_size])
+        gb = self.global_view(b_ptr, dtype=float8_e4m3, shape=[n_size, k_size])
+        gc = self.global_view(c_ptr, dtype=bfloat16, shape=[m_size, n_size])
+        gsa = self.global_view(sa_ptr, dtype=float32, shape=[m_size, 1])
+        gsb = self.global_view(sb_ptr, dtype=float32, shape=[1, n_size])
+        sa = self.shared_tensor(dtype=float8_e4m3, shape=[num_stages, 2, block_m // 2, block_k])
+        sb = self.shared_tensor(dtype=float8_e4m3, shape=[num_stages, block_n, block_k])
+        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=2)
+
+        with self.warp_group(8, 4):  # producer warp group: threads 256-383
+            self.setmaxnreg(40)
+            with self.single_warp(0):
+                for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+                    m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+                    self.produce(pipe, sa, sb, ga, gb, k_size, m_tile * block_m, n_tile * block_n)
+                for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
+                    pipe.producer_acquire()
+                    pipe.producer_advance()
+
+        with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
+            self.setmaxnreg(232)
+            self.consume_fp8(0, pipe, sa, sb, gc, gsa, gsb, scale, k_size, num_m, num_n)
+        with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
+            self.setmaxnreg(232)
+            self.consume_fp8(1, pipe, sa, sb, gc, gsa, gsb, scale, k_size, num_m, num_n)
+
+
+def quantized_inputs(torch, m: int, n: int, k: int, device="cpu", seed=None):
+    """Fresh e4m3 operands with per-row scales, as a quantizer would make them: A and B
+    rows scaled into [-448, 448], the scales (and a per-tensor scale) kept beside them."""
+    g = torch.Generator().manual_seed(seed if seed is not None else int(time.time_ns() % 2**31))
+    a = torch.randn(m, k, generator=g) * 2.0
+    b = torch.randn(n, k, generator=g) * 0.5
+    sa = a.abs().amax(dim=1).clamp(min=1e-12) / 448.0
+    sb = b.abs().amax(dim=1).clamp(min=1e-12) / 448.0
+    a8 = (a / sa[:, None]).to(torch.float8_e4m3fn)
+    b8 = (b / sb[:, None]).to(torch.float8_e4m3fn)
+    scale = 0.75  # a per-tensor factor on top (e.g. the activations' global scale)
+    return [x.to(device) for x in (a8, b8, sa, sb)] + [scale]
+
+
+def reference(torch, a8, b8, sa, sb, scale, row_scales=True):
+    """float32 dequantize-then-matmul-then-scale."""
+    c = (a8.float() @ b8.float().T) * scale
+    if row_scales:
+        c = c * sa.float()[:, None] * sb.float()[None, :]
+    return c
+
+
+def check(torch, c, ref) -> tuple[bool, float, str]:
+    """(passed, error, note): ``max |c - ref| / max |ref|`` below the tolerance, no NaN."""
+    c64, r64 = c.double().cpu(), ref.double().cpu()
+    nans = int(torch.isnan(c64).sum())
+    if nans:
+        return False, float("nan"), f"{nans} NaN in C"
+    err = float((c64 - r64).abs().max()) / max(float(r64.abs().max()), 1e-30)
+    return err < TOLERANCE, err, ""
+
+
+def run_once(kernel, torch, m, n, k, device, row_scales=True):
+    """Run ``kernel`` once on fresh inputs; returns (passed, error, note, c, inputs)."""
+    a8, b8, sa, sb, scale = quantized_inputs(torch, m, n, k, device)
+    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
+    kernel(m, n, k, a8, b8, sa, sb, scale, c)
+    ok, err, note = check(torch, c, reference(torch, a8, b8, sa, sb, scale, row_scales))
+    return ok, err, note, c, (a8, b8, sa, sb, scale)
+
+
+def main() -> int:
+    """Check MatmulFP8 (interpreter on CPU, CUDA on a GPU) and print a table."""
+    try:
+        import torch
+    except ImportError:
+        print("matmul_fp8 needs torch (float8_e4m3fn tensors)")
+        return 1
+    gpu = cuda_torch()
+    rows, status = [], 0
+    if gpu is None:
+        # a few configs, pinned; num_sms=2 so that each block runs several tiles
+        cases = [
+            (cfg, rs, MatmulFP8(num_sms=2, row_scales=rs, **cfg))
+            for cfg, rs in [
+                (dict(num_stages=3, block_m=128, block_n=128, block_k=128, swizzle=4), True),
+                (dict(num_stages=3, block_m=128, block_n=256, block_k=128, swizzle=8), False),
+            ]
+        ]
+        for m, n, k in CPU_SIZES:
+            for cfg, rs, kernel in cases:
+                start = time.perf_counter()
+                try:
+                    ok, err, note, _, _ = run_once(kernel, torch, m, n, k, "cpu", rs)
+                except Exception as e:  # noqa: BLE001 - report the failure, do not hide it
+                    traceback.print_exception(e)
+                    ok, err, note = False, float("nan"), type(e).__name__
+                secs = time.perf_counter() - start
+                status |= 0 if ok else 1
+                what = " ".join(f"{a}={b}" for a, b in cfg.items()) + f" row_scales={rs}"
+                rows.append([f"{m}x{n}x{k}", what, f"{err:.1e}", f"{secs:.1f} s",
+                             "ok" if ok else f"FAIL {note}"])  # fmt: skip
+        print("fp8 matmul on the tilus interpreter")
+        print_table(["m x n x k", "config", "max err", "time", "status"], rows)
+        return status
+    kernel = MatmulFP8()
+    for m, n, k in GPU_SIZES:
+        try:
+            ok, err, note, c, ins = run_once(kernel, gpu, m, n, k, "cuda")
+            a8, b8, sa, sb, scale = ins
+            args = (m, n, k, a8, b8, sa, sb, scale, c)
+            secs = gpu_time(gpu, lambda args=args: kernel(*args))
+            tflops = f"{2 * m * n * k / secs / 1e12:.0f}"
+        except Exception as e:  # noqa: BLE001 - report the failure, do not hide it
+            traceback.print_exception(e)
+            ok, err, note, tflops = False, float("nan"), type(e).__name__, "-"
+        status |= 0 if ok else 1
+        rows.append([f"{m}x{n}x{k}", f"{err:.1e}", tflops, "ok" if ok else f"FAIL {note}"])
+    print(f"fp8 matmul on {gpu.cuda.get_device_name()} (num_sms={sm_count()})")
+    print_table(["m x n x k", "max err", "TFLOPS", "status"], rows)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

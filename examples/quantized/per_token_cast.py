@@ -1,0 +1,147 @@
+"""Per-token fp8 quantization: bf16 ``x [m, n]`` -> float8_e4m3 ``q [m, n]`` and ``s [m]``.
+
+Each row gets the scale ``s = amax(|x|) / 448`` (448 is the largest e4m3 value; an all-zero
+row gets the scale of a tiny amax, so it stays zero) and ``q = x * (448 / amax)``, rounded to
+nearest even with saturation (``cvt.rn.satfinite.e4m3x2.f32``, two elements per
+instruction), so that ``q * s`` approximates ``x``. A block holds ``rows`` whole rows in
+registers (the row length rounded up to a power of two; the ragged tail reads as zero and is
+never stored): one max-reduction per row, one reciprocal per row, then a multiply and a
+conversion per element. The fp8 output moves as 16-byte vectors.
+
+Run ``python examples/quantized/per_token_cast.py`` (the interpreter on CPU torch tensors
+without a GPU; CUDA with one). Results are checked against torch float32 computing the same
+formula; the outputs are poisoned (NaN codes) first.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import tilus
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE.parent) not in sys.path:
+    sys.path.insert(0, str(_HERE.parent))
+from example_support import cuda_torch, gpu_time, print_table  # noqa: E402
+
+from tilus import bfloat16, float8_e4m3, float32, int32  # noqa: E402
+from tilus.utils import cdiv  # noqa: E402
+
+FP8_MAX = 448.0
+MIN_AMAX = 1e-10  # an all-zero row quantizes to zeros with a tiny (finite) scale
+CPU_SIZES = [(37, 200), (5, 1000)]  # (m, n): ragged rows and row lengths
+GPU_SIZES = [(4096, 7168), (16384, 4096), (3000, 5000)]
+
+
+def pow2_at_least(n: int) -> int:
+    """The smallest power of two >= ``n`` (at least 16: one 16-byte vector of fp8)."""
+    p = 16
+    while p < n:
+        p *= 2
+    return p
+
+
+@tilus.autotune("rows, warps", [(1, 4), (1, 8), (2, 4), (4, 4), (4, 8)])
+class PerTokenCast(tilus.Script):
+    """bf16 rows to e4m3 with one float32 scale per row."""
+
+    def __init__(self, rows, warps):
+        super().__init__()
+        self.rows = rows
+        self.warps = warps
+
+    def __call__(self, m: int32, n: int, x_ptr: ~bfloat16, q_ptr: ~float8_e4m3, s_ptr: ~float32):
+        bn = pow2_at_least(n)
+        self.attrs.blocks = cdiv(m, self.rows)
+        self.attrs.warps = self.warps
+        gx = self.global_view(x_ptr, dtype=bfloat16, shape=[m, n])
+        gq = self.global_view(q_ptr, dtype=float8_e4m3, shape=[m, n])
+        gs = self.global_view(s_ptr, dtype=float32, shape=[m, 1])
+        row: int32 = self.blockIdx.x * self.rows
+        x = self.cast(self.load_global(gx, offsets=[row, 0], shape=[self.rows, bn]), float32)
+        amax = self.maximum(self.max(self.abs(x), dim=1, keepdim=True), MIN_AMAX)
+        inv = FP8_MAX / amax  # one division per row
+        self.store_global(gq, self.cast(x * inv, float8_e4m3), offsets=[row, 0])
+        self.store_global(gs, amax * (1.0 / FP8_MAX), offsets=[row, 0])
+
+
+def reference(torch, x):
+    """(q, s) by the kernel's formula in torch float32."""
+    xf = x.float()
+    amax = xf.abs().amax(dim=1, keepdim=True).clamp(min=MIN_AMAX)
+    inv = torch.full_like(amax, FP8_MAX) / amax  # a rounded division (`448.0 / t` is not)
+    return (xf * inv).to(torch.float8_e4m3fn), (amax * (1.0 / FP8_MAX)).reshape(-1)
+
+
+def check(torch, x, q, s) -> tuple[bool, str]:
+    """Scales equal, codes equal to the reference's, dequantized within 1/16 of max |x|."""
+    q_ref, s_ref = reference(torch, x)
+    q, s = q.cpu(), s.cpu()
+    if torch.isnan(q.float()).any() or torch.isnan(s).any():
+        return False, "NaN in the output"
+    if not torch.allclose(s, s_ref.cpu(), rtol=1e-6, atol=0):
+        return False, "scales differ"
+    codes, ref_codes = q.view(torch.uint8).int(), q_ref.cpu().view(torch.uint8).int()
+    off = int((codes != ref_codes).sum())
+    deq = q.float() * s[:, None]
+    err = float((deq - x.float().cpu()).abs().max() / x.float().abs().max().clamp(min=1e-30))
+    ok = off == 0 and err < 1 / 16
+    return ok, f"{off} codes differ, max err {err:.1e}"
+
+
+def run_once(kernel, torch, m, n, device):
+    """Quantize fresh inputs; returns (passed, note, x, q, s)."""
+    g = torch.Generator().manual_seed(int(time.time_ns() % 2**31))
+    x = (torch.randn(m, n, generator=g) * torch.rand(m, 1, generator=g) * 10).to(torch.bfloat16)
+    x[m // 2] = 0  # an all-zero row
+    x = x.to(device)
+    q = torch.full((m, n), 0x7F, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)
+    s = torch.full((m,), float("nan"), dtype=torch.float32, device=device)
+    kernel(m, n, x, q, s)
+    ok, note = check(torch, x, q, s)
+    return ok, note, x, q, s
+
+
+def main() -> int:
+    """Check PerTokenCast (interpreter on CPU, CUDA on a GPU) and print a table."""
+    try:
+        import torch
+    except ImportError:
+        print("per_token_cast needs torch (float8_e4m3fn tensors)")
+        return 1
+    gpu = cuda_torch()
+    rows, status = [], 0
+    if gpu is None:
+        kernels = [
+            (f"rows={r} warps={w}", PerTokenCast(rows=r, warps=w)) for r, w in [(1, 4), (4, 4)]
+        ]
+        sizes, device = CPU_SIZES, "cpu"
+    else:
+        kernels, sizes, device = [("tuned", PerTokenCast())], GPU_SIZES, "cuda"
+    for m, n in sizes:
+        for name, kernel in kernels:
+            start = time.perf_counter()
+            try:
+                ok, note, x, q, s = run_once(kernel, torch, m, n, device)
+                if gpu is None:
+                    speed = f"{time.perf_counter() - start:.1f} s"
+                else:
+                    args = (m, n, x, q, s)
+                    secs = gpu_time(gpu, lambda k=kernel, args=args: k(*args))
+                    speed = f"{secs * 1e3:.3f} ms, {(3 * m * n + 4 * m) / secs / 1e9:.0f} GB/s"
+            except Exception as e:  # noqa: BLE001 - report the failure, do not hide it
+                traceback.print_exception(e)
+                ok, note, speed = False, type(e).__name__, "-"
+            status |= 0 if ok else 1
+            rows.append([f"{m}x{n}", name, note, speed, "ok" if ok else "FAIL"])
+    where = "the tilus interpreter" if gpu is None else gpu.cuda.get_device_name()
+    print(f"per-token fp8 cast (bf16 -> e4m3 + row scales) on {where}")
+    print_table(["m x n", "kernel", "check", "time", "status"], rows)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
