@@ -150,7 +150,10 @@ def test_fp8_wgmma_matches_torch(da, db, block_n):
     torch.cuda.synchronize()
     ref = a.float() @ b.float().T
     assert not torch.isnan(c).any()
-    assert float((c - ref).abs().max() / ref.abs().max()) < 1e-5
+    # fp8 WGMMA accumulates with fewer bits than float32 (measured here: 0.8-1.1e-3 of the
+    # largest value at K = 528; DeepSeek-V3 reports about 14 bits on Hopper), so the bound is
+    # that of the hardware, not of an exact float32 sum
+    assert float((c - ref).abs().max() / ref.abs().max()) < 4e-3
 
 
 def _example(name):
