@@ -82,12 +82,12 @@ def example_variants() -> dict:
     import importlib.util
 
     folder = REPO / "examples" / "hopper_matmul"
-    names = ("matmul_v4", "matmul_v5", "harness")
+    names = ("matmul_v4", "matmul_v5", "matmul_v6", "harness")
     saved = {k: sys.modules.pop(k) for k in names if k in sys.modules}
     sys.path.insert(0, str(folder))
     mods = {}
     try:
-        for v in [f"matmul_v{i}" for i in range(7)]:
+        for v in [f"matmul_v{i}" for i in range(8)]:
             spec = importlib.util.spec_from_file_location(f"bench_ex_{v}", folder / f"{v}.py")
             mods[v] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(mods[v])
@@ -131,6 +131,11 @@ def example_variants() -> dict:
     out["ex_v6_128x256x64_s3_sw8"] = mods["matmul_v6"].MatmulWGMMAV6(
         num_stages=3, block_m=128, block_n=256, block_k=64, swizzle=8
     )
+    # V7: ping-pong consumer groups, each on whole 128 x 128 (or 64 x 256) tiles
+    for bm, bn, s in ((128, 128, 4), (128, 128, 5), (64, 256, 4)):
+        out[f"ex_v7_{bm}x{bn}x64_s{s}_sw8"] = mods["matmul_v7"].MatmulV7(
+            num_stages=s, block_m=bm, block_n=bn, block_k=64, swizzle=8, split_k=1
+        )
     return out
 
 
