@@ -8,6 +8,7 @@ from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.errors import TilusCompileError, at
 from tilus.ir import inst as I
 from tilus.ir.enums import TensorKind, VarKind
+from tilus.ir.expr import TensorElement
 from tilus.ir.function import Function
 from tilus.ir.inst_layout import AnnotateLayout
 from tilus.ir.layout import RegisterLayout, blocked, replicated
@@ -15,8 +16,9 @@ from tilus.ir.layout.derived import broadcast_map, insert_dims
 from tilus.ir.layout.ops import same_layout
 from tilus.ir.layout.register import permute
 from tilus.ir.rules import NotLowered
-from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt
+from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt, WhileStmt
 from tilus.ir.tensor import TensorVar
+from tilus.ir.visit import own_nodes
 from tilus.passes.register_budget import tile_registers_message
 from tilus.passes.walk import children, instructions
 
@@ -63,6 +65,7 @@ class _Inference:
         self.derived: list = []  # (target, source, fn(source layout) -> layout, stmt, how)
         self.reduces: list = []  # (Reduce inst, Group)
         self.converts: list = []  # (cast/reshape/slice inst, Group) that may move registers
+        self.elem_reads: list = []  # (TensorElement, Group, stmt) of register tiles
         self.io_bytes: dict = {}  # register tile -> element bytes of a global load/store of it
 
     # --- walk --------------------------------------------------------------------------------
@@ -96,12 +99,40 @@ class _Inference:
             if isinstance(inst, I.SliceTensor) or not moves_in_place(inst, regs[src], regs[out]):
                 n = src.size * max(1, src.dtype.nbits // 8)
                 need.setdefault((g.begin, g.size), []).append((inst, n))
+        for e, g, stmt in self.elem_reads:
+            if self.elem_read_scratch(e, g, stmt):
+                need.setdefault((g.begin, g.size), []).append((e, 8))
         at = 0
         for insts in need.values():
             for inst, _ in insts:
                 self.plan.scratch[inst] = at
             at += -(-max(n for _, n in insts) // 16) * 16
         self.plan.scratch_bytes = at
+
+    def elem_read_scratch(self, e, g: Group, stmt) -> bool:
+        """Whether element read ``e`` of a tile spread over threads needs a shared word (its
+        owners write it there, the group waits and reads it); refuse the forms where that
+        barrier cannot run."""
+        t = e.tensor
+        layout = self.plan.registers.get(t)
+        if t in self.plan.barriers or layout is None or layout.replicated:
+            return False
+        owner = self.plan.owner[t]
+        if (g.begin, g.size) != (owner.begin, owner.size) or g.elected:
+            raise err(
+                stmt,
+                f"reading one element of %{t.name} (spread over threads [{owner.begin}, "
+                f"{owner.begin + owner.size})) in the group [{g.begin}, {g.begin + g.size}) "
+                "is not supported: the element is broadcast with a barrier of the tile's group",
+            )
+        if isinstance(stmt, WhileStmt):
+            raise err(
+                stmt,
+                f"reading one element of %{t.name}, which is spread over threads, in a while "
+                "condition is not supported (it is broadcast with a barrier); read it into a "
+                "variable before the loop and at the end of the body",
+            )
+        return True
 
     def walk(self, s, g: Group, nested: bool = False):
         """Visit statements in order, tracking the thread group (and control-flow nesting)."""
@@ -115,6 +146,9 @@ class _Inference:
         if isinstance(s, InstStmt):
             self.nested = nested
             self.inst(s, s.inst, g)
+        for x in own_nodes(s):
+            if isinstance(x, TensorElement) and x.tensor.kind == TensorKind.REGISTER:
+                self.elem_reads.append((x, g, s))
         inner = nested or not isinstance(s, SeqStmt)
         for c in children(s):
             self.walk(c, g, inner)
