@@ -1,5 +1,6 @@
 """CUDA backend element reads of register tiles spread over threads (a broadcast through a
-shared word): compiled by NVRTC, run on the CPU emulator against NumPy; refusals located."""
+shared word) and transposed register views as broadcast operands: compiled by NVRTC, run on
+the CPU emulator against NumPy and the interpreter; refusals located."""
 
 from __future__ import annotations
 
@@ -114,3 +115,44 @@ def test_element_read_refusals_name_the_users_line(kernel, text):
         tilus.compile(kernel(), float32)
     msg = str(e.value)
     assert "test_cuda_element.py:" in msg and text in msg and "one element of %x" in msg, msg
+
+
+class TransposedBroadcast(tilus.Script):
+    """``y = x * transpose(c) + transpose(r)[0]``: ``c`` a [1, BM] row, seen as a [BM, 1]
+    column; ``r`` a [BN, 1] column seen as a [1, BN] row."""
+
+    def __init__(self, bm, bn, warps):
+        super().__init__()
+        self.bm, self.bn, self.warps = bm, bn, warps
+
+    def __call__(self, m: int32, n: int32, x_ptr: ~float32, c_ptr: ~float32, r_ptr: ~float32,
+                 y_ptr: ~float32):  # fmt: skip
+        self.attrs.blocks = 1
+        self.attrs.warps = self.warps
+        bm, bn = self.bm, self.bn
+        gx = self.global_view(x_ptr, dtype=float32, shape=[m, n])
+        x = self.load_global(gx, offsets=[0, 0], shape=[bm, bn])
+        c = self.load_global(self.global_view(c_ptr, dtype=float32, shape=[1, m]), offsets=[0, 0],
+                             shape=[1, bm])  # fmt: skip
+        r = self.load_global(self.global_view(r_ptr, dtype=float32, shape=[n, 1]), offsets=[0, 0],
+                             shape=[bn, 1])  # fmt: skip
+        y = x * self.transpose(c) + self.transpose(r)
+        gy = self.global_view(y_ptr, dtype=float32, shape=[m, n])
+        self.store_global(gy, y, offsets=[0, 0])
+
+
+@needs_nvrtc
+@needs_gxx
+@pytest.mark.parametrize("bm, bn, warps, m, n", [(16, 64, 4, 13, 50), (32, 32, 2, 30, 17)])
+def test_transposed_view_as_broadcast_operand(bm, bn, warps, m, n):
+    rng = np.random.default_rng()
+    x = rng.standard_normal((m, n)).astype(np.float32)
+    c = rng.standard_normal(m).astype(np.float32)
+    r = rng.standard_normal(n).astype(np.float32)
+    y = np.full((m, n), np.nan, np.float32)
+    emulate(TransposedBroadcast(bm, bn, warps), (m, n, x, c, r, y), [1])
+    np.testing.assert_allclose(y, x * c[:, None] + r[None, :], rtol=1e-6, atol=1e-6)
+    yi = np.full_like(y, np.nan)
+    with tilus.option.scoped(interpret=True):
+        TransposedBroadcast(bm, bn, warps)(m, n, x, c, r, yi)
+    np.testing.assert_allclose(y, yi, rtol=1e-6, atol=1e-6)

@@ -397,8 +397,8 @@ class _Inference:
             lt, ls = p.registers.get(t), p.registers.get(s)
             if lt is None or ls is None:
                 continue
-            if how in CONVERTIBLE:
-                ok = True  # the instruction converts when the layouts differ
+            if how in CONVERTIBLE or how == "transposed broadcast":
+                ok = True  # converts when the layouts differ; or a view's check follows
             elif how == "broadcast":
                 ok = broadcast_map(ls, lt, ls.num_threads) is not None
             else:
