@@ -10,7 +10,7 @@ import pytest
 import tilus
 from tests.cuda.conftest import needs_nvrtc
 from tests.helpers_cpu_cuda import available, emulate
-from tilus import float32, int32
+from tilus import float16, float32, int32
 
 needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ for the CPU emulator")
 
@@ -156,3 +156,33 @@ def test_transposed_view_as_broadcast_operand(bm, bn, warps, m, n):
     with tilus.option.scoped(interpret=True):
         TransposedBroadcast(bm, bn, warps)(m, n, x, c, r, yi)
     np.testing.assert_allclose(y, yi, rtol=1e-6, atol=1e-6)
+
+
+class SquareDot(tilus.Script):
+    """``y = x @ x``: the one tile is both mma operands, whose fixed layouts differ; the B
+    operand is a copy converted through shared memory at the dot."""
+
+    def __call__(self, n: int32, x_ptr: ~float16, y_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        gx = self.global_view(x_ptr, dtype=float16, shape=[n, n])
+        x = self.load_global(gx, offsets=[0, 0], shape=[32, 32])
+        y = self.dot(x, x, acc_dtype=float32)
+        self.store_global(self.global_view(y_ptr, dtype=float32, shape=[n, n]), y, offsets=[0, 0])
+
+
+@needs_nvrtc
+def test_one_tile_in_two_fixed_layouts_compiles_with_a_conversion():
+    ck = tilus.compile(SquareDot(), 30, float16, float32)
+    assert "through shared memory" in ck.source and "x_cv" in ck.source, ck.source
+
+
+@pytest.mark.gpu
+def test_one_tile_in_two_fixed_layouts_gpu():
+    torch = pytest.importorskip("torch")
+    n = 30
+    x = torch.randn(n, n, device="cuda").half()
+    y = torch.full((n, n), float("nan"), device="cuda")
+    SquareDot()(n, x, y)
+    want = x.float() @ x.float()
+    torch.testing.assert_close(y, want, rtol=2e-3, atol=2e-3)

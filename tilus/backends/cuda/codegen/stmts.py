@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tilus.backends.cuda.codegen import (  # noqa: F401 - register rules
     async_copy,
     atomics,
@@ -13,6 +15,7 @@ from tilus.backends.cuda.codegen import (  # noqa: F401 - register rules
     random,
 )
 from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.codegen.convert import row_major, through_shared
 from tilus.backends.cuda.codegen.scalar import ExprPrinter, UnsupportedDtype, ctype
 from tilus.backends.cuda.layout import Group
 from tilus.backends.cuda.tables import CODEGEN_RULES
@@ -118,6 +121,17 @@ def _free_shared(ctx, inst, expr):
     ctx.emit("// free_shared: nothing to do")
 
 
+def _converted_operands(ctx, inst):
+    """``inst`` with the operands layout inference converts at this use replaced by their
+    copies, each written through shared memory first (``LayoutPlan.use_converts``)."""
+    convs = ctx.plan.use_converts.get(inst)
+    if not convs:
+        return inst
+    for _, src, copy in convs:
+        through_shared(ctx, copy, src, copy, lambda c, sh=src.shape: row_major(c, sh))
+    return dataclasses.replace(inst, **{name: copy for name, _, copy in convs})
+
+
 class StmtEmitter:
     """Walks the function body and emits C++ statements."""
 
@@ -154,7 +168,7 @@ class StmtEmitter:
             except NotLowered as e:
                 raise ctx.error(f"{s.inst.NAME} is not supported: {e.reason}") from None
             ctx.source_comment(s)
-            emit(ctx, s.inst, expr)
+            emit(ctx, _converted_operands(ctx, s.inst), expr)
         elif isinstance(s, ForStmt):
             self.for_stmt(s)
         elif isinstance(s, WhileStmt):

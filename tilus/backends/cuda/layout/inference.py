@@ -17,7 +17,7 @@ from tilus.ir.layout.ops import same_layout
 from tilus.ir.layout.register import permute
 from tilus.ir.rules import NotLowered
 from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt, WhileStmt
-from tilus.ir.tensor import TensorVar
+from tilus.ir.tensor import RegisterTensor, TensorVar
 from tilus.ir.visit import own_nodes
 from tilus.passes.register_budget import tile_registers_message
 from tilus.passes.walk import children, instructions
@@ -55,7 +55,7 @@ class _Inference:
         self.plan = LayoutPlan()
         self.uf = _UnionFind()
         self.anchor: dict = {}  # class root -> (layout, stmt)
-        self.anchors: list = []  # (tensor, layout, stmt, user) requirements
+        self.anchors: list = []  # (tensor, layout, stmt, rank, why, conversion) requirements
         self.user_shared: dict = {}  # shared allocation -> (SharedLayout, stmt) it was given
         self.user_reg: dict = {}  # register tile -> stmt of the annotation that pinned it
         self.perms: dict = {}  # permuted register tile -> (source tile, dims)
@@ -99,6 +99,9 @@ class _Inference:
             if isinstance(inst, I.SliceTensor) or not moves_in_place(inst, regs[src], regs[out]):
                 n = src.size * max(1, src.dtype.nbits // 8)
                 need.setdefault((g.begin, g.size), []).append((inst, n))
+        for copy, g in self.use_copies:
+            n = copy.size * max(1, copy.dtype.nbits // 8)
+            need.setdefault((g.begin, g.size), []).append((copy, n))
         for e, g, stmt in self.elem_reads:
             if self.elem_read_scratch(e, g, stmt):
                 need.setdefault((g.begin, g.size), []).append((e, 8))
@@ -247,12 +250,15 @@ class _Inference:
         why: str = "",
         user: bool = False,
         soft: bool = False,
+        use=None,
     ):
         """Require a layout for a tile (through transposed views to their source); ``why``
         names the requirement in the error when another one conflicts; ``user``: given by the
         program (annotate_layout, register_tensor(layout=)); ``soft``: a preference any other
-        requirement overrides."""
+        requirement overrides; ``use`` (group, field): a read-only operand of ``stmt``'s
+        instruction, converted at the use when its class ends up with another fixed layout."""
         src, dims = self.base(t)
+        wanted = layout
         if dims is not None:
             inv = [0] * len(dims)
             for k, d in enumerate(dims):
@@ -260,13 +266,18 @@ class _Inference:
             layout = permute(layout, inv)
         if user:
             self.user_reg.setdefault(src, stmt)
-        self.anchors.append((src, layout, stmt, 2 if user else 0 if soft else 1, why))
+        conv = None if use is None else (t, wanted, use[0], use[1])
+        self.anchors.append((src, layout, stmt, 2 if user else 0 if soft else 1, why, conv))
 
     def resolve_anchors(self):
-        """Attach the required layouts to the final equivalence classes. A layout the user
-        gave is never replaced: an instruction that needs another one is refused (an equal
-        one, built differently, is taken in the instruction's form, which codegen knows)."""
-        for t, layout, stmt, rank, why in self.anchors:
+        """Attach the required layouts to the final equivalence classes: fixed ones first,
+        then those of read-only operands, which get a converted copy on a conflict with
+        another instruction's. A layout the user gave is never replaced: an instruction that
+        needs another one is refused (an equal one, built differently, is taken in the
+        instruction's form, which codegen knows)."""
+        self.use_copies: list = []  # (copy tile, Group)
+        order = [a for a in self.anchors if a[5] is None] + [a for a in self.anchors if a[5]]
+        for t, layout, stmt, rank, why, conv in order:
             r, user = self.uf.find(t), rank == 2
             old = self.anchor.get(r)
             if old is not None and old[0] != layout and min(rank, old[3]) == 0:
@@ -275,6 +286,9 @@ class _Inference:
                 continue  # a preference gives way
             if old is not None and old[0] != layout:
                 if not (user or old[2]):
+                    if conv is not None:
+                        self.convert_at_use(stmt, conv)
+                        continue
                     whys = " and ".join(w for w in (old[4], why) if w)
                     detail = f" ({whys})" if whys else ""
                     raise err(stmt, f"tile %{t.name} needs two different register layouts{detail}")
@@ -289,6 +303,16 @@ class _Inference:
                 if user:
                     continue  # keep the instruction's equal layout
             self.anchor[r] = (layout, stmt, user, rank, why)
+
+    def convert_at_use(self, stmt, conv):
+        """Give operand ``field`` of ``stmt``'s instruction a copy of its tile in the layout
+        the instruction needs (written through shared memory just before it)."""
+        t, layout, g, name = conv
+        copy = RegisterTensor(f"{t.name}_cv", t.dtype, t.shape)
+        self.plan.registers[copy] = layout
+        self.plan.owner[copy] = g
+        self.plan.use_converts.setdefault(stmt.inst, []).append((name, t, copy))
+        self.use_copies.append((copy, g))
 
     def shared_view(self, t: TensorVar, stmt) -> SharedView:
         """The SharedView of a shared tile."""

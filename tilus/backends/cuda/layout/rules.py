@@ -323,8 +323,8 @@ def _dot(inf, stmt, inst, g: Group):
         inf.uf.union(inst.out, inst.c)
     la, lb, lc = atom.layouts(m, n, k, wm, wn, nw)
     inf.set_anchor(inst.out, lc, stmt)
-    inf.set_anchor(inst.a, la, stmt)
-    inf.set_anchor(inst.b, lb, stmt)
+    inf.set_anchor(inst.a, la, stmt, use=(g, "a"))
+    inf.set_anchor(inst.b, lb, stmt, use=(g, "b"))
 
 
 @rule(I.WgmmaMma)
