@@ -41,7 +41,7 @@ class ElementRead(tilus.Script):
         if b > 0.0:
             b = b * 2.0
         x[i, j] = -1.0
-        y = x * a + b
+        y = x * a + b + (x[1, 2] - a) * x[0, 0]  # reads inside an elementwise instruction
         gy = self.global_view(y_ptr, dtype=float32, shape=[m, n])
         self.store_global(gy, y, offsets=[0, 0])
 
@@ -64,9 +64,9 @@ def test_element_read_broadcast(bm, bn, warps, m, n):
 
 def _reference(x, i, j):
     b = x[i, j] * 2.0 if x[i, j] > 0 else x[i, j]
-    want = x.copy()
-    want[i, j] = -1.0
-    return want * x[1, 2] + b
+    w = x.copy()
+    w[i, j] = -1.0
+    return w * x[1, 2] + b + (w[1, 2] - x[1, 2]) * w[0, 0]
 
 
 @pytest.mark.gpu

@@ -172,7 +172,10 @@ def element_read(ctx, e, expr) -> str:
         return f"(tl_smem + {off}u + 8u * (uint32_t)({expr(i)}))"
     layout = layout_of(ctx, t)
     if not layout.replicated:
-        return _broadcast_element(ctx, e, layout, expr)
+        v = ctx.broadcasts.get(e)
+        if v is None:
+            raise ctx.error("internal: an element broadcast was not hoisted before its statement")
+        return v
     reg = register_of(layout, t)
     lin = linear_index(t, e.indices)
     if lin is not None:
@@ -198,11 +201,12 @@ def _owner_conds(ctx, layout, t, idx) -> list[str]:
     return out
 
 
-def _broadcast_element(ctx, e, layout, expr) -> str:
+def broadcast_element(ctx, e, expr) -> str:
     """``t[indices]`` of a tile spread over threads: the threads holding the element write it
     to the group's shared scratch word, the group waits, and every thread reads it (the group
     also waits before writing: earlier readers of the scratch are done)."""
     t = e.tensor
+    layout = layout_of(ctx, t)
     off = ctx.plan.scratch.get(e)
     if off is None:
         raise ctx.error("internal: no shared scratch was planned for this element read")

@@ -21,7 +21,7 @@ from tilus.backends.cuda.layout import Group
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
 from tilus.ir.enums import TensorKind, Unroll
-from tilus.ir.expr import Const
+from tilus.ir.expr import Const, TensorElement
 from tilus.ir.rules import NotLowered
 from tilus.ir.stmt import (
     AssignStmt,
@@ -35,6 +35,7 @@ from tilus.ir.stmt import (
     ThreadGroupStmt,
     WhileStmt,
 )
+from tilus.ir.visit import own_nodes
 from tilus.passes.walk import walk
 
 rule = CODEGEN_RULES.rule
@@ -144,11 +145,24 @@ class StmtEmitter:
         ctx = self.ctx
         prev, ctx.stmt = ctx.stmt, s
         try:
+            self._hoist_broadcasts(s)
             self._stmt(s)
         except UnsupportedDtype as e:  # at the innermost statement that names the dtype
             raise ctx.error(str(e)) from None
         finally:
             ctx.stmt = prev
+
+    def _hoist_broadcasts(self, s):
+        """Broadcast the elements of tiles spread over threads that ``s`` reads before its
+        code (their barriers then run where the whole group is, never inside a branch or
+        loop an instruction's code opens); inner reads (in indices) first."""
+        ctx = self.ctx
+        reads = [x for x in own_nodes(s) if isinstance(x, TensorElement) and x in ctx.plan.scratch]
+        if not reads:
+            return
+        ctx.source_comment(s)
+        for e in reversed(reads):
+            ctx.broadcasts[e] = R.broadcast_element(ctx, e, self.expr)
 
     def _stmt(self, s):
         ctx, expr = self.ctx, self.expr
