@@ -164,7 +164,7 @@ def test_inspect_layouts_names_the_moves_through_shared_memory(capsys):
     rc, out, err = _run(capsys, "inspect", f"{path}:ElementRead", "--config", "bm=16", "bn=64",
                         "warps=4", "--layouts")  # fmt: skip
     assert rc == 0, err
-    assert out.count("element of %x broadcast to the group") == 2
+    assert out.count("element of %x broadcast to the group") == 4
 
 
 @needs_nvrtc
