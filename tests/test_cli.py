@@ -154,6 +154,19 @@ def test_inspect_cuda_source_of_a_pinned_config(capsys, kernel_file):
     assert 'extern "C"' in out and "tl_Scale" in out
 
 
+def test_inspect_layouts_names_the_moves_through_shared_memory(capsys):
+    path = REPO / "tests" / "cuda" / "test_cuda_element.py"
+    rc, out, err = _run(capsys, "inspect", f"{path}:SquareDot", "--layouts")
+    assert rc == 0, err
+    assert "%x [32, 32] float16: mma_a, 16 per thread, over threads [0, 128)" in out
+    assert "through shared memory:\n  line " in out
+    assert "%x (mma_a) copied into mma_b for this dot" in out
+    rc, out, err = _run(capsys, "inspect", f"{path}:ElementRead", "--config", "bm=16", "bn=64",
+                        "warps=4", "--layouts")  # fmt: skip
+    assert rc == 0, err
+    assert out.count("element of %x broadcast to the group") == 4
+
+
 @needs_nvrtc
 def test_inspect_resources_and_cache(capsys, kernel_file, tmp_path):
     cache = str(tmp_path / "cache")

@@ -94,7 +94,8 @@ class Chain(tilus.Script):
 
 
 class RegAConflict(tilus.Script):
-    """A register tile used both as an mma.sync operand and as a wgmma A fragment."""
+    """A register tile used both as an mma.sync operand (converted at the dot) and as a wgmma
+    A fragment; the two results added: their fixed layouts (mma_c, wgmma_acc) conflict."""
 
     def __call__(self, a_ptr: ~float16, c_ptr: ~float32):
         self.attrs.blocks = 1

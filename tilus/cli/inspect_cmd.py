@@ -46,6 +46,7 @@ def add_arguments(p) -> None:
     for flag, text in (
         ("--ir", "the tile IR after the passes (no NVRTC needed)"),
         ("--cuda", "the generated CUDA C++ (no NVRTC needed)"),
+        ("--layouts", "register layouts and where data moves through shared memory"),
         ("--ptx", "the PTX NVRTC produces"),
         ("--sass", "the SASS of the cubin (needs cuobjdump)"),
         ("--resources", "registers, shared memory, spills (the default)"),
@@ -180,6 +181,14 @@ def run(args) -> int:
         if show == "ir":
             const_args, _ = kernel.bind((), values)
             print(kernel.program(cfg, const_args).text)
+            continue
+        if show == "layouts":
+            from tilus.backends.cuda.layout import infer_layouts
+            from tilus.backends.cuda.layout.report import layout_report
+
+            const_args, _ = kernel.bind((), values)
+            fn = kernel.program(cfg, const_args).fn
+            print(layout_report(fn, infer_layouts(fn)))
             continue
         if show == "cuda":
             from tilus.backends.cuda.codegen.kernel import generate

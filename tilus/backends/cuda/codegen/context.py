@@ -39,6 +39,7 @@ class Context:
         self.stmt = None  # the statement being emitted (for errors)
         self.declared: set = set()  # ids of register tiles already declared
         self.last_loc = None  # (file, line) of the last source comment
+        self.broadcasts: dict = {}  # element read of a tile spread over threads -> C name
         self.gview_info: dict = {}  # global TensorVar -> (C name, shape codes, stride codes)
         self.shared_names: dict = {}  # shared view TensorVar -> C name of its byte offset
         self.blocks: list[int] = [0]  # ids of the open C blocks (for scope checks)

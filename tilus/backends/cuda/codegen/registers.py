@@ -172,9 +172,10 @@ def element_read(ctx, e, expr) -> str:
         return f"(tl_smem + {off}u + 8u * (uint32_t)({expr(i)}))"
     layout = layout_of(ctx, t)
     if not layout.replicated:
-        raise ctx.error(
-            f"reading one element of %{t.name}, which is spread over threads, is not supported"
-        )
+        v = ctx.broadcasts.get(e)
+        if v is None:
+            raise ctx.error("internal: an element broadcast was not hoisted before its statement")
+        return v
     reg = register_of(layout, t)
     lin = linear_index(t, e.indices)
     if lin is not None:
@@ -184,6 +185,46 @@ def element_read(ctx, e, expr) -> str:
     for k in reversed(range(t.size - 1)):
         code = f"({idx} == {k} ? {elem(ctx, t, reg[k])} : {code})"
     return code
+
+
+def _owner_conds(ctx, layout, t, idx) -> list[str]:
+    """Per register of ``layout``: the C condition that it holds element ``idx`` (C names)."""
+    base = emit_thread_coords(ctx, layout, ctx.plan.owner.get(t, ctx.group))
+    out = []
+    for i in range(layout.local_size):
+        conds = [
+            f"{coord(b, k)} == {n}"
+            for b, k, n, size in zip(base, layout.local_coords(i), idx, t.shape)
+            if size > 1
+        ]
+        out.append(" && ".join(conds) or "true")
+    return out
+
+
+def broadcast_element(ctx, e, expr) -> str:
+    """``t[indices]`` of a tile spread over threads: the threads holding the element write it
+    to the group's shared scratch word, the group waits, and every thread reads it (the group
+    also waits before writing: earlier readers of the scratch are done)."""
+    t = e.tensor
+    layout = layout_of(ctx, t)
+    off = ctx.plan.scratch.get(e)
+    if off is None:
+        raise ctx.error("internal: no shared scratch was planned for this element read")
+    idx = []
+    for x in e.indices:
+        n = ctx.fresh("ix")
+        ctx.emit(f"const int {n} = {expr(x)};")
+        idx.append(n)
+    ct = ctype(t.dtype)
+    buf, v = ctx.fresh("bc"), ctx.fresh("v")
+    ctx.emit(f"{ct}* const {buf} = ({ct}*)(tl_smem_ptr + {ctx.reduce_base + off}u);")
+    sync = CODEGEN_RULES.lookup(I.Sync)
+    sync(ctx, None, None)
+    for i, cond in enumerate(_owner_conds(ctx, layout, t, idx)):
+        ctx.emit(f"if ({cond}) {buf}[0] = {elem(ctx, t, i)};")
+    sync(ctx, None, None)
+    ctx.emit(f"const {ct} {v} = {buf}[0];")
+    return v
 
 
 def register_of(layout, t: TensorVar) -> list[int]:
@@ -222,14 +263,8 @@ def store_element(ctx, inst, expr):
             n = ctx.fresh("ix")
             ctx.emit(f"const int {n} = {expr(x)};")
             idx.append(n)
-        base = emit_thread_coords(ctx, layout, ctx.plan.owner.get(t, ctx.group))
-        for i in range(layout.local_size):
-            conds = [
-                f"{coord(b, k)} == {n}"
-                for b, k, n, size in zip(base, layout.local_coords(i), idx, t.shape)
-                if size > 1
-            ]
-            ctx.emit(f"if ({' && '.join(conds) or 'true'}) {elem(ctx, t, i)} = {v};")
+        for i, cond in enumerate(_owner_conds(ctx, layout, t, idx)):
+            ctx.emit(f"if ({cond}) {elem(ctx, t, i)} = {v};")
         return
     reg = register_of(layout, t)
     lin = linear_index(t, inst.indices)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tilus.backends.cuda.codegen import (  # noqa: F401 - register rules
     async_copy,
     atomics,
@@ -13,12 +15,13 @@ from tilus.backends.cuda.codegen import (  # noqa: F401 - register rules
     random,
 )
 from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.codegen.convert import row_major, through_shared
 from tilus.backends.cuda.codegen.scalar import ExprPrinter, UnsupportedDtype, ctype
 from tilus.backends.cuda.layout import Group
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
 from tilus.ir.enums import TensorKind, Unroll
-from tilus.ir.expr import Const
+from tilus.ir.expr import Const, TensorElement
 from tilus.ir.rules import NotLowered
 from tilus.ir.stmt import (
     AssignStmt,
@@ -32,6 +35,7 @@ from tilus.ir.stmt import (
     ThreadGroupStmt,
     WhileStmt,
 )
+from tilus.ir.visit import own_nodes
 from tilus.passes.walk import walk
 
 rule = CODEGEN_RULES.rule
@@ -118,6 +122,17 @@ def _free_shared(ctx, inst, expr):
     ctx.emit("// free_shared: nothing to do")
 
 
+def _converted_operands(ctx, inst):
+    """``inst`` with the operands layout inference converts at this use replaced by their
+    copies, each written through shared memory first (``LayoutPlan.use_converts``)."""
+    convs = ctx.plan.use_converts.get(inst)
+    if not convs:
+        return inst
+    for _, src, copy in convs:
+        through_shared(ctx, copy, src, copy, lambda c, sh=src.shape: row_major(c, sh))
+    return dataclasses.replace(inst, **{name: copy for name, _, copy in convs})
+
+
 class StmtEmitter:
     """Walks the function body and emits C++ statements."""
 
@@ -130,11 +145,24 @@ class StmtEmitter:
         ctx = self.ctx
         prev, ctx.stmt = ctx.stmt, s
         try:
+            self._hoist_broadcasts(s)
             self._stmt(s)
         except UnsupportedDtype as e:  # at the innermost statement that names the dtype
             raise ctx.error(str(e)) from None
         finally:
             ctx.stmt = prev
+
+    def _hoist_broadcasts(self, s):
+        """Broadcast the elements of tiles spread over threads that ``s`` reads before its
+        code (their barriers then run where the whole group is, never inside a branch or
+        loop an instruction's code opens); inner reads (in indices) first."""
+        ctx = self.ctx
+        reads = [x for x in own_nodes(s) if isinstance(x, TensorElement) and x in ctx.plan.scratch]
+        if not reads:
+            return
+        ctx.source_comment(s)
+        for e in reversed(reads):
+            ctx.broadcasts[e] = R.broadcast_element(ctx, e, self.expr)
 
     def _stmt(self, s):
         ctx, expr = self.ctx, self.expr
@@ -154,7 +182,7 @@ class StmtEmitter:
             except NotLowered as e:
                 raise ctx.error(f"{s.inst.NAME} is not supported: {e.reason}") from None
             ctx.source_comment(s)
-            emit(ctx, s.inst, expr)
+            emit(ctx, _converted_operands(ctx, s.inst), expr)
         elif isinstance(s, ForStmt):
             self.for_stmt(s)
         elif isinstance(s, WhileStmt):

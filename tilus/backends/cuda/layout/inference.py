@@ -8,6 +8,7 @@ from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.errors import TilusCompileError, at
 from tilus.ir import inst as I
 from tilus.ir.enums import TensorKind, VarKind
+from tilus.ir.expr import TensorElement
 from tilus.ir.function import Function
 from tilus.ir.inst_layout import AnnotateLayout
 from tilus.ir.layout import RegisterLayout, blocked, replicated
@@ -15,8 +16,9 @@ from tilus.ir.layout.derived import broadcast_map, insert_dims
 from tilus.ir.layout.ops import same_layout
 from tilus.ir.layout.register import permute
 from tilus.ir.rules import NotLowered
-from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt
-from tilus.ir.tensor import TensorVar
+from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt, WhileStmt
+from tilus.ir.tensor import RegisterTensor, TensorVar
+from tilus.ir.visit import own_nodes
 from tilus.passes.register_budget import tile_registers_message
 from tilus.passes.walk import children, instructions
 
@@ -53,7 +55,7 @@ class _Inference:
         self.plan = LayoutPlan()
         self.uf = _UnionFind()
         self.anchor: dict = {}  # class root -> (layout, stmt)
-        self.anchors: list = []  # (tensor, layout, stmt, user) requirements
+        self.anchors: list = []  # (tensor, layout, stmt, rank, why, conversion) requirements
         self.user_shared: dict = {}  # shared allocation -> (SharedLayout, stmt) it was given
         self.user_reg: dict = {}  # register tile -> stmt of the annotation that pinned it
         self.perms: dict = {}  # permuted register tile -> (source tile, dims)
@@ -63,6 +65,7 @@ class _Inference:
         self.derived: list = []  # (target, source, fn(source layout) -> layout, stmt, how)
         self.reduces: list = []  # (Reduce inst, Group)
         self.converts: list = []  # (cast/reshape/slice inst, Group) that may move registers
+        self.elem_reads: list = []  # (TensorElement, Group, stmt) of register tiles
         self.io_bytes: dict = {}  # register tile -> element bytes of a global load/store of it
 
     # --- walk --------------------------------------------------------------------------------
@@ -96,12 +99,43 @@ class _Inference:
             if isinstance(inst, I.SliceTensor) or not moves_in_place(inst, regs[src], regs[out]):
                 n = src.size * max(1, src.dtype.nbits // 8)
                 need.setdefault((g.begin, g.size), []).append((inst, n))
+        for copy, g in self.use_copies:
+            n = copy.size * max(1, copy.dtype.nbits // 8)
+            need.setdefault((g.begin, g.size), []).append((copy, n))
+        for e, g, stmt in self.elem_reads:
+            if self.elem_read_scratch(e, g, stmt):
+                need.setdefault((g.begin, g.size), []).append((e, 8))
         at = 0
         for insts in need.values():
             for inst, _ in insts:
                 self.plan.scratch[inst] = at
             at += -(-max(n for _, n in insts) // 16) * 16
         self.plan.scratch_bytes = at
+
+    def elem_read_scratch(self, e, g: Group, stmt) -> bool:
+        """Whether element read ``e`` of a tile spread over threads needs a shared word (its
+        owners write it there, the group waits and reads it); refuse the forms where that
+        barrier cannot run."""
+        t = e.tensor
+        layout = self.plan.registers.get(t)
+        if t in self.plan.barriers or layout is None or layout.replicated:
+            return False
+        owner = self.plan.owner[t]
+        if (g.begin, g.size) != (owner.begin, owner.size) or g.elected:
+            raise err(
+                stmt,
+                f"reading one element of %{t.name} (spread over threads [{owner.begin}, "
+                f"{owner.begin + owner.size})) in the group [{g.begin}, {g.begin + g.size}) "
+                "is not supported: the element is broadcast with a barrier of the tile's group",
+            )
+        if isinstance(stmt, WhileStmt):
+            raise err(
+                stmt,
+                f"reading one element of %{t.name}, which is spread over threads, in a while "
+                "condition is not supported (it is broadcast with a barrier); read it into a "
+                "variable before the loop and at the end of the body",
+            )
+        return True
 
     def walk(self, s, g: Group, nested: bool = False):
         """Visit statements in order, tracking the thread group (and control-flow nesting)."""
@@ -115,6 +149,9 @@ class _Inference:
         if isinstance(s, InstStmt):
             self.nested = nested
             self.inst(s, s.inst, g)
+        for x in own_nodes(s):
+            if isinstance(x, TensorElement) and x.tensor.kind == TensorKind.REGISTER:
+                self.elem_reads.append((x, g, s))
         inner = nested or not isinstance(s, SeqStmt)
         for c in children(s):
             self.walk(c, g, inner)
@@ -213,12 +250,15 @@ class _Inference:
         why: str = "",
         user: bool = False,
         soft: bool = False,
+        use=None,
     ):
         """Require a layout for a tile (through transposed views to their source); ``why``
         names the requirement in the error when another one conflicts; ``user``: given by the
         program (annotate_layout, register_tensor(layout=)); ``soft``: a preference any other
-        requirement overrides."""
+        requirement overrides; ``use`` (group, field): a read-only operand of ``stmt``'s
+        instruction, converted at the use when its class ends up with another fixed layout."""
         src, dims = self.base(t)
+        wanted = layout
         if dims is not None:
             inv = [0] * len(dims)
             for k, d in enumerate(dims):
@@ -226,13 +266,18 @@ class _Inference:
             layout = permute(layout, inv)
         if user:
             self.user_reg.setdefault(src, stmt)
-        self.anchors.append((src, layout, stmt, 2 if user else 0 if soft else 1, why))
+        conv = None if use is None else (t, wanted, use[0], use[1])
+        self.anchors.append((src, layout, stmt, 2 if user else 0 if soft else 1, why, conv))
 
     def resolve_anchors(self):
-        """Attach the required layouts to the final equivalence classes. A layout the user
-        gave is never replaced: an instruction that needs another one is refused (an equal
-        one, built differently, is taken in the instruction's form, which codegen knows)."""
-        for t, layout, stmt, rank, why in self.anchors:
+        """Attach the required layouts to the final equivalence classes: fixed ones first,
+        then those of read-only operands, which get a converted copy on a conflict with
+        another instruction's. A layout the user gave is never replaced: an instruction that
+        needs another one is refused (an equal one, built differently, is taken in the
+        instruction's form, which codegen knows)."""
+        self.use_copies: list = []  # (copy tile, Group)
+        order = [a for a in self.anchors if a[5] is None] + [a for a in self.anchors if a[5]]
+        for t, layout, stmt, rank, why, conv in order:
             r, user = self.uf.find(t), rank == 2
             old = self.anchor.get(r)
             if old is not None and old[0] != layout and min(rank, old[3]) == 0:
@@ -241,6 +286,9 @@ class _Inference:
                 continue  # a preference gives way
             if old is not None and old[0] != layout:
                 if not (user or old[2]):
+                    if conv is not None:
+                        self.convert_at_use(stmt, conv)
+                        continue
                     whys = " and ".join(w for w in (old[4], why) if w)
                     detail = f" ({whys})" if whys else ""
                     raise err(stmt, f"tile %{t.name} needs two different register layouts{detail}")
@@ -255,6 +303,16 @@ class _Inference:
                 if user:
                     continue  # keep the instruction's equal layout
             self.anchor[r] = (layout, stmt, user, rank, why)
+
+    def convert_at_use(self, stmt, conv):
+        """Give operand ``field`` of ``stmt``'s instruction a copy of its tile in the layout
+        the instruction needs (written through shared memory just before it)."""
+        t, layout, g, name = conv
+        copy = RegisterTensor(f"{t.name}_cv", t.dtype, t.shape)
+        self.plan.registers[copy] = layout
+        self.plan.owner[copy] = g
+        self.plan.use_converts.setdefault(stmt.inst, []).append((name, t, copy))
+        self.use_copies.append((copy, g))
 
     def shared_view(self, t: TensorVar, stmt) -> SharedView:
         """The SharedView of a shared tile."""
@@ -363,8 +421,8 @@ class _Inference:
             lt, ls = p.registers.get(t), p.registers.get(s)
             if lt is None or ls is None:
                 continue
-            if how in CONVERTIBLE:
-                ok = True  # the instruction converts when the layouts differ
+            if how in CONVERTIBLE or how == "transposed broadcast":
+                ok = True  # converts when the layouts differ; or a view's check follows
             elif how == "broadcast":
                 ok = broadcast_map(ls, lt, ls.num_threads) is not None
             else:

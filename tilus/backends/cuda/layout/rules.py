@@ -201,6 +201,24 @@ def _elementwise(inf, stmt, inst, g):
                 base, dims = inf.base(o)
                 inf.derive(inst.out, base, lambda lo, d=dims: permute(lo, d), stmt, "transpose")
                 continue
+            if o in inf.perms:
+                # a transposed view broadcast: its source takes the layout the view needs
+                # (the result's with the broadcast dims collapsed, dims permuted back); the
+                # "broadcast" check on the view itself holds whatever the source got
+                base, dims = inf.base(o)
+                inv = tuple(sorted(range(len(dims)), key=lambda k: dims[k]))
+                shape = o.shape
+                inf.derive(
+                    base,
+                    inst.out,
+                    lambda lo, s=shape, v=inv: permute(broadcast_layout(lo, s), v),
+                    stmt,
+                    "transposed broadcast",
+                )
+                inf.derive(
+                    o, inst.out, lambda lo, s=shape: broadcast_layout(lo, s), stmt, "broadcast"
+                )
+                continue
             inf.no_perm(stmt, o)
             if o.shape == inst.out.shape:
                 inf.uf.union(inst.out, o)
@@ -305,8 +323,8 @@ def _dot(inf, stmt, inst, g: Group):
         inf.uf.union(inst.out, inst.c)
     la, lb, lc = atom.layouts(m, n, k, wm, wn, nw)
     inf.set_anchor(inst.out, lc, stmt)
-    inf.set_anchor(inst.a, la, stmt)
-    inf.set_anchor(inst.b, lb, stmt)
+    inf.set_anchor(inst.a, la, stmt, use=(g, "a"))
+    inf.set_anchor(inst.b, lb, stmt, use=(g, "b"))
 
 
 @rule(I.WgmmaMma)
