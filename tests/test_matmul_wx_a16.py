@@ -1,0 +1,64 @@
+"""The W4A16 example on the CPU: interpreter results at ragged sizes, located refusals, and
+NVRTC builds of every autotune config without spills."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilus
+from tests.cuda.conftest import needs_nvrtc
+from tilus.testing import marker_line
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "quantized"))
+import matmul_wx_a16 as ex  # noqa: E402
+
+F16 = tilus.float16
+
+
+@pytest.mark.parametrize(
+    "wdtype, group, m, n, k, block_m",
+    [(tilus.uint4b, 128, 19, 100, 256, 16), (tilus.int4b, 64, 5, 72, 192, 16),
+     (tilus.uint4b, 64, 70, 65, 128, 64)],
+)  # fmt: skip
+def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, block_m):
+    assert ex.run_interp(wdtype, group, m, n, k, block_m=block_m) < 1e-2
+
+
+def test_k_not_a_multiple_of_the_group_is_reported_at_the_assume():
+    rng = np.random.default_rng()
+    m, n, k = 4, 64, 192
+    x, _codes, _s, packed = ex.random_problem(rng, m, n, k, 64)
+    scales = np.ones((n, 2), np.float16)
+    y = np.full((m, n), np.nan, np.float16)
+    with pytest.raises(tilus.TilusRuntimeError) as info:
+        ex.MatmulWxA16(tilus.uint4b, 128, block_m=16)(m, n, k, x, packed, scales, y)
+    err = info.value
+    assert err.loc is not None and err.loc.line == marker_line(ex.MatmulWxA16, "CHECK:group")
+    assert err.loc.file.endswith("matmul_wx_a16.py")
+
+
+def test_bad_shapes_are_refused_naming_the_argument():
+    with pytest.raises(tilus.TilusArgumentError, match="scales: shape \\[64, 3\\]"):
+        ex.check_args((4, 256), (64, 256), (64, 3), 128)
+    with pytest.raises(tilus.TilusArgumentError, match="not a multiple of the scale group 128"):
+        ex.check_args((4, 192), (64, 192), (64, 1), 128)
+    with pytest.raises(tilus.TilusArgumentError, match="w: shape"):
+        ex.check_args((4, 256), (64, 128), (64, 1), 128)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("wdtype, group", [(tilus.uint4b, 128), (tilus.int4b, 64)])
+def test_every_config_builds_without_spills(wdtype, group):
+    configs = ex.MatmulWxA16().configs
+    assert len(configs) == 3
+    for cfg in configs:
+        ck = tilus.compile(ex.MatmulWxA16(wdtype, group, **cfg), 19, 100, 256, F16, tilus.uint8,
+                           F16, F16)  # fmt: skip
+        ck = ck[0] if isinstance(ck, list) else ck
+        assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
+        assert ck.resources["spill_load_bytes"] == 0, (cfg, ck.log)
+        assert not ck.wgmma_serialized, cfg
