@@ -7,12 +7,12 @@ point of 8), with one fp16 scale per ``group`` consecutive K of each row (``scal
 The kernel computes ``Y^T = dequant(W) @ X^T`` so that the weights are the A operand of WGMMA
 (M = 64 rows of W per warp group) and X, the small operand at decode, is B (the WGMMA N is the
 M tile of X, 16 to 128). Per K tile the warp group loads its packed weight tile straight from
-global memory into registers, casts it to fp16 (the cast of packed codes), subtracts the zero
-point, multiplies by the broadcast group scale and stores the fp16 tile into shared memory,
-where ``wgmma.mma`` reads it beside the X tile. (Feeding the dequantized tile to WGMMA from
-registers would need the packed load to take the A fragment's layout; the CUDA backend does
-not convert the layout of a sub-byte tile yet, so the tile goes through shared memory.) The accumulator is Y^T; it is stored through a
-transposed global view of Y.
+global memory into registers, casts it to fp16 (the magic-number cast of packed codes),
+subtracts the zero point and multiplies by the broadcast group scale. With ``reg_a`` (an
+autotune choice) that tile is the register A operand of ``wgmma.mma``: layout inference gives
+the packed load the A fragment's layout, so the cast moves no data. Without it the fp16 tile
+is stored into shared memory and WGMMA reads it from there. X tiles go through shared memory
+(the B operand). The accumulator is Y^T; it is stored through a transposed global view of Y.
 
 Run ``python examples/quantized/matmul_wx_a16.py`` (interpreter self-check at ragged sizes;
 on a GPU also the CUDA kernel).
@@ -34,14 +34,18 @@ BLOCK_N = 64  # rows of W per block: the WGMMA M of one warp group
 
 @tilus.autotune("block_m", [16, 64, 128])
 @tilus.autotune("block_k", [64])
+@tilus.autotune("reg_a", [True, False])
 class MatmulWxA16(tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` with 4-bit weights and per-group scales."""
 
-    def __init__(self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 16, block_k=64):
+    def __init__(
+        self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 16, block_k=64, reg_a=True
+    ):
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
             raise TilusArgumentError(f"wdtype must be uint4b or int4b, got {wdtype}")
         self.wdtype, self.group, self.block_m, self.block_k = wdtype, group, block_m, block_k
+        self.reg_a = reg_a
         self.zero = 8.0 if wdtype == tilus.uint4b else 0.0
 
     def __call__(
@@ -67,11 +71,13 @@ class MatmulWxA16(tilus.Script):
             self.store_shared(sx, self.load_global(gx, offsets=[om, k0], shape=[bm, bk]))
             q = self.load_global(gw, offsets=[on, k0], shape=[BLOCK_N, bk])
             s = self.load_global(gs, offsets=[on, k0 // g], shape=[BLOCK_N, 1])
-            self.store_shared(sw, (self.cast(q, float16) - self.zero) * s)
+            w = (self.cast(q, float16) - self.zero) * s
+            if not self.reg_a:
+                self.store_shared(sw, w)
             self.fence.proxy_async()  # the generic writes of sx, sw become visible to wgmma
             self.sync()
             self.wgmma.fence()
-            self.wgmma.mma(sw, sx.transpose(), acc)
+            self.wgmma.mma(w if self.reg_a else sw, sx.transpose(), acc)
             self.wgmma.commit_group()
             self.wgmma.wait_group(0)
             self.sync()  # every warp has read sx before the next tile overwrites it

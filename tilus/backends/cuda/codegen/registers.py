@@ -79,7 +79,7 @@ def declare(ctx, t: TensorVar):
     where = f"threads [{g.begin}, {g.begin + g.size})" if g is not None else "the group"
     spread = "every thread holds it whole" if layout.replicated else f"over {where}"
     ctx.emit(f"// %{t.name} {list(t.shape)}: {layout.kind} layout, {n} per thread, {spread}")
-    if layout.kind == "wgmma_acc":
+    if layout.kind == "wgmma_acc" and t.dtype.nbits % 8 == 0:  # packed words stay flat
         ctx.emit(f"{ct} {ctx.name(t)}[{n // rl}][{rl}];")
     else:
         ctx.emit(f"{ct} {ctx.name(t)}[{n}];")

@@ -357,6 +357,14 @@ class _Inference:
         """Class root -> layout: anchors, then what derivations imply, then defaults."""
         out = {r: self.anchor[r][0] for r in classes if r in self.anchor}
         targets = {self.uf.find(t) for t, *_ in self.derived}
+        for t, s, _fn, _stmt, how in self.derived:
+            # a sub-byte tile cast into a required layout (a dequantized wgmma A fragment)
+            # takes that layout itself when nothing else fixes it: the backend does not
+            # convert sub-byte layouts, and loading it so keeps the cast in registers
+            rt, rs = self.uf.find(t), self.uf.find(s)
+            if how == "cast" and s.dtype.nbits < 8 and rt in out and rs not in out:
+                if rs not in targets:
+                    out[rs] = out[rt]
         for r, members in classes.items():
             if r not in out and r not in targets:
                 out[r] = self.default_layout(r, members, self.defs[members[0]][0])
