@@ -35,27 +35,32 @@ BLOCK_N = 64  # rows of W per block: the WGMMA M of one warp group
 @tilus.autotune("block_m", [16, 64, 128])
 @tilus.autotune("block_k", [64])
 @tilus.autotune("reg_a", [True, False])
+@tilus.autotune("split_k", [1, 4])
 class MatmulWxA16(tilus.Script):
-    """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` with 4-bit weights and per-group scales."""
+    """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` with 4-bit weights and per-group scales
+    (N and K, the weight's shape, are compile-time; M is not)."""
 
     def __init__(
-        self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 16, block_k=64, reg_a=True
-    ):
+        self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 16, block_k=64, reg_a=True,
+        split_k: int = 1,
+    ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
             raise TilusArgumentError(f"wdtype must be uint4b or int4b, got {wdtype}")
         self.wdtype, self.group, self.block_m, self.block_k = wdtype, group, block_m, block_k
-        self.reg_a = reg_a
+        self.reg_a, self.split_k = reg_a, split_k
         self.zero = 8.0 if wdtype == tilus.uint4b else 0.0
 
     def __call__(
-        self, m_size: int32, n_size: int32, k_size: int32,
+        self, m_size: int32, n_size: int, k_size: int,
         x_ptr: ~float16, w_ptr: void_p, s_ptr: ~float16, y_ptr: ~float16,
     ):  # fmt: skip
-        self.attrs.blocks = [cdiv(n_size, BLOCK_N), cdiv(m_size, self.block_m)]
+        num_n = cdiv(n_size, BLOCK_N)
+        self.attrs.blocks = [num_n, cdiv(m_size, self.block_m), self.split_k]
         self.attrs.warps = 4
         self.static_assert(self.group % self.block_k == 0, "group must be whole K tiles")
-        self.assume(k_size % self.group == 0)  # CHECK:group (K is whole scale groups)
+        msg = f"K = {k_size} is not a multiple of the scale group {self.group}"
+        self.static_assert(k_size % self.group == 0, msg)  # CHECK:group
         bm, bk, g = self.block_m, self.block_k, self.group
         on: int32 = BLOCK_N * self.blockIdx.x
         om: int32 = bm * self.blockIdx.y
@@ -64,10 +69,36 @@ class MatmulWxA16(tilus.Script):
         gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, k_size // g])
         # Y^T [N, M] over Y's storage
         gyt = self.global_view(y_ptr, dtype=float16, shape=[n_size, m_size], strides=[1, n_size])
+        # split-K only when X is one M tile (decode): there are few N tiles' worth of blocks
+        # then; with more M tiles the blocks of parts 1.. have nothing to do
+        split: int32 = 1
+        if m_size <= bm:
+            split = self.split_k
+        part: int32 = self.blockIdx.z
+        k_tiles = k_size // bk
+        k_lo: int32 = part * k_tiles // split
+        k_hi: int32 = (part + 1) * k_tiles // split
+        ws, cnt = None, None
+        if self.split_k > 1:  # the parts' fp32 sums, and per N tile the parts done
+            ws = self.global_tensor(float32, [num_n * self.split_k * BLOCK_N, bm],
+                                    requires_clean=False)  # fmt: skip
+            cnt = self.global_tensor(int32, [num_n], requires_clean=True)
+        if part < split:
+            acc = self.mainloop(gx, gw, gs, om, on, k_lo * bk, k_hi * bk)
+            store: int32 = 1
+            if self.split_k > 1:
+                if split > 1:
+                    store = self.add_parts(acc, ws, cnt, self.blockIdx.x, part, split)
+            if store == 1:
+                self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
+
+    def mainloop(self, gx, gw, gs, om, on, k_begin, k_end):
+        """The fp32 tile ``dequant(W)[on:, k_begin:k_end] @ X[om:, k_begin:k_end]^T``."""
+        bm, bk, g = self.block_m, self.block_k, self.group
         sx = self.shared_tensor(dtype=float16, shape=[bm, bk])
-        sw = self.shared_tensor(dtype=float16, shape=[BLOCK_N, bk])
+        sw = None if self.reg_a else self.shared_tensor(dtype=float16, shape=[BLOCK_N, bk])
         acc = self.register_tensor(dtype=float32, shape=[BLOCK_N, bm], init=0.0)
-        for k0 in self.range(0, k_size, bk):
+        for k0 in self.range(k_begin, k_end, bk):
             self.store_shared(sx, self.load_global(gx, offsets=[om, k0], shape=[bm, bk]))
             q = self.load_global(gw, offsets=[on, k0], shape=[BLOCK_N, bk])
             s = self.load_global(gs, offsets=[on, k0 // g], shape=[BLOCK_N, 1])
@@ -81,7 +112,39 @@ class MatmulWxA16(tilus.Script):
             self.wgmma.commit_group()
             self.wgmma.wait_group(0)
             self.sync()  # every warp has read sx before the next tile overwrites it
-        self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
+        return acc
+
+    def add_parts(self, acc, ws, cnt, tile: int32, part: int32, split: int32):
+        """Split-K: publish this part's sums in the workspace and count the part in; the last
+        part of the N tile to arrive adds the others' sums into ``acc`` and resets the count.
+        Returns whether this part is the last (it then stores Y)."""
+        rows = BLOCK_N
+        flag = self.shared_tensor(dtype=int32, shape=[1])
+        self.store_global(ws, acc, offsets=[(tile * self.split_k + part) * rows, 0])
+        self.sync()  # every thread's sums are written before the count is released
+        with self.single_warp(0):
+            idx = self.register_tensor(dtype=int32, shape=[1], init=tile)
+            one = self.register_tensor(dtype=int32, shape=[1], init=1)
+            old = self.atomic.global_scatter_add(
+                cnt, dim=0, indices=idx, values=one, sem="acq_rel", scope="gpu"
+            )
+            self.store_shared(flag, old)
+            if old[0] == split - 1:  # the last part: leave the count clean for the next launch
+                back = self.register_tensor(dtype=int32, shape=[1], init=-split)
+                self.atomic.global_scatter_add(cnt, dim=0, indices=idx, values=back, scope="gpu")
+        self.sync()
+        seen = self.load_shared(flag)
+        last: int32 = 0
+        if seen[0] == split - 1:
+            last = 1
+            for p in self.range(split):
+                if p != part:
+                    acc += self.load_global(
+                        ws,
+                        offsets=[(tile * self.split_k + p) * rows, 0],
+                        shape=[rows, self.block_m],
+                    )
+        return last
 
 
 def check_args(x_shape, w_shape, s_shape, group: int) -> tuple[int, int, int]:
@@ -149,7 +212,7 @@ def main() -> int:
     """Interpreter self-check at ragged sizes; returns the exit status."""
     ok = True
     for wdtype, group in [(tilus.uint4b, 128), (tilus.int4b, 64)]:
-        err = run_interp(wdtype, group, 19, 100, 256, block_m=16)
+        err = run_interp(wdtype, group, 19, 100, 256, block_m=16, block_k=64, reg_a=True, split_k=1)
         good = err < 1e-2
         ok &= good
         print(f"{'ok ' if good else 'BAD'} {wdtype} group {group}: max rel err {err:.2e}")

@@ -36,8 +36,9 @@ def _close(y, x, codes, scales, wdtype, group):
 
 
 @pytest.mark.parametrize("wdtype, group", [(tilus.uint4b, 128), (tilus.int4b, 64)], ids=str)
-@pytest.mark.parametrize("m, n, k", [(1, 100, 384), (19, 200, 256), (130, 72, 512)])
-def test_every_config_matches_the_reference(wdtype, group, m, n, k):
+@pytest.mark.parametrize("m", [1, 13, 130])  # decode (split-K), a ragged tile, several tiles
+def test_every_config_matches_the_reference(wdtype, group, m):
+    n, k = 200, 384  # one build per config (N and K are compile-time)
     host, (x, w, s), y = _problem(m, n, k, group)
     for cfg in ex.MatmulWxA16().configs:
         y.fill_(float("nan"))
