@@ -42,6 +42,7 @@ EXAMPLES = [
     "attention/decode_attention.py",
     "quantized/matmul_fp8.py",
     "quantized/per_token_cast.py",
+    "quantized/matmul_wx_a16.py",
 ]
 HELPERS = [
     "example_support.py",

@@ -215,7 +215,7 @@ def main() -> int:
         err = run_interp(wdtype, group, 19, 100, 256, block_m=16, block_k=64, reg_a=True, split_k=1)
         good = err < 1e-2
         ok &= good
-        print(f"{'ok ' if good else 'BAD'} {wdtype} group {group}: max rel err {err:.2e}")
+        print(f"{wdtype} group {group}: max rel err {err:.2e}  {'ok' if good else 'FAIL'}")
     return 0 if ok else 1
 
 
