@@ -14,6 +14,10 @@ rounds:
 * ``fp8_cast``: ``examples/quantized/per_token_cast.py`` (bf16 -> e4m3 with per-row scales)
   beside ``copy_`` of the same number of bytes (the HBM ceiling) and torch eager: GB/s (bytes
   read + written) and the ratio to the copy.
+* ``w4a16``: ``examples/quantized/matmul_wx_a16.py`` (uint4b weights, group-128 fp16 scales,
+  tuned on first use) beside fp16 cuBLAS (``torch.matmul(x, w_fp16.T)``) at M = 1, 16, 4096
+  with N = K = 8192 and N = 28672, K = 4096: GB/s of the weight read (packed codes and scales,
+  or fp16) and the ratio to cuBLAS.
 
 ``--dry-run`` needs no GPU: every case runs its tilus kernel on the interpreter at a tiny
 ragged size and checks it.
@@ -179,10 +183,73 @@ def fp8_cast_bench(torch, args, flush):
     return rows, ok_all
 
 
+# --- W4A16 matmul ---------------------------------------------------------------------------
+
+#: (M, N, K) of the W4A16 rows: decode (M = 1, 16) and prefill (M = 4096) on two LLM weights
+W4A16_SHAPES = [(m, n, k) for n, k in [(8192, 8192), (28672, 4096)] for m in (1, 16, 4096)]
+W4A16_GROUP = 128
+
+
+def w4a16_dry() -> bool:
+    """MatmulWxA16 on the interpreter at a small ragged size, unsplit and split-K."""
+    import matmul_wx_a16
+
+    import tilus
+
+    ok_all = True
+    for split in (1, 4):
+        cfg = dict(block_m=16, block_k=64, reg_a=True, split_k=split)
+        with tilus.option.scoped(interpret=True):
+            err = matmul_wx_a16.run_interp(tilus.uint4b, W4A16_GROUP, 11, 100, 512, **cfg)
+        ok = err < 1e-2
+        print(f"w4a16 split_k={split} 11x100x512 interpreter max rel err {err:.1e} "
+              f"{'ok' if ok else 'FAIL'}")  # fmt: skip
+        ok_all &= ok
+    return ok_all
+
+
+def w4a16_bench(torch, args, flush):
+    """tilus W4A16 (uint4b, group 128, tuned on first use) vs ``torch.matmul(x, w_fp16.T)`` on
+    the same dequantized weights; GB/s of each one's weight read (packed codes and scales, or
+    fp16), ratio = cuBLAS ms / tilus ms."""
+    import matmul_wx_a16
+
+    rows, ok_all, g = [], True, W4A16_GROUP
+    for m, n, k in W4A16_SHAPES:
+        x = torch.randn(m, k, dtype=torch.float16, device="cuda")
+        codes = torch.randint(0, 16, (n, k), dtype=torch.uint8, device="cuda")
+        w = codes[:, 0::2] | (codes[:, 1::2] << 4)  # code k in bits 4 (k % 2) of byte k // 2
+        s = (torch.rand(n, k // g, device="cuda") * 0.02 + 0.002).half()
+        w16 = ((codes.float() - 8.0) * s.float().repeat_interleave(g, dim=1)).half()
+        del codes
+        y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+        matmul_wx_a16.matmul_wx_a16(x, w, s, group=g, out=y)  # compile + tune on first use
+        ref = torch.matmul(x, w16.T).float()
+        err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
+        if torch.isnan(y).any() or not err < 1e-2:
+            print(f"w4a16 {m}x{n}x{k}: max rel error {err:.2e} FAILS")
+            ok_all = False
+        del ref
+        runs = {
+            "tilus w4a16": lambda t=(x, w, s, y): matmul_wx_a16.matmul_wx_a16(*t[:3], out=t[3]),
+            "cuBLAS fp16": lambda x=x, w16=w16: torch.matmul(x, w16.T),
+        }
+        moved = {"tilus w4a16": w.numel() + 2 * s.numel(), "cuBLAS fp16": 2 * n * k}
+        rounds = _interleaved(runs, torch, flush, args)
+        base = statistics.median(rounds["cuBLAS fp16"])
+        for name, ts in rounds.items():
+            ms = statistics.median(ts)
+            rows.append(dict(case="w4a16", impl=name, shape=f"{m}x{n}x{k}", ms=ms,
+                             metric="GB/s", value=moved[name] / ms / 1e6, ratio=base / ms,
+                             rounds_ms=ts))  # fmt: skip
+    return rows, ok_all
+
+
 #: The cases, in the order they run (more quantized kernels add their rows here).
 CASES = [
     Case("fp8_matmul", fp8_matmul_dry, fp8_matmul_bench),
     Case("fp8_cast", fp8_cast_dry, fp8_cast_bench),
+    Case("w4a16", w4a16_dry, w4a16_bench),
 ]
 
 
@@ -215,7 +282,8 @@ def bench(args) -> int:
         val = f"{r['value']:.0f} {r['metric']}"
         print(f"{r['case']:11s} {r['shape']:15s} {r['impl']:16s} {r['ms']:9.4f} {val:>13s} "
               f"{r['ratio']:6.2f}")  # fmt: skip
-    print("ratio: fp8_matmul to cuBLAS with the same scales; fp8_cast to the copy")
+    print("ratio: fp8_matmul to cuBLAS with the same scales; fp8_cast to the copy; w4a16 to "
+          "cuBLAS fp16 (GB/s: of the weight read)")  # fmt: skip
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         gpu=torch.cuda.get_device_name(),
