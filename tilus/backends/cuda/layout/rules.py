@@ -6,6 +6,7 @@ from tilus.backends.cuda.layout.inference import err, free_vars, reshaped_layout
 from tilus.backends.cuda.layout.plan import Group, SharedView, TmaMap
 from tilus.backends.cuda.layout.reads import result_used
 from tilus.backends.cuda.tables import LAYOUT_RULES
+from tilus.errors import at
 from tilus.ir import inst as I
 from tilus.ir import inst_cluster as C
 from tilus.ir import inst_lowbit as L
@@ -562,3 +563,27 @@ def _view(inf, stmt, inst, g):
         return r
 
     inf.derive(out, src, derive, stmt, "view")
+    if inst.layout is not None:
+        # the program's layout for the output; the source's follows from it (the forward
+        # derivation is still checked, so each thread keeps its bits in register order)
+        dg = inf.defs.get(inf.base(src)[0])
+        if dg is not None and dg[0].size != inst.layout.num_threads:
+            raise err(
+                stmt,
+                f"the layout given to the view spans {inst.layout.num_threads} threads but "
+                f"%{src.name} is created by a group of {dg[0].size} (at {at(dg[1].loc)})",
+            )
+        inf.set_anchor(out, inst.layout, stmt, user=True)
+
+        def back(lo):
+            r = view_layout(lo, db, sb, src.shape)
+            if r is None or view_layout(r, sb, db, out.shape) != lo:
+                raise err(
+                    stmt,
+                    f"the layout given to the view of %{src.name} as {out.dtype} does not keep "
+                    f"each thread's bits: its registers along the last dim are not runs of "
+                    f"whole {src.dtype} elements",
+                )
+            return r
+
+        inf.derive(src, out, back, stmt, "view")
