@@ -124,7 +124,6 @@ class ConflictsWithAUse(tilus.Script):
 @pytest.mark.parametrize(
     "cls, args, fragment",
     [
-        (SplitsBits, (None,), "does not keep each thread's bits"),
         (ConflictsWithAUse, (None, None), "was given at"),
     ],
 )
@@ -155,10 +154,14 @@ class WrongThreads(tilus.Script):
 
 @pytest.mark.parametrize(
     "cls, fragment",
-    [(WrongShape, "differs from the view's"), (WrongThreads, "spans 32 threads")],
+    [
+        (WrongShape, "differs from the view's"),
+        (WrongThreads, "spans 32 threads"),
+        (SplitsBits, "does not keep each thread's bits"),
+    ],
 )
 def test_front_end_refusals(cls, fragment):
     with pytest.raises(tilus.TilusProgramError, match=fragment) as info:
         with tilus.option.scoped(interpret=True):
-            cls()(np.zeros((16, 16), np.uint8))
+            cls()(np.zeros((16, 16), np.float32 if cls is SplitsBits else np.uint8))
     assert info.value.loc.line == err_line(cls)

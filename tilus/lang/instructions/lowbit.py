@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilus.ir import inst_lowbit as L
 from tilus.ir.enums import TensorKind
+from tilus.ir.layout.derived import view_layout
 from tilus.ir.layout.register import RegisterLayout
 from tilus.lang.builder import current
 from tilus.lang.instructions.tiles import _dtype
@@ -43,5 +44,12 @@ class LowBitInstructions:
                     f"the layout given to view spans {layout.num_threads} threads but the "
                     f"current thread group has {b.group.size}"
                 )
+            if tuple(layout.shape) == tuple(out.shape):  # else the instruction refuses it
+                src = view_layout(layout, dt.nbits, x.dtype.nbits, x.shape)
+                if src is None or view_layout(src, x.dtype.nbits, dt.nbits, out.shape) != layout:
+                    raise b.error(
+                        f"the layout given to view does not keep each thread's bits: its "
+                        f"registers along the last dim are not runs of whole {x.dtype} elements"
+                    )
         b.inst(L.ViewTensor(out, x, layout))
         return out
