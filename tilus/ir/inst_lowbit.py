@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilus.ir.enums import TensorKind
 from tilus.ir.inst import Inst, InstError, instruction
+from tilus.ir.layout.register import RegisterLayout
 from tilus.ir.tensor import TensorVar
 
 # --- bit reinterpretation of packed register tiles ----------------------------------------------
@@ -16,11 +17,13 @@ class ViewTensor(Inst):
     Each row (the last dim) keeps its bits in order, element ``j`` of a row at bit
     ``j * nbits`` least significant first, as memory packs them; every dim but the last is
     unchanged. A thread keeps its bits (``local_size * nbits`` is preserved), so on the GPU
-    this moves no data.
+    this moves no data. ``layout``: the output's layout given by the program (a seed of
+    layout inference, as ``annotate_layout``), or None.
     """
 
     out: TensorVar
     src: TensorVar
+    layout: RegisterLayout | None = None
 
     def validate(self) -> None:
         """Register tiles of the same rank whose rows hold the same number of bits."""
@@ -40,3 +43,8 @@ class ViewTensor(Inst):
             )
         if src.dtype.kind == "bool" or out.dtype.kind == "bool":
             raise InstError("view of boolean tiles is not supported (their bits are not packed)")
+        lay = self.layout
+        if lay is not None and tuple(lay.shape) != tuple(out.shape):
+            raise InstError(
+                f"the layout's shape {list(lay.shape)} differs from the view's {list(out.shape)}"
+            )

@@ -6,6 +6,7 @@ import numpy as np
 
 from tilus.backends.interp.rules import reg, rule
 from tilus.dtypes import DataType
+from tilus.errors import TilusRuntimeError
 from tilus.ir import inst_lowbit as L
 from tilus.packing import decode, encode
 
@@ -45,5 +46,11 @@ def reinterpret_rows(values: np.ndarray, src: DataType, dst: DataType) -> np.nda
 
 @rule(L.ViewTensor)
 def _view(task, inst, loc):
+    if inst.layout is not None and inst.layout.num_threads != task.size:
+        raise TilusRuntimeError(
+            f"the register layout given to the view `{inst.out.name}` spans "
+            f"{inst.layout.num_threads} threads but the group running it has {task.size}",
+            loc,
+        )
     src = reg(task, inst.src, loc)
     task.env[inst.out] = reinterpret_rows(src, inst.src.dtype, inst.out.dtype)

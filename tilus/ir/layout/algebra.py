@@ -81,6 +81,21 @@ def _peel(lhs, rhs) -> list[Factor] | None:
     return left
 
 
+def _peel_front(lhs, rhs) -> list[Factor] | None:
+    """The inner factors left of ``lhs`` once ``rhs`` is matched as its outermost part."""
+    left = [f for f in lhs if f.extent > 1]
+    for g in [f for f in rhs if f.extent > 1]:
+        if not left or left[0].dim != g.dim or left[0].extent % g.extent:
+            return None
+        f = left.pop(0)
+        rest = f.extent // g.extent
+        if f.dim >= 0 and g.stride != f.stride * rest:
+            return None
+        if rest > 1:
+            left.insert(0, Factor(f.dim, rest, f.stride))
+    return left
+
+
 class LayoutAlgebra:
     """The spec's operations on a layout of ``shape``, ``threads`` and ``locals`` factors."""
 
@@ -255,6 +270,33 @@ class LayoutAlgebra:
 
     def __truediv__(self, rhs):
         return self.divide(rhs)
+
+    def left_divide(self, lhs_divisor):
+        """The layout ``r`` with ``lhs_divisor * r == self`` (``lhs_divisor`` the outer part).
+
+        Raises:
+            LayoutOperationError: no such ``r``.
+        """
+        rank = max(len(self.shape), len(lhs_divisor.shape))
+        a, b = self.with_rank(rank).canonical(), lhs_divisor.with_rank(rank).canonical()
+        fail = LayoutOperationError(
+            f"{self.describe()} is not a composition of {lhs_divisor.describe()} with a layout"
+        )
+        if any(x % y for x, y in zip(a.shape, b.shape)):
+            raise fail
+        shape = tuple(x // y for x, y in zip(a.shape, b.shape))
+
+        def scaled(f: Factor) -> Factor:  # b's factors as they sit in b * r
+            return f if f.dim < 0 else Factor(f.dim, f.extent, f.stride * shape[f.dim])
+
+        threads = _peel_front(a.threads, [scaled(f) for f in b.threads])
+        locs = _peel_front(a.locals, [scaled(f) for f in b.locals])
+        if threads is None or locs is None:
+            raise fail
+        r = type(self)(shape, tuple(threads), tuple(locs)).canonical()
+        if b.compose(r) != a:
+            raise fail
+        return r
 
     def _primitive(self, shape, ranks, spatial: bool):
         shape = dims_of(shape)

@@ -111,3 +111,34 @@ def broadcast_map(out: RegisterLayout, op: RegisterLayout, num_threads: int) -> 
         return [where[bcast(out.local_coords(i))] for i in range(out.local_size)]
     except KeyError:
         return None
+
+
+def view_layout(lo, src_bits: int, dst_bits: int, shape):
+    """The layout of ``view`` of a tile in ``lo``: the same threads, the row's registers
+    rescaled by ``src_bits / dst_bits`` (each thread keeps its bits in register order); None
+    when the thread's registers along the last dim are not a run of consecutive elements
+    that splits into whole ``dst_bits`` elements."""
+    last = len(lo.shape) - 1
+    locs = list(lo.locals)
+    if locs and locs[-1].dim == last and locs[-1].stride == 1:
+        inner = locs.pop()
+    else:
+        inner = Factor(last, 1, 1)
+    if inner.extent * src_bits % dst_bits:
+        return None
+    ext = inner.extent * src_bits // dst_bits
+
+    def scaled(f):
+        if f.dim != last:
+            return f
+        if f.stride * src_bits % dst_bits or f.stride % inner.extent:
+            return None
+        return Factor(last, f.extent, f.stride * src_bits // dst_bits)
+
+    threads = [scaled(f) for f in lo.threads]
+    outer = [scaled(f) for f in locs]
+    if any(f is None for f in threads + outer):
+        return None
+    new = [*outer, Factor(last, ext, 1)] if ext > 1 or not outer else outer
+    out = RegisterLayout(tuple(shape), tuple(threads), tuple(new), lo.kind)
+    return out if out.local_size * dst_bits == lo.local_size * src_bits else None

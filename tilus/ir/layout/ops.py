@@ -70,6 +70,22 @@ def divide(lhs: RegisterLayout, rhs: RegisterLayout) -> RegisterLayout:
     return lhs.divide(rhs)
 
 
+def left_divide(layout: RegisterLayout, lhs_divisor: RegisterLayout) -> RegisterLayout:
+    """The ``r`` with ``compose(lhs_divisor, r) == layout`` (else LayoutOperationError)."""
+    return layout.left_divide(lhs_divisor)
+
+
+def locate_at(layout: RegisterLayout, global_indices, spatial_index: int) -> bool:
+    """Whether thread ``spatial_index`` (relative to the group) holds element
+    ``global_indices`` (one of its holders, when the layout replicates it)."""
+    index = tuple(int(i) for i in global_indices)
+    if len(index) != len(layout.shape):
+        raise LayoutOperationError(
+            f"{len(index)} indices for a layout of shape {list(layout.shape)}"
+        )
+    return int(spatial_index) in layout.get_spatial(index)
+
+
 def visualize(layout: RegisterLayout) -> str:
     """A text grid of which thread and register hold each element."""
     return layout.visualize()
@@ -235,3 +251,22 @@ def reduce(layout: RegisterLayout, dims, keepdims: bool = False) -> RegisterLayo
     dims = _dim_list(dims, len(layout.shape))
     out = collapse(layout, dims).canonical()
     return out if keepdims else drop_dims(out, dims).canonical()
+
+
+def reduce_to(layout: RegisterLayout, shape) -> RegisterLayout:
+    """The layout of a tile of ``shape`` that broadcasts (NumPy rules) to ``layout.shape``,
+    each thread holding what it reads of it: the extra leading dims are reduced away and the
+    dims of size 1 reduced in place (their spatial modes become replication).
+
+    Raises:
+        LayoutOperationError: ``shape`` does not broadcast to ``layout.shape``.
+    """
+    shape = tuple(int(n) for n in shape)
+    lead = len(layout.shape) - len(shape)
+    if lead < 0 or any(n not in (1, m) for n, m in zip(shape, layout.shape[lead:])):
+        raise LayoutOperationError(
+            f"shape {list(shape)} does not broadcast to the layout's {list(layout.shape)}"
+        )
+    keep = [lead + d for d, n in enumerate(shape) if n == 1 and layout.shape[lead + d] != 1]
+    out = reduce(layout, keep, keepdims=True) if keep else layout.canonical()
+    return reduce(out, list(range(lead))) if lead else out

@@ -8,32 +8,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from tilus.errors import LayoutOperationError
-from tilus.ir.layout.shared import SharedLayout, choose_swizzle
-
-
-@dataclass(frozen=True)
-class Swizzle:
-    """XOR the ``bits``-bit field at bit ``base + shift`` of an offset into the field at bit
-    ``base`` (an element offset; :meth:`to_byte_swizzle` moves it to bytes)."""
-
-    base: int
-    bits: int
-    shift: int
-
-    def __call__(self, offset: int) -> int:
-        """The swizzled offset."""
-        mask = (1 << self.bits) - 1
-        return offset ^ (((offset >> (self.base + self.shift)) & mask) << self.base)
-
-    def to_byte_swizzle(self, nbytes: int) -> Swizzle:
-        """The same swizzle on byte offsets of ``nbytes``-byte elements."""
-        k = int(math.log2(nbytes))
-        if 1 << k != nbytes:
-            raise LayoutOperationError(f"element size {nbytes} is not a power of two")
-        return Swizzle(self.base + k, self.bits, self.shift)
+from tilus.ir.layout.shared import SharedLayout, Swizzle, choose_swizzle, normalized
 
 
 def swizzle_of(layout: SharedLayout) -> Swizzle | None:
@@ -140,7 +117,51 @@ def with_elem_bytes(layout: SharedLayout, nbytes: int) -> SharedLayout:
         LayoutOperationError: the layout was built for a different element size.
     """
     if layout.elem_bytes in (0, nbytes):
-        return SharedLayout(layout.shape, nbytes, layout.swizzle, layout.perm)
+        return normalized(
+            SharedLayout(
+                layout.shape, nbytes, layout.swizzle, layout.perm, layout.modes, layout.xor
+            )
+        )
     raise LayoutOperationError(
         f"the shared layout is for {layout.elem_bytes}-byte elements, the tile has {nbytes}"
     )
+
+
+def shared_reshape(layout: SharedLayout, shape) -> SharedLayout:
+    """The same storage seen with another shape of as many elements (row-major order kept).
+
+    Raises:
+        LayoutOperationError: the sizes differ, or the layout is permuted, strided, or
+            swizzled with a new last dim (its swizzle would then map differently).
+    """
+    shape = _shape(tuple(shape))
+    if math.prod(shape) != math.prod(layout.shape):
+        raise LayoutOperationError(f"cannot reshape {list(layout.shape)} to {list(shape)}")
+    if layout.perm is not None or layout.modes is not None:
+        raise LayoutOperationError("reshape of a permuted or strided shared layout")
+    keep = 1 if layout.col_blocks == 1 else 2  # the dims the hardware swizzle depends on
+    if layout.swizzle and (len(shape) < 2 or shape[-keep:] != layout.shape[-keep:]):
+        raise LayoutOperationError(
+            f"reshape of a {layout.swizzle}B-swizzled layout must keep its last "
+            f"{'dim' if keep == 1 else 'two dims'} {list(layout.shape[-keep:])}"
+        )
+    return SharedLayout(shape, layout.elem_bytes, layout.swizzle, None, None, layout.xor)
+
+
+def shared_unsqueeze(layout: SharedLayout, dims) -> SharedLayout:
+    """The layout with size-1 dims inserted at ``dims`` (positions in the result)."""
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    n = len(layout.shape) + len(dims)
+    dims = sorted(d % n for d in dims)
+    shape = list(layout.shape)
+    for d in dims:
+        shape.insert(d, 1)
+    if layout.perm is None and layout.modes is None:
+        return shared_reshape(layout, shape)
+    if layout.modes is not None:  # a size-1 dim is a mode of size 1
+        return SharedLayout.create(
+            shape, (*layout.modes[0], 1), (*layout.modes[1], 0), layout.xor, layout.elem_bytes
+        )
+    old = [d for d in range(n) if d not in dims]  # result dim of each original dim
+    perm = [*dims, *(old[p] for p in layout.perm)]  # size-1 dims stored outermost
+    return SharedLayout(tuple(shape), layout.elem_bytes, 0, tuple(perm))

@@ -166,11 +166,12 @@ class _Inference:
                 continue
             t = inst.tensor
             layout = with_elem_bytes(inst.layout, max(1, t.dtype.nbits // 8))
-            if layout.perm is not None:
+            why = "has strides or an XOR swizzle no hardware swizzle matches" * layout.general
+            if why or layout.perm is not None:
                 raise err(
                     stmt,
-                    f"the shared layout given to %{t.name} stores its dims permuted; the CUDA "
-                    "backend lowers row-major (optionally swizzled) shared layouts only",
+                    f"the shared layout given to %{t.name} {why or 'stores its dims permuted'}"
+                    "; the CUDA backend lowers row-major (optionally swizzled) layouts only",
                 )
             old = self.user_shared.get(t)
             if old is not None and old[0] != layout:

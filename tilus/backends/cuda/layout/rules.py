@@ -6,6 +6,7 @@ from tilus.backends.cuda.layout.inference import err, free_vars, reshaped_layout
 from tilus.backends.cuda.layout.plan import Group, SharedView, TmaMap
 from tilus.backends.cuda.layout.reads import result_used
 from tilus.backends.cuda.tables import LAYOUT_RULES
+from tilus.errors import at
 from tilus.ir import inst as I
 from tilus.ir import inst_cluster as C
 from tilus.ir import inst_lowbit as L
@@ -13,9 +14,9 @@ from tilus.ir import inst_memory as M
 from tilus.ir.enums import TensorKind, VarKind
 from tilus.ir.expr import Const, Expr, Var
 from tilus.ir.layout import SharedLayout, choose_swizzle, replicated
-from tilus.ir.layout.derived import broadcast_layout, reduce_layout
+from tilus.ir.layout.derived import broadcast_layout, reduce_layout, view_layout
 from tilus.ir.layout.mma import choose_warps, mma_atom, supported_pairs
-from tilus.ir.layout.register import Factor, RegisterLayout, blocked, permute, wgmma_acc
+from tilus.ir.layout.register import blocked, permute, wgmma_acc
 from tilus.ir.tensor import TensorVar
 
 rule = LAYOUT_RULES.rule
@@ -510,37 +511,6 @@ def _map_shared_addr(inf, stmt, inst, g):
 # --- bit reinterpretation (self.view) ------------------------------------------------------------
 
 
-def view_layout(lo, src_bits: int, dst_bits: int, shape):
-    """The layout of ``view`` of a tile in ``lo``: the same threads, the row's registers
-    rescaled by ``src_bits / dst_bits`` (each thread keeps its bits in register order); None
-    when the thread's registers along the last dim are not a run of consecutive elements
-    that splits into whole ``dst_bits`` elements."""
-    last = len(lo.shape) - 1
-    locs = list(lo.locals)
-    if locs and locs[-1].dim == last and locs[-1].stride == 1:
-        inner = locs.pop()
-    else:
-        inner = Factor(last, 1, 1)
-    if inner.extent * src_bits % dst_bits:
-        return None
-    ext = inner.extent * src_bits // dst_bits
-
-    def scaled(f):
-        if f.dim != last:
-            return f
-        if f.stride * src_bits % dst_bits or f.stride % inner.extent:
-            return None
-        return Factor(last, f.extent, f.stride * src_bits // dst_bits)
-
-    threads = [scaled(f) for f in lo.threads]
-    outer = [scaled(f) for f in locs]
-    if any(f is None for f in threads + outer):
-        return None
-    new = [*outer, Factor(last, ext, 1)] if ext > 1 or not outer else outer
-    out = RegisterLayout(tuple(shape), tuple(threads), tuple(new), lo.kind)
-    return out if out.local_size * dst_bits == lo.local_size * src_bits else None
-
-
 @rule(L.ViewTensor)
 def _view(inf, stmt, inst, g):
     """The output's layout follows from the source's (no data moves)."""
@@ -562,3 +532,27 @@ def _view(inf, stmt, inst, g):
         return r
 
     inf.derive(out, src, derive, stmt, "view")
+    if inst.layout is not None:
+        # the program's layout for the output; the source's follows from it (the forward
+        # derivation is still checked, so each thread keeps its bits in register order)
+        dg = inf.defs.get(inf.base(src)[0])
+        if dg is not None and dg[0].size != inst.layout.num_threads:
+            raise err(
+                stmt,
+                f"the layout given to the view spans {inst.layout.num_threads} threads but "
+                f"%{src.name} is created by a group of {dg[0].size} (at {at(dg[1].loc)})",
+            )
+        inf.set_anchor(out, inst.layout, stmt, user=True)
+
+        def back(lo):
+            r = view_layout(lo, db, sb, src.shape)
+            if r is None or view_layout(r, sb, db, out.shape) != lo:
+                raise err(
+                    stmt,
+                    f"the layout given to the view of %{src.name} as {out.dtype} does not keep "
+                    f"each thread's bits: its registers along the last dim are not runs of "
+                    f"whole {src.dtype} elements",
+                )
+            return r
+
+        inf.derive(src, out, back, stmt, "view")
