@@ -366,3 +366,15 @@ def test_ptx_wgmma_fp8_wrappers():
     # an fp8 K step is 32 elements = 32 bytes of a 128-byte swizzled K-major row
     tile = W.KMajorTile(rows=8, cols=128, dtype_bytes=1, swizzle=128)
     assert [tile.k_offset(32 * i) for i in range(4)] == [0, 32, 64, 96]
+
+
+@pytest.mark.parametrize("dt", [float8_e4m3, float8_e5m2])
+def test_same_dtype_cast_and_store_keep_every_code(dt):
+    """A cast to the same fp8 dtype and its store move the bits (Inf and NaN codes included),
+    as the GPU does; only conversions saturate."""
+    torch = pytest.importorskip("torch")
+    x = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    y = torch.full((256,), 0x5A, dtype=torch.uint8)
+    with tilus.option.scoped(interpret=True):
+        Cast(dt, dt)(256, x, y)
+    assert torch.equal(x, y)

@@ -288,9 +288,9 @@ def _store_global(task, inst, loc):
     region = g.arr[gidx + (...,)]  # a view even when every dim is indexed
     races.access_global(task, region, True, loc, "store_global", g.name)
     if isinstance(g, PackedGlobalView):
-        g.write(region, convert(part, inst.dst.dtype))
+        g.write(region, _stored(part, inst.src.dtype, inst.dst.dtype))
         return
-    region[...] = convert(part, inst.dst.dtype).astype(g.arr.dtype, copy=False)
+    region[...] = _stored(part, inst.src.dtype, inst.dst.dtype).astype(g.arr.dtype, copy=False)
 
 
 # --- shared memory ---------------------------------------------------------------------------
@@ -309,7 +309,7 @@ def _store_shared(task, inst, loc):
     v = shared(task, inst.dst, loc)
     task.cta.units.check_write(v, loc, "store_shared")
     races.access_shared(task, v, True, loc, "store_shared")
-    v.arr[...] = convert(reg(task, inst.src, loc), inst.dst.dtype)
+    v.arr[...] = _stored(reg(task, inst.src, loc), inst.src.dtype, inst.dst.dtype)
 
 
 @rule(I.AssignTensor)
@@ -331,6 +331,12 @@ def _store_element(task, inst, loc):
 
 
 # --- compute ---------------------------------------------------------------------------------
+
+
+def _stored(values, src_dtype, dst_dtype):
+    """Values as a store of ``src_dtype`` into ``dst_dtype`` memory writes them: the bits as they
+    are for the same dtype (an fp8 Inf or NaN code kept, as on the GPU), else converted."""
+    return values if src_dtype == dst_dtype else convert(values, dst_dtype)
 
 
 @rule(I.CastTensor)
