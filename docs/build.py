@@ -133,12 +133,16 @@ def _bench(name: str) -> dict:
 
 # the tutorial steps measured in a committed bench file: step -> result keys (best one is drawn)
 STEPS = {
+    "V0": ["ex_v0_128x128x32", "ex_v0_128x128x64"],
+    "V1": ["ex_v1_128x128x64", "ex_v1_128x256x64"],
+    "V2": ["ex_v2_128x128x64_s3", "ex_v2_128x128x64_s4"],
     "V3": ["ex_v3_128x128x64_s3", "ex_v3_128x128x64_s4"],
     "V4": ["ex_v4_128x256x64_s3", "ex_v4_128x256x64_s4", "ex_v4_128x256x64_s4_sw8"],
     "V5": ["ex_v5_128x256x64_s3", "ex_v5_128x256x64_s3_sw8"],
     "V6": ["ex_v6_128x256x64_s3_sw8"],
+    "V7": ["ex_v7_128x128x64_s4_sw8", "ex_v7_128x128x64_s5_sw8", "ex_v7_64x256x64_s4_sw8"],
 }
-TUTORIAL_BENCH = "2026-11-29-h200-r23-hopper_matmul.json"
+TUTORIAL_BENCH = "2026-12-01-h200-r10-hopper_matmul.json"
 
 
 def tutorial_points(name: str = TUTORIAL_BENCH) -> list[dict]:
