@@ -45,8 +45,37 @@ def minmax(op: str, ctype_name: str, a: str, b: str) -> str:
     return f"tl_{op}<{ctype_name}>({a}, {b})"
 
 
+#: The fp8 <-> float helpers of one format (``{f}``: its PTX name), for :data:`HELPERS`.
+_FP8_HELPER = """__device__ __forceinline__ float tl_{f}_to_f(uint8_t v) {{
+  uint32_t h2; asm("cvt.rn.f16x2.{f}x2 %0, %1;" : "=r"(h2) : "h"((uint16_t)v));
+  return tl_h2f((uint16_t)h2);
+}}
+__device__ __forceinline__ uint8_t tl_f_to_{f}(float f) {{
+  uint16_t r; asm("cvt.rn.satfinite.{f}x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+  return (uint8_t)r;
+}}
+__device__ __forceinline__ void tl_{f}x2_to_f2(uint16_t v, float &lo, float &hi) {{
+  uint32_t h2; asm("cvt.rn.f16x2.{f}x2 %0, %1;" : "=r"(h2) : "h"(v));
+  lo = tl_h2f((uint16_t)h2); hi = tl_h2f((uint16_t)(h2 >> 16));
+}}
+__device__ __forceinline__ uint16_t tl_f2_to_{f}x2(float lo, float hi) {{
+  uint16_t r; asm("cvt.rn.satfinite.{f}x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}}
+__device__ __forceinline__ void tl_{f}x2_to_h2(uint16_t v, uint16_t &lo, uint16_t &hi) {{
+  uint32_t h2; asm("cvt.rn.f16x2.{f}x2 %0, %1;" : "=r"(h2) : "h"(v));
+  lo = (uint16_t)h2; hi = (uint16_t)(h2 >> 16);
+}}
+__device__ __forceinline__ uint16_t tl_h2_to_{f}x2(uint16_t lo, uint16_t hi) {{
+  uint16_t r;
+  asm("cvt.rn.satfinite.{f}x2.f16x2 %0, %1;" : "=h"(r) : "r"((uint32_t)lo | ((uint32_t)hi << 16)));
+  return r;
+}}
+"""
+
 #: Helpers every kernel gets (conversions of 16-bit floats, min/max, the shared swizzle).
-HELPERS = r"""
+HELPERS = (
+    r"""
 // ---- tilus codegen helpers ----
 __device__ __forceinline__ float tl_h2f(uint16_t h) {
   float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
@@ -80,61 +109,14 @@ template <class T> __device__ __forceinline__ T tl_abs(T a) { return a < T(0) ? 
 // fp8 <-> float through the sm_89 pair conversions (cvt.rn.satfinite: round to nearest even,
 // finite overflow and Inf saturate to the largest finite value, NaN -> 0x7F; fp8 -> f16 is
 // exact). A pair's element i sits in the low byte / low half, element i + 1 in the high one.
-__device__ __forceinline__ float tl_e4m3_to_f(uint8_t v) {
-  uint32_t h2; asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((uint16_t)v));
-  return tl_h2f((uint16_t)h2);
-}
-__device__ __forceinline__ uint8_t tl_f_to_e4m3(float f) {
-  uint16_t r; asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
-  return (uint8_t)r;
-}
-__device__ __forceinline__ void tl_e4m3x2_to_f2(uint16_t v, float &lo, float &hi) {
-  uint32_t h2; asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(v));
-  lo = tl_h2f((uint16_t)h2); hi = tl_h2f((uint16_t)(h2 >> 16));
-}
-__device__ __forceinline__ uint16_t tl_f2_to_e4m3x2(float lo, float hi) {
-  uint16_t r; asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ void tl_e4m3x2_to_h2(uint16_t v, uint16_t &lo, uint16_t &hi) {
-  uint32_t h2; asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(v));
-  lo = (uint16_t)h2; hi = (uint16_t)(h2 >> 16);
-}
-__device__ __forceinline__ uint16_t tl_h2_to_e4m3x2(uint16_t lo, uint16_t hi) {
-  uint16_t r;
-  asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(r) : "r"((uint32_t)lo | ((uint32_t)hi << 16)));
-  return r;
-}
-__device__ __forceinline__ float tl_e5m2_to_f(uint8_t v) {
-  uint32_t h2; asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"((uint16_t)v));
-  return tl_h2f((uint16_t)h2);
-}
-__device__ __forceinline__ uint8_t tl_f_to_e5m2(float f) {
-  uint16_t r; asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
-  return (uint8_t)r;
-}
-__device__ __forceinline__ void tl_e5m2x2_to_f2(uint16_t v, float &lo, float &hi) {
-  uint32_t h2; asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"(v));
-  lo = tl_h2f((uint16_t)h2); hi = tl_h2f((uint16_t)(h2 >> 16));
-}
-__device__ __forceinline__ uint16_t tl_f2_to_e5m2x2(float lo, float hi) {
-  uint16_t r; asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ void tl_e5m2x2_to_h2(uint16_t v, uint16_t &lo, uint16_t &hi) {
-  uint32_t h2; asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"(v));
-  lo = (uint16_t)h2; hi = (uint16_t)(h2 >> 16);
-}
-__device__ __forceinline__ uint16_t tl_h2_to_e5m2x2(uint16_t lo, uint16_t hi) {
-  uint16_t r;
-  asm("cvt.rn.satfinite.e5m2x2.f16x2 %0, %1;" : "=h"(r) : "r"((uint32_t)lo | ((uint32_t)hi << 16)));
-  return r;
-}
-// Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
+"""
+    + "".join(_FP8_HELPER.format(f=f) for f in FP8_PTX.values())
+    + r"""// Hardware swizzle of a byte offset from a 1024-aligned base: W = 32, 64 or 128 bytes.
 template <int W> __device__ __forceinline__ uint32_t tl_swz(uint32_t o) {
   return W == 0 ? o : o ^ (((o >> 7) & (uint32_t)(W / 16 - 1)) << 4);
 }
 """
+)
 
 #: Emitted when a kernel has hidden ``fast_divmod`` divisors (tilus/passes/fast_divmod.py).
 FASTDIV_HELPERS = r"""
