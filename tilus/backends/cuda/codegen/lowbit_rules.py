@@ -21,6 +21,39 @@ def _run(layout, t, dims, strides) -> int:
 _VEC = {1: "uint32_t", 2: "uint2", 4: "uint4"}
 
 
+def _runs(ctx, inst, g, layout, t, offs, base, M, scalar, words_fast, const: str):
+    """Walk tile ``t``'s registers for a packed load or store of global view ``g``: each run of whole aligned
+    words in bounds goes through ``words_fast(p, vector_type, first_word, words, vec)`` on a
+    word pointer ``p``, with ``scalar(i)`` per element as the fallback (and for every element
+    when the runs are not whole words)."""
+    nb = t.dtype.nbits
+    name, shape, strides = ctx.gview_info[g]
+    run = _run(layout, t, inst.dims, strides)
+    words = run * nb // 32 if run * nb % 32 == 0 else 0
+    vec = 4 if words % 4 == 0 else 2 if words % 2 == 0 else 1
+    for i0 in range(0, layout.local_size, run if words else 1):
+        if not words:
+            scalar(i0)
+            continue
+        idx = M._global_index(offs, base, inst.dims, layout.local_coords(i0))
+        fast, bit = ctx.fresh("fast"), ctx.fresh("bit")
+        ctx.emit(f"const int64_t {bit} = ({M._address(idx, strides)}) * {nb};")
+        rows = M._in_bounds(idx[:-1], shape[:-1]) or "true"
+        col = idx[-1]
+        ctx.emit(
+            f"const bool {fast} = {rows} && ({col}) >= 0 && ({col}) + {run} <= ({shape[-1]}) "
+            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & {4 * vec - 1}u) | ((uint64_t){bit} & 7u)) == 0;"
+        )
+        ctx.open(f"if ({fast})")
+        vt = _VEC[vec]
+        ctx.emit(f"{const}{vt}* p = ({const}{vt}*)({name} + ({bit} >> 3));")
+        words_fast("p", vt, i0 * nb // 32, words, vec)
+        ctx.reopen()
+        for i in range(i0, i0 + run):
+            scalar(i)
+        ctx.close()
+
+
 def load_global(ctx, inst, expr, M):
     """Each thread gathers its elements' bits; whole aligned words in bounds load as words."""
     out, g = inst.out, inst.src
@@ -46,26 +79,7 @@ def load_global(ctx, inst, expr, M):
         B.put_bits(ctx, w, i * nb, nb, "v")
         ctx.close()
 
-    run = _run(layout, out, inst.dims, strides)
-    words = run * nb // 32 if run * nb % 32 == 0 else 0
-    vec = 4 if words % 4 == 0 else 2 if words % 2 == 0 else 1
-    for i0 in range(0, layout.local_size, run if words else 1):
-        if not words:
-            scalar(i0)
-            continue
-        idx = M._global_index(offs, base, inst.dims, layout.local_coords(i0))
-        fast, bit = ctx.fresh("fast"), ctx.fresh("bit")
-        ctx.emit(f"const int64_t {bit} = ({M._address(idx, strides)}) * {nb};")
-        rows = M._in_bounds(idx[:-1], shape[:-1]) or "true"
-        col = idx[-1]
-        ctx.emit(
-            f"const bool {fast} = {rows} && ({col}) >= 0 && ({col}) + {run} <= ({shape[-1]}) "
-            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & {4 * vec - 1}u) | ((uint64_t){bit} & 7u)) == 0;"
-        )
-        ctx.open(f"if ({fast})")
-        vt = _VEC[vec]
-        ctx.emit(f"const {vt}* p = (const {vt}*)({name} + ({bit} >> 3));")
-        k0 = i0 * nb // 32
+    def words_fast(p, vt, k0, words, vec):
         for j in range(words // vec):
             parts = [f"{w}[{k0 + vec * j + c}]" for c in range(vec)]
             if vec == 1:
@@ -74,10 +88,8 @@ def load_global(ctx, inst, expr, M):
             ctx.emit(f"const {vt} q{j} = p[{j}];")
             for c, part in enumerate(parts):
                 ctx.emit(f"{part} = q{j}.{'xyzw'[c]};")
-        ctx.reopen()
-        for i in range(i0, i0 + run):
-            scalar(i)
-        ctx.close()
+
+    _runs(ctx, inst, g, layout, out, offs, base, M, scalar, words_fast, "const ")
     ctx.close()
 
 
@@ -98,35 +110,14 @@ def store_global(ctx, inst, expr, M):
         addr = f"({M._address(idx, strides)}) * {nb}"
         ctx.emit(f"if ({ok}) tl_st_bits({name}, {addr}, {B.get(ctx, src, i)}, {nb});")
 
-    run = _run(layout, src, inst.dims, strides)
-    words = run * nb // 32 if run * nb % 32 == 0 else 0
-    vec = 4 if words % 4 == 0 else 2 if words % 2 == 0 else 1
-    for i0 in range(0, layout.local_size, run if words else 1):
-        if not words:
-            scalar(i0)
-            continue
-        idx = M._global_index(offs, base, inst.dims, layout.local_coords(i0))
-        fast, bit = ctx.fresh("fast"), ctx.fresh("bit")
-        ctx.emit(f"const int64_t {bit} = ({M._address(idx, strides)}) * {nb};")
-        rows = M._in_bounds(idx[:-1], shape[:-1]) or "true"
-        col = idx[-1]
-        ctx.emit(
-            f"const bool {fast} = {rows} && ({col}) >= 0 && ({col}) + {run} <= ({shape[-1]}) "
-            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & {4 * vec - 1}u) | ((uint64_t){bit} & 7u)) == 0;"
-        )
-        ctx.open(f"if ({fast})")
-        vt = _VEC[vec]
-        ctx.emit(f"{vt}* p = ({vt}*)({name} + ({bit} >> 3));")
-        k0 = i0 * nb // 32
+    def words_fast(p, vt, k0, words, vec):
         for j in range(words // vec):
             parts = [f"{w}[{k0 + vec * j + c}]" for c in range(vec)]
             ctx.emit(
                 f"p[{j}] = " + (parts[0] if vec == 1 else f"make_{vt}({', '.join(parts)})") + ";"
             )
-        ctx.reopen()
-        for i in range(i0, i0 + run):
-            scalar(i)
-        ctx.close()
+
+    _runs(ctx, inst, g, layout, src, offs, base, M, scalar, words_fast, "")
     ctx.close()
 
 
