@@ -117,3 +117,28 @@ def test_gpu_matches_the_interpreter():
         y = torch.full((32,), float("nan"), device="cuda")
         LastBlockSum()(nb, xd, y)
         np.testing.assert_array_equal(y.cpu().numpy(), x.sum(0))
+
+
+@pytest.mark.gpu
+def test_gpu_streams_get_their_own_workspace():
+    """Launches on two streams may overlap: each stream has its own scratch, so neither sees
+    the other's partial sums or counter."""
+    from tests.cuda.conftest import _gpu_available
+
+    if not _gpu_available():
+        pytest.skip("needs torch with a Hopper GPU")
+    import torch
+
+    nb = 64
+    kernel = LastBlockSum()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    xs = [torch.randint(-9, 9, (nb, 32), device="cuda").float() for _ in streams]
+    ys = [torch.full((20, 32), float("nan"), device="cuda") for _ in streams]
+    torch.cuda.synchronize()
+    for i in range(20):  # interleaved launches on both streams, free to overlap
+        for s, x, y in zip(streams, xs, ys):
+            with torch.cuda.stream(s):
+                kernel(nb, x, y[i])
+    torch.cuda.synchronize()
+    for x, y in zip(xs, ys):
+        torch.testing.assert_close(y, x.sum(0).expand(20, 32), rtol=0, atol=0)

@@ -368,18 +368,22 @@ class Launcher:
             if not isinstance(p.dtype, PointerType) and not p.dtype.is_float()
         ]
         self._prepared: dict = {}
-        self._workspace = None
+        self._workspaces: dict = {}  # stream handle -> workspace tensor
 
-    def workspace(self):
-        """The kernel's global_tensor workspace on this device: zeroed once when first needed,
-        then kept (requires_clean tensors are left zero by every launch)."""
-        if self._workspace is None:
+    def workspace(self, stream: int):
+        """The kernel's global_tensor workspace for launches on ``stream`` (an int handle):
+        zeroed once when first needed, then kept (requires_clean tensors are left zero by every
+        launch). One per stream: launches on two streams may run at the same time, and a
+        shared scratch (split-K partial sums, tile counters) would then be raced on."""
+        ws = self._workspaces.get(stream)
+        if ws is None:
             import torch
 
-            self._workspace = torch.zeros(
+            # torch.zeros runs on torch's current stream, which is ``stream`` here
+            ws = self._workspaces[stream] = torch.zeros(
                 self.plan.workspace, dtype=torch.uint8, device=f"cuda:{self.index}"
             )
-        return self._workspace
+        return ws
 
     def prepare(self, scalars: dict, positions: dict) -> Prepared:
         """Argument storage for these int/bool arguments (see ``LaunchPlan.bind``)."""
@@ -432,8 +436,10 @@ class Prepared:
             obj = (ctypes.c_uint32 * 3)(d, magic, shift)
             self._keep.append(obj)
             addrs.append(ctypes.addressof(obj))
+        self.ws_slot = None  # the workspace pointer, set per launch from the stream
+        self.ws_stream = None
         if launcher.plan.workspace:
-            obj = ctypes.c_uint64(launcher.workspace().data_ptr())
+            obj = self.ws_slot = ctypes.c_uint64(0)
             self._keep.append(obj)
             addrs.append(ctypes.addressof(obj))
         self.params = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
@@ -534,7 +540,9 @@ class Prepared:
             if _CURRENT.device != dev:
                 launcher.set_ctx()
                 _made_current(dev)
-            self._slot.value = launcher.stream()
+            stream = self._slot.value = launcher.stream()
+            if self.ws_slot is not None and stream != self.ws_stream:
+                self._use_workspace(stream)
             if self._fire():
                 self._relaunch()
         finally:
@@ -560,9 +568,16 @@ class Prepared:
         if _CURRENT.device != self.device:
             launcher.set_ctx()
             _made_current(self.device)
-        self._slot.value = launcher.stream()
+        stream = self._slot.value = launcher.stream()
+        if self.ws_slot is not None and stream != self.ws_stream:
+            self._use_workspace(stream)
         if self._fire():
             self._relaunch()
+
+    def _use_workspace(self, stream: int) -> None:
+        """Point the workspace argument at ``stream``'s workspace."""
+        self.ws_slot.value = self.launcher.workspace(stream).data_ptr()
+        self.ws_stream = stream
 
     def _relaunch(self):
         launcher = self.launcher
