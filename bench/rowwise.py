@@ -8,7 +8,8 @@ flushed by a 256 MB write before each run; the median of the rounds is reported)
 * torch eager and ``torch.compile`` of the same function,
 * ``dst.copy_(src)`` of the same number of bytes read and written (the HBM ceiling),
 * the tilus kernel with its default constructor (tuned over its autotune space on first use)
-  and, for softmax, the online variant.
+  and, for softmax, the online variant; ``--kernels`` picks tilus labels, ``--no-compile``
+  skips ``torch.compile``.
 
 Every kernel is checked against torch in float32 first (NaN-poisoned output). It prints GB/s
 (bytes read + written / time), the ratio to the copy, the config the tuner chose and the wall
@@ -50,13 +51,18 @@ def tilus_kernels():
             ("tilus", softmax.Softmax, lambda x, w, b, y: (x, y), softmax.reference, ()),
             ("tilus online", softmax.OnlineSoftmax, lambda x, w, b, y: (x, y),
              softmax.reference, ()),
+            ("tilus ring", softmax.SoftmaxRing, lambda x, w, b, y: (x, y), softmax.reference, ()),
         ],
         "layer_norm": [
             ("tilus", layer_norm.LayerNorm, lambda x, w, b, y: (x, w, b, y),
              layer_norm.reference, ("w", "b")),
+            ("tilus ring", layer_norm.LayerNormRing, lambda x, w, b, y: (x, w, b, y),
+             layer_norm.reference, ("w", "b")),
         ],
         "rms_norm": [
             ("tilus", rms_norm.RMSNorm, lambda x, w, b, y: (x, w, y), rms_norm.reference, ("w",)),
+            ("tilus ring", rms_norm.RMSNormRing, lambda x, w, b, y: (x, w, y),
+             rms_norm.reference, ("w",)),
         ],
     }  # fmt: skip
 
@@ -130,8 +136,9 @@ def config_text(cfg: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in cfg.items())
 
 
-def time_space(cls, argf, m, n, tensors, torch, flush, reps, copy_ms):
-    """Every config of ``cls``'s space pinned: rows for the per-config table."""
+def time_space(cls, argf, m, n, tensors, torch, flush, reps, copy_ms, ref=None):
+    """Every config of ``cls``'s space pinned: rows for the per-config table (each checked
+    against ``ref`` with a NaN-poisoned output first)."""
     import tilus  # noqa: F401 - tilus.compile below
 
     x, w, b = tensors
@@ -140,12 +147,22 @@ def time_space(cls, argf, m, n, tensors, torch, flush, reps, copy_ms):
         row = dict(kernel=cls.__name__, shape=f"{m}x{n}", config=config_text(cfg))
         try:
             k = cls(**cfg)
-            y = torch.empty(m, n, device="cuda", dtype=torch.float16)
+            y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
             a = argf(x, w, b, y)
             ck = tilus.compile(k, m, n, *a)
-            row["registers"] = ck.resources.get("registers")
+            res = ck.resources
+            row["registers"] = res.get("registers")
+            row["spills"] = res.get("spill_store_bytes")
+            row["nvrtc_s"] = res.get("nvrtc_seconds")
             k(m, n, *a)
             torch.cuda.synchronize()
+            if ref is not None:
+                err = ((y.float() - ref).abs().max() / ref.abs().max().clamp(min=1)).item()
+                row["max_err"] = err
+                if not err < 2e-2:
+                    row["refused"] = f"WRONG: max error {err:.2e}"
+                    out.append(row)
+                    continue
             ms = time_ms(lambda k=k, a=a: k(m, n, *a), torch, flush, reps)
             row.update(ms=ms, gbps=4 * m * n / ms / 1e6, ratio_to_copy=copy_ms / ms)
         except Exception as e:  # noqa: BLE001 - a config that fails is listed, not fatal
@@ -174,6 +191,9 @@ def bench(args) -> int:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     ops = args.ops.split(",")
     kernels = tilus_kernels()
+    if args.kernels:
+        keep = set(args.kernels.split(","))
+        kernels = {op: [e for e in es if e[0] in keep] for op, es in kernels.items()}
     results, space, status = [], [], 0
     for m, n in shapes:
         x = torch.randn(m, n, device="cuda").half()
@@ -184,12 +204,13 @@ def bench(args) -> int:
         for op in ops:
             f = torch_fn(op, torch)
             ref = f(x.float(), w.float(), b.float())
-            compiled = torch.compile(f)
             runs = {
                 "copy": lambda d=dst, s=src: d.copy_(s),
                 "torch eager": lambda f=f, t=(x, w, b): f(*t),
-                "torch.compile": lambda c=compiled, t=(x, w, b): c(*t),
             }
+            if args.torch_compile:
+                compiled = torch.compile(f)
+                runs["torch.compile"] = lambda c=compiled, t=(x, w, b): c(*t)
             chosen = {}
             for label, cls, argf, _, _ in kernels[op]:
                 y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
@@ -224,7 +245,9 @@ def bench(args) -> int:
             if args.space:
                 for _label, cls, argf, _, _ in kernels[op]:
                     space.extend(
-                        time_space(cls, argf, m, n, (x, w, b), torch, flush, args.reps, copy_ms)
+                        time_space(
+                            cls, argf, m, n, (x, w, b), torch, flush, args.reps, copy_ms, ref
+                        )
                     )
     header = (f"{'op':10s} {'shape':11s} {'impl':14s} {'ms':>8s} {'GB/s':>7s} {'x copy':>6s} "
               f"{'first s':>7s}  config")  # fmt: skip
@@ -237,14 +260,15 @@ def bench(args) -> int:
     if space:
         print(f"\nevery config pinned ({args.reps} runs each; first s: compile + tune):")
         print(f"{'kernel':14s} {'shape':11s} {'config':34s} {'ms':>8s} {'GB/s':>7s} "
-              f"{'x copy':>6s} {'regs':>4s}")  # fmt: skip
+              f"{'x copy':>6s} {'regs':>4s} {'spill':>5s} {'nvrtc s':>7s}")  # fmt: skip
         for r in space:
             if "refused" in r:
                 print(f"{r['kernel']:14s} {r['shape']:11s} {r['config']:34s} refused: "
                       f"{r['refused']}")  # fmt: skip
                 continue
             print(f"{r['kernel']:14s} {r['shape']:11s} {r['config']:34s} {r['ms']:8.4f} "
-                  f"{r['gbps']:7.0f} {r['ratio_to_copy']:6.2f} {r['registers'] or 0:4d}")  # fmt: skip
+                  f"{r['gbps']:7.0f} {r['ratio_to_copy']:6.2f} {r['registers'] or 0:4d} "
+                  f"{r.get('spills') or 0:5d} {r.get('nvrtc_s') or 0:7.3f}")  # fmt: skip
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         gpu=torch.cuda.get_device_name(),
@@ -269,6 +293,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--no-space", dest="space", action="store_false",
                     help="skip timing every config of each autotune space")  # fmt: skip
+    ap.add_argument("--kernels", default=None,
+                    help="comma-separated tilus labels to run (default: all)")  # fmt: skip
+    ap.add_argument("--no-compile", dest="torch_compile", action="store_false",
+                    help="skip torch.compile")  # fmt: skip
     ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
     args = ap.parse_args(argv)
     return dry_run() if args.dry_run else bench(args)

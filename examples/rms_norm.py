@@ -11,7 +11,7 @@ checked against NumPy float64.
 
 import numpy as np
 from rowwise_support import check, exit_with, fp16_rows, rowwise_kernels
-from softmax import ROW_SPACE, pow2_at_least, rows_and_warps
+from softmax import RING_SPACE, ROW_SPACE, pow2_at_least, ring_plan, rows_and_warps
 
 import tilus
 from tilus import float16, float32, int32
@@ -43,6 +43,55 @@ class RMSNorm(tilus.Script):
         w = self.cast(self.load_global(gw, offsets=[0], shape=[bn]), float32)
         y = x * self.rsqrt(ms + EPS) * w
         self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
+
+
+@tilus.autotune("block, per_thread, stages", RING_SPACE)
+class RMSNormRing(tilus.Script):
+    """RMS norm by persistent blocks looping over their rows through a ring of shared-memory
+    stages (``copy_async``; the next rows load while the current ones are normalized); the
+    weight is copied once a block into shared memory when it fits."""
+
+    def __init__(self, block, per_thread, stages, max_blocks=None):
+        super().__init__()
+        self.block, self.per_thread, self.stages = block, per_thread, stages
+        self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
+
+    def __call__(self, m: int32, n: int, x_ptr: ~float16, w_ptr: ~float16, y_ptr: ~float16):
+        bn, rows, warps, stages, w_shared, per_sm = ring_plan(
+            n, self.block, self.per_thread, self.stages, vectors=1
+        )
+        groups = cdiv(m, rows)
+        self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
+        self.attrs.warps = warps
+        gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
+        gw = self.global_view(w_ptr, dtype=float16, shape=[n])
+        gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
+        ring = self.shared_tensor(dtype=float16, shape=[stages, rows, bn])
+        if w_shared:  # the first group: older than every stage, so waited for with stage 0
+            sw = self.shared_tensor(dtype=float16, shape=[bn])
+            self.copy_async(gw, sw, offsets=[0])
+            self.copy_async_commit_group()
+        first: int32 = self.blockIdx.x
+        grid: int32 = self.gridDim.x
+        for k in range(stages - 1):
+            self.copy_async(gx, ring[k], offsets=[(first + k * grid) * rows, 0])
+            self.copy_async_commit_group()
+        for it in range(cdiv(groups - first, grid)):
+            self.copy_async_wait_group(stages - 2)
+            self.sync()  # the stage is in for every thread; the one refilled next is free
+            ahead = it + stages - 1
+            self.copy_async(gx, ring[ahead % stages], offsets=[(first + ahead * grid) * rows, 0])
+            self.copy_async_commit_group()
+            cur = ring[it % stages]
+            x = self.cast(self.load_shared(cur), float32)
+            rms = self.rsqrt(self.sum(x * x, dim=1, keepdim=True) * (1.0 / n) + EPS)
+            if w_shared:
+                w = self.load_shared(sw)
+            else:
+                w = self.load_global(gw, offsets=[0], shape=[bn])
+            y = self.cast(self.load_shared(cur), float32) * rms * self.cast(w, float32)
+            self.store_global(gy, self.cast(y, float16), offsets=[(first + it * grid) * rows, 0])
+        self.copy_async_wait_all()
 
 
 def reference(x, w):

@@ -50,6 +50,41 @@ ROW_SPACE = [(b, t) for b in (2048, 4096, 8192, 16384) for t in (8, 16, 32)] + [
 ]
 
 
+#: Shared memory a ring kernel may use (the per-block limit less the launch's alignment slack).
+RING_SMEM = 227 * 1024 - 1024
+
+
+def ring_plan(n: int, block: int, per_thread: int, stages: int, vectors: int = 0):
+    """How a ring kernel lays out rows of ``n`` fp16 elements: ``(bn, rows, warps, stages,
+    vectors_shared, blocks_per_sm)``. ``rows`` rows of ``bn`` (``n`` rounded up to a power of
+    two) fill a stage; the ring holds ``stages`` of them (fewer when shared memory is short,
+    never fewer than 2); ``vectors`` per-column fp16 vectors (the norms' weights) live in
+    shared memory too when they fit (``vectors_shared``), else are read from global memory
+    (the L2) for every row; ``blocks_per_sm`` persistent blocks fit an SM by threads and
+    shared memory."""
+    bn = pow2_at_least(n)
+    rows, warps = rows_and_warps(bn, block, per_thread)
+    stage = rows * bn * 2
+    stages = max(2, min(stages, RING_SMEM // stage))
+    vec_shared = vectors > 0 and stages * stage + vectors * bn * 2 <= RING_SMEM
+    smem = stages * stage + (vectors * bn * 2 if vec_shared else 0) + 1024
+    per_sm = max(1, min(2048 // (32 * warps), (228 * 1024) // smem))
+    return bn, rows, warps, stages, vec_shared, per_sm
+
+
+#: The ring kernels' autotune space: (elements per block, per thread, stages).
+RING_SPACE = [
+    (4096, 8, 2),
+    (4096, 16, 3),
+    (8192, 8, 2),
+    (8192, 16, 2),
+    (8192, 16, 3),
+    (16384, 16, 2),
+    (16384, 32, 2),
+    (2048, 8, 3),
+]
+
+
 @tilus.autotune("block, per_thread", ROW_SPACE)
 class Softmax(tilus.Script):
     """Softmax of whole rows held in registers, ``block // n`` rows a block (at least one)."""
@@ -129,6 +164,51 @@ class OnlineSoftmax(tilus.Script):
             self.assign(buf, self.load_global(gx, offsets=[row, (j + 1) * bn], shape=[bm, bn]))
             y = self.exp2(x * LOG2E - mx) * inv
             self.store_global(gy, self.cast(y, float16), offsets=[row, j * bn])
+
+
+@tilus.autotune("block, per_thread, stages", RING_SPACE)
+class SoftmaxRing(tilus.Script):
+    """Softmax by persistent blocks: each loops over its rows through a ring of shared-memory
+    stages filled by ``copy_async``, the next rows' loads in flight while it works on the
+    current ones (a max pass, a sum pass and a write pass, each reading the stage)."""
+
+    def __init__(self, block, per_thread, stages, max_blocks=None):
+        super().__init__()
+        self.block, self.per_thread, self.stages = block, per_thread, stages
+        self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
+
+    def __call__(self, m: int32, n: int, x_ptr: ~float16, y_ptr: ~float16):
+        bn, rows, warps, stages, _, per_sm = ring_plan(n, self.block, self.per_thread, self.stages)
+        groups = cdiv(m, rows)
+        self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
+        self.attrs.warps = warps
+        gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
+        gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
+        ring = self.shared_tensor(dtype=float16, shape=[stages, rows, bn])
+        first: int32 = self.blockIdx.x
+        grid: int32 = self.gridDim.x
+        for k in range(stages - 1):
+            self.copy_async(gx, ring[k], offsets=[(first + k * grid) * rows, 0])
+            self.copy_async_commit_group()
+        for it in range(cdiv(groups - first, grid)):
+            self.copy_async_wait_group(stages - 2)
+            self.sync()  # the stage is in for every thread; the one refilled next is free
+            ahead = it + stages - 1
+            self.copy_async(gx, ring[ahead % stages], offsets=[(first + ahead * grid) * rows, 0])
+            self.copy_async_commit_group()
+            cur = ring[it % stages]
+            x = self.cast(self.load_shared(cur), float32) * LOG2E
+            if n < bn:
+                cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda j: j)
+                x = self.where(cols < n, x, -float("inf"))
+            mx = self.max(x, dim=1, keepdim=True)
+            x = self.cast(self.load_shared(cur), float32) * LOG2E
+            if n < bn:
+                x = self.where(cols < n, x, -float("inf"))
+            inv = 1.0 / self.sum(self.exp2(x - mx), dim=1, keepdim=True)
+            y = self.exp2(self.cast(self.load_shared(cur), float32) * LOG2E - mx) * inv
+            self.store_global(gy, self.cast(y, float16), offsets=[(first + it * grid) * rows, 0])
+        self.copy_async_wait_all()
 
 
 def reference(x):

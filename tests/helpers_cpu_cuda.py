@@ -1,7 +1,8 @@
 """Run a generated CUDA kernel on the CPU: its body compiled by g++ with one std::thread per
 CUDA thread (barriers, warp shuffles and shared memory emulated), for checking the code the
 CUDA backend emits without a GPU. Only the plain-C++ subset is emulated (register tiles,
-global loads/stores, shuffles, __syncthreads/named barriers, shared scratch), not TMA,
+global loads/stores, shuffles, __syncthreads/named barriers, shared scratch, cp.async done
+synchronously), not TMA,
 mbarriers or tensor cores."""
 
 from __future__ import annotations
@@ -104,6 +105,13 @@ static inline uint32_t atomicCAS(uint32_t* p, uint32_t cmp, uint32_t v) {
   return cmp;
 }
 static inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
+// cp.async done at once (a legal order of the asynchronous copy): the bytes past src_size zero
+#define TL_CP(N) static inline void tl_cp_async_##N(uint32_t dst, const void* src, uint32_t n) { \
+  std::memset(tl_smem_base + dst, 0, N); std::memcpy(tl_smem_base + dst, src, n); }
+TL_CP(4) TL_CP(8) TL_CP(16)
+static inline void tl_cp_async_commit() {}
+template <int N> static inline void tl_cp_async_wait() {}
+static inline void tl_cp_async_wait_all() {}
 """
 
 

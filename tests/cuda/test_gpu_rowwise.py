@@ -165,3 +165,31 @@ def test_scans_moves_math_attention_gpu():
     o = np.full((64, 32), np.nan, np.float32)
     (*_, ho), (*_, do) = both(Attention(), [q, k, v, o])
     assert np.abs(do - ho).max() < 2e-2 * np.abs(ho).max()
+
+
+@pytest.mark.parametrize("m, n", [(777, 1333), (300, 8192), (40, 32000), (5, 200)])
+def test_ring_kernels_every_config_gpu(ex, m, n):
+    """Every config of the ring kernels' space against torch, NaN-poisoned outputs."""
+    import torch
+
+    x, (w, b), y = _inputs(m, n, 2)
+    xf = x.float()
+    refs = {
+        ex["softmax"].SoftmaxRing: ((x,), torch.softmax(xf, dim=1), 2e-3),
+        ex["layer_norm"].LayerNormRing: (
+            (x, w, b),
+            torch.nn.functional.layer_norm(xf, (n,), w.float(), b.float(), eps=1e-5),
+            1e-2,
+        ),
+        ex["rms_norm"].RMSNormRing: (
+            (x, w),
+            xf * torch.rsqrt((xf * xf).mean(dim=1, keepdim=True) + 1e-6) * w.float(),
+            1e-2,
+        ),
+    }
+    for cls, (args, ref, tol) in refs.items():
+        for cfg in cls().configs:
+            y.fill_(float("nan"))
+            cls(**cfg)(m, n, *args, y)
+            torch.cuda.synchronize()
+            _close(y, ref, tol)

@@ -312,8 +312,13 @@ def _shared_access(ctx, inst, tile, reg, load: bool):
             if f.dim == reg.ndim - 1
         )
     )
+    vw = _shared_vector_width(reg, layout, view)
     ctx.open("")
     base = R.emit_thread_coords(ctx, layout, ctx.group)
+    if vw:
+        _shared_vectors(ctx, reg, layout, view, base, off, vw, load)
+        ctx.close()
+        return
     for i in range(0, layout.local_size, 2 if pairs else 1):
         lc = layout.local_coords(i)
         coords = [R.coord(b, k) for b, k in zip(base, lc)]
@@ -332,6 +337,49 @@ def _shared_access(ctx, inst, tile, reg, load: bool):
         else:
             ctx.emit(f"*(({ct}*)({addr})) = {R.elem(ctx, reg, i)};")
     ctx.close()
+
+
+def _shared_vector_width(reg, layout, view) -> int:
+    """Elements per 8- or 16-byte shared access of ``reg`` (0: none): a run of registers
+    along the tile's rows that starts aligned in every thread (a swizzle permutes whole
+    16-byte chunks, so an aligned run stays contiguous)."""
+    sl = view.layout
+    if view.perm is not None or sl.modes is not None or sl.xor is not None:
+        return 0
+    if reg.dtype.nbits not in (16, 32) or reg.dtype.kind == "bool" or not reg.ndim:
+        return 0
+    inner = layout.locals[-1]
+    if inner.dim != reg.ndim - 1 or inner.stride != 1:
+        return 0
+    esize = reg.dtype.nbits // 8
+    w = min(inner.extent, 16 // esize)
+    while w and inner.extent % w:
+        w //= 2
+    if w * esize < 8:
+        return 0
+    others = [f for f in (*layout.threads, *layout.locals[:-1]) if f.dim == reg.ndim - 1]
+    if any(f.stride % w for f in others) or (sl.col_blocks > 1 and sl.block_cols % w):
+        return 0
+    if any(st % (w * esize) for st in sl.strides_bytes()[:-1]):
+        return 0
+    return w
+
+
+def _shared_vectors(ctx, reg, layout, view, base, off, w: int, load: bool) -> None:
+    """Move ``reg`` to or from shared memory ``w`` registers (8 or 16 bytes) at a time."""
+    nwords = w * reg.dtype.nbits // 32
+    wt = V.word_type(nwords)
+    for i in range(0, layout.local_size, w):
+        coords = [R.coord(b, k) for b, k in zip(base, layout.local_coords(i))]
+        addr = f"tl_smem_ptr + tl_swz<{view.layout.swizzle}>({off} + {_shared_elem(view, coords)})"
+        if load:
+            v = ctx.fresh("vw")
+            ctx.emit(f"const {wt} {v} = *((const {wt}*)({addr}));")
+            V.unpack(ctx, reg, i, nwords, v)
+        else:
+            ctx.emit(
+                f"*(({wt}*)({addr})) = make_{wt}({', '.join(V.words(reg, range(i, i + w), ctx))});"
+            )
 
 
 @rule(I.LoadShared)

@@ -40,7 +40,8 @@ def vector_width(ctx, t, layout, dims, strides, ndim: int) -> int:
     return w
 
 
-def _word_type(n: int) -> str:
+def word_type(n: int) -> str:
+    """The CUDA vector type of ``n`` (2 or 4) 32-bit words."""
     return {2: "uint2", 4: "uint4"}[n]
 
 
@@ -54,7 +55,7 @@ def _from_word(w: str, dtype) -> str:
     return f"({ctype(dtype)})({w})"
 
 
-def _words(t, regs, ctx):
+def words(t, regs, ctx):
     """The 32-bit words of registers ``regs`` of ``t`` (16-bit elements in pairs, bytes in
     fours, the first in the low bits)."""
     if t.dtype.nbits == 32:
@@ -96,7 +97,7 @@ def load_run(ctx, out, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scal
     loop over runs, a C expression."""
     esize = out.dtype.nbits // 8
     nwords = w * esize // 4
-    wt = _word_type(nwords)
+    wt = word_type(nwords)
     p = ctx.fresh("vp")
     ctx.emit(f"const {ctype(out.dtype)}* const {p} = {ptr};")
     cond = (
@@ -106,6 +107,14 @@ def load_run(ctx, out, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scal
     ctx.open(f"if ({cond})")
     v = ctx.fresh("vw")
     ctx.emit(f"const {wt} {v} = *((const {wt}*){p});")
+    unpack(ctx, out, i0, nwords, v)
+    ctx.reopen()
+    _fallback(ctx, i0, w, scalar)
+    ctx.close()
+
+
+def unpack(ctx, out, i0, nwords: int, v: str) -> None:
+    """Registers ``i0 ..`` of ``out`` from the ``nwords`` 32-bit words of vector ``v``."""
     comps = "xyzw"[:nwords]
     for k, c in enumerate(comps):
         word = f"{v}.{c}"
@@ -119,16 +128,13 @@ def load_run(ctx, out, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scal
             ct = ctype(out.dtype)
             ctx.emit(f"{R.elem(ctx, out, _plus(i0, 2 * k))} = ({ct})({word} & 0xffffu);")
             ctx.emit(f"{R.elem(ctx, out, _plus(i0, 2 * k + 1))} = ({ct})({word} >> 16);")
-    ctx.reopen()
-    _fallback(ctx, i0, w, scalar)
-    ctx.close()
 
 
 def store_run(ctx, src, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar):
     """Store registers ``i0 .. i0 + w`` of ``src`` at ``ptr`` (vector or ``scalar(i)``)."""
     esize = src.dtype.nbits // 8
     nwords = w * esize // 4
-    wt = _word_type(nwords)
+    wt = word_type(nwords)
     p = ctx.fresh("vp")
     ctx.emit(f"{ctype(src.dtype)}* const {p} = {ptr};")
     cond = (
@@ -136,8 +142,8 @@ def store_run(ctx, src, i0, w: int, ptr: str, ok: str, col: str, ncols: str, sca
         f"(((uint64_t){p}) & {w * esize - 1}) == 0"
     )
     ctx.open(f"if ({cond})")
-    words = _words(src, [_plus(i0, k) for k in range(w)], ctx)
-    ctx.emit(f"*(({wt}*){p}) = make_{wt}({', '.join(words)});")
+    ws = words(src, [_plus(i0, k) for k in range(w)], ctx)
+    ctx.emit(f"*(({wt}*){p}) = make_{wt}({', '.join(ws)});")
     ctx.reopen()
     _fallback(ctx, i0, w, scalar)
     ctx.close()

@@ -135,10 +135,18 @@ def _mbarrier_alloc(inf, stmt, inst, g):
     inf.define(inst.out, g, stmt)
 
 
-@rule(I.AllocRegister, I.LoadShared)
+@rule(I.AllocRegister)
 def _defines(inf, stmt, inst, g):
     """A new register tile with no layout requirement of its own."""
     inf.define(inst.out, g, stmt)
+
+
+@rule(I.LoadShared)
+def _load_shared(inf, stmt, inst, g):
+    """A new register tile; unless something else rules, vectorized as a global load is (16
+    bytes a thread along the rows: one 128-bit shared load each)."""
+    inf.define(inst.out, g, stmt)
+    inf.io_bytes[inst.out] = max(1, inst.out.dtype.nbits // 8)
 
 
 @rule(I.LoadGlobal)
@@ -151,8 +159,7 @@ def _load_global(inf, stmt, inst, g):
 @rule(I.StoreGlobal, I.StoreShared)
 def _stores(inf, stmt, inst, g):
     inf.use(inst.src, g, stmt)
-    if isinstance(inst, I.StoreGlobal):
-        inf.io_bytes[inst.src] = max(1, inst.src.dtype.nbits // 8)
+    inf.io_bytes[inst.src] = max(1, inst.src.dtype.nbits // 8)
 
 
 @rule(I.StoreElement)

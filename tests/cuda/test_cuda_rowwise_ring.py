@@ -1,0 +1,111 @@
+"""The ring (persistent, copy_async-pipelined) row-wise kernels: the interpreter at ragged
+sizes with fewer blocks than row groups (so every block loops and refills its stages), the
+generated CUDA on the CPU emulator, and the SASS (cp.async 16-byte copies, 128-bit shared
+loads and global stores, no local memory)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from tests.cuda.conftest import ROOT, needs_nvrtc
+from tests.helpers_cpu_cuda import available, emulate
+
+needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ for the CPU emulator")
+
+
+@pytest.fixture(scope="module")
+def ex(tmp_path_factory):
+    """The examples' modules (imported by their plain names, as the scripts import each other)."""
+    names = ["example_support", "rowwise_support", "softmax", "layer_norm", "rms_norm"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(ROOT / "examples"))
+        mp.setenv("TILUS_CACHE_DIR", str(tmp_path_factory.mktemp("tilus-cache")))
+        for n in names:
+            mp.delitem(sys.modules, n, raising=False)
+        import importlib
+
+        yield {n: importlib.import_module(n) for n in names}
+        for n in names:
+            sys.modules.pop(n, None)
+
+
+def _cases(ex, rng, m, n):
+    """(kernel class, inputs, reference, tolerance) of each ring kernel on fresh inputs."""
+    x = rng.standard_normal((m, n)).astype(np.float16)
+    w, b = (rng.standard_normal(n).astype(np.float16) for _ in range(2))
+    sm, ln, rn = ex["softmax"], ex["layer_norm"], ex["rms_norm"]
+    return [
+        (sm.SoftmaxRing, (x,), sm.reference, 2e-3),
+        (ln.LayerNormRing, (x, w, b), ln.reference, 1e-2),
+        (rn.RMSNormRing, (x, w), rn.reference, 1e-2),
+    ]
+
+
+def _close(got, want, tol):
+    assert not np.isnan(got).any()
+    err = np.abs(got.astype(np.float64) - want).max() / max(1.0, np.abs(want).max())
+    assert err < tol, err
+
+
+# (m, n, config): m not a multiple of the rows a stage holds, n not a multiple of the tile,
+# fewer blocks than row groups; 2 and 3 stages
+CASES = [
+    (7, 200, dict(block=512, per_thread=8, stages=2, max_blocks=3)),  # 2 rows a stage
+    (9, 100, dict(block=128, per_thread=8, stages=3, max_blocks=2)),  # 1 row a stage
+]
+
+
+@pytest.mark.parametrize("m, n, cfg", CASES)
+def test_ring_kernels_on_the_interpreter(ex, m, n, cfg):
+    rng = np.random.default_rng()
+    for cls, args, ref, tol in _cases(ex, rng, m, n):
+        y = np.full((m, n), np.nan, np.float16)
+        cls(**cfg)(m, n, *args, y)
+        _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
+
+
+def test_ring_plan_fits_shared_memory(ex):
+    sm = ex["softmax"]
+    for n in (100, 1024, 8192, 32000, 32768):
+        for block, per_thread, stages in sm.RING_SPACE:
+            for vectors in (0, 1, 2):
+                bn, rows, warps, s, vec_shared, per_sm = sm.ring_plan(
+                    n, block, per_thread, stages, vectors
+                )
+                used = s * rows * bn * 2 + (vectors * bn * 2 if vec_shared else 0)
+                assert 2 <= s <= stages and used <= sm.RING_SMEM and 1 <= warps <= 32
+                assert per_sm * (used + 1024) <= 228 * 1024 and per_sm * 32 * warps <= 2048
+
+
+@needs_nvrtc
+@needs_gxx
+def test_ring_kernels_on_the_emulator(ex):
+    rng = np.random.default_rng()
+    m, n, cfg = 7, 200, dict(block=512, per_thread=8, stages=3, max_blocks=2)
+    for cls, args, ref, tol in _cases(ex, rng, m, n):
+        y = np.full((m, n), np.nan, np.float16)
+        emulate(cls(**cfg), (m, n, *args, y), [2])
+        _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
+
+
+@needs_nvrtc
+def test_ring_sass(ex):
+    import tilus
+
+    m, n = 4096, 8192
+    x = np.zeros((m, n), np.float16)
+    v = np.zeros(n, np.float16)
+    for cls, nvec in (
+        (ex["softmax"].SoftmaxRing, 0),
+        (ex["layer_norm"].LayerNormRing, 2),
+        (ex["rms_norm"].RMSNormRing, 1),
+    ):
+        ck = tilus.compile(cls(block=8192, per_thread=16, stages=2), m, n, x, *[v] * nvec, x)
+        sass = ck.sass()
+        for op in ("LDGSTS.E.BYPASS.128", "LDS.128", "STG.E.128"):
+            assert re.search(rf"\b{re.escape(op)}\b", sass), (cls.__name__, op)
+        assert not re.search(r"\b(LDL|STL)\b", sass), cls.__name__
