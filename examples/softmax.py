@@ -74,14 +74,19 @@ def ring_plan(n: int, block: int, per_thread: int, stages: int, vectors: int = 0
 
 #: The ring kernels' autotune space: (elements per block, per thread, stages).
 RING_SPACE = [
+    (2048, 8, 3),
     (4096, 8, 2),
+    (4096, 8, 4),
     (4096, 16, 3),
     (8192, 8, 2),
+    (8192, 8, 3),
     (8192, 16, 2),
     (8192, 16, 3),
+    (16384, 8, 2),
     (16384, 16, 2),
     (16384, 32, 2),
-    (2048, 8, 3),
+    (32768, 32, 2),
+    (32768, 64, 2),
 ]
 
 
