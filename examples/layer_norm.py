@@ -58,8 +58,9 @@ class LayerNorm(tilus.Script):
 @tilus.autotune("block, per_thread, stages", RING_SPACE)
 class LayerNormRing(tilus.Script):
     """Layer norm by persistent blocks looping over their rows through a ring of shared-memory
-    stages (``copy_async``; the next rows load while the current ones are normalized); the
-    weight and bias are copied once a block into shared memory when they fit."""
+    stages (``copy_async``; the next rows load while the current ones are normalized, chunk by
+    chunk of columns); the weight and bias are copied once a block into shared memory when
+    they fit, else read (from the L2) for every row."""
 
     def __init__(self, block, per_thread, stages, max_blocks=None):
         super().__init__()
@@ -69,9 +70,10 @@ class LayerNormRing(tilus.Script):
     def __call__(
         self, m: int32, n: int, x_ptr: ~float16, w_ptr: ~float16, b_ptr: ~float16, y_ptr: ~float16
     ):
-        bn, rows, warps, stages, wb_shared, per_sm = ring_plan(
+        bn, rows, chunks, warps, stages, wb_shared, per_sm = ring_plan(
             n, self.block, self.per_thread, self.stages, vectors=2
         )
+        bk = bn // chunks
         groups = cdiv(m, rows)
         self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
         self.attrs.warps = warps
@@ -79,40 +81,52 @@ class LayerNormRing(tilus.Script):
         gw = self.global_view(w_ptr, dtype=float16, shape=[n])
         gb = self.global_view(b_ptr, dtype=float16, shape=[n])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
-        ring = self.shared_tensor(dtype=float16, shape=[stages, rows, bn])
+        ring = self.shared_tensor(dtype=float16, shape=[stages, chunks, rows, bk])
+        cols = self.register_tensor(dtype=int32, shape=[bk], init=lambda j: j)
         if wb_shared:  # the first group: older than every stage, so waited for with stage 0
-            wb = self.shared_tensor(dtype=float16, shape=[2, bn])
-            self.copy_async(gw, wb[0], offsets=[0])
-            self.copy_async(gb, wb[1], offsets=[0])
+            wb = self.shared_tensor(dtype=float16, shape=[2, chunks, bk])
+            for c in self.range(chunks, unroll="all"):
+                self.copy_async(gw, wb[0, c], offsets=[c * bk])
+                self.copy_async(gb, wb[1, c], offsets=[c * bk])
             self.copy_async_commit_group()
         first: int32 = self.blockIdx.x
         grid: int32 = self.gridDim.x
         for k in range(stages - 1):
-            self.copy_async(gx, ring[k], offsets=[(first + k * grid) * rows, 0])
+            for c in self.range(chunks, unroll="all"):
+                self.copy_async(gx, ring[k, c], offsets=[(first + k * grid) * rows, c * bk])
             self.copy_async_commit_group()
         for it in range(cdiv(groups - first, grid)):
             self.copy_async_wait_group(stages - 2)
             self.sync()  # the stage is in for every thread; the one refilled next is free
             ahead = it + stages - 1
-            self.copy_async(gx, ring[ahead % stages], offsets=[(first + ahead * grid) * rows, 0])
+            for c in self.range(chunks, unroll="all"):
+                self.copy_async(
+                    gx, ring[ahead % stages, c], offsets=[(first + ahead * grid) * rows, c * bk]
+                )
             self.copy_async_commit_group()
             cur = ring[it % stages]
-            x = self.cast(self.load_shared(cur), float32)
-            mean = self.sum(x, dim=1, keepdim=True) * (1.0 / n)
-            xc = self.cast(self.load_shared(cur), float32) - mean
-            if n < bn:  # the tail read as 0, but 0 - mean must not add to the variance
-                cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda j: j)
-                xc = self.where(cols < n, xc, 0.0)
-            rstd = self.rsqrt(self.sum(xc * xc, dim=1, keepdim=True) * (1.0 / n) + EPS)
-            if wb_shared:
-                w = self.load_shared(wb[0])
-                b = self.load_shared(wb[1])
-            else:
-                w = self.load_global(gw, offsets=[0], shape=[bn])
-                b = self.load_global(gb, offsets=[0], shape=[bn])
-            xc = self.cast(self.load_shared(cur), float32) - mean
-            y = xc * rstd * self.cast(w, float32) + self.cast(b, float32)
-            self.store_global(gy, self.cast(y, float16), offsets=[(first + it * grid) * rows, 0])
+            row: int32 = (first + it * grid) * rows
+            acc = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
+            for c in self.range(chunks, unroll="all"):  # the tail reads as 0: adds nothing
+                self.assign(acc, acc + self.cast(self.load_shared(cur[c]), float32))
+            mean = self.sum(acc, dim=1, keepdim=True) * (1.0 / n)
+            sq = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
+            for c in self.range(chunks, unroll="all"):
+                xc = self.cast(self.load_shared(cur[c]), float32) - mean
+                if n < bn:  # but 0 - mean must not add to the variance
+                    xc = self.where(cols < n - c * bk, xc, 0.0)
+                self.assign(sq, sq + xc * xc)
+            rstd = self.rsqrt(self.sum(sq, dim=1, keepdim=True) * (1.0 / n) + EPS)
+            for c in self.range(chunks, unroll="all"):
+                if wb_shared:
+                    w = self.load_shared(wb[0, c])
+                    b = self.load_shared(wb[1, c])
+                else:
+                    w = self.load_global(gw, offsets=[c * bk], shape=[bk])
+                    b = self.load_global(gb, offsets=[c * bk], shape=[bk])
+                xc = self.cast(self.load_shared(cur[c]), float32) - mean
+                y = xc * rstd * self.cast(w, float32) + self.cast(b, float32)
+                self.store_global(gy, self.cast(y, float16), offsets=[row, c * bk])
         self.copy_async_wait_all()
 
 

@@ -48,8 +48,9 @@ class RMSNorm(tilus.Script):
 @tilus.autotune("block, per_thread, stages", RING_SPACE)
 class RMSNormRing(tilus.Script):
     """RMS norm by persistent blocks looping over their rows through a ring of shared-memory
-    stages (``copy_async``; the next rows load while the current ones are normalized); the
-    weight is copied once a block into shared memory when it fits."""
+    stages (``copy_async``; the next rows load while the current ones are normalized, chunk by
+    chunk of columns); the weight is copied once a block into shared memory when it fits,
+    else read (from the L2) for every row."""
 
     def __init__(self, block, per_thread, stages, max_blocks=None):
         super().__init__()
@@ -57,40 +58,51 @@ class RMSNormRing(tilus.Script):
         self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
 
     def __call__(self, m: int32, n: int, x_ptr: ~float16, w_ptr: ~float16, y_ptr: ~float16):
-        bn, rows, warps, stages, w_shared, per_sm = ring_plan(
+        bn, rows, chunks, warps, stages, w_shared, per_sm = ring_plan(
             n, self.block, self.per_thread, self.stages, vectors=1
         )
+        bk = bn // chunks
         groups = cdiv(m, rows)
         self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
         self.attrs.warps = warps
         gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
         gw = self.global_view(w_ptr, dtype=float16, shape=[n])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
-        ring = self.shared_tensor(dtype=float16, shape=[stages, rows, bn])
+        ring = self.shared_tensor(dtype=float16, shape=[stages, chunks, rows, bk])
         if w_shared:  # the first group: older than every stage, so waited for with stage 0
-            sw = self.shared_tensor(dtype=float16, shape=[bn])
-            self.copy_async(gw, sw, offsets=[0])
+            sw = self.shared_tensor(dtype=float16, shape=[chunks, bk])
+            for c in self.range(chunks, unroll="all"):
+                self.copy_async(gw, sw[c], offsets=[c * bk])
             self.copy_async_commit_group()
         first: int32 = self.blockIdx.x
         grid: int32 = self.gridDim.x
         for k in range(stages - 1):
-            self.copy_async(gx, ring[k], offsets=[(first + k * grid) * rows, 0])
+            for c in self.range(chunks, unroll="all"):
+                self.copy_async(gx, ring[k, c], offsets=[(first + k * grid) * rows, c * bk])
             self.copy_async_commit_group()
         for it in range(cdiv(groups - first, grid)):
             self.copy_async_wait_group(stages - 2)
             self.sync()  # the stage is in for every thread; the one refilled next is free
             ahead = it + stages - 1
-            self.copy_async(gx, ring[ahead % stages], offsets=[(first + ahead * grid) * rows, 0])
+            for c in self.range(chunks, unroll="all"):
+                self.copy_async(
+                    gx, ring[ahead % stages, c], offsets=[(first + ahead * grid) * rows, c * bk]
+                )
             self.copy_async_commit_group()
             cur = ring[it % stages]
-            x = self.cast(self.load_shared(cur), float32)
-            rms = self.rsqrt(self.sum(x * x, dim=1, keepdim=True) * (1.0 / n) + EPS)
-            if w_shared:
-                w = self.load_shared(sw)
-            else:
-                w = self.load_global(gw, offsets=[0], shape=[bn])
-            y = self.cast(self.load_shared(cur), float32) * rms * self.cast(w, float32)
-            self.store_global(gy, self.cast(y, float16), offsets=[(first + it * grid) * rows, 0])
+            row: int32 = (first + it * grid) * rows
+            sq = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
+            for c in self.range(chunks, unroll="all"):  # the tail reads as 0: adds nothing
+                x = self.cast(self.load_shared(cur[c]), float32)
+                self.assign(sq, sq + x * x)
+            rms = self.rsqrt(self.sum(sq, dim=1, keepdim=True) * (1.0 / n) + EPS)
+            for c in self.range(chunks, unroll="all"):
+                if w_shared:
+                    w = self.load_shared(sw[c])
+                else:
+                    w = self.load_global(gw, offsets=[c * bk], shape=[bk])
+                y = self.cast(self.load_shared(cur[c]), float32) * rms * self.cast(w, float32)
+                self.store_global(gy, self.cast(y, float16), offsets=[row, c * bk])
         self.copy_async_wait_all()
 
 

@@ -55,21 +55,24 @@ RING_SMEM = 227 * 1024 - 1024
 
 
 def ring_plan(n: int, block: int, per_thread: int, stages: int, vectors: int = 0):
-    """How a ring kernel lays out rows of ``n`` fp16 elements: ``(bn, rows, warps, stages,
-    vectors_shared, blocks_per_sm)``. ``rows`` rows of ``bn`` (``n`` rounded up to a power of
-    two) fill a stage; the ring holds ``stages`` of them (fewer when shared memory is short,
-    never fewer than 2); ``vectors`` per-column fp16 vectors (the norms' weights) live in
-    shared memory too when they fit (``vectors_shared``), else are read from global memory
+    """How a ring kernel lays out rows of ``n`` fp16 elements: ``(bn, rows, chunks, warps,
+    stages, vectors_shared, blocks_per_sm)``. A stage holds ``rows`` rows of ``bn`` (``n``
+    rounded up to a power of two) as ``chunks`` column chunks of ``bn // chunks`` (several
+    only for one long row: each thread then holds ``per_thread`` elements of a chunk at a
+    time, not of the whole row); the ring holds ``stages`` stages (fewer when shared memory is
+    short, never fewer than 2); ``vectors`` per-column fp16 vectors (the norms' weights) live
+    in shared memory too when they fit (``vectors_shared``), else are read from global memory
     (the L2) for every row; ``blocks_per_sm`` persistent blocks fit an SM by threads and
     shared memory."""
     bn = pow2_at_least(n)
     rows, warps = rows_and_warps(bn, block, per_thread)
+    chunks = max(1, rows * bn // (32 * warps * per_thread)) if rows == 1 else 1
     stage = rows * bn * 2
     stages = max(2, min(stages, RING_SMEM // stage))
     vec_shared = vectors > 0 and stages * stage + vectors * bn * 2 <= RING_SMEM
     smem = stages * stage + (vectors * bn * 2 if vec_shared else 0) + 1024
     per_sm = max(1, min(2048 // (32 * warps), (228 * 1024) // smem))
-    return bn, rows, warps, stages, vec_shared, per_sm
+    return bn, rows, chunks, warps, stages, vec_shared, per_sm
 
 
 #: The ring kernels' autotune space: (elements per block, per thread, stages).
@@ -175,7 +178,8 @@ class OnlineSoftmax(tilus.Script):
 class SoftmaxRing(tilus.Script):
     """Softmax by persistent blocks: each loops over its rows through a ring of shared-memory
     stages filled by ``copy_async``, the next rows' loads in flight while it works on the
-    current ones (a max pass, a sum pass and a write pass, each reading the stage)."""
+    current ones (a max pass, a sum pass and a write pass, each reading the stage chunk by
+    chunk)."""
 
     def __init__(self, block, per_thread, stages, max_blocks=None):
         super().__init__()
@@ -183,36 +187,49 @@ class SoftmaxRing(tilus.Script):
         self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
 
     def __call__(self, m: int32, n: int, x_ptr: ~float16, y_ptr: ~float16):
-        bn, rows, warps, stages, _, per_sm = ring_plan(n, self.block, self.per_thread, self.stages)
+        bn, rows, chunks, warps, stages, _, per_sm = ring_plan(
+            n, self.block, self.per_thread, self.stages
+        )
+        bk = bn // chunks
         groups = cdiv(m, rows)
         self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
         self.attrs.warps = warps
         gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
-        ring = self.shared_tensor(dtype=float16, shape=[stages, rows, bn])
+        ring = self.shared_tensor(dtype=float16, shape=[stages, chunks, rows, bk])
+        cols = self.register_tensor(dtype=int32, shape=[bk], init=lambda j: j)
         first: int32 = self.blockIdx.x
         grid: int32 = self.gridDim.x
         for k in range(stages - 1):
-            self.copy_async(gx, ring[k], offsets=[(first + k * grid) * rows, 0])
+            for c in self.range(chunks, unroll="all"):
+                self.copy_async(gx, ring[k, c], offsets=[(first + k * grid) * rows, c * bk])
             self.copy_async_commit_group()
         for it in range(cdiv(groups - first, grid)):
             self.copy_async_wait_group(stages - 2)
             self.sync()  # the stage is in for every thread; the one refilled next is free
             ahead = it + stages - 1
-            self.copy_async(gx, ring[ahead % stages], offsets=[(first + ahead * grid) * rows, 0])
+            for c in self.range(chunks, unroll="all"):
+                self.copy_async(
+                    gx, ring[ahead % stages, c], offsets=[(first + ahead * grid) * rows, c * bk]
+                )
             self.copy_async_commit_group()
             cur = ring[it % stages]
-            x = self.cast(self.load_shared(cur), float32) * LOG2E
-            if n < bn:
-                cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda j: j)
-                x = self.where(cols < n, x, -float("inf"))
-            mx = self.max(x, dim=1, keepdim=True)
-            x = self.cast(self.load_shared(cur), float32) * LOG2E
-            if n < bn:
-                x = self.where(cols < n, x, -float("inf"))
-            inv = 1.0 / self.sum(self.exp2(x - mx), dim=1, keepdim=True)
-            y = self.exp2(self.cast(self.load_shared(cur), float32) * LOG2E - mx) * inv
-            self.store_global(gy, self.cast(y, float16), offsets=[(first + it * grid) * rows, 0])
+            row: int32 = (first + it * grid) * rows
+            # exp(v - max) = exp2(v * log2 e - max * log2 e): one FFMA and one MUFU.EX2 each
+            acc = self.register_tensor(dtype=float32, shape=[rows, bk], init=-float("inf"))
+            for c in self.range(chunks, unroll="all"):
+                x = self.cast(self.load_shared(cur[c]), float32) * LOG2E
+                self.assign(acc, self.maximum(acc, self.where(cols < n - c * bk, x, -float("inf"))))
+            mx = self.max(acc, dim=1, keepdim=True)
+            tot = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
+            for c in self.range(chunks, unroll="all"):
+                x = self.cast(self.load_shared(cur[c]), float32) * LOG2E
+                self.assign(tot, tot + self.where(cols < n - c * bk, self.exp2(x - mx), 0.0))
+            inv = 1.0 / self.sum(tot, dim=1, keepdim=True)
+            for c in self.range(chunks, unroll="all"):
+                x = self.cast(self.load_shared(cur[c]), float32) * LOG2E
+                y = self.exp2(x - mx) * inv
+                self.store_global(gy, self.cast(y, float16), offsets=[row, c * bk])
         self.copy_async_wait_all()
 
 

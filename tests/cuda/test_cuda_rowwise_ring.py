@@ -56,6 +56,7 @@ def _close(got, want, tol):
 CASES = [
     (7, 200, dict(block=512, per_thread=8, stages=2, max_blocks=3)),  # 2 rows a stage
     (9, 100, dict(block=128, per_thread=8, stages=3, max_blocks=2)),  # 1 row a stage
+    (3, 9000, dict(block=2048, per_thread=8, stages=2, max_blocks=2)),  # 2 column chunks
 ]
 
 
@@ -73,9 +74,11 @@ def test_ring_plan_fits_shared_memory(ex):
     for n in (100, 1024, 8192, 32000, 32768):
         for block, per_thread, stages in sm.RING_SPACE:
             for vectors in (0, 1, 2):
-                bn, rows, warps, s, vec_shared, per_sm = sm.ring_plan(
+                bn, rows, chunks, warps, s, vec_shared, per_sm = sm.ring_plan(
                     n, block, per_thread, stages, vectors
                 )
+                assert chunks == 1 or rows == 1
+                assert rows * bn // chunks // (32 * warps) in (per_thread, rows * bn // 32 // warps)
                 used = s * rows * bn * 2 + (vectors * bn * 2 if vec_shared else 0)
                 assert 2 <= s <= stages and used <= sm.RING_SMEM and 1 <= warps <= 32
                 assert per_sm * (used + 1024) <= 228 * 1024 and per_sm * 32 * warps <= 2048
