@@ -171,6 +171,19 @@ def time_space(cls, argf, m, n, tensors, torch, flush, reps, copy_ms, ref=None):
     return out
 
 
+SPACE_HEADER = (f"{'kernel':14s} {'shape':11s} {'config':34s} {'ms':>8s} {'GB/s':>7s} "
+                f"{'x copy':>6s} {'regs':>4s} {'spill':>5s} {'nvrtc s':>7s}")  # fmt: skip
+
+
+def space_line(r) -> str:
+    """One row of the per-config table."""
+    head = f"{r['kernel']:14s} {r['shape']:11s} {r['config']:34s}"
+    if "refused" in r:
+        return f"{head} refused: {r['refused']}"
+    return (f"{head} {r['ms']:8.4f} {r['gbps']:7.0f} {r['ratio_to_copy']:6.2f} "
+            f"{r['registers'] or 0:4d} {r.get('spills') or 0:5d} {r.get('nvrtc_s') or 0:7.3f}")  # fmt: skip
+
+
 def git_commit() -> str:
     """The repository's HEAD commit (or "unknown")."""
     try:
@@ -242,13 +255,19 @@ def bench(args) -> int:
                          ratio_to_copy=copy_ms / ms, rounds_ms=ts, config=cfg,
                          first_call_s=first_s)
                 )  # fmt: skip
+            if args.live:  # print as it goes (a run cut short keeps what it measured)
+                for r in results[-len(rounds) :]:
+                    print(f"> {op} {r['shape']} {r['impl']}: {r['ms']:.4f} ms {r['gbps']:.0f} "
+                          f"GB/s x{r['ratio_to_copy']:.2f} {r['config']} "
+                          f"first {r['first_call_s'] or 0:.1f} s", flush=True)  # fmt: skip
             if args.space:
                 for _label, cls, argf, _, _ in kernels[op]:
-                    space.extend(
-                        time_space(
-                            cls, argf, m, n, (x, w, b), torch, flush, args.reps, copy_ms, ref
-                        )
+                    rows = time_space(
+                        cls, argf, m, n, (x, w, b), torch, flush, args.reps, copy_ms, ref
                     )
+                    space.extend(rows)
+                    if args.live:
+                        print("\n".join(space_line(r) for r in rows), flush=True)
     header = (f"{'op':10s} {'shape':11s} {'impl':14s} {'ms':>8s} {'GB/s':>7s} {'x copy':>6s} "
               f"{'first s':>7s}  config")  # fmt: skip
     print(header)
@@ -257,18 +276,11 @@ def bench(args) -> int:
         first = f"{r['first_call_s']:7.1f}" if r["first_call_s"] is not None else " " * 7
         print(f"{r['op']:10s} {r['shape']:11s} {r['impl']:14s} {r['ms']:8.4f} "
               f"{r['gbps']:7.0f} {r['ratio_to_copy']:6.2f} {first}  {r['config']}")  # fmt: skip
-    if space:
+    if space and not args.live:
         print(f"\nevery config pinned ({args.reps} runs each; first s: compile + tune):")
-        print(f"{'kernel':14s} {'shape':11s} {'config':34s} {'ms':>8s} {'GB/s':>7s} "
-              f"{'x copy':>6s} {'regs':>4s} {'spill':>5s} {'nvrtc s':>7s}")  # fmt: skip
+        print(SPACE_HEADER)
         for r in space:
-            if "refused" in r:
-                print(f"{r['kernel']:14s} {r['shape']:11s} {r['config']:34s} refused: "
-                      f"{r['refused']}")  # fmt: skip
-                continue
-            print(f"{r['kernel']:14s} {r['shape']:11s} {r['config']:34s} {r['ms']:8.4f} "
-                  f"{r['gbps']:7.0f} {r['ratio_to_copy']:6.2f} {r['registers'] or 0:4d} "
-                  f"{r.get('spills') or 0:5d} {r.get('nvrtc_s') or 0:7.3f}")  # fmt: skip
+            print(space_line(r))
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         gpu=torch.cuda.get_device_name(),
@@ -297,6 +309,8 @@ def main(argv=None) -> int:
                     help="comma-separated tilus labels to run (default: all)")  # fmt: skip
     ap.add_argument("--no-compile", dest="torch_compile", action="store_false",
                     help="skip torch.compile")  # fmt: skip
+    ap.add_argument("--live", action="store_true",
+                    help="print each measurement as it is made")  # fmt: skip
     ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
     args = ap.parse_args(argv)
     return dry_run() if args.dry_run else bench(args)
