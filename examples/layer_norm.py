@@ -55,16 +55,17 @@ class LayerNorm(tilus.Script):
         self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
 
 
-@tilus.autotune("block, per_thread, stages", RING_SPACE)
+@tilus.autotune("block, per_thread, stages, occupancy", RING_SPACE)
 class LayerNormRing(tilus.Script):
     """Layer norm by persistent blocks looping over their rows through a ring of shared-memory
     stages (``copy_async``; the next rows load while the current ones are normalized, chunk by
     chunk of columns); the weight and bias are copied once a block into shared memory when
     they fit, else read (from the L2) for every row."""
 
-    def __init__(self, block, per_thread, stages, max_blocks=None):
+    def __init__(self, block, per_thread, stages, occupancy=0, max_blocks=None):
         super().__init__()
         self.block, self.per_thread, self.stages = block, per_thread, stages
+        self.occupancy = occupancy  # persistent blocks an SM (0: as many as fit)
         self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
 
     def __call__(
@@ -75,7 +76,9 @@ class LayerNormRing(tilus.Script):
         )
         bk = bn // chunks
         groups = cdiv(m, rows)
-        self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
+        self.attrs.blocks = min(
+            groups, self.max_blocks or self.cuda.sm_count * min(per_sm, self.occupancy or per_sm)
+        )
         self.attrs.warps = warps
         gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
         gw = self.global_view(w_ptr, dtype=float16, shape=[n])

@@ -45,16 +45,17 @@ class RMSNorm(tilus.Script):
         self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
 
 
-@tilus.autotune("block, per_thread, stages", RING_SPACE)
+@tilus.autotune("block, per_thread, stages, occupancy", RING_SPACE)
 class RMSNormRing(tilus.Script):
     """RMS norm by persistent blocks looping over their rows through a ring of shared-memory
     stages (``copy_async``; the next rows load while the current ones are normalized, chunk by
     chunk of columns); the weight is copied once a block into shared memory when it fits,
     else read (from the L2) for every row."""
 
-    def __init__(self, block, per_thread, stages, max_blocks=None):
+    def __init__(self, block, per_thread, stages, occupancy=0, max_blocks=None):
         super().__init__()
         self.block, self.per_thread, self.stages = block, per_thread, stages
+        self.occupancy = occupancy  # persistent blocks an SM (0: as many as fit)
         self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
 
     def __call__(self, m: int32, n: int, x_ptr: ~float16, w_ptr: ~float16, y_ptr: ~float16):
@@ -63,7 +64,9 @@ class RMSNormRing(tilus.Script):
         )
         bk = bn // chunks
         groups = cdiv(m, rows)
-        self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
+        self.attrs.blocks = min(
+            groups, self.max_blocks or self.cuda.sm_count * min(per_sm, self.occupancy or per_sm)
+        )
         self.attrs.warps = warps
         gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
         gw = self.global_view(w_ptr, dtype=float16, shape=[n])

@@ -75,21 +75,25 @@ def ring_plan(n: int, block: int, per_thread: int, stages: int, vectors: int = 0
     return bn, rows, chunks, warps, stages, vec_shared, per_sm
 
 
-#: The ring kernels' autotune space: (elements per block, per thread, stages).
+#: The ring kernels' autotune space: (elements per block, per thread, stages, blocks an SM;
+#: 0: as many as threads and shared memory allow).
 RING_SPACE = [
-    (2048, 8, 3),
-    (4096, 8, 2),
-    (4096, 8, 4),
-    (4096, 16, 3),
-    (8192, 8, 2),
-    (8192, 8, 3),
-    (8192, 16, 2),
-    (8192, 16, 3),
-    (16384, 8, 2),
-    (16384, 16, 2),
-    (16384, 32, 2),
-    (32768, 32, 2),
-    (32768, 64, 2),
+    (2048, 8, 3, 0),
+    (2048, 8, 3, 1),
+    (4096, 8, 2, 0),
+    (4096, 8, 4, 0),
+    (4096, 8, 4, 1),
+    (4096, 16, 3, 0),
+    (8192, 8, 2, 0),
+    (8192, 8, 3, 0),
+    (8192, 16, 2, 0),
+    (8192, 16, 3, 0),
+    (8192, 16, 3, 1),
+    (16384, 8, 2, 0),
+    (16384, 16, 2, 0),
+    (16384, 32, 2, 0),
+    (32768, 32, 2, 0),
+    (32768, 64, 2, 0),
 ]
 
 
@@ -174,16 +178,17 @@ class OnlineSoftmax(tilus.Script):
             self.store_global(gy, self.cast(y, float16), offsets=[row, j * bn])
 
 
-@tilus.autotune("block, per_thread, stages", RING_SPACE)
+@tilus.autotune("block, per_thread, stages, occupancy", RING_SPACE)
 class SoftmaxRing(tilus.Script):
     """Softmax by persistent blocks: each loops over its rows through a ring of shared-memory
     stages filled by ``copy_async``, the next rows' loads in flight while it works on the
     current ones (a max pass, a sum pass and a write pass, each reading the stage chunk by
     chunk)."""
 
-    def __init__(self, block, per_thread, stages, max_blocks=None):
+    def __init__(self, block, per_thread, stages, occupancy=0, max_blocks=None):
         super().__init__()
         self.block, self.per_thread, self.stages = block, per_thread, stages
+        self.occupancy = occupancy  # persistent blocks an SM (0: as many as fit)
         self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
 
     def __call__(self, m: int32, n: int, x_ptr: ~float16, y_ptr: ~float16):
@@ -192,7 +197,9 @@ class SoftmaxRing(tilus.Script):
         )
         bk = bn // chunks
         groups = cdiv(m, rows)
-        self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
+        self.attrs.blocks = min(
+            groups, self.max_blocks or self.cuda.sm_count * min(per_sm, self.occupancy or per_sm)
+        )
         self.attrs.warps = warps
         gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
