@@ -1,11 +1,12 @@
 """CPU seconds to compile each config of the row-wise examples' autotune spaces (no GPU).
 
-For every config of Softmax, OnlineSoftmax, LayerNorm and RMSNorm at the benchmark's row
+For every config of Softmax, OnlineSoftmax, LayerNorm, RMSNorm and the ring kernels at the benchmark's row
 lengths (8192, 32000, 1024) it prints the tilus time (transpile, passes, code generation), the
 NVRTC time (CUDA C++ to cubin for sm_90a), the lines of generated CUDA and the registers a
 thread, and a summary (median and max seconds a config). Times are CPU seconds of this process
 (``time.process_time``), so a loaded machine inflates them less than wall time. Run:
-``python bench/rowwise_compile_time.py [--n 8192 32000 1024]`` (needs NVRTC).
+``python bench/rowwise_compile_time.py [--n 8192 32000 1024] [--kernels LayerNormRing]``
+(needs NVRTC).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ KERNELS = [
     (softmax.OnlineSoftmax, 2),
     (layer_norm.LayerNorm, 4),
     (rms_norm.RMSNorm, 3),
+    (softmax.SoftmaxRing, 2),
+    (layer_norm.LayerNormRing, 4),
+    (rms_norm.RMSNormRing, 3),
 ]
 
 
@@ -61,9 +65,12 @@ def main() -> int:
     """Compile every config at every row length; print a line each and a summary."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n", type=int, nargs="+", default=[8192, 32000, 1024])
+    ap.add_argument("--kernels", nargs="+", default=None, help="class names (default: all)")
     a = ap.parse_args()
     totals, refused = [], 0
     for cls, nptr in KERNELS:
+        if a.kernels and cls.__name__ not in a.kernels:
+            continue
         for n in a.n:
             for cfg in cls().configs:
                 label = ",".join(f"{k}={v}" for k, v in cfg.items())
