@@ -51,18 +51,13 @@ def tilus_kernels():
             ("tilus", softmax.Softmax, lambda x, w, b, y: (x, y), softmax.reference, ()),
             ("tilus online", softmax.OnlineSoftmax, lambda x, w, b, y: (x, y),
              softmax.reference, ()),
-            ("tilus ring", softmax.SoftmaxRing, lambda x, w, b, y: (x, y), softmax.reference, ()),
         ],
         "layer_norm": [
             ("tilus", layer_norm.LayerNorm, lambda x, w, b, y: (x, w, b, y),
              layer_norm.reference, ("w", "b")),
-            ("tilus ring", layer_norm.LayerNormRing, lambda x, w, b, y: (x, w, b, y),
-             layer_norm.reference, ("w", "b")),
         ],
         "rms_norm": [
             ("tilus", rms_norm.RMSNorm, lambda x, w, b, y: (x, w, y), rms_norm.reference, ("w",)),
-            ("tilus ring", rms_norm.RMSNormRing, lambda x, w, b, y: (x, w, y),
-             rms_norm.reference, ("w",)),
         ],
     }  # fmt: skip
 

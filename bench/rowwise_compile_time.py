@@ -1,11 +1,11 @@
 """CPU seconds to compile each config of the row-wise examples' autotune spaces (no GPU).
 
-For every config of Softmax, OnlineSoftmax, LayerNorm, RMSNorm and the ring kernels at the benchmark's row
+For every config of Softmax, OnlineSoftmax, LayerNorm and RMSNorm (both forms) at the benchmark's row
 lengths (8192, 32000, 1024) it prints the tilus time (transpile, passes, code generation), the
 NVRTC time (CUDA C++ to cubin for sm_90a), the lines of generated CUDA and the registers a
 thread, and a summary (median and max seconds a config). Times are CPU seconds of this process
 (``time.process_time``), so a loaded machine inflates them less than wall time. Run:
-``python bench/rowwise_compile_time.py [--n 8192 32000 1024] [--kernels LayerNormRing]``
+``python bench/rowwise_compile_time.py [--n 8192 32000 1024] [--kernels LayerNorm]``
 (needs NVRTC).
 """
 
@@ -37,9 +37,6 @@ KERNELS = [
     (softmax.OnlineSoftmax, 2),
     (layer_norm.LayerNorm, 4),
     (rms_norm.RMSNorm, 3),
-    (softmax.SoftmaxRing, 2),
-    (layer_norm.LayerNormRing, 4),
-    (rms_norm.RMSNormRing, 3),
 ]
 
 

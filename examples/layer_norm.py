@@ -12,35 +12,51 @@ is checked against NumPy float64.
 
 import numpy as np
 from rowwise_support import check, exit_with, fp16_rows, rowwise_kernels
-from softmax import RING_SPACE, ROW_SPACE, pow2_at_least, ring_plan, rows_and_warps
+from softmax import SPACE, pow2_at_least, ring_plan, rows_and_warps
 
 import tilus
-from tilus import float16, float32, int32
+from tilus import GlobalTensor, float16, float32, int32
 from tilus.utils import cdiv
 
 EPS = 1e-5
 
 
-@tilus.autotune("block, per_thread", ROW_SPACE)
+@tilus.autotune("block, per_thread, stages", SPACE)
 class LayerNorm(tilus.Script):
-    """Layer norm of whole rows held in registers, ``block // n`` rows a block."""
+    """Layer norm in one of two forms, both in the autotune space: whole rows in registers
+    (``stages`` 0) or persistent blocks over a ring of shared-memory stages (``stages`` >= 2)."""
 
-    def __init__(self, block, per_thread):
+    def __init__(self, block, per_thread, stages, max_blocks=None):
         super().__init__()
-        self.block = block
-        self.per_thread = per_thread
+        self.block, self.per_thread, self.stages = block, per_thread, stages
+        self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
 
     def __call__(
         self, m: int32, n: int, x_ptr: ~float16, w_ptr: ~float16, b_ptr: ~float16, y_ptr: ~float16
     ):
-        bn = pow2_at_least(n)
-        rows, warps = rows_and_warps(bn, self.block, self.per_thread)
-        self.attrs.blocks = cdiv(m, rows)
-        self.attrs.warps = warps
         gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
         gw = self.global_view(w_ptr, dtype=float16, shape=[n])
         gb = self.global_view(b_ptr, dtype=float16, shape=[n])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
+        if self.stages:
+            self.ring_rows(m, n, gx, gw, gb, gy)
+        else:
+            self.whole_rows(m, n, gx, gw, gb, gy)
+
+    def whole_rows(
+        self,
+        m: int32,
+        n: int,
+        gx: GlobalTensor,
+        gw: GlobalTensor,
+        gb: GlobalTensor,
+        gy: GlobalTensor,
+    ):
+        """Each block normalizes ``block // n`` whole rows held in registers (one pass)."""
+        bn = pow2_at_least(n)
+        rows, warps = rows_and_warps(bn, self.block, self.per_thread)
+        self.attrs.blocks = cdiv(m, rows)
+        self.attrs.warps = warps
         row: int32 = self.blockIdx.x * rows
         x = self.cast(self.load_global(gx, offsets=[row, 0], shape=[rows, bn]), float32)
         mean = self.sum(x, dim=1, keepdim=True) * (1.0 / n)
@@ -54,36 +70,25 @@ class LayerNorm(tilus.Script):
         y = xc * self.rsqrt(var + EPS) * w + b
         self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
 
-
-@tilus.autotune("block, per_thread, stages, occupancy", RING_SPACE)
-class LayerNormRing(tilus.Script):
-    """Layer norm by persistent blocks looping over their rows through a ring of shared-memory
-    stages (``copy_async``; the next rows load while the current ones are normalized, chunk by
-    chunk of columns); the weight and bias are copied once a block into shared memory when
-    they fit, else read (from the L2) for every row."""
-
-    def __init__(self, block, per_thread, stages, occupancy=0, max_blocks=None):
-        super().__init__()
-        self.block, self.per_thread, self.stages = block, per_thread, stages
-        self.occupancy = occupancy  # persistent blocks an SM (0: as many as fit)
-        self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
-
-    def __call__(
-        self, m: int32, n: int, x_ptr: ~float16, w_ptr: ~float16, b_ptr: ~float16, y_ptr: ~float16
+    def ring_rows(
+        self,
+        m: int32,
+        n: int,
+        gx: GlobalTensor,
+        gw: GlobalTensor,
+        gb: GlobalTensor,
+        gy: GlobalTensor,
     ):
+        """Persistent blocks, each looping over its rows through a ring of ``stages``
+        shared-memory stages filled by ``copy_async``: the next rows load while the current
+        ones are worked on (each pass reads the stage chunk by chunk of columns)."""
         bn, rows, chunks, warps, stages, wb_shared, per_sm = ring_plan(
             n, self.block, self.per_thread, self.stages, vectors=2
         )
         bk = bn // chunks
         groups = cdiv(m, rows)
-        self.attrs.blocks = min(
-            groups, self.max_blocks or self.cuda.sm_count * min(per_sm, self.occupancy or per_sm)
-        )
+        self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
         self.attrs.warps = warps
-        gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
-        gw = self.global_view(w_ptr, dtype=float16, shape=[n])
-        gb = self.global_view(b_ptr, dtype=float16, shape=[n])
-        gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
         ring = self.shared_tensor(dtype=float16, shape=[stages, chunks, rows, bk])
         cols = self.register_tensor(dtype=int32, shape=[bk], init=lambda j: j)
         if wb_shared:  # the first group: older than every stage, so waited for with stage 0

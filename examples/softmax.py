@@ -18,7 +18,7 @@ import numpy as np
 from rowwise_support import check, exit_with, fp16_rows, rowwise_kernels
 
 import tilus
-from tilus import float16, float32, int32
+from tilus import GlobalTensor, float16, float32, int32
 from tilus.utils import cdiv
 
 LOG2E = 1.4426950408889634
@@ -75,44 +75,51 @@ def ring_plan(n: int, block: int, per_thread: int, stages: int, vectors: int = 0
     return bn, rows, chunks, warps, stages, vec_shared, per_sm
 
 
-#: The ring kernels' autotune space: (elements per block, per thread, stages, blocks an SM;
-#: 0: as many as threads and shared memory allow).
+#: The ring form's autotune space: (elements per block, per thread, stages). Measured on an
+#: H200: 256-1024 threads a block, 1-4 rows a stage; long rows (32000) want 1024 threads of 8
+#: a chunk, 8192-long rows 256-512 threads of 32-64, short rows (1024) 3-4 stages.
 RING_SPACE = [
-    (2048, 8, 3, 0),
-    (2048, 8, 3, 1),
-    (4096, 8, 2, 0),
-    (4096, 8, 4, 0),
-    (4096, 8, 4, 1),
-    (4096, 16, 3, 0),
-    (8192, 8, 2, 0),
-    (8192, 8, 3, 0),
-    (8192, 16, 2, 0),
-    (8192, 16, 3, 0),
-    (8192, 16, 3, 1),
-    (16384, 8, 2, 0),
-    (16384, 16, 2, 0),
-    (16384, 32, 2, 0),
-    (32768, 32, 2, 0),
-    (32768, 64, 2, 0),
+    (4096, 8, 2),
+    (8192, 8, 2),
+    (4096, 8, 4),
+    (4096, 16, 3),
+    (8192, 16, 2),
+    (8192, 16, 3),
+    (8192, 32, 2),
+    (8192, 32, 3),
+    (16384, 32, 2),
+    (16384, 64, 2),
+    (32768, 64, 2),
 ]
 
+#: The default kernels' space: both forms (whole rows in registers: no stages; the ring).
+SPACE = [(b, t, 0) for b, t in ROW_SPACE] + RING_SPACE
 
-@tilus.autotune("block, per_thread", ROW_SPACE)
+
+@tilus.autotune("block, per_thread, stages", SPACE)
 class Softmax(tilus.Script):
-    """Softmax of whole rows held in registers, ``block // n`` rows a block (at least one)."""
+    """Softmax in one of two forms, both in the autotune space: whole rows in registers
+    (``stages`` 0) or persistent blocks over a ring of shared-memory stages (``stages`` >= 2)."""
 
-    def __init__(self, block, per_thread):
+    def __init__(self, block, per_thread, stages, max_blocks=None):
         super().__init__()
-        self.block = block
-        self.per_thread = per_thread
+        self.block, self.per_thread, self.stages = block, per_thread, stages
+        self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
 
     def __call__(self, m: int32, n: int, x_ptr: ~float16, y_ptr: ~float16):
+        gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
+        gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
+        if self.stages:
+            self.ring_rows(m, n, gx, gy)
+        else:
+            self.whole_rows(m, n, gx, gy)
+
+    def whole_rows(self, m: int32, n: int, gx: GlobalTensor, gy: GlobalTensor):
+        """Each block works on ``block // n`` whole rows held in registers (one pass)."""
         bn = pow2_at_least(n)
         rows, warps = rows_and_warps(bn, self.block, self.per_thread)
         self.attrs.blocks = cdiv(m, rows)
         self.attrs.warps = warps
-        gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
-        gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
         row: int32 = self.blockIdx.x * rows
         x = self.load_global(gx, offsets=[row, 0], shape=[rows, bn])
         x = self.cast(x, float32)
@@ -123,6 +130,59 @@ class Softmax(tilus.Script):
         e = self.exp2(x * LOG2E - self.max(x, dim=1, keepdim=True) * LOG2E)
         y = e * (1.0 / self.sum(e, dim=1, keepdim=True))
         self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
+
+    def ring_rows(self, m: int32, n: int, gx: GlobalTensor, gy: GlobalTensor):
+        """Persistent blocks, each looping over its rows through a ring of ``stages``
+        shared-memory stages filled by ``copy_async``: the next rows load while the current
+        ones are worked on (each pass reads the stage chunk by chunk of columns)."""
+        bn, rows, chunks, warps, stages, _, per_sm = ring_plan(
+            n, self.block, self.per_thread, self.stages
+        )
+        bk = bn // chunks
+        groups = cdiv(m, rows)
+        self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
+        self.attrs.warps = warps
+        ring = self.shared_tensor(dtype=float16, shape=[stages, chunks, rows, bk])
+        cols = self.register_tensor(dtype=int32, shape=[bk], init=lambda j: j)
+        first: int32 = self.blockIdx.x
+        grid: int32 = self.gridDim.x
+        for k in range(stages - 1):
+            for c in self.range(chunks, unroll="all"):
+                self.copy_async(gx, ring[k, c], offsets=[(first + k * grid) * rows, c * bk])
+            self.copy_async_commit_group()
+        for it in range(cdiv(groups - first, grid)):
+            self.copy_async_wait_group(stages - 2)
+            self.sync()  # the stage is in for every thread; the one refilled next is free
+            ahead = it + stages - 1
+            for c in self.range(chunks, unroll="all"):
+                self.copy_async(
+                    gx, ring[ahead % stages, c], offsets=[(first + ahead * grid) * rows, c * bk]
+                )
+            self.copy_async_commit_group()
+            cur = ring[it % stages]
+            row: int32 = (first + it * grid) * rows
+            # exp(v - max) = exp2(v * log2 e - max * log2 e): one FFMA and one MUFU.EX2 each
+            acc = self.register_tensor(dtype=float32, shape=[rows, bk], init=-float("inf"))
+            for c in self.range(chunks, unroll="all"):
+                x = self.cast(self.load_shared(cur[c]), float32) * LOG2E
+                self.assign(acc, self.maximum(acc, self.where(cols < n - c * bk, x, -float("inf"))))
+            mx = self.max(acc, dim=1, keepdim=True)
+            if chunks == 1:  # the exponentials fit in registers: one MUFU.EX2 an element
+                e = self.cast(self.load_shared(cur[0]), float32) * LOG2E
+                e = self.where(cols < n, self.exp2(e - mx), 0.0)
+                y = e * (1.0 / self.sum(e, dim=1, keepdim=True))
+                self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
+            else:  # a second pass recomputes them
+                tot = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
+                for c in self.range(chunks, unroll="all"):
+                    x = self.cast(self.load_shared(cur[c]), float32) * LOG2E
+                    self.assign(tot, tot + self.where(cols < n - c * bk, self.exp2(x - mx), 0.0))
+                inv = 1.0 / self.sum(tot, dim=1, keepdim=True)
+                for c in self.range(chunks, unroll="all"):
+                    x = self.cast(self.load_shared(cur[c]), float32) * LOG2E
+                    y = self.exp2(x - mx) * inv
+                    self.store_global(gy, self.cast(y, float16), offsets=[row, c * bk])
+        self.copy_async_wait_all()
 
 
 @tilus.autotune(
@@ -176,68 +236,6 @@ class OnlineSoftmax(tilus.Script):
             self.assign(buf, self.load_global(gx, offsets=[row, (j + 1) * bn], shape=[bm, bn]))
             y = self.exp2(x * LOG2E - mx) * inv
             self.store_global(gy, self.cast(y, float16), offsets=[row, j * bn])
-
-
-@tilus.autotune("block, per_thread, stages, occupancy", RING_SPACE)
-class SoftmaxRing(tilus.Script):
-    """Softmax by persistent blocks: each loops over its rows through a ring of shared-memory
-    stages filled by ``copy_async``, the next rows' loads in flight while it works on the
-    current ones (a max pass, a sum pass and a write pass, each reading the stage chunk by
-    chunk)."""
-
-    def __init__(self, block, per_thread, stages, occupancy=0, max_blocks=None):
-        super().__init__()
-        self.block, self.per_thread, self.stages = block, per_thread, stages
-        self.occupancy = occupancy  # persistent blocks an SM (0: as many as fit)
-        self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
-
-    def __call__(self, m: int32, n: int, x_ptr: ~float16, y_ptr: ~float16):
-        bn, rows, chunks, warps, stages, _, per_sm = ring_plan(
-            n, self.block, self.per_thread, self.stages
-        )
-        bk = bn // chunks
-        groups = cdiv(m, rows)
-        self.attrs.blocks = min(
-            groups, self.max_blocks or self.cuda.sm_count * min(per_sm, self.occupancy or per_sm)
-        )
-        self.attrs.warps = warps
-        gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
-        gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
-        ring = self.shared_tensor(dtype=float16, shape=[stages, chunks, rows, bk])
-        cols = self.register_tensor(dtype=int32, shape=[bk], init=lambda j: j)
-        first: int32 = self.blockIdx.x
-        grid: int32 = self.gridDim.x
-        for k in range(stages - 1):
-            for c in self.range(chunks, unroll="all"):
-                self.copy_async(gx, ring[k, c], offsets=[(first + k * grid) * rows, c * bk])
-            self.copy_async_commit_group()
-        for it in range(cdiv(groups - first, grid)):
-            self.copy_async_wait_group(stages - 2)
-            self.sync()  # the stage is in for every thread; the one refilled next is free
-            ahead = it + stages - 1
-            for c in self.range(chunks, unroll="all"):
-                self.copy_async(
-                    gx, ring[ahead % stages, c], offsets=[(first + ahead * grid) * rows, c * bk]
-                )
-            self.copy_async_commit_group()
-            cur = ring[it % stages]
-            row: int32 = (first + it * grid) * rows
-            # exp(v - max) = exp2(v * log2 e - max * log2 e): one FFMA and one MUFU.EX2 each
-            acc = self.register_tensor(dtype=float32, shape=[rows, bk], init=-float("inf"))
-            for c in self.range(chunks, unroll="all"):
-                x = self.cast(self.load_shared(cur[c]), float32) * LOG2E
-                self.assign(acc, self.maximum(acc, self.where(cols < n - c * bk, x, -float("inf"))))
-            mx = self.max(acc, dim=1, keepdim=True)
-            tot = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
-            for c in self.range(chunks, unroll="all"):
-                x = self.cast(self.load_shared(cur[c]), float32) * LOG2E
-                self.assign(tot, tot + self.where(cols < n - c * bk, self.exp2(x - mx), 0.0))
-            inv = 1.0 / self.sum(tot, dim=1, keepdim=True)
-            for c in self.range(chunks, unroll="all"):
-                x = self.cast(self.load_shared(cur[c]), float32) * LOG2E
-                y = self.exp2(x - mx) * inv
-                self.store_global(gy, self.cast(y, float16), offsets=[row, c * bk])
-        self.copy_async_wait_all()
 
 
 def reference(x):

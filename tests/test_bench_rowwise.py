@@ -30,4 +30,4 @@ def test_help():
 def test_dry_run_checks_every_kernel():
     p = _run("--dry-run")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count(" ok") == 7 and "FAIL" not in p.stdout
+    assert p.stdout.count(" ok") == 4 and "FAIL" not in p.stdout

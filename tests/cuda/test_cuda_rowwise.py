@@ -61,7 +61,11 @@ def test_softmax(ex, block, per_thread, m, n):
     rng = np.random.default_rng()
     x, y = _rand(rng, m, n), np.full((m, n), np.nan, np.float16)
     rows, _ = sm.rows_and_warps(sm.pow2_at_least(n), block, per_thread)
-    ck = emulate(sm.Softmax(block=block, per_thread=per_thread), (m, n, x, y), [-(-m // rows)])
+    ck = emulate(
+        sm.Softmax(block=block, per_thread=per_thread, stages=0),
+        (m, n, x, y),
+        [-(-m // rows)],
+    )
     _close(y, sm.reference(x.astype(np.float64)), 2e-3)
     ops = _sass_ok(ck)
     assert ops.get("SHFL", 0) > 0
@@ -85,11 +89,19 @@ def test_layer_norm_and_rms_norm(ex):
     m, n = 5, 200
     x, w, b = _rand(rng, m, n), _rand(rng, n), _rand(rng, n)
     y = np.full((m, n), np.nan, np.float16)
-    ck = emulate(ex["layer_norm"].LayerNorm(block=512, per_thread=4), (m, n, x, w, b, y), [3])
+    ck = emulate(
+        ex["layer_norm"].LayerNorm(block=512, per_thread=4, stages=0),
+        (m, n, x, w, b, y),
+        [3],
+    )
     _close(y, ex["layer_norm"].reference(*(a.astype(np.float64) for a in (x, w, b))))
     y = np.full((m, n), np.nan, np.float16)
     # 4 rows of 256 over one warp: 32 a thread, the loops of codegen.loops
-    emulate(ex["rms_norm"].RMSNorm(block=1024, per_thread=32), (m, n, x, w, y), [2])
+    emulate(
+        ex["rms_norm"].RMSNorm(block=1024, per_thread=32, stages=0),
+        (m, n, x, w, y),
+        [2],
+    )
     _close(y, ex["rms_norm"].reference(x.astype(np.float64), w.astype(np.float64)))
     assert "uint4" in ck.source  # 16-byte vector accesses with a scalar fallback
 
@@ -114,8 +126,8 @@ def test_bench_shapes_compile_with_128_bit_accesses(ex):
 
     sm = ex["softmax"]
     for n, cfg in [
-        (8192, dict(block=8192, per_thread=32)),
-        (1024, dict(block=4096, per_thread=32)),
+        (8192, dict(block=8192, per_thread=32, stages=0)),
+        (1024, dict(block=4096, per_thread=32, stages=0)),
     ]:
         ck = tilus.compile(sm.Softmax(**cfg), 4096, n, None, None)
         ops = _sass_ok(ck)

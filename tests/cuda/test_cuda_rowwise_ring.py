@@ -1,4 +1,4 @@
-"""The ring (persistent, copy_async-pipelined) row-wise kernels: the interpreter at ragged
+"""The ring form (persistent blocks, copy_async-pipelined) of the row-wise kernels: the interpreter at ragged
 sizes with fewer blocks than row groups (so every block loops and refills its stages), the
 generated CUDA on the CPU emulator, and the SASS (cp.async 16-byte copies, 128-bit shared
 loads and global stores, no local memory)."""
@@ -39,9 +39,9 @@ def _cases(ex, rng, m, n):
     w, b = (rng.standard_normal(n).astype(np.float16) for _ in range(2))
     sm, ln, rn = ex["softmax"], ex["layer_norm"], ex["rms_norm"]
     return [
-        (sm.SoftmaxRing, (x,), sm.reference, 2e-3),
-        (ln.LayerNormRing, (x, w, b), ln.reference, 1e-2),
-        (rn.RMSNormRing, (x, w), rn.reference, 1e-2),
+        (sm.Softmax, (x,), sm.reference, 2e-3),
+        (ln.LayerNorm, (x, w, b), ln.reference, 1e-2),
+        (rn.RMSNorm, (x, w), rn.reference, 1e-2),
     ]
 
 
@@ -54,12 +54,12 @@ def _close(got, want, tol):
 # (m, n, config): m not a multiple of the rows a stage holds, n not a multiple of the tile,
 # fewer blocks than row groups; 2 and 3 stages
 CASES = [
-    (7, 200, dict(block=512, per_thread=8, stages=2, occupancy=0, max_blocks=3)),  # 2 rows a stage
-    (9, 100, dict(block=128, per_thread=8, stages=3, occupancy=0, max_blocks=2)),  # 1 row a stage
+    (7, 200, dict(block=512, per_thread=8, stages=2, max_blocks=3)),  # 2 rows a stage
+    (9, 100, dict(block=128, per_thread=8, stages=3, max_blocks=2)),  # 1 row a stage
     (
         3,
         9000,
-        dict(block=2048, per_thread=8, stages=2, occupancy=0, max_blocks=2),
+        dict(block=2048, per_thread=8, stages=2, max_blocks=2),
     ),  # 2 column chunks
 ]
 
@@ -76,7 +76,7 @@ def test_ring_kernels_on_the_interpreter(ex, m, n, cfg):
 def test_ring_plan_fits_shared_memory(ex):
     sm = ex["softmax"]
     for n in (100, 1024, 8192, 32000, 32768):
-        for block, per_thread, stages, _ in sm.RING_SPACE:
+        for block, per_thread, stages in sm.RING_SPACE:
             for vectors in (0, 1, 2):
                 bn, rows, chunks, warps, s, vec_shared, per_sm = sm.ring_plan(
                     n, block, per_thread, stages, vectors
@@ -92,7 +92,7 @@ def test_ring_plan_fits_shared_memory(ex):
 @needs_gxx
 def test_ring_kernels_on_the_emulator(ex):
     rng = np.random.default_rng()
-    m, n, cfg = 7, 200, dict(block=512, per_thread=8, stages=3, occupancy=0, max_blocks=2)
+    m, n, cfg = 7, 200, dict(block=512, per_thread=8, stages=3, max_blocks=2)
     for cls, args, ref, tol in _cases(ex, rng, m, n):
         y = np.full((m, n), np.nan, np.float16)
         emulate(cls(**cfg), (m, n, *args, y), [2])
@@ -107,13 +107,11 @@ def test_ring_sass(ex):
     x = np.zeros((m, n), np.float16)
     v = np.zeros(n, np.float16)
     for cls, nvec in (
-        (ex["softmax"].SoftmaxRing, 0),
-        (ex["layer_norm"].LayerNormRing, 2),
-        (ex["rms_norm"].RMSNormRing, 1),
+        (ex["softmax"].Softmax, 0),
+        (ex["layer_norm"].LayerNorm, 2),
+        (ex["rms_norm"].RMSNorm, 1),
     ):
-        ck = tilus.compile(
-            cls(block=8192, per_thread=16, stages=2, occupancy=0), m, n, x, *[v] * nvec, x
-        )
+        ck = tilus.compile(cls(block=8192, per_thread=16, stages=2), m, n, x, *[v] * nvec, x)
         sass = ck.sass()
         for op in ("LDGSTS.E.BYPASS.128", "LDS.128", "STG.E.128"):
             assert re.search(rf"\b{re.escape(op)}\b", sass), (cls.__name__, op)
