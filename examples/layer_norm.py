@@ -6,6 +6,14 @@ The row mean and variance are ``[rows, 1]`` reductions that broadcast back over 
 weight and bias are ``[bn]`` vectors broadcast over the rows. Columns past ``n`` read as zero
 and are masked out of the variance; their outputs are not stored.
 
+The autotune space of ``LayerNorm`` also holds a second form (``stages`` >= 2; 0 is the form
+above), the one that wins on long rows: persistent blocks (a few an SM) that loop over their
+rows through a ring of shared-memory stages filled by ``copy_async`` (16-byte ``cp.async``), so
+the next rows' loads are in flight while the current ones are reduced (the weight and bias are
+copied to shared memory once a block when they fit); each pass reads the stage with 128-bit
+shared loads, chunk by chunk of columns when a row is longer than 32 warps of ``per_thread``
+elements.
+
 Run ``python examples/layer_norm.py`` (interpreter without a GPU, CUDA with one); the result
 is checked against NumPy float64.
 """

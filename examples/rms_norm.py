@@ -5,6 +5,13 @@ length rounded up to a power of two): one ``[rows, 1]`` sum of squares per row (
 reads as zero, so it adds nothing), broadcast back over the row, times the ``[bn]`` weight
 broadcast over the rows.
 
+The autotune space of ``RMSNorm`` also holds a second form (``stages`` >= 2; 0 is the form
+above), the one that wins on long rows: persistent blocks (a few an SM) that loop over their
+rows through a ring of shared-memory stages filled by ``copy_async`` (16-byte ``cp.async``), so
+the next rows' loads are in flight while the current ones are reduced (the weight is copied to
+shared memory once a block when it fits); each pass reads the stage with 128-bit shared loads,
+chunk by chunk of columns when a row is longer than 32 warps of ``per_thread`` elements.
+
 Run ``python examples/rms_norm.py`` (interpreter without a GPU, CUDA with one); the result is
 checked against NumPy float64.
 """

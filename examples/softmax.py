@@ -10,6 +10,13 @@ one pass over the row's column tiles keeps a running maximum and a running sum r
 ``exp(m_old - m_new)`` (the "online" softmax), a second pass writes the outputs; both load the
 next column tile before working on the current one.
 
+The autotune space of ``Softmax`` also holds a second form (``stages`` >= 2; 0 is the form
+above), the one that wins on long rows: persistent blocks (a few an SM) that loop over their
+rows through a ring of shared-memory stages filled by ``copy_async`` (16-byte ``cp.async``), so
+the next rows' loads are in flight while the current ones are reduced; each pass reads the
+stage with 128-bit shared loads, chunk by chunk of columns when a row is longer than 32 warps
+of ``per_thread`` elements.
+
 Run ``python examples/softmax.py``: on the tilus interpreter without a GPU (or with
 ``TILUS_INTERPRET=1``), on CUDA with one; the result is checked against NumPy float64.
 """
