@@ -11,8 +11,10 @@ import sys
 import numpy as np
 import pytest
 
+import tilus
 from tests.cuda.conftest import ROOT, needs_nvrtc
 from tests.helpers_cpu_cuda import available, emulate
+from tilus import void_p
 
 needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ for the CPU emulator")
 
@@ -116,3 +118,40 @@ def test_ring_sass(ex):
         for op in ("LDGSTS.E.BYPASS.128", "LDS.128", "STG.E.128"):
             assert re.search(rf"\b{re.escape(op)}\b", sass), (cls.__name__, op)
         assert not re.search(r"\b(LDL|STL)\b", sass), cls.__name__
+
+
+class SharedRoundTrip(tilus.Script):
+    """A tile through shared memory and back, stored and loaded with 16-byte shared vectors."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def __call__(self, x_ptr: void_p, y_ptr: void_p, z_ptr: void_p):
+        self.attrs.blocks = 1
+        self.attrs.warps = 2
+        gx = self.global_view(x_ptr, dtype=self.dtype, shape=[8, 64])
+        gy = self.global_view(y_ptr, dtype=self.dtype, shape=[8, 64])
+        gz = self.global_view(z_ptr, dtype=self.dtype, shape=[8, 64])
+        s = self.shared_tensor(dtype=self.dtype, shape=[8, 64])
+        self.store_shared(s, self.load_global(gx, offsets=[0, 0], shape=[8, 64]) * 2)
+        self.sync()
+        self.store_global(gy, self.load_shared(s), offsets=[0, 0])
+        self.store_global(gz, self.load_shared(s) + 1, offsets=[0, 0])
+
+
+@needs_nvrtc
+@needs_gxx
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_shared_vectors_on_the_emulator(dtype):
+    import tilus
+
+    dt = getattr(tilus, dtype)
+    rng = np.random.default_rng()
+    x = rng.standard_normal((8, 64)).astype(dtype)
+    y = np.full_like(x, np.nan)
+    z = np.full_like(x, np.nan)
+    ck = emulate(SharedRoundTrip(dt), (x, y, z), [1])
+    np.testing.assert_array_equal(y, x * 2)
+    np.testing.assert_array_equal(z, x * 2 + 1)
+    assert "uint4" in ck.source or "uint2" in ck.source
