@@ -49,6 +49,7 @@ HELPERS = [
     "rowwise_support.py",
     "hopper_matmul/harness.py",
     "attention/attention_support.py",
+    "quantized/matmul_wx_a16_decode.py",
 ]  # imported, not run alone
 
 HOPPER_KERNELS = [

@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+from matmul_wx_a16_decode import MatmulWxA16Decode
 
 import tilus
 from tilus import float16, float32, int32, void_p
@@ -30,6 +31,7 @@ from tilus.errors import TilusArgumentError
 from tilus.utils import cdiv
 
 BLOCK_N = 64  # rows of W per block: the WGMMA M of one warp group
+DECODE_M = 16  # up to this many rows of X, matmul_wx_a16() runs the decode kernel
 
 
 @tilus.autotune("block_m", [16, 64, 128])
@@ -168,13 +170,16 @@ def check_args(x_shape, w_shape, s_shape, group: int) -> tuple[int, int, int]:
 def matmul_wx_a16(x, w_packed, scales, *, wdtype=tilus.uint4b, group: int = 128, out=None):
     """``x @ dequant(w)^T`` on torch CUDA tensors: x fp16 [M, K], ``w_packed`` uint8 [N, K / 2]
     (two 4-bit codes a byte, element k in bits ``4 (k % 2)``), scales fp16 [N, K / group];
-    returns (or fills ``out``) fp16 [M, N]. The shapes are checked before anything runs."""
+    returns (or fills ``out``) fp16 [M, N]. The shapes are checked before anything runs. Up to
+    ``DECODE_M`` rows of X run the memory-streaming decode kernel
+    (``matmul_wx_a16_decode.py``), more the tensor-core one."""
     import torch
 
     n = w_packed.shape[0]
     m, n, k = check_args(x.shape, (n, 2 * w_packed.shape[1]), scales.shape, group)
     y = torch.empty((m, n), dtype=torch.float16, device=x.device) if out is None else out
-    MatmulWxA16(wdtype, group)(m, n, k, x, w_packed, scales, y)
+    kernel = MatmulWxA16Decode(wdtype, group) if m <= DECODE_M else MatmulWxA16(wdtype, group)
+    kernel(m, n, k, x, w_packed, scales, y)
     return y
 
 
@@ -196,13 +201,14 @@ def random_problem(rng, m: int, n: int, k: int, group: int):
     return x, codes, scales, pack(codes, 4)
 
 
-def run_interp(wdtype, group: int, m: int, n: int, k: int, **cfg) -> float:
-    """Run one config on the interpreter; returns the max relative error to the reference."""
+def run_interp(wdtype, group: int, m: int, n: int, k: int, kernel=None, **cfg) -> float:
+    """Run one config of ``kernel`` (a Script class, ``MatmulWxA16`` by default) on the
+    interpreter; returns the max relative error to the reference."""
     rng = np.random.default_rng()
     x, codes, scales, packed = random_problem(rng, m, n, k, group)
     check_args(x.shape, codes.shape, scales.shape, group)
     y = np.full((m, n), np.nan, np.float16)
-    MatmulWxA16(wdtype, group, **cfg)(m, n, k, x, packed, scales, y)
+    (kernel or MatmulWxA16)(wdtype, group, **cfg)(m, n, k, x, packed, scales, y)
     ref = reference(x, codes, scales, wdtype, group)
     err = np.abs(y.astype(np.float32) - ref).max() / (np.abs(ref).max() + 1e-6)
     return float(err)
@@ -216,6 +222,11 @@ def main() -> int:
         good = err < 1e-2
         ok &= good
         print(f"{wdtype} group {group}: max rel err {err:.2e}  {'ok' if good else 'FAIL'}")
+        cfg = dict(rows=2, reps=1, block_m=4)
+        err = run_interp(wdtype, group, 6, 37, 1280, kernel=MatmulWxA16Decode, **cfg)
+        good = err < 1e-2
+        ok &= good
+        print(f"{wdtype} group {group} decode: max rel err {err:.2e}  {'ok' if good else 'FAIL'}")
     return 0 if ok else 1
 
 

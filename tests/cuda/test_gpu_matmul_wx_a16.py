@@ -14,6 +14,7 @@ from tests.cuda.conftest import needs_gpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "quantized"))
 import matmul_wx_a16 as ex  # noqa: E402
+import matmul_wx_a16_decode as dec  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 
@@ -46,7 +47,19 @@ def test_every_config_matches_the_reference(wdtype, group, m):
         _close(y, *host, wdtype, group)
 
 
-def test_autotuned_entry_point():
-    host, (x, w, s), _y = _problem(33, 136, 1024, 128)
+@pytest.mark.parametrize("wdtype, group", [(tilus.uint4b, 128), (tilus.int4b, 64)], ids=str)
+@pytest.mark.parametrize("m", [1, 5, 16, 19])  # one row, a ragged M tile, whole ones, two tiles
+def test_every_decode_config_matches_the_reference(wdtype, group, m):
+    n, k = 203, 1408  # a ragged N and a K that leaves a ragged last K tile
+    host, (x, w, s), y = _problem(m, n, k, group)
+    for cfg in dec.MatmulWxA16Decode().configs:
+        y.fill_(float("nan"))
+        dec.MatmulWxA16Decode(wdtype, group, **cfg)(m, n, k, x, w, s, y)
+        _close(y, *host, wdtype, group)
+
+
+@pytest.mark.parametrize("m", [3, 33])  # the decode kernel, the tensor-core one
+def test_autotuned_entry_point(m):
+    host, (x, w, s), _y = _problem(m, 136, 1024, 128)
     y = ex.matmul_wx_a16(x, w, s, group=128)
     _close(y, *host, tilus.uint4b, 128)

@@ -1,0 +1,93 @@
+"""Decode-shape W4A16 matmul (M <= 16): the packed weights streamed with 16-byte loads, no tensor cores.
+
+``Y = X @ dequant(W)^T`` as in ``matmul_wx_a16.py`` (same arguments and packing), for few rows
+of X. Each thread owns runs of 32 consecutive K codes (16 bytes) of ``rows`` weight rows; a
+warp reads 512 contiguous bytes of a row at a time, and ``reps`` such loads a row are in flight
+per thread. The codes are cast to fp16 (the magic-number cast), the zero point subtracted,
+multiplied by X (read from global, L1-resident: X is at most 16 x K fp16) and summed over the
+run in fp32; each run's sum is scaled by its group's scale and accumulated per thread. Only
+at the end are the threads of a row reduced. ``split`` blocks share a row's K range when N
+alone gives too few blocks; they add their sums into an fp32 workspace and the last one to
+arrive writes Y (as in ``matmul_wx_a16.py``).
+"""
+
+from __future__ import annotations
+
+import tilus
+from tilus import float16, float32, int32, uint32, void_p
+from tilus.errors import TilusArgumentError
+from tilus.ir.layout import local, reduce
+from tilus.utils import cdiv
+
+RUN = 32  # codes per thread per load: 16 bytes of int4
+
+
+@tilus.autotune("rows", [1, 2])
+@tilus.autotune("reps", [1])
+@tilus.autotune("block_m", [1, 4, 16])
+class MatmulWxA16Decode(tilus.Script):
+    """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` for few M, memory-streaming (``block_m`` rows
+    of X a block, each with its own accumulator over the same dequantized weights)."""
+
+    def __init__(
+        self, wdtype=tilus.uint4b, group: int = 128, rows: int = 4, reps: int = 1,
+        block_m: int = 1, warps: int = 4,
+    ):  # fmt: skip
+        super().__init__()
+        if wdtype not in (tilus.uint4b, tilus.int4b):
+            raise TilusArgumentError(f"wdtype must be uint4b or int4b, got {wdtype}")
+        if group % RUN or 32 % (group // RUN):
+            raise TilusArgumentError(f"group must be 32, 64, 128, 256, 512 or 1024, got {group}")
+        self.wdtype, self.group, self.rows, self.reps = wdtype, group, rows, reps
+        self.block_m, self.block_rows, self.warps = block_m, list(range(block_m)), warps
+
+    def __call__(
+        self, m_size: int32, n_size: int, k_size: int,
+        x_ptr: ~float16, w_ptr: void_p, s_ptr: ~float16, y_ptr: ~float16,
+    ):  # fmt: skip
+        g, bm = self.group, self.block_m
+        cpg = g // RUN  # runs a group
+        msg = f"K = {k_size} is not a multiple of the scale group {g}"
+        self.static_assert(k_size % g == 0, msg)  # CHECK:group
+        warps = self.warps
+        # a warp's 32 lanes: (32 / cpg) groups x cpg runs along K, the warps along N
+        lg = 32 // cpg
+        bn = self.rows * warps
+        bg = self.reps * lg  # groups a K tile
+        self.attrs.blocks = [cdiv(n_size, bn), cdiv(m_size, bm)]
+        self.attrs.warps = warps
+        ng = k_size // g
+        gx = self.global_view(x_ptr, dtype=float16, shape=[m_size, ng, cpg, RUN])
+        gw = self.global_view(w_ptr, dtype=uint32, shape=[n_size, ng, cpg, RUN // 8])
+        gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, ng, 1])
+        gy = self.global_view(y_ptr, dtype=float16, shape=[m_size, n_size])
+        on: int32 = bn * self.blockIdx.x
+        om: int32 = bm * self.blockIdx.y
+        # the packed bytes of the weight tile, and the layouts of X and the scales that follow
+        tile = local(self.rows, self.reps, 1, 1).spatial(warps, lg, cpg, 1)
+        layout = tile.local(1, 1, 1, RUN // 8)
+        x_layout = reduce(tile.local(1, 1, 1, RUN), [0])
+        s_layout = reduce(reduce(layout, [3]), [2], keepdims=True)
+        ms = self.block_rows
+        accs = []
+        for _ in ms:
+            accs.append(self.register_tensor(dtype=float32, shape=[bn, bg, cpg], init=0.0))
+        for g0 in self.range(0, ng, bg):
+            qb = self.load_global(gw, offsets=[on, g0, 0, 0], shape=[bn, bg, cpg, RUN // 8])
+            self.annotate_layout(qb, layout)
+            s = self.load_global(gs, offsets=[on, g0, 0], shape=[bn, bg, 1])
+            self.annotate_layout(s, s_layout)
+            sf = self.cast(s, float32)
+            if self.wdtype == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the cast's own bias
+                qb = qb ^ 0x88888888
+            wf = self.cast(self.cast(self.view(qb, dtype=tilus.int4b), float16), float32)
+            for mi in ms:
+                x = self.load_global(gx, offsets=[om + mi, g0, 0, 0], shape=[bg, cpg, RUN],
+                                     dims=[1, 2, 3])  # fmt: skip
+                self.annotate_layout(x, x_layout)
+                xf = self.cast(x, float32)
+                part = self.sum(wf * xf, dim=3)
+                self.add(accs[mi], part * sf, out=accs[mi])
+        for mi in ms:
+            y = self.sum(self.sum(accs[mi], dim=2), dim=1)
+            self.store_global(gy, self.cast(y, float16), offsets=[om + mi, on], dims=[1])

@@ -1,0 +1,61 @@
+"""The decode-shape W4A16 kernel on the CPU: interpreter results at ragged sizes, the located
+refusal of a K the scale group does not divide, and NVRTC builds of its configs without spills."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilus
+from tests.cuda.conftest import needs_nvrtc
+from tilus.testing import marker_line
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "quantized"))
+import matmul_wx_a16 as ex  # noqa: E402
+import matmul_wx_a16_decode as dec  # noqa: E402
+
+F16 = tilus.float16
+
+
+@pytest.mark.parametrize(
+    "wdtype, group, m, n, k, cfg",
+    [(tilus.uint4b, 128, 1, 37, 1280, dict(rows=1, reps=1, block_m=1)),  # a ragged K tile
+     (tilus.int4b, 64, 3, 70, 384, dict(rows=2, reps=2, block_m=4)),  # M < block_m
+     (tilus.uint4b, 32, 6, 9, 160, dict(rows=1, reps=1, block_m=4, warps=8))],  # two M tiles
+)  # fmt: skip
+def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
+    assert ex.run_interp(wdtype, group, m, n, k, kernel=dec.MatmulWxA16Decode, **cfg) < 1e-2
+
+
+def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
+    m, n, k = 2, 16, 192
+    x, _codes, _s, packed = ex.random_problem(np.random.default_rng(), m, n, k, 64)
+    y = np.full((m, n), np.nan, np.float16)
+    kernel = dec.MatmulWxA16Decode(tilus.uint4b, 128, rows=1, reps=1, block_m=1)
+    with pytest.raises(tilus.TilusProgramError, match="K = 192 is not a multiple") as info:
+        kernel(m, n, k, x, packed, np.ones((n, 2), np.float16), y)
+    err = info.value
+    assert err.loc is not None and err.loc.line == marker_line(dec.MatmulWxA16Decode, "CHECK:group")
+    assert err.loc.file.endswith("matmul_wx_a16_decode.py")
+    assert np.isnan(y).all()
+
+
+@pytest.mark.parametrize("args, what", [((tilus.uint8,), "wdtype"), ((tilus.uint4b, 96), "group")])
+def test_unsupported_arguments_are_refused(args, what):
+    m, n, k = 1, 16, 192
+    x, _codes, s, packed = ex.random_problem(np.random.default_rng(), m, n, k, 64)
+    y = np.full((m, n), np.nan, np.float16)
+    with pytest.raises(tilus.TilusArgumentError, match=what):
+        dec.MatmulWxA16Decode(*args, rows=1, reps=1, block_m=1)(m, n, k, x, packed, s, y)
+
+
+@needs_nvrtc
+def test_every_config_builds_without_spills():
+    for cfg in dec.MatmulWxA16Decode().configs:
+        ck = tilus.compile(dec.MatmulWxA16Decode(tilus.uint4b, 128, **cfg), 1, 100, 1024, F16,
+                           tilus.uint8, F16, F16)  # fmt: skip
+        ck = ck[0] if isinstance(ck, list) else ck
+        assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
