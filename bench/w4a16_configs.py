@@ -1,6 +1,6 @@
 """Time pinned configs of the W4A16 kernels at the decode and prefill shapes, beside fp16 cuBLAS.
 
-``python bench/w4a16_configs.py [--kernel decode|wgmma] [--shapes 1x8192x8192,...]
+``python bench/w4a16_configs.py [--kernel decode|pipe|wgmma] [--shapes 1x8192x8192,...]
 [--configs 'rows=1,reps=1,block_m=1;...'] [--rounds 3] [--reps 10]``: each config is checked
 against torch (NaN-poisoned output) and timed with the L2 flushed before each run (as
 ``bench/rowwise.py`` does); the table gives ms, GB/s of the weight read (packed codes and
@@ -53,7 +53,7 @@ def problem(torch, m, n, k, g):
 def main(argv=None) -> int:
     """Parse the arguments, check and time every config; print the table."""
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--kernel", default="decode", choices=["decode", "wgmma"])
+    ap.add_argument("--kernel", default="decode", choices=["decode", "pipe", "wgmma"])
     ap.add_argument("--shapes", default="1x8192x8192,1x28672x4096")
     ap.add_argument("--configs", default=DECODE)
     ap.add_argument("--group", type=int, default=128)
@@ -68,6 +68,10 @@ def main(argv=None) -> int:
         import matmul_wx_a16_decode as mod
 
         cls = mod.MatmulWxA16Decode
+    elif args.kernel == "pipe":
+        import matmul_wx_a16_pipe as mod
+
+        cls = mod.MatmulWxA16Pipe
     else:
         import matmul_wx_a16 as mod
 

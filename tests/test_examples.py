@@ -50,6 +50,8 @@ HELPERS = [
     "hopper_matmul/harness.py",
     "attention/attention_support.py",
     "quantized/matmul_wx_a16_decode.py",
+    "quantized/matmul_wx_a16_pipe.py",
+    "quantized/split_k.py",
 ]  # imported, not run alone
 
 HOPPER_KERNELS = [

@@ -24,6 +24,7 @@ import sys
 
 import numpy as np
 from matmul_wx_a16_decode import MatmulWxA16Decode
+from split_k import SplitKParts
 
 import tilus
 from tilus import float16, float32, int32, void_p
@@ -38,7 +39,7 @@ DECODE_M = 16  # up to this many rows of X, matmul_wx_a16() runs the decode kern
 @tilus.autotune("block_k", [64])
 @tilus.autotune("reg_a", [True, False])
 @tilus.autotune("split_k", [1, 4])
-class MatmulWxA16(tilus.Script):
+class MatmulWxA16(SplitKParts, tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` with 4-bit weights and per-group scales
     (N and K, the weight's shape, are compile-time; M is not)."""
 
@@ -115,38 +116,6 @@ class MatmulWxA16(tilus.Script):
             self.wgmma.wait_group(0)
             self.sync()  # every warp has read sx before the next tile overwrites it
         return acc
-
-    def add_parts(self, acc, ws, cnt, tile: int32, part: int32, split: int32):
-        """Split-K: publish this part's sums in the workspace and count the part in; the last
-        part of the N tile to arrive adds the others' sums into ``acc`` and resets the count.
-        Returns whether this part is the last (it then stores Y)."""
-        rows = BLOCK_N
-        flag = self.shared_tensor(dtype=int32, shape=[1])
-        self.store_global(ws, acc, offsets=[(tile * self.split_k + part) * rows, 0])
-        self.sync()  # every thread's sums are written before the count is released
-        with self.single_warp(0):
-            idx = self.register_tensor(dtype=int32, shape=[1], init=tile)
-            one = self.register_tensor(dtype=int32, shape=[1], init=1)
-            old = self.atomic.global_scatter_add(
-                cnt, dim=0, indices=idx, values=one, sem="acq_rel", scope="gpu"
-            )
-            self.store_shared(flag, old)
-            if old[0] == split - 1:  # the last part: leave the count clean for the next launch
-                back = self.register_tensor(dtype=int32, shape=[1], init=-split)
-                self.atomic.global_scatter_add(cnt, dim=0, indices=idx, values=back, scope="gpu")
-        self.sync()
-        seen = self.load_shared(flag)
-        last: int32 = 0
-        if seen[0] == split - 1:
-            last = 1
-            for p in self.range(split):
-                if p != part:
-                    acc += self.load_global(
-                        ws,
-                        offsets=[(tile * self.split_k + p) * rows, 0],
-                        shape=[rows, self.block_m],
-                    )
-        return last
 
 
 def check_args(x_shape, w_shape, s_shape, group: int) -> tuple[int, int, int]:

@@ -15,6 +15,7 @@ from tests.cuda.conftest import needs_gpu
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "quantized"))
 import matmul_wx_a16 as ex  # noqa: E402
 import matmul_wx_a16_decode as dec  # noqa: E402
+import matmul_wx_a16_pipe as pp  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
 
@@ -55,6 +56,22 @@ def test_every_decode_config_matches_the_reference(wdtype, group, m):
     for cfg in dec.MatmulWxA16Decode().configs:
         y.fill_(float("nan"))
         dec.MatmulWxA16Decode(wdtype, group, **cfg)(m, n, k, x, w, s, y)
+        _close(y, *host, wdtype, group)
+
+
+PIPE_EXTRA = [dict(block_m=8, consumers=1, num_stages=8, split_k=4),
+              dict(block_m=16, consumers=2, num_stages=8, split_k=4),
+              dict(block_m=128, consumers=2, num_stages=4, split_k=1)]  # fmt: skip
+
+
+@pytest.mark.parametrize("wdtype, group", [(tilus.uint4b, 128), (tilus.int4b, 64)], ids=str)
+@pytest.mark.parametrize("m", [1, 13, 130])  # decode (split-K), a ragged tile, several tiles
+def test_every_pipe_config_matches_the_reference(wdtype, group, m):
+    n, k = 200, 1152  # a ragged N; more K tiles than the ring has slots
+    host, (x, w, s), y = _problem(m, n, k, group)
+    for cfg in pp.MatmulWxA16Pipe().configs + PIPE_EXTRA:
+        y.fill_(float("nan"))
+        pp.MatmulWxA16Pipe(wdtype, group, **cfg)(m, n, k, x, w, s, y)
         _close(y, *host, wdtype, group)
 
 

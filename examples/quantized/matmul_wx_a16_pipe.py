@@ -1,0 +1,159 @@
+"""Pipelined W4A16 matmul on the tensor cores: a TMA ring of packed weight tiles and X tiles.
+
+``Y = X @ dequant(W)^T`` as in ``matmul_wx_a16.py`` (same arguments and packing), computed as
+``Y^T = dequant(W) @ X^T`` so that W is the register A operand of WGMMA. A producer warp
+copies, per K tile, the packed uint8 weight tile of each consumer warp group (64 rows) and the
+X tile (the B operand, K-major) into a ring of ``num_stages`` shared slots with TMA; the
+copies run ahead of the consumers by the whole ring. Each consumer warp group loads its
+packed tile from shared memory straight into the A fragment's layout, casts it to fp16 with
+the magic-number cast (uint4b codes are XOR-ed with 8 first, so the cast's own bias removes
+the zero point), and multiplies it by X with WGMMA into a per-group accumulator; at the end
+of each scale group that accumulator is scaled by the group's scales (one per row of W) and
+added to the result, so the weights are never multiplied in fp16. ``split_k`` blocks share
+the K range of a tile when M is one tile (decode), combined as in ``matmul_wx_a16.py``.
+"""
+
+from __future__ import annotations
+
+from split_k import SplitKParts
+
+import tilus
+from tilus import float16, float32, int32, uint8, uint32, void_p
+from tilus.errors import TilusArgumentError
+from tilus.ir.layout import reduce, wgmma_acc
+from tilus.ir.layout.derived import view_layout
+from tilus.utils import cdiv
+
+ROWS = 64  # rows of W per consumer warp group: the WGMMA M
+
+
+class Ring(tilus.Class):
+    """Full/empty mbarrier pairs of a ring of ``num_stages`` slots, and each side's position."""
+
+    def __init__(self, num_stages: int, consumers: int):
+        self.num_stages: int = num_stages
+        self.full = self.mbarrier.alloc([1] * num_stages)
+        self.empty = self.mbarrier.alloc([consumers] * num_stages)
+        self.p_stage: int32 = 0
+        self.p_phase: uint32 = self.mbarrier.producer_initial_phase
+        self.c_stage: int32 = 0
+        self.c_phase: uint32 = self.mbarrier.consumer_initial_phase
+
+    def p_advance(self):
+        """The producer's next slot."""
+        self.p_stage = (self.p_stage + 1) % self.num_stages
+        if self.p_stage == 0:
+            self.p_phase ^= 1
+
+    def c_advance(self):
+        """The consumer's next slot."""
+        self.c_stage = (self.c_stage + 1) % self.num_stages
+        if self.c_stage == 0:
+            self.c_phase ^= 1
+
+
+@tilus.autotune("block_m", [16, 128])
+@tilus.autotune("consumers", [1])
+@tilus.autotune("num_stages", [4, 8])
+@tilus.autotune("split_k", [1, 4])
+class MatmulWxA16Pipe(SplitKParts, tilus.Script):
+    """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` with a TMA ring and register-A WGMMA."""
+
+    def __init__(
+        self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 16, consumers: int = 1,
+        num_stages: int = 4, split_k: int = 1, block_k: int = 64,
+    ):  # fmt: skip
+        super().__init__()
+        if wdtype not in (tilus.uint4b, tilus.int4b):
+            raise TilusArgumentError(f"wdtype must be uint4b or int4b, got {wdtype}")
+        if group % block_k:
+            raise TilusArgumentError(f"group {group} must be a multiple of block_k {block_k}")
+        self.wdtype, self.group, self.block_m, self.block_k = wdtype, group, block_m, block_k
+        self.consumers, self.num_stages, self.split_k = consumers, num_stages, split_k
+        self.groups = list(range(consumers))  # a host list: loops over it are unrolled
+
+    def __call__(
+        self, m_size: int32, n_size: int, k_size: int,
+        x_ptr: ~float16, w_ptr: void_p, s_ptr: ~float16, y_ptr: ~float16,
+    ):  # fmt: skip
+        bm, bk, g, nc, ns = self.block_m, self.block_k, self.group, self.consumers, self.num_stages
+        bn = ROWS * nc
+        msg = f"K = {k_size} is not a multiple of the scale group {g}"
+        self.static_assert(k_size % g == 0, msg)  # CHECK:group
+        num_n = cdiv(n_size, bn)
+        self.attrs.blocks = [num_n, cdiv(m_size, bm), self.split_k]
+        self.attrs.warps = 4 * nc + 1  # the consumer warp groups and the producer warp
+        gx = self.global_view(x_ptr, dtype=float16, shape=[m_size, k_size])
+        gw = self.global_view(w_ptr, dtype=uint8, shape=[n_size, k_size // 2])
+        gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, k_size // g])
+        gyt = self.global_view(y_ptr, dtype=float16, shape=[n_size, m_size], strides=[1, n_size])
+        split: int32 = 1
+        if m_size <= bm:
+            split = self.split_k
+        part: int32 = self.blockIdx.z
+        groups = k_size // g
+        g_lo: int32 = part * groups // split
+        g_hi: int32 = (part + 1) * groups // split
+        on: int32 = bn * self.blockIdx.x
+        om: int32 = bm * self.blockIdx.y
+        sw = self.shared_tensor(dtype=uint8, shape=[ns, nc, ROWS, bk // 2])
+        sx = self.shared_tensor(dtype=float16, shape=[ns, bm, bk])
+        ring = Ring(ns, nc)
+        ws, cnt = None, None
+        if self.split_k > 1:
+            ws = self.global_tensor(float32, [num_n * nc * self.split_k * ROWS, bm],
+                                    requires_clean=False)  # fmt: skip
+            cnt = self.global_tensor(int32, [num_n * nc], requires_clean=True)
+        if part < split:
+            with self.single_warp(4 * nc):  # the producer
+                for k0 in self.range(g_lo * g, g_hi * g, bk):
+                    self.mbarrier.wait(ring.empty[ring.p_stage], phase=ring.p_phase, sem="relaxed")
+                    st = ring.p_stage
+                    with self.single_thread():
+                        self.mbarrier.arrive_and_expect_tx(
+                            ring.full[st], transaction_bytes=sw[st].nbytes + sx[st].nbytes
+                        )
+                    for c in self.groups:
+                        self.tma.global_to_shared(src=gw, dst=sw[st, c], offsets=[on + c * ROWS, k0 // 2],
+                                                  mbarrier=ring.full[st])  # fmt: skip
+                    self.tma.global_to_shared(src=gx, dst=sx[st], offsets=[om, k0],
+                                              mbarrier=ring.full[st])  # fmt: skip
+                    ring.p_advance()
+            for c in self.groups:
+                with self.warp_group(4 * c, 4):
+                    acc = self.consume(c, ring, sw, sx, gs, on + c * ROWS, g_lo, g_hi)
+                    store: int32 = 1
+                    if self.split_k > 1:
+                        if split > 1:
+                            store = self.add_parts(acc, ws, cnt, self.blockIdx.x * nc + c, part,
+                                                   split)  # fmt: skip
+                    if store == 1:
+                        self.store_global(gyt, self.cast(acc, float16), offsets=[on + c * ROWS, om])
+
+    def consume(self, c: int, ring, sw, sx, gs, row: int32, g_lo: int32, g_hi: int32):
+        """Consumer warp group ``c``: the fp32 tile ``dequant(W)[row:, groups] @ X^T``."""
+        bm, bk, g = self.block_m, self.block_k, self.group
+        a_bytes = view_layout(wgmma_acc(ROWS, bk), 4, 8, [ROWS, bk // 2])
+        acc = self.register_tensor(dtype=float32, shape=[ROWS, bm], init=0.0)
+        for gi in self.range(g_lo, g_hi):
+            part = self.register_tensor(dtype=float32, shape=[ROWS, bm], init=0.0)
+            for _ in self.range(g // bk, unroll=g // bk):
+                st = ring.c_stage
+                self.mbarrier.wait(ring.full[st], phase=ring.c_phase)
+                qb = self.load_shared(sw[st, c])
+                self.annotate_layout(qb, a_bytes)  # the bytes of the A fragment
+                if self.wdtype == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the cast's own bias
+                    qb = qb ^ 0x88
+                w = self.cast(self.view(qb, dtype=tilus.int4b), float16)
+                self.wgmma.fence()
+                self.wgmma.mma(w, sx[st].transpose(), part)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                self.sync()  # every thread of the group has read the slot
+                with self.single_thread():
+                    self.mbarrier.arrive(ring.empty[st])
+                ring.c_advance()
+            s = self.load_global(gs, offsets=[row, gi], shape=[ROWS, 1])
+            self.annotate_layout(s, reduce(wgmma_acc(ROWS, bm), [1], keepdims=True))
+            acc += part * self.cast(s, float32)
+        return acc
