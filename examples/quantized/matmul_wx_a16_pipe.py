@@ -61,7 +61,8 @@ class MatmulWxA16Pipe(SplitKParts, tilus.Script):
 
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 16, consumers: int = 1,
-        num_stages: int = 4, split_k: int = 1, block_k: int = 64,
+        num_stages: int = 4, split_k: int = 1, block_k: int = 64, scale_w: bool = False,
+        regs_to_consumers: bool = False,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -70,6 +71,7 @@ class MatmulWxA16Pipe(SplitKParts, tilus.Script):
             raise TilusArgumentError(f"group {group} must be a multiple of block_k {block_k}")
         self.wdtype, self.group, self.block_m, self.block_k = wdtype, group, block_m, block_k
         self.consumers, self.num_stages, self.split_k = consumers, num_stages, split_k
+        self.scale_w, self.regs_to_consumers = scale_w, regs_to_consumers
         self.groups = list(range(consumers))  # a host list: loops over it are unrolled
 
     def __call__(
@@ -82,7 +84,8 @@ class MatmulWxA16Pipe(SplitKParts, tilus.Script):
         self.static_assert(k_size % g == 0, msg)  # CHECK:group
         num_n = cdiv(n_size, bn)
         self.attrs.blocks = [num_n, cdiv(m_size, bm), self.split_k]
-        self.attrs.warps = 4 * nc + 1  # the consumer warp groups and the producer warp
+        # the consumer warp groups and the producer warp (or warp group)
+        self.attrs.warps = 4 * nc + (4 if self.regs_to_consumers else 1)
         gx = self.global_view(x_ptr, dtype=float16, shape=[m_size, k_size])
         gw = self.global_view(w_ptr, dtype=uint8, shape=[n_size, k_size // 2])
         gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, k_size // g])
@@ -105,22 +108,18 @@ class MatmulWxA16Pipe(SplitKParts, tilus.Script):
                                     requires_clean=False)  # fmt: skip
             cnt = self.global_tensor(int32, [num_n * nc], requires_clean=True)
         if part < split:
-            with self.single_warp(4 * nc):  # the producer
-                for k0 in self.range(g_lo * g, g_hi * g, bk):
-                    self.mbarrier.wait(ring.empty[ring.p_stage], phase=ring.p_phase, sem="relaxed")
-                    st = ring.p_stage
-                    with self.single_thread():
-                        self.mbarrier.arrive_and_expect_tx(
-                            ring.full[st], transaction_bytes=sw[st].nbytes + sx[st].nbytes
-                        )
-                    for c in self.groups:
-                        self.tma.global_to_shared(src=gw, dst=sw[st, c], offsets=[on + c * ROWS, k0 // 2],
-                                                  mbarrier=ring.full[st])  # fmt: skip
-                    self.tma.global_to_shared(src=gx, dst=sx[st], offsets=[om, k0],
-                                              mbarrier=ring.full[st])  # fmt: skip
-                    ring.p_advance()
+            if self.regs_to_consumers:  # a producer warp group lends its registers
+                with self.warp_group(4 * nc, 4):
+                    self.setmaxnreg(40)
+                    with self.single_warp(0):
+                        self.produce(ring, sw, sx, gw, gx, on, om, g_lo * g, g_hi * g)
+            else:
+                with self.single_warp(4 * nc):
+                    self.produce(ring, sw, sx, gw, gx, on, om, g_lo * g, g_hi * g)
             for c in self.groups:
                 with self.warp_group(4 * c, 4):
+                    if self.regs_to_consumers:
+                        self.setmaxnreg(232)
                     acc = self.consume(c, ring, sw, sx, gs, on + c * ROWS, g_lo, g_hi)
                     store: int32 = 1
                     if self.split_k > 1:
@@ -130,13 +129,35 @@ class MatmulWxA16Pipe(SplitKParts, tilus.Script):
                     if store == 1:
                         self.store_global(gyt, self.cast(acc, float16), offsets=[on + c * ROWS, om])
 
+    def produce(self, ring, sw, sx, gw, gx, on: int32, om: int32, k_lo: int32, k_hi: int32):
+        """The producer warp: per K tile, wait for a free slot and copy into it the packed
+        weight tile of every consumer warp group and the X tile."""
+        for k0 in self.range(k_lo, k_hi, self.block_k):
+            self.mbarrier.wait(ring.empty[ring.p_stage], phase=ring.p_phase, sem="relaxed")
+            st = ring.p_stage
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(
+                    ring.full[st], transaction_bytes=sw[st].nbytes + sx[st].nbytes
+                )
+            for c in self.groups:
+                self.tma.global_to_shared(src=gw, dst=sw[st, c], offsets=[on + c * ROWS, k0 // 2],
+                                          mbarrier=ring.full[st])  # fmt: skip
+            self.tma.global_to_shared(src=gx, dst=sx[st], offsets=[om, k0], mbarrier=ring.full[st])
+            ring.p_advance()
+
     def consume(self, c: int, ring, sw, sx, gs, row: int32, g_lo: int32, g_hi: int32):
         """Consumer warp group ``c``: the fp32 tile ``dequant(W)[row:, groups] @ X^T``."""
         bm, bk, g = self.block_m, self.block_k, self.group
         a_bytes = view_layout(wgmma_acc(ROWS, bk), 4, 8, [ROWS, bk // 2])
         acc = self.register_tensor(dtype=float32, shape=[ROWS, bm], init=0.0)
         for gi in self.range(g_lo, g_hi):
-            part = self.register_tensor(dtype=float32, shape=[ROWS, bm], init=0.0)
+            s = self.load_global(gs, offsets=[row, gi], shape=[ROWS, 1])
+            if self.scale_w:  # the fp16 weights scaled before the mma, straight into acc
+                self.annotate_layout(s, reduce(wgmma_acc(ROWS, bk), [1], keepdims=True))
+                part = acc
+            else:  # the group's products apart, scaled in fp32 after
+                self.annotate_layout(s, reduce(wgmma_acc(ROWS, bm), [1], keepdims=True))
+                part = self.register_tensor(dtype=float32, shape=[ROWS, bm], init=0.0)
             for _ in self.range(g // bk, unroll=g // bk):
                 st = ring.c_stage
                 self.mbarrier.wait(ring.full[st], phase=ring.c_phase)
@@ -145,6 +166,8 @@ class MatmulWxA16Pipe(SplitKParts, tilus.Script):
                 if self.wdtype == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the cast's own bias
                     qb = qb ^ 0x88
                 w = self.cast(self.view(qb, dtype=tilus.int4b), float16)
+                if self.scale_w:
+                    w = w * s
                 self.wgmma.fence()
                 self.wgmma.mma(w, sx[st].transpose(), part)
                 self.wgmma.commit_group()
@@ -153,7 +176,6 @@ class MatmulWxA16Pipe(SplitKParts, tilus.Script):
                 with self.single_thread():
                     self.mbarrier.arrive(ring.empty[st])
                 ring.c_advance()
-            s = self.load_global(gs, offsets=[row, gi], shape=[ROWS, 1])
-            self.annotate_layout(s, reduce(wgmma_acc(ROWS, bm), [1], keepdims=True))
-            acc += part * self.cast(s, float32)
+            if not self.scale_w:
+                acc += part * self.cast(s, float32)
         return acc

@@ -61,7 +61,9 @@ def test_every_decode_config_matches_the_reference(wdtype, group, m):
 
 PIPE_EXTRA = [dict(block_m=8, consumers=1, num_stages=8, split_k=4),
               dict(block_m=16, consumers=2, num_stages=8, split_k=4),
-              dict(block_m=128, consumers=2, num_stages=4, split_k=1)]  # fmt: skip
+              dict(block_m=128, consumers=2, num_stages=4, split_k=1, scale_w=True),
+              dict(block_m=256, consumers=2, num_stages=4, split_k=1, scale_w=True,
+                   regs_to_consumers=True)]  # fmt: skip
 
 
 @pytest.mark.parametrize("wdtype, group", [(tilus.uint4b, 128), (tilus.int4b, 64)], ids=str)
