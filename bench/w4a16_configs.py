@@ -40,16 +40,6 @@ def parse_configs(text: str) -> list[dict]:
     return out
 
 
-def problem(torch, m, n, k, g):
-    """x, packed w, scales, the fp16 dequantized weight and the float reference."""
-    x = torch.randn(m, k, dtype=torch.float16, device="cuda")
-    codes = torch.randint(0, 16, (n, k), dtype=torch.uint8, device="cuda")
-    w = codes[:, 0::2] | (codes[:, 1::2] << 4)
-    s = (torch.rand(n, k // g, device="cuda") * 0.02 + 0.002).half()
-    w16 = ((codes.float() - 8.0) * s.float().repeat_interleave(g, dim=1)).half()
-    return x, w.contiguous(), s, w16
-
-
 def main(argv=None) -> int:
     """Parse the arguments, check and time every config; print the table."""
     ap = argparse.ArgumentParser(description=__doc__)
@@ -57,9 +47,11 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="1x8192x8192,1x28672x4096")
     ap.add_argument("--configs", default=DECODE)
     ap.add_argument("--group", type=int, default=128)
+    ap.add_argument("--wdtypes", default="uint4b", help="weight types, e.g. uint4b,int8")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args(argv)
+    import matmul_wx_a16 as ex
     import torch
 
     import tilus
@@ -78,10 +70,12 @@ def main(argv=None) -> int:
         cls = mod.MatmulWxA16
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     g, status = args.group, 0
-    print(f"{'shape':16s} {'config':40s} {'ms':>8s} {'GB/s':>6s} {'ratio':>6s} {'regs':>4s}")
-    for shape in args.shapes.split(","):
+    print(f"{'shape':22s} {'config':40s} {'ms':>8s} {'GB/s':>6s} {'ratio':>6s} {'regs':>4s}")
+    for shape, wname in [(a, b) for b in args.wdtypes.split(",") for a in args.shapes.split(",")]:
         m, n, k = map(int, shape.split("x"))
-        x, w, s, w16 = problem(torch, m, n, k, g)
+        wdtype = getattr(tilus, wname)
+        x, w, s, w16 = ex.torch_problem(torch, m, n, k, g, wdtype)
+        shape = shape if wname == "uint4b" else f"{shape}:{wname}"
         ref = torch.matmul(x, w16.T).float()
         y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
 
@@ -93,17 +87,17 @@ def main(argv=None) -> int:
         rows = []
         for cfg in parse_configs(args.configs):
             try:
-                kern = cls(tilus.uint4b, g, **cfg)
+                kern = cls(wdtype, g, **cfg)
                 y.fill_(float("nan"))
                 kern(m, n, k, x, w, s, y)
                 torch.cuda.synchronize()
             except Exception as e:  # noqa: BLE001 - report and go on with the next config
-                print(f"{shape:16s} {str(cfg):40s} FAILED {type(e).__name__}: {str(e)[:200]}")
+                print(f"{shape:22s} {str(cfg):40s} FAILED {type(e).__name__}: {str(e)[:200]}")
                 status = 1
                 continue
             err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
             if torch.isnan(y).any() or not err < 1e-2:
-                print(f"{shape:16s} {str(cfg):40s} WRONG max rel err {err:.2e}")
+                print(f"{shape:22s} {str(cfg):40s} WRONG max rel err {err:.2e}")
                 status = 1
             regs = "?"
             try:
@@ -120,11 +114,11 @@ def main(argv=None) -> int:
             for i, (_c, _r, fn) in enumerate(rows):
                 rounds[i].append(time_ms(fn, torch, flush, args.reps))
         base = statistics.median(cublas)
-        print(f"{shape:16s} {'cuBLAS fp16':40s} {base:8.4f} {2 * n * k / base / 1e6:6.0f}")
+        print(f"{shape:22s} {'cuBLAS fp16':40s} {base:8.4f} {2 * n * k / base / 1e6:6.0f}")
         for i, (cfg, regs, _fn) in enumerate(rows):
             ms = statistics.median(rounds[i])
             cfg_s = ",".join(f"{a}={b}" for a, b in cfg.items())
-            print(f"{shape:16s} {cfg_s:40s} {ms:8.4f} {moved / ms / 1e6:6.0f} {base / ms:6.2f} "
+            print(f"{shape:22s} {cfg_s:40s} {ms:8.4f} {moved / ms / 1e6:6.0f} {base / ms:6.2f} "
                   f"{regs:>4s}")  # fmt: skip
         del ref, y, cublas_fn, rows
     return status

@@ -30,6 +30,15 @@ def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg)
     assert ex.run_interp(wdtype, group, m, n, k, kernel=dec.MatmulWxA16Decode, **cfg) < 1e-2
 
 
+@pytest.mark.parametrize(
+    "wdtype", [tilus.int1b, tilus.uint3b, tilus.uint6b, tilus.int8, tilus.float4_e2m1,
+               tilus.float6_e3m2, tilus.float7_e5m1], ids=str,
+)  # fmt: skip
+def test_other_weight_types_match_dequantize_then_matmul(wdtype):
+    cfg = dict(rows=1, reps=1, block_m=2)
+    assert ex.run_interp(wdtype, 64, 3, 9, 192, kernel=dec.MatmulWxA16Decode, **cfg) < 1e-2
+
+
 def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     m, n, k = 2, 16, 192
     x, _codes, _s, packed = ex.random_problem(np.random.default_rng(), m, n, k, 64)
@@ -43,7 +52,9 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     assert np.isnan(y).all()
 
 
-@pytest.mark.parametrize("args, what", [((tilus.uint8,), "wdtype"), ((tilus.uint4b, 96), "group")])
+@pytest.mark.parametrize(
+    "args, what", [((tilus.float16,), "wdtype"), ((tilus.uint4b, 96), "group")]
+)
 def test_unsupported_arguments_are_refused(args, what):
     m, n, k = 1, 16, 192
     x, _codes, s, packed = ex.random_problem(np.random.default_rng(), m, n, k, 64)

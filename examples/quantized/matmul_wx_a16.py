@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from matmul_wx_a16_decode import MatmulWxA16Decode
+from matmul_wx_a16_decode import MatmulWxA16Decode, zero_point
 from split_k import SplitKParts
 
 import tilus
@@ -137,44 +137,86 @@ def check_args(x_shape, w_shape, s_shape, group: int) -> tuple[int, int, int]:
 
 
 def matmul_wx_a16(x, w_packed, scales, *, wdtype=tilus.uint4b, group: int = 128, out=None):
-    """``x @ dequant(w)^T`` on torch CUDA tensors: x fp16 [M, K], ``w_packed`` uint8 [N, K / 2]
-    (two 4-bit codes a byte, element k in bits ``4 (k % 2)``), scales fp16 [N, K / group];
-    returns (or fills ``out``) fp16 [M, N]. The shapes are checked before anything runs. Up to
-    ``DECODE_M`` rows of X run the memory-streaming decode kernel
+    """``x @ dequant(w)^T`` on torch CUDA tensors: x fp16 [M, K], ``w_packed`` uint8
+    [N, K * bits / 8] (the codes of ``wdtype`` densely packed along K, code k at bit
+    ``k * bits``), scales fp16 [N, K / group]; returns (or fills ``out``) fp16 [M, N]. The
+    shapes are checked before anything runs. Up to ``DECODE_M`` rows of X (and every M for
+    types other than int4b/uint4b) run the memory-streaming decode kernel
     (``matmul_wx_a16_decode.py``), more the tensor-core one."""
     import torch
 
-    n = w_packed.shape[0]
-    m, n, k = check_args(x.shape, (n, 2 * w_packed.shape[1]), scales.shape, group)
+    nbits = wdtype.nbits
+    n, row_bytes = w_packed.shape if w_packed.dim() == 2 else (w_packed.shape[0], -1)
+    if row_bytes < 0 or row_bytes * 8 % nbits:
+        raise TilusArgumentError(
+            f"w_packed: shape {list(w_packed.shape)} is not [N, K * {nbits} / 8] bytes of {wdtype}"
+        )
+    m, n, k = check_args(x.shape, (n, row_bytes * 8 // nbits), scales.shape, group)
     y = torch.empty((m, n), dtype=torch.float16, device=x.device) if out is None else out
-    kernel = MatmulWxA16Decode(wdtype, group) if m <= DECODE_M else MatmulWxA16(wdtype, group)
+    if m <= DECODE_M or wdtype not in (tilus.uint4b, tilus.int4b):
+        kernel = MatmulWxA16Decode(wdtype, group)
+    else:
+        kernel = MatmulWxA16(wdtype, group)
     kernel(m, n, k, x, w_packed, scales, y)
     return y
 
 
 def reference(x: np.ndarray, codes: np.ndarray, scales: np.ndarray, wdtype, group: int):
-    """float32 ``x @ dequant(codes)^T`` (codes as unsigned 4-bit integers, int64)."""
-    c = codes.astype(np.int64)
-    v = np.where(c >= 8, c - 16, c) if wdtype == tilus.int4b else c - 8
-    w = v.astype(np.float32) * np.repeat(scales.astype(np.float32), group, axis=1)
+    """float32 ``x @ dequant(codes)^T``: the codes (unsigned integers) decoded as ``wdtype``
+    (integers sign-extended, floats by their format), less the zero point of an unsigned type."""
+    from tilus.packing import decode
+
+    v = decode(codes, wdtype).astype(np.float32) - zero_point(wdtype)
+    w = v * np.repeat(scales.astype(np.float32), group, axis=1)
     return x.astype(np.float32) @ w.T
 
 
-def random_problem(rng, m: int, n: int, k: int, group: int):
-    """X, the 4-bit codes (uint64) and scales of a random problem; the packed weight bytes."""
+def random_problem(rng, m: int, n: int, k: int, group: int, wdtype=tilus.uint4b):
+    """X, the weight codes (uint64) and scales of a random problem; the packed weight bytes."""
+    from tilus.packing import decode
     from tilus.tensor import pack
 
+    nbits = wdtype.nbits
     x = rng.standard_normal((m, k)).astype(np.float16)
-    codes = rng.integers(0, 16, (n, k)).astype(np.uint64)
+    finite = np.flatnonzero(np.isfinite(decode(np.arange(1 << nbits), wdtype)))
+    codes = rng.choice(finite, (n, k)).astype(np.uint64)  # no inf/nan codes
     scales = (rng.random((n, k // group)) * 0.1 + 0.01).astype(np.float16)
-    return x, codes, scales, pack(codes, 4)
+    return x, codes, scales, pack(codes, nbits)
+
+
+def torch_problem(torch, m: int, n: int, k: int, group: int, wdtype=tilus.uint4b, device="cuda"):
+    """A random problem on ``device``: x fp16, the packed weight bytes (random bytes: every
+    code appears; float types keep only finite codes), scales and the fp16 dequantized
+    weights for the reference ``x @ w16.T``."""
+    from tilus.packing import decode
+
+    nb = wdtype.nbits
+    table = torch.tensor(decode(np.arange(1 << nb), wdtype).astype(np.float32), device=device)
+    table -= zero_point(wdtype)
+    x = torch.randn(m, k, dtype=torch.float16, device=device)
+    w = torch.randint(0, 256, (n, k * nb // 8), dtype=torch.uint8, device=device)
+    bits = (w[:, :, None] >> torch.arange(8, device=device, dtype=torch.uint8)) & 1
+    bits = bits.reshape(n, k, nb).to(torch.int64)
+    codes = (bits << torch.arange(nb, device=device)).sum(-1)
+    del bits
+    vals = table[codes]
+    if not torch.isfinite(table).all():  # replace inf/nan codes by 0 (code 0 decodes to 0)
+        bad = ~torch.isfinite(vals)
+        vals[bad] = 0.0 - zero_point(wdtype)
+        codes[bad] = 0
+        codes = codes.reshape(n, k, 1) >> torch.arange(nb, device=device)  # back to bytes
+        bits = (codes & 1).reshape(n, k * nb // 8, 8).to(torch.uint8)
+        w = (bits << torch.arange(8, device=device, dtype=torch.uint8)).sum(-1).to(torch.uint8)
+    s = (torch.rand(n, k // group, device=device) * 0.02 + 0.002).half()
+    w16 = (vals * s.float().repeat_interleave(group, dim=1)).half()
+    return x, w.contiguous(), s, w16
 
 
 def run_interp(wdtype, group: int, m: int, n: int, k: int, kernel=None, **cfg) -> float:
     """Run one config of ``kernel`` (a Script class, ``MatmulWxA16`` by default) on the
     interpreter; returns the max relative error to the reference."""
     rng = np.random.default_rng()
-    x, codes, scales, packed = random_problem(rng, m, n, k, group)
+    x, codes, scales, packed = random_problem(rng, m, n, k, group, wdtype)
     check_args(x.shape, codes.shape, scales.shape, group)
     y = np.full((m, n), np.nan, np.float16)
     (kernel or MatmulWxA16)(wdtype, group, **cfg)(m, n, k, x, packed, scales, y)

@@ -19,7 +19,20 @@ from tilus.errors import TilusArgumentError
 from tilus.ir.layout import local, reduce
 from tilus.utils import cdiv
 
-RUN = 32  # codes per thread per load: 16 bytes of int4
+RUN = 32  # codes a run: a thread's load (16 bytes of int4, nbits 32-bit words in general)
+
+#: the weight types: 1-8-bit integers and the sub-byte floats
+WEIGHT_TYPES = [
+    *(getattr(tilus, f"{s}int{b}b") for s in ("", "u") for b in range(1, 8)),
+    tilus.int8, tilus.uint8,
+    *(getattr(tilus, n) for n in dir(tilus) if n.startswith("float") and "_e" in n[6:]
+      and getattr(tilus, n).nbits < 8),
+]  # fmt: skip
+
+
+def zero_point(wdtype) -> float:
+    """The code subtracted before scaling: half the range of an unsigned type, else 0."""
+    return float(1 << (wdtype.nbits - 1)) if wdtype.kind == "uint" else 0.0
 
 
 @tilus.autotune("rows", [1, 2])
@@ -34,8 +47,10 @@ class MatmulWxA16Decode(tilus.Script):
         block_m: int = 1, warps: int = 4,
     ):  # fmt: skip
         super().__init__()
-        if wdtype not in (tilus.uint4b, tilus.int4b):
-            raise TilusArgumentError(f"wdtype must be uint4b or int4b, got {wdtype}")
+        if wdtype not in WEIGHT_TYPES:
+            raise TilusArgumentError(
+                f"wdtype must be a 1-8-bit integer or sub-byte float, got {wdtype}"
+            )
         if group % RUN or 32 % (group // RUN):
             raise TilusArgumentError(f"group must be 32, 64, 128, 256, 512 or 1024, got {group}")
         self.wdtype, self.group, self.rows, self.reps = wdtype, group, rows, reps
@@ -45,7 +60,9 @@ class MatmulWxA16Decode(tilus.Script):
         self, m_size: int32, n_size: int, k_size: int,
         x_ptr: ~float16, w_ptr: void_p, s_ptr: ~float16, y_ptr: ~float16,
     ):  # fmt: skip
-        g, bm = self.group, self.block_m
+        g, bm, wd = self.group, self.block_m, self.wdtype
+        nb = wd.nbits  # a run of 32 codes is nb 32-bit words
+        int4 = wd in (tilus.int4b, tilus.uint4b)  # the magic-number cast to fp16
         cpg = g // RUN  # runs a group
         msg = f"K = {k_size} is not a multiple of the scale group {g}"
         self.static_assert(k_size % g == 0, msg)  # CHECK:group
@@ -58,14 +75,14 @@ class MatmulWxA16Decode(tilus.Script):
         self.attrs.warps = warps
         ng = k_size // g
         gx = self.global_view(x_ptr, dtype=float16, shape=[m_size, ng, cpg, RUN])
-        gw = self.global_view(w_ptr, dtype=uint32, shape=[n_size, ng, cpg, RUN // 8])
+        gw = self.global_view(w_ptr, dtype=uint32, shape=[n_size, ng, cpg, nb])
         gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, ng, 1])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m_size, n_size])
         on: int32 = bn * self.blockIdx.x
         om: int32 = bm * self.blockIdx.y
         # the packed bytes of the weight tile, and the layouts of X and the scales that follow
         tile = local(self.rows, self.reps, 1, 1).spatial(warps, lg, cpg, 1)
-        layout = tile.local(1, 1, 1, RUN // 8)
+        layout = tile.local(1, 1, 1, nb)
         x_layout = reduce(tile.local(1, 1, 1, RUN), [0])
         s_layout = reduce(reduce(layout, [3]), [2], keepdims=True)
         ms = self.block_rows
@@ -73,20 +90,25 @@ class MatmulWxA16Decode(tilus.Script):
         for _ in ms:
             accs.append(self.register_tensor(dtype=float32, shape=[bn, bg, cpg], init=0.0))
         for g0 in self.range(0, ng, bg):
-            qb = self.load_global(gw, offsets=[on, g0, 0, 0], shape=[bn, bg, cpg, RUN // 8])
+            qb = self.load_global(gw, offsets=[on, g0, 0, 0], shape=[bn, bg, cpg, nb])
             self.annotate_layout(qb, layout)
             s = self.load_global(gs, offsets=[on, g0, 0], shape=[bn, bg, 1])
             self.annotate_layout(s, s_layout)
             sf = self.cast(s, float32)
-            if self.wdtype == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the cast's own bias
+            if wd == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the magic-number cast's own bias
                 qb = qb ^ 0x88888888
-            wf = self.cast(self.cast(self.view(qb, dtype=tilus.int4b), float16), float32)
+            if int4:
+                wf = self.cast(self.cast(self.view(qb, dtype=tilus.int4b), float16), float32)
+            else:
+                wf = self.cast(self.view(qb, dtype=wd), float32)
             for mi in ms:
                 x = self.load_global(gx, offsets=[om + mi, g0, 0, 0], shape=[bg, cpg, RUN],
                                      dims=[1, 2, 3])  # fmt: skip
                 self.annotate_layout(x, x_layout)
                 xf = self.cast(x, float32)
                 part = self.sum(wf * xf, dim=3)
+                if not int4 and wd.kind == "uint":  # sum (c - z) x = sum c x - z sum x
+                    part = part - self.sum(xf, dim=2) * zero_point(wd)
                 self.add(accs[mi], part * sf, out=accs[mi])
         for mi in ms:
             y = self.sum(self.sum(accs[mi], dim=2), dim=1)

@@ -77,6 +77,22 @@ def test_every_pipe_config_matches_the_reference(wdtype, group, m):
         _close(y, *host, wdtype, group)
 
 
+@pytest.mark.parametrize("wdtype", dec.WEIGHT_TYPES, ids=str)
+def test_every_weight_type_matches_the_reference(wdtype):
+    import torch
+
+    m, n, k, g = 5, 203, 1408, 64  # ragged M, N and the last K tile
+    x, w, s, w16 = ex.torch_problem(torch, m, n, k, g, wdtype)
+    ref = torch.matmul(x.float(), w16.float().T)
+    y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+    dec.MatmulWxA16Decode(wdtype, g, rows=2, reps=1, block_m=4)(m, n, k, x, w, s, y)
+    assert not torch.isnan(y).any()
+    assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+    if wdtype in (tilus.int8, tilus.float6_e3m2):  # the autotuned entry point
+        y = ex.matmul_wx_a16(x, w, s, wdtype=wdtype, group=g)
+        assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+
 @pytest.mark.parametrize("m", [3, 33])  # the decode kernel, the tensor-core one
 def test_autotuned_entry_point(m):
     host, (x, w, s), _y = _problem(m, 136, 1024, 128)
