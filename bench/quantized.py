@@ -219,13 +219,13 @@ def w4a16_dry() -> bool:
     ]
     runs += [
         ("w4a16 decode", tilus.uint4b, 3, 70, 384, matmul_wx_a16_decode.MatmulWxA16Decode,
-         dict(rows=2, reps=1, block_m=4)),
+         dict(rows=2, reps=1, block_m=4, stages=4)),
         ("w4a16 pipe", tilus.uint4b, 3, 70, 384, matmul_wx_a16_pipe.MatmulWxA16Pipe,
-         dict(block_m=16, consumers=1, num_stages=2, split_k=2)),
+         matmul_wx_a16_pipe.pinned(num_stages=2, split_k=2)),
         ("wxa16 int8 decode", tilus.int8, 2, 9, 256, matmul_wx_a16_decode.MatmulWxA16Decode,
-         dict(rows=1, reps=1, block_m=2)),
+         dict(rows=1, reps=1, block_m=2, stages=0)),
         ("wxa16 float6_e3m2 decode", tilus.float6_e3m2, 2, 9, 256,
-         matmul_wx_a16_decode.MatmulWxA16Decode, dict(rows=1, reps=1, block_m=2)),
+         matmul_wx_a16_decode.MatmulWxA16Decode, dict(rows=1, reps=1, block_m=2, stages=3)),
     ]  # fmt: skip
     for name, wdtype, m, n, k, kernel, cfg in runs:
         with tilus.option.scoped(interpret=True):

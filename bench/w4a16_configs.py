@@ -56,6 +56,7 @@ def main(argv=None) -> int:
 
     import tilus
 
+    pin = dict  # the pipelined kernel's autotune group is pinned whole
     if args.kernel == "decode":
         import matmul_wx_a16_decode as mod
 
@@ -64,6 +65,7 @@ def main(argv=None) -> int:
         import matmul_wx_a16_pipe as mod
 
         cls = mod.MatmulWxA16Pipe
+        pin = mod.pinned
     else:
         import matmul_wx_a16 as mod
 
@@ -87,7 +89,7 @@ def main(argv=None) -> int:
         rows = []
         for cfg in parse_configs(args.configs):
             try:
-                kern = cls(wdtype, g, **cfg)
+                kern = cls(wdtype, g, **pin(**cfg))
                 y.fill_(float("nan"))
                 kern(m, n, k, x, w, s, y)
                 torch.cuda.synchronize()

@@ -22,9 +22,11 @@ F16 = tilus.float16
 
 @pytest.mark.parametrize(
     "wdtype, group, m, n, k, cfg",
-    [(tilus.uint4b, 128, 1, 37, 1280, dict(rows=1, reps=1, block_m=1)),  # a ragged K tile
-     (tilus.int4b, 64, 3, 70, 384, dict(rows=2, reps=2, block_m=4)),  # M < block_m
-     (tilus.uint4b, 32, 6, 9, 160, dict(rows=1, reps=1, block_m=4, warps=8))],  # two M tiles
+    [(tilus.uint4b, 128, 1, 37, 1280, dict(rows=1, reps=1, block_m=1, stages=0)),  # a ragged K tile
+     (tilus.int4b, 64, 3, 70, 384, dict(rows=2, reps=2, block_m=4, stages=0)),  # M < block_m
+     (tilus.uint4b, 32, 6, 9, 160, dict(rows=1, reps=1, block_m=4, warps=8, stages=0)),  # two M tiles
+     (tilus.uint4b, 128, 1, 37, 1280, dict(rows=2, reps=1, block_m=1, stages=4)),  # the ring
+     (tilus.int4b, 64, 3, 70, 448, dict(rows=1, reps=1, block_m=4, stages=2))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
     assert ex.run_interp(wdtype, group, m, n, k, kernel=dec.MatmulWxA16Decode, **cfg) < 1e-2
@@ -35,7 +37,7 @@ def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg)
                tilus.float6_e3m2, tilus.float7_e5m1], ids=str,
 )  # fmt: skip
 def test_other_weight_types_match_dequantize_then_matmul(wdtype):
-    cfg = dict(rows=1, reps=1, block_m=2)
+    cfg = dict(rows=1, reps=1, block_m=2, stages=3)
     assert ex.run_interp(wdtype, 64, 3, 9, 192, kernel=dec.MatmulWxA16Decode, **cfg) < 1e-2
 
 
@@ -43,7 +45,7 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     m, n, k = 2, 16, 192
     x, _codes, _s, packed = ex.random_problem(np.random.default_rng(), m, n, k, 64)
     y = np.full((m, n), np.nan, np.float16)
-    kernel = dec.MatmulWxA16Decode(tilus.uint4b, 128, rows=1, reps=1, block_m=1)
+    kernel = dec.MatmulWxA16Decode(tilus.uint4b, 128, rows=1, reps=1, block_m=1, stages=0)
     with pytest.raises(tilus.TilusProgramError, match="K = 192 is not a multiple") as info:
         kernel(m, n, k, x, packed, np.ones((n, 2), np.float16), y)
     err = info.value
@@ -60,7 +62,7 @@ def test_unsupported_arguments_are_refused(args, what):
     x, _codes, s, packed = ex.random_problem(np.random.default_rng(), m, n, k, 64)
     y = np.full((m, n), np.nan, np.float16)
     with pytest.raises(tilus.TilusArgumentError, match=what):
-        dec.MatmulWxA16Decode(*args, rows=1, reps=1, block_m=1)(m, n, k, x, packed, s, y)
+        dec.MatmulWxA16Decode(*args, rows=1, reps=1, block_m=1, stages=0)(m, n, k, x, packed, s, y)
 
 
 @needs_nvrtc

@@ -27,15 +27,15 @@ F16 = tilus.float16
      (tilus.uint4b, 128, 3, 65, 384, dict(block_m=16, consumers=1, num_stages=4, split_k=4))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
-    assert ex.run_interp(wdtype, group, m, n, k, kernel=pp.MatmulWxA16Pipe, **cfg) < 1e-2
+    err = ex.run_interp(wdtype, group, m, n, k, kernel=pp.MatmulWxA16Pipe, **pp.pinned(**cfg))
+    assert err < 1e-2
 
 
 def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     m, n, k = 2, 64, 192
     x, _codes, _s, packed = ex.random_problem(np.random.default_rng(), m, n, k, 64)
     y = np.full((m, n), np.nan, np.float16)
-    kernel = pp.MatmulWxA16Pipe(tilus.uint4b, 128, block_m=16, consumers=1, num_stages=2,
-                                split_k=1)  # fmt: skip
+    kernel = pp.MatmulWxA16Pipe(tilus.uint4b, 128, **pp.pinned(num_stages=2))
     with pytest.raises(tilus.TilusProgramError, match="K = 192 is not a multiple") as info:
         kernel(m, n, k, x, packed, np.ones((n, 2), np.float16), y)
     err = info.value

@@ -24,6 +24,7 @@ import sys
 
 import numpy as np
 from matmul_wx_a16_decode import MatmulWxA16Decode, zero_point
+from matmul_wx_a16_pipe import MatmulWxA16Pipe
 from split_k import SplitKParts
 
 import tilus
@@ -32,7 +33,7 @@ from tilus.errors import TilusArgumentError
 from tilus.utils import cdiv
 
 BLOCK_N = 64  # rows of W per block: the WGMMA M of one warp group
-DECODE_M = 16  # up to this many rows of X, matmul_wx_a16() runs the decode kernel
+DECODE_M = 2  # up to this many rows of X (4-bit weights), matmul_wx_a16() runs the decode kernel
 
 
 @tilus.autotune("block_m", [16, 64, 128])
@@ -142,7 +143,8 @@ def matmul_wx_a16(x, w_packed, scales, *, wdtype=tilus.uint4b, group: int = 128,
     ``k * bits``), scales fp16 [N, K / group]; returns (or fills ``out``) fp16 [M, N]. The
     shapes are checked before anything runs. Up to ``DECODE_M`` rows of X (and every M for
     types other than int4b/uint4b) run the memory-streaming decode kernel
-    (``matmul_wx_a16_decode.py``), more the tensor-core one."""
+    (``matmul_wx_a16_decode.py``), more the pipelined tensor-core one
+    (``matmul_wx_a16_pipe.py``)."""
     import torch
 
     nbits = wdtype.nbits
@@ -156,7 +158,7 @@ def matmul_wx_a16(x, w_packed, scales, *, wdtype=tilus.uint4b, group: int = 128,
     if m <= DECODE_M or wdtype not in (tilus.uint4b, tilus.int4b):
         kernel = MatmulWxA16Decode(wdtype, group)
     else:
-        kernel = MatmulWxA16(wdtype, group)
+        kernel = MatmulWxA16Pipe(wdtype, group)
     kernel(m, n, k, x, w_packed, scales, y)
     return y
 
@@ -233,7 +235,7 @@ def main() -> int:
         good = err < 1e-2
         ok &= good
         print(f"{wdtype} group {group}: max rel err {err:.2e}  {'ok' if good else 'FAIL'}")
-        cfg = dict(rows=2, reps=1, block_m=4)
+        cfg = dict(rows=2, reps=1, block_m=4, stages=4)
         err = run_interp(wdtype, group, 6, 37, 1280, kernel=MatmulWxA16Decode, **cfg)
         good = err < 1e-2
         ok &= good

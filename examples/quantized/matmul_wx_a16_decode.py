@@ -16,7 +16,7 @@ from __future__ import annotations
 import tilus
 from tilus import float16, float32, int32, uint32, void_p
 from tilus.errors import TilusArgumentError
-from tilus.ir.layout import local, reduce
+from tilus.ir.layout import local, reduce, shared_row_major
 from tilus.utils import cdiv
 
 RUN = 32  # codes a run: a thread's load (16 bytes of int4, nbits 32-bit words in general)
@@ -37,14 +37,15 @@ def zero_point(wdtype) -> float:
 
 @tilus.autotune("rows", [1, 2])
 @tilus.autotune("reps", [1])
-@tilus.autotune("block_m", [1, 4, 16])
+@tilus.autotune("block_m", [1, 4])
+@tilus.autotune("stages", [0, 4, 6])
 class MatmulWxA16Decode(tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` for few M, memory-streaming (``block_m`` rows
     of X a block, each with its own accumulator over the same dequantized weights)."""
 
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, rows: int = 4, reps: int = 1,
-        block_m: int = 1, warps: int = 4,
+        block_m: int = 1, warps: int = 4, stages: int = 0,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in WEIGHT_TYPES:
@@ -55,6 +56,9 @@ class MatmulWxA16Decode(tilus.Script):
             raise TilusArgumentError(f"group must be 32, 64, 128, 256, 512 or 1024, got {group}")
         self.wdtype, self.group, self.rows, self.reps = wdtype, group, rows, reps
         self.block_m, self.block_rows, self.warps = block_m, list(range(block_m)), warps
+        if stages == 1 or stages < 0:
+            raise TilusArgumentError(f"stages must be 0 (no ring) or at least 2, got {stages}")
+        self.stages, self.prologue = stages, list(range(max(stages - 1, 0)))
 
     def __call__(
         self, m_size: int32, n_size: int, k_size: int,
@@ -85,14 +89,36 @@ class MatmulWxA16Decode(tilus.Script):
         layout = tile.local(1, 1, 1, nb)
         x_layout = reduce(tile.local(1, 1, 1, RUN), [0])
         s_layout = reduce(reduce(layout, [3]), [2], keepdims=True)
+        s2_layout = reduce(reduce(layout, [3]), [2])
         ms = self.block_rows
         accs = []
         for _ in ms:
             accs.append(self.register_tensor(dtype=float32, shape=[bn, bg, cpg], init=0.0))
-        for g0 in self.range(0, ng, bg):
-            qb = self.load_global(gw, offsets=[on, g0, 0, 0], shape=[bn, bg, cpg, nb])
+        ns, tiles = self.stages, cdiv(ng, bg)
+        if ns:  # a cp.async ring of the weight, X and scale tiles, ns - 1 tiles ahead
+            gs2 = self.global_view(s_ptr, dtype=float16, shape=[n_size, ng])
+            sw = self.shared_tensor(dtype=uint32, shape=[ns, bn, bg, cpg, nb])
+            sx = self.shared_tensor(dtype=float16, shape=[ns, bm, bg, cpg, RUN])
+            ss = self.shared_tensor(dtype=float16, shape=[ns, bn, bg])
+            self.annotate_layout(sw, shared_row_major(ns, bn, bg, cpg, nb))
+            self.annotate_layout(sx, shared_row_major(ns, bm, bg, cpg, RUN))
+            self.annotate_layout(ss, shared_row_major(ns, bn, bg))
+            for i in self.prologue:
+                self.fill(gw, gx, gs2, sw, sx, ss, i, i, on, om)
+        for it in self.range(tiles):
+            g0 = it * bg
+            if ns:
+                self.copy_async_wait_group(ns - 2)  # this thread's copies of tile it landed
+                self.sync()  # everyone's did, and everyone is done with the slot refilled next
+                self.fill(gw, gx, gs2, sw, sx, ss, it + ns - 1, (it + ns - 1) % ns, on, om)
+                qb = self.load_shared(sw[it % ns])
+                s2 = self.load_shared(ss[it % ns])
+                self.annotate_layout(s2, s2_layout)
+                s = self.unsqueeze(s2, dim=2)
+            else:
+                qb = self.load_global(gw, offsets=[on, g0, 0, 0], shape=[bn, bg, cpg, nb])
+                s = self.load_global(gs, offsets=[on, g0, 0], shape=[bn, bg, 1])
             self.annotate_layout(qb, layout)
-            s = self.load_global(gs, offsets=[on, g0, 0], shape=[bn, bg, 1])
             self.annotate_layout(s, s_layout)
             sf = self.cast(s, float32)
             if wd == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the magic-number cast's own bias
@@ -102,14 +128,28 @@ class MatmulWxA16Decode(tilus.Script):
             else:
                 wf = self.cast(self.view(qb, dtype=wd), float32)
             for mi in ms:
-                x = self.load_global(gx, offsets=[om + mi, g0, 0, 0], shape=[bg, cpg, RUN],
-                                     dims=[1, 2, 3])  # fmt: skip
+                if ns:
+                    x = self.load_shared(sx[it % ns, mi])
+                else:
+                    x = self.load_global(gx, offsets=[om + mi, g0, 0, 0], shape=[bg, cpg, RUN],
+                                         dims=[1, 2, 3])  # fmt: skip
                 self.annotate_layout(x, x_layout)
                 xf = self.cast(x, float32)
                 part = self.sum(wf * xf, dim=3)
                 if not int4 and wd.kind == "uint":  # sum (c - z) x = sum c x - z sum x
                     part = part - self.sum(xf, dim=2) * zero_point(wd)
                 self.add(accs[mi], part * sf, out=accs[mi])
+        if ns:
+            self.copy_async_wait_all()  # the zero-filled copies past the end
         for mi in ms:
             y = self.sum(self.sum(accs[mi], dim=2), dim=1)
             self.store_global(gy, self.cast(y, float16), offsets=[om + mi, on], dims=[1])
+
+    def fill(self, gw, gx, gs2, sw, sx, ss, tile: int32, slot: int32, on: int32, om: int32):
+        """Start the copies of K tile ``tile`` (weights, X rows, scales) into ring slot
+        ``slot``, as one commit group; a tile past the end reads nothing (zero-filled)."""
+        bg = self.reps * (32 // (self.group // RUN))
+        self.copy_async(gw, sw[slot], offsets=[on, tile * bg, 0, 0])
+        self.copy_async(gx, sx[slot], offsets=[om, tile * bg, 0, 0])
+        self.copy_async(gs2, ss[slot], offsets=[on, tile * bg])
+        self.copy_async_commit_group()

@@ -52,10 +52,29 @@ class Ring(tilus.Class):
             self.c_phase ^= 1
 
 
-@tilus.autotune("block_m", [16, 128])
-@tilus.autotune("consumers", [1])
-@tilus.autotune("num_stages", [4, 8])
-@tilus.autotune("split_k", [1, 4])
+#: (block_m, consumers, num_stages, split_k, block_k, scale_w, regs_to_consumers): decode
+#: shapes (X one M tile, split-K over the blocks) and prefill ones (X the wide WGMMA N)
+PIPE_SPACE = [
+    (16, 1, 4, 8, 128, False, False),
+    (16, 2, 8, 4, 64, False, False),
+    (8, 1, 8, 4, 64, False, False),
+    (256, 2, 4, 1, 64, True, True),
+    (128, 2, 4, 1, 64, True, False),
+]
+
+
+def pinned(
+    block_m=16, consumers=1, num_stages=4, split_k=1, block_k=64, scale_w=False,
+    regs_to_consumers=False,
+) -> dict:  # fmt: skip
+    """Constructor arguments pinning one config (the autotune group is pinned as a whole)."""
+    return dict(block_m=block_m, consumers=consumers, num_stages=num_stages, split_k=split_k,
+                block_k=block_k, scale_w=scale_w, regs_to_consumers=regs_to_consumers)  # fmt: skip
+
+
+@tilus.autotune(
+    "block_m, consumers, num_stages, split_k, block_k, scale_w, regs_to_consumers", PIPE_SPACE
+)
 class MatmulWxA16Pipe(SplitKParts, tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` with a TMA ring and register-A WGMMA."""
 

@@ -71,7 +71,7 @@ PIPE_EXTRA = [dict(block_m=8, consumers=1, num_stages=8, split_k=4),
 def test_every_pipe_config_matches_the_reference(wdtype, group, m):
     n, k = 200, 1152  # a ragged N; more K tiles than the ring has slots
     host, (x, w, s), y = _problem(m, n, k, group)
-    for cfg in pp.MatmulWxA16Pipe().configs + PIPE_EXTRA:
+    for cfg in pp.MatmulWxA16Pipe().configs + [pp.pinned(**c) for c in PIPE_EXTRA]:
         y.fill_(float("nan"))
         pp.MatmulWxA16Pipe(wdtype, group, **cfg)(m, n, k, x, w, s, y)
         _close(y, *host, wdtype, group)
@@ -85,7 +85,7 @@ def test_every_weight_type_matches_the_reference(wdtype):
     x, w, s, w16 = ex.torch_problem(torch, m, n, k, g, wdtype)
     ref = torch.matmul(x.float(), w16.float().T)
     y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
-    dec.MatmulWxA16Decode(wdtype, g, rows=2, reps=1, block_m=4)(m, n, k, x, w, s, y)
+    dec.MatmulWxA16Decode(wdtype, g, rows=2, reps=1, block_m=4, stages=4)(m, n, k, x, w, s, y)
     assert not torch.isnan(y).any()
     assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2
     if wdtype in (tilus.int8, tilus.float6_e3m2):  # the autotuned entry point
