@@ -24,7 +24,11 @@ F16 = tilus.float16
     "wdtype, group, m, n, k, cfg",
     [(tilus.uint4b, 64, 1, 130, 320, dict(block_m=8, consumers=2, num_stages=3, split_k=2)),
      (tilus.int4b, 128, 20, 70, 512, dict(block_m=16, consumers=1, num_stages=2, split_k=4)),
-     (tilus.uint4b, 128, 3, 65, 384, dict(block_m=16, consumers=1, num_stages=4, split_k=4))],
+     (tilus.uint4b, 128, 3, 65, 384, dict(block_m=16, consumers=1, num_stages=4, split_k=4)),
+     (tilus.uint4b, 128, 70, 130, 512, dict(block_m=64, consumers=2, num_stages=3, scale_w=True,
+                                             regs_to_consumers=True, overlap=True)),
+     (tilus.int4b, 128, 3, 70, 640, dict(block_m=16, num_stages=2, split_k=2, scale_w=True,
+                                          overlap=True))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
     err = ex.run_interp(wdtype, group, m, n, k, kernel=pp.MatmulWxA16Pipe, **pp.pinned(**cfg))

@@ -52,36 +52,38 @@ class Ring(tilus.Class):
             self.c_phase ^= 1
 
 
-#: (block_m, consumers, num_stages, split_k, block_k, scale_w, regs_to_consumers): decode
-#: shapes (X one M tile, split-K over the blocks) and prefill ones (X the wide WGMMA N)
+#: (block_m, consumers, num_stages, split_k, block_k, scale_w, regs_to_consumers, overlap):
+#: decode shapes (X one M tile, split-K over the blocks) and prefill ones (X the wide WGMMA N)
 PIPE_SPACE = [
-    (16, 1, 4, 8, 128, False, False),
-    (16, 2, 8, 4, 64, False, False),
-    (8, 1, 8, 4, 64, False, False),
-    (256, 2, 4, 1, 64, True, True),
-    (128, 2, 4, 1, 64, True, False),
+    (16, 1, 4, 8, 128, False, False, False),
+    (16, 2, 8, 4, 64, False, False, False),
+    (8, 1, 8, 4, 64, False, False, False),
+    (16, 1, 8, 8, 64, True, False, True),
+    (256, 2, 4, 1, 64, True, True, False),
+    (256, 2, 3, 1, 128, True, True, False),
+    (128, 2, 4, 1, 64, True, True, True),
 ]
+PIPE_GROUP = "block_m, consumers, num_stages, split_k, block_k, scale_w, regs_to_consumers, overlap"
 
 
 def pinned(
     block_m=16, consumers=1, num_stages=4, split_k=1, block_k=64, scale_w=False,
-    regs_to_consumers=False,
+    regs_to_consumers=False, overlap=False,
 ) -> dict:  # fmt: skip
     """Constructor arguments pinning one config (the autotune group is pinned as a whole)."""
     return dict(block_m=block_m, consumers=consumers, num_stages=num_stages, split_k=split_k,
-                block_k=block_k, scale_w=scale_w, regs_to_consumers=regs_to_consumers)  # fmt: skip
+                block_k=block_k, scale_w=scale_w, regs_to_consumers=regs_to_consumers,
+                overlap=overlap)  # fmt: skip
 
 
-@tilus.autotune(
-    "block_m, consumers, num_stages, split_k, block_k, scale_w, regs_to_consumers", PIPE_SPACE
-)
+@tilus.autotune(PIPE_GROUP, PIPE_SPACE)
 class MatmulWxA16Pipe(SplitKParts, tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` with a TMA ring and register-A WGMMA."""
 
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 16, consumers: int = 1,
         num_stages: int = 4, split_k: int = 1, block_k: int = 64, scale_w: bool = False,
-        regs_to_consumers: bool = False,
+        regs_to_consumers: bool = False, overlap: bool = False,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -91,6 +93,11 @@ class MatmulWxA16Pipe(SplitKParts, tilus.Script):
         self.wdtype, self.group, self.block_m, self.block_k = wdtype, group, block_m, block_k
         self.consumers, self.num_stages, self.split_k = consumers, num_stages, split_k
         self.scale_w, self.regs_to_consumers = scale_w, regs_to_consumers
+        if overlap and not scale_w:
+            raise TilusArgumentError("overlap needs scale_w (one accumulator for every tile)")
+        if overlap and (group // block_k) % 2:
+            raise TilusArgumentError("overlap needs an even number of K tiles a scale group")
+        self.overlap, self.ktiles = overlap, list(range(group // block_k))
         self.groups = list(range(consumers))  # a host list: loops over it are unrolled
 
     def __call__(
@@ -166,9 +173,10 @@ class MatmulWxA16Pipe(SplitKParts, tilus.Script):
 
     def consume(self, c: int, ring, sw, sx, gs, row: int32, g_lo: int32, g_hi: int32):
         """Consumer warp group ``c``: the fp32 tile ``dequant(W)[row:, groups] @ X^T``."""
-        bm, bk, g = self.block_m, self.block_k, self.group
+        bm, bk = self.block_m, self.block_k
         a_bytes = view_layout(wgmma_acc(ROWS, bk), 4, 8, [ROWS, bk // 2])
         acc = self.register_tensor(dtype=float32, shape=[ROWS, bm], init=0.0)
+        prev: int32 = -1  # with overlap: the slot whose mma is still in flight
         for gi in self.range(g_lo, g_hi):
             s = self.load_global(gs, offsets=[row, gi], shape=[ROWS, 1])
             if self.scale_w:  # the fp16 weights scaled before the mma, straight into acc
@@ -177,7 +185,7 @@ class MatmulWxA16Pipe(SplitKParts, tilus.Script):
             else:  # the group's products apart, scaled in fp32 after
                 self.annotate_layout(s, reduce(wgmma_acc(ROWS, bm), [1], keepdims=True))
                 part = self.register_tensor(dtype=float32, shape=[ROWS, bm], init=0.0)
-            for _ in self.range(g // bk, unroll=g // bk):
+            for _ in self.ktiles:  # unrolled: each K tile of the group has its own w tile
                 st = ring.c_stage
                 self.mbarrier.wait(ring.full[st], phase=ring.c_phase)
                 qb = self.load_shared(sw[st, c])
@@ -190,11 +198,25 @@ class MatmulWxA16Pipe(SplitKParts, tilus.Script):
                 self.wgmma.fence()
                 self.wgmma.mma(w, sx[st].transpose(), part)
                 self.wgmma.commit_group()
-                self.wgmma.wait_group(0)
-                self.sync()  # every thread of the group has read the slot
-                with self.single_thread():
-                    self.mbarrier.arrive(ring.empty[st])
+                if self.overlap:  # one mma in flight: the previous tile's slot is freed now
+                    self.wgmma.wait_group(1)
+                    if prev >= 0:
+                        self.sync()  # every thread of the group has read the slot
+                        with self.single_thread():
+                            self.mbarrier.arrive(ring.empty[prev])
+                    prev = st
+                else:
+                    self.wgmma.wait_group(0)
+                    self.sync()  # every thread of the group has read the slot
+                    with self.single_thread():
+                        self.mbarrier.arrive(ring.empty[st])
                 ring.c_advance()
             if not self.scale_w:
                 acc += part * self.cast(s, float32)
+        if self.overlap:
+            self.wgmma.wait_group(0)
+            if prev >= 0:
+                self.sync()
+                with self.single_thread():
+                    self.mbarrier.arrive(ring.empty[prev])
         return acc
