@@ -55,20 +55,22 @@ SPLIT_M_TILES = 4
 # 64 x 128 tile (the accumulator and a loaded partial: 128 registers) spill within the 168
 # registers ptxas gives every thread of a 384-thread block, so split-K uses 64 x 64 tiles.
 @tilus.autotune(
-    "block_m, block_n, num_stages, split_k, swizzle",
+    "block_m, block_n, num_stages, split_k, swizzle, cluster_n",
     [
-        (128, 128, 4, 1, 8),
-        (128, 128, 5, 1, 8),
-        (128, 128, 5, 1, 2),
-        (64, 256, 4, 1, 8),
-        (64, 256, 4, 1, 2),
-        (64, 128, 6, 1, 8),
-        (64, 128, 6, 1, 2),
-        (64, 64, 8, 1, 8),
-        (64, 64, 8, 2, 8),
-        (64, 64, 8, 2, 2),
-        (64, 64, 8, 3, 8),
-        (64, 64, 8, 4, 8),
+        (128, 128, 4, 1, 8, 1),
+        (128, 128, 5, 1, 8, 1),
+        (128, 128, 5, 1, 2, 1),
+        (128, 128, 5, 1, 8, 2),
+        (128, 128, 5, 1, 2, 2),
+        (64, 256, 4, 1, 8, 1),
+        (64, 256, 4, 1, 2, 1),
+        (64, 128, 6, 1, 8, 1),
+        (64, 128, 6, 1, 2, 1),
+        (64, 64, 8, 1, 8, 1),
+        (64, 64, 8, 2, 8, 1),
+        (64, 64, 8, 2, 2, 1),
+        (64, 64, 8, 3, 8, 1),
+        (64, 64, 8, 4, 8, 1),
     ],
 )
 @tilus.autotune("block_k", [64])
@@ -78,10 +80,23 @@ class MatmulV7(MatmulWGMMAV4):
 
     dtype = float16
 
-    def __init__(self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, num_sms=None):
+    def __init__(
+        self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, cluster_n=1, num_sms=None
+    ):
         super().__init__(num_stages, block_m, block_n, block_k, swizzle)
+        if cluster_n not in (1, 2) or (cluster_n == 2 and (split_k != 1 or block_m != 128)):
+            raise ValueError(
+                f"cluster_n must be 1 or 2 (2 with 128-row tiles and no split-K), got {cluster_n}"
+            )
         self.split_k = split_k
+        self.cluster_n = cluster_n
         self.num_sms = num_sms if num_sms is not None else sm_count()
+        # persistent clusters: cluster c runs units c, c + num_clusters, ... in each of its blocks
+        self.num_clusters = max(self.num_sms // cluster_n, 1)
+
+    def first_unit(self):
+        """The first work unit of the block (the same in both blocks of a cluster)."""
+        return self.blockIdx.x // self.cluster_n
 
     def splits(self, num_m: int32, k_size: int):
         """How many K parts each tile has in this launch: ``split_k`` when M has at most
@@ -94,6 +109,11 @@ class MatmulV7(MatmulWGMMAV4):
             if num_m <= SPLIT_M_TILES:
                 split = min(self.split_k, k_tiles, self.num_sms)
         return split
+
+    def units(self, num_m: int32, num_n: int, split: int32):
+        """How many work units the launch has (a unit: a C tile, a pair of M tiles in a
+        cluster, or one K part of a tile)."""
+        return num_m * cdiv(num_n, self.cluster_n) * split
 
     def unit_work(self, unit: int32, num_m: int32, num_n: int, k_size: int, split: int32):
         """(m tile, n tile, first K tile, K tiles, tile, part) of work unit ``unit``: the K
@@ -109,7 +129,11 @@ class MatmulV7(MatmulWGMMAV4):
             part = unit % split
             k_lo = part * k_tiles // split
             k_cnt = (part + 1) * k_tiles // split - k_lo
-        m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        if self.cluster_n == 1:
+            m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        else:  # a unit is a pair of N tiles; the block of rank r takes the pair's tile r
+            m_tile, n_pair = self.tile_coords(tile, num_m, cdiv(num_n, 2))
+            n_tile = 2 * n_pair + self.cluster.blockRank
         return m_tile, n_tile, k_lo, k_cnt, tile, part
 
     def produce_all(self, pipe, sa, sb, ga, gb, k_size: int, num_m: int32, num_n: int):
@@ -117,7 +141,8 @@ class MatmulV7(MatmulWGMMAV4):
         returns how many slots it filled."""
         split = self.splits(num_m, k_size)
         filled: int32 = 0
-        for unit in self.range(self.blockIdx.x, num_m * num_n * split, self.num_sms):
+        units = self.units(num_m, num_n, split)
+        for unit in self.range(self.first_unit(), units, self.num_clusters):
             m_tile, n_tile, k_lo, k_cnt, _, _ = self.unit_work(unit, num_m, num_n, k_size, split)
             filled += k_cnt
             for kk in self.range(k_cnt, unroll=self.num_stages):
@@ -129,12 +154,22 @@ class MatmulV7(MatmulWGMMAV4):
                         pipe.producer_barrier(),
                         transaction_bytes=sa[stage].nbytes + sb[stage].nbytes,
                     )
-                self.tma.global_to_shared(
-                    src=ga,
-                    dst=sa[stage],
-                    offsets=[m_tile * self.block_m, offset_k],
-                    mbarrier=pipe.producer_barrier(),
-                )
+                if self.cluster_n == 1:
+                    self.tma.global_to_shared(
+                        src=ga,
+                        dst=sa[stage],
+                        offsets=[m_tile * self.block_m, offset_k],
+                        mbarrier=pipe.producer_barrier(),
+                    )
+                else:  # half of the pair's A tile, multicast to both blocks (and barriers)
+                    rank = self.cluster.blockRank
+                    self.tma.global_to_shared(
+                        src=ga,
+                        dst=sa[stage, rank],
+                        offsets=[m_tile * self.block_m + rank * 64, offset_k],
+                        mbarrier=pipe.producer_barrier(),
+                        multicast_mask=0b11,
+                    )
                 self.tma.global_to_shared(
                     src=gb,
                     dst=sb[stage],
@@ -144,22 +179,39 @@ class MatmulV7(MatmulWGMMAV4):
                 pipe.producer_advance()
         return filled
 
-    def mainloop_pp(self, pipe, sa: SharedTensor, sb: SharedTensor, acc, num_k: int32):
+    def release(self, pipe, stage: int32, peer_empty):
+        """Free ring slot ``stage``: in a cluster, in both blocks (the peer's producer
+        multicasts into this block's slot too)."""
+        if self.cluster_n == 1:
+            pipe.consumer_release(stage)
+        else:
+            with self.single_thread():
+                self.mbarrier.arrive(pipe.empty[stage])
+                self.mbarrier.arrive(peer_empty[stage], scope="cluster")
+
+    def mainloop_pp(self, pipe, sa: SharedTensor, sb: SharedTensor, acc, acc_hi, num_k: int32,
+                    peer_empty):  # fmt: skip
         """``acc += A_tile @ B_tile^T`` over ``num_k`` ring slots, one WGMMA group in flight
-        (V5's loop on whole tiles)."""
+        (V5's loop on whole tiles). In a cluster the A tile is two 64-row halves: ``acc``
+        takes rows 0-63 and ``acc_hi`` rows 64-127 (the same WGMMAs as one 128-row tile)."""
         prev_stage: int32 = 0
         for i in self.range(num_k, unroll=self.num_stages):
             pipe.consumer_acquire()
             self.wgmma.fence()
-            self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+            b_tile = sb[pipe.consumer_stage].transpose()
+            if self.cluster_n == 1:
+                self.wgmma.mma(sa[pipe.consumer_stage], b_tile, acc)
+            else:
+                self.wgmma.mma(sa[pipe.consumer_stage, 0], b_tile, acc)
+                self.wgmma.mma(sa[pipe.consumer_stage, 1], b_tile, acc_hi)
             self.wgmma.commit_group()
             self.wgmma.wait_group(1)
             if i > 0:
-                pipe.consumer_release(prev_stage)
+                self.release(pipe, prev_stage, peer_empty)
             prev_stage = pipe.consumer_stage
             pipe.consumer_advance()
         self.wgmma.wait_group(0)
-        pipe.consumer_release(prev_stage)
+        self.release(pipe, prev_stage, peer_empty)
 
     def skip(self, pipe, num_k: int32):
         """Move the consumer position past the other group's ``num_k`` slots."""
@@ -199,53 +251,76 @@ class MatmulV7(MatmulWGMMAV4):
         return last
 
     def consume_all(self, group: int, pipe, order, sa, sb, gc, ws, cnt, k_size: int,
-                    num_m: int32, num_n: int):  # fmt: skip
+                    num_m: int32, num_n: int, peer_empty):  # fmt: skip
         """Consumer warp group ``group``: the block's units ``group``, ``group + 2``, ..."""
         bm, bn = self.block_m, self.block_n
         split = self.splits(num_m, k_size)
-        num_units = num_m * num_n * split
+        num_units = self.units(num_m, num_n, split)
+        first_unit = self.first_unit()
+        stride = self.num_clusters
         order_phase: uint32 = 1 - group  # group 0 starts first
-        sc = self.shared_tensor(dtype=self.dtype, shape=[bm, bn])
+        if self.cluster_n == 1:
+            sc = self.shared_tensor(dtype=self.dtype, shape=[bm, bn])
+        else:  # the two 64-row halves of the C tile
+            sc = self.shared_tensor(dtype=self.dtype, shape=[2, bm // 2, bn])
         flag = None
         if self.split_k > 1:
             flag = self.shared_tensor(dtype=int32, shape=[1])
-        if group == 1 and self.blockIdx.x < num_units:  # after group 0's first unit's slots
-            first = self.unit_work(self.blockIdx.x, num_m, num_n, k_size, split)
+        if group == 1 and first_unit < num_units:  # after group 0's first unit's slots
+            first = self.unit_work(first_unit, num_m, num_n, k_size, split)
             self.skip(pipe, first[3])
-        for unit in self.range(self.blockIdx.x + group * self.num_sms, num_units,
-                               2 * self.num_sms):  # fmt: skip
+        for unit in self.range(first_unit + group * stride, num_units, 2 * stride):
             m_tile, n_tile, _, k_cnt, tile, part = self.unit_work(unit, num_m, num_n, k_size, split)
-            acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            acc_hi = None
+            if self.cluster_n == 1:
+                acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            else:
+                acc = self.register_tensor(dtype=float32, shape=[bm // 2, bn], init=0.0)
+                acc_hi = self.register_tensor(dtype=float32, shape=[bm // 2, bn], init=0.0)
             self.mbarrier.wait(order[group], phase=order_phase)  # the other group's turn ended
             order_phase ^= 1
-            self.mainloop_pp(pipe, sa, sb, acc, k_cnt)
+            self.mainloop_pp(pipe, sa, sb, acc, acc_hi, k_cnt, peer_empty)
             with self.single_thread():
                 self.mbarrier.arrive(order[1 - group])  # hand the tensor cores over
-            if unit + self.num_sms < num_units:  # skip the other group's next unit
-                other = self.unit_work(unit + self.num_sms, num_m, num_n, k_size, split)
+            if unit + stride < num_units:  # skip the other group's next unit
+                other = self.unit_work(unit + stride, num_m, num_n, k_size, split)
                 self.skip(pipe, other[3])
             store: int32 = 1
             if self.split_k > 1:
                 if split > 1:
                     store = self.add_parts(acc, ws, cnt, flag, tile, part, split)
+            if n_tile >= num_n:  # a cluster's second tile right of the last column of C
+                store = 0
             if store == 1:
                 with self.single_thread():  # the previous tile's TMA store has read sc
                     self.tma.wait_group(0, read=True)
                 self.sync()
-                self.store_shared(sc, self.cast(acc, dtype=self.dtype))
+                if self.cluster_n == 1:
+                    self.store_shared(sc, self.cast(acc, dtype=self.dtype))
+                else:
+                    self.store_shared(sc[0], self.cast(acc, dtype=self.dtype))
+                    self.store_shared(sc[1], self.cast(acc_hi, dtype=self.dtype))
                 self.fence.proxy_async(space="shared")  # generic writes visible to TMA
                 self.sync()
                 with self.single_thread():
-                    self.tma.shared_to_global(sc, gc, offsets=[m_tile * bm, n_tile * bn])
+                    if self.cluster_n == 1:
+                        self.tma.shared_to_global(sc, gc, offsets=[m_tile * bm, n_tile * bn])
+                    else:
+                        for h in self.range(2, unroll=2):
+                            self.tma.shared_to_global(
+                                sc[h], gc, offsets=[m_tile * bm + h * (bm // 2), n_tile * bn]
+                            )
                     self.tma.commit_group()
         with self.single_thread():
             self.tma.wait_group(0, read=True)  # sc is read: the block may exit
 
     def launch(self, m_size: int32, n_size: int):
         """Grid and block size (set in ``__call__``, from the parameters themselves)."""
-        num_tiles = cdiv(m_size, self.block_m) * cdiv(n_size, self.block_n)
+        num_tiles = cdiv(m_size, self.block_m) * cdiv(n_size, self.block_n * self.cluster_n)
         # with split-K, a block per unit of the largest split (blocks without units exit)
-        self.attrs.blocks = min(num_tiles * self.split_k, self.num_sms)
+        self.attrs.blocks = min(num_tiles * self.split_k, self.num_clusters) * self.cluster_n
+        if self.cluster_n > 1:
+            self.attrs.cluster_blocks = self.cluster_n
         self.attrs.warps = 12  # two consumer warp groups + a producer warp group
 
     def matmul(self, m_size: int32, n_size: int, k_size: int, ga, gb, gc):
@@ -254,9 +329,12 @@ class MatmulV7(MatmulWGMMAV4):
         block_m, block_n, block_k = self.block_m, self.block_n, self.block_k
         num_m = cdiv(m_size, block_m)
         num_n = cdiv(n_size, block_n)
-        sa = self.shared_tensor(dtype=dt, shape=[num_stages, block_m, block_k])
+        if self.cluster_n == 1:
+            sa = self.shared_tensor(dtype=dt, shape=[num_stages, block_m, block_k])
+        else:  # the 64-row halves that the two blocks of the cluster load
+            sa = self.shared_tensor(dtype=dt, shape=[num_stages, 2, block_m // 2, block_k])
         sb = self.shared_tensor(dtype=dt, shape=[num_stages, block_n, block_k])
-        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=1)
+        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=self.cluster_n)
         order = self.mbarrier.alloc([1, 1])  # order[g]: the other group left the tensor cores
         ws = None
         cnt = None
@@ -264,6 +342,10 @@ class MatmulV7(MatmulWGMMAV4):
             rows = SPLIT_M_TILES * num_n * self.split_k * block_m
             ws = self.global_tensor(float32, [rows, block_n], requires_clean=False)
             cnt = self.global_tensor(int32, [SPLIT_M_TILES * num_n], requires_clean=True)
+        peer_empty = None
+        if self.cluster_n > 1:  # the peer's empty barriers; both blocks' exist after the sync
+            peer_empty = self.cluster.map_shared_addr(pipe.empty, 1 - self.cluster.blockRank)
+            self.cluster.sync()
 
         with self.warp_group(8, 4):  # producer warp group: threads 256-383
             self.setmaxnreg(40)
@@ -276,10 +358,12 @@ class MatmulV7(MatmulWGMMAV4):
 
         with self.warp_group(0, 4):  # consumer warp group 0: the block's even tiles
             self.setmaxnreg(232)
-            self.consume_all(0, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n)
+            self.consume_all(0, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
         with self.warp_group(4, 4):  # consumer warp group 1: the odd tiles
             self.setmaxnreg(232)
-            self.consume_all(1, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n)
+            self.consume_all(1, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
+        if self.cluster_n > 1:  # no block exits while its peer may still arrive on its barriers
+            self.cluster.sync()
 
     def __call__(
         self,
