@@ -55,22 +55,26 @@ SPLIT_M_TILES = 4
 # 64 x 128 tile (the accumulator and a loaded partial: 128 registers) spill within the 168
 # registers ptxas gives every thread of a 384-thread block, so split-K uses 64 x 64 tiles.
 @tilus.autotune(
-    "block_m, block_n, num_stages, split_k, swizzle, cluster_n",
+    "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop",
     [
-        (128, 128, 4, 1, 8, 1),
-        (128, 128, 5, 1, 8, 1),
-        (128, 128, 5, 1, 2, 1),
-        (128, 128, 5, 1, 8, 2),
-        (128, 128, 5, 1, 2, 2),
-        (64, 256, 4, 1, 8, 1),
-        (64, 256, 4, 1, 2, 1),
-        (64, 128, 6, 1, 8, 1),
-        (64, 128, 6, 1, 2, 1),
-        (64, 64, 8, 1, 8, 1),
-        (64, 64, 8, 2, 8, 1),
-        (64, 64, 8, 2, 2, 1),
-        (64, 64, 8, 3, 8, 1),
-        (64, 64, 8, 4, 8, 1),
+        (128, 128, 4, 1, 8, 1, 0),
+        (128, 128, 5, 1, 8, 1, 0),
+        (128, 128, 5, 1, 2, 1, 0),
+        (128, 128, 5, 1, 8, 2, 0),
+        (128, 128, 5, 1, 2, 2, 0),
+        (128, 256, 3, 1, 8, 1, 1),
+        (128, 256, 3, 1, 8, 2, 1),
+        (128, 128, 6, 1, 8, 1, 1),
+        (128, 128, 6, 1, 8, 2, 1),
+        (64, 256, 4, 1, 8, 1, 0),
+        (64, 256, 4, 1, 2, 1, 0),
+        (64, 128, 6, 1, 8, 1, 0),
+        (64, 128, 6, 1, 2, 1, 0),
+        (64, 64, 8, 1, 8, 1, 0),
+        (64, 64, 8, 2, 8, 1, 0),
+        (64, 64, 8, 2, 2, 1, 0),
+        (64, 64, 8, 3, 8, 1, 0),
+        (64, 64, 8, 4, 8, 1, 0),
     ],
 )
 @tilus.autotune("block_k", [64])
@@ -81,15 +85,21 @@ class MatmulV7(MatmulWGMMAV4):
     dtype = float16
 
     def __init__(
-        self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, cluster_n=1, num_sms=None
-    ):
+        self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, cluster_n=1, coop=0,
+        num_sms=None,
+    ):  # fmt: skip
         super().__init__(num_stages, block_m, block_n, block_k, swizzle)
         if cluster_n not in (1, 2) or (cluster_n == 2 and (split_k != 1 or block_m != 128)):
-            raise ValueError(
+            raise tilus.TilusArgumentError(
                 f"cluster_n must be 1 or 2 (2 with 128-row tiles and no split-K), got {cluster_n}"
             )
+        if coop and (split_k != 1 or block_m != 128):
+            raise tilus.TilusArgumentError("coop needs 128-row tiles and no split-K")
         self.split_k = split_k
         self.cluster_n = cluster_n
+        self.coop = coop
+        # the A tile in 64-row halves: the cluster's blocks load one each, coop groups use one each
+        self.halves = cluster_n == 2 or coop
         self.num_sms = num_sms if num_sms is not None else sm_count()
         # persistent clusters: cluster c runs units c, c + num_clusters, ... in each of its blocks
         self.num_clusters = max(self.num_sms // cluster_n, 1)
@@ -154,13 +164,21 @@ class MatmulV7(MatmulWGMMAV4):
                         pipe.producer_barrier(),
                         transaction_bytes=sa[stage].nbytes + sb[stage].nbytes,
                     )
-                if self.cluster_n == 1:
+                if not self.halves:
                     self.tma.global_to_shared(
                         src=ga,
                         dst=sa[stage],
                         offsets=[m_tile * self.block_m, offset_k],
                         mbarrier=pipe.producer_barrier(),
                     )
+                elif self.cluster_n == 1:  # coop: the two halves
+                    for h in self.range(2, unroll=2):
+                        self.tma.global_to_shared(
+                            src=ga,
+                            dst=sa[stage, h],
+                            offsets=[m_tile * self.block_m + h * 64, offset_k],
+                            mbarrier=pipe.producer_barrier(),
+                        )
                 else:  # half of the pair's A tile, multicast to both blocks (and barriers)
                     rank = self.cluster.blockRank
                     self.tma.global_to_shared(
@@ -189,18 +207,21 @@ class MatmulV7(MatmulWGMMAV4):
                 self.mbarrier.arrive(pipe.empty[stage])
                 self.mbarrier.arrive(peer_empty[stage], scope="cluster")
 
-    def mainloop_pp(self, pipe, sa: SharedTensor, sb: SharedTensor, acc, acc_hi, num_k: int32,
-                    peer_empty):  # fmt: skip
+    def mainloop_pp(self, group: int, pipe, sa: SharedTensor, sb: SharedTensor, acc, acc_hi,
+                    num_k: int32, peer_empty):  # fmt: skip
         """``acc += A_tile @ B_tile^T`` over ``num_k`` ring slots, one WGMMA group in flight
         (V5's loop on whole tiles). In a cluster the A tile is two 64-row halves: ``acc``
-        takes rows 0-63 and ``acc_hi`` rows 64-127 (the same WGMMAs as one 128-row tile)."""
+        takes rows 0-63 and ``acc_hi`` rows 64-127 (the same WGMMAs as one 128-row tile);
+        with ``coop`` group ``g`` takes half ``g`` into ``acc``."""
         prev_stage: int32 = 0
         for i in self.range(num_k, unroll=self.num_stages):
             pipe.consumer_acquire()
             self.wgmma.fence()
             b_tile = sb[pipe.consumer_stage].transpose()
-            if self.cluster_n == 1:
+            if not self.halves:
                 self.wgmma.mma(sa[pipe.consumer_stage], b_tile, acc)
+            elif self.coop:
+                self.wgmma.mma(sa[pipe.consumer_stage, group], b_tile, acc)
             else:
                 self.wgmma.mma(sa[pipe.consumer_stage, 0], b_tile, acc)
                 self.wgmma.mma(sa[pipe.consumer_stage, 1], b_tile, acc_hi)
@@ -279,7 +300,7 @@ class MatmulV7(MatmulWGMMAV4):
                 acc_hi = self.register_tensor(dtype=float32, shape=[bm // 2, bn], init=0.0)
             self.mbarrier.wait(order[group], phase=order_phase)  # the other group's turn ended
             order_phase ^= 1
-            self.mainloop_pp(pipe, sa, sb, acc, acc_hi, k_cnt, peer_empty)
+            self.mainloop_pp(group, pipe, sa, sb, acc, acc_hi, k_cnt, peer_empty)
             with self.single_thread():
                 self.mbarrier.arrive(order[1 - group])  # hand the tensor cores over
             if unit + stride < num_units:  # skip the other group's next unit
@@ -314,6 +335,39 @@ class MatmulV7(MatmulWGMMAV4):
         with self.single_thread():
             self.tma.wait_group(0, read=True)  # sc is read: the block may exit
 
+    def consume(self, group: int, pipe, order, sa, sb, gc, ws, cnt, k_size: int, num_m: int32,
+                num_n: int, peer_empty):  # fmt: skip
+        """Consumer warp group ``group``: ping-pong on alternate units, or ``coop``."""
+        if self.coop:
+            self.consume_coop(group, pipe, sa, sb, gc, k_size, num_m, num_n, peer_empty)
+        else:
+            self.consume_all(group, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n,
+                             peer_empty)  # fmt: skip
+
+    def consume_coop(self, group: int, pipe, sa, sb, gc, k_size: int, num_m: int32, num_n: int,
+                     peer_empty):  # fmt: skip
+        """``coop``: both consumer groups on every unit of the block (V6's split), group ``g``
+        on the tile's rows ``[64 g, 64 g + 64)`` with its own shared C tile."""
+        bn = self.block_n
+        sc = self.shared_tensor(dtype=self.dtype, shape=[64, bn])
+        for unit in self.range(self.first_unit(), self.units(num_m, num_n, 1), self.num_clusters):
+            m_tile, n_tile, _, k_cnt, _, _ = self.unit_work(unit, num_m, num_n, k_size, 1)
+            acc = self.register_tensor(dtype=float32, shape=[64, bn], init=0.0)
+            self.mainloop_pp(group, pipe, sa, sb, acc, None, k_cnt, peer_empty)
+            if n_tile < num_n:  # (a cluster's second tile may lie right of the last column)
+                with self.single_thread():  # the previous tile's TMA store has read sc
+                    self.tma.wait_group(0, read=True)
+                self.sync()
+                self.store_shared(sc, self.cast(acc, dtype=self.dtype))
+                self.fence.proxy_async(space="shared")  # generic writes visible to TMA
+                self.sync()
+                with self.single_thread():
+                    offsets = [m_tile * self.block_m + group * 64, n_tile * bn]
+                    self.tma.shared_to_global(sc, gc, offsets=offsets)
+                    self.tma.commit_group()
+        with self.single_thread():
+            self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+
     def launch(self, m_size: int32, n_size: int):
         """Grid and block size (set in ``__call__``, from the parameters themselves)."""
         num_tiles = cdiv(m_size, self.block_m) * cdiv(n_size, self.block_n * self.cluster_n)
@@ -329,13 +383,16 @@ class MatmulV7(MatmulWGMMAV4):
         block_m, block_n, block_k = self.block_m, self.block_n, self.block_k
         num_m = cdiv(m_size, block_m)
         num_n = cdiv(n_size, block_n)
-        if self.cluster_n == 1:
+        if not self.halves:
             sa = self.shared_tensor(dtype=dt, shape=[num_stages, block_m, block_k])
-        else:  # the 64-row halves that the two blocks of the cluster load
+        else:  # the 64-row halves (loaded by the cluster's two blocks, used by coop groups)
             sa = self.shared_tensor(dtype=dt, shape=[num_stages, 2, block_m // 2, block_k])
         sb = self.shared_tensor(dtype=dt, shape=[num_stages, block_n, block_k])
-        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=self.cluster_n)
-        order = self.mbarrier.alloc([1, 1])  # order[g]: the other group left the tensor cores
+        groups = 2 if self.coop else 1  # consumer groups that read each slot
+        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=groups * self.cluster_n)
+        order = None  # order[g]: the other group left the tensor cores (ping-pong)
+        if not self.coop:
+            order = self.mbarrier.alloc([1, 1])
         ws = None
         cnt = None
         if self.split_k > 1:  # partial sums of the K parts, and per tile the parts done
@@ -356,12 +413,12 @@ class MatmulV7(MatmulWGMMAV4):
                     pipe.producer_acquire()
                     pipe.producer_advance()
 
-        with self.warp_group(0, 4):  # consumer warp group 0: the block's even tiles
+        with self.warp_group(0, 4):  # consumer warp group 0: the block's even units
             self.setmaxnreg(232)
-            self.consume_all(0, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
-        with self.warp_group(4, 4):  # consumer warp group 1: the odd tiles
+            self.consume(0, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
+        with self.warp_group(4, 4):  # consumer warp group 1: the odd units
             self.setmaxnreg(232)
-            self.consume_all(1, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
+            self.consume(1, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
         if self.cluster_n > 1:  # no block exits while its peer may still arrive on its barriers
             self.cluster.sync()
 
