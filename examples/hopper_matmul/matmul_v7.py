@@ -1,4 +1,4 @@
-"""Hopper matmul V7: ping-pong consumer warp groups, 64-row tiles and split-K, fp16 and bf16.
+"""Hopper matmul V7: ping-pong or cooperative warp groups, clusters with multicast, split-K, bf16.
 
 ``C = A @ B^T`` (fp16 or bf16 in, fp32 accumulate, the input type out). Changes on top of V6:
 
@@ -23,6 +23,22 @@
    size is known when the kernel is built; larger M runs the same config unsplit.
 3. **bf16.** ``MatmulV7`` takes fp16 pointers and ``MatmulV7BF16`` bf16 ones; the body is one
    method (``matmul``) that reads the element type from the class.
+4. **Clusters of 2 with TMA multicast** (``cluster_n=2``, 128-row tiles): the two blocks of a
+   cluster compute neighbouring N tiles of the same M tile, so they need the same A tile; each
+   loads one 64-row half of it with a multicast copy that lands in both blocks' slot and
+   completes on both blocks' full barrier (every block expects the whole A tile and its own B
+   tile), halving the L2-to-SM traffic of A. A slot is then written by both producers, so it is
+   free only when both blocks' consumers are done with it: its empty barrier counts one arrival
+   from each block (the consumer arrives on its own barrier and, through ``mapa``, on the
+   peer's). The pair runs the same unit sequence, so both rings stay in step; a pair whose
+   second N tile lies right of C loads zeros for it (TMA fills) and does not store it. A
+   ``cluster.sync()`` before the first copy (the peer's barriers exist) and one before exit
+   (no block leaves while its peer may still arrive on its barriers) frame the kernel.
+5. **Cooperative groups** (``coop=1``, 128-row tiles): V6's split as a config of the same
+   kernel: both consumer groups work on every unit, group ``g`` on rows ``[64 g, 64 g + 64)``
+   (the A tile is staged in 64-row halves, a slot is freed by both groups). This keeps both
+   groups busy when a block has a single unit (M = 256: 128 tiles of 128 x 128 on 132 SMs), and
+   allows 128 x 256 tiles (64 x 256 accumulators a group).
 
 Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
 ``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
@@ -48,8 +64,9 @@ from tilus.utils import cdiv
 SPLIT_M_TILES = 4
 
 
-# (block_m, block_n, num_stages, split_k, swizzle): tiles of one consumer warp group with the
-# deepest ring that fits beside the two C tiles: 128 x 128 and 64 x 256 for large shapes,
+# (block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop): tiles of one consumer warp
+# group (coop: of both) with the deepest ring that fits beside the two C tiles: 128 x 128 (with
+# and without clusters), coop 128 x 256 and 128 x 128, and 64 x 256 for large shapes,
 # 64 x 128 and 64 x 64 for small M, 64 x 64 with K split in 2-4 parts for M = 64-256 (1-4 M
 # tiles; small M streams B, so what counts is work units on every SM). The split-K sums of a
 # 64 x 128 tile (the accumulator and a loaded partial: 128 registers) spill within the 168
