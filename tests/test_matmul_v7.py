@@ -66,7 +66,8 @@ def test_clusters_and_coop_with_a_pair_past_the_last_column(v7):
     # B tile is loaded as zeros for the pair's sake and never stored); 4 "SMs" = 2 clusters
     configs = [c for c in v7.MatmulV7().configs if c["cluster_n"] == 2 or c["coop"]]
     assert len(configs) == 6
-    for cfg in configs:
+    # a ping-pong and a coop cluster config (every config runs in the test above)
+    for cfg in [c for c in configs if c["cluster_n"] == 2 and c["swizzle"] == 8][:2]:
         _run(v7.MatmulV7(num_sms=4, **cfg), "float16", 3, size=(200, 328, 392))
 
 
@@ -91,7 +92,7 @@ def test_bf16(v7, split_k):
 
 def test_the_space_and_the_types(v7):
     configs = v7.MatmulV7().configs
-    assert len(configs) == 18 and v7.MatmulV7BF16().configs == configs
+    assert len(configs) == 20 and v7.MatmulV7BF16().configs == configs
     assert {c["block_m"] for c in configs} == {64, 128}
     assert {c["split_k"] for c in configs} == {1, 2, 3, 4}
     assert {(c["cluster_n"], c["coop"]) for c in configs} == {(1, 0), (2, 0), (1, 1), (2, 1)}
@@ -107,10 +108,10 @@ def test_builds_without_spills(v7, bf16):
     # bf16 changes only the wgmma type and the cast: one split-K config is built for it
     cls = v7.MatmulV7BF16 if bf16 else v7.MatmulV7
     dt = tilus.bfloat16 if bf16 else tilus.float16
-    # the largest accumulator (128 x 128) and a split-K config (every config builds on the
+    # the largest accumulator (128 x 128) and the largest split-K one (every config builds on the
     # GPU tier, tests/cuda/test_gpu_matmul_v7.py)
     configs = [c for c in cls().configs if c["block_n"] == 128 and c["block_m"] == 128][:1]
-    configs += [c for c in cls().configs if c["split_k"] == 4]
+    configs += [c for c in cls().configs if c["split_k"] == 4][:1]  # 64 x 128 split in 4
     # the largest coop accumulator (64 x 256 a group) with the cluster's remote arrivals
     configs += [c for c in cls().configs if c["coop"] and c["cluster_n"] == 2][:1]
     for cfg in configs[-2:-1] if bf16 else configs:

@@ -15,11 +15,12 @@
 2. **64-row tiles and split-K** for small M (64-256 rows are 1-4 M tiles): with ``split_k``
    the K tiles of each C tile are cut into up to that many parts, each a work unit of its own
    (the parts of a tile are consecutive units, so they run on different blocks at the same
-   time). Every part stores its fp32 sums into a workspace (``global_tensor``) and counts
-   itself in with an atomic add (acquire-release, gpu scope) on the tile's counter; the part
-   that counts in last adds the other parts' sums to its own, stores C and sets the counter
-   back to 0 (the counters must be left clean: ``requires_clean=True``). No block waits for
-   another. Split-K is used only when M has at most ``SPLIT_M_TILES`` tiles, so the workspace
+   time). Every part adds its fp32 sums into the tile's sums in a workspace (``global_tensor``,
+   ``red.add``) and counts itself in with an atomic add (acquire-release, gpu scope) on the
+   tile's counter; the part that counts in last reads the total while clearing it (an atomic
+   exchange with zeros), stores C and sets the counter back to 0 (sums and counters must be
+   left clean: ``requires_clean=True``). No block waits for another, and only one accumulator
+   is in registers. Split-K is used only when M has at most ``SPLIT_M_TILES`` tiles, so the workspace
    size is known when the kernel is built; larger M runs the same config unsplit.
 3. **bf16.** ``MatmulV7`` takes fp16 pointers and ``MatmulV7BF16`` bf16 ones; the body is one
    method (``matmul``) that reads the element type from the class.
@@ -67,10 +68,10 @@ SPLIT_M_TILES = 4
 # (block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop): tiles of one consumer warp
 # group (coop: of both) with the deepest ring that fits beside the two C tiles: 128 x 128 (with
 # and without clusters), coop 128 x 256 and 128 x 128, and 64 x 256 for large shapes,
-# 64 x 128 and 64 x 64 for small M, 64 x 64 with K split in 2-4 parts for M = 64-256 (1-4 M
-# tiles; small M streams B, so what counts is work units on every SM). The split-K sums of a
-# 64 x 128 tile (the accumulator and a loaded partial: 128 registers) spill within the 168
-# registers ptxas gives every thread of a 384-thread block, so split-K uses 64 x 64 tiles.
+# 64 x 128 and 64 x 64 for small M, 64 x 128 and 64 x 64 with K split in 2-4 parts for
+# M = 64-256 (1-4 M tiles; small M streams B, so what counts is work units on every SM: e.g.
+# M = 64, N = 4096 is 32 tiles of 64 x 128, 128 units in 4 parts). A split 64 x 256 tile
+# spills within the 168 registers ptxas gives every thread of a 384-thread block.
 @tilus.autotune(
     "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop",
     [
@@ -87,6 +88,8 @@ SPLIT_M_TILES = 4
         (64, 256, 4, 1, 2, 1, 0),
         (64, 128, 6, 1, 8, 1, 0),
         (64, 128, 6, 1, 2, 1, 0),
+        (64, 128, 6, 2, 8, 1, 0),
+        (64, 128, 6, 4, 8, 1, 0),
         (64, 64, 8, 1, 8, 1, 0),
         (64, 64, 8, 2, 8, 1, 0),
         (64, 64, 8, 2, 2, 1, 0),
@@ -258,13 +261,15 @@ class MatmulV7(MatmulWGMMAV4):
         if (adv // self.num_stages) % 2 == 1:
             pipe.consumer_phase ^= 1
 
-    def add_parts(self, acc, ws, cnt, flag, tile: int32, part: int32, split: int32):
-        """Split-K: publish this part's sums ``acc`` in the workspace and count the part in;
-        the last part of the tile to arrive adds the others' sums into ``acc`` and resets the
-        count. Returns whether this part is the last (it then stores C)."""
+    def add_parts(self, acc, ws, cnt, flag, tile: int32, split: int32):
+        """Split-K: add this part's sums ``acc`` into the tile's fp32 sums in the workspace
+        (``red.add``) and count the part in; the last part of the tile to arrive loads the
+        total into ``acc`` and sets the sums and the count back to 0 (both must be left clean).
+        Returns whether this part is the last (it then stores C). (Adding in place keeps a single accumulator in registers, so
+        64 x 128 and 64 x 256 tiles split without spilling.)"""
         bm, bn = self.block_m, self.block_n
-        self.store_global(ws, acc, offsets=[(tile * split + part) * bm, 0])
-        self.sync()  # every thread's sums are written before the count is released
+        self.atomic.global_add(ws[tile], acc)
+        self.sync()  # every thread's sums are added before the count is released
         with self.single_warp(0):
             idx = self.register_tensor(dtype=int32, shape=[1], init=tile)
             one = self.register_tensor(dtype=int32, shape=[1], init=1)
@@ -280,11 +285,8 @@ class MatmulV7(MatmulWGMMAV4):
         last: int32 = 0
         if seen[0] == split - 1:
             last = 1
-            for p in self.range(split):
-                if p != part:
-                    acc += self.load_global(
-                        ws, offsets=[(tile * split + p) * bm, 0], shape=[bm, bn]
-                    )
+            zeros = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            self.atomic.global_exch(ws[tile], zeros, output=acc)  # read the sums, clear them
         self.sync()  # flag is read by every thread before the next unit writes it
         return last
 
@@ -326,7 +328,7 @@ class MatmulV7(MatmulWGMMAV4):
             store: int32 = 1
             if self.split_k > 1:
                 if split > 1:
-                    store = self.add_parts(acc, ws, cnt, flag, tile, part, split)
+                    store = self.add_parts(acc, ws, cnt, flag, tile, split)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
             if store == 1:
@@ -412,9 +414,10 @@ class MatmulV7(MatmulWGMMAV4):
             order = self.mbarrier.alloc([1, 1])
         ws = None
         cnt = None
-        if self.split_k > 1:  # partial sums of the K parts, and per tile the parts done
-            rows = SPLIT_M_TILES * num_n * self.split_k * block_m
-            ws = self.global_tensor(float32, [rows, block_n], requires_clean=False)
+        if self.split_k > 1:  # per tile the sums of its K parts, and the parts done
+            ws = self.global_tensor(
+                float32, [SPLIT_M_TILES * num_n, block_m, block_n], requires_clean=True
+            )
             cnt = self.global_tensor(int32, [SPLIT_M_TILES * num_n], requires_clean=True)
         peer_empty = None
         if self.cluster_n > 1:  # the peer's empty barriers; both blocks' exist after the sync
