@@ -225,7 +225,10 @@ class MatmulV7(MatmulWGMMAV4):
         else:
             with self.single_thread():
                 self.mbarrier.arrive(pipe.empty[stage])
-                self.mbarrier.arrive(peer_empty[stage], scope="cluster")
+                # relaxed: the WGMMAs that read the slot have retired (wait_group); a release
+                # at cluster scope would fence the mainloop's critical path (with it, cluster
+                # configs ran 3x slower on an H200, this fence being the likely cause)
+                self.mbarrier.arrive(peer_empty[stage], sem="relaxed", scope="cluster")
 
     def mainloop_pp(self, group: int, pipe, sa: SharedTensor, sb: SharedTensor, acc, acc_hi,
                     num_k: int32, peer_empty):  # fmt: skip
