@@ -14,6 +14,11 @@ when ``$OUT`` is set and to ``bench/results/<YYYY-MM-DD>-h200-llm-shapes.json``.
 Run on a Hopper GPU: ``python3 bench/llm_shapes.py [--dtype fp16,bf16] [--shapes NAME,...]
 [--quick]``. ``--dry-run`` needs no GPU: it builds one config of each kernel for each shape
 with NVRTC (a smoke test of the script and the kernels).
+
+``--pinned v6,v7`` times, per shape, every config of those kernels pinned (``cls(**config)``,
+no tuning) beside the tuned default constructor and cuBLAS, in the same interleaved rounds,
+and prints per config TFLOPS, the ratio to cuBLAS, registers and spills, and the tuned kernel
+against its best pinned config (the tuner's loss). The JSON goes to ``$OUT/llm_pinned.json``.
 """
 
 from __future__ import annotations
@@ -150,6 +155,120 @@ def measure(torch, dtype: str, names, rounds: int, reps: int) -> list[dict]:
     return rows
 
 
+def _config_text(cfg: dict) -> str:
+    short = {"block_m": "m", "block_n": "n", "block_k": "k", "num_stages": "st", "swizzle": "sw",
+             "split_k": "sk", "cluster_n": "cl"}  # fmt: skip
+    return " ".join(f"{short.get(k, k)}{v}" for k, v in cfg.items() if k != "block_k")
+
+
+def _prebuild(cls, cfgs, shape, dt) -> list:
+    """Build every pinned config at ``shape`` in threads (NVRTC runs outside the GIL), so
+    the timed calls find them in the cache; each one's CompiledKernel or the error text."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import tilus
+
+    def one(cfg):
+        try:
+            ck = tilus.compile(cls(**cfg), *shape, dt, dt, dt)
+            return ck[0] if isinstance(ck, list) else ck
+        except tilus.TilusError as e:
+            return str(e).splitlines()[0]
+
+    with ThreadPoolExecutor(max(1, min(len(cfgs), os.cpu_count() or 1))) as ex:
+        return list(ex.map(one, cfgs))
+
+
+def measure_pinned(torch, dtype: str, names, knames, rounds: int, reps: int) -> list[dict]:
+    """Per shape: cuBLAS, each kernel of ``knames`` tuned (default constructor) and each of its
+    configs pinned, checked, then timed in interleaved rounds; one row per shape."""
+    tdt = torch.float16 if dtype == "fp16" else torch.bfloat16
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+    avail = kernels(dtype)
+    rows = []
+    for name in names:
+        m, n, k = SHAPES[name]
+        a = torch.randn(m, k, device="cuda", dtype=tdt)
+        b = torch.randn(n, k, device="cuda", dtype=tdt)
+        ref = torch.matmul(a.float(), b.float().T)
+        runs = {"cublas": (lambda c, a=a, b=b: torch.matmul(a, b.T, out=c), None, None)}
+        tuned = {}
+        for kname in knames:
+            if kname not in avail:
+                continue
+            cls, dt = avail[kname]
+            tuned[kname] = cls()
+            runs[f"{kname} tuned"] = (lambda c, kern=tuned[kname], s=(m, n, k, a, b): kern(*s, c),
+                                      None, None)  # fmt: skip
+            cfgs = cls().configs
+            t0 = time.perf_counter()
+            built = _prebuild(cls, cfgs, (m, n, k), dt)
+            print(f"{dtype} {name} {kname}: {len(cfgs)} pinned configs built in "
+                  f"{time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
+            for i, (cfg, ck) in enumerate(zip(cfgs, built)):
+                kern = cls(**cfg)
+                runs[f"{kname} #{i}"] = (lambda c, kern=kern, s=(m, n, k, a, b): kern(*s, c),
+                                         cfg, ck)  # fmt: skip
+        timed, info = {}, {}
+        for label, (run, cfg, ck) in runs.items():
+            res = getattr(ck, "resources", {}) or {}
+            info[label] = {"config": cfg, "registers": res.get("registers"),
+                           "spill_bytes": res.get("spill_store_bytes")}  # fmt: skip
+            if isinstance(ck, str):
+                info[label]["error"] = ck
+                continue
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
+            try:
+                run(c)  # the tuned kernels tune here
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 - report it, time the others
+                info[label]["error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+                continue
+            bad = bool(torch.isnan(c).any())
+            err = float("inf") if bad else float((c.float() - ref).abs().max() / ref.abs().max())
+            if not err < 1e-2:
+                info[label]["error"] = f"wrong (rel err {err})"
+                continue
+            timed[label] = lambda run=run, c=c: run(c)
+        for kname, kern in tuned.items():
+            picked = _picked(kern)
+            info[f"{kname} tuned"]["picked"] = picked
+            if picked:
+                print(f"{dtype} {name} {kname} tuning: {picked}", flush=True)
+        del ref
+        per_round = {label: [] for label in timed}
+        for _ in range(rounds):
+            for label, fn in timed.items():
+                per_round[label].append(hm.time_ms(fn, torch, flush, reps=reps, warmup=3))
+        for label, ts in per_round.items():
+            info[label]["ms"] = sorted(ts)[len(ts) // 2]
+        base = info["cublas"].get("ms")
+        print(f"\n{dtype} {name} {m}x{n}x{k}")
+        for label, d in info.items():
+            if "ms" not in d:
+                print(f"  {label:10s} {d.get('error')}", flush=True)
+                continue
+            d["tflops"] = round(2 * m * n * k / d["ms"] / 1e9, 1)
+            d["vs_cublas"] = round(base / d["ms"], 3) if base else None
+            cfg = _config_text(d["config"]) if d["config"] else ""
+            regs = f"{d['registers']} regs {d['spill_bytes']} spill" if d["registers"] else ""
+            print(f"  {label:10s} {d['ms']:8.4f} ms {d['tflops']:6.1f} TFLOPS "
+                  f"{d['vs_cublas'] or 0:6.3f}x  {cfg:28s} {regs}", flush=True)  # fmt: skip
+        row = {"shape": name, "M": m, "N": n, "K": k, "dtype": dtype, "runs": info}
+        for kname in tuned:
+            pinned = {lb: d for lb, d in info.items() if lb.startswith(f"{kname} #") and "ms" in d}
+            t = info[f"{kname} tuned"].get("ms")
+            if pinned and t:
+                best = min(pinned, key=lambda lb: pinned[lb]["ms"])
+                ratio = pinned[best]["ms"] / t
+                row[f"{kname} tuned vs best pinned"] = round(ratio, 3)
+                print(f"  {kname}: tuned {t:.4f} ms vs best pinned {best} "
+                      f"({_config_text(pinned[best]['config'])}) {pinned[best]['ms']:.4f} ms: "
+                      f"{ratio:.3f}x", flush=True)  # fmt: skip
+        rows.append(row)
+    return rows
+
+
 def _picked(kernel):
     """What the last tuning of ``kernel`` reported (winner, failures, seconds); None when the
     winner came from the dispatch cache."""
@@ -196,6 +315,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=10, help="timed runs per kernel per round")
     ap.add_argument("--dry-run", action="store_true", help="only build (no GPU needed)")
+    ap.add_argument(
+        "--pinned", default=None, help="comma-separated kernels (v5, v6, v7): every config pinned"
+    )
     args = ap.parse_args(argv)
     dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
     if any(d not in ("fp16", "bf16") for d in dtypes):
@@ -212,6 +334,15 @@ def main(argv=None) -> int:
     import torch
 
     from tilus.runtime.nvrtc import nvrtc_version
+
+    if args.pinned:
+        knames = [x.strip() for x in args.pinned.split(",") if x.strip()]
+        rows = [r for d in dtypes for r in measure_pinned(torch, d, names, knames, rounds,
+                                                          args.reps)]  # fmt: skip
+        text = json.dumps({"git_commit": hm.git_commit(), "results": rows}, indent=1)
+        if os.environ.get("OUT"):
+            Path(os.environ["OUT"], "llm_pinned.json").write_text(text)
+        return 0
 
     rows = []
     for dtype in dtypes:

@@ -8,7 +8,9 @@ cubins; the logs go to ``$OUT`` or a temporary folder); then one process per (to
 random inputs into a NaN-poisoned C and checks it against ``torch.matmul``. The tool's
 ``ERROR SUMMARY`` line gives the count. Writes JSON to ``$OUT/sanitize.json`` when ``$OUT`` is
 set and to ``bench/results/<YYYY-MM-DD>-h200-sanitize.json``; exits 1 when any count is not 0 or
-a check failed.
+missing, or a config that built ran wrong or failed. A config that tilus refuses to build (a
+``TilusCompileError``: e.g. a 128 x 256 accumulator on one warp group of V1/V3 needs more
+registers than fit, the same refusal the autotuner skips) is counted as *skipped*, not failed.
 """
 
 from __future__ import annotations
@@ -54,8 +56,11 @@ def kernel_class(name: str):
 
 
 def run_every_config(name: str) -> int:
-    """One run of every config of kernel ``name``, checked; the number of failed configs."""
+    """One run of every config of kernel ``name``, checked; the number of failed configs
+    (configs that tilus refuses to compile are skipped)."""
     import torch
+
+    import tilus
 
     cls = kernel_class(name)
     tdt = getattr(torch, KERNELS[name][2])
@@ -63,12 +68,16 @@ def run_every_config(name: str) -> int:
     a = torch.randn(m, k, device="cuda", dtype=tdt)
     b = torch.randn(n, k, device="cuda", dtype=tdt)
     ref = a.float() @ b.float().T
-    bad = 0
+    bad = skipped = 0
     for cfg in cls().configs:
         c = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
         try:
             cls(**cfg)(m, n, k, a, b, c)
             torch.cuda.synchronize()
+        except tilus.TilusCompileError as e:  # refused before anything ran: not a failure
+            print(f"{name} {cfg}: SKIPPED (refused: {str(e).splitlines()[0][-90:]})")
+            skipped += 1
+            continue
         except Exception as e:  # noqa: BLE001 - count it, run the other configs
             print(f"{name} {cfg}: FAILED {type(e).__name__}: {str(e).splitlines()[0]}")
             bad += 1
@@ -78,7 +87,7 @@ def run_every_config(name: str) -> int:
         if nan or not err < 1e-2:
             print(f"{name} {cfg}: WRONG (NaN {nan}, rel err {err:.2e})")
             bad += 1
-    print(f"{name}: {len(cls().configs)} configs run, {bad} failed", flush=True)
+    print(f"{name}: {len(cls().configs)} configs run, {bad} failed, {skipped} skipped", flush=True)
     return bad
 
 
@@ -103,11 +112,12 @@ def sanitized(tool: str, name: str, log_dir: Path) -> dict:
     errors = int(found[-1]) if found else None
     kinds = sorted(set(re.findall(r"^========= (?:Program hit |Invalid |)(\S.*?)(?: at| on|$)",
                                   text, re.M)))[:5]  # fmt: skip
-    checked = re.search(rf"^{name}: (\d+) configs run, (\d+) failed", text, re.M)
+    checked = re.search(rf"^{name}: (\d+) configs run, (\d+) failed, (\d+) skipped", text, re.M)
     return {
         "errors": errors,
         "configs": int(checked[1]) if checked else None,
         "failed_checks": int(checked[2]) if checked else None,
+        "skipped": int(checked[3]) if checked else None,
         "rc": proc.returncode,
         "first_kinds": kinds,
     }
@@ -133,14 +143,16 @@ def main(argv=None) -> int:
     failed = 0
     for name in names:  # build (and check) every config once without a sanitizer
         failed += run_every_config(name)
+    print(f"unsanitized runs: {failed} failed configs")
     table = {}
     for name in names:
         for tool in tools:
             r = sanitized(tool, name, log_dir)
             table[f"{name} {tool}"] = r
             print(f"{name:7s} {tool:10s} errors {r['errors']}  checks failed {r['failed_checks']}"
-                  f"  {', '.join(r['first_kinds'])}", flush=True)  # fmt: skip
-            failed += (r["errors"] != 0) + (r["failed_checks"] != 0)
+                  f"  skipped {r['skipped']}  rc {r['rc']}  {', '.join(r['first_kinds'])}",
+                  flush=True)  # fmt: skip
+            failed += verdict(r) != "ok"
     out = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "size": SIZE,
@@ -155,11 +167,27 @@ def main(argv=None) -> int:
         (REPO / "bench" / "results" / f"{day}-h200-sanitize.json").write_text(text)
     except OSError:
         pass
-    print(f"\nkernel   {'  '.join(f'{t:>10s}' for t in tools)}")
+    print(f"\nkernel   {'  '.join(f'{t:>10s}' for t in tools)}  (errors; failed checks)")
     for name in names:
-        cells = [table[f"{name} {t}"]["errors"] for t in tools]
-        print(f"{name:8s} {'  '.join(f'{str(c):>10s}' for c in cells)}")
+        cells = [table[f"{name} {t}"] for t in tools]
+        text = [f"{c['errors']}; {c['failed_checks']}" for c in cells]
+        print(f"{name:8s} {'  '.join(f'{x:>10s}' for x in text)}")
+    print(f"exit status {1 if failed else 0}: {failed} failed (tool, kernel) runs or configs")
     return 1 if failed else 0
+
+
+def verdict(r: dict) -> str:
+    """``ok`` when the sanitizer ran, reported 0 errors and every config that built passed its
+    check; else why not (a missing summary or check line means the child did not finish)."""
+    if r["errors"] is None:
+        return "no ERROR SUMMARY in the tool's output"
+    if r["errors"]:
+        return f"{r['errors']} errors"
+    if r["failed_checks"] is None:
+        return "the child did not report its checks"
+    if r["failed_checks"]:
+        return f"{r['failed_checks']} configs failed their check"
+    return "ok"
 
 
 if __name__ == "__main__":

@@ -54,3 +54,31 @@ def test_sanitize_covers_v0_to_v7_and_refuses_unknown_tools():
     with pytest.raises(SystemExit) as info:
         sanitize.main(["--tools", "leakcheck"])
     assert info.value.code == 2
+
+
+def test_sanitize_verdict_counts_refused_configs_as_skipped():
+    import sanitize
+
+    ok = {"errors": 0, "failed_checks": 0, "skipped": 3, "rc": 0}
+    assert sanitize.verdict(ok) == "ok"  # V1/V3's refused 128 x 256 configs: not a failure
+    assert sanitize.verdict({**ok, "errors": 2}) == "2 errors"
+    assert "no ERROR SUMMARY" in sanitize.verdict({**ok, "errors": None})
+    assert "did not report" in sanitize.verdict({**ok, "failed_checks": None})
+    assert "1 configs failed" in sanitize.verdict({**ok, "failed_checks": 1})
+
+
+def test_tune_time_space_is_100_distinct_kernels():
+    import tune_time
+
+    space = tune_time.v7_space(100)
+    configs = space().configs
+    assert len(configs) == 100
+    assert len({tuple(sorted(c.items())) for c in configs}) == 100
+    with pytest.raises(SystemExit):
+        tune_time.main(["--configs", "0"])
+
+
+def test_pinned_config_text_is_short():
+    cfg = {"block_m": 128, "block_n": 256, "block_k": 64, "num_stages": 3, "split_k": 1,
+           "swizzle": 8, "cluster_n": 2, "coop": 1}  # fmt: skip
+    assert llm_shapes._config_text(cfg) == "m128 n256 st3 sk1 sw8 cl2 coop1"

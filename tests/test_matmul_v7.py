@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import tilus
@@ -38,9 +39,9 @@ def v7():
     return load_v7()
 
 
-def _run(kernel, dtype, seed):
+def _run(kernel, dtype, seed, size=SIZE):
     torch = pytest.importorskip("torch")
-    m, n, k = SIZE
+    m, n, k = size
     tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
     a = (torch.rand(m, k, dtype=torch.float64) * 2 - 1).to(tdt)
     b = (torch.rand(n, k, dtype=torch.float64) * 2 - 1).to(tdt)
@@ -60,6 +61,29 @@ def test_every_config_fp16_several_tiles_per_block(v7, seed):
     _run(v7.MatmulV7(num_sms=2), "float16", seed)
 
 
+def test_clusters_and_coop_with_a_pair_past_the_last_column(v7):
+    # N = 328 is 3 tiles of 128: the second tile of the last cluster pair lies right of C (its
+    # B tile is loaded as zeros for the pair's sake and never stored); 4 "SMs" = 2 clusters
+    configs = [c for c in v7.MatmulV7().configs if c["cluster_n"] == 2 or c["coop"]]
+    assert len(configs) == 6
+    # a ping-pong and a coop cluster config (every config runs in the test above)
+    for cfg in [c for c in configs if c["cluster_n"] == 2 and c["swizzle"] == 8][:2]:
+        _run(v7.MatmulV7(num_sms=4, **cfg), "float16", 3, size=(200, 328, 392))
+
+
+def test_cluster_and_coop_need_128_row_tiles_without_split_k(v7):
+    base = dict(num_stages=4, block_n=128, block_k=64, swizzle=8, num_sms=4)
+    base.update(split_k=1, cluster_n=1, coop=0)
+    x = np.zeros((8, 8), dtype=np.float16)
+    for bad in (dict(block_m=64, cluster_n=2), dict(block_m=128, cluster_n=2, split_k=2),
+                dict(block_m=64, coop=1), dict(block_m=128, coop=1, split_k=2),
+                dict(block_m=128, cluster_n=4)):  # fmt: skip
+        kernel = v7.MatmulV7(**{**base, **bad})  # built (and checked) at its first call
+        with pytest.raises(tilus.TilusArgumentError, match="128-row tiles"):
+            with tilus.option.scoped(interpret=True):
+                kernel(8, 8, 8, x, x, x.copy())
+
+
 @pytest.mark.parametrize("split_k", [1, 4])
 def test_bf16(v7, split_k):
     cfg = [c for c in v7.MatmulV7BF16().configs if c["split_k"] == split_k][0]
@@ -68,9 +92,13 @@ def test_bf16(v7, split_k):
 
 def test_the_space_and_the_types(v7):
     configs = v7.MatmulV7().configs
-    assert len(configs) == 12 and v7.MatmulV7BF16().configs == configs
+    assert len(configs) == 20 and v7.MatmulV7BF16().configs == configs
     assert {c["block_m"] for c in configs} == {64, 128}
     assert {c["split_k"] for c in configs} == {1, 2, 3, 4}
+    assert {(c["cluster_n"], c["coop"]) for c in configs} == {(1, 0), (2, 0), (1, 1), (2, 1)}
+    for c in configs:  # clusters and coop: 128-row tiles, unsplit
+        if c["cluster_n"] == 2 or c["coop"]:
+            assert c["block_m"] == 128 and c["split_k"] == 1, c
     assert v7.MatmulV7.dtype == tilus.float16 and v7.MatmulV7BF16.dtype == tilus.bfloat16
 
 
@@ -80,11 +108,13 @@ def test_builds_without_spills(v7, bf16):
     # bf16 changes only the wgmma type and the cast: one split-K config is built for it
     cls = v7.MatmulV7BF16 if bf16 else v7.MatmulV7
     dt = tilus.bfloat16 if bf16 else tilus.float16
-    # the largest accumulator (128 x 128) and a split-K config (every config builds on the
+    # the largest accumulator (128 x 128) and the largest split-K one (every config builds on the
     # GPU tier, tests/cuda/test_gpu_matmul_v7.py)
     configs = [c for c in cls().configs if c["block_n"] == 128 and c["block_m"] == 128][:1]
-    configs += [c for c in cls().configs if c["split_k"] == 4]
-    for cfg in configs[-1:] if bf16 else configs:
+    configs += [c for c in cls().configs if c["split_k"] == 4][:1]  # 64 x 128 split in 4
+    # the largest coop accumulator (64 x 256 a group) with the cluster's remote arrivals
+    configs += [c for c in cls().configs if c["coop"] and c["cluster_n"] == 2][:1]
+    for cfg in configs[-2:-1] if bf16 else configs:
         ck = tilus.compile(cls(num_sms=132, **cfg), *SIZE, dt, dt, dt)
         ck = ck[0] if isinstance(ck, list) else ck
         assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)

@@ -1,4 +1,4 @@
-"""Hopper matmul V7: ping-pong consumer warp groups, 64-row tiles and split-K, fp16 and bf16.
+"""Hopper matmul V7: ping-pong or cooperative warp groups, clusters with multicast, split-K, bf16.
 
 ``C = A @ B^T`` (fp16 or bf16 in, fp32 accumulate, the input type out). Changes on top of V6:
 
@@ -15,14 +15,31 @@
 2. **64-row tiles and split-K** for small M (64-256 rows are 1-4 M tiles): with ``split_k``
    the K tiles of each C tile are cut into up to that many parts, each a work unit of its own
    (the parts of a tile are consecutive units, so they run on different blocks at the same
-   time). Every part stores its fp32 sums into a workspace (``global_tensor``) and counts
-   itself in with an atomic add (acquire-release, gpu scope) on the tile's counter; the part
-   that counts in last adds the other parts' sums to its own, stores C and sets the counter
-   back to 0 (the counters must be left clean: ``requires_clean=True``). No block waits for
-   another. Split-K is used only when M has at most ``SPLIT_M_TILES`` tiles, so the workspace
+   time). Every part adds its fp32 sums into the tile's sums in a workspace (``global_tensor``,
+   ``red.add``) and counts itself in with an atomic add (acquire-release, gpu scope) on the
+   tile's counter; the part that counts in last reads the total while clearing it (an atomic
+   exchange with zeros), stores C and sets the counter back to 0 (sums and counters must be
+   left clean: ``requires_clean=True``). No block waits for another, and only one accumulator
+   is in registers. Split-K is used only when M has at most ``SPLIT_M_TILES`` tiles, so the workspace
    size is known when the kernel is built; larger M runs the same config unsplit.
 3. **bf16.** ``MatmulV7`` takes fp16 pointers and ``MatmulV7BF16`` bf16 ones; the body is one
    method (``matmul``) that reads the element type from the class.
+4. **Clusters of 2 with TMA multicast** (``cluster_n=2``, 128-row tiles): the two blocks of a
+   cluster compute neighbouring N tiles of the same M tile, so they need the same A tile; each
+   loads one 64-row half of it with a multicast copy that lands in both blocks' slot and
+   completes on both blocks' full barrier (every block expects the whole A tile and its own B
+   tile), halving the L2-to-SM traffic of A. A slot is then written by both producers, so it is
+   free only when both blocks' consumers are done with it: its empty barrier counts one arrival
+   from each block (the consumer arrives on its own barrier and, through ``mapa``, on the
+   peer's). The pair runs the same unit sequence, so both rings stay in step; a pair whose
+   second N tile lies right of C loads zeros for it (TMA fills) and does not store it. A
+   ``cluster.sync()`` before the first copy (the peer's barriers exist) and one before exit
+   (no block leaves while its peer may still arrive on its barriers) frame the kernel.
+5. **Cooperative groups** (``coop=1``, 128-row tiles): V6's split as a config of the same
+   kernel: both consumer groups work on every unit, group ``g`` on rows ``[64 g, 64 g + 64)``
+   (the A tile is staged in 64-row halves, a slot is freed by both groups). This keeps both
+   groups busy when a block has a single unit (M = 256: 128 tiles of 128 x 128 on 132 SMs), and
+   allows 128 x 256 tiles (64 x 256 accumulators a group).
 
 Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
 ``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
@@ -48,27 +65,36 @@ from tilus.utils import cdiv
 SPLIT_M_TILES = 4
 
 
-# (block_m, block_n, num_stages, split_k, swizzle): tiles of one consumer warp group with the
-# deepest ring that fits beside the two C tiles: 128 x 128 and 64 x 256 for large shapes,
-# 64 x 128 and 64 x 64 for small M, 64 x 64 with K split in 2-4 parts for M = 64-256 (1-4 M
-# tiles; small M streams B, so what counts is work units on every SM). The split-K sums of a
-# 64 x 128 tile (the accumulator and a loaded partial: 128 registers) spill within the 168
-# registers ptxas gives every thread of a 384-thread block, so split-K uses 64 x 64 tiles.
+# (block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop): tiles of one consumer warp
+# group (coop: of both) with the deepest ring that fits beside the two C tiles: 128 x 128 (with
+# and without clusters), coop 128 x 256 and 128 x 128, and 64 x 256 for large shapes,
+# 64 x 128 and 64 x 64 for small M, 64 x 128 and 64 x 64 with K split in 2-4 parts for
+# M = 64-256 (1-4 M tiles; small M streams B, so what counts is work units on every SM: e.g.
+# M = 64, N = 4096 is 32 tiles of 64 x 128, 128 units in 4 parts). A split 64 x 256 tile
+# spills within the 168 registers ptxas gives every thread of a 384-thread block.
 @tilus.autotune(
-    "block_m, block_n, num_stages, split_k, swizzle",
+    "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop",
     [
-        (128, 128, 4, 1, 8),
-        (128, 128, 5, 1, 8),
-        (128, 128, 5, 1, 2),
-        (64, 256, 4, 1, 8),
-        (64, 256, 4, 1, 2),
-        (64, 128, 6, 1, 8),
-        (64, 128, 6, 1, 2),
-        (64, 64, 8, 1, 8),
-        (64, 64, 8, 2, 8),
-        (64, 64, 8, 2, 2),
-        (64, 64, 8, 3, 8),
-        (64, 64, 8, 4, 8),
+        (128, 128, 4, 1, 8, 1, 0),
+        (128, 128, 5, 1, 8, 1, 0),
+        (128, 128, 5, 1, 2, 1, 0),
+        (128, 128, 5, 1, 8, 2, 0),
+        (128, 128, 5, 1, 2, 2, 0),
+        (128, 256, 3, 1, 8, 1, 1),
+        (128, 256, 3, 1, 8, 2, 1),
+        (128, 128, 6, 1, 8, 1, 1),
+        (128, 128, 6, 1, 8, 2, 1),
+        (64, 256, 4, 1, 8, 1, 0),
+        (64, 256, 4, 1, 2, 1, 0),
+        (64, 128, 6, 1, 8, 1, 0),
+        (64, 128, 6, 1, 2, 1, 0),
+        (64, 128, 6, 2, 8, 1, 0),
+        (64, 128, 6, 4, 8, 1, 0),
+        (64, 64, 8, 1, 8, 1, 0),
+        (64, 64, 8, 2, 8, 1, 0),
+        (64, 64, 8, 2, 2, 1, 0),
+        (64, 64, 8, 3, 8, 1, 0),
+        (64, 64, 8, 4, 8, 1, 0),
     ],
 )
 @tilus.autotune("block_k", [64])
@@ -78,10 +104,29 @@ class MatmulV7(MatmulWGMMAV4):
 
     dtype = float16
 
-    def __init__(self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, num_sms=None):
+    def __init__(
+        self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, cluster_n=1, coop=0,
+        num_sms=None,
+    ):  # fmt: skip
         super().__init__(num_stages, block_m, block_n, block_k, swizzle)
+        if cluster_n not in (1, 2) or (cluster_n == 2 and (split_k != 1 or block_m != 128)):
+            raise tilus.TilusArgumentError(
+                f"cluster_n must be 1 or 2 (2 with 128-row tiles and no split-K), got {cluster_n}"
+            )
+        if coop and (split_k != 1 or block_m != 128):
+            raise tilus.TilusArgumentError("coop needs 128-row tiles and no split-K")
         self.split_k = split_k
+        self.cluster_n = cluster_n
+        self.coop = coop
+        # the A tile in 64-row halves: the cluster's blocks load one each, coop groups use one each
+        self.halves = cluster_n == 2 or coop
         self.num_sms = num_sms if num_sms is not None else sm_count()
+        # persistent clusters: cluster c runs units c, c + num_clusters, ... in each of its blocks
+        self.num_clusters = max(self.num_sms // cluster_n, 1)
+
+    def first_unit(self):
+        """The first work unit of the block (the same in both blocks of a cluster)."""
+        return self.blockIdx.x // self.cluster_n
 
     def splits(self, num_m: int32, k_size: int):
         """How many K parts each tile has in this launch: ``split_k`` when M has at most
@@ -94,6 +139,11 @@ class MatmulV7(MatmulWGMMAV4):
             if num_m <= SPLIT_M_TILES:
                 split = min(self.split_k, k_tiles, self.num_sms)
         return split
+
+    def units(self, num_m: int32, num_n: int, split: int32):
+        """How many work units the launch has (a unit: a C tile, a pair of M tiles in a
+        cluster, or one K part of a tile)."""
+        return num_m * cdiv(num_n, self.cluster_n) * split
 
     def unit_work(self, unit: int32, num_m: int32, num_n: int, k_size: int, split: int32):
         """(m tile, n tile, first K tile, K tiles, tile, part) of work unit ``unit``: the K
@@ -109,7 +159,11 @@ class MatmulV7(MatmulWGMMAV4):
             part = unit % split
             k_lo = part * k_tiles // split
             k_cnt = (part + 1) * k_tiles // split - k_lo
-        m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        if self.cluster_n == 1:
+            m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        else:  # a unit is a pair of N tiles; the block of rank r takes the pair's tile r
+            m_tile, n_pair = self.tile_coords(tile, num_m, cdiv(num_n, 2))
+            n_tile = 2 * n_pair + self.cluster.blockRank
         return m_tile, n_tile, k_lo, k_cnt, tile, part
 
     def produce_all(self, pipe, sa, sb, ga, gb, k_size: int, num_m: int32, num_n: int):
@@ -117,7 +171,8 @@ class MatmulV7(MatmulWGMMAV4):
         returns how many slots it filled."""
         split = self.splits(num_m, k_size)
         filled: int32 = 0
-        for unit in self.range(self.blockIdx.x, num_m * num_n * split, self.num_sms):
+        units = self.units(num_m, num_n, split)
+        for unit in self.range(self.first_unit(), units, self.num_clusters):
             m_tile, n_tile, k_lo, k_cnt, _, _ = self.unit_work(unit, num_m, num_n, k_size, split)
             filled += k_cnt
             for kk in self.range(k_cnt, unroll=self.num_stages):
@@ -129,12 +184,30 @@ class MatmulV7(MatmulWGMMAV4):
                         pipe.producer_barrier(),
                         transaction_bytes=sa[stage].nbytes + sb[stage].nbytes,
                     )
-                self.tma.global_to_shared(
-                    src=ga,
-                    dst=sa[stage],
-                    offsets=[m_tile * self.block_m, offset_k],
-                    mbarrier=pipe.producer_barrier(),
-                )
+                if not self.halves:
+                    self.tma.global_to_shared(
+                        src=ga,
+                        dst=sa[stage],
+                        offsets=[m_tile * self.block_m, offset_k],
+                        mbarrier=pipe.producer_barrier(),
+                    )
+                elif self.cluster_n == 1:  # coop: the two halves
+                    for h in self.range(2, unroll=2):
+                        self.tma.global_to_shared(
+                            src=ga,
+                            dst=sa[stage, h],
+                            offsets=[m_tile * self.block_m + h * 64, offset_k],
+                            mbarrier=pipe.producer_barrier(),
+                        )
+                else:  # half of the pair's A tile, multicast to both blocks (and barriers)
+                    rank = self.cluster.blockRank
+                    self.tma.global_to_shared(
+                        src=ga,
+                        dst=sa[stage, rank],
+                        offsets=[m_tile * self.block_m + rank * 64, offset_k],
+                        mbarrier=pipe.producer_barrier(),
+                        multicast_mask=0b11,
+                    )
                 self.tma.global_to_shared(
                     src=gb,
                     dst=sb[stage],
@@ -144,22 +217,45 @@ class MatmulV7(MatmulWGMMAV4):
                 pipe.producer_advance()
         return filled
 
-    def mainloop_pp(self, pipe, sa: SharedTensor, sb: SharedTensor, acc, num_k: int32):
+    def release(self, pipe, stage: int32, peer_empty):
+        """Free ring slot ``stage``: in a cluster, in both blocks (the peer's producer
+        multicasts into this block's slot too)."""
+        if self.cluster_n == 1:
+            pipe.consumer_release(stage)
+        else:
+            with self.single_thread():
+                self.mbarrier.arrive(pipe.empty[stage])
+                # relaxed: the WGMMAs that read the slot have retired (wait_group); a release
+                # at cluster scope would fence the mainloop's critical path (with it, cluster
+                # configs ran 3x slower on an H200, this fence being the likely cause)
+                self.mbarrier.arrive(peer_empty[stage], sem="relaxed", scope="cluster")
+
+    def mainloop_pp(self, group: int, pipe, sa: SharedTensor, sb: SharedTensor, acc, acc_hi,
+                    num_k: int32, peer_empty):  # fmt: skip
         """``acc += A_tile @ B_tile^T`` over ``num_k`` ring slots, one WGMMA group in flight
-        (V5's loop on whole tiles)."""
+        (V5's loop on whole tiles). In a cluster the A tile is two 64-row halves: ``acc``
+        takes rows 0-63 and ``acc_hi`` rows 64-127 (the same WGMMAs as one 128-row tile);
+        with ``coop`` group ``g`` takes half ``g`` into ``acc``."""
         prev_stage: int32 = 0
         for i in self.range(num_k, unroll=self.num_stages):
             pipe.consumer_acquire()
             self.wgmma.fence()
-            self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+            b_tile = sb[pipe.consumer_stage].transpose()
+            if not self.halves:
+                self.wgmma.mma(sa[pipe.consumer_stage], b_tile, acc)
+            elif self.coop:
+                self.wgmma.mma(sa[pipe.consumer_stage, group], b_tile, acc)
+            else:
+                self.wgmma.mma(sa[pipe.consumer_stage, 0], b_tile, acc)
+                self.wgmma.mma(sa[pipe.consumer_stage, 1], b_tile, acc_hi)
             self.wgmma.commit_group()
             self.wgmma.wait_group(1)
             if i > 0:
-                pipe.consumer_release(prev_stage)
+                self.release(pipe, prev_stage, peer_empty)
             prev_stage = pipe.consumer_stage
             pipe.consumer_advance()
         self.wgmma.wait_group(0)
-        pipe.consumer_release(prev_stage)
+        self.release(pipe, prev_stage, peer_empty)
 
     def skip(self, pipe, num_k: int32):
         """Move the consumer position past the other group's ``num_k`` slots."""
@@ -168,13 +264,15 @@ class MatmulV7(MatmulWGMMAV4):
         if (adv // self.num_stages) % 2 == 1:
             pipe.consumer_phase ^= 1
 
-    def add_parts(self, acc, ws, cnt, flag, tile: int32, part: int32, split: int32):
-        """Split-K: publish this part's sums ``acc`` in the workspace and count the part in;
-        the last part of the tile to arrive adds the others' sums into ``acc`` and resets the
-        count. Returns whether this part is the last (it then stores C)."""
+    def add_parts(self, acc, ws, cnt, flag, tile: int32, split: int32):
+        """Split-K: add this part's sums ``acc`` into the tile's fp32 sums in the workspace
+        (``red.add``) and count the part in; the last part of the tile to arrive loads the
+        total into ``acc`` and sets the sums and the count back to 0 (both must be left clean).
+        Returns whether this part is the last (it then stores C). (Adding in place keeps a single accumulator in registers, so
+        64 x 128 and 64 x 256 tiles split without spilling.)"""
         bm, bn = self.block_m, self.block_n
-        self.store_global(ws, acc, offsets=[(tile * split + part) * bm, 0])
-        self.sync()  # every thread's sums are written before the count is released
+        self.atomic.global_add(ws[tile], acc)
+        self.sync()  # every thread's sums are added before the count is released
         with self.single_warp(0):
             idx = self.register_tensor(dtype=int32, shape=[1], init=tile)
             one = self.register_tensor(dtype=int32, shape=[1], init=1)
@@ -190,45 +288,95 @@ class MatmulV7(MatmulWGMMAV4):
         last: int32 = 0
         if seen[0] == split - 1:
             last = 1
-            for p in self.range(split):
-                if p != part:
-                    acc += self.load_global(
-                        ws, offsets=[(tile * split + p) * bm, 0], shape=[bm, bn]
-                    )
+            zeros = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            self.atomic.global_exch(ws[tile], zeros, output=acc)  # read the sums, clear them
         self.sync()  # flag is read by every thread before the next unit writes it
         return last
 
     def consume_all(self, group: int, pipe, order, sa, sb, gc, ws, cnt, k_size: int,
-                    num_m: int32, num_n: int):  # fmt: skip
+                    num_m: int32, num_n: int, peer_empty):  # fmt: skip
         """Consumer warp group ``group``: the block's units ``group``, ``group + 2``, ..."""
         bm, bn = self.block_m, self.block_n
         split = self.splits(num_m, k_size)
-        num_units = num_m * num_n * split
+        num_units = self.units(num_m, num_n, split)
+        first_unit = self.first_unit()
+        stride = self.num_clusters
         order_phase: uint32 = 1 - group  # group 0 starts first
-        sc = self.shared_tensor(dtype=self.dtype, shape=[bm, bn])
+        if self.cluster_n == 1:
+            sc = self.shared_tensor(dtype=self.dtype, shape=[bm, bn])
+        else:  # the two 64-row halves of the C tile
+            sc = self.shared_tensor(dtype=self.dtype, shape=[2, bm // 2, bn])
         flag = None
         if self.split_k > 1:
             flag = self.shared_tensor(dtype=int32, shape=[1])
-        if group == 1 and self.blockIdx.x < num_units:  # after group 0's first unit's slots
-            first = self.unit_work(self.blockIdx.x, num_m, num_n, k_size, split)
+        if group == 1 and first_unit < num_units:  # after group 0's first unit's slots
+            first = self.unit_work(first_unit, num_m, num_n, k_size, split)
             self.skip(pipe, first[3])
-        for unit in self.range(self.blockIdx.x + group * self.num_sms, num_units,
-                               2 * self.num_sms):  # fmt: skip
+        for unit in self.range(first_unit + group * stride, num_units, 2 * stride):
             m_tile, n_tile, _, k_cnt, tile, part = self.unit_work(unit, num_m, num_n, k_size, split)
-            acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            acc_hi = None
+            if self.cluster_n == 1:
+                acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            else:
+                acc = self.register_tensor(dtype=float32, shape=[bm // 2, bn], init=0.0)
+                acc_hi = self.register_tensor(dtype=float32, shape=[bm // 2, bn], init=0.0)
             self.mbarrier.wait(order[group], phase=order_phase)  # the other group's turn ended
             order_phase ^= 1
-            self.mainloop_pp(pipe, sa, sb, acc, k_cnt)
+            self.mainloop_pp(group, pipe, sa, sb, acc, acc_hi, k_cnt, peer_empty)
             with self.single_thread():
                 self.mbarrier.arrive(order[1 - group])  # hand the tensor cores over
-            if unit + self.num_sms < num_units:  # skip the other group's next unit
-                other = self.unit_work(unit + self.num_sms, num_m, num_n, k_size, split)
+            if unit + stride < num_units:  # skip the other group's next unit
+                other = self.unit_work(unit + stride, num_m, num_n, k_size, split)
                 self.skip(pipe, other[3])
             store: int32 = 1
             if self.split_k > 1:
                 if split > 1:
-                    store = self.add_parts(acc, ws, cnt, flag, tile, part, split)
+                    store = self.add_parts(acc, ws, cnt, flag, tile, split)
+            if n_tile >= num_n:  # a cluster's second tile right of the last column of C
+                store = 0
             if store == 1:
+                with self.single_thread():  # the previous tile's TMA store has read sc
+                    self.tma.wait_group(0, read=True)
+                self.sync()
+                if self.cluster_n == 1:
+                    self.store_shared(sc, self.cast(acc, dtype=self.dtype))
+                else:
+                    self.store_shared(sc[0], self.cast(acc, dtype=self.dtype))
+                    self.store_shared(sc[1], self.cast(acc_hi, dtype=self.dtype))
+                self.fence.proxy_async(space="shared")  # generic writes visible to TMA
+                self.sync()
+                with self.single_thread():
+                    if self.cluster_n == 1:
+                        self.tma.shared_to_global(sc, gc, offsets=[m_tile * bm, n_tile * bn])
+                    else:
+                        for h in self.range(2, unroll=2):
+                            self.tma.shared_to_global(
+                                sc[h], gc, offsets=[m_tile * bm + h * (bm // 2), n_tile * bn]
+                            )
+                    self.tma.commit_group()
+        with self.single_thread():
+            self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+
+    def consume(self, group: int, pipe, order, sa, sb, gc, ws, cnt, k_size: int, num_m: int32,
+                num_n: int, peer_empty):  # fmt: skip
+        """Consumer warp group ``group``: ping-pong on alternate units, or ``coop``."""
+        if self.coop:
+            self.consume_coop(group, pipe, sa, sb, gc, k_size, num_m, num_n, peer_empty)
+        else:
+            self.consume_all(group, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n,
+                             peer_empty)  # fmt: skip
+
+    def consume_coop(self, group: int, pipe, sa, sb, gc, k_size: int, num_m: int32, num_n: int,
+                     peer_empty):  # fmt: skip
+        """``coop``: both consumer groups on every unit of the block (V6's split), group ``g``
+        on the tile's rows ``[64 g, 64 g + 64)`` with its own shared C tile."""
+        bn = self.block_n
+        sc = self.shared_tensor(dtype=self.dtype, shape=[64, bn])
+        for unit in self.range(self.first_unit(), self.units(num_m, num_n, 1), self.num_clusters):
+            m_tile, n_tile, _, k_cnt, _, _ = self.unit_work(unit, num_m, num_n, k_size, 1)
+            acc = self.register_tensor(dtype=float32, shape=[64, bn], init=0.0)
+            self.mainloop_pp(group, pipe, sa, sb, acc, None, k_cnt, peer_empty)
+            if n_tile < num_n:  # (a cluster's second tile may lie right of the last column)
                 with self.single_thread():  # the previous tile's TMA store has read sc
                     self.tma.wait_group(0, read=True)
                 self.sync()
@@ -236,16 +384,19 @@ class MatmulV7(MatmulWGMMAV4):
                 self.fence.proxy_async(space="shared")  # generic writes visible to TMA
                 self.sync()
                 with self.single_thread():
-                    self.tma.shared_to_global(sc, gc, offsets=[m_tile * bm, n_tile * bn])
+                    offsets = [m_tile * self.block_m + group * 64, n_tile * bn]
+                    self.tma.shared_to_global(sc, gc, offsets=offsets)
                     self.tma.commit_group()
         with self.single_thread():
             self.tma.wait_group(0, read=True)  # sc is read: the block may exit
 
     def launch(self, m_size: int32, n_size: int):
         """Grid and block size (set in ``__call__``, from the parameters themselves)."""
-        num_tiles = cdiv(m_size, self.block_m) * cdiv(n_size, self.block_n)
+        num_tiles = cdiv(m_size, self.block_m) * cdiv(n_size, self.block_n * self.cluster_n)
         # with split-K, a block per unit of the largest split (blocks without units exit)
-        self.attrs.blocks = min(num_tiles * self.split_k, self.num_sms)
+        self.attrs.blocks = min(num_tiles * self.split_k, self.num_clusters) * self.cluster_n
+        if self.cluster_n > 1:
+            self.attrs.cluster_blocks = self.cluster_n
         self.attrs.warps = 12  # two consumer warp groups + a producer warp group
 
     def matmul(self, m_size: int32, n_size: int, k_size: int, ga, gb, gc):
@@ -254,16 +405,27 @@ class MatmulV7(MatmulWGMMAV4):
         block_m, block_n, block_k = self.block_m, self.block_n, self.block_k
         num_m = cdiv(m_size, block_m)
         num_n = cdiv(n_size, block_n)
-        sa = self.shared_tensor(dtype=dt, shape=[num_stages, block_m, block_k])
+        if not self.halves:
+            sa = self.shared_tensor(dtype=dt, shape=[num_stages, block_m, block_k])
+        else:  # the 64-row halves (loaded by the cluster's two blocks, used by coop groups)
+            sa = self.shared_tensor(dtype=dt, shape=[num_stages, 2, block_m // 2, block_k])
         sb = self.shared_tensor(dtype=dt, shape=[num_stages, block_n, block_k])
-        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=1)
-        order = self.mbarrier.alloc([1, 1])  # order[g]: the other group left the tensor cores
+        groups = 2 if self.coop else 1  # consumer groups that read each slot
+        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=groups * self.cluster_n)
+        order = None  # order[g]: the other group left the tensor cores (ping-pong)
+        if not self.coop:
+            order = self.mbarrier.alloc([1, 1])
         ws = None
         cnt = None
-        if self.split_k > 1:  # partial sums of the K parts, and per tile the parts done
-            rows = SPLIT_M_TILES * num_n * self.split_k * block_m
-            ws = self.global_tensor(float32, [rows, block_n], requires_clean=False)
+        if self.split_k > 1:  # per tile the sums of its K parts, and the parts done
+            ws = self.global_tensor(
+                float32, [SPLIT_M_TILES * num_n, block_m, block_n], requires_clean=True
+            )
             cnt = self.global_tensor(int32, [SPLIT_M_TILES * num_n], requires_clean=True)
+        peer_empty = None
+        if self.cluster_n > 1:  # the peer's empty barriers; both blocks' exist after the sync
+            peer_empty = self.cluster.map_shared_addr(pipe.empty, 1 - self.cluster.blockRank)
+            self.cluster.sync()
 
         with self.warp_group(8, 4):  # producer warp group: threads 256-383
             self.setmaxnreg(40)
@@ -274,12 +436,14 @@ class MatmulV7(MatmulWGMMAV4):
                     pipe.producer_acquire()
                     pipe.producer_advance()
 
-        with self.warp_group(0, 4):  # consumer warp group 0: the block's even tiles
+        with self.warp_group(0, 4):  # consumer warp group 0: the block's even units
             self.setmaxnreg(232)
-            self.consume_all(0, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n)
-        with self.warp_group(4, 4):  # consumer warp group 1: the odd tiles
+            self.consume(0, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
+        with self.warp_group(4, 4):  # consumer warp group 1: the odd units
             self.setmaxnreg(232)
-            self.consume_all(1, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n)
+            self.consume(1, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
+        if self.cluster_n > 1:  # no block exits while its peer may still arrive on its barriers
+            self.cluster.sync()
 
     def __call__(
         self,
