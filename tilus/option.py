@@ -24,7 +24,7 @@ class _Options:
     keep_ptx: bool = False  # TILUS_KEEP_PTX: also produce and cache the PTX of each kernel
     bench_warmup: int = 5
     bench_repeat: int = 50
-    tune_rest: float = 0.4  # TILUS_TUNE_REST: longest idle pause between tuning timings (CUDA)
+    tune_rest: float = 0.0  # TILUS_TUNE_REST: longest idle pause between tuning timings (CUDA)
     autotune: bool = True  # TILUS_AUTOTUNE: time every config on CUDA (False: first compiling)
 
 
@@ -127,14 +127,15 @@ def bench_repeat(n: int):
 
 
 def tune_rest(seconds: float):
-    """The longest idle pause the autotuner makes between timings on a GPU (0: none).
+    """The longest idle pause the autotuner makes between timings on a GPU (default 0: none).
 
-    A sustained matmul load drives an H200 into its power cap within a fraction of a second,
-    and configs then rank by energy per tile, not by speed. So each screening burst is followed
-    by a pause three times as long, and each final timing follows a pause ten times as long as
-    it is expected to take, both at most ``seconds``: kernels that can heat the GPU are timed
-    from the same, unthrottled state a benchmark running them in bursts sees, small kernels
-    tune without waiting."""
+    By default configs are ranked the way training and serving loops run them: back to back,
+    the GPU at its steady (on an H200, power-capped) clocks, the finalists in interleaved
+    rounds so that clock drift falls on all of them alike. With ``seconds > 0`` they are ranked
+    from idle instead, as a bursty workload sees them: each screening burst is followed by a
+    pause three times as long, and each final timing follows a pause ten times as long as it is
+    expected to take, both at most ``seconds`` (under a sustained load configs rank by energy
+    per tile, not by speed)."""
     if seconds < 0:
         raise ValueError(f"tune_rest needs seconds >= 0, got {seconds}")
     set_option("tune_rest", float(seconds))

@@ -202,9 +202,9 @@ def test_close_candidates_are_retimed_in_interleaved_rounds(monkeypatch):
 
 
 def test_finalists_are_timed_after_a_rest_on_a_gpu(monkeypatch):
-    # under a sustained load an H200 reaches its power cap and configs rank by energy, not
-    # speed: on a GPU screening runs short bursts with pauses three times as long, and every
-    # final timing follows a pause ten times its expected length (at most `tune_rest`)
+    # with `tune_rest` > 0 configs are ranked from idle: on a GPU screening runs short bursts
+    # with pauses three times as long, and every final timing follows a pause ten times its
+    # expected length (at most `tune_rest`); by default (0) they are ranked hot, no pauses
     import tilus
     from tilus.tune import tuner
     from tilus.tune.timing import Timing
@@ -224,7 +224,7 @@ def test_finalists_are_timed_after_a_rest_on_a_gpu(monkeypatch):
     cands = [({"c": i}, lambda *a: None) for i in range(3)]
     finals = 3 * tuner.FINAL_ROUNDS
     burst = [0.03]  # a big matmul: 30 ms per screening timing of 10 runs
-    with tilus.option.scoped(bench_repeat=50):
+    with tilus.option.scoped(bench_repeat=50, tune_rest=0.4):
         tune(cands, lambda: [], outputs=[], check=False, cuda=True)
     assert repeats == [10] * 3 + [None] * finals  # None: bench_repeat
     assert slept[:3] == pytest.approx([0.09] * 3)  # 3 x 30 ms
@@ -232,13 +232,14 @@ def test_finalists_are_timed_after_a_rest_on_a_gpu(monkeypatch):
     assert slept[3:] == pytest.approx([0.4] * finals)  # 10 x 5 x 30 ms, capped at tune_rest
     slept.clear()
     burst[0] = 1e-4  # a small kernel: next to no pause
-    with tilus.option.scoped(bench_repeat=50):
+    with tilus.option.scoped(bench_repeat=50, tune_rest=0.4):
         tune(cands, lambda: [], outputs=[], check=False, cuda=True)
     assert slept[3:] == pytest.approx([10 * 5 * 1e-4] * finals)
     slept.clear()
     burst[0] = 0.03
     with tilus.option.scoped(tune_rest=0.0):
         tune(cands, lambda: [], outputs=[], check=False, cuda=True)
+    tune(cands, lambda: [], outputs=[], check=False, cuda=True)  # the default: ranked hot
     tune(cands, lambda: [], outputs=[], check=False, cuda=False)  # the interpreter: no rest
     assert slept == []
     with pytest.raises(ValueError):
