@@ -35,6 +35,7 @@ for _p in (_HERE.parent, _HERE.parent / "hopper_matmul"):
 from example_support import cuda_torch, gpu_time, print_table  # noqa: E402
 from matmul_v4 import Pipeline  # noqa: E402
 from matmul_v6 import MatmulWGMMAV6, sm_count  # noqa: E402
+from matmul_v7 import MatmulV7  # noqa: E402
 
 from tilus import (  # noqa: E402
     GlobalTensor,
@@ -43,6 +44,7 @@ from tilus import (  # noqa: E402
     float8_e4m3,
     float32,
     int32,
+    uint32,
 )
 from tilus.utils import cdiv  # noqa: E402
 
@@ -153,6 +155,107 @@ class MatmulFP8(MatmulWGMMAV6):
         with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
             self.setmaxnreg(232)
             self.consume_fp8(1, pipe, sa, sb, gc, gsa, gsb, scale, k_size, num_m, num_n)
+
+
+# (block_m, block_n, num_stages, swizzle) of the ping-pong kernel: whole C tiles per consumer
+# warp group (128 x 128 or 64 x 256: 128 accumulator registers a thread) and the deepest ring
+# that fits beside the group's two bf16 C tiles (an fp8 stage is (block_m + block_n) x 128 B).
+@tilus.autotune(
+    "block_m, block_n, num_stages, swizzle",
+    [(128, 128, 4, 8), (128, 128, 5, 8), (128, 128, 4, 4), (64, 256, 4, 8), (64, 256, 4, 4)],
+)
+@tilus.autotune("block_k", [128])
+class MatmulFP8PingPong(MatmulV7):
+    """fp8 on V7's structure (examples/hopper_matmul/matmul_v7.py): persistent blocks, two
+    consumer warp groups taking alternate whole C tiles, handing the tensor cores to each other
+    (so one group's scaled epilogue and TMA store overlap the other's WGMMAs); no split-K."""
+
+    dtype = float8_e4m3
+
+    def __init__(
+        self, num_stages, block_m, block_n, block_k, swizzle, num_sms=None, row_scales=True
+    ):
+        super().__init__(num_stages, block_m, block_n, block_k, swizzle, 1, num_sms)
+        self.row_scales = row_scales
+
+    def consume_fp8(self, group: int, pipe, order, sa, sb, gc, gsa, gsb, scale: float32,
+                    k_size: int, num_m: int32, num_n: int):  # fmt: skip
+        """Consumer warp group ``group``: the block's tiles ``group``, ``group + 2``, ..."""
+        bm, bn = self.block_m, self.block_n
+        num_units = num_m * num_n
+        k_tiles = cdiv(k_size, self.block_k)
+        order_phase: uint32 = 1 - group  # group 0 starts first
+        sc = self.shared_tensor(dtype=bfloat16, shape=[bm, bn])
+        if group == 1 and self.blockIdx.x < num_units:  # after group 0's first tile's slots
+            self.skip(pipe, k_tiles)
+        for unit in self.range(self.blockIdx.x + group * self.num_sms, num_units,
+                               2 * self.num_sms):  # fmt: skip
+            m_tile, n_tile = self.tile_coords(unit, num_m, num_n)
+            acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
+            self.mbarrier.wait(order[group], phase=order_phase)  # the other group's turn ended
+            order_phase ^= 1
+            self.mainloop_pp(pipe, sa, sb, acc, k_tiles)
+            with self.single_thread():
+                self.mbarrier.arrive(order[1 - group])  # hand the tensor cores over
+            if unit + self.num_sms < num_units:  # skip the other group's next tile
+                self.skip(pipe, k_tiles)
+            if self.row_scales:  # scaled in place: no second accumulator-sized tile
+                ra = self.load_global(gsa, offsets=[m_tile * bm, 0], shape=[bm, 1])
+                acc *= ra * scale
+                acc *= self.load_global(gsb, offsets=[0, n_tile * bn], shape=[1, bn])
+            else:
+                acc *= scale
+            with self.single_thread():  # the previous tile's TMA store has read sc
+                self.tma.wait_group(0, read=True)
+            self.sync()
+            self.store_shared(sc, self.cast(acc, dtype=bfloat16))
+            self.fence.proxy_async(space="shared")  # generic writes visible to TMA
+            self.sync()
+            with self.single_thread():
+                self.tma.shared_to_global(sc, gc, offsets=[m_tile * bm, n_tile * bn])
+                self.tma.commit_group()
+        with self.single_thread():
+            self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+
+    def __call__(
+        self,
+        m_size: int32,
+        n_size: int,
+        k_size: int,
+        a_ptr: ~float8_e4m3,
+        b_ptr: ~float8_e4m3,
+        sa_ptr: ~float32,
+        sb_ptr: ~float32,
+        scale: float32,
+        c_ptr: ~bfloat16,
+    ):
+        self.launch(m_size, n_size)
+        num_stages, block_m, block_n = self.num_stages, self.block_m, self.block_n
+        num_m = cdiv(m_size, block_m)
+        num_n = cdiv(n_size, block_n)
+        ga = self.global_view(a_ptr, dtype=float8_e4m3, shape=[m_size, k_size])
+        gb = self.global_view(b_ptr, dtype=float8_e4m3, shape=[n_size, k_size])
+        gc = self.global_view(c_ptr, dtype=bfloat16, shape=[m_size, n_size])
+        gsa = self.global_view(sa_ptr, dtype=float32, shape=[m_size, 1])
+        gsb = self.global_view(sb_ptr, dtype=float32, shape=[1, n_size])
+        sa = self.shared_tensor(dtype=float8_e4m3, shape=[num_stages, block_m, self.block_k])
+        sb = self.shared_tensor(dtype=float8_e4m3, shape=[num_stages, block_n, self.block_k])
+        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=1)
+        order = self.mbarrier.alloc([1, 1])  # order[g]: the other group left the tensor cores
+
+        with self.warp_group(8, 4):  # producer warp group: threads 256-383
+            self.setmaxnreg(40)
+            with self.single_warp(0):
+                filled = self.produce_all(pipe, sa, sb, ga, gb, k_size, num_m, num_n)
+                for _ in self.range(min(num_stages, filled)):  # drain the slots in use
+                    pipe.producer_acquire()
+                    pipe.producer_advance()
+        with self.warp_group(0, 4):  # consumer warp group 0: the block's even tiles
+            self.setmaxnreg(232)
+            self.consume_fp8(0, pipe, order, sa, sb, gc, gsa, gsb, scale, k_size, num_m, num_n)
+        with self.warp_group(4, 4):  # consumer warp group 1: the odd tiles
+            self.setmaxnreg(232)
+            self.consume_fp8(1, pipe, order, sa, sb, gc, gsa, gsb, scale, k_size, num_m, num_n)
 
 
 def quantized_inputs(torch, m: int, n: int, k: int, device="cpu", seed=None):

@@ -28,6 +28,7 @@ if str(_HERE.parent) not in sys.path:
 from example_support import cuda_torch, gpu_time, print_table  # noqa: E402
 
 from tilus import bfloat16, float8_e4m3, float32, int32  # noqa: E402
+from tilus.ir.layout import local  # noqa: E402
 from tilus.utils import cdiv  # noqa: E402
 
 FP8_MAX = 448.0
@@ -36,36 +37,102 @@ CPU_SIZES = [(37, 200), (5, 1000)]  # (m, n): ragged rows and row lengths
 GPU_SIZES = [(4096, 7168), (16384, 4096), (3000, 5000)]
 
 
-def pow2_at_least(n: int) -> int:
-    """The smallest power of two >= ``n`` (at least 16: one 16-byte vector of fp8)."""
-    p = 16
-    while p < n:
-        p *= 2
-    return p
+def sm_count() -> int:
+    """Streaming multiprocessors of the current CUDA device (132, an H200's, without one)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(
+                torch.cuda.current_device()
+            ).multi_processor_count
+    except ImportError:
+        pass
+    return 132
 
 
-@tilus.autotune("rows, warps", [(1, 4), (1, 8), (2, 4), (4, 4), (4, 8)])
+def row_tile(n: int, granule: int) -> int:
+    """The tile's row length: ``n`` rounded up to a multiple of ``granule`` (the elements one
+    pass of the block's threads covers), so the ragged tail costs at most one vector a thread."""
+    return cdiv(n, granule) * granule
+
+
+# (rows, warps, blocks_per_sm, vector): blocks_per_sm = 0 is a block per `rows` rows; otherwise
+# persistent blocks (that many an SM) loop over the rows, the next rows' loads issued before
+# the current rows' reduction so that loads stay in flight while a block reduces and stores.
+# vector: contiguous elements a thread holds (16: 16-byte fp8 stores too).
+SPACE = [
+    (1, 4, 0, 8),
+    (1, 8, 0, 8),
+    (2, 4, 0, 8),
+    (1, 4, 0, 16),
+    (1, 8, 0, 16),
+    (1, 4, 3, 8),
+    (1, 4, 4, 8),
+    (1, 4, 6, 8),
+    (1, 8, 2, 8),
+    (1, 4, 3, 16),
+    (1, 8, 2, 16),
+    (2, 8, 1, 8),
+    (1, 16, 1, 8),
+]
+
+
+@tilus.autotune("rows, warps, blocks_per_sm, vector", SPACE)
 class PerTokenCast(tilus.Script):
-    """bf16 rows to e4m3 with one float32 scale per row."""
+    """bf16 rows to e4m3 with one float32 scale per row; ``num_sms`` (default: the GPU's SM
+    count) sizes the persistent grid."""
 
-    def __init__(self, rows, warps):
+    def __init__(self, rows, warps, blocks_per_sm=0, vector=8, num_sms=None):
+        """``vector``: contiguous elements a thread holds (8: 16-byte bf16 loads; 16: 16-byte
+        fp8 stores as well, the layout pinned)."""
         super().__init__()
         self.rows = rows
         self.warps = warps
+        self.blocks_per_sm = blocks_per_sm
+        self.vector = vector
+        self.num_sms = num_sms if num_sms is not None else sm_count()
+
+    def load_rows(self, gx, row, bn: int):
+        """The bf16 tile ``[rows, bn]`` at ``row`` (``vector`` contiguous elements a thread)."""
+        x = self.load_global(gx, offsets=[row, 0], shape=[self.rows, bn])
+        if self.vector != 8:
+            threads = 32 * self.warps // self.rows
+            reps = bn // (threads * self.vector)
+            self.annotate_layout(
+                x, local(1, reps).spatial(self.rows, threads).local(1, self.vector)
+            )
+        return x
+
+    def quantize(self, x, gq, gs, row: int32):
+        """Scale and round the bf16 rows ``x`` (starting at ``row``), store codes and scales."""
+        xf = self.cast(x, float32)
+        amax = self.maximum(self.max(self.abs(xf), dim=1, keepdim=True), MIN_AMAX)
+        inv = FP8_MAX / amax  # one division per row
+        self.store_global(gq, self.cast(xf * inv, float8_e4m3), offsets=[row, 0])
+        self.store_global(gs, amax * (1.0 / FP8_MAX), offsets=[row, 0])
 
     def __call__(self, m: int32, n: int, x_ptr: ~bfloat16, q_ptr: ~float8_e4m3, s_ptr: ~float32):
-        bn = pow2_at_least(n)
-        self.attrs.blocks = cdiv(m, self.rows)
+        rows = self.rows
+        bn = row_tile(n, self.vector * 32 * self.warps // rows)
+        num_tiles = cdiv(m, rows)
         self.attrs.warps = self.warps
         gx = self.global_view(x_ptr, dtype=bfloat16, shape=[m, n])
         gq = self.global_view(q_ptr, dtype=float8_e4m3, shape=[m, n])
         gs = self.global_view(s_ptr, dtype=float32, shape=[m, 1])
-        row: int32 = self.blockIdx.x * self.rows
-        x = self.cast(self.load_global(gx, offsets=[row, 0], shape=[self.rows, bn]), float32)
-        amax = self.maximum(self.max(self.abs(x), dim=1, keepdim=True), MIN_AMAX)
-        inv = FP8_MAX / amax  # one division per row
-        self.store_global(gq, self.cast(x * inv, float8_e4m3), offsets=[row, 0])
-        self.store_global(gs, amax * (1.0 / FP8_MAX), offsets=[row, 0])
+        if self.blocks_per_sm == 0:
+            self.attrs.blocks = num_tiles
+            row: int32 = self.blockIdx.x * rows
+            self.quantize(self.load_rows(gx, row, bn), gq, gs, row)
+        else:
+            grid = self.blocks_per_sm * self.num_sms
+            self.attrs.blocks = min(num_tiles, grid)
+            x = self.load_rows(gx, self.blockIdx.x * rows, bn)
+            for tile in self.range(self.blockIdx.x, num_tiles, grid):
+                # the next tile's loads go out first (rows past m read nothing)
+                nxt = self.load_rows(gx, (tile + grid) * rows, bn)
+                self.quantize(x, gq, gs, tile * rows)
+                x = nxt
 
 
 def reference(torch, x):

@@ -17,17 +17,20 @@ class Cast(Script):
     """``dst[i] = cast(src[i])`` over ``n`` elements, each side a flat buffer of its dtype
     (sub-byte types packed), rounding as every tilus cast does."""
 
-    def __init__(self, src: DataType, dst: DataType):
+    def __init__(self, src: DataType, dst: DataType, block: int = BLOCK, warps: int = 4):
+        """``block`` elements (a multiple of 32) over ``warps`` warps per block."""
         super().__init__()
         self.src, self.dst = src, dst
+        self.block, self.warps = block, warps
 
     def __call__(self, n: int32, src_ptr: void_p, dst_ptr: void_p):
-        self.attrs.blocks = [cdiv(n, BLOCK)]
-        self.attrs.warps = 4
+        block = self.block
+        self.attrs.blocks = [cdiv(n, block)]
+        self.attrs.warps = self.warps
         gs = self.global_view(src_ptr, dtype=self.src, shape=[n])
         gd = self.global_view(dst_ptr, dtype=self.dst, shape=[n])
-        t = self.load_global(gs, offsets=[self.blockIdx.x * BLOCK], shape=[BLOCK])
-        self.store_global(gd, self.cast(t, self.dst), offsets=[self.blockIdx.x * BLOCK])
+        t = self.load_global(gs, offsets=[self.blockIdx.x * block], shape=[block])
+        self.store_global(gd, self.cast(t, self.dst), offsets=[self.blockIdx.x * block])
 
 
 @functools.cache
