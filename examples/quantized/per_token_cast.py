@@ -35,6 +35,7 @@ FP8_MAX = 448.0
 MIN_AMAX = 1e-10  # an all-zero row quantizes to zeros with a tiny (finite) scale
 CPU_SIZES = [(37, 200), (5, 1000)]  # (m, n): ragged rows and row lengths
 GPU_SIZES = [(4096, 7168), (16384, 4096), (3000, 5000)]
+CPU_CONFIGS = [(2, 4, 0, 8), (1, 4, 3, 16)]  # (rows, warps, blocks_per_sm, vector)
 
 
 def sm_count() -> int:
@@ -182,9 +183,11 @@ def main() -> int:
     gpu = cuda_torch()
     rows, status = [], 0
     if gpu is None:
-        kernels = [
-            (f"rows={r} warps={w}", PerTokenCast(rows=r, warps=w)) for r, w in [(1, 4), (4, 4)]
-        ]
+        kernels = [  # a block per row group, and persistent blocks (2 "SMs": several rows each)
+            (f"rows={r} warps={w} blocks_per_sm={b} vector={v}",
+             PerTokenCast(rows=r, warps=w, blocks_per_sm=b, vector=v, num_sms=2))
+            for r, w, b, v in CPU_CONFIGS
+        ]  # fmt: skip
         sizes, device = CPU_SIZES, "cpu"
     else:
         kernels, sizes, device = [("tuned", PerTokenCast())], GPU_SIZES, "cuda"
