@@ -148,18 +148,20 @@ def matmul_case(torch, flush, reps, rows):
          value=2 * m * n * k / base2 / 1e9, ratio=base / base2)  # fmt: skip
 
 
-#: (block, warps) of the packed-cast probe
-LOWBIT_SPACE = [(1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8)]
+#: (block, warps, vector) of the packed-cast probe (vector 0: the layout inferred)
+LOWBIT_SPACE = [(1024, 4, 0), (4096, 8, 0), (4096, 4, 32), (8192, 8, 32), (16384, 8, 32)]
 
 
 def lowbit_case(torch, flush, reps, rows):
     """The packed casts of ``bench/lowbit_casts.py`` at a few block sizes, against ``copy_``."""
     import lowbit_casts as lc
+    import numpy as np
 
     import tilus
     from tilus.kernels.cast import Cast
+    from tilus.packing import unpack
 
-    space = tilus.autotune("block, warps", LOWBIT_SPACE)(type("CastSpace", (Cast,), {}))
+    space = tilus.autotune("block, warps, vector", LOWBIT_SPACE)(type("CastSpace", (Cast,), {}))
     n = LOWBIT_NUMEL
     for src, dst in lc.CASTS:
         x = tilus.Tensor(src, [n], torch.randint(0, 256, ((n * src.nbits + 7) // 8,),
@@ -173,21 +175,37 @@ def lowbit_case(torch, flush, reps, rows):
         half = (x.nbytes + y.nbytes) // 2
         a = torch.empty(half, dtype=torch.uint8, device="cuda")
         b = torch.empty_like(a)
-        precompile([(space(src, dst, block=b, warps=w), (n, xs, ys)) for b, w in LOWBIT_SPACE])
+        precompile([(space(src, dst, block=bl, warps=wa, vector=ve), (n, xs, ys))
+                    for bl, wa, ve in LOWBIT_SPACE])  # fmt: skip
+        # a ragged size, checked bit for bit against the interpreter's cast
+        small = 3 * 4096 + 77
+        if src.nbits % 8:
+            xc = tilus.Tensor(src, [small], x.storage[: (small * src.nbits + 7) // 8].clone())
+        else:  # finite values (as bench/lowbit_casts.py checks)
+            xc = tilus.randn([small], src, device="cuda", seed=1)
+        want = unpack(tilus.Tensor(src, [small], xc.storage.cpu()).to(dst).storage.numpy(),
+                      dst.nbits, small)  # fmt: skip
         copy_ms = time_ms(lambda d=b, c=a: d.copy_(c), torch, flush, reps)
         shape = f"{src}->{dst}"
         _row(rows, kernel="copy", shape=shape, config="-", ms=copy_ms, metric="GB/s",
              value=2 * half / copy_ms / 1e6, ratio=1.0)  # fmt: skip
-        for block, warps in LOWBIT_SPACE:
-            k = space(src, dst, block=block, warps=warps)
+        for block, warps, vector in LOWBIT_SPACE:
+            k = space(src, dst, block=block, warps=warps, vector=vector)
+            label = f"block={block},warps={warps},vector={vector}"
             try:
+                yc = tilus.empty([small], dst, device="cuda")
+                k(small, operand(xc), operand(yc))
+                got = unpack(yc.storage.cpu().numpy(), dst.nbits, small)
+                if not np.array_equal(got, want):
+                    _row(rows, kernel="Cast", shape=shape, config=label, note="FAIL bits")
+                    continue
                 k(n, xs, ys)
                 ms = time_ms(lambda k=k, t=(n, xs, ys): k(*t), torch, flush, reps)
             except Exception as e:  # noqa: BLE001 - a config that fails is listed
-                _row(rows, kernel="Cast", shape=shape, config=f"block={block},warps={warps}",
+                _row(rows, kernel="Cast", shape=shape, config=label,
                      note=type(e).__name__)  # fmt: skip
                 continue
-            _row(rows, kernel="Cast", shape=shape, config=f"block={block},warps={warps}",
+            _row(rows, kernel="Cast", shape=shape, config=label,
                  ms=ms, metric="GB/s", value=2 * half / ms / 1e6, ratio=copy_ms / ms,
                  registers=_registers(k, n, xs, ys))  # fmt: skip
 

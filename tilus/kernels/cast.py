@@ -6,6 +6,7 @@ import functools
 
 from tilus import tensor as _tensor
 from tilus.dtypes import DataType, int32, void_p
+from tilus.ir.layout import local
 from tilus.lang.script import Script
 from tilus.utils import cdiv
 
@@ -17,11 +18,14 @@ class Cast(Script):
     """``dst[i] = cast(src[i])`` over ``n`` elements, each side a flat buffer of its dtype
     (sub-byte types packed), rounding as every tilus cast does."""
 
-    def __init__(self, src: DataType, dst: DataType, block: int = BLOCK, warps: int = 4):
-        """``block`` elements (a multiple of 32) over ``warps`` warps per block."""
+    def __init__(
+        self, src: DataType, dst: DataType, block: int = BLOCK, warps: int = 4, vector: int = 0
+    ):
+        """``block`` elements (a multiple of 32) over ``warps`` warps per block; ``vector`` > 0
+        pins the layout to that many contiguous elements a thread (0: inferred)."""
         super().__init__()
         self.src, self.dst = src, dst
-        self.block, self.warps = block, warps
+        self.block, self.warps, self.vector = block, warps, vector
 
     def __call__(self, n: int32, src_ptr: void_p, dst_ptr: void_p):
         block = self.block
@@ -30,7 +34,12 @@ class Cast(Script):
         gs = self.global_view(src_ptr, dtype=self.src, shape=[n])
         gd = self.global_view(dst_ptr, dtype=self.dst, shape=[n])
         t = self.load_global(gs, offsets=[self.blockIdx.x * block], shape=[block])
-        self.store_global(gd, self.cast(t, self.dst), offsets=[self.blockIdx.x * block])
+        r = self.cast(t, self.dst)
+        if self.vector:  # pinned on the side of at least a byte (packed tiles take no layout)
+            threads = 32 * self.warps
+            layout = local(block // (threads * self.vector)).spatial(threads).local(self.vector)
+            self.annotate_layout(r if self.src.nbits % 8 else t, layout)
+        self.store_global(gd, r, offsets=[self.blockIdx.x * block])
 
 
 @functools.cache
