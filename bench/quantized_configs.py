@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,11 +24,33 @@ for p in (REPO, REPO / "bench", REPO / "examples" / "quantized"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from rowwise import config_text, time_ms  # noqa: E402 - the shared timing helpers
+from rowwise import config_text  # noqa: E402 - the shared timing helpers
+from rowwise import time_ms as _time_ms  # noqa: E402
+
+import tilus  # noqa: E402
 
 CAST_SHAPES = [(4096, 7168), (16384, 4096), (3000, 5000)]
 MATMUL_SHAPE = (8192, 8192, 8192)
 LOWBIT_NUMEL = 1 << 28
+DEV = "cuda"  # "cpu" in a --dry-run: the interpreter at tiny sizes, wall-clock times
+
+
+EXTRA: dict = {}  # constructor arguments of the persistent kernels (2 "SMs" in a dry run)
+
+
+def _dry_run_sizes() -> None:
+    global DEV, CAST_SHAPES, MATMUL_SHAPE, LOWBIT_NUMEL, EXTRA
+    DEV, CAST_SHAPES, MATMUL_SHAPE, LOWBIT_NUMEL = "cpu", [(7, 300)], (130, 136, 160), 3 * 4096 + 77
+    EXTRA = {"num_sms": 2}
+
+
+def time_ms(fn, torch, flush, reps):
+    """rowwise's CUDA-event median on a GPU; one wall-clock run in a dry run."""
+    if DEV == "cuda":
+        return _time_ms(fn, torch, flush, reps)
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
 
 
 def _row(rows, **kw):
@@ -40,21 +63,39 @@ def _row(rows, **kw):
           f"{ratio:>6s} {reg!s:>4s}", flush=True)  # fmt: skip
 
 
-def precompile(jobs) -> None:
-    """``tilus.compile(kernel, *args)`` for each ``(kernel, args)`` of ``jobs`` in threads (NVRTC
-    runs outside the GIL), so the timings below find every kernel in the cache."""
-    from concurrent.futures import ThreadPoolExecutor
+def _compile_job(job) -> str | None:
+    """Build one pinned kernel into the cache (in a worker process); None, or why it failed."""
+    import importlib
 
     import tilus
 
-    def one(job):
-        try:
-            tilus.compile(job[0], *job[1])
-        except Exception:  # noqa: BLE001 - the timing reports the failure
-            pass
+    module, name, args, kwargs, values = job
+    cls = getattr(importlib.import_module(module), name)
+    args = [getattr(tilus, a[1:]) if isinstance(a, str) and a[:1] == "@" else a for a in args]
+    try:
+        tilus.compile(cls(*args, **kwargs), *values)
+    except Exception as e:  # noqa: BLE001 - the timing reports the failure
+        return f"{type(e).__name__}: {e}"
+    return None
 
-    with ThreadPoolExecutor(8) as ex:
-        list(ex.map(one, jobs))
+
+def precompile(pool, jobs) -> list:
+    """Futures of ``_compile_job`` over ``jobs``, ``(module, class, args, kwargs, call)``:
+    every config transpiled and compiled in worker processes (the transpiler holds the GIL), so
+    the timings find each kernel in the cache; tensors in ``call`` become None (a compile does
+    not read them), dtypes in ``args`` are passed by name."""
+    if pool is None:
+        return []
+
+    def plain(v):
+        return None if hasattr(v, "data_ptr") or hasattr(v, "storage") else v
+
+    def dtype(v):
+        return f"@{v.name}" if hasattr(v, "nbits") else v
+
+    return [pool.submit(_compile_job, (mod, cls, [dtype(a) for a in args], kw,
+                                       [plain(v) for v in call]))
+            for mod, cls, args, kw, call in jobs]  # fmt: skip
 
 
 def _registers(kernel, *args) -> int | str:
@@ -73,24 +114,29 @@ def cast_case(torch, flush, reps, rows):
 
     space = ptc.PerTokenCast().configs
     for m, n in CAST_SHAPES:
-        x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
-        q = torch.empty(m, n, dtype=torch.float8_e4m3fn, device="cuda")
-        s = torch.empty(m, dtype=torch.float32, device="cuda")
-        precompile([(ptc.PerTokenCast(**cfg), (m, n, x, q, s)) for cfg in space])
+        x = (torch.randn(m, n, device=DEV) * torch.rand(m, 1, device=DEV) * 10).to(torch.bfloat16)
+        x[m // 2] = 0  # an all-zero row
+        q_ref, s_ref = ptc.reference(torch, x)
+        codes_ref = q_ref.view(torch.uint8)
+        q = torch.empty(m, n, dtype=torch.float8_e4m3fn, device=DEV)
+        s = torch.empty(m, dtype=torch.float32, device=DEV)
         moved = 3 * m * n + 4 * m
-        src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")
+        src = torch.empty(moved // 2, dtype=torch.uint8, device=DEV)
         dst = torch.empty_like(src)
         copy_ms = time_ms(lambda d=dst, c=src: d.copy_(c), torch, flush, reps)
         _row(rows, kernel="copy", shape=f"{m}x{n}", config="-", ms=copy_ms, metric="GB/s",
              value=moved / copy_ms / 1e6, ratio=1.0)  # fmt: skip
         for cfg in space:
-            k = ptc.PerTokenCast(**cfg)
+            k = ptc.PerTokenCast(**cfg, **EXTRA)
             label = config_text(cfg)
             try:
-                ok, note, *_ = ptc.run_once(k, torch, m, n, "cuda")
-                if not ok:
+                q.view(torch.uint8).fill_(0x7F)  # NaN codes
+                s.fill_(float("nan"))
+                k(m, n, x, q, s)
+                off = int((q.view(torch.uint8) != codes_ref).sum())
+                if off or not torch.allclose(s, s_ref, rtol=1e-6, atol=0):
                     _row(rows, kernel="PerTokenCast", shape=f"{m}x{n}", config=label,
-                         note=f"FAIL {note}")  # fmt: skip
+                         note=f"FAIL {off} codes")  # fmt: skip
                     continue
                 ms = time_ms(lambda k=k, t=(m, n, x, q, s): k(*t), torch, flush, reps)
             except Exception as e:  # noqa: BLE001 - a config that fails is listed
@@ -108,25 +154,26 @@ def matmul_case(torch, flush, reps, rows):
     import matmul_fp8 as mf
 
     m, n, k = MATMUL_SHAPE
-    a8, b8, sa, sb, scale = mf.quantized_inputs(torch, m, n, k, "cuda")
-    c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    a8, b8, sa, sb, scale = mf.quantized_inputs(torch, m, n, k, DEV)
+    c = torch.empty(m, n, dtype=torch.bfloat16, device=DEV)
     shape = f"{m}x{n}x{k}"
     args = (m, n, k, a8, b8, sa, sb, scale, c)
     kernels = [(cls, cfg) for cls in (mf.MatmulFP8PingPong, mf.MatmulFP8) for cfg in cls().configs]
-    precompile([(cls(**cfg), args) for cls, cfg in kernels])
     ref = mf.reference(torch, a8, b8, sa, sb, scale)
     ref_max = float(ref.abs().max())
     sa_t, sb_t = (sa * scale)[:, None].contiguous(), sb[None, :].contiguous()
 
     def cublas():
-        torch._scaled_mm(a8, b8.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16)
+        if DEV == "cpu":  # a dry run: a float32 matmul stands in
+            return torch.matmul(a8.float(), b8.float().T)
+        return torch._scaled_mm(a8, b8.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16)
 
     cublas()
     base = time_ms(cublas, torch, flush, reps)
     _row(rows, kernel="cuBLAS (row)", shape=shape, config="-", ms=base, metric="TFLOPS",
          value=2 * m * n * k / base / 1e9, ratio=1.0)  # fmt: skip
     for cls, cfg in kernels:
-        kern = cls(**cfg)
+        kern = cls(**cfg, **EXTRA)
         label = config_text(cfg)
         try:
             c.fill_(float("nan"))
@@ -156,33 +203,31 @@ def lowbit_case(torch, flush, reps, rows):
     """The packed casts of ``bench/lowbit_casts.py`` at a few block sizes, against ``copy_``."""
     import lowbit_casts as lc
     import numpy as np
+    import quantized_configs as qc
 
     import tilus
-    from tilus.kernels.cast import Cast
     from tilus.packing import unpack
 
-    space = tilus.autotune("block, warps, vector", LOWBIT_SPACE)(type("CastSpace", (Cast,), {}))
+    space = qc.CastSpace  # by its module's name, as the compile workers see it
     n = LOWBIT_NUMEL
     for src, dst in lc.CASTS:
         x = tilus.Tensor(src, [n], torch.randint(0, 256, ((n * src.nbits + 7) // 8,),
-                                                 dtype=torch.uint8, device="cuda"))  # fmt: skip
-        y = tilus.empty([n], dst, device="cuda")
+                                                 dtype=torch.uint8, device=DEV))  # fmt: skip
+        y = tilus.empty([n], dst, device=DEV)
 
         def operand(t):
             return t.storage if t.dtype.nbits % 8 else t.torch().reshape(-1)
 
         xs, ys = operand(x), operand(y)
         half = (x.nbytes + y.nbytes) // 2
-        a = torch.empty(half, dtype=torch.uint8, device="cuda")
+        a = torch.empty(half, dtype=torch.uint8, device=DEV)
         b = torch.empty_like(a)
-        precompile([(space(src, dst, block=bl, warps=wa, vector=ve), (n, xs, ys))
-                    for bl, wa, ve in LOWBIT_SPACE])  # fmt: skip
         # a ragged size, checked bit for bit against the interpreter's cast
         small = 3 * 4096 + 77
         if src.nbits % 8:
             xc = tilus.Tensor(src, [small], x.storage[: (small * src.nbits + 7) // 8].clone())
         else:  # finite values (as bench/lowbit_casts.py checks)
-            xc = tilus.randn([small], src, device="cuda", seed=1)
+            xc = tilus.randn([small], src, device=DEV, seed=1)
         want = unpack(tilus.Tensor(src, [small], xc.storage.cpu()).to(dst).storage.numpy(),
                       dst.nbits, small)  # fmt: skip
         copy_ms = time_ms(lambda d=b, c=a: d.copy_(c), torch, flush, reps)
@@ -193,7 +238,7 @@ def lowbit_case(torch, flush, reps, rows):
             k = space(src, dst, block=block, warps=warps, vector=vector)
             label = f"block={block},warps={warps},vector={vector}"
             try:
-                yc = tilus.empty([small], dst, device="cuda")
+                yc = tilus.empty([small], dst, device=DEV)
                 k(small, operand(xc), operand(yc))
                 got = unpack(yc.storage.cpu().numpy(), dst.nbits, small)
                 if not np.array_equal(got, want):
@@ -210,6 +255,35 @@ def lowbit_case(torch, flush, reps, rows):
                  registers=_registers(k, n, xs, ys))  # fmt: skip
 
 
+def _cast_space():
+    from tilus.kernels.cast import Cast
+
+    return tilus.autotune("block, warps, vector", LOWBIT_SPACE)(type("CastSpace", (Cast,), {}))
+
+
+CastSpace = _cast_space()  # the packed casts' probe space
+
+
+def jobs(name: str) -> list:
+    """The compile jobs of case ``name`` (see :func:`precompile`)."""
+    if name == "cast":
+        import per_token_cast as ptc
+
+        return [("per_token_cast", "PerTokenCast", [], {**cfg, **EXTRA}, [m, n, None, None, None])
+                for m, n in CAST_SHAPES for cfg in ptc.PerTokenCast().configs]  # fmt: skip
+    if name == "matmul":
+        import matmul_fp8 as mf
+
+        call = [*MATMUL_SHAPE, None, None, None, None, None, None]
+        return [("matmul_fp8", cls.__name__, [], {**cfg, **EXTRA}, call)
+                for cls in (mf.MatmulFP8PingPong, mf.MatmulFP8) for cfg in cls().configs]  # fmt: skip
+    import lowbit_casts as lc
+
+    return [("quantized_configs", "CastSpace", [s, d], dict(block=b, warps=w, vector=v),
+             [LOWBIT_NUMEL, None, None])
+            for s, d in lc.CASTS for b, w, v in LOWBIT_SPACE]  # fmt: skip
+
+
 CASES = {"cast": cast_case, "matmul": matmul_case, "lowbit": lowbit_case}
 
 
@@ -219,18 +293,37 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default="cast,matmul,lowbit")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--dry-run", action="store_true", help="the interpreter at tiny sizes")
     args = ap.parse_args(argv)
     import torch
 
-    if not torch.cuda.is_available():
-        print("no CUDA GPU")
+    if args.dry_run:
+        _dry_run_sizes()
+    elif not torch.cuda.is_available():
+        print("no CUDA GPU: use --dry-run")
         return 1
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    flush = torch.empty(256 << 20 if DEV == "cuda" else 16, dtype=torch.uint8, device=DEV)
     rows: list[dict] = []
     print(f"{'kernel':18s} {'shape':15s} {'config':44s} {'ms':>8s} {'value':>14s} {'ratio':>6s} "
           f"regs")  # fmt: skip
-    for name in args.cases.split(","):
-        CASES[name](torch, flush, args.reps, rows)
+    names = args.cases.split(",")
+    pool = None
+    if not args.dry_run:
+        import multiprocessing as mp
+        import os
+        from concurrent.futures import ProcessPoolExecutor
+
+        workers = max(1, min(12, (os.cpu_count() or 2) - 2))
+        pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+    futures = {name: precompile(pool, jobs(name)) for name in names}  # all cases at once
+    with tilus.option.scoped(interpret=args.dry_run):
+        for name in names:
+            failed = [f.result() for f in futures[name]]
+            for why in {w for w in failed if w}:
+                print(f"compile failure: {why.splitlines()[0][:150]}")
+            CASES[name](torch, flush, args.reps, rows)
+    if pool is not None:
+        pool.shutdown()
     best = {}
     for r in rows:
         if "ratio" in r and r["kernel"] not in ("copy",) and not r["kernel"].startswith("cuBLAS"):
