@@ -148,8 +148,21 @@ def cast_case(torch, flush, reps, rows):
                  registers=_registers(k, m, n, x, q, s))  # fmt: skip
 
 
+def matmul_kernels(mf) -> list:
+    """(class, config) of the matmul probe: every config of the three spaces, and the cluster
+    ones also on a grid of fewer clusters (two blocks of ~210 KB of shared memory must fit one
+    GPC: if fewer clusters than half the SMs can be resident, a full grid runs a second wave)."""
+    out = []
+    for cls in (mf.MatmulFP8PingPong, mf.MatmulFP8Cluster, mf.MatmulFP8):
+        for cfg in cls().configs:
+            out.append((cls, dict(cfg)))
+            if cls is mf.MatmulFP8Cluster and not EXTRA:
+                out.append((cls, dict(cfg, num_sms=mf.sm_count() - 12)))
+    return out
+
+
 def matmul_case(torch, flush, reps, rows):
-    """Every config of MatmulFP8 and MatmulFP8PingPong at 8192^3 with row scales, checked on
+    """Every config of the three fp8 matmuls at 8192^3 with row scales, checked on
     the GPU against torch float32 (NaN-poisoned C), timed against ``torch._scaled_mm``."""
     import matmul_fp8 as mf
 
@@ -158,7 +171,7 @@ def matmul_case(torch, flush, reps, rows):
     c = torch.empty(m, n, dtype=torch.bfloat16, device=DEV)
     shape = f"{m}x{n}x{k}"
     args = (m, n, k, a8, b8, sa, sb, scale, c)
-    kernels = [(cls, cfg) for cls in (mf.MatmulFP8PingPong, mf.MatmulFP8) for cfg in cls().configs]
+    kernels = matmul_kernels(mf)
     ref = mf.reference(torch, a8, b8, sa, sb, scale)
     ref_max = float(ref.abs().max())
     sa_t, sb_t = (sa * scale)[:, None].contiguous(), sb[None, :].contiguous()
@@ -173,7 +186,7 @@ def matmul_case(torch, flush, reps, rows):
     _row(rows, kernel="cuBLAS (row)", shape=shape, config="-", ms=base, metric="TFLOPS",
          value=2 * m * n * k / base / 1e9, ratio=1.0)  # fmt: skip
     for cls, cfg in kernels:
-        kern = cls(**cfg, **EXTRA)
+        kern = cls(**{**cfg, **EXTRA})
         label = config_text(cfg)
         try:
             c.fill_(float("nan"))
@@ -276,7 +289,7 @@ def jobs(name: str) -> list:
 
         call = [*MATMUL_SHAPE, None, None, None, None, None, None]
         return [("matmul_fp8", cls.__name__, [], {**cfg, **EXTRA}, call)
-                for cls in (mf.MatmulFP8PingPong, mf.MatmulFP8) for cfg in cls().configs]  # fmt: skip
+                for cls, cfg in matmul_kernels(mf)]  # fmt: skip
     import lowbit_casts as lc
 
     return [("quantized_configs", "CastSpace", [s, d], dict(block=b, warps=w, vector=v),

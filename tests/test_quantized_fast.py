@@ -46,6 +46,16 @@ def test_pingpong_fp8_matmul_ragged(row_scales):
     assert ok, (err, note)
 
 
+@pytest.mark.parametrize("row_scales", [True, False])
+def test_cluster_fp8_matmul_ragged(row_scales):
+    # 5 N tiles: the last pair's second tile is past N (its loads read zeros, its store clips)
+    cfg = dict(block_m=128, block_n=128, num_stages=3, swizzle=4, block_k=128)
+    kernel = matmul_fp8.MatmulFP8Cluster(**cfg, num_sms=4, row_scales=row_scales)
+    with tilus.option.scoped(interpret=True):
+        ok, err, note, *_ = matmul_fp8.run_once(kernel, torch, 200, 600, 384, "cpu", row_scales)
+    assert ok, (err, note)
+
+
 @pytest.mark.parametrize(
     "src, dst",
     [

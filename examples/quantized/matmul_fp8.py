@@ -157,6 +157,138 @@ class MatmulFP8(MatmulWGMMAV6):
             self.consume_fp8(1, pipe, sa, sb, gc, gsa, gsb, scale, k_size, num_m, num_n)
 
 
+class ClusterPipeline(Pipeline):
+    """:class:`Pipeline` of one block of a 2-block cluster whose slots the peer's producer also
+    writes into (a multicast half of the A tile): a slot is empty when the consumers of *both*
+    blocks are done with it, so each consumer warp group releases it on its own block's barrier
+    and on the peer's (``consumer_arrivals`` counts both blocks' groups)."""
+
+    def __init__(self, num_stages: int, consumer_arrivals: int, peer: int32):
+        super().__init__(num_stages, producer_arrivals=1, consumer_arrivals=consumer_arrivals)
+        self.peer: int32 = peer  # the other block's cluster rank
+
+    def consumer_release(self, stage: int32):
+        """Release ``stage`` here and in the peer block (one elected thread)."""
+        with self.single_thread():
+            self.mbarrier.arrive(self.empty[stage])
+            self.mbarrier.arrive_and_expect_tx_remote(self.empty[stage], 0, self.peer)
+
+
+@tilus.autotune("num_stages", [3, 4])
+@tilus.autotune("block_m, block_n", [(128, 256), (128, 128)])
+@tilus.autotune("block_k", [128])
+@tilus.autotune("swizzle", [4, 8])
+class MatmulFP8Cluster(MatmulFP8):
+    """:class:`MatmulFP8` in clusters of 2 blocks along N: the two blocks of a cluster compute
+    the C tiles ``(m, 2 p)`` and ``(m, 2 p + 1)``, which read the same A tile; each block loads
+    one half of it with a TMA multicast into both blocks' shared memory, so A costs each block
+    half the L2 traffic."""
+
+    def produce_pair(self, pipe, sa, sb, ga, gb, k_size: int, offset_m: int32, offset_n: int32):
+        """The producer warp over the K tiles of this block's C tile: its own B tile, and its
+        half of the shared A tile multicast to both blocks (each block's full barrier counts
+        both A halves and its B tile)."""
+        rank = self.cluster.blockRank
+        half_m = self.block_m // 2
+        for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+            pipe.producer_acquire()  # both blocks' consumers released the slot
+            stage = pipe.producer_stage
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(
+                    pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes
+                )
+            self.tma.global_to_shared(
+                src=ga,
+                dst=sa[stage, rank],
+                offsets=[offset_m + rank * half_m, offset_k],
+                mbarrier=pipe.producer_barrier(),
+                multicast_mask=0b11,
+            )
+            self.tma.global_to_shared(
+                src=gb,
+                dst=sb[stage],
+                offsets=[offset_n, offset_k],
+                mbarrier=pipe.producer_barrier(),
+            )
+            pipe.producer_advance()
+
+    def consume_pairs(self, half: int, pipe, sa, sb, gc, gsa, gsb, scale: float32, k_size: int,
+                      num_m: int32, num_n: int):  # fmt: skip
+        """Consumer warp group ``half`` over the cluster's tile pairs (this block's tile of each)."""
+        block_m_half = self.block_m // 2
+        clusters = self.num_sms // 2
+        num_pairs = num_m * cdiv(num_n, 2)
+        sc = self.shared_tensor(dtype=bfloat16, shape=[block_m_half, self.block_n])
+        for pair in self.range(self.blockIdx.x // 2, num_pairs, clusters):
+            m_tile, n_pair = self.tile_coords(pair, num_m, cdiv(num_n, 2))
+            offset_m: int32 = m_tile * self.block_m + half * block_m_half
+            offset_n: int32 = (2 * n_pair + self.cluster.blockRank) * self.block_n
+            acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+            self.mainloop(half, pipe, sa, sb, acc, k_size)
+            y = self.epilogue_scale(acc, gsa, gsb, scale, offset_m, offset_n)
+            with self.single_thread():
+                self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+            self.sync()
+            self.store_shared(sc, self.cast(y, dtype=bfloat16))
+            self.fence.proxy_async(space="shared")
+            self.sync()
+            with self.single_thread():
+                self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+                self.tma.commit_group()
+        with self.single_thread():
+            self.tma.wait_group(0, read=True)
+
+    def __call__(
+        self,
+        m_size: int32,
+        n_size: int,
+        k_size: int,
+        a_ptr: ~float8_e4m3,
+        b_ptr: ~float8_e4m3,
+        sa_ptr: ~float32,
+        sb_ptr: ~float32,
+        scale: float32,
+        c_ptr: ~bfloat16,
+    ):
+        num_stages = self.num_stages
+        block_m, block_n, block_k = self.block_m, self.block_n, self.block_k
+        num_m = cdiv(m_size, block_m)
+        num_n = cdiv(n_size, block_n)
+        num_pairs = num_m * cdiv(num_n, 2)
+        clusters = self.num_sms // 2
+        self.attrs.cluster_blocks = 2
+        self.attrs.blocks = 2 * min(num_pairs, clusters)
+        self.attrs.warps = 12
+
+        ga = self.global_view(a_ptr, dtype=float8_e4m3, shape=[m_size, k_size])
+        gb = self.global_view(b_ptr, dtype=float8_e4m3, shape=[n_size, k_size])
+        gc = self.global_view(c_ptr, dtype=bfloat16, shape=[m_size, n_size])
+        gsa = self.global_view(sa_ptr, dtype=float32, shape=[m_size, 1])
+        gsb = self.global_view(sb_ptr, dtype=float32, shape=[1, n_size])
+        sa = self.shared_tensor(dtype=float8_e4m3, shape=[num_stages, 2, block_m // 2, block_k])
+        sb = self.shared_tensor(dtype=float8_e4m3, shape=[num_stages, block_n, block_k])
+        pipe = ClusterPipeline(num_stages, 4, 1 - self.cluster.blockRank)
+        self.cluster.sync()  # the peer's barriers exist before anything lands in them
+
+        with self.warp_group(8, 4):
+            self.setmaxnreg(40)
+            with self.single_warp(0):
+                for pair in self.range(self.blockIdx.x // 2, num_pairs, clusters):
+                    m_tile, n_pair = self.tile_coords(pair, num_m, cdiv(num_n, 2))
+                    offset_n: int32 = (2 * n_pair + self.cluster.blockRank) * block_n
+                    self.produce_pair(pipe, sa, sb, ga, gb, k_size, m_tile * block_m, offset_n)
+                for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
+                    pipe.producer_acquire()  # both blocks' consumers are done with every slot
+                    pipe.producer_advance()
+        with self.warp_group(0, 4):
+            self.setmaxnreg(232)
+            self.consume_pairs(0, pipe, sa, sb, gc, gsa, gsb, scale, k_size, num_m, num_n)
+        with self.warp_group(4, 4):
+            self.setmaxnreg(232)
+            self.consume_pairs(1, pipe, sa, sb, gc, gsa, gsb, scale, k_size, num_m, num_n)
+        self.cluster.sync()  # no block exits while its peer may still arrive on its barriers
+
+
 # (block_m, block_n, num_stages, swizzle) of the ping-pong kernel: whole C tiles per consumer
 # warp group (128 x 128 or 64 x 256: 128 accumulator registers a thread) and the deepest ring
 # that fits beside the group's two bf16 C tiles (an fp8 stage is (block_m + block_n) x 128 B).

@@ -4,9 +4,16 @@ Each row gets the scale ``s = amax(|x|) / 448`` (448 is the largest e4m3 value; 
 row gets the scale of a tiny amax, so it stays zero) and ``q = x * (448 / amax)``, rounded to
 nearest even with saturation (``cvt.rn.satfinite.e4m3x2.f32``, two elements per
 instruction), so that ``q * s`` approximates ``x``. A block holds ``rows`` whole rows in
-registers (the row length rounded up to a power of two; the ragged tail reads as zero and is
-never stored): one max-reduction per row, one reciprocal per row, then a multiply and a
-conversion per element. The fp8 output moves as 16-byte vectors.
+registers as bf16 (the row length rounded up to a multiple of what one pass of the block's
+threads covers; the ragged tail reads as zero and is never stored): one max-reduction per
+row, one reciprocal per row, then a multiply and a conversion per element. Each thread holds
+``vector`` contiguous elements (8: 16-byte loads; 16: 16-byte fp8 stores too).
+
+Two forms share the autotune space: a block per row group (``blocks_per_sm=0``), or
+persistent blocks (``blocks_per_sm`` an SM) looping over the row groups with the *next*
+group's loads issued before the current group's reduction, so that HBM always has loads in
+flight while a block reduces and stores (a block per row group has none in flight between its
+loads and its stores).
 
 Run ``python examples/quantized/per_token_cast.py`` (the interpreter on CPU torch tensors
 without a GPU; CUDA with one). Results are checked against torch float32 computing the same

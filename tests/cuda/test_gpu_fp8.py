@@ -193,13 +193,18 @@ def _space(module, cls):
 
 
 @pytest.mark.parametrize(
-    "cls, cfg", _space("matmul_fp8", "MatmulFP8") + _space("matmul_fp8", "MatmulFP8PingPong")
+    "cls, cfg",
+    [
+        c
+        for name in ("MatmulFP8", "MatmulFP8PingPong", "MatmulFP8Cluster")
+        for c in _space("matmul_fp8", name)
+    ],  # fmt: skip
 )
 def test_every_matmul_fp8_config_ragged(cls, cfg):
     """Each config of both fp8 spaces at a ragged size (several tiles a block), both scalings."""
     mod = _example("matmul_fp8")
     for rs in (True, False):
-        kernel = getattr(mod, cls)(**cfg, row_scales=rs, num_sms=7)
+        kernel = getattr(mod, cls)(**cfg, row_scales=rs, num_sms=8)
         ok, err, note, _, _ = mod.run_once(kernel, _torch(), 1000, 520, 2064, "cuda", rs)
         assert ok, (cfg, rs, err, note)
 
