@@ -184,6 +184,15 @@ class MatmulFP8Cluster(MatmulFP8):
     one half of it with a TMA multicast into both blocks' shared memory, so A costs each block
     half the L2 traffic."""
 
+    def pair_tiles(self, pair: int32, num_m: int32, num_n: int):
+        """(m tile, n tile) of this block's C tile of pair ``pair``."""
+        m_tile, n_pair = self.tile_coords(pair, num_m, cdiv(num_n, 2))
+        return m_tile, 2 * n_pair + self.cluster.blockRank
+
+    def num_pairs(self, num_m: int32, num_n: int):
+        """Tile pairs of the launch."""
+        return num_m * cdiv(num_n, 2)
+
     def produce_pair(self, pipe, sa, sb, ga, gb, k_size: int, offset_m: int32, offset_n: int32):
         """The producer warp over the K tiles of this block's C tile: its own B tile, and its
         half of the shared A tile multicast to both blocks (each block's full barrier counts
@@ -217,12 +226,11 @@ class MatmulFP8Cluster(MatmulFP8):
         """Consumer warp group ``half`` over the cluster's tile pairs (this block's tile of each)."""
         block_m_half = self.block_m // 2
         clusters = self.num_sms // 2
-        num_pairs = num_m * cdiv(num_n, 2)
         sc = self.shared_tensor(dtype=bfloat16, shape=[block_m_half, self.block_n])
-        for pair in self.range(self.blockIdx.x // 2, num_pairs, clusters):
-            m_tile, n_pair = self.tile_coords(pair, num_m, cdiv(num_n, 2))
+        for pair in self.range(self.blockIdx.x // 2, self.num_pairs(num_m, num_n), clusters):
+            m_tile, n_tile = self.pair_tiles(pair, num_m, num_n)
             offset_m: int32 = m_tile * self.block_m + half * block_m_half
-            offset_n: int32 = (2 * n_pair + self.cluster.blockRank) * self.block_n
+            offset_n: int32 = n_tile * self.block_n
             acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
             self.mainloop(half, pipe, sa, sb, acc, k_size)
             y = self.epilogue_scale(acc, gsa, gsb, scale, offset_m, offset_n)
@@ -254,7 +262,7 @@ class MatmulFP8Cluster(MatmulFP8):
         block_m, block_n, block_k = self.block_m, self.block_n, self.block_k
         num_m = cdiv(m_size, block_m)
         num_n = cdiv(n_size, block_n)
-        num_pairs = num_m * cdiv(num_n, 2)
+        num_pairs = self.num_pairs(num_m, num_n)
         clusters = self.num_sms // 2
         self.attrs.cluster_blocks = 2
         self.attrs.blocks = 2 * min(num_pairs, clusters)
@@ -274,9 +282,10 @@ class MatmulFP8Cluster(MatmulFP8):
             self.setmaxnreg(40)
             with self.single_warp(0):
                 for pair in self.range(self.blockIdx.x // 2, num_pairs, clusters):
-                    m_tile, n_pair = self.tile_coords(pair, num_m, cdiv(num_n, 2))
-                    offset_n: int32 = (2 * n_pair + self.cluster.blockRank) * block_n
-                    self.produce_pair(pipe, sa, sb, ga, gb, k_size, m_tile * block_m, offset_n)
+                    m_tile, n_tile = self.pair_tiles(pair, num_m, num_n)
+                    self.produce_pair(
+                        pipe, sa, sb, ga, gb, k_size, m_tile * block_m, n_tile * block_n
+                    )
                 for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
                     pipe.producer_acquire()  # both blocks' consumers are done with every slot
                     pipe.producer_advance()
