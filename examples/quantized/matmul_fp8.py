@@ -53,8 +53,10 @@ CPU_SIZES = [(200, 320, 384), (72, 136, 160)]  # (m, n, k): ragged in M, N and K
 GPU_SIZES = [(4096, 4096, 4096), (4000, 3000, 4000), (8192, 8192, 8192)]
 
 
-@tilus.autotune("num_stages", [3, 4, 5])
-@tilus.autotune("block_m, block_n", [(128, 128), (128, 256)])
+# (num_stages, block_m, block_n): the rings that fit beside the bf16 C tiles (a 128 x 256 x 128
+# stage is 48 KB: three of them)
+@tilus.autotune("num_stages, block_m, block_n", [(3, 128, 128), (4, 128, 128), (5, 128, 128),
+                                                 (3, 128, 256)])  # fmt: skip
 @tilus.autotune("block_k", [128])
 @tilus.autotune("swizzle", [4, 8])
 class MatmulFP8(MatmulWGMMAV6):
@@ -174,8 +176,7 @@ class ClusterPipeline(Pipeline):
             self.mbarrier.arrive_and_expect_tx_remote(self.empty[stage], 0, self.peer)
 
 
-@tilus.autotune("num_stages", [3, 4])
-@tilus.autotune("block_m, block_n", [(128, 256), (128, 128)])
+@tilus.autotune("num_stages, block_m, block_n", [(3, 128, 256), (3, 128, 128), (4, 128, 128)])
 @tilus.autotune("block_k", [128])
 @tilus.autotune("swizzle", [4, 8])
 class MatmulFP8Cluster(MatmulFP8):

@@ -201,9 +201,10 @@ def _space(module, cls):
     ],  # fmt: skip
 )
 def test_every_matmul_fp8_config_ragged(cls, cfg):
-    """Each config of both fp8 spaces at a ragged size (several tiles a block), both scalings."""
+    """Each config of the fp8 spaces at a ragged size (several tiles a block), row scales (and
+    a per-tensor scale with the 128 x 128 tiles)."""
     mod = _example("matmul_fp8")
-    for rs in (True, False):
+    for rs in (True, False) if cfg["block_n"] == 128 else (True,):
         kernel = getattr(mod, cls)(**cfg, row_scales=rs, num_sms=8)
         ok, err, note, _, _ = mod.run_once(kernel, _torch(), 1000, 520, 2064, "cuda", rs)
         assert ok, (cfg, rs, err, note)
