@@ -14,6 +14,13 @@ registers move from the producer to the consumers with ``setmaxnreg``. A K tile 
 elements is 128 bytes, the rows the 128-byte swizzle of the WGMMA operands spans, so an fp8
 stage holds twice the K of an fp16 one in the same bytes.
 
+Two more forms of the same kernel: ``MatmulFP8PingPong`` has V7's structure
+(examples/hopper_matmul/matmul_v7.py: each consumer warp group computes whole C tiles, the two
+taking turns on the tensor cores, so one group's scaled epilogue overlaps the other's WGMMAs),
+and ``MatmulFP8Cluster`` runs V6's structure in clusters of 2 blocks along N that share their
+A tile: each block loads one half of it with a TMA multicast into both (every block reads half
+the A bytes from L2; each block's empty barriers count both blocks' consumers).
+
 Run ``python examples/quantized/matmul_fp8.py`` (the interpreter on CPU torch tensors at small
 ragged sizes without a GPU; CUDA with one). Results are checked against torch float32
 (dequantize, then matmul, then scale); C is poisoned with NaN first.
