@@ -149,20 +149,21 @@ def cast_case(torch, flush, reps, rows):
 
 
 def matmul_kernels(mf) -> list:
-    """(class, config) of the matmul probe: every config of the three spaces, and the cluster
+    """(class, config) of the matmul probe: every config of the four spaces, and the cluster
     ones also on a grid of fewer clusters (two blocks of ~210 KB of shared memory must fit one
     GPC: if fewer clusters than half the SMs can be resident, a full grid runs a second wave)."""
     out = []
-    for cls in (mf.MatmulFP8PingPong, mf.MatmulFP8Cluster, mf.MatmulFP8):
+    clustered = (mf.MatmulFP8Cluster, mf.MatmulFP8ClusterM)
+    for cls in (mf.MatmulFP8PingPong, *clustered, mf.MatmulFP8):
         for cfg in cls().configs:
             out.append((cls, dict(cfg)))
-            if cls is mf.MatmulFP8Cluster and not EXTRA:
+            if cls in clustered and not EXTRA:
                 out.append((cls, dict(cfg, num_sms=mf.sm_count() - 12)))
     return out
 
 
 def matmul_case(torch, flush, reps, rows):
-    """Every config of the three fp8 matmuls at 8192^3 with row scales, checked on
+    """Every config of the four fp8 matmuls at 8192^3 with row scales, checked on
     the GPU against torch float32 (NaN-poisoned C), timed against ``torch._scaled_mm``."""
     import matmul_fp8 as mf
 

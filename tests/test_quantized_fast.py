@@ -47,6 +47,16 @@ def test_pingpong_fp8_matmul_ragged(row_scales):
 
 
 @pytest.mark.parametrize("row_scales", [True, False])
+def test_cluster_m_fp8_matmul_ragged(row_scales):
+    # 3 M tiles: the last pair's second tile is past M; B split in two halves per stage
+    cfg = dict(block_m=128, block_n=256, num_stages=3, swizzle=8, block_k=128)
+    kernel = matmul_fp8.MatmulFP8ClusterM(**cfg, num_sms=4, row_scales=row_scales)
+    with tilus.option.scoped(interpret=True):
+        ok, err, note, *_ = matmul_fp8.run_once(kernel, torch, 300, 520, 384, "cpu", row_scales)
+    assert ok, (err, note)
+
+
+@pytest.mark.parametrize("row_scales", [True, False])
 def test_cluster_fp8_matmul_ragged(row_scales):
     # 5 N tiles: the last pair's second tile is past N (its loads read zeros, its store clips)
     cfg = dict(block_m=128, block_n=128, num_stages=3, swizzle=4, block_k=128)

@@ -20,6 +20,8 @@ taking turns on the tensor cores, so one group's scaled epilogue overlaps the ot
 and ``MatmulFP8Cluster`` runs V6's structure in clusters of 2 blocks along N that share their
 A tile: each block loads one half of it with a TMA multicast into both (every block reads half
 the A bytes from L2; each block's empty barriers count both blocks' consumers).
+``MatmulFP8ClusterM`` pairs the blocks along M instead and shares the B tile, the larger
+operand of a 128 x 256 tile.
 
 Run ``python examples/quantized/matmul_fp8.py`` (the interpreter on CPU torch tensors at small
 ragged sizes without a GPU; CUDA with one). Results are checked against torch float32
@@ -79,8 +81,9 @@ class MatmulFP8(MatmulWGMMAV6):
         """``acc * scale`` times the rows' scales of A (a column) and of B (a row)."""
         y = acc * scale
         if self.row_scales:
-            ra = self.load_global(gsa, offsets=[offset_m, 0], shape=[self.block_m // 2, 1])
-            rb = self.load_global(gsb, offsets=[0, offset_n], shape=[1, self.block_n])
+            rows, cols = acc.shape
+            ra = self.load_global(gsa, offsets=[offset_m, 0], shape=[rows, 1])
+            rb = self.load_global(gsb, offsets=[0, offset_n], shape=[1, cols])
             y = y * ra * rb
         return y
 
@@ -192,6 +195,11 @@ class MatmulFP8Cluster(MatmulFP8):
     one half of it with a TMA multicast into both blocks' shared memory, so A costs each block
     half the L2 traffic."""
 
+    def b_tiles(self):
+        """The shared B ring."""
+        shape = [self.num_stages, self.block_n, self.block_k]
+        return self.shared_tensor(dtype=float8_e4m3, shape=shape)
+
     def pair_tiles(self, pair: int32, num_m: int32, num_n: int):
         """(m tile, n tile) of this block's C tile of pair ``pair``."""
         m_tile, n_pair = self.tile_coords(pair, num_m, cdiv(num_n, 2))
@@ -282,7 +290,7 @@ class MatmulFP8Cluster(MatmulFP8):
         gsa = self.global_view(sa_ptr, dtype=float32, shape=[m_size, 1])
         gsb = self.global_view(sb_ptr, dtype=float32, shape=[1, n_size])
         sa = self.shared_tensor(dtype=float8_e4m3, shape=[num_stages, 2, block_m // 2, block_k])
-        sb = self.shared_tensor(dtype=float8_e4m3, shape=[num_stages, block_n, block_k])
+        sb = self.b_tiles()
         pipe = ClusterPipeline(num_stages, 4, 1 - self.cluster.blockRank)
         self.cluster.sync()  # the peer's barriers exist before anything lands in them
 
@@ -304,6 +312,106 @@ class MatmulFP8Cluster(MatmulFP8):
             self.setmaxnreg(232)
             self.consume_pairs(1, pipe, sa, sb, gc, gsa, gsb, scale, k_size, num_m, num_n)
         self.cluster.sync()  # no block exits while its peer may still arrive on its barriers
+
+
+@tilus.autotune("num_stages, block_m, block_n", [(3, 128, 256), (4, 128, 128)])
+@tilus.autotune("block_k", [128])
+@tilus.autotune("swizzle", [4, 8])
+class MatmulFP8ClusterM(MatmulFP8Cluster):
+    """:class:`MatmulFP8Cluster` with the pair along M: the two blocks compute the C tiles
+    ``(2 p, n)`` and ``(2 p + 1, n)``, which read the same B tile; each block loads one half of
+    its rows (``sb[stage, rank]``) with a TMA multicast into both blocks (B is the larger
+    operand of a 128 x 256 tile: a third of the L2 traffic saved). The consumers run one WGMMA
+    per B half into two accumulators, so every C tile is stored in two halves."""
+
+    def pair_tiles(self, pair: int32, num_m: int32, num_n: int):
+        """(m tile, n tile) of this block's C tile of pair ``pair``."""
+        m_pair, n_tile = self.tile_coords(pair, cdiv(num_m, 2), num_n)
+        return 2 * m_pair + self.cluster.blockRank, n_tile
+
+    def num_pairs(self, num_m: int32, num_n: int):
+        """Tile pairs of the launch."""
+        return cdiv(num_m, 2) * num_n
+
+    def b_tiles(self):
+        """The shared B ring: two halves of ``block_n / 2`` rows a stage."""
+        shape = [self.num_stages, 2, self.block_n // 2, self.block_k]
+        return self.shared_tensor(dtype=float8_e4m3, shape=shape)
+
+    def produce_pair(self, pipe, sa, sb, ga, gb, k_size: int, offset_m: int32, offset_n: int32):
+        """The producer warp: this block's A tile, and its half of the shared B tile's rows
+        multicast to both blocks."""
+        rank = self.cluster.blockRank
+        half_n = self.block_n // 2
+        for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+            pipe.producer_acquire()  # both blocks' consumers released the slot
+            stage = pipe.producer_stage
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(
+                    pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes
+                )
+            for half in self.range(2, unroll=2):
+                self.tma.global_to_shared(
+                    src=ga,
+                    dst=sa[stage, half],
+                    offsets=[offset_m + half * (self.block_m // 2), offset_k],
+                    mbarrier=pipe.producer_barrier(),
+                )
+            self.tma.global_to_shared(
+                src=gb,
+                dst=sb[stage, rank],
+                offsets=[offset_n + rank * half_n, offset_k],
+                mbarrier=pipe.producer_barrier(),
+                multicast_mask=0b11,
+            )
+            pipe.producer_advance()
+
+    def mainloop2(self, half: int, pipe, sa, sb, acc0, acc1, k_size: int):
+        """V5's mainloop with the B tile in two halves: two WGMMAs a K tile, one group."""
+        prev_stage: int32 = 0
+        for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+            pipe.consumer_acquire()
+            stage = pipe.consumer_stage
+            self.wgmma.fence()
+            self.wgmma.mma(sa[stage, half], sb[stage, 0].transpose(), acc0)
+            self.wgmma.mma(sa[stage, half], sb[stage, 1].transpose(), acc1)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(1)
+            if offset_k > 0:
+                pipe.consumer_release(prev_stage)
+            prev_stage = pipe.consumer_stage
+            pipe.consumer_advance()
+        self.wgmma.wait_group(0)
+        pipe.consumer_release(prev_stage)
+
+    def consume_pairs(self, half: int, pipe, sa, sb, gc, gsa, gsb, scale: float32, k_size: int,
+                      num_m: int32, num_n: int):  # fmt: skip
+        """Consumer warp group ``half`` over the cluster's tile pairs, C in two column halves."""
+        bmh, bnh = self.block_m // 2, self.block_n // 2
+        clusters = self.num_sms // 2
+        sc = self.shared_tensor(dtype=bfloat16, shape=[2, bmh, bnh])
+        for pair in self.range(self.blockIdx.x // 2, self.num_pairs(num_m, num_n), clusters):
+            m_tile, n_tile = self.pair_tiles(pair, num_m, num_n)
+            offset_m: int32 = m_tile * self.block_m + half * bmh
+            offset_n: int32 = n_tile * self.block_n
+            acc0 = self.register_tensor(dtype=float32, shape=[bmh, bnh], init=0.0)
+            acc1 = self.register_tensor(dtype=float32, shape=[bmh, bnh], init=0.0)
+            self.mainloop2(half, pipe, sa, sb, acc0, acc1, k_size)
+            y0 = self.epilogue_scale(acc0, gsa, gsb, scale, offset_m, offset_n)
+            y1 = self.epilogue_scale(acc1, gsa, gsb, scale, offset_m, offset_n + bnh)
+            with self.single_thread():
+                self.tma.wait_group(0, read=True)  # the previous tile's stores have read sc
+            self.sync()
+            self.store_shared(sc[0], self.cast(y0, dtype=bfloat16))
+            self.store_shared(sc[1], self.cast(y1, dtype=bfloat16))
+            self.fence.proxy_async(space="shared")
+            self.sync()
+            with self.single_thread():
+                self.tma.shared_to_global(sc[0], gc, offsets=[offset_m, offset_n])
+                self.tma.shared_to_global(sc[1], gc, offsets=[offset_m, offset_n + bnh])
+                self.tma.commit_group()
+        with self.single_thread():
+            self.tma.wait_group(0, read=True)
 
 
 # (block_m, block_n, num_stages, swizzle) of the ping-pong kernel: whole C tiles per consumer
