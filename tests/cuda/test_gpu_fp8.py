@@ -210,7 +210,13 @@ def test_every_matmul_fp8_config_ragged(cls, cfg):
         assert ok, (cfg, rs, err, note)
 
 
-@pytest.mark.parametrize("cls, cfg", _space("per_token_cast", "PerTokenCast"))
+def _persistent():
+    keys = ("rows", "warps", "per_thread", "blocks_per_sm", "vector")
+    return [pytest.param("PerTokenCast", dict(zip(keys, c)), id=f"persistent-{i}")
+            for i, c in enumerate(_example("per_token_cast").PERSISTENT)]  # fmt: skip
+
+
+@pytest.mark.parametrize("cls, cfg", _space("per_token_cast", "PerTokenCast") + _persistent())
 def test_every_per_token_cast_config_ragged(cls, cfg):
     """Each config of the per-token cast's space, rows and row lengths ragged (the persistent
     ones on a grid of 3 "SMs", so that every block loops over several row groups)."""
