@@ -209,20 +209,20 @@ def matmul_case(torch, flush, reps, rows):
          value=2 * m * n * k / base2 / 1e9, ratio=base / base2)  # fmt: skip
 
 
-#: (block, warps, vector) of the packed-cast probe (vector 0: the layout inferred)
-LOWBIT_SPACE = [(1024, 4, 0), (4096, 8, 0), (4096, 4, 32), (8192, 8, 32), (16384, 8, 32)]
+#: (block, warps, vector) of the packed-cast probe: the tuned space of tilus.kernels.cast
+LOWBIT_SPACE = [(8192, 4, 16), (16384, 4, 16), (2048, 4, 16), (4096, 8, 0), (1024, 4, 0),
+                (4096, 4, 32)]  # fmt: skip
 
 
 def lowbit_case(torch, flush, reps, rows):
     """The packed casts of ``bench/lowbit_casts.py`` at a few block sizes, against ``copy_``."""
     import lowbit_casts as lc
     import numpy as np
-    import quantized_configs as qc
 
     import tilus
+    from tilus.kernels.cast import Cast as space
     from tilus.packing import unpack
 
-    space = qc.CastSpace  # by its module's name, as the compile workers see it
     n = LOWBIT_NUMEL
     for src, dst in lc.CASTS:
         x = tilus.Tensor(src, [n], torch.randint(0, 256, ((n * src.nbits + 7) // 8,),
@@ -269,15 +269,6 @@ def lowbit_case(torch, flush, reps, rows):
                  registers=_registers(k, n, xs, ys))  # fmt: skip
 
 
-def _cast_space():
-    from tilus.kernels.cast import Cast
-
-    return tilus.autotune("block, warps, vector", LOWBIT_SPACE)(type("CastSpace", (Cast,), {}))
-
-
-CastSpace = _cast_space()  # the packed casts' probe space
-
-
 def jobs(name: str) -> list:
     """The compile jobs of case ``name`` (see :func:`precompile`)."""
     if name == "cast":
@@ -293,7 +284,7 @@ def jobs(name: str) -> list:
                 for cls, cfg in matmul_kernels(mf)]  # fmt: skip
     import lowbit_casts as lc
 
-    return [("quantized_configs", "CastSpace", [s, d], dict(block=b, warps=w, vector=v),
+    return [("tilus.kernels.cast", "Cast", [s, d], dict(block=b, warps=w, vector=v),
              [LOWBIT_NUMEL, None, None])
             for s, d in lc.CASTS for b, w, v in LOWBIT_SPACE]  # fmt: skip
 
