@@ -432,7 +432,7 @@ class MatmulFP8PingPong(MatmulV7):
     def __init__(
         self, num_stages, block_m, block_n, block_k, swizzle, num_sms=None, row_scales=True
     ):
-        super().__init__(num_stages, block_m, block_n, block_k, swizzle, 1, num_sms)
+        super().__init__(num_stages, block_m, block_n, block_k, swizzle, split_k=1, num_sms=num_sms)
         self.row_scales = row_scales
 
     def consume_fp8(self, group: int, pipe, order, sa, sb, gc, gsa, gsb, scale: float32,
@@ -451,7 +451,7 @@ class MatmulFP8PingPong(MatmulV7):
             acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
             self.mbarrier.wait(order[group], phase=order_phase)  # the other group's turn ended
             order_phase ^= 1
-            self.mainloop_pp(pipe, sa, sb, acc, k_tiles)
+            self.mainloop_pp(group, pipe, sa, sb, acc, None, k_tiles, None)
             with self.single_thread():
                 self.mbarrier.arrive(order[1 - group])  # hand the tensor cores over
             if unit + self.num_sms < num_units:  # skip the other group's next tile
