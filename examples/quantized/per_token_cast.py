@@ -4,9 +4,16 @@ Each row gets the scale ``s = amax(|x|) / 448`` (448 is the largest e4m3 value; 
 row gets the scale of a tiny amax, so it stays zero) and ``q = x * (448 / amax)``, rounded to
 nearest even with saturation (``cvt.rn.satfinite.e4m3x2.f32``, two elements per
 instruction), so that ``q * s`` approximates ``x``. A block holds ``rows`` whole rows in
-registers (the row length rounded up to a power of two; the ragged tail reads as zero and is
-never stored): one max-reduction per row, one reciprocal per row, then a multiply and a
-conversion per element. The fp8 output moves as 16-byte vectors.
+registers as bf16 (the row length rounded up to a multiple of what one pass of the block's
+threads covers; the ragged tail reads as zero and is never stored): one max-reduction per
+row, one reciprocal per row, then a multiply and a conversion per element. Each thread holds
+``vector`` contiguous elements (8: 16-byte loads; 16: 16-byte fp8 stores too).
+
+Two forms share the autotune space: a block per row group (``blocks_per_sm=0``), or
+persistent blocks (``blocks_per_sm`` an SM) looping over the row groups with the *next*
+group's loads issued before the current group's reduction, so that HBM always has loads in
+flight while a block reduces and stores (a block per row group has none in flight between its
+loads and its stores).
 
 Run ``python examples/quantized/per_token_cast.py`` (the interpreter on CPU torch tensors
 without a GPU; CUDA with one). Results are checked against torch float32 computing the same
@@ -28,44 +35,117 @@ if str(_HERE.parent) not in sys.path:
 from example_support import cuda_torch, gpu_time, print_table  # noqa: E402
 
 from tilus import bfloat16, float8_e4m3, float32, int32  # noqa: E402
+from tilus.ir.layout import local  # noqa: E402
 from tilus.utils import cdiv  # noqa: E402
 
 FP8_MAX = 448.0
 MIN_AMAX = 1e-10  # an all-zero row quantizes to zeros with a tiny (finite) scale
 CPU_SIZES = [(37, 200), (5, 1000)]  # (m, n): ragged rows and row lengths
 GPU_SIZES = [(4096, 7168), (16384, 4096), (3000, 5000)]
+CPU_CONFIGS = [(1, 0, 1, 0, 16), (2, 4, 1, 0, 8), (1, 4, 1, 3, 16)]  # see SPACE
 
 
-def pow2_at_least(n: int) -> int:
-    """The smallest power of two >= ``n`` (at least 16: one 16-byte vector of fp8)."""
-    p = 16
-    while p < n:
-        p *= 2
-    return p
+def sm_count() -> int:
+    """Streaming multiprocessors of the current CUDA device (132, an H200's, without one)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(
+                torch.cuda.current_device()
+            ).multi_processor_count
+    except ImportError:
+        pass
+    return 132
 
 
-@tilus.autotune("rows, warps", [(1, 4), (1, 8), (2, 4), (4, 4), (4, 8)])
+def row_tile(n: int, granule: int) -> int:
+    """The tile's row length: ``n`` rounded up to a multiple of ``granule`` (the elements one
+    pass of the block's threads covers), so the ragged tail costs at most one vector a thread."""
+    return cdiv(n, granule) * granule
+
+
+# (rows, warps, per_thread, blocks_per_sm, vector). warps = 0 sizes the block by the row: as
+# many warps as give each thread `per_thread` vectors (at most 32 warps), so a row of n
+# elements pads to a multiple of 32 * vector * per_thread at most (7168 and 4096: none; 5000:
+# 120 elements) and a thread holds few registers (many blocks an SM: loads of several rows in
+# flight while others reduce). vector: contiguous elements a thread holds (8: 16-byte bf16
+# loads; 16: 16-byte fp8 stores too). blocks_per_sm > 0: persistent blocks (that many an SM)
+# looping over the row groups with the next group's loads issued before the current group's
+# reduction; measured slower than a block per row group on the H200 (0.30-0.54 of copy against
+# 0.62-0.89, bench/quantized_configs.py), so only PERSISTENT (not the tuned space) has them.
+SPACE = [
+    (1, 0, 1, 0, 16),
+    (1, 0, 2, 0, 16),
+    (1, 0, 1, 0, 8),
+    (1, 0, 2, 0, 8),
+    (1, 8, 1, 0, 16),
+    (1, 4, 1, 0, 8),
+]
+PERSISTENT = [(1, 4, 1, 3, 8), (1, 8, 1, 2, 16)]
+
+
+@tilus.autotune("rows, warps, per_thread, blocks_per_sm, vector", SPACE)
 class PerTokenCast(tilus.Script):
-    """bf16 rows to e4m3 with one float32 scale per row."""
+    """bf16 rows to e4m3 with one float32 scale per row; ``num_sms`` (default: the GPU's SM
+    count) sizes the persistent grid."""
 
-    def __init__(self, rows, warps):
+    def __init__(self, rows, warps, per_thread=1, blocks_per_sm=0, vector=8, num_sms=None):
+        """``warps``: warps a block (0: sized by the row, ``per_thread`` vectors a thread);
+        ``vector``: contiguous elements a thread holds; ``blocks_per_sm`` > 0: persistent."""
         super().__init__()
         self.rows = rows
         self.warps = warps
+        self.per_thread = per_thread
+        self.blocks_per_sm = blocks_per_sm
+        self.vector = vector
+        self.num_sms = num_sms if num_sms is not None else sm_count()
+
+    def block_warps(self, n: int) -> int:
+        """Warps a block for rows of ``n`` elements."""
+        warps = self.warps
+        if not warps:
+            warps = max(1, min(32, cdiv(n, 32 * self.vector * self.per_thread)))
+        return warps
+
+    def load_rows(self, gx, row, bn: int, warps: int):
+        """The bf16 tile ``[rows, bn]`` at ``row``, ``vector`` contiguous elements a thread."""
+        x = self.load_global(gx, offsets=[row, 0], shape=[self.rows, bn])
+        threads = 32 * warps // self.rows
+        reps = bn // (threads * self.vector)
+        self.annotate_layout(x, local(1, reps).spatial(self.rows, threads).local(1, self.vector))
+        return x
+
+    def quantize(self, x, gq, gs, row: int32):
+        """Scale and round the bf16 rows ``x`` (starting at ``row``), store codes and scales."""
+        xf = self.cast(x, float32)
+        amax = self.maximum(self.max(self.abs(xf), dim=1, keepdim=True), MIN_AMAX)
+        inv = FP8_MAX / amax  # one division per row
+        self.store_global(gq, self.cast(xf * inv, float8_e4m3), offsets=[row, 0])
+        self.store_global(gs, amax * (1.0 / FP8_MAX), offsets=[row, 0])
 
     def __call__(self, m: int32, n: int, x_ptr: ~bfloat16, q_ptr: ~float8_e4m3, s_ptr: ~float32):
-        bn = pow2_at_least(n)
-        self.attrs.blocks = cdiv(m, self.rows)
-        self.attrs.warps = self.warps
+        rows = self.rows
+        warps = self.block_warps(n)
+        bn = row_tile(n, self.vector * 32 * warps // rows)
+        num_tiles = cdiv(m, rows)
+        self.attrs.warps = warps
         gx = self.global_view(x_ptr, dtype=bfloat16, shape=[m, n])
         gq = self.global_view(q_ptr, dtype=float8_e4m3, shape=[m, n])
         gs = self.global_view(s_ptr, dtype=float32, shape=[m, 1])
-        row: int32 = self.blockIdx.x * self.rows
-        x = self.cast(self.load_global(gx, offsets=[row, 0], shape=[self.rows, bn]), float32)
-        amax = self.maximum(self.max(self.abs(x), dim=1, keepdim=True), MIN_AMAX)
-        inv = FP8_MAX / amax  # one division per row
-        self.store_global(gq, self.cast(x * inv, float8_e4m3), offsets=[row, 0])
-        self.store_global(gs, amax * (1.0 / FP8_MAX), offsets=[row, 0])
+        if self.blocks_per_sm == 0:
+            self.attrs.blocks = num_tiles
+            row: int32 = self.blockIdx.x * rows
+            self.quantize(self.load_rows(gx, row, bn, warps), gq, gs, row)
+        else:
+            grid = self.blocks_per_sm * self.num_sms
+            self.attrs.blocks = min(num_tiles, grid)
+            x = self.load_rows(gx, self.blockIdx.x * rows, bn, warps)
+            for tile in self.range(self.blockIdx.x, num_tiles, grid):
+                # the next tile's loads go out first (rows past m read nothing)
+                nxt = self.load_rows(gx, (tile + grid) * rows, bn, warps)
+                self.quantize(x, gq, gs, tile * rows)
+                x = nxt
 
 
 def reference(torch, x):
@@ -115,9 +195,11 @@ def main() -> int:
     gpu = cuda_torch()
     rows, status = [], 0
     if gpu is None:
-        kernels = [
-            (f"rows={r} warps={w}", PerTokenCast(rows=r, warps=w)) for r, w in [(1, 4), (4, 4)]
-        ]
+        kernels = [  # a block per row group, and persistent blocks (2 "SMs": several rows each)
+            (f"rows={r} warps={w} per_thread={p} blocks_per_sm={b} vector={v}",
+             PerTokenCast(rows=r, warps=w, per_thread=p, blocks_per_sm=b, vector=v, num_sms=2))
+            for r, w, p, b, v in CPU_CONFIGS
+        ]  # fmt: skip
         sizes, device = CPU_SIZES, "cpu"
     else:
         kernels, sizes, device = [("tuned", PerTokenCast())], GPU_SIZES, "cuda"

@@ -94,6 +94,8 @@ CASES = [
     (32, 16, 2, float32),  # columns inside a lane's registers
     (8, 8, 1, float32),  # a small tile every thread holds whole
     (8, 128, 4, float16),
+    (2, 448, 7, float32),  # 224 threads a row (no power of two): 32 lanes shuffle, 7 slots
+    (1, 1792, 14, float16),
 ]
 
 

@@ -184,3 +184,43 @@ def test_per_token_cast_example_ragged(m, n):
     mod = _example("per_token_cast")
     ok, note, *_ = mod.run_once(mod.PerTokenCast(), _torch(), m, n, "cuda")
     assert ok, note
+
+
+def _space(module, cls):
+    """(class, config) pairs of an example's autotune space, for parametrize."""
+    kernel_cls = getattr(_example(module), cls)
+    return [pytest.param(cls, dict(c), id=f"{cls}-{i}") for i, c in enumerate(kernel_cls().configs)]
+
+
+@pytest.mark.parametrize(
+    "cls, cfg",
+    [
+        c
+        for name in ("MatmulFP8", "MatmulFP8PingPong", "MatmulFP8Cluster")
+        for c in _space("matmul_fp8", name)
+    ],  # fmt: skip
+)
+def test_every_matmul_fp8_config_ragged(cls, cfg):
+    """Each config of the fp8 spaces at a ragged size (several tiles a block), row scales (and
+    a per-tensor scale with the 128 x 128 tiles)."""
+    mod = _example("matmul_fp8")
+    for rs in (True, False) if cfg["block_n"] == 128 else (True,):
+        kernel = getattr(mod, cls)(**cfg, row_scales=rs, num_sms=8)
+        ok, err, note, _, _ = mod.run_once(kernel, _torch(), 1000, 520, 2064, "cuda", rs)
+        assert ok, (cfg, rs, err, note)
+
+
+def _persistent():
+    keys = ("rows", "warps", "per_thread", "blocks_per_sm", "vector")
+    return [pytest.param("PerTokenCast", dict(zip(keys, c)), id=f"persistent-{i}")
+            for i, c in enumerate(_example("per_token_cast").PERSISTENT)]  # fmt: skip
+
+
+@pytest.mark.parametrize("cls, cfg", _space("per_token_cast", "PerTokenCast") + _persistent())
+def test_every_per_token_cast_config_ragged(cls, cfg):
+    """Each config of the per-token cast's space, rows and row lengths ragged (the persistent
+    ones on a grid of 3 "SMs", so that every block loops over several row groups)."""
+    mod = _example("per_token_cast")
+    for m, n in [(37, 200), (301, 7168), (5, 5000)]:
+        ok, note, *_ = mod.run_once(mod.PerTokenCast(**cfg, num_sms=3), _torch(), m, n, "cuda")
+        assert ok, (cfg, m, n, note)

@@ -82,3 +82,40 @@ def test_packed_storage_too_small_is_refused_naming_the_argument():
     w = torch.zeros(m * n // 2, dtype=torch.uint8, device="cuda")
     Dequant(tilus.int4b, tilus.float16)(m, n, w, out)  # exactly enough: accepted
     assert not out.isnan().any()
+
+
+@pytest.mark.parametrize(
+    "src, dst",
+    [
+        (tilus.int4b, tilus.float16),
+        (tilus.float6_e3m2, tilus.float16),
+        (tilus.float16, tilus.int4b),
+        (tilus.float16, tilus.float4_e2m1),
+    ],  # fmt: skip
+    ids=str,
+)
+@pytest.mark.parametrize("block, warps, vector", [(8192, 4, 16), (16384, 4, 16), (4096, 4, 32)])
+def test_cast_kernel_pinned_layouts_match_the_interpreter(src, dst, block, warps, vector):
+    """``tilus.kernels.cast.Cast`` with a pinned layout, at a ragged size: the GPU's codes equal
+    the interpreter's (default layout) bit for bit; the bytes past the output stay poisoned."""
+    import torch
+
+    from tilus.kernels.cast import Cast
+    from tilus.packing import unpack
+
+    n = 2 * block + 77
+    if src.nbits % 8:
+        x = tilus.Tensor(src, [n], torch.randint(0, 256, [(n * src.nbits + 7) // 8],
+                                                 dtype=torch.uint8))  # fmt: skip
+    else:
+        x = tilus.randn([n], src, seed=3)
+    want = x.to(dst)
+    nbytes = (n * dst.nbits + 7) // 8
+    raw = torch.full([nbytes + 16], 0xA5, dtype=torch.uint8, device="cuda")
+    xs = x.storage.cuda() if src.nbits % 8 else x.torch().reshape(-1).cuda()
+    ys = raw if dst.nbits % 8 else raw.view(torch.float16)
+    Cast(src, dst, block=block, warps=warps, vector=vector)(n, xs, ys)
+    got = raw.cpu().numpy()
+    bits = unpack(got[:nbytes], dst.nbits, n), unpack(want.storage.cpu().numpy(), dst.nbits, n)
+    assert np.array_equal(*bits)
+    assert (got[nbytes:] == 0xA5).all()

@@ -18,8 +18,10 @@ def thread_stages(layout, dim: int, group_size: int):
         if f.dim != dim or f.extent == 1:
             continue
         e = f.extent
-        if warp_ok and b < 32 and 32 % b == 0 and (e & (e - 1)) == 0:
-            lanes = min(e, 32 // b)
+        # the digit's low power-of-two part inside a warp shuffles (all of it for a power of
+        # two; 32 lanes of a 448-thread row), the rest goes through slots
+        lanes = math.gcd(e, 32 // b) if warp_ok and b < 32 and 32 % b == 0 else 1
+        if lanes > 1:
             masks += [b << k for k in range(int(math.log2(lanes)))]
             if e > lanes:
                 slots.append((e // lanes, b * lanes))

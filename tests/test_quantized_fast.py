@@ -1,0 +1,103 @@
+"""The fast forms of the quantized kernels on the interpreter at ragged sizes: every config of
+the per-token cast (persistent blocks included), the ping-pong fp8 matmul, the cast kernel with
+a pinned layout, and the per-config bench's dry run."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tilus
+from tilus.kernels.cast import Cast
+from tilus.packing import unpack
+
+torch = pytest.importorskip("torch")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "quantized"
+if str(EXAMPLES) not in sys.path:
+    sys.path.insert(0, str(EXAMPLES))
+
+import matmul_fp8  # noqa: E402
+import per_token_cast  # noqa: E402
+
+
+@pytest.mark.parametrize("cfg", per_token_cast.PerTokenCast().configs, ids=str)
+def test_every_per_token_cast_config(cfg):
+    # 2 "SMs": the persistent configs loop over several row groups, the last one ragged
+    kernel = per_token_cast.PerTokenCast(**cfg, num_sms=2)
+    with tilus.option.scoped(interpret=True):
+        for m, n in [(11, 300), (3, 1000)]:
+            ok, note, *_ = per_token_cast.run_once(kernel, torch, m, n, "cpu")
+            assert ok, (m, n, note)
+
+
+@pytest.mark.parametrize("row_scales", [True, False])
+def test_pingpong_fp8_matmul_ragged(row_scales):
+    cfg = dict(block_m=64, block_n=256, num_stages=4, swizzle=4, block_k=128)
+    kernel = matmul_fp8.MatmulFP8PingPong(**cfg, num_sms=2, row_scales=row_scales)
+    with tilus.option.scoped(interpret=True):
+        ok, err, note, *_ = matmul_fp8.run_once(kernel, torch, 130, 300, 160, "cpu", row_scales)
+    assert ok, (err, note)
+
+
+@pytest.mark.parametrize("row_scales", [True, False])
+def test_cluster_m_fp8_matmul_ragged(row_scales):
+    # 3 M tiles: the last pair's second tile is past M; B split in two halves per stage
+    cfg = dict(block_m=128, block_n=256, num_stages=3, swizzle=8, block_k=128)
+    kernel = matmul_fp8.MatmulFP8ClusterM(**cfg, num_sms=4, row_scales=row_scales)
+    with tilus.option.scoped(interpret=True):
+        ok, err, note, *_ = matmul_fp8.run_once(kernel, torch, 300, 520, 384, "cpu", row_scales)
+    assert ok, (err, note)
+
+
+@pytest.mark.parametrize("row_scales", [True, False])
+def test_cluster_fp8_matmul_ragged(row_scales):
+    # 5 N tiles: the last pair's second tile is past N (its loads read zeros, its store clips)
+    cfg = dict(block_m=128, block_n=128, num_stages=3, swizzle=4, block_k=128)
+    kernel = matmul_fp8.MatmulFP8Cluster(**cfg, num_sms=4, row_scales=row_scales)
+    with tilus.option.scoped(interpret=True):
+        ok, err, note, *_ = matmul_fp8.run_once(kernel, torch, 200, 600, 384, "cpu", row_scales)
+    assert ok, (err, note)
+
+
+@pytest.mark.parametrize(
+    "src, dst",
+    [
+        (tilus.int4b, tilus.float16),
+        (tilus.float16, tilus.float4_e2m1),
+        (tilus.float6_e3m2, tilus.float16),
+    ],  # fmt: skip
+    ids=str,
+)
+def test_cast_kernel_with_a_pinned_layout(src, dst):
+    n = 2 * 4096 + 77
+    if src.nbits % 8:
+        x = tilus.Tensor(
+            src, [n], tilus.randint(0, 256, [(n * src.nbits + 7) // 8], tilus.uint8).storage
+        )
+    else:
+        x = tilus.randn([n], src, seed=2)
+    want = x.to(dst)  # the default kernel (layout inferred)
+    out = tilus.empty([n], dst)
+    xs = x.storage if src.nbits % 8 else x.torch().reshape(-1)
+    ys = out.storage if dst.nbits % 8 else out.torch().reshape(-1)
+    Cast(src, dst, block=4096, warps=4, vector=32)(n, xs, ys)
+    got = unpack(out.storage.numpy(), dst.nbits, n)
+    assert np.array_equal(got, unpack(want.storage.numpy(), dst.nbits, n))
+
+
+def test_per_config_bench_dry_run():
+    env = dict(os.environ, TILUS_INTERPRET="1")
+    p = subprocess.run(
+        [sys.executable, "bench/quantized_configs.py", "--dry-run", "--cases", "cast"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("PerTokenCast") > len(per_token_cast.SPACE)  # every row and the best
+    assert "FAIL" not in p.stdout
