@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: the machine, the GPU test tier, then each benchmark command given as an
 # argument; every log under $OUT (default /tmp/tilus-gpu), a short table printed last.
+# SHARDS=N runs the tier in N processes at once; SKIP_TIER=1 runs only the commands.
 set -u
 OUT=${OUT:-/tmp/tilus-gpu}
 mkdir -p "$OUT"
@@ -13,9 +14,23 @@ export TILUS_SEED_KERNELS=${TILUS_SEED_KERNELS:-$PWD/.seed_kernels}
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 start=$(date +%s)
-python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | sed "s#$PWD/##g" > "$OUT/gpu-tests.txt"
-echo "gpu tier: $(tail -1 "$OUT/gpu-tests.txt") ($(( $(date +%s) - start )) s)" | tee "$OUT/summary.txt"
-grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests.txt" | head -40
+# The tier in SHARDS pytest processes at once (default 4): the tests are quick on the GPU and
+# most of their time is NVRTC on the host's cores. Each shard takes every SHARDS-th test file.
+SHARDS=${SHARDS:-4}
+if [ "${SKIP_TIER:-0}" != 1 ]; then
+  files=$(grep -rlE "pytest.mark.gpu|pytestmark = pytest.mark.gpu" tests --include="test_*.py" | sort)
+  for i in $(seq 0 $((SHARDS - 1))); do
+    part=$(echo "$files" | awk -v n="$SHARDS" -v i="$i" 'NR % n == i')
+    # shellcheck disable=SC2086
+    python3 -m pytest -q -m gpu -p no:cacheprovider -rfE $part > "$OUT/gpu-tests-$i.txt" 2>&1 &
+  done
+  wait
+  cat "$OUT"/gpu-tests-*.txt | sed "s#$PWD/##g" > "$OUT/gpu-tests.txt"
+  rm -f "$OUT"/gpu-tests-*.txt
+  tot=$(grep -hE "^[0-9]+ (passed|failed)|^=+ .*(passed|failed)" "$OUT/gpu-tests.txt" | tr '\n' ' ')
+  echo "gpu tier ($SHARDS shards): $tot ($(( $(date +%s) - start )) s)" | tee "$OUT/summary.txt"
+  grep -E "^(FAILED|ERROR)" "$OUT/gpu-tests.txt" | head -40
+fi
 n=0
 for cmd in "$@"; do
   n=$((n + 1))
