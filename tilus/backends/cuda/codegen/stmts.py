@@ -145,22 +145,29 @@ class StmtEmitter:
         ctx = self.ctx
         prev, ctx.stmt = ctx.stmt, s
         try:
-            self._hoist_broadcasts(s)
+            if not isinstance(s, WhileStmt):  # a while condition broadcasts in each test
+                self._hoist_broadcasts(s)
             self._stmt(s)
         except UnsupportedDtype as e:  # at the innermost statement that names the dtype
             raise ctx.error(str(e)) from None
         finally:
             ctx.stmt = prev
 
-    def _hoist_broadcasts(self, s):
+    def _broadcast_reads(self, s) -> list:
+        return [
+            x for x in own_nodes(s) if isinstance(x, TensorElement) and x in self.ctx.plan.scratch
+        ]
+
+    def _hoist_broadcasts(self, s, comment: bool = True):
         """Broadcast the elements of tiles spread over threads that ``s`` reads before its
         code (their barriers then run where the whole group is, never inside a branch or
         loop an instruction's code opens); inner reads (in indices) first."""
         ctx = self.ctx
-        reads = [x for x in own_nodes(s) if isinstance(x, TensorElement) and x in ctx.plan.scratch]
+        reads = self._broadcast_reads(s)
         if not reads:
             return
-        ctx.source_comment(s)
+        if comment:
+            ctx.source_comment(s)
         for e in reversed(reads):
             ctx.broadcasts[e] = R.broadcast_element(ctx, e, self.expr)
 
@@ -187,7 +194,12 @@ class StmtEmitter:
             self.for_stmt(s)
         elif isinstance(s, WhileStmt):
             ctx.source_comment(s)
-            ctx.open(f"while ({expr(s.cond)})")
+            if self._broadcast_reads(s):  # the condition's broadcasts run before each test
+                ctx.open("while (true)")
+                self._hoist_broadcasts(s, comment=False)
+                ctx.emit(f"if (!({expr(s.cond)})) break;")
+            else:
+                ctx.open(f"while ({expr(s.cond)})")
             self.stmt(s.body)
             ctx.close()
         elif isinstance(s, IfStmt):

@@ -16,7 +16,7 @@ from tilus.ir.layout.derived import broadcast_map, insert_dims
 from tilus.ir.layout.ops import same_layout
 from tilus.ir.layout.register import permute
 from tilus.ir.rules import NotLowered
-from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt, WhileStmt
+from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt
 from tilus.ir.tensor import RegisterTensor, TensorVar
 from tilus.ir.visit import own_nodes
 from tilus.passes.register_budget import tile_registers_message
@@ -115,7 +115,7 @@ class _Inference:
     def elem_read_scratch(self, e, g: Group, stmt) -> bool:
         """Whether element read ``e`` of a tile spread over threads needs a shared word (its
         owners write it there, the group waits and reads it); refuse the forms where that
-        barrier cannot run."""
+        barrier cannot run (a while condition broadcasts before each test)."""
         t = e.tensor
         layout = self.plan.registers.get(t)
         if t in self.plan.barriers or layout is None or layout.replicated:
@@ -127,13 +127,6 @@ class _Inference:
                 f"reading one element of %{t.name} (spread over threads [{owner.begin}, "
                 f"{owner.begin + owner.size})) in the group [{g.begin}, {g.begin + g.size}) "
                 "is not supported: the element is broadcast with a barrier of the tile's group",
-            )
-        if isinstance(stmt, WhileStmt):
-            raise err(
-                stmt,
-                f"reading one element of %{t.name}, which is spread over threads, in a while "
-                "condition is not supported (it is broadcast with a barrier); read it into a "
-                "variable before the loop and at the end of the body",
             )
         return True
 
@@ -570,6 +563,7 @@ _BLOCKABLE_USES = (
     I.TmaGlobalToShared,
     I.TmaSharedToGlobal,
     I.FreeShared,
+    I.PrintTensor,
 )
 
 
