@@ -1,5 +1,5 @@
 """Register layout conversion through shared memory (casts into a fixed layout, reshapes that
-move elements between threads, register slices)."""
+move elements between threads, register slices, scans)."""
 
 # Every thread writes the elements it holds to a row-major copy of the tile in the block's
 # scratch area (copies of a replicated tile write the same values), the group waits, and
@@ -37,7 +37,7 @@ def row_major(coords, shape) -> str:
     return " + ".join(parts) or "0"
 
 
-def _gather(ctx, inst, src):
+def gather(ctx, inst, src):
     """Write ``src`` row-major to the group's scratch; returns the buffer's C name (the caller
     waits for the group before reading it)."""
     off = ctx.plan.scratch.get(inst)
@@ -54,51 +54,6 @@ def _gather(ctx, inst, src):
         ctx.emit(f"{buf}[{row_major(c, src.shape)}] = {R.elem(ctx, src, i)};")
     CODEGEN_RULES.lookup(I.Sync)(ctx, None, None)
     return buf
-
-
-def _c_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-@CODEGEN_RULES.rule(I.PrintTensor)
-def print_tensor(ctx, inst, expr):
-    """Gather the tile in shared memory; the group's first thread prints it as the
-    interpreter does (NumPy's bracketed rows, each element with ``fmt``)."""
-
-    t = inst.tensor
-    fmt = inst.fmt or I.PrintTensor.default_fmt(t.dtype)
-    ctx.open("")
-    buf = _gather(ctx, inst, t)
-    lead = "true" if ctx.group.size == 1 else f"threadIdx.x == {ctx.group.begin}"
-    ctx.open(f"if ({lead})")
-    ctx.emit(f'printf("%s\\n", {_c_string(inst.msg)});')
-    v = f"{buf}[tl_k]"
-    if t.dtype.is_float():
-        val = f"(double)({to_float(v, t.dtype)})"
-    else:
-        val = f"(int)({v})"
-    nd = t.ndim
-    if nd == 0:
-        ctx.emit(f"printf({_c_string(fmt + chr(10))}, {val.replace('tl_k', '0')});")
-    else:
-        ctx.open(f"for (int tl_k = 0; tl_k < {t.size}; ++tl_k)")
-        ctx.emit(f'if (tl_k == 0) printf("{"[" * nd}");')
-        ctx.open("else")
-        ctx.emit("int tl_open = 0;")
-        span = 1
-        for j in range(1, nd):
-            span *= t.shape[nd - j]
-            ctx.emit(f"if (tl_k % {span} == 0) tl_open = {j};")
-        ctx.emit('if (tl_open == 0) printf(" ");')
-        for j in range(1, nd):
-            text = "]" * j + "\\n" * j + " " * (nd - j) + "[" * j
-            ctx.emit(f'if (tl_open == {j}) printf("{text}");')
-        ctx.close()
-        ctx.emit(f"printf({_c_string(fmt)}, {val});")
-        ctx.close()
-        ctx.emit(f'printf("{"]" * nd}\\n");')
-    ctx.close()
-    ctx.close()
 
 
 _SCAN_C = {
@@ -120,7 +75,7 @@ def scan(ctx, inst, expr):
     R.declare(ctx, out)
     ctx.emit(f"// {'exclusive ' if inst.exclusive else ''}scan {inst.op} over dim {d}")
     ctx.open("")
-    buf = _gather(ctx, inst, src)
+    buf = gather(ctx, inst, src)
     base = R.emit_thread_coords(ctx, lo, ctx.group)
     ident = const(inst.identity(), dt)
     ident = to_float(ident, dt) if dt.name in HALF else ident

@@ -266,15 +266,22 @@ def _scan(inf, stmt, inst, g):
 
 @rule(I.PrintTensor)
 def _print_tensor(inf, stmt, inst, g):
-    """A register tile is gathered in shared memory and printed by the group's first thread."""
-    if inst.tensor.kind != TensorKind.REGISTER:
+    """The group's first thread prints the tile: a register tile gathered in shared memory, a
+    shared one through its layout, a global view through its strides."""
+    t = inst.tensor
+    if t.dtype.nbits % 8:
         raise err(
             stmt,
-            f"print_tensor of a {inst.tensor.kind} tile has no CUDA lowering yet (load it into "
-            "registers first, or run on the interpreter)",
+            f"print_tensor of a sub-byte ({t.dtype}) tile has no CUDA lowering (cast it to a "
+            "byte-sized type in registers first, or run on the interpreter)",
         )
-    inf.no_perm(stmt, inst.tensor)
-    inf.use(inst.tensor, g, stmt)
+    if t.kind == TensorKind.SHARED:
+        inf.shared_view(t, stmt)
+        return
+    if t.kind != TensorKind.REGISTER:
+        return
+    inf.no_perm(stmt, t)
+    inf.use(t, g, stmt)
     inf.converts.append((inst, g))
 
 

@@ -1,0 +1,148 @@
+"""print_tensor on the CUDA backend: register, shared (swizzled, column blocks, slices,
+transposed views) and global tiles print the interpreter's text; compiled by NVRTC and run on
+the CPU emulator (a GPU test runs it in a child process and compares its stdout)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tilus
+from tests.cuda.conftest import ROOT, needs_gpu, needs_nvrtc
+from tests.helpers_cpu_cuda import available, emulate
+from tests.helpers_errors import err_line
+from tilus import float16, float32, int32, uint8
+from tilus.ir.layout import shared_row_major_swizzle
+
+needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ for the CPU emulator")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_cache(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TILUS_CACHE_DIR", str(tmp_path_factory.mktemp("tilus-cache")))
+    yield
+    mp.undo()
+
+
+class PrintTiles(tilus.Script):
+    """Every kind of tile printed: a global view of runtime shape, a swizzled shared tile in
+    column blocks and its transpose, slices of a shared tile, a float16 register tile
+    spread over two warps, an int32 tile with a float format and a 0-d tile."""
+
+    def __call__(self, m: int32, n: int32, x_ptr: ~float32, h_ptr: ~float16, k_ptr: ~int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 2
+        gx = self.global_view(x_ptr, dtype=float32, shape=[m, n])
+        self.print_tensor("global:", gx, fmt="%.3f")
+        x = self.load_global(gx, offsets=[0, 0], shape=[8, 64])
+        s = self.shared_tensor(
+            dtype=float32, shape=[8, 64], layout=shared_row_major_swizzle((8, 64), 4)
+        )
+        self.store_shared(s, x * 2.0)
+        self.print_tensor("shared:", s)
+        self.print_tensor("transposed:", s.transpose())
+        gh = self.global_view(h_ptr, dtype=float16, shape=[3, 4, 5])
+        h = self.load_global(gh, offsets=[0, 0, 0], shape=[3, 4, 5])
+        self.print_tensor("half:", h)
+        sh = self.shared_tensor(dtype=float16, shape=[3, 4, 5])
+        self.store_shared(sh, h)
+        self.print_tensor("half in shared:", sh[1], fmt="%4.1f")
+        self.print_tensor("its row 2:", sh[1, 2], fmt="%+.1e")
+        gk = self.global_view(k_ptr, dtype=int32, shape=[n])
+        self.print_tensor("ints as %f, 100%%:", gk, fmt="%6.1f %%")
+        k = self.load_global(gk, offsets=[0], shape=[64])
+        self.print_tensor("ints:", k, fmt="%u")
+        self.print_tensor("total:", self.sum(k))
+        self.print_tensor("x > 0:", x[0] > 0.0)
+
+
+def _inputs(m=5, n=61):
+    rng = np.random.default_rng()
+    x = rng.standard_normal((m, n)).astype(np.float32)
+    h = (rng.integers(-40, 40, (3, 4, 5)) / 8).astype(np.float16)
+    k = rng.integers(-1000, 1000, n).astype(np.int32)
+    return m, n, x, h, k
+
+
+def _interpreted(args) -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with tilus.option.scoped(interpret=True), contextlib.redirect_stdout(out):
+        PrintTiles()(*args)
+    return out.getvalue()
+
+
+@needs_nvrtc
+@needs_gxx
+def test_print_tensor_of_every_kind_matches_the_interpreter(capfd):
+    args = _inputs()
+    want = _interpreted(args)
+    emulate(PrintTiles(), args, [1])
+    got = capfd.readouterr().out
+    assert "transposed:" in want and "its row 2:" in want and "x > 0:" in want
+    assert got == want
+
+
+class BadFormat(tilus.Script):
+    def __call__(self, x_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(x_ptr, dtype=float32, shape=[4])
+        self.print_tensor("x", g, fmt="%f and %f")  # ERR
+
+
+class SubByte(tilus.Script):
+    def __call__(self, x_ptr: ~uint8):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        g = self.global_view(x_ptr, dtype=tilus.int4b, shape=[8])
+        self.print_tensor("x", g)  # ERR
+
+
+def test_a_format_of_two_conversions_is_refused_at_its_line():
+    with pytest.raises(tilus.TilusProgramError) as e:
+        with tilus.option.scoped(interpret=True):
+            BadFormat()(np.zeros(4, np.float32))
+    assert "exactly one printf conversion" in str(e.value)
+    assert e.value.loc.line == err_line(BadFormat), str(e.value)
+
+
+@needs_nvrtc
+def test_print_of_a_sub_byte_view_is_refused_at_its_line():
+    with pytest.raises(tilus.TilusProgramError) as e:
+        tilus.compile(SubByte(), np.zeros(4, np.uint8))
+    assert "sub-byte" in str(e.value)
+    assert e.value.loc.line == err_line(SubByte), str(e.value)
+
+
+_CHILD = """
+import sys, numpy as np, torch
+sys.path.insert(0, {root!r})
+from tests.cuda.test_cuda_print import PrintTiles
+args = [np.load({path!r} + str(i) + '.npy') for i in range(3)]
+m, n = {m}, {n}
+PrintTiles()(m, n, *[torch.from_numpy(a).cuda() for a in args])
+torch.cuda.synchronize()
+"""
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_print_tensor_on_the_gpu_matches_the_interpreter(tmp_path):
+    m, n, *arrays = _inputs()
+    want = _interpreted((m, n, *arrays))
+    for i, a in enumerate(arrays):
+        np.save(tmp_path / f"a{i}.npy", a)
+    code = _CHILD.format(root=str(ROOT), path=str(tmp_path / "a"), m=m, n=n)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stdout == want

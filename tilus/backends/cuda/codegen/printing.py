@@ -1,0 +1,126 @@
+"""``print_tensor`` on the GPU: register, shared and global tiles printed as the interpreter does."""
+
+# The group's first thread prints the whole tile with printf, element by element in row-major
+# order, with NumPy's brackets and line breaks (``np.array2string`` with a space separator).
+# A register tile is first gathered row-major in the group's shared scratch; a shared tile is
+# read through its layout (swizzle, column blocks, permuted views) and a global view through
+# its strides. The group waits before (so the tile's earlier writes are seen) and, for shared
+# and global tiles, after printing (so nobody overwrites it while it is read).
+
+from __future__ import annotations
+
+from tilus.backends.cuda.codegen.convert import gather
+from tilus.backends.cuda.codegen.memory import _shared_elem as shared_elem
+from tilus.backends.cuda.codegen.memory import shared_offset
+from tilus.backends.cuda.codegen.scalar import ctype, to_float
+from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.ir import inst as I
+from tilus.ir.enums import TensorKind
+
+
+def c_string(text: str) -> str:
+    """A C string literal of ``text``."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def device_format(fmt: str) -> tuple[str, str]:
+    """The printf format of one element on the device and the C type its value is passed as.
+
+    The interpreter formats a Python int or float with C's rules and no length modifiers, so
+    integer conversions become ``%lld`` of a ``long long`` (``%u`` prints as ``%d`` there) and
+    float ones take a ``double``, whatever the tile's dtype (a ``%d`` of a float truncates)."""
+    m = I.PrintTensor.conversion(fmt)
+    flags, conv = m.group(1), m.group(2)
+    if conv in "diouxX":
+        spec, ctyp = f"%{flags}ll{'d' if conv == 'u' else conv}", "long long"
+    else:
+        spec, ctyp = f"%{flags}{conv}", "double"
+    return fmt[: m.start()] + spec + fmt[m.end() :], ctyp
+
+
+def _strides(shape: list[str]) -> list[str]:
+    """Row-major element strides of a shape of C expressions."""
+    out, acc = [], "1"
+    for s in reversed(shape):
+        out.append(acc)
+        acc = s if acc == "1" else f"{acc} * {s}"
+    return list(reversed(out))
+
+
+@CODEGEN_RULES.rule(I.PrintTensor)
+def print_tensor(ctx, inst, expr):
+    """Print the tile from the group's first thread (see the module comment)."""
+    t = inst.tensor
+    fmt, ctyp = device_format(inst.fmt or I.PrintTensor.default_fmt(t.dtype))
+    sync = CODEGEN_RULES.lookup(I.Sync)
+    ct = ctype(t.dtype)
+    ctx.open("")
+    if t.kind == TensorKind.REGISTER:
+        buf = gather(ctx, inst, t)  # waits for the group after writing
+        shape = [str(n) for n in t.shape]
+
+        def read(k, coords):
+            return f"{buf}[{k}]"
+
+    elif t.kind == TensorKind.SHARED:
+        sync(ctx, None, None)
+        view = ctx.plan.shared[t]
+        off, w = shared_offset(ctx, t), view.layout.swizzle
+        shape = [str(n) for n in t.shape]
+
+        def read(k, coords):
+            return (
+                f"*((const {ct}*)(tl_smem_ptr + tl_swz<{w}>({off} + {shared_elem(view, coords)})))"
+            )
+
+    else:
+        sync(ctx, None, None)
+        name, gshape, gstrides = ctx.gview_info[t]
+        shape = [f"(int64_t)({s})" if not s.isdigit() else s for s in gshape]
+
+        def read(k, coords):
+            parts = [c if s == "1" else f"({c}) * {s}" for c, s in zip(coords, gstrides)]
+            return f"{name}[{' + '.join(parts) or '0'}]"
+
+    lead = "true" if ctx.group.size == 1 else f"threadIdx.x == {ctx.group.begin}"
+    ctx.open(f"if ({lead})")
+    ctx.emit(f'printf("%s\\n", {c_string(inst.msg)});')
+    nd = t.ndim
+    if nd == 0:
+        val = f"({ctyp})({to_float(read('0', []), t.dtype)})"
+        ctx.emit(f"printf({c_string(fmt + chr(10))}, {val});")
+    else:
+        _print_elements(ctx, t, shape, read, fmt, ctyp)
+    ctx.close()
+    if t.kind != TensorKind.REGISTER:
+        sync(ctx, None, None)  # the tile is not overwritten while it is read
+    ctx.close()
+
+
+def _print_elements(ctx, t, shape, read, fmt, ctyp):
+    """The loop over the elements with NumPy's brackets: ``[[a b]\\n [c d]]``, a blank line
+    more between blocks of each outer dim."""
+    nd = t.ndim
+    strides = _strides(shape)
+    size = ctx.fresh("n")
+    ctx.emit(f"const int64_t {size} = {' * '.join(shape)};")
+    k = "tl_k"
+    coords = []
+    for d, st in enumerate(strides):
+        c = k if st == "1" else f"({k} / ({st}))"
+        coords.append(c if d == 0 else f"{c} % ({shape[d]})")
+    ctx.open(f"for (int64_t {k} = 0; {k} < {size}; ++{k})")
+    ctx.emit(f'if ({k} == 0) printf("{"[" * nd}");')
+    ctx.open("else")
+    ctx.emit("int tl_open = 0;")
+    for j in range(1, nd):
+        ctx.emit(f"if ({k} % ({strides[nd - 1 - j]}) == 0) tl_open = {j};")
+    ctx.emit('if (tl_open == 0) printf(" ");')
+    for j in range(1, nd):
+        text = "]" * j + "\\n" * j + " " * (nd - j) + "[" * j
+        ctx.emit(f'if (tl_open == {j}) printf("{text}");')
+    ctx.close()
+    val = f"({ctyp})({to_float(read(k, coords), t.dtype)})"
+    ctx.emit(f"printf({c_string(fmt)}, {val});")
+    ctx.close()
+    ctx.emit(f'printf({size} == 0 ? "[]\\n" : "{"]" * nd}\\n");')
