@@ -130,6 +130,8 @@ def _converted_operands(ctx, inst):
         return inst
     for _, src, copy in convs:
         through_shared(ctx, copy, src, copy, lambda c, sh=src.shape: row_major(c, sh))
+    if isinstance(inst, I.WgmmaMma):  # registers wgmma reads are written before a fence
+        CODEGEN_RULES.lookup(I.WgmmaFence)(ctx, None, None)
     return dataclasses.replace(inst, **{name: copy for name, _, copy in convs})
 
 

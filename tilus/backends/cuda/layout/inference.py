@@ -67,6 +67,8 @@ class _Inference:
         self.converts: list = []  # (cast/reshape/slice inst, Group) that may move registers
         self.elem_reads: list = []  # (TensorElement, Group, stmt) of register tiles
         self.io_bytes: dict = {}  # register tile -> element bytes of a global load/store of it
+        self.operand_edges: list = []  # (result, operand, stmt, field, Group): see join_operands
+        self.use_copies: list = []  # (copy tile, Group) converted at a use
 
     # --- walk --------------------------------------------------------------------------------
     def run(self) -> LayoutPlan:
@@ -269,7 +271,6 @@ class _Inference:
         another instruction's. A layout the user gave is never replaced: an instruction that
         needs another one is refused (an equal one, built differently, is taken in the
         instruction's form, which codegen knows)."""
-        self.use_copies: list = []  # (copy tile, Group)
         order = [a for a in self.anchors if a[5] is None] + [a for a in self.anchors if a[5]]
         for t, layout, stmt, rank, why, conv in order:
             r, user = self.uf.find(t), rank == 2
@@ -285,7 +286,13 @@ class _Inference:
                         continue
                     whys = " and ".join(w for w in (old[4], why) if w)
                     detail = f" ({whys})" if whys else ""
-                    raise err(stmt, f"tile %{t.name} needs two different register layouts{detail}")
+                    raise err(
+                        stmt,
+                        f"tile %{t.name} needs two different register layouts{detail}; a "
+                        "tile that two instructions write in place in different layouts is "
+                        "not converted: give each its own tile and combine the two with an "
+                        "elementwise op (which converts an operand through shared memory)",
+                    )
                 if not same_layout(old[0], layout):
                     first = "given" if old[2] else "needed"
                     raise err(
@@ -297,6 +304,32 @@ class _Inference:
                 if user:
                     continue  # keep the instruction's equal layout
             self.anchor[r] = (layout, stmt, user, rank, why)
+
+    def operand_union(self, out, o, stmt, field: str, g: Group):
+        """An elementwise result and a same-shape operand share a layout, unless each is
+        fixed to another one (see ``join_operands``)."""
+        self.operand_edges.append((out, o, stmt, field, g))
+
+    def join_operands(self):
+        """Union each elementwise result with its same-shape operands, in program order; an
+        operand whose class has another fixed layout than the result's (an mma.sync result
+        added to a wgmma accumulator, neither given by the user) gets a copy converted to
+        the result's layout at that instruction instead."""
+        fixed: dict = {}  # class root -> (layout, given by the user)
+        for t, layout, _stmt, rank, _why, conv in self.anchors:
+            if conv is None and rank:
+                r = self.uf.find(t)
+                old = fixed.get(r)
+                fixed[r] = (old[0] if old else layout, rank == 2 or bool(old and old[1]))
+        for out, o, stmt, field, g in self.operand_edges:
+            ro, rt = self.uf.find(o), self.uf.find(out)
+            fo, ft = fixed.get(ro), fixed.get(rt)
+            if ro is not rt and fo and ft and fo[0] != ft[0] and not (fo[1] or ft[1]):
+                self.convert_at_use(stmt, (o, ft[0], g, field))
+                continue
+            self.uf.union(out, o)
+            if fo or ft:
+                fixed[self.uf.find(out)] = ft or fo
 
     def convert_at_use(self, stmt, conv):
         """Give operand ``field`` of ``stmt``'s instruction a copy of its tile in the layout
@@ -446,6 +479,7 @@ class _Inference:
     def assign(self):
         """Give every class of register tiles a layout and check the uses."""
         p = self.plan
+        self.join_operands()
         self.resolve_anchors()
         self.reown()
         classes: dict = {}
