@@ -39,6 +39,8 @@ class PrintTiles(tilus.Script):
         self.attrs.warps = 2
         gx = self.global_view(x_ptr, dtype=float32, shape=[m, n])
         self.print_tensor("global:", gx, fmt="%.3f")
+        self.print_tensor("its row 1:", gx[1], fmt="%.1f")
+        self.print_tensor("transposed view:", gx.transpose(), fmt="%.1f")
         x = self.load_global(gx, offsets=[0, 0], shape=[8, 64])
         s = self.shared_tensor(
             dtype=float32, shape=[8, 64], layout=shared_row_major_swizzle((8, 64), 4)
