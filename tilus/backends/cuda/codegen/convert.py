@@ -37,21 +37,23 @@ def row_major(coords, shape) -> str:
     return " + ".join(parts) or "0"
 
 
-def gather(ctx, inst, src):
-    """Write ``src`` row-major to the group's scratch; returns the buffer's C name (the caller
-    waits for the group before reading it)."""
+def gather(ctx, inst, src, ct: str | None = None, value=None):
+    """Write ``src`` row-major to the group's scratch (as C type ``ct``, register ``i`` as
+    ``value(i)``; by default the registers as they are); returns the buffer's C name (the
+    group waits after writing)."""
     off = ctx.plan.scratch.get(inst)
     if off is None:
         raise ctx.error("internal: no shared scratch was planned for this layout conversion")
     ls = R.layout_of(ctx, src)
-    ct = ctype(src.dtype)
+    ct = ct or ctype(src.dtype)
+    value = value or (lambda i: R.elem(ctx, src, i))
     buf = ctx.fresh("cv")
     ctx.emit(f"{ct}* const {buf} = ({ct}*)(tl_smem_ptr + {ctx.reduce_base + off}u);")
     CODEGEN_RULES.lookup(I.Sync)(ctx, None, None)  # earlier readers of the scratch are done
     base = R.emit_thread_coords(ctx, ls, ctx.group)
     for i in range(ls.local_size):
         c = [R.coord(b, k) for b, k in zip(base, ls.local_coords(i))]
-        ctx.emit(f"{buf}[{row_major(c, src.shape)}] = {R.elem(ctx, src, i)};")
+        ctx.emit(f"{buf}[{row_major(c, src.shape)}] = {value(i)};")
     CODEGEN_RULES.lookup(I.Sync)(ctx, None, None)
     return buf
 

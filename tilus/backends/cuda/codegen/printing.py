@@ -9,11 +9,13 @@
 
 from __future__ import annotations
 
+from tilus.backends.cuda.codegen import lowbit as B
 from tilus.backends.cuda.codegen.convert import gather
 from tilus.backends.cuda.codegen.memory import _shared_elem as shared_elem
 from tilus.backends.cuda.codegen.memory import shared_offset
 from tilus.backends.cuda.codegen.scalar import ctype, to_float
 from tilus.backends.cuda.tables import CODEGEN_RULES
+from tilus.dtypes import float32, int32
 from tilus.ir import inst as I
 from tilus.ir.enums import TensorKind
 
@@ -38,6 +40,20 @@ def device_format(fmt: str) -> tuple[str, str]:
     return fmt[: m.start()] + spec + fmt[m.end() :], ctyp
 
 
+def _packed_element(ctx, name: str, addr: str, dt) -> str:
+    """The value of element ``addr`` of a bit-packed global view (its code's bits from one or
+    two bytes, decoded as the interpreter reads it)."""
+    nb = dt.nbits
+    bit, v = ctx.fresh("bit"), ctx.fresh("code")
+    ctx.emit(f"const int64_t {bit} = ({addr}) * {nb};")
+    ctx.emit(f"uint32_t {v} = (uint32_t){name}[{bit} >> 3] >> ({bit} & 7);")
+    if 8 % nb:  # may straddle into the next byte
+        ctx.emit(
+            f"if (({bit} & 7) + {nb} > 8) {v} |= (uint32_t){name}[({bit} >> 3) + 1] << (8 - ({bit} & 7));"
+        )
+    return B.decode(f"({v} & {(1 << nb) - 1:#x}u)", dt)[0]
+
+
 def _strides(shape: list[str]) -> list[str]:
     """Row-major element strides of a shape of C expressions."""
     out, acc = [], "1"
@@ -53,10 +69,14 @@ def print_tensor(ctx, inst, expr):
     t = inst.tensor
     fmt, ctyp = device_format(inst.fmt or I.PrintTensor.default_fmt(t.dtype))
     sync = CODEGEN_RULES.lookup(I.Sync)
-    ct = ctype(t.dtype)
     ctx.open("")
+    packed = B.packed(t.dtype)
+    vdt = (float32 if t.dtype.is_float() else int32) if packed else t.dtype  # C value's dtype
     if t.kind == TensorKind.REGISTER:
-        buf = gather(ctx, inst, t)  # waits for the group after writing
+        if packed:  # the decoded values, as float or int
+            buf = gather(ctx, inst, t, ctype(vdt), lambda i: B.decode(B.get(ctx, t, i), t.dtype)[0])
+        else:
+            buf = gather(ctx, inst, t)  # waits for the group after writing
         shape = [str(n) for n in t.shape]
 
         def read(k, coords):
@@ -65,7 +85,7 @@ def print_tensor(ctx, inst, expr):
     elif t.kind == TensorKind.SHARED:
         sync(ctx, None, None)
         view = ctx.plan.shared[t]
-        off, w = shared_offset(ctx, t), view.layout.swizzle
+        off, w, ct = shared_offset(ctx, t), view.layout.swizzle, ctype(t.dtype)
         shape = [str(n) for n in t.shape]
 
         def read(k, coords):
@@ -80,24 +100,27 @@ def print_tensor(ctx, inst, expr):
 
         def read(k, coords):
             parts = [c if s == "1" else f"({c}) * {s}" for c, s in zip(coords, gstrides)]
-            return f"{name}[{' + '.join(parts) or '0'}]"
+            addr = " + ".join(parts) or "0"
+            if not packed:
+                return f"{name}[{addr}]"
+            return _packed_element(ctx, name, addr, t.dtype)
 
     lead = "true" if ctx.group.size == 1 else f"threadIdx.x == {ctx.group.begin}"
     ctx.open(f"if ({lead})")
     ctx.emit(f'printf("%s\\n", {c_string(inst.msg)});')
     nd = t.ndim
     if nd == 0:
-        val = f"({ctyp})({to_float(read('0', []), t.dtype)})"
+        val = f"({ctyp})({to_float(read('0', []), vdt)})"
         ctx.emit(f"printf({c_string(fmt + chr(10))}, {val});")
     else:
-        _print_elements(ctx, t, shape, read, fmt, ctyp)
+        _print_elements(ctx, t, shape, read, fmt, ctyp, vdt)
     ctx.close()
     if t.kind != TensorKind.REGISTER:
         sync(ctx, None, None)  # the tile is not overwritten while it is read
     ctx.close()
 
 
-def _print_elements(ctx, t, shape, read, fmt, ctyp):
+def _print_elements(ctx, t, shape, read, fmt, ctyp, vdt):
     """The loop over the elements with NumPy's brackets: ``[[a b]\\n [c d]]``, a blank line
     more between blocks of each outer dim."""
     nd = t.ndim
@@ -120,7 +143,7 @@ def _print_elements(ctx, t, shape, read, fmt, ctyp):
         text = "]" * j + "\\n" * j + " " * (nd - j) + "[" * j
         ctx.emit(f'if (tl_open == {j}) printf("{text}");')
     ctx.close()
-    val = f"({ctyp})({to_float(read(k, coords), t.dtype)})"
+    val = f"({ctyp})({to_float(read(k, coords), vdt)})"
     ctx.emit(f"printf({c_string(fmt)}, {val});")
     ctx.close()
     ctx.emit(f'printf({size} == 0 ? "[]\\n" : "{"]" * nd}\\n");')

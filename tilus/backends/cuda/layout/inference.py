@@ -94,7 +94,7 @@ class _Inference:
             regs = self.plan.registers
             if isinstance(inst, I.PrintTensor | I.Scan):
                 src = inst.tensor if isinstance(inst, I.PrintTensor) else inst.src
-                n = src.size * max(1, src.dtype.nbits // 8)
+                n = src.size * (max(1, src.dtype.nbits // 8) if src.dtype.nbits % 8 == 0 else 4)
                 need.setdefault((g.begin, g.size), []).append((inst, -(-n // 4) * 4))
                 continue
             src, out = inst.src, inst.out

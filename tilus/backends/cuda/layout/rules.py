@@ -269,12 +269,6 @@ def _print_tensor(inf, stmt, inst, g):
     """The group's first thread prints the tile: a register tile gathered in shared memory, a
     shared one through its layout, a global view through its strides."""
     t = inst.tensor
-    if t.dtype.nbits % 8:
-        raise err(
-            stmt,
-            f"print_tensor of a sub-byte ({t.dtype}) tile has no CUDA lowering (cast it to a "
-            "byte-sized type in registers first, or run on the interpreter)",
-        )
     if t.kind == TensorKind.SHARED:
         inf.shared_view(t, stmt)
         return
