@@ -142,22 +142,31 @@ def test_a_format_of_two_conversions_is_refused_at_its_line():
 
 
 _CHILD = """
-import sys, numpy as np, torch
+import sys, numpy as np, torch, tilus
 sys.path.insert(0, {root!r})
-from tests.cuda.test_cuda_print import PrintTiles
-args = [np.load({path!r} + str(i) + '.npy') for i in range(3)]
+from tests.cuda.test_cuda_print import PrintPacked, PrintTiles
+args = [np.load({path!r} + str(i) + '.npy') for i in range(4)]
 m, n = {m}, {n}
-PrintTiles()(m, n, *[torch.from_numpy(a).cuda() for a in args])
+PrintTiles()(m, n, *[torch.from_numpy(a).cuda() for a in args[:3]])
+torch.cuda.synchronize()
+PrintPacked(tilus.float6_e3m2)(m, torch.from_numpy(args[3]).cuda())
 torch.cuda.synchronize()
 """
 
 
 @pytest.mark.gpu
 @needs_gpu
-def test_print_tensor_on_the_gpu_matches_the_interpreter(tmp_path):
+def test_print_tensor_on_the_gpu_matches_the_interpreter(tmp_path, capfd):
+    # printf from a kernel reaches the process's stdout: the GPU run is a child process
     m, n, *arrays = _inputs()
     want = _interpreted((m, n, *arrays))
-    for i, a in enumerate(arrays):
+    dt = tilus.float6_e3m2
+    w = pack(codes(np.random.default_rng(), dt, (m, 12)), dt.nbits)
+    capfd.readouterr()
+    with tilus.option.scoped(interpret=True):
+        PrintPacked(dt)(m, w)
+    want += capfd.readouterr().out
+    for i, a in enumerate([*arrays, w]):
         np.save(tmp_path / f"a{i}.npy", a)
     code = _CHILD.format(root=str(ROOT), path=str(tmp_path / "a"), m=m, n=n)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
