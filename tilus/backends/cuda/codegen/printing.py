@@ -1,4 +1,4 @@
-"""``print_tensor`` on the GPU: register, shared and global tiles printed as the interpreter does."""
+"""``print_tensor`` on the GPU: register, shared and global tiles, printed as on the interpreter."""
 
 # The group's first thread prints the whole tile with printf, element by element in row-major
 # order, with NumPy's brackets and line breaks (``np.array2string`` with a space separator).
@@ -46,11 +46,11 @@ def _packed_element(ctx, name: str, addr: str, dt) -> str:
     nb = dt.nbits
     bit, v = ctx.fresh("bit"), ctx.fresh("code")
     ctx.emit(f"const int64_t {bit} = ({addr}) * {nb};")
-    ctx.emit(f"uint32_t {v} = (uint32_t){name}[{bit} >> 3] >> ({bit} & 7);")
+    byte, sh = f"{name}[{bit} >> 3]", f"({bit} & 7)"
+    ctx.emit(f"uint32_t {v} = (uint32_t){byte} >> {sh};")
     if 8 % nb:  # may straddle into the next byte
-        ctx.emit(
-            f"if (({bit} & 7) + {nb} > 8) {v} |= (uint32_t){name}[({bit} >> 3) + 1] << (8 - ({bit} & 7));"
-        )
+        nxt = f"{name}[({bit} >> 3) + 1]"
+        ctx.emit(f"if ({sh} + {nb} > 8) {v} |= (uint32_t){nxt} << (8 - {sh});")
     return B.decode(f"({v} & {(1 << nb) - 1:#x}u)", dt)[0]
 
 
