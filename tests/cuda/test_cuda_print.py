@@ -94,6 +94,37 @@ def test_print_tensor_of_every_kind_matches_the_interpreter(capfd):
     assert got == want
 
 
+class LanesOfOneWarp(tilus.Script):
+    """A group of 8 lanes of the second warp prints its tile and a view and reads an element:
+    each waits for the group, a ``__syncwarp`` of the group's lanes."""
+
+    def __call__(self, x_ptr: ~float32, y_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 2
+        g = self.global_view(x_ptr, dtype=float32, shape=[16])
+        gy = self.global_view(y_ptr, dtype=float32, shape=[16])
+        with self.thread_group(thread_begin=40, num_threads=8):
+            x = self.load_global(g, offsets=[0], shape=[16])
+            self.print_tensor("x:", x)
+            self.print_tensor("view:", g, fmt="%.2f")
+            self.store_global(gy, x * x[3], offsets=[0])
+            self.sync()
+
+
+@needs_nvrtc
+@needs_gxx
+def test_a_group_of_lanes_of_one_warp_prints_and_broadcasts(capfd):
+    x = np.random.default_rng().standard_normal(16).astype(np.float32)
+    y, yi = np.zeros_like(x), np.zeros_like(x)
+    with tilus.option.scoped(interpret=True):
+        LanesOfOneWarp()(x, yi)
+    want = capfd.readouterr().out
+    ck = emulate(LanesOfOneWarp(), (x, y), [1])
+    assert capfd.readouterr().out == want and "view:" in want
+    np.testing.assert_array_equal(y, yi)
+    assert "__syncwarp(0x0000ff00u);" in ck.source
+
+
 class BadFormat(tilus.Script):
     def __call__(self, x_ptr: ~float32):
         self.attrs.blocks = 1
@@ -144,12 +175,14 @@ def test_a_format_of_two_conversions_is_refused_at_its_line():
 _CHILD = """
 import sys, numpy as np, torch, tilus
 sys.path.insert(0, {root!r})
-from tests.cuda.test_cuda_print import PrintPacked, PrintTiles
-args = [np.load({path!r} + str(i) + '.npy') for i in range(4)]
+from tests.cuda.test_cuda_print import LanesOfOneWarp, PrintPacked, PrintTiles
+args = [np.load({path!r} + str(i) + '.npy') for i in range(5)]
 m, n = {m}, {n}
 PrintTiles()(m, n, *[torch.from_numpy(a).cuda() for a in args[:3]])
 torch.cuda.synchronize()
 PrintPacked(tilus.float6_e3m2)(m, torch.from_numpy(args[3]).cuda())
+torch.cuda.synchronize()
+LanesOfOneWarp()(torch.from_numpy(args[4]).cuda(), torch.zeros(16, device="cuda"))
 torch.cuda.synchronize()
 """
 
@@ -163,10 +196,12 @@ def test_print_tensor_on_the_gpu_matches_the_interpreter(tmp_path, capfd):
     dt = tilus.float6_e3m2
     w = pack(codes(np.random.default_rng(), dt, (m, 12)), dt.nbits)
     capfd.readouterr()
+    x = np.random.default_rng().standard_normal(16).astype(np.float32)
     with tilus.option.scoped(interpret=True):
         PrintPacked(dt)(m, w)
+        LanesOfOneWarp()(x, np.zeros_like(x))
     want += capfd.readouterr().out
-    for i, a in enumerate([*arrays, w]):
+    for i, a in enumerate([*arrays, w, x]):
         np.save(tmp_path / f"a{i}.npy", a)
     code = _CHILD.format(root=str(ROOT), path=str(tmp_path / "a"), m=m, n=n)
     env = dict(os.environ, PYTHONPATH=str(ROOT))

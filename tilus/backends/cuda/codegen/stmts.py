@@ -59,10 +59,12 @@ def _sync(ctx, inst, expr):
                 raise ctx.error("more than 15 distinct thread groups use sync()")
             ctx.named_barriers[key] = len(ctx.named_barriers) + 1
         ctx.emit(f"tl_bar_sync({ctx.named_barriers[key]}, {g.size});")
+    elif g.begin // 32 == (g.begin + g.size - 1) // 32:  # lanes of one warp: a masked barrier
+        ctx.emit(f"__syncwarp({((1 << g.size) - 1) << (g.begin % 32):#010x}u);")
     else:
         raise ctx.error(
-            f"sync() in threads [{g.begin}, {g.begin + g.size}): groups that are not whole "
-            "warps cannot use a hardware barrier"
+            f"sync() in threads [{g.begin}, {g.begin + g.size}): a group that is neither whole "
+            "warps nor lanes of one warp cannot use a hardware barrier"
         )
 
 
