@@ -133,17 +133,15 @@ def _print_elements(ctx, t, shape, read, fmt, ctyp, vdt):
         c = k if st == "1" else f"({k} / ({st}))"
         coords.append(c if d == 0 else f"{c} % ({shape[d]})")
     ctx.open(f"for (int64_t {k} = 0; {k} < {size}; ++{k})")
-    ctx.emit(f'if ({k} == 0) printf("{"[" * nd}");')
-    ctx.open("else")
-    ctx.emit("int tl_open = 0;")
-    for j in range(1, nd):
-        ctx.emit(f"if ({k} % ({strides[nd - 1 - j]}) == 0) tl_open = {j};")
-    ctx.emit('if (tl_open == 0) printf(" ");')
-    for j in range(1, nd):
+    # one printf per element: the brackets and breaks before it, then the element
+    ctx.emit(f'const char* tl_sep = "{"[" * nd}";')
+    ctx.open(f"if ({k} != 0)")
+    ctx.emit('tl_sep = " ";')
+    for j in range(1, nd):  # the outermost dim whose block ends here wins
         text = "]" * j + "\\n" * j + " " * (nd - j) + "[" * j
-        ctx.emit(f'if (tl_open == {j}) printf("{text}");')
+        ctx.emit(f'if ({k} % ({strides[nd - 1 - j]}) == 0) tl_sep = "{text}";')
     ctx.close()
     val = f"({ctyp})({to_float(read(k, coords), vdt)})"
-    ctx.emit(f"printf({c_string(fmt)}, {val});")
+    ctx.emit(f"printf({c_string('%s' + fmt)}, tl_sep, {val});")
     ctx.close()
     ctx.emit(f'printf({size} == 0 ? "[]\\n" : "{"]" * nd}\\n");')
