@@ -152,7 +152,9 @@ class PrintPacked(tilus.Script):
 @needs_nvrtc
 @needs_gxx
 @pytest.mark.parametrize(
-    "dt", [tilus.int4b, tilus.uint3b, tilus.float6_e3m2, tilus.float4_e2m1], ids=str
+    "dt",
+    [tilus.int4b, tilus.float6_e3m2],
+    ids=str,  # signed ints; floats straddling bytes
 )
 def test_print_of_packed_tiles_matches_the_interpreter(dt, capfd):
     m = 5
