@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tilus.backends.cuda.layout.blocks import blockable_tiles
 from tilus.backends.cuda.layout.plan import Group, LayoutPlan, SharedView, err, free_vars
 from tilus.backends.cuda.layout.reduction import scratch_bytes
 from tilus.backends.cuda.tables import LAYOUT_RULES
@@ -74,7 +75,7 @@ class _Inference:
     def run(self) -> LayoutPlan:
         """Walk the function and assign every layout."""
         root = Group(0, self.fn.num_threads)
-        self.blockable = _blockable_tiles(self.fn)
+        self.blockable = blockable_tiles(self.fn)
         self.collect_shared_annotations()
         self.walk(self.fn.body, root)
         self.assign()
@@ -583,55 +584,6 @@ def tile_registers_error(t: TensorVar, layout: RegisterLayout, num_threads: int)
         f"at most {MAX_TILE_REGISTERS} fit without spilling",
         f"layout {layout.kind}",
     )
-
-
-#: What may use a shared tile stored in column blocks: element-wise copies and TMA, which
-#: address it through ``SharedLayout``, and wgmma, whose descriptors step over the blocks
-#: (a K row of 256 bytes is two 128-byte blocks); permuted views only as wgmma operands.
-_BLOCKABLE_USES = (
-    I.WgmmaMma,
-    I.AllocShared,
-    I.SliceTensor,
-    I.LoadShared,
-    I.StoreShared,
-    I.TmaGlobalToShared,
-    I.TmaSharedToGlobal,
-    I.FreeShared,
-    I.PrintTensor,
-)
-
-
-def _blockable_tiles(fn: Function) -> set:
-    """Shared allocations whose every use (through leading-dim slices) is in
-    ``_BLOCKABLE_USES``: those with rows wider than 128 bytes get column blocks."""
-    root: dict = {}
-    bad: set = set()
-    permuted: set = set()  # transposed views: blockable as wgmma operands only
-    for _, inst in instructions(fn.body):
-        if isinstance(inst, I.AllocShared):
-            root[inst.out] = inst.out
-            continue
-        used = [v for _, value in inst.items() for v in _tensor_vars(value) if v in root]
-        if isinstance(inst, I.SliceTensor) and inst.src in root:
-            root[inst.out] = root[inst.src]
-            if inst.src in permuted:
-                permuted.add(inst.out)
-        elif isinstance(inst, I.PermuteTensor) and inst.src in root:
-            root[inst.out] = root[inst.src]
-            permuted.add(inst.out)
-        elif isinstance(inst, I.WgmmaMma):
-            continue
-        elif not isinstance(inst, _BLOCKABLE_USES) or any(v in permuted for v in used):
-            bad.update(root[v] for v in used)
-    return {t for t in root.values() if t not in bad}
-
-
-def _tensor_vars(x):
-    if isinstance(x, TensorVar):
-        yield x
-    elif isinstance(x, tuple | list):
-        for y in x:
-            yield from _tensor_vars(y)
 
 
 def infer_layouts(fn: Function) -> LayoutPlan:
