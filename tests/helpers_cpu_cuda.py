@@ -26,6 +26,8 @@ HEADER = r"""
 #include <vector>
 #include <barrier>
 #include <memory>
+#include <map>
+#include <mutex>
 #define __device__
 #define __forceinline__ inline
 #define __restrict__
@@ -39,6 +41,19 @@ static std::vector<uint64_t>* tl_lanes;
 static inline void __syncthreads() { tl_block_bar->arrive_and_wait(); }
 static inline void tl_bar_sync(int, int) { tl_block_bar->arrive_and_wait(); }
 static inline void __syncwarp() { (*tl_warp_bars)[threadIdx.x / 32]->arrive_and_wait(); }
+static inline void __syncwarp(unsigned mask) {  // the lanes of ``mask`` (blocks run in turn)
+  if (mask == 0xffffffffu) { __syncwarp(); return; }
+  static std::mutex mu;
+  static std::map<uint64_t, std::unique_ptr<std::barrier<>>> bars;
+  std::barrier<>* b;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& p = bars[((uint64_t)(threadIdx.x / 32) << 32) | mask];
+    if (!p) p.reset(new std::barrier<>(__builtin_popcount(mask)));
+    b = p.get();
+  }
+  b->arrive_and_wait();
+}
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int m) {
   unsigned t = threadIdx.x, w = t / 32;
   uint64_t bits = 0; std::memcpy(&bits, &v, sizeof(T));

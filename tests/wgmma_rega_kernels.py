@@ -95,7 +95,8 @@ class Chain(tilus.Script):
 
 class RegAConflict(tilus.Script):
     """A register tile used both as an mma.sync operand (converted at the dot) and as a wgmma
-    A fragment; the two results added: their fixed layouts (mma_c, wgmma_acc) conflict."""
+    A fragment; the two results, in their fixed layouts (mma_c, wgmma_acc), added (the mma
+    result converted at the addition)."""
 
     def __call__(self, a_ptr: ~float16, c_ptr: ~float32):
         self.attrs.blocks = 1
@@ -107,7 +108,7 @@ class RegAConflict(tilus.Script):
         sb = self.shared_tensor(dtype=float16, shape=[64, 16])
         acc = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
         self.wgmma.fence()
-        self.wgmma.mma(a, sb.transpose(), acc)  # BUG:conflict
+        self.wgmma.mma(a, sb.transpose(), acc)
         self.wgmma.commit_group()
         self.wgmma.wait_group(0)
         gc = self.global_view(c_ptr, dtype=float32, shape=[64, 64])

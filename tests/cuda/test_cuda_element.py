@@ -81,14 +81,54 @@ def test_element_read_broadcast_gpu():
 
 
 class ReadInWhile(tilus.Script):
-    def __call__(self, x_ptr: ~float32):
+    """Subtract 1 while ``x[i] > 0`` (at most 50 times): the condition reads an element of a
+    tile spread over two warps, broadcast before each test."""
+
+    def __call__(self, i: int32, x_ptr: ~float32):
         self.attrs.blocks = 1
         self.attrs.warps = 2
         g = self.global_view(x_ptr, dtype=float32, shape=[64])
         x = self.load_global(g, offsets=[0], shape=[64])
-        while x[3] > 0.0:  # a barrier in the condition would run once, not per test
+        k: int32 = 0
+        while x[i] > 0.0 and k < 50:
             x = x - 1.0
+            k = k + 1
         self.store_global(g, x, offsets=[0])
+
+
+def _while_reference(x, i):
+    y = x.copy()
+    for _ in range(50):
+        if not y[i] > 0:
+            break
+        y = y - np.float32(1)
+    return y
+
+
+@needs_nvrtc
+@needs_gxx
+def test_element_read_in_a_while_condition():
+    rng = np.random.default_rng()
+    x = rng.uniform(-3, 6, 64).astype(np.float32)
+    i = int(np.argmax(x))  # a few iterations
+    want = _while_reference(x, i)
+    y = x.copy()
+    emulate(ReadInWhile(), (i, y), [1])
+    np.testing.assert_array_equal(y, want)
+    yi = x.copy()
+    with tilus.option.scoped(interpret=True):
+        ReadInWhile()(i, yi)
+    np.testing.assert_array_equal(yi, want)
+
+
+@pytest.mark.gpu
+def test_element_read_in_a_while_condition_gpu():
+    torch = pytest.importorskip("torch")
+    x = torch.rand(64, device="cuda") * 9 - 3
+    i = int(torch.argmax(x))
+    want = _while_reference(x.cpu().numpy(), i)
+    ReadInWhile()(i, x)
+    np.testing.assert_array_equal(x.cpu().numpy(), want)
 
 
 class ReadInSubgroup(tilus.Script):
@@ -106,7 +146,6 @@ class ReadInSubgroup(tilus.Script):
 @pytest.mark.parametrize(
     "kernel, text",
     [
-        (ReadInWhile, "while x[3] > 0.0:"),
         (ReadInSubgroup, "s = x[5]"),
     ],
 )

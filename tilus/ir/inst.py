@@ -8,6 +8,7 @@ asserts that no instruction lacks a rule (or an explicit not-lowered reason) in 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import ClassVar
@@ -314,6 +315,28 @@ class PrintTensor(Inst):
         if dtype.is_integer():
             return "%5d"
         return "%6.3f" if dtype.nbits >= 32 else "%5.2f"
+
+    @staticmethod
+    def conversion(fmt: str) -> re.Match | None:
+        """The one printf conversion of ``fmt`` (flags in group 1, the letter in group 2), or
+        None when it does not have exactly one conversion of a number (``%%`` is text)."""
+        found = [m for m in _FMT_CONV.finditer(fmt) if m.group(0) != "%%"]
+        stray = _FMT_CONV.sub("", fmt).count("%")
+        if len(found) != 1 or stray or found[0].group(2) not in "diouxXfFeEgG":
+            return None
+        return found[0]
+
+    def validate(self) -> None:
+        """``fmt`` formats one element: exactly one conversion of a number."""
+        if self.fmt is not None and self.conversion(self.fmt) is None:
+            raise InstError(
+                "print_tensor's fmt must hold exactly one printf conversion of a number "
+                f"(such as %d, %5.2f, %e), got {self.fmt!r}"
+            )
+
+
+#: A printf conversion: ``%%`` or flags, width, precision, an ignored length and a letter.
+_FMT_CONV = re.compile(r"%%|%([-+ #0]*\d*(?:\.\d+)?)(?:hh|h|ll|l|z|j|t)?([A-Za-z])")
 
 
 # --- Hopper asynchronous machinery -----------------------------------------------------------

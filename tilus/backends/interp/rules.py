@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 
 import numpy as np
 
@@ -564,8 +565,8 @@ def _print_tensor(task, inst, loc):
     text = np.array2string(
         arr,
         separator=" ",
-        threshold=1 << 16,
-        max_line_width=1 << 16,
+        threshold=sys.maxsize,  # every element, one row a line: as the CUDA backend prints
+        max_line_width=sys.maxsize,
         formatter={"all": lambda x: c_format(fmt, [x.item()])},
     )
     print(f"{inst.msg}\n{text}", flush=True)

@@ -582,7 +582,10 @@ class GenericInstructions:
         b.inst(I.Printf(fmt, vals))
 
     def print_tensor(self, msg: str, tensor, fmt: str | None = None):
-        """Print a tile (register, shared or global) with a message."""
+        """Print a tile (register, shared or global) with a message, NumPy-style, every element
+        formatted with ``fmt``: one printf conversion of a number (``%d``, ``%x``, ``%.3f``,
+        ``%e``, ...; length modifiers are ignored), by default ``%5d`` for integers and
+        ``%6.3f``/``%5.2f`` for floats. On the GPU the group's first thread prints it."""
         b = current()
         b.expect_tensor(
             tensor,

@@ -1,5 +1,5 @@
 """Register layout conversion through shared memory (casts into a fixed layout, reshapes that
-move elements between threads, register slices)."""
+move elements between threads, register slices, scans)."""
 
 # Every thread writes the elements it holds to a row-major copy of the tile in the block's
 # scratch area (copies of a replicated tile write the same values), the group waits, and
@@ -37,68 +37,25 @@ def row_major(coords, shape) -> str:
     return " + ".join(parts) or "0"
 
 
-def _gather(ctx, inst, src):
-    """Write ``src`` row-major to the group's scratch; returns the buffer's C name (the caller
-    waits for the group before reading it)."""
+def gather(ctx, inst, src, ct: str | None = None, value=None):
+    """Write ``src`` row-major to the group's scratch (as C type ``ct``, register ``i`` as
+    ``value(i)``; by default the registers as they are); returns the buffer's C name (the
+    group waits after writing)."""
     off = ctx.plan.scratch.get(inst)
     if off is None:
         raise ctx.error("internal: no shared scratch was planned for this layout conversion")
     ls = R.layout_of(ctx, src)
-    ct = ctype(src.dtype)
+    ct = ct or ctype(src.dtype)
+    value = value or (lambda i: R.elem(ctx, src, i))
     buf = ctx.fresh("cv")
     ctx.emit(f"{ct}* const {buf} = ({ct}*)(tl_smem_ptr + {ctx.reduce_base + off}u);")
     CODEGEN_RULES.lookup(I.Sync)(ctx, None, None)  # earlier readers of the scratch are done
     base = R.emit_thread_coords(ctx, ls, ctx.group)
     for i in range(ls.local_size):
         c = [R.coord(b, k) for b, k in zip(base, ls.local_coords(i))]
-        ctx.emit(f"{buf}[{row_major(c, src.shape)}] = {R.elem(ctx, src, i)};")
+        ctx.emit(f"{buf}[{row_major(c, src.shape)}] = {value(i)};")
     CODEGEN_RULES.lookup(I.Sync)(ctx, None, None)
     return buf
-
-
-def _c_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-@CODEGEN_RULES.rule(I.PrintTensor)
-def print_tensor(ctx, inst, expr):
-    """Gather the tile in shared memory; the group's first thread prints it as the
-    interpreter does (NumPy's bracketed rows, each element with ``fmt``)."""
-
-    t = inst.tensor
-    fmt = inst.fmt or I.PrintTensor.default_fmt(t.dtype)
-    ctx.open("")
-    buf = _gather(ctx, inst, t)
-    lead = "true" if ctx.group.size == 1 else f"threadIdx.x == {ctx.group.begin}"
-    ctx.open(f"if ({lead})")
-    ctx.emit(f'printf("%s\\n", {_c_string(inst.msg)});')
-    v = f"{buf}[tl_k]"
-    if t.dtype.is_float():
-        val = f"(double)({to_float(v, t.dtype)})"
-    else:
-        val = f"(int)({v})"
-    nd = t.ndim
-    if nd == 0:
-        ctx.emit(f"printf({_c_string(fmt + chr(10))}, {val.replace('tl_k', '0')});")
-    else:
-        ctx.open(f"for (int tl_k = 0; tl_k < {t.size}; ++tl_k)")
-        ctx.emit(f'if (tl_k == 0) printf("{"[" * nd}");')
-        ctx.open("else")
-        ctx.emit("int tl_open = 0;")
-        span = 1
-        for j in range(1, nd):
-            span *= t.shape[nd - j]
-            ctx.emit(f"if (tl_k % {span} == 0) tl_open = {j};")
-        ctx.emit('if (tl_open == 0) printf(" ");')
-        for j in range(1, nd):
-            text = "]" * j + "\\n" * j + " " * (nd - j) + "[" * j
-            ctx.emit(f'if (tl_open == {j}) printf("{text}");')
-        ctx.close()
-        ctx.emit(f"printf({_c_string(fmt)}, {val});")
-        ctx.close()
-        ctx.emit(f'printf("{"]" * nd}\\n");')
-    ctx.close()
-    ctx.close()
 
 
 _SCAN_C = {
@@ -120,7 +77,7 @@ def scan(ctx, inst, expr):
     R.declare(ctx, out)
     ctx.emit(f"// {'exclusive ' if inst.exclusive else ''}scan {inst.op} over dim {d}")
     ctx.open("")
-    buf = _gather(ctx, inst, src)
+    buf = gather(ctx, inst, src)
     base = R.emit_thread_coords(ctx, lo, ctx.group)
     ident = const(inst.identity(), dt)
     ident = to_float(ident, dt) if dt.name in HALF else ident

@@ -352,7 +352,7 @@ def _shared_vector_width(reg, layout, view) -> int:
     if inner.dim != reg.ndim - 1 or inner.stride != 1:
         return 0
     esize = reg.dtype.nbits // 8
-    w = min(inner.extent, 16 // esize)
+    w = 16 // esize  # the largest power of two dividing the run (no 5- or 6-element access)
     while w and inner.extent % w:
         w //= 2
     if w * esize < 8:

@@ -59,10 +59,12 @@ def _sync(ctx, inst, expr):
                 raise ctx.error("more than 15 distinct thread groups use sync()")
             ctx.named_barriers[key] = len(ctx.named_barriers) + 1
         ctx.emit(f"tl_bar_sync({ctx.named_barriers[key]}, {g.size});")
+    elif g.begin // 32 == (g.begin + g.size - 1) // 32:  # lanes of one warp: a masked barrier
+        ctx.emit(f"__syncwarp({((1 << g.size) - 1) << (g.begin % 32):#010x}u);")
     else:
         raise ctx.error(
-            f"sync() in threads [{g.begin}, {g.begin + g.size}): groups that are not whole "
-            "warps cannot use a hardware barrier"
+            f"sync() in threads [{g.begin}, {g.begin + g.size}): a group that is neither whole "
+            "warps nor lanes of one warp cannot use a hardware barrier"
         )
 
 
@@ -130,6 +132,8 @@ def _converted_operands(ctx, inst):
         return inst
     for _, src, copy in convs:
         through_shared(ctx, copy, src, copy, lambda c, sh=src.shape: row_major(c, sh))
+    if isinstance(inst, I.WgmmaMma):  # registers wgmma reads are written before a fence
+        CODEGEN_RULES.lookup(I.WgmmaFence)(ctx, None, None)
     return dataclasses.replace(inst, **{name: copy for name, _, copy in convs})
 
 
@@ -145,22 +149,29 @@ class StmtEmitter:
         ctx = self.ctx
         prev, ctx.stmt = ctx.stmt, s
         try:
-            self._hoist_broadcasts(s)
+            if not isinstance(s, WhileStmt):  # a while condition broadcasts in each test
+                self._hoist_broadcasts(s)
             self._stmt(s)
         except UnsupportedDtype as e:  # at the innermost statement that names the dtype
             raise ctx.error(str(e)) from None
         finally:
             ctx.stmt = prev
 
-    def _hoist_broadcasts(self, s):
+    def _broadcast_reads(self, s) -> list:
+        return [
+            x for x in own_nodes(s) if isinstance(x, TensorElement) and x in self.ctx.plan.scratch
+        ]
+
+    def _hoist_broadcasts(self, s, comment: bool = True):
         """Broadcast the elements of tiles spread over threads that ``s`` reads before its
         code (their barriers then run where the whole group is, never inside a branch or
         loop an instruction's code opens); inner reads (in indices) first."""
         ctx = self.ctx
-        reads = [x for x in own_nodes(s) if isinstance(x, TensorElement) and x in ctx.plan.scratch]
+        reads = self._broadcast_reads(s)
         if not reads:
             return
-        ctx.source_comment(s)
+        if comment:
+            ctx.source_comment(s)
         for e in reversed(reads):
             ctx.broadcasts[e] = R.broadcast_element(ctx, e, self.expr)
 
@@ -187,7 +198,12 @@ class StmtEmitter:
             self.for_stmt(s)
         elif isinstance(s, WhileStmt):
             ctx.source_comment(s)
-            ctx.open(f"while ({expr(s.cond)})")
+            if self._broadcast_reads(s):  # the condition's broadcasts run before each test
+                ctx.open("while (true)")
+                self._hoist_broadcasts(s, comment=False)
+                ctx.emit(f"if (!({expr(s.cond)})) break;")
+            else:
+                ctx.open(f"while ({expr(s.cond)})")
             self.stmt(s.body)
             ctx.close()
         elif isinstance(s, IfStmt):

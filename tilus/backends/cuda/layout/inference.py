@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tilus.backends.cuda.layout.blocks import blockable_tiles
 from tilus.backends.cuda.layout.plan import Group, LayoutPlan, SharedView, err, free_vars
 from tilus.backends.cuda.layout.reduction import scratch_bytes
 from tilus.backends.cuda.tables import LAYOUT_RULES
@@ -16,7 +17,7 @@ from tilus.ir.layout.derived import broadcast_map, insert_dims
 from tilus.ir.layout.ops import same_layout
 from tilus.ir.layout.register import permute
 from tilus.ir.rules import NotLowered
-from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt, WhileStmt
+from tilus.ir.stmt import InstStmt, SeqStmt, ThreadGroupStmt
 from tilus.ir.tensor import RegisterTensor, TensorVar
 from tilus.ir.visit import own_nodes
 from tilus.passes.register_budget import tile_registers_message
@@ -67,12 +68,14 @@ class _Inference:
         self.converts: list = []  # (cast/reshape/slice inst, Group) that may move registers
         self.elem_reads: list = []  # (TensorElement, Group, stmt) of register tiles
         self.io_bytes: dict = {}  # register tile -> element bytes of a global load/store of it
+        self.operand_edges: list = []  # (result, operand, stmt, field, Group): see join_operands
+        self.use_copies: list = []  # (copy tile, Group) converted at a use
 
     # --- walk --------------------------------------------------------------------------------
     def run(self) -> LayoutPlan:
         """Walk the function and assign every layout."""
         root = Group(0, self.fn.num_threads)
-        self.blockable = _blockable_tiles(self.fn)
+        self.blockable = blockable_tiles(self.fn)
         self.collect_shared_annotations()
         self.walk(self.fn.body, root)
         self.assign()
@@ -92,7 +95,7 @@ class _Inference:
             regs = self.plan.registers
             if isinstance(inst, I.PrintTensor | I.Scan):
                 src = inst.tensor if isinstance(inst, I.PrintTensor) else inst.src
-                n = src.size * max(1, src.dtype.nbits // 8)
+                n = src.size * (max(1, src.dtype.nbits // 8) if src.dtype.nbits % 8 == 0 else 4)
                 need.setdefault((g.begin, g.size), []).append((inst, -(-n // 4) * 4))
                 continue
             src, out = inst.src, inst.out
@@ -115,7 +118,7 @@ class _Inference:
     def elem_read_scratch(self, e, g: Group, stmt) -> bool:
         """Whether element read ``e`` of a tile spread over threads needs a shared word (its
         owners write it there, the group waits and reads it); refuse the forms where that
-        barrier cannot run."""
+        barrier cannot run (a while condition broadcasts before each test)."""
         t = e.tensor
         layout = self.plan.registers.get(t)
         if t in self.plan.barriers or layout is None or layout.replicated:
@@ -127,13 +130,6 @@ class _Inference:
                 f"reading one element of %{t.name} (spread over threads [{owner.begin}, "
                 f"{owner.begin + owner.size})) in the group [{g.begin}, {g.begin + g.size}) "
                 "is not supported: the element is broadcast with a barrier of the tile's group",
-            )
-        if isinstance(stmt, WhileStmt):
-            raise err(
-                stmt,
-                f"reading one element of %{t.name}, which is spread over threads, in a while "
-                "condition is not supported (it is broadcast with a barrier); read it into a "
-                "variable before the loop and at the end of the body",
             )
         return True
 
@@ -276,7 +272,6 @@ class _Inference:
         another instruction's. A layout the user gave is never replaced: an instruction that
         needs another one is refused (an equal one, built differently, is taken in the
         instruction's form, which codegen knows)."""
-        self.use_copies: list = []  # (copy tile, Group)
         order = [a for a in self.anchors if a[5] is None] + [a for a in self.anchors if a[5]]
         for t, layout, stmt, rank, why, conv in order:
             r, user = self.uf.find(t), rank == 2
@@ -292,7 +287,13 @@ class _Inference:
                         continue
                     whys = " and ".join(w for w in (old[4], why) if w)
                     detail = f" ({whys})" if whys else ""
-                    raise err(stmt, f"tile %{t.name} needs two different register layouts{detail}")
+                    raise err(
+                        stmt,
+                        f"tile %{t.name} needs two different register layouts{detail}; a "
+                        "tile that two instructions write in place in different layouts is "
+                        "not converted: give each its own tile and combine the two with an "
+                        "elementwise op (which converts an operand through shared memory)",
+                    )
                 if not same_layout(old[0], layout):
                     first = "given" if old[2] else "needed"
                     raise err(
@@ -304,6 +305,32 @@ class _Inference:
                 if user:
                     continue  # keep the instruction's equal layout
             self.anchor[r] = (layout, stmt, user, rank, why)
+
+    def operand_union(self, out, o, stmt, field: str, g: Group):
+        """An elementwise result and a same-shape operand share a layout, unless each is
+        fixed to another one (see ``join_operands``)."""
+        self.operand_edges.append((out, o, stmt, field, g))
+
+    def join_operands(self):
+        """Union each elementwise result with its same-shape operands, in program order; an
+        operand whose class has another fixed layout than the result's (an mma.sync result
+        added to a wgmma accumulator, neither given by the user) gets a copy converted to
+        the result's layout at that instruction instead."""
+        fixed: dict = {}  # class root -> (layout, given by the user)
+        for t, layout, _stmt, rank, _why, conv in self.anchors:
+            if conv is None and rank:
+                r = self.uf.find(t)
+                old = fixed.get(r)
+                fixed[r] = (old[0] if old else layout, rank == 2 or bool(old and old[1]))
+        for out, o, stmt, field, g in self.operand_edges:
+            ro, rt = self.uf.find(o), self.uf.find(out)
+            fo, ft = fixed.get(ro), fixed.get(rt)
+            if ro is not rt and fo and ft and fo[0] != ft[0] and not (fo[1] or ft[1]):
+                self.convert_at_use(stmt, (o, ft[0], g, field))
+                continue
+            self.uf.union(out, o)
+            if fo or ft:
+                fixed[self.uf.find(out)] = ft or fo
 
     def convert_at_use(self, stmt, conv):
         """Give operand ``field`` of ``stmt``'s instruction a copy of its tile in the layout
@@ -453,6 +480,7 @@ class _Inference:
     def assign(self):
         """Give every class of register tiles a layout and check the uses."""
         p = self.plan
+        self.join_operands()
         self.resolve_anchors()
         self.reown()
         classes: dict = {}
@@ -556,54 +584,6 @@ def tile_registers_error(t: TensorVar, layout: RegisterLayout, num_threads: int)
         f"at most {MAX_TILE_REGISTERS} fit without spilling",
         f"layout {layout.kind}",
     )
-
-
-#: What may use a shared tile stored in column blocks: element-wise copies and TMA, which
-#: address it through ``SharedLayout``, and wgmma, whose descriptors step over the blocks
-#: (a K row of 256 bytes is two 128-byte blocks); permuted views only as wgmma operands.
-_BLOCKABLE_USES = (
-    I.WgmmaMma,
-    I.AllocShared,
-    I.SliceTensor,
-    I.LoadShared,
-    I.StoreShared,
-    I.TmaGlobalToShared,
-    I.TmaSharedToGlobal,
-    I.FreeShared,
-)
-
-
-def _blockable_tiles(fn: Function) -> set:
-    """Shared allocations whose every use (through leading-dim slices) is in
-    ``_BLOCKABLE_USES``: those with rows wider than 128 bytes get column blocks."""
-    root: dict = {}
-    bad: set = set()
-    permuted: set = set()  # transposed views: blockable as wgmma operands only
-    for _, inst in instructions(fn.body):
-        if isinstance(inst, I.AllocShared):
-            root[inst.out] = inst.out
-            continue
-        used = [v for _, value in inst.items() for v in _tensor_vars(value) if v in root]
-        if isinstance(inst, I.SliceTensor) and inst.src in root:
-            root[inst.out] = root[inst.src]
-            if inst.src in permuted:
-                permuted.add(inst.out)
-        elif isinstance(inst, I.PermuteTensor) and inst.src in root:
-            root[inst.out] = root[inst.src]
-            permuted.add(inst.out)
-        elif isinstance(inst, I.WgmmaMma):
-            continue
-        elif not isinstance(inst, _BLOCKABLE_USES) or any(v in permuted for v in used):
-            bad.update(root[v] for v in used)
-    return {t for t in root.values() if t not in bad}
-
-
-def _tensor_vars(x):
-    if isinstance(x, TensorVar):
-        yield x
-    elif isinstance(x, tuple | list):
-        for y in x:
-            yield from _tensor_vars(y)
 
 
 def infer_layouts(fn: Function) -> LayoutPlan:

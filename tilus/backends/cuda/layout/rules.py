@@ -199,8 +199,8 @@ def _cast(inf, stmt, inst, g):
 @rule(I.ElementwiseBinary, I.Where, I.ElementwiseUnary)
 def _elementwise(inf, stmt, inst, g):
     inf.define(inst.out, g, stmt)
-    ops = [getattr(inst, n) for n in ("a", "b", "cond", "x", "y") if hasattr(inst, n)]
-    for o in ops:
+    ops = [(getattr(inst, n), n) for n in ("a", "b", "cond", "x", "y") if hasattr(inst, n)]
+    for o, field in ops:
         if isinstance(o, TensorVar):
             inf.use(o, g, stmt)
             if o in inf.perms and o.shape == inst.out.shape:
@@ -229,7 +229,7 @@ def _elementwise(inf, stmt, inst, g):
                 continue
             inf.no_perm(stmt, o)
             if o.shape == inst.out.shape:
-                inf.uf.union(inst.out, o)
+                inf.operand_union(inst.out, o, stmt, field, g)
             else:  # the operand's layout is the result's with the broadcast dims collapsed
                 inf.define(o, g, stmt)
                 shape = o.shape
@@ -266,15 +266,16 @@ def _scan(inf, stmt, inst, g):
 
 @rule(I.PrintTensor)
 def _print_tensor(inf, stmt, inst, g):
-    """A register tile is gathered in shared memory and printed by the group's first thread."""
-    if inst.tensor.kind != TensorKind.REGISTER:
-        raise err(
-            stmt,
-            f"print_tensor of a {inst.tensor.kind} tile has no CUDA lowering yet (load it into "
-            "registers first, or run on the interpreter)",
-        )
-    inf.no_perm(stmt, inst.tensor)
-    inf.use(inst.tensor, g, stmt)
+    """The group's first thread prints the tile: a register tile gathered in shared memory, a
+    shared one through its layout, a global view through its strides."""
+    t = inst.tensor
+    if t.kind == TensorKind.SHARED:
+        inf.shared_view(t, stmt)
+        return
+    if t.kind != TensorKind.REGISTER:
+        return
+    inf.no_perm(stmt, t)
+    inf.use(t, g, stmt)
     inf.converts.append((inst, g))
 
 
@@ -330,7 +331,7 @@ def _dot(inf, stmt, inst, g: Group):
     if inst.c is not None:
         inf.uf.union(inst.out, inst.c)
     la, lb, lc = atom.layouts(m, n, k, wm, wn, nw)
-    inf.set_anchor(inst.out, lc, stmt)
+    inf.set_anchor(inst.out, lc, stmt, why=f"the mma.sync accumulator of [{m}, {n}]")
     inf.set_anchor(inst.a, la, stmt, use=(g, "a"))
     inf.set_anchor(inst.b, lb, stmt, use=(g, "b"))
 
@@ -350,7 +351,9 @@ def _wgmma(inf, stmt, inst, g: Group):
                 "memory)",
             )
         inf.use(inst.a, g, stmt)
-        inf.set_anchor(inst.a, wgmma_acc(m, k), stmt, why=f"the wgmma A fragment of [{m}, {k}]")
+        # read-only: a tile whose class has another fixed layout gets a converted copy here
+        why = f"the wgmma A fragment of [{m}, {k}]"
+        inf.set_anchor(inst.a, wgmma_acc(m, k), stmt, why=why, use=(g, "a"))
     else:
         _wgmma_shared_a(inf, stmt, inst)
     if b.perm not in ((1, 0), None) or not b.layout.swizzle:
@@ -365,7 +368,7 @@ def _wgmma(inf, stmt, inst, g: Group):
         raise err(stmt, f"wgmma N={n} is over 256")
     inf.define(inst.d, g, stmt)
     inf.use(inst.d, g, stmt)
-    inf.set_anchor(inst.d, wgmma_acc(m, n), stmt)
+    inf.set_anchor(inst.d, wgmma_acc(m, n), stmt, why=f"the wgmma accumulator of [{m}, {n}]")
 
 
 def _wgmma_shared_a(inf, stmt, inst):
