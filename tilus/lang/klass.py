@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from tilus.lang.instructions.generic import GenericInstructions
 from tilus.lang.instructions.hopper import HopperInstructions
+from tilus.lang.instructions.named_barriers import NamedBarrierInstructions
 
 
-class Class(GenericInstructions, HopperInstructions):
+class Class(GenericInstructions, HopperInstructions, NamedBarrierInstructions):
     """Base class of helper objects used inside kernels (e.g. a pipeline of barriers).
 
     Instantiating a subclass inside a kernel transpiles its ``__init__`` inline; its methods are

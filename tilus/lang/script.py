@@ -19,6 +19,7 @@ from tilus.lang.instructions.hopper import HopperInstructions
 from tilus.lang.instructions.layouts import LayoutInstructions
 from tilus.lang.instructions.lowbit import LowBitInstructions
 from tilus.lang.instructions.memory_async import AsyncCopyInstructions
+from tilus.lang.instructions.named_barriers import NamedBarrierInstructions
 from tilus.lang.instructions.random import RandomInstructions
 
 _instances: dict = {}
@@ -46,6 +47,7 @@ class Script(
     ClusterInstructions,
     LowBitInstructions,
     LayoutInstructions,
+    NamedBarrierInstructions,
 ):
     """Base class of tilus kernels.
 

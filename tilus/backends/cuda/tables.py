@@ -7,6 +7,7 @@ from tilus.ir import inst_cluster as C
 from tilus.ir import inst_layout as LY
 from tilus.ir import inst_lowbit as L
 from tilus.ir import inst_memory as M
+from tilus.ir import inst_sync as SY
 from tilus.ir.rules import RuleTable
 
 #: Instructions the CUDA backend refuses, each with the reason given at the user's line (the
@@ -86,3 +87,5 @@ for _cls in (  # barrier.cluster, mapa, .shared::cluster arrives, .multicast::cl
     C.TmaGlobalToSharedMulticast,
 ):
     MIN_TARGET.add(_cls, "sm_90")
+for _cls in (SY.NamedBarrierSync, SY.NamedBarrierArrive):  # bar.sync / bar.arrive a, b
+    MIN_TARGET.add(_cls, _SM80)

@@ -17,6 +17,7 @@ from tilus.backends.interp import (  # noqa: F401 - register rules
     rules_layout,
     rules_lowbit,
     rules_random,
+    rules_sync,
 )
 from tilus.backends.interp.cluster import Cluster
 from tilus.backends.interp.machine import CTA

@@ -389,6 +389,9 @@ class CTA:
                     f"[{ptr.offset}] == {value} (it holds {int(ptr.buf[ptr.offset])}; no other "
                     f"block releases it)"
                 )
+            elif type(t.blocked) is Wait and hasattr(t.blocked.bar, "describe"):
+                # a named barrier (rules_sync.py) says itself what it waits for
+                lines.append(f"  {t.label} waits at {loc} on {t.blocked.bar.describe(0)}")
             elif type(t.blocked) is Wait:
                 bar, parity = t.blocked.bar, t.blocked.parity
                 lines.append(

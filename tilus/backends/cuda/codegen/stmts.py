@@ -12,6 +12,7 @@ from tilus.backends.cuda.codegen import (  # noqa: F401 - register rules
     layouts,
     memory,
     mma,
+    named_barriers,
     random,
 )
 from tilus.backends.cuda.codegen import registers as R
@@ -55,9 +56,15 @@ def _sync(ctx, inst, expr):
     elif g.size % 32 == 0 and g.begin % 32 == 0:
         key = (g.begin, g.size)
         if key not in ctx.named_barriers:
-            if len(ctx.named_barriers) >= MAX_NAMED_BARRIERS:
-                raise ctx.error("more than 15 distinct thread groups use sync()")
-            ctx.named_barriers[key] = len(ctx.named_barriers) + 1
+            # the ids the kernel's own named barriers use are not free for sync()
+            taken = set(ctx.named_barriers.values()) | named_barriers.user_ids(ctx)
+            free = [i for i in range(1, MAX_NAMED_BARRIERS + 1) if i not in taken]
+            if not free:
+                raise ctx.error(
+                    "too many distinct thread groups use sync() beside the kernel's named "
+                    "barriers (15 hardware barrier ids in all)"
+                )
+            ctx.named_barriers[key] = free[0]
         ctx.emit(f"tl_bar_sync({ctx.named_barriers[key]}, {g.size});")
     elif g.begin // 32 == (g.begin + g.size - 1) // 32:  # lanes of one warp: a masked barrier
         ctx.emit(f"__syncwarp({((1 << g.size) - 1) << (g.begin % 32):#010x}u);")

@@ -11,6 +11,7 @@ from tilus.ir import inst as I
 from tilus.ir import inst_cluster as C
 from tilus.ir import inst_lowbit as L
 from tilus.ir import inst_memory as M
+from tilus.ir import inst_sync as SY
 from tilus.ir.enums import TensorKind, VarKind
 from tilus.ir.expr import Const, Expr, Var
 from tilus.ir.layout import SharedLayout, choose_swizzle, replicated
@@ -566,3 +567,7 @@ def _view(inf, stmt, inst, g):
             return r
 
         inf.derive(src, out, back, stmt, "view")
+
+
+# --- named barriers (inst_sync) ----------------------------------------------------------------
+rule(SY.NamedBarrierSync, SY.NamedBarrierArrive)(_no_layout)
