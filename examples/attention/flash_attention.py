@@ -69,19 +69,22 @@ class Ring(tilus.Class):
             self.phase ^= 1
 
 
-def default_tiles(dim: int) -> list[tuple[int, int, int]]:
-    """(block_m, block_n, num_stages) candidates for a head dim (registers and shared memory)."""
+def default_tiles(dim: int) -> list[tuple[int, int, int, int, bool]]:
+    """(block_m, block_n, num_stages, consumers, pingpong) candidates for a head dim (registers
+    and shared memory): ``consumers`` warp groups of ``block_m / consumers`` rows each, taking
+    turns on the tensor cores when ``pingpong``."""
     if dim <= 64:
-        return [(128, 128, 2), (128, 128, 4), (128, 64, 4)]
+        return [(192, 128, 2, 3, True), (128, 128, 2, 2, True), (128, 128, 4, 2, False)]
     if dim <= 128:
-        return [(128, 128, 2), (128, 128, 3), (128, 64, 4)]
-    return [(128, 64, 2), (128, 48, 3), (128, 32, 4)]
+        return [(128, 128, 2, 2, True), (128, 176, 2, 2, True), (128, 128, 2, 2, False)]
+    return [(128, 80, 2, 2, True), (128, 64, 2, 2, False), (128, 48, 3, 2, False)]
 
 
 @tilus.autotune("tile", [0, 1, 2])
 class FlashAttention(tilus.Script):
     """The forward kernel for one dtype, head dim, causality and head grouping; ``tile`` picks
-    one of the head dim's ``default_tiles`` (or pass ``block_m``/``block_n``/``num_stages``)."""
+    one of the head dim's ``default_tiles`` (or pass ``block_m``/``block_n``/``num_stages``/
+    ``consumers``/``pingpong``)."""
 
     def __init__(
         self,
@@ -93,13 +96,18 @@ class FlashAttention(tilus.Script):
         block_m=None,
         block_n=None,
         num_stages=None,
+        consumers=None,
+        pingpong=None,
     ):
         super().__init__()
         tiles = default_tiles(dim)
-        bm, bn, st = tiles[tile % len(tiles)]
-        self.block_m = block_m or bm
+        bm, bn, st, cg, pp = tiles[tile % len(tiles)]
+        self.consumers = consumers or cg
+        self.block_m = block_m or (bm // cg * self.consumers)
         self.block_n = block_n or bn
         self.num_stages = num_stages or st
+        self.pingpong = pp if pingpong is None else pingpong
+        self.rows = self.block_m // self.consumers  # query rows of one consumer group
         self.dim = dim
         self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
         self.causal = causal
@@ -131,11 +139,11 @@ class FlashAttention(tilus.Script):
         """The producer warp: Q once, then K and V of every KV tile into the ring."""
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(qbar, transaction_bytes=sq.nbytes)
-        for half in self.range(2, unroll=2):
+        for g in self.range(self.consumers, unroll=self.consumers):
             self.tma.global_to_shared(
                 src=gq,
-                dst=sq[half],
-                offsets=[bh, q_row + half * (self.block_m // 2), 0],
+                dst=sq[g],
+                offsets=[bh, q_row + g * self.rows, 0],
                 dims=[1, 2],
                 mbarrier=qbar,
             )
@@ -180,7 +188,7 @@ class FlashAttention(tilus.Script):
         ``masked`` tiles hide keys past ``seq_kv`` (and, causal, right of the diagonal) without
         a branch: ptxas serializes every wgmma of a kernel that branches while one is in
         flight."""
-        bmh, bn = self.block_m // 2, self.block_n
+        bmh, bn = self.rows, self.block_n
         t = s
         if masked:
             kv0: int32 = j * bn
@@ -220,18 +228,20 @@ class FlashAttention(tilus.Script):
     ):
         """KV tile ``j >= 1``: issue ``S_j = Q K_j^T`` and ``O += P_{j-1} V_{j-1}``, run the
         softmax of ``S_j`` while the second one runs, then rescale O and stage ``P_j``."""
-        bmh, bn = self.block_m // 2, self.block_n
+        bmh, bn = self.rows, self.block_n
         stage = ring.stage
         s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
         self.mbarrier.wait(kfull[stage], phase=ring.phase)
         # both waits before the issue: a wait loop between two wgmma issues makes ptxas
         # serialize every wgmma of the kernel
         self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+        self.take_turn(half)
         self.wgmma.fence()
         self.wgmma.mma(sq[half], sk[stage].transpose(), s)
         self.wgmma.commit_group()
         self.wgmma.mma(pa, sv[ring.prev_stage], o)
         self.wgmma.commit_group()
+        self.pass_turn(half)
         self.wgmma.wait_group(1)  # S_j has landed; P_{j-1} V_{j-1} may still run
         p, alpha = self.softmax(s, m, lsum, masked, j, row0, seq_kv, scale_log2)
         self.wgmma.wait_group(0)
@@ -243,6 +253,17 @@ class FlashAttention(tilus.Script):
         else:
             self.assign(pa, self.cast(p, self.dtype))
         ring.advance()
+
+    def take_turn(self, g: int):
+        """Ping-pong: wait until the previous consumer group has issued its GEMMs (named
+        barrier ``1 + g``), so that the groups' softmaxes run while the others' GEMMs do."""
+        if self.pingpong:
+            self.sync_named(1 + g, 256)
+
+    def pass_turn(self, g: int):
+        """Ping-pong: let the next consumer group (cyclically) issue its GEMMs."""
+        if self.pingpong:
+            self.arrive_named(1 + (g + 1) % self.consumers, 256)
 
     def stage_p(self, pa: RegisterTensor, sp: SharedTensor):
         """P into shared memory for the shared-operand WGMMA (not needed with register A)."""
@@ -270,23 +291,27 @@ class FlashAttention(tilus.Script):
         n_kv: int32,
         scale_log2: float32,
     ):
-        """A consumer warp group: rows ``[q_row + half * block_m / 2, ...)`` of the block.
+        """Consumer warp group ``half``: rows ``[q_row + half * rows, ...)`` of the block.
 
         Software-pipelined over the KV tiles: while the softmax of tile ``j`` runs on the CUDA
         cores, the tensor cores compute ``P_{j-1} V_{j-1}`` (issued with ``S_j = Q K_j^T``);
         the output is rescaled once that group has retired."""
-        bmh, bn, dim = self.block_m // 2, self.block_n, self.dim
+        bmh, bn, dim = self.rows, self.block_n, self.dim
         row0: int32 = q_row + half * bmh
         o = self.register_tensor(dtype=float32, shape=[bmh, dim], init=0.0)
         m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
         lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
+        if half == self.consumers - 1:
+            self.pass_turn(half)  # group 0 takes the first turn
         self.mbarrier.wait(qbar, phase=0)
         # tile 0: S, its softmax and P (n_kv >= 1: every row has a first key)
         s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
         self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+        self.take_turn(half)
         self.wgmma.fence()
         self.wgmma.mma(sq[half], sk[ring.stage].transpose(), s)
         self.wgmma.commit_group()
+        self.pass_turn(half)
         self.wgmma.wait_group(0)
         p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
         pa = self.cast(p, self.dtype)
@@ -338,10 +363,10 @@ class FlashAttention(tilus.Script):
     ):
         dt, dim = self.dtype, self.dim
         bm, bn, stages = self.block_m, self.block_n, self.num_stages
-        bmh = bm // 2
+        bmh, ncg = self.rows, self.consumers
         num_q = cdiv(seq_q, bm)
         self.attrs.blocks = [num_q, heads, batch]
-        self.attrs.warps = 12  # two consumer warp groups + a producer warp group
+        self.attrs.warps = 4 * (ncg + 1)  # the consumer warp groups + a producer warp group
         gq = self.global_view(q_ptr, dtype=dt, shape=[batch * heads, seq_q, dim])
         gk = self.global_view(k_ptr, dtype=dt, shape=[batch * (heads // self.group), seq_kv, dim])
         gv = self.global_view(v_ptr, dtype=dt, shape=[batch * (heads // self.group), seq_kv, dim])
@@ -355,61 +380,34 @@ class FlashAttention(tilus.Script):
         q_row: int32 = q_tile * bm
         n_kv: int32 = self.kv_tiles(q_row, seq_kv)
 
-        sq = self.shared_tensor(dtype=dt, shape=[2, bmh, dim])
+        sq = self.shared_tensor(dtype=dt, shape=[ncg, bmh, dim])
         sk = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
         sv = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
         sp = None  # P goes from registers straight into the P @ V WGMMA
         if P_IN_SHARED:
-            sp = self.shared_tensor(dtype=dt, shape=[2, bmh, bn])
+            sp = self.shared_tensor(dtype=dt, shape=[ncg, bmh, bn])
         qbar = self.mbarrier.alloc([1])
         kfull = self.mbarrier.alloc([1] * stages)
-        ring = Ring(stages)
+        ring = Ring(stages, ncg)
         scale_log2: float32 = scale * LOG2E
 
-        with self.warp_group(8, 4):  # producer warp group
-            self.setmaxnreg(24)
+        # registers: 64K per SM; the producer gives most of its share to the consumers
+        low, high = (24, 240) if ncg == 2 else (32, 160)
+        with self.warp_group(4 * ncg, 4):  # producer warp group
+            self.setmaxnreg(low)
             with self.single_warp(0):
                 self.produce(ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], bh, bkv, q_row, n_kv)
+        args = (ring, kfull, sq, sk, sv, sp, go, glse, qbar[0], bh, q_row, seq_q, seq_kv, n_kv)
         with self.warp_group(0, 4):
-            self.setmaxnreg(240)
-            self.consume(
-                0,
-                ring,
-                kfull,
-                sq,
-                sk,
-                sv,
-                sp,
-                go,
-                glse,
-                qbar[0],
-                bh,
-                q_row,
-                seq_q,
-                seq_kv,
-                n_kv,
-                scale_log2,
-            )
+            self.setmaxnreg(high)
+            self.consume(0, *args, scale_log2)
         with self.warp_group(4, 4):
-            self.setmaxnreg(240)
-            self.consume(
-                1,
-                ring,
-                kfull,
-                sq,
-                sk,
-                sv,
-                sp,
-                go,
-                glse,
-                qbar[0],
-                bh,
-                q_row,
-                seq_q,
-                seq_kv,
-                n_kv,
-                scale_log2,
-            )
+            self.setmaxnreg(high)
+            self.consume(1, *args, scale_log2)
+        if ncg == 3:
+            with self.warp_group(8, 4):
+                self.setmaxnreg(high)
+                self.consume(2, *args, scale_log2)
 
 
 def forward_launcher(q, k, v, causal: bool = False, scale=None, kernel=None, out=None):

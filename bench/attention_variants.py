@@ -1,0 +1,202 @@
+"""Time FlashAttention tile / schedule variants one by one beside SDPA cuDNN (design study).
+
+On a Hopper GPU: ``python bench/attention_variants.py [--shapes ...] [--rounds 3 --reps 10]``.
+Every variant (``block_m x block_n x stages, consumer groups, ping-pong``) of the shapes' head
+dims is compiled first, in parallel worker processes that fill a private compile cache, then
+each is checked against a float32 reference (NaN-poisoned output) and timed in interleaved
+rounds with SDPA's cuDNN backend. The table gives ms, TFLOPS, the ratio to cuDNN, and the
+kernel's registers and spill bytes (from ptxas). ``--list`` prints the variants (no GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+SHAPES = "4x32x4096x128,4x32x4096x128c,4x32x4096x64,16x16x1024x128"
+
+#: head dim -> variants (block_m, block_n, num_stages, consumers, pingpong)
+VARIANTS = {
+    64: [
+        (128, 128, 2, 2, False),
+        (128, 128, 2, 2, True),
+        (128, 192, 2, 2, True),
+        (192, 128, 2, 3, False),
+        (192, 128, 2, 3, True),
+        (192, 128, 3, 3, True),
+    ],
+    128: [
+        (128, 128, 2, 2, False),
+        (128, 128, 2, 2, True),
+        (128, 176, 2, 2, False),
+        (128, 176, 2, 2, True),
+        (128, 128, 3, 2, True),
+    ],
+    256: [(128, 64, 2, 2, False), (128, 80, 2, 2, True)],
+}
+
+
+def label(v) -> str:
+    bm, bn, st, cg, pp = v
+    return f"{bm}x{bn}x{st} cg{cg}{' pp' if pp else ''}"
+
+
+def kernel_of(v, dim: int, causal: bool):
+    from flash_attention import FlashAttention
+
+    bm, bn, st, cg, pp = v
+    return FlashAttention(
+        tile=0, dim=dim, causal=causal, block_m=bm, block_n=bn, num_stages=st, consumers=cg,
+        pingpong=pp,
+    )  # fmt: skip
+
+
+def _compile(job):
+    """Worker: compile one (variant, dim, causal) into the shared cache; its resources."""
+    v, dim, causal = job
+    import tilus
+
+    args = (1, 1, 1024, 1024, 0.1) + (tilus.void_p,) * 4 + (tilus.float32,)
+    t = time.time()
+    try:
+        ck = tilus.compile(kernel_of(v, dim, causal), *args)
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return job, {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"}
+    ck = ck[0] if isinstance(ck, list) else ck
+    r = dict(ck.resources)
+    r["serialized"] = bool(ck.wgmma_serialized)
+    r["compile_s"] = time.time() - t
+    return job, r
+
+
+def parse(shape: str):
+    causal = shape.endswith("c")
+    b, h, s, d = (int(x) for x in shape.rstrip("c").split("x"))
+    return b, h, s, d, causal
+
+
+def compile_variants(shapes, jobs_n: int) -> dict:
+    """(variant, dim, causal) -> ptxas resources (or an error), compiled in parallel."""
+    jobs = sorted({(v, d, c) for _, _, _, d, c in shapes for v in VARIANTS[d]})
+    t0 = time.time()
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs_n, len(jobs)), mp_context=ctx) as pool:
+        res = dict(pool.map(_compile, jobs))
+    print(f"compiled {len(jobs)} variants in {time.time() - t0:.1f} s")
+    return res
+
+
+def print_resources(res: dict):
+    """One line per compiled variant: registers, spills, whether wgmma was serialized."""
+    for (v, d, c), r in sorted(res.items()):
+        what = r.get("error") or (
+            f"regs {r['registers']} spill {r['spill_store_bytes']}"
+            f"{' SERIALIZED' if r['serialized'] else ''} ({r['compile_s']:.1f} s)"
+        )
+        print(f"d{d}{' causal' if c else ''} {label(v):22s} {what}")
+
+
+def bench(args) -> int:
+    import torch
+    from attention_support import random_qkv
+    from flash_attention import forward_launcher
+    from rowwise import time_ms
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    shapes = [parse(s) for s in args.shapes.split(",") if s]
+    res = compile_variants(shapes, args.jobs)
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    F = torch.nn.functional
+    status = 0
+    head = f"{'shape':16s} {'impl':22s} {'ms':>7s} {'TFLOPS':>7s} {'x cudnn':>7s} {'regs':>5s} {'spill':>5s}"
+    print(head + "\n" + "-" * len(head))
+    for b, h, s, d, causal in shapes:
+        name = f"{b}x{h}x{s}x{d}{'c' if causal else ''}"
+        q, k, v = random_qkv(torch, b, h, h, s, s, d, "float16", "cuda")
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+
+        def cudnn(q=q, k=k, v=v, causal=causal):
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        runs, notes = {"sdpa cudnn": cudnn}, {}
+        for var in VARIANTS[d]:
+            r = res[(var, d, causal)]
+            if "error" in r:
+                notes[label(var)] = r["error"]
+                continue
+            o = torch.full_like(q, float("nan"))
+            try:
+                run = forward_launcher(
+                    q, k, v, causal=causal, kernel=kernel_of(var, d, causal), out=o
+                )
+                run()
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 - reported in the table
+                notes[label(var)] = f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"
+                continue
+            err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
+            if not err < 2e-2:  # NaN fails too
+                notes[label(var)] = f"WRONG: max error {err:.2e}"
+                status = 1
+                continue
+            runs[label(var)] = run
+        for fn in runs.values():
+            fn()
+        torch.cuda.synchronize()
+        times = {n: [] for n in runs}
+        for _ in range(args.rounds):
+            for n, fn in runs.items():
+                times[n].append(time_ms(fn, torch, flush, args.reps))
+        flops = 4 * b * h * s * s * d / (2 if causal else 1)
+        base = statistics.median(times["sdpa cudnn"])
+        for n, ts in times.items():
+            ms = statistics.median(ts)
+            r = next((res[(var, d, causal)] for var in VARIANTS[d] if label(var) == n), {})
+            regs = r.get("registers", "")
+            spill = r.get("spill_store_bytes", "")
+            ser = " SERIALIZED" if r.get("serialized") else ""
+            print(f"{name:16s} {n:22s} {ms:7.3f} {flops / ms / 1e9:7.0f} {base / ms:7.2f} "
+                  f"{regs!s:>5s} {spill!s:>5s}{ser}")  # fmt: skip
+        for n, why in notes.items():
+            print(f"{name:16s} {n:22s} {why}")
+    return status
+
+
+def main(argv=None) -> int:
+    """Parse the arguments; list the variants or run the study."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--shapes", default=SHAPES, help="b x h x s x d shapes, 'c' = causal")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
+    ap.add_argument("--reps", type=int, default=10, help="timed runs per kernel per round")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="compile processes")
+    ap.add_argument("--list", action="store_true", help="print the variants and exit")
+    ap.add_argument("--compile-only", action="store_true", help="no GPU: registers and spills")
+    args = ap.parse_args(argv)
+    if args.list:
+        for d, vs in VARIANTS.items():
+            print(f"d{d}: " + ", ".join(label(v) for v in vs))
+        return 0
+    os.environ.setdefault("TILUS_CACHE_DIR", tempfile.mkdtemp(prefix="tilus-variants-"))
+    if args.compile_only:
+        print_resources(
+            compile_variants([parse(s) for s in args.shapes.split(",") if s], args.jobs)
+        )
+        return 0
+    return bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
