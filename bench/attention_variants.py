@@ -27,39 +27,41 @@ for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent
 
 SHAPES = "4x32x4096x128,4x32x4096x128c,4x32x4096x64,16x16x1024x128"
 
-#: head dim -> variants (block_m, block_n, num_stages, consumers, pingpong)
+#: head dim -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent)
 VARIANTS = {
     64: [
-        (128, 128, 2, 2, False),
-        (128, 128, 2, 2, True),
-        (128, 192, 2, 2, True),
-        (192, 128, 2, 3, False),
-        (192, 128, 2, 3, True),
-        (192, 128, 3, 3, True),
+        (128, 128, 2, 2, False, False),
+        (128, 128, 2, 2, True, False),
+        (128, 192, 2, 2, True, False),
+        (192, 128, 2, 3, False, False),
+        (192, 128, 2, 3, True, False),
+        (192, 128, 2, 3, True, True),
     ],
     128: [
-        (128, 128, 2, 2, False),
-        (128, 128, 2, 2, True),
-        (128, 176, 2, 2, False),
-        (128, 176, 2, 2, True),
-        (128, 128, 3, 2, True),
+        (128, 128, 2, 2, False, False),
+        (128, 128, 2, 2, True, False),
+        (128, 176, 2, 2, False, False),
+        (128, 176, 2, 2, True, False),
+        (128, 128, 3, 2, True, False),
+        (128, 128, 2, 2, True, True),
+        (128, 128, 2, 2, False, True),
     ],
-    256: [(128, 64, 2, 2, False), (128, 80, 2, 2, True)],
+    256: [(128, 64, 2, 2, False, False), (128, 80, 2, 2, True, False)],
 }
 
 
 def label(v) -> str:
-    bm, bn, st, cg, pp = v
-    return f"{bm}x{bn}x{st} cg{cg}{' pp' if pp else ''}"
+    bm, bn, st, cg, pp, ps = v
+    return f"{bm}x{bn}x{st} cg{cg}{' pp' if pp else ''}{' pers' if ps else ''}"
 
 
 def kernel_of(v, dim: int, causal: bool):
     from flash_attention import FlashAttention
 
-    bm, bn, st, cg, pp = v
+    bm, bn, st, cg, pp, ps = v
     return FlashAttention(
         tile=0, dim=dim, causal=causal, block_m=bm, block_n=bn, num_stages=st, consumers=cg,
-        pingpong=pp,
+        pingpong=pp, persistent=ps,
     )  # fmt: skip
 
 

@@ -47,6 +47,20 @@ LN2 = 0.6931471805599453
 P_IN_SHARED = False
 
 
+def sm_count() -> int:
+    """Streaming multiprocessors of the current CUDA device (132, an H200's, without one)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(
+                torch.cuda.current_device()
+            ).multi_processor_count
+    except ImportError:
+        pass
+    return 132
+
+
 class Ring(tilus.Class):
     """A ring of ``num_stages`` slots: ``full[s]`` completes when slot ``s`` is loaded (one
     arrival plus the bytes), ``empty[s]`` when its ``consumers`` warp groups are done with it."""
@@ -98,6 +112,8 @@ class FlashAttention(tilus.Script):
         num_stages=None,
         consumers=None,
         pingpong=None,
+        persistent=None,
+        num_sms=None,
     ):
         super().__init__()
         tiles = default_tiles(dim)
@@ -108,6 +124,8 @@ class FlashAttention(tilus.Script):
         self.num_stages = num_stages or st
         self.pingpong = pp if pingpong is None else pingpong
         self.rows = self.block_m // self.consumers  # query rows of one consumer group
+        self.persistent = bool(persistent)
+        self.num_sms = num_sms or sm_count()
         self.dim = dim
         self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
         self.causal = causal
@@ -131,12 +149,17 @@ class FlashAttention(tilus.Script):
         gk,
         gv,
         qbar,
+        qempty,
+        qphase: uint32,
         bh: int32,
         bkv: int32,
         q_row: int32,
         n_kv: int32,
     ):
-        """The producer warp: Q once, then K and V of every KV tile into the ring."""
+        """The producer warp, for one block of query rows: Q, then K and V of every KV tile
+        into the ring (persistent: Q once the consumers no longer read the previous one)."""
+        if self.persistent:
+            self.mbarrier.wait(qempty, phase=qphase ^ 1, sem="relaxed")
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(qbar, transaction_bytes=sq.nbytes)
         for g in self.range(self.consumers, unroll=self.consumers):
@@ -284,14 +307,16 @@ class FlashAttention(tilus.Script):
         go,
         glse,
         qbar,
+        qempty,
+        qphase: uint32,
+        so,
         bh: int32,
         q_row: int32,
-        seq_q: int32,
         seq_kv: int32,
         n_kv: int32,
         scale_log2: float32,
     ):
-        """Consumer warp group ``half``: rows ``[q_row + half * rows, ...)`` of the block.
+        """Consumer warp group ``half``: rows ``[q_row + half * rows, ...)`` of a block.
 
         Software-pipelined over the KV tiles: while the softmax of tile ``j`` runs on the CUDA
         cores, the tensor cores compute ``P_{j-1} V_{j-1}`` (issued with ``S_j = Q K_j^T``);
@@ -301,9 +326,7 @@ class FlashAttention(tilus.Script):
         o = self.register_tensor(dtype=float32, shape=[bmh, dim], init=0.0)
         m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
         lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
-        if half == self.consumers - 1:
-            self.pass_turn(half)  # group 0 takes the first turn
-        self.mbarrier.wait(qbar, phase=0)
+        self.mbarrier.wait(qbar, phase=qphase)
         # tile 0: S, its softmax and P (n_kv >= 1: every row has a first key)
         s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
         self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
@@ -334,19 +357,57 @@ class FlashAttention(tilus.Script):
         self.wgmma.wait_group(0)
         with self.single_thread():
             self.mbarrier.arrive(ring.empty[ring.prev_stage])
+            if self.persistent:
+                self.mbarrier.arrive(qempty)  # Q is no longer read: the next one may land
         inv = 1.0 / lsum
         out = self.cast(o * inv, self.dtype)
+        if self.persistent:
+            with self.single_thread():  # the thread that issued the previous tile's store
+                self.tma.wait_group(0, read=True)  # it has read the staging tile
         self.sync()
-        self.store_shared(sq[half], out)  # Q is no longer read: its tile stages the output
+        # the output is staged in shared memory for one TMA store (in Q's tile unless
+        # persistent: the next Q may land there while this tile's output is stored)
+        self.store_shared(so[half], out)
         self.fence.proxy_async(space="shared")
         self.sync()
         with self.single_thread():
-            self.tma.shared_to_global(sq[half], go, offsets=[bh, row0, 0], dims=[1, 2])
+            self.tma.shared_to_global(so[half], go, offsets=[bh, row0, 0], dims=[1, 2])
             self.tma.commit_group()
         lse = (m + self.log2(lsum)) * LN2
         self.store_global(glse, lse, offsets=[bh, row0, 0], dims=[1, 2])
-        with self.single_thread():
-            self.tma.wait_group(0, read=True)
+        if not self.persistent:
+            with self.single_thread():
+                self.tma.wait_group(0, read=True)
+
+    def coords(self, t: int32, num_q: int32, seq_kv: int32):
+        """Block ``t`` of the grid (q-tiles fastest, then heads and batch): its (batch x head)
+        index, KV head, first query row and KV tile count; causal: the longest rows first."""
+        q_tile: int32 = t % num_q
+        if self.causal:
+            q_tile = num_q - 1 - q_tile
+        bh: int32 = t // num_q
+        q_row: int32 = q_tile * self.block_m
+        return bh, bh // self.group, q_row, self.kv_tiles(q_row, seq_kv)
+
+    def consumer(self, g: int, num_q: int32, heads: int32, seq_kv: int32, total: int32, *args):
+        """Consumer group ``g`` over its blocks (one, or persistent: every ``num_sms``-th)."""
+        ring, kfull, sq, sk, sv, sp, go, glse, qbar, qempty, so, scale_log2 = args
+        if g == self.consumers - 1:
+            self.pass_turn(g)  # group 0 takes the first turn
+        if self.persistent:
+            qphase: uint32 = 0
+            for t in self.range(self.blockIdx.x, total, self.num_sms):
+                bh, _, q_row, n_kv = self.coords(t, num_q, seq_kv)
+                self.consume(g, ring, kfull, sq, sk, sv, sp, go, glse, qbar, qempty, qphase,
+                             so, bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
+                qphase ^= 1
+            with self.single_thread():
+                self.tma.wait_group(0, read=True)
+        else:
+            t: int32 = (self.blockIdx.z * heads + self.blockIdx.y) * num_q
+            bh, _, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
+            self.consume(g, ring, kfull, sq, sk, sv, sp, go, glse, qbar, qempty, 0, so, bh,
+                         q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
 
     def __call__(
         self,
@@ -365,28 +426,29 @@ class FlashAttention(tilus.Script):
         bm, bn, stages = self.block_m, self.block_n, self.num_stages
         bmh, ncg = self.rows, self.consumers
         num_q = cdiv(seq_q, bm)
-        self.attrs.blocks = [num_q, heads, batch]
+        if self.persistent:  # one block per SM loops over the blocks of query rows
+            self.attrs.blocks = min(num_q * heads * batch, self.num_sms)
+        else:
+            self.attrs.blocks = [num_q, heads, batch]
         self.attrs.warps = 4 * (ncg + 1)  # the consumer warp groups + a producer warp group
         gq = self.global_view(q_ptr, dtype=dt, shape=[batch * heads, seq_q, dim])
         gk = self.global_view(k_ptr, dtype=dt, shape=[batch * (heads // self.group), seq_kv, dim])
         gv = self.global_view(v_ptr, dtype=dt, shape=[batch * (heads // self.group), seq_kv, dim])
         go = self.global_view(o_ptr, dtype=dt, shape=[batch * heads, seq_q, dim])
         glse = self.global_view(lse_ptr, dtype=float32, shape=[batch * heads, seq_q, 1])
-        q_tile: int32 = self.blockIdx.x
-        if self.causal:  # the longest rows first
-            q_tile = num_q - 1 - self.blockIdx.x
-        bh: int32 = self.blockIdx.z * heads + self.blockIdx.y
-        bkv: int32 = bh // self.group
-        q_row: int32 = q_tile * bm
-        n_kv: int32 = self.kv_tiles(q_row, seq_kv)
+        total: int32 = num_q * heads * batch
 
         sq = self.shared_tensor(dtype=dt, shape=[ncg, bmh, dim])
+        so = sq
+        if self.persistent:
+            so = self.shared_tensor(dtype=dt, shape=[ncg, bmh, dim])
         sk = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
         sv = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
         sp = None  # P goes from registers straight into the P @ V WGMMA
         if P_IN_SHARED:
             sp = self.shared_tensor(dtype=dt, shape=[ncg, bmh, bn])
         qbar = self.mbarrier.alloc([1])
+        qempty = self.mbarrier.alloc([ncg])  # persistent: the consumers are done with Q
         kfull = self.mbarrier.alloc([1] * stages)
         ring = Ring(stages, ncg)
         scale_log2: float32 = scale * LOG2E
@@ -396,18 +458,29 @@ class FlashAttention(tilus.Script):
         with self.warp_group(4 * ncg, 4):  # producer warp group
             self.setmaxnreg(low)
             with self.single_warp(0):
-                self.produce(ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], bh, bkv, q_row, n_kv)
-        args = (ring, kfull, sq, sk, sv, sp, go, glse, qbar[0], bh, q_row, seq_q, seq_kv, n_kv)
+                if self.persistent:
+                    qphase: uint32 = 0
+                    for t in self.range(self.blockIdx.x, total, self.num_sms):
+                        bh, bkv, q_row, n_kv = self.coords(t, num_q, seq_kv)
+                        self.produce(ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], qempty[0],
+                                     qphase, bh, bkv, q_row, n_kv)  # fmt: skip
+                        qphase ^= 1
+                else:
+                    t: int32 = (self.blockIdx.z * heads + self.blockIdx.y) * num_q
+                    bh, bkv, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
+                    self.produce(ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], qempty[0], 0, bh,
+                                 bkv, q_row, n_kv)  # fmt: skip
+        args = (ring, kfull, sq, sk, sv, sp, go, glse, qbar[0], qempty[0], so, scale_log2)
         with self.warp_group(0, 4):
             self.setmaxnreg(high)
-            self.consume(0, *args, scale_log2)
+            self.consumer(0, num_q, heads, seq_kv, total, *args)
         with self.warp_group(4, 4):
             self.setmaxnreg(high)
-            self.consume(1, *args, scale_log2)
+            self.consumer(1, num_q, heads, seq_kv, total, *args)
         if ncg == 3:
             with self.warp_group(8, 4):
                 self.setmaxnreg(high)
-                self.consume(2, *args, scale_log2)
+                self.consumer(2, num_q, heads, seq_kv, total, *args)
 
 
 def forward_launcher(q, k, v, causal: bool = False, scale=None, kernel=None, out=None):
