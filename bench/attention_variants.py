@@ -133,7 +133,7 @@ def bench(args) -> int:
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-        runs, notes = {"sdpa cudnn": cudnn}, {}
+        runs, notes, first = {"sdpa cudnn": cudnn}, {}, {}
         for var in VARIANTS[d]:
             r = res[(var, d, causal)]
             if "error" in r:
@@ -144,8 +144,10 @@ def bench(args) -> int:
                 run = forward_launcher(
                     q, k, v, causal=causal, kernel=kernel_of(var, d, causal), out=o
                 )
+                t1 = time.time()
                 run()
                 torch.cuda.synchronize()
+                first[label(var)] = time.time() - t1  # seconds: a cache miss compiles here
             except Exception as e:  # noqa: BLE001 - reported in the table
                 notes[label(var)] = f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"
                 continue
@@ -170,6 +172,8 @@ def bench(args) -> int:
             regs = r.get("registers", "")
             spill = r.get("spill_store_bytes", "")
             ser = " SERIALIZED" if r.get("serialized") else ""
+            if first.get(n, 0) > 1:
+                ser += f" (first call {first[n]:.1f} s)"
             print(f"{name:16s} {n:22s} {ms:7.3f} {flops / ms / 1e9:7.0f} {base / ms:7.2f} "
                   f"{regs!s:>5s} {spill!s:>5s}{ser}")  # fmt: skip
         for n, why in notes.items():
