@@ -48,6 +48,28 @@ def test_forward_every_config_on_the_interpreter(case, seed):
     _check_forward(q, k, v, causal, o, lse, scale=0.3)
 
 
+PERSISTENT = [  # (b, h, hkv, sq, skv, d, dtype, causal, kernel arguments)
+    (1, 2, 1, 300, 300, 64, "float16", True, dict(block_m=192, consumers=3, pingpong=True)),
+    (2, 2, 2, 70, 330, 128, "bfloat16", False, dict(consumers=2, pingpong=True)),
+]
+
+
+@pytest.mark.parametrize("seed", [None, 3], ids=["in-order", "shuffled"])
+@pytest.mark.parametrize("case", PERSISTENT, ids=lambda c: f"d{c[5]}-causal{c[7]}")
+def test_persistent_forward_on_the_interpreter(case, seed):
+    # three "SMs": each block loops over several blocks of query rows, its ring, Q barriers
+    # and the groups' ping-pong carrying over from one to the next
+    b, h, hkv, sq, skv, d, dt, causal, kw = case
+    q, k, v = S.random_qkv(torch, b, h, hkv, sq, skv, d, dt)
+    kernel = FlashAttention(
+        tile=0, dim=d, dtype=dt, causal=causal, group=h // hkv, persistent=True, num_sms=3, **kw
+    )
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=causal, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, causal, o, lse, scale=0.3)
+
+
 @pytest.mark.parametrize("seed", [None, 2], ids=["in-order", "shuffled"])
 def test_decode_every_config_on_the_interpreter(seed):
     q, k, v = S.random_qkv(torch, 2, 4, 2, 1, 300, 64, "float16")
@@ -128,6 +150,11 @@ def test_forward_builds_without_spills():
     # P @ V: P from registers (the S accumulator cast in place), V [block_n, dim] MN-major
     assert "_rs_t01(" in src and "through shared memory" not in src
     assert "HGMMA.64x128x16.F32" in ck.sass()
+    # ping-pong: each consumer group waits for its turn and passes it on (named barriers 1, 2);
+    # the groups' own sync() take other ids
+    assert "tl_bar_sync(1, 256);" in src and "tl_bar_sync(2, 256);" in src
+    assert "tl_bar_arrive(1, 256);" in src and "tl_bar_arrive(2, 256);" in src
+    assert "tl_bar_sync(1, 128);" not in src and "tl_bar_sync(2, 128);" not in src
 
 
 @needs_nvrtc

@@ -83,15 +83,28 @@ class Ring(tilus.Class):
             self.phase ^= 1
 
 
-def default_tiles(dim: int) -> list[tuple[int, int, int, int, bool]]:
-    """(block_m, block_n, num_stages, consumers, pingpong) candidates for a head dim (registers
-    and shared memory): ``consumers`` warp groups of ``block_m / consumers`` rows each, taking
-    turns on the tensor cores when ``pingpong``."""
+def default_tiles(dim: int) -> list[tuple[int, int, int, int, bool, bool]]:
+    """(block_m, block_n, num_stages, consumers, pingpong, persistent) candidates for a head
+    dim (registers and shared memory): ``consumers`` warp groups of ``block_m / consumers``
+    rows each, taking turns on the tensor cores when ``pingpong``; ``persistent``: one block
+    per SM loops over the blocks of query rows."""
     if dim <= 64:
-        return [(192, 128, 2, 3, True), (128, 128, 2, 2, True), (128, 128, 4, 2, False)]
+        return [
+            (192, 128, 2, 3, True, False),
+            (128, 128, 2, 2, True, False),
+            (128, 128, 4, 2, False, False),
+        ]
     if dim <= 128:
-        return [(128, 128, 2, 2, True), (128, 176, 2, 2, True), (128, 128, 2, 2, False)]
-    return [(128, 80, 2, 2, True), (128, 64, 2, 2, False), (128, 48, 3, 2, False)]
+        return [
+            (128, 128, 2, 2, True, False),
+            (128, 128, 2, 2, True, True),
+            (128, 128, 2, 2, False, False),
+        ]
+    return [
+        (128, 80, 2, 2, True, False),
+        (128, 64, 2, 2, False, False),
+        (128, 48, 3, 2, False, False),
+    ]
 
 
 @tilus.autotune("tile", [0, 1, 2])
@@ -117,14 +130,14 @@ class FlashAttention(tilus.Script):
     ):
         super().__init__()
         tiles = default_tiles(dim)
-        bm, bn, st, cg, pp = tiles[tile % len(tiles)]
+        bm, bn, st, cg, pp, ps = tiles[tile % len(tiles)]
         self.consumers = consumers or cg
         self.block_m = block_m or (bm // cg * self.consumers)
         self.block_n = block_n or bn
         self.num_stages = num_stages or st
         self.pingpong = pp if pingpong is None else pingpong
         self.rows = self.block_m // self.consumers  # query rows of one consumer group
-        self.persistent = bool(persistent)
+        self.persistent = ps if persistent is None else bool(persistent)
         self.num_sms = num_sms or sm_count()
         self.dim = dim
         self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
