@@ -61,7 +61,7 @@ def reference() -> str:
     from tilus.backends.cuda.layout import LayoutPlan  # noqa: F401 - registers its rules
     from tilus.backends.interp.launch import INTERP_RULES
     from tilus.ir.inst import INSTRUCTIONS
-    from tilus.lang.instructions import generic, hopper, layouts, random
+    from tilus.lang.instructions import generic, hopper, layouts, named_barriers, random
 
     lines = [
         "# Instruction reference",
@@ -76,6 +76,7 @@ def reference() -> str:
         *_methods(generic.GenericInstructions, "self."),
         *_methods(hopper.HopperInstructions, "self."),
         *_methods(layouts.LayoutInstructions, "self."),
+        *_methods(named_barriers.NamedBarrierInstructions, "self."),
         "",
         "Random numbers (`tilus.Script` only):",
         "",
