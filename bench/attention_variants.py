@@ -25,43 +25,53 @@ for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-SHAPES = "4x32x4096x128,4x32x4096x128c,4x32x4096x64,16x16x1024x128"
+SHAPES = "4x32x4096x128,4x32x4096x128c,4x32x4096x64,16x16x1024x128,2x16x8192x128"
 
-#: head dim -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent)
+#: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
+#: early_rescale)
 VARIANTS = {
-    64: [
-        (128, 128, 2, 2, False, False),
-        (128, 128, 2, 2, True, False),
-        (128, 192, 2, 2, True, False),
-        (192, 128, 2, 3, False, False),
-        (192, 128, 2, 3, True, False),
-        (192, 128, 2, 3, True, True),
+    (64, False): [
+        (128, 128, 2, 2, False, False, False),
+        (128, 128, 2, 2, True, False, False),
+        (128, 128, 2, 2, True, False, True),
+        (128, 192, 2, 2, True, False, True),
+        (192, 128, 2, 3, True, False, False),
+        (192, 128, 2, 3, True, False, True),
+        (192, 128, 2, 3, True, True, True),
     ],
-    128: [
-        (128, 128, 2, 2, False, False),
-        (128, 128, 2, 2, True, False),
-        (128, 176, 2, 2, False, False),
-        (128, 176, 2, 2, True, False),
-        (128, 128, 3, 2, True, False),
-        (128, 128, 2, 2, True, True),
-        (128, 128, 2, 2, False, True),
+    (128, False): [
+        (128, 128, 2, 2, False, False, False),
+        (128, 128, 2, 2, True, False, False),
+        (128, 128, 2, 2, True, False, True),
+        (128, 176, 2, 2, True, False, False),
+        (128, 176, 2, 2, True, False, True),
+        (128, 128, 3, 2, True, False, True),
+        (128, 128, 2, 2, True, True, False),
+        (128, 128, 2, 2, True, True, True),
     ],
-    256: [(128, 64, 2, 2, False, False), (128, 80, 2, 2, True, False)],
+    (128, True): [
+        (128, 128, 2, 2, False, False, False),
+        (128, 128, 2, 2, True, False, False),
+        (128, 128, 2, 2, True, False, True),
+        (128, 128, 2, 2, True, True, True),
+    ],
+    (256, False): [(128, 64, 2, 2, False, False, False), (128, 80, 2, 2, True, False, True)],
 }
 
 
 def label(v) -> str:
-    bm, bn, st, cg, pp, ps = v
-    return f"{bm}x{bn}x{st} cg{cg}{' pp' if pp else ''}{' pers' if ps else ''}"
+    bm, bn, st, cg, pp, ps, er = v
+    flags = "".join(f" {f}" for f, on in (("pp", pp), ("pers", ps), ("er", er)) if on)
+    return f"{bm}x{bn}x{st} cg{cg}{flags}"
 
 
 def kernel_of(v, dim: int, causal: bool):
     from flash_attention import FlashAttention
 
-    bm, bn, st, cg, pp, ps = v
+    bm, bn, st, cg, pp, ps, er = v
     return FlashAttention(
         tile=0, dim=dim, causal=causal, block_m=bm, block_n=bn, num_stages=st, consumers=cg,
-        pingpong=pp, persistent=ps,
+        pingpong=pp, persistent=ps, early_rescale=er,
     )  # fmt: skip
 
 
@@ -91,7 +101,7 @@ def parse(shape: str):
 
 def compile_variants(shapes, jobs_n: int) -> dict:
     """(variant, dim, causal) -> ptxas resources (or an error), compiled in parallel."""
-    jobs = sorted({(v, d, c) for _, _, _, d, c in shapes for v in VARIANTS[d]})
+    jobs = sorted({(v, d, c) for _, _, _, d, c in shapes for v in VARIANTS[(d, c)]})
     t0 = time.time()
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs_n, len(jobs)), mp_context=ctx) as pool:
@@ -107,7 +117,7 @@ def print_resources(res: dict):
             f"regs {r['registers']} spill {r['spill_store_bytes']}"
             f"{' SERIALIZED' if r['serialized'] else ''} ({r['compile_s']:.1f} s)"
         )
-        print(f"d{d}{' causal' if c else ''} {label(v):22s} {what}")
+        print(f"d{d}{' causal' if c else ''} {label(v):26s} {what}")
 
 
 def bench(args) -> int:
@@ -122,7 +132,7 @@ def bench(args) -> int:
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     F = torch.nn.functional
     status = 0
-    head = f"{'shape':16s} {'impl':22s} {'ms':>7s} {'TFLOPS':>7s} {'x cudnn':>7s} {'regs':>5s} {'spill':>5s}"
+    head = f"{'shape':16s} {'impl':26s} {'ms':>7s} {'TFLOPS':>7s} {'x cudnn':>7s} {'regs':>5s} {'spill':>5s}"
     print(head + "\n" + "-" * len(head))
     for b, h, s, d, causal in shapes:
         name = f"{b}x{h}x{s}x{d}{'c' if causal else ''}"
@@ -134,7 +144,7 @@ def bench(args) -> int:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
         runs, notes, first = {"sdpa cudnn": cudnn}, {}, {}
-        for var in VARIANTS[d]:
+        for var in VARIANTS[(d, causal)]:
             r = res[(var, d, causal)]
             if "error" in r:
                 notes[label(var)] = r["error"]
@@ -168,16 +178,18 @@ def bench(args) -> int:
         base = statistics.median(times["sdpa cudnn"])
         for n, ts in times.items():
             ms = statistics.median(ts)
-            r = next((res[(var, d, causal)] for var in VARIANTS[d] if label(var) == n), {})
+            r = next(
+                (res[(var, d, causal)] for var in VARIANTS[(d, causal)] if label(var) == n), {}
+            )
             regs = r.get("registers", "")
             spill = r.get("spill_store_bytes", "")
             ser = " SERIALIZED" if r.get("serialized") else ""
             if first.get(n, 0) > 1:
                 ser += f" (first call {first[n]:.1f} s)"
-            print(f"{name:16s} {n:22s} {ms:7.3f} {flops / ms / 1e9:7.0f} {base / ms:7.2f} "
+            print(f"{name:16s} {n:26s} {ms:7.3f} {flops / ms / 1e9:7.0f} {base / ms:7.2f} "
                   f"{regs!s:>5s} {spill!s:>5s}{ser}")  # fmt: skip
         for n, why in notes.items():
-            print(f"{name:16s} {n:22s} {why}")
+            print(f"{name:16s} {n:26s} {why}")
     return status
 
 
@@ -192,8 +204,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-only", action="store_true", help="no GPU: registers and spills")
     args = ap.parse_args(argv)
     if args.list:
-        for d, vs in VARIANTS.items():
-            print(f"d{d}: " + ", ".join(label(v) for v in vs))
+        for (d, c), vs in VARIANTS.items():
+            print(f"d{d}{' causal' if c else ''}: " + ", ".join(label(v) for v in vs))
         return 0
     os.environ.setdefault("TILUS_CACHE_DIR", tempfile.mkdtemp(prefix="tilus-variants-"))
     if args.compile_only:

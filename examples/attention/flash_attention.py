@@ -127,6 +127,7 @@ class FlashAttention(tilus.Script):
         pingpong=None,
         persistent=None,
         num_sms=None,
+        early_rescale=False,
     ):
         super().__init__()
         tiles = default_tiles(dim)
@@ -139,6 +140,7 @@ class FlashAttention(tilus.Script):
         self.rows = self.block_m // self.consumers  # query rows of one consumer group
         self.persistent = ps if persistent is None else bool(persistent)
         self.num_sms = num_sms or sm_count()
+        self.early_rescale = early_rescale
         self.dim = dim
         self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
         self.causal = causal
@@ -258,12 +260,15 @@ class FlashAttention(tilus.Script):
         o: RegisterTensor,
         m: RegisterTensor,
         lsum: RegisterTensor,
+        scale_o: RegisterTensor,
         row0: int32,
         seq_kv: int32,
         scale_log2: float32,
     ):
         """KV tile ``j >= 1``: issue ``S_j = Q K_j^T`` and ``O += P_{j-1} V_{j-1}``, run the
-        softmax of ``S_j`` while the second one runs, then rescale O and stage ``P_j``."""
+        softmax of ``S_j`` while the second one runs, then rescale O and stage ``P_j``
+        (``early_rescale``: O is rescaled by ``scale_o`` while ``S_j`` runs instead, as
+        FlashAttention-3 does, before ``P_{j-1} V_{j-1}`` is issued)."""
         bmh, bn = self.rows, self.block_n
         stage = ring.stage
         s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
@@ -275,6 +280,9 @@ class FlashAttention(tilus.Script):
         self.wgmma.fence()
         self.wgmma.mma(sq[half], sk[stage].transpose(), s)
         self.wgmma.commit_group()
+        if self.early_rescale:
+            self.assign(o, o * scale_o)
+            self.wgmma.fence()  # O's registers were written
         self.wgmma.mma(pa, sv[ring.prev_stage], o)
         self.wgmma.commit_group()
         self.pass_turn(half)
@@ -283,7 +291,10 @@ class FlashAttention(tilus.Script):
         self.wgmma.wait_group(0)
         with self.single_thread():
             self.mbarrier.arrive(ring.empty[ring.prev_stage])
-        self.assign(o, o * alpha)
+        if self.early_rescale:
+            self.assign(scale_o, alpha)
+        else:
+            self.assign(o, o * alpha)
         if P_IN_SHARED:
             self.stage_p(self.cast(p, self.dtype), sp[half])
         else:
@@ -358,12 +369,31 @@ class FlashAttention(tilus.Script):
         n_full: int32 = max(min(n_kv, seq_kv // bn), 1)
         if self.causal:
             n_full = max(min(n_full, (row0 + 1) // bn), 1)
-        args = (half, ring, kfull, sq, sk, sv, sp, pa, o, m, lsum, row0, seq_kv, scale_log2)
+        scale_o = self.register_tensor(dtype=float32, shape=[bmh, 1], init=1.0)  # O is 0 here
+        args = (
+            half,
+            ring,
+            kfull,
+            sq,
+            sk,
+            sv,
+            sp,
+            pa,
+            o,
+            m,
+            lsum,
+            scale_o,
+            row0,
+            seq_kv,
+            scale_log2,
+        )
         for j in self.range(1, n_full):
             self.step(False, j, *args)
         for j in self.range(n_full, n_kv):
             self.step(True, j, *args)
         self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+        if self.early_rescale:
+            self.assign(o, o * scale_o)
         self.wgmma.fence()
         self.wgmma.mma(pa, sv[ring.prev_stage], o)
         self.wgmma.commit_group()
