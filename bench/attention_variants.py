@@ -190,6 +190,33 @@ def bench(args) -> int:
                   f"{regs!s:>5s} {spill!s:>5s}{ser}")  # fmt: skip
         for n, why in notes.items():
             print(f"{name:16s} {n:26s} {why}")
+    if args.ragged:
+        status |= check_ragged(torch, res, shapes)
+    return status
+
+
+def check_ragged(torch, res: dict, shapes) -> int:
+    """Every compiled variant once more at ragged lengths (q 333 rows, KV 333 causal / 517),
+    against a float32 reference with a poisoned output; one line per variant."""
+    from attention_support import random_qkv
+    from flash_attention import forward_launcher
+
+    F = torch.nn.functional
+    status = 0
+    for d, causal in sorted({(d, c) for _, _, _, d, c in shapes}):
+        q, k, v = random_qkv(torch, 2, 4, 4, 333, 333 if causal else 517, d, "float16", "cuda")
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+        for var in VARIANTS[(d, causal)]:
+            if "error" in res[(var, d, causal)]:
+                continue
+            o = torch.full_like(q, float("nan"))
+            forward_launcher(q, k, v, causal=causal, kernel=kernel_of(var, d, causal), out=o)()
+            torch.cuda.synchronize()
+            err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
+            ok = err < 2e-2
+            status |= not ok
+            print(f"ragged d{d}{' causal' if causal else ''} {label(var):26s} "
+                  f"max error {err:.2e} {'ok' if ok else 'WRONG'}")  # fmt: skip
     return status
 
 
@@ -202,6 +229,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="compile processes")
     ap.add_argument("--list", action="store_true", help="print the variants and exit")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: registers and spills")
+    ap.add_argument(
+        "--ragged", action="store_true", help="then check every variant at ragged sizes"
+    )
     args = ap.parse_args(argv)
     if args.list:
         for (d, c), vs in VARIANTS.items():
