@@ -83,31 +83,35 @@ class Ring(tilus.Class):
             self.phase ^= 1
 
 
-def default_tiles(dim: int) -> list[tuple[int, int, int, int, bool, bool]]:
-    """(block_m, block_n, num_stages, consumers, pingpong, persistent) candidates for a head
-    dim (registers and shared memory): ``consumers`` warp groups of ``block_m / consumers``
-    rows each, taking turns on the tensor cores when ``pingpong``; ``persistent``: one block
-    per SM loops over the blocks of query rows."""
+def default_tiles(dim: int) -> list[tuple[int, int, int, int, bool, bool, bool]]:
+    """(block_m, block_n, num_stages, consumers, pingpong, persistent, early_rescale) candidates
+    for a head dim (registers and shared memory): ``consumers`` warp groups of ``block_m /
+    consumers`` rows each, taking turns on the tensor cores when ``pingpong``; ``persistent``:
+    one block per SM loops over the blocks of query rows; ``early_rescale``: O is rescaled
+    while ``S = Q K^T`` runs."""
     if dim <= 64:
         return [
-            (192, 128, 2, 3, True, False),
-            (128, 128, 2, 2, True, False),
-            (128, 128, 4, 2, False, False),
+            (128, 128, 4, 2, True, False, True),
+            (128, 192, 3, 2, True, False, True),
+            (128, 128, 3, 2, True, False, False),
+            (128, 128, 3, 2, True, True, True),
         ]
     if dim <= 128:
         return [
-            (128, 128, 2, 2, True, False),
-            (128, 128, 2, 2, True, True),
-            (128, 128, 2, 2, False, False),
+            (128, 128, 2, 2, True, False, True),
+            (128, 128, 3, 2, True, False, False),
+            (128, 128, 2, 2, True, True, True),
+            (128, 128, 3, 2, True, False, True),
         ]
     return [
-        (128, 80, 2, 2, True, False),
-        (128, 64, 2, 2, False, False),
-        (128, 48, 3, 2, False, False),
+        (128, 80, 2, 2, True, False, True),
+        (128, 64, 2, 2, True, False, False),
+        (128, 64, 2, 2, False, False, False),
+        (128, 48, 3, 2, False, False, False),
     ]
 
 
-@tilus.autotune("tile", [0, 1, 2])
+@tilus.autotune("tile", [0, 1, 2, 3])
 class FlashAttention(tilus.Script):
     """The forward kernel for one dtype, head dim, causality and head grouping; ``tile`` picks
     one of the head dim's ``default_tiles`` (or pass ``block_m``/``block_n``/``num_stages``/
@@ -127,11 +131,11 @@ class FlashAttention(tilus.Script):
         pingpong=None,
         persistent=None,
         num_sms=None,
-        early_rescale=False,
+        early_rescale=None,
     ):
         super().__init__()
         tiles = default_tiles(dim)
-        bm, bn, st, cg, pp, ps = tiles[tile % len(tiles)]
+        bm, bn, st, cg, pp, ps, er = tiles[tile % len(tiles)]
         self.consumers = consumers or cg
         self.block_m = block_m or (bm // cg * self.consumers)
         self.block_n = block_n or bn
@@ -140,7 +144,7 @@ class FlashAttention(tilus.Script):
         self.rows = self.block_m // self.consumers  # query rows of one consumer group
         self.persistent = ps if persistent is None else bool(persistent)
         self.num_sms = num_sms or sm_count()
-        self.early_rescale = early_rescale
+        self.early_rescale = er if early_rescale is None else bool(early_rescale)
         self.dim = dim
         self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
         self.causal = causal
@@ -185,14 +189,14 @@ class FlashAttention(tilus.Script):
                 dims=[1, 2],
                 mbarrier=qbar,
             )
+        stages = self.num_stages
         for j in self.range(n_kv):
-            self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
+            # K and V slots are released apart (K once S retired, V once P V did), so K of the
+            # next tile loads while the consumers still multiply by V of the last one
+            self.mbarrier.wait(kfull[stages + ring.stage], phase=ring.phase ^ 1, sem="relaxed")
             with self.single_thread():
                 self.mbarrier.arrive_and_expect_tx(
                     kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
-                )
-                self.mbarrier.arrive_and_expect_tx(
-                    ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
                 )
             self.tma.global_to_shared(
                 src=gk,
@@ -201,6 +205,11 @@ class FlashAttention(tilus.Script):
                 dims=[1, 2],
                 mbarrier=kfull[ring.stage],
             )
+            self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(
+                    ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
+                )
             self.tma.global_to_shared(
                 src=gv,
                 dst=sv[ring.stage],
@@ -287,6 +296,8 @@ class FlashAttention(tilus.Script):
         self.wgmma.commit_group()
         self.pass_turn(half)
         self.wgmma.wait_group(1)  # S_j has landed; P_{j-1} V_{j-1} may still run
+        with self.single_thread():
+            self.mbarrier.arrive(kfull[self.num_stages + stage])  # K_j is read
         p, alpha = self.softmax(s, m, lsum, masked, j, row0, seq_kv, scale_log2)
         self.wgmma.wait_group(0)
         with self.single_thread():
@@ -360,6 +371,8 @@ class FlashAttention(tilus.Script):
         self.wgmma.commit_group()
         self.pass_turn(half)
         self.wgmma.wait_group(0)
+        with self.single_thread():
+            self.mbarrier.arrive(kfull[self.num_stages + ring.stage])  # K_0 is read
         p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
         pa = self.cast(p, self.dtype)
         if P_IN_SHARED:
@@ -492,7 +505,8 @@ class FlashAttention(tilus.Script):
             sp = self.shared_tensor(dtype=dt, shape=[ncg, bmh, bn])
         qbar = self.mbarrier.alloc([1])
         qempty = self.mbarrier.alloc([ncg])  # persistent: the consumers are done with Q
-        kfull = self.mbarrier.alloc([1] * stages)
+        # K's barriers: [0, stages) full (loaded), [stages, 2 stages) empty (read by every group)
+        kfull = self.mbarrier.alloc([1] * stages + [ncg] * stages)
         ring = Ring(stages, ncg)
         scale_log2: float32 = scale * LOG2E
 
