@@ -7,6 +7,7 @@ import pytest
 from named_barrier_kernels import BadUse, PingPong
 
 import tilus
+from tests.cuda.conftest import needs_gpu
 from tilus.testing import marker_line
 
 
@@ -77,3 +78,14 @@ def test_cuda_code_uses_the_ids_and_sync_avoids_them():
     assert "tl_bar_sync(2, 256);" in src and "tl_bar_arrive(1, 256);" in src
     # sync() inside a warp group takes a free id, not 1 or 2
     assert "tl_bar_sync(3, 128);" in src, src
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_gpu_ping_pong_alternates():
+    import torch
+
+    out = torch.full((2 * 5, 128), -1, dtype=torch.int32, device="cuda")
+    PingPong("none", 5)(out)
+    torch.cuda.synchronize()
+    assert (out.cpu().numpy() == np.arange(10)[:, None]).all(), out[:, 0]
