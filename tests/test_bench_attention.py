@@ -31,3 +31,23 @@ def test_dry_run_checks_both_kernels():
     p = _run("--dry-run")
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count(": ok") == 2 and "FAIL" not in p.stdout
+
+
+def test_variant_study_lists_buildable_variants():
+    p = subprocess.run(
+        [sys.executable, "bench/attention_variants.py", "--list"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "d128 causal:" in p.stdout and "cg2 pp pers er" in p.stdout
+    # every variant is a valid kernel construction (block_m splits over the consumer groups)
+    sys.path.insert(0, str(ROOT / "bench"))
+    import attention_variants as AV
+
+    for (d, causal), vs in AV.VARIANTS.items():
+        for v in vs:
+            k = AV.kernel_of(v, d, causal)
+            assert len(k.configs) == 1 and AV.label(v)

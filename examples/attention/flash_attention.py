@@ -5,17 +5,23 @@ contiguous), ``o`` like ``q`` and ``lse [batch, heads, seq_q]`` (float32, natura
 query heads: query head ``h`` reads KV head ``h // (heads // heads_kv)``. ``causal`` masks key
 ``j > i`` of query ``i`` (top-left aligned, as ``scaled_dot_product_attention(is_causal=True)``).
 
-Built like FlashAttention-3. A block computes ``block_m`` query rows of one head with three warp
-groups: a producer group (one warp issues the TMA copies, its registers lowered with
-``setmaxnreg``) and two consumer groups, each owning ``block_m / 2`` rows. The producer loads
-the Q tile once and streams K and V tiles of ``block_n`` keys through a ring of ``num_stages``
-shared slots, K and V each on their own mbarrier so that ``S = Q K^T`` can start before V lands.
-A consumer computes ``S`` by WGMMA from shared memory into registers, runs the online softmax
-on the accumulator (row max and row sum are reductions over the WGMMA layout, the ``[rows, 1]``
-statistics broadcast back over it; ``exp2`` with the scale folded into ``log2(e)``), rescales its
-output accumulator, and accumulates ``P V`` by WGMMA. Only the tiles a block needs are loaded:
-with ``causal`` the tiles right of the diagonal are skipped, and only the diagonal tile and the
-ragged last tile are masked.
+Built like FlashAttention-3. A block computes ``block_m`` query rows of one head with a
+producer warp group (one warp issues the TMA copies, its registers lowered with ``setmaxnreg``)
+and two or three consumer groups, each owning ``block_m / consumers`` rows. The producer loads
+the Q tile and streams K and V tiles of ``block_n`` keys through a ring of ``num_stages``
+shared slots; K and V each have their own full and empty mbarriers, so ``S = Q K^T`` starts
+before V lands and K of the next tile loads as soon as ``S`` has read the last one. A consumer
+computes ``S`` by WGMMA from shared memory into registers, runs the online softmax on the
+accumulator (row max and row sum are reductions over the WGMMA layout, the ``[rows, 1]``
+statistics broadcast back over it; ``exp2`` with the scale folded into ``log2(e)``), rescales
+its output accumulator, and accumulates ``P V`` by WGMMA with P from registers. Each consumer
+issues ``S_j`` with ``P_{j-1} V_{j-1}`` and runs the softmax of ``S_j`` while the second GEMM
+runs; with ``pingpong`` the groups also take turns issuing (named barriers), so one group's
+softmax overlaps the other's GEMMs. ``persistent`` launches one block per SM that loops over
+the blocks of query rows (the output staged apart from Q, so the next Q loads meanwhile).
+Only the tiles a block needs are loaded: with ``causal`` the tiles right of the diagonal are
+skipped (the longest rows first), and only the diagonal tile and the ragged last tile are
+masked.
 
 Run ``python examples/attention/flash_attention.py``: on the tilus interpreter without a GPU,
 on CUDA with one (every result checked against a float32 reference).
