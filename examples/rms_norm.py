@@ -18,7 +18,7 @@ checked against NumPy float64.
 
 import numpy as np
 from rowwise_support import check, exit_with, fp16_rows, rowwise_kernels
-from softmax import SPACE, pow2_at_least, ring_plan, rows_and_warps
+from softmax import SPACE, pow2_at_least, refuse_long_rows, ring_plan, rows_and_warps
 
 import tilus
 from tilus import GlobalTensor, float16, float32, int32
@@ -27,14 +27,15 @@ from tilus.utils import cdiv
 EPS = 1e-6
 
 
-@tilus.autotune("block, per_thread, stages", SPACE)
+@tilus.autotune("block, per_thread, stages, warps", SPACE)
 class RMSNorm(tilus.Script):
     """RMS norm in one of two forms, both in the autotune space: whole rows in registers
     (``stages`` 0) or persistent blocks over a ring of shared-memory stages (``stages`` >= 2)."""
 
-    def __init__(self, block, per_thread, stages, max_blocks=None):
+    def __init__(self, block, per_thread, stages, warps=0, max_blocks=None):
         super().__init__()
         self.block, self.per_thread, self.stages = block, per_thread, stages
+        self.block_warps = warps  # > 0: the small-block ring form (see ``ring_plan``)
         self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
 
     def __call__(self, m: int32, n: int, x_ptr: ~float16, w_ptr: ~float16, y_ptr: ~float16):
@@ -64,8 +65,9 @@ class RMSNorm(tilus.Script):
         shared-memory stages filled by ``copy_async``: the next rows load while the current
         ones are worked on (each pass reads the stage chunk by chunk of columns)."""
         bn, rows, chunks, warps, stages, w_shared, per_sm = ring_plan(
-            n, self.block, self.per_thread, self.stages, vectors=1
+            n, self.block, self.per_thread, self.stages, vectors=1, warps=self.block_warps
         )
+        refuse_long_rows(self, bn)
         bk = bn // chunks
         groups = cdiv(m, rows)
         self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)

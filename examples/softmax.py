@@ -61,7 +61,11 @@ ROW_SPACE = [(b, t) for b in (2048, 4096, 8192, 16384) for t in (8, 16, 32)] + [
 RING_SMEM = 227 * 1024 - 1024
 
 
-def ring_plan(n: int, block: int, per_thread: int, stages: int, vectors: int = 0):
+#: Blocks an SM may hold at once (Hopper).
+SM_BLOCKS = 32
+
+
+def ring_plan(n: int, block: int, per_thread: int, stages: int, vectors: int = 0, warps: int = 0):
     """How a ring kernel lays out rows of ``n`` fp16 elements: ``(bn, rows, chunks, warps,
     stages, vectors_shared, blocks_per_sm)``. A stage holds ``rows`` rows of ``bn`` (``n``
     rounded up to a power of two) as ``chunks`` column chunks of ``bn // chunks`` (several
@@ -70,47 +74,86 @@ def ring_plan(n: int, block: int, per_thread: int, stages: int, vectors: int = 0
     short, never fewer than 2); ``vectors`` per-column fp16 vectors (the norms' weights) live
     in shared memory too when they fit (``vectors_shared``), else are read from global memory
     (the L2) for every row; ``blocks_per_sm`` persistent blocks fit an SM by threads and
-    shared memory."""
-    bn = pow2_at_least(n)
-    rows, warps = rows_and_warps(bn, block, per_thread)
-    chunks = max(1, rows * bn // (32 * warps * per_thread)) if rows == 1 else 1
+    shared memory.
+
+    ``warps`` > 0 is the small-block form: blocks of exactly ``warps`` warps (1 to 4) own one
+    row a stage (more when ``32 * warps * per_thread`` elements hold several rows of at least
+    256), so a reduction crosses at most 4 warps (none with one warp: shuffles only, and the
+    block barrier of a 1-warp block is a warp's) and many blocks an SM run independently; the
+    vectors are then read from global memory (the L1 holds them for every block of the SM)."""
+    small = warps > 0
+    if small:
+        bn = max(256, pow2_at_least(n))  # a warp of 16-byte vectors: 256 columns at least
+        tile = 32 * warps * per_thread
+        rows = max(1, min(block // bn, tile // bn, RING_SMEM // (4 * bn)))
+        chunks = max(1, bn // tile) if rows == 1 else 1
+    else:
+        bn = pow2_at_least(n)
+        rows, warps = rows_and_warps(bn, block, per_thread)
+        chunks = max(1, rows * bn // (32 * warps * per_thread)) if rows == 1 else 1
     stage = rows * bn * 2
     stages = max(2, min(stages, RING_SMEM // stage))
-    vec_shared = vectors > 0 and stages * stage + vectors * bn * 2 <= RING_SMEM
+    fits = stages * stage + vectors * bn * 2 <= RING_SMEM
+    vec_shared = vectors > 0 and not small and fits
     smem = stages * stage + (vectors * bn * 2 if vec_shared else 0) + 1024
-    per_sm = max(1, min(2048 // (32 * warps), (228 * 1024) // smem))
+    per_sm = max(1, min(SM_BLOCKS, 2048 // (32 * warps), (228 * 1024) // smem))
     return bn, rows, chunks, warps, stages, vec_shared, per_sm
 
 
-#: The ring form's autotune space: (elements per block, per thread, stages). Measured on an
-#: H200: 256-1024 threads a block, 1-4 rows a stage; long rows (32000) want 1024 threads of 8
-#: a chunk, 8192-long rows 256-512 threads of 32-64, short rows (1024) 3-4 stages.
+#: The ring form's autotune space: (elements per block, per thread, stages, warps). Measured on
+#: an H200: 256-1024 threads a block, 1-4 rows a stage; long rows (32000) want 1024 threads of 8
+#: a chunk, 8192-long rows 256-512 threads of 32-64, short rows (1024) 3-4 stages. ``warps`` 0:
+#: the block's warps follow from ``block`` and ``per_thread``.
 RING_SPACE = [
-    (4096, 8, 2),
-    (8192, 8, 2),
-    (4096, 8, 4),
-    (4096, 16, 3),
-    (8192, 16, 2),
-    (8192, 16, 3),
-    (8192, 32, 2),
-    (8192, 32, 3),
-    (16384, 32, 2),
-    (16384, 64, 2),
-    (32768, 64, 2),
+    (4096, 8, 2, 0),
+    (8192, 8, 2, 0),
+    (4096, 8, 4, 0),
+    (4096, 16, 3, 0),
+    (8192, 16, 2, 0),
+    (8192, 16, 3, 0),
+    (8192, 32, 2, 0),
+    (8192, 32, 3, 0),
+    (16384, 32, 2, 0),
+    (16384, 64, 2, 0),
+    (32768, 64, 2, 0),
+]
+
+#: The small-block ring form (``warps`` 1-4 a block, one row a stage for rows of 1024 and
+#: longer): many independent blocks an SM, a reduction crossing at most 4 warps. Rows longer
+#: than ``4096 * warps`` are refused (over 128 elements a thread a row spill registers).
+SMALL_SPACE = [
+    (8192, 32, 4, 1),
+    (8192, 64, 3, 1),
+    (8192, 32, 2, 2),
+    (8192, 16, 2, 4),
+    (8192, 32, 2, 4),
+    (8192, 64, 2, 4),
 ]
 
 #: The default kernels' space: both forms (whole rows in registers: no stages; the ring).
-SPACE = [(b, t, 0) for b, t in ROW_SPACE] + RING_SPACE
+SPACE = [(b, t, 0, 0) for b, t in ROW_SPACE] + RING_SPACE + SMALL_SPACE
 
 
-@tilus.autotune("block, per_thread, stages", SPACE)
+def refuse_long_rows(script, bn: int) -> None:
+    """Refuse a small-block config for rows (rounded up to ``bn``) longer than ``4096 *
+    warps``: a thread would hold over 128 elements of a row and spill; a block per SM or
+    two would fit."""
+    script.static_assert(
+        script.block_warps == 0 or bn <= 4096 * script.block_warps,
+        f"the small-block ring form ({script.block_warps} warps) takes rows of at most "
+        f"{4096 * script.block_warps} elements, not {bn}",
+    )
+
+
+@tilus.autotune("block, per_thread, stages, warps", SPACE)
 class Softmax(tilus.Script):
     """Softmax in one of two forms, both in the autotune space: whole rows in registers
     (``stages`` 0) or persistent blocks over a ring of shared-memory stages (``stages`` >= 2)."""
 
-    def __init__(self, block, per_thread, stages, max_blocks=None):
+    def __init__(self, block, per_thread, stages, warps=0, max_blocks=None):
         super().__init__()
         self.block, self.per_thread, self.stages = block, per_thread, stages
+        self.block_warps = warps  # > 0: the small-block ring form (see ``ring_plan``)
         self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
 
     def __call__(self, m: int32, n: int, x_ptr: ~float16, y_ptr: ~float16):
@@ -143,8 +186,9 @@ class Softmax(tilus.Script):
         shared-memory stages filled by ``copy_async``: the next rows load while the current
         ones are worked on (each pass reads the stage chunk by chunk of columns)."""
         bn, rows, chunks, warps, stages, _, per_sm = ring_plan(
-            n, self.block, self.per_thread, self.stages
+            n, self.block, self.per_thread, self.stages, warps=self.block_warps
         )
+        refuse_long_rows(self, bn)
         bk = bn // chunks
         groups = cdiv(m, rows)
         self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)

@@ -56,13 +56,16 @@ def _close(got, want, tol):
 # (m, n, config): m not a multiple of the rows a stage holds, n not a multiple of the tile,
 # fewer blocks than row groups; 2 and 3 stages
 CASES = [
-    (7, 200, dict(block=512, per_thread=8, stages=2, max_blocks=3)),  # 2 rows a stage
-    (9, 100, dict(block=128, per_thread=8, stages=3, max_blocks=2)),  # 1 row a stage
+    (7, 200, dict(block=512, per_thread=8, stages=2, warps=0, max_blocks=3)),  # 2 rows a stage
+    (9, 100, dict(block=128, per_thread=8, stages=3, warps=0, max_blocks=2)),  # 1 row a stage
     (
         3,
         9000,
-        dict(block=2048, per_thread=8, stages=2, max_blocks=2),
+        dict(block=2048, per_thread=8, stages=2, warps=0, max_blocks=2),
     ),  # 2 column chunks
+    # the small-block form: one warp a block over 4 column chunks; 2 warps over 4 rows a stage
+    (5, 1000, dict(block=8192, per_thread=8, stages=3, warps=1, max_blocks=2)),
+    (9, 100, dict(block=8192, per_thread=16, stages=2, warps=2, max_blocks=2)),
 ]
 
 
@@ -78,13 +81,14 @@ def test_ring_kernels_on_the_interpreter(ex, m, n, cfg):
 def test_ring_plan_fits_shared_memory(ex):
     sm = ex["softmax"]
     for n in (100, 1024, 8192, 32000, 32768):
-        for block, per_thread, stages in sm.RING_SPACE:
+        for block, per_thread, stages, nw in sm.RING_SPACE + sm.SMALL_SPACE:
             for vectors in (0, 1, 2):
                 bn, rows, chunks, warps, s, vec_shared, per_sm = sm.ring_plan(
-                    n, block, per_thread, stages, vectors
+                    n, block, per_thread, stages, vectors, nw
                 )
                 assert chunks == 1 or rows == 1
-                assert rows * bn // chunks // (32 * warps) in (per_thread, rows * bn // 32 // warps)
+                assert nw in (0, warps) and per_sm <= sm.SM_BLOCKS
+                assert rows * bn // chunks // (32 * warps) <= max(per_thread, bn // 32 // warps)
                 used = s * rows * bn * 2 + (vectors * bn * 2 if vec_shared else 0)
                 assert 2 <= s <= stages and used <= sm.RING_SMEM and 1 <= warps <= 32
                 assert per_sm * (used + 1024) <= 228 * 1024 and per_sm * 32 * warps <= 2048
@@ -94,7 +98,7 @@ def test_ring_plan_fits_shared_memory(ex):
 @needs_gxx
 def test_ring_kernels_on_the_emulator(ex):
     rng = np.random.default_rng()
-    m, n, cfg = 7, 200, dict(block=512, per_thread=8, stages=3, max_blocks=2)
+    m, n, cfg = 7, 200, dict(block=512, per_thread=8, stages=3, warps=0, max_blocks=2)
     for cls, args, ref, tol in _cases(ex, rng, m, n):
         y = np.full((m, n), np.nan, np.float16)
         emulate(cls(**cfg), (m, n, *args, y), [2])
@@ -113,7 +117,7 @@ def test_ring_sass(ex):
         (ex["layer_norm"].LayerNorm, 2),
         (ex["rms_norm"].RMSNorm, 1),
     ):
-        ck = tilus.compile(cls(block=8192, per_thread=16, stages=2), m, n, x, *[v] * nvec, x)
+        ck = tilus.compile(cls(block=8192, per_thread=16, stages=2, warps=0), m, n, x, *[v] * nvec, x)
         sass = ck.sass()
         for op in ("LDGSTS.E.BYPASS.128", "LDS.128", "STG.E.128"):
             assert re.search(rf"\b{re.escape(op)}\b", sass), (cls.__name__, op)
@@ -155,3 +159,25 @@ def test_shared_vectors_on_the_emulator(dtype):
     np.testing.assert_array_equal(y, x * 2)
     np.testing.assert_array_equal(z, x * 2 + 1)
     assert "uint4" in ck.source or "uint2" in ck.source
+
+
+def test_small_form_refuses_long_rows(ex):
+    """A small-block config for rows longer than 4096 a warp is refused at the line of its check."""
+    from tilus.errors import TilusProgramError
+
+    sm = ex["softmax"]
+    m, n = 2, 32000
+    x = np.zeros((m, n), np.float16)
+    with pytest.raises(TilusProgramError) as info:
+        sm.Softmax(block=8192, per_thread=32, stages=2, warps=1)(m, n, x, x.copy())
+    assert "rows of at most 4096 elements, not 32768" in str(info.value)
+    loc = info.value.loc
+    assert loc.file.endswith("softmax.py"), loc
+    assert loc.line == _line_of(sm.Softmax.ring_rows, "refuse_long_rows(self, bn)"), loc
+
+
+def _line_of(func, text: str) -> int:
+    import inspect
+
+    lines, start = inspect.getsourcelines(func)
+    return start + next(i for i, s in enumerate(lines) if text in s)

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from tilus.backends.cuda.codegen.context import Context
 from tilus.backends.cuda.codegen.lowbit import check_program
+from tilus.backends.cuda.codegen.reduce import reduce_parity
 from tilus.backends.cuda.codegen.scalar import FASTDIV_HELPERS, HELPERS, UnsupportedDtype, ctype
 from tilus.backends.cuda.codegen.stmts import StmtEmitter
 from tilus.backends.cuda.layout import LayoutPlan, infer_layouts
@@ -112,6 +113,8 @@ def generate(program, smem_limit: int = SM90_SMEM_LIMIT) -> KernelSource:
         ctx.emit("if (tl_smem_addr(tl_smem_raw) & 1023u) __trap();")
         ctx.emit("uint8_t* const tl_smem_ptr = tl_smem_raw;")
     ctx.emit("const uint32_t tl_smem = tl_smem_addr(tl_smem_ptr);")
+    for begin, size in plan.reduce_halves:  # which of its two reduction areas a group uses next
+        ctx.emit(f"uint32_t {reduce_parity(begin, size)} = 0u;")
     if program.smem.barrier_offsets:
         ctx.open("if (threadIdx.x == 0)")
         for stmt_inst in _barrier_allocs(fn):

@@ -25,6 +25,12 @@ from tilus.ir.layout.derived import reduce_layout
 
 rule = CODEGEN_RULES.rule
 
+
+def reduce_parity(begin: int, size: int) -> str:
+    """The C name of the 0/1 choice between thread group ``(begin, size)``'s two reduction
+    scratch areas (flipped by each reduction across warps)."""
+    return f"tl_rpar_{begin}_{size}"
+
 #: Identity-free combine of two accumulators, by op (``T`` the accumulator's C type).
 COMBINE = {
     "sum": "({a} + {b})",
@@ -200,7 +206,11 @@ def _cross_warps(ctx, inst, lo, g, slots, acc, T):
     base = R.emit_thread_coords(ctx, lo, g)
     strides = [math.prod(out.shape[k + 1 :]) for k in range(out.ndim)]
     buf = ctx.fresh("red")
-    ctx.emit(f"{T}* const {buf} = ({T}*)(tl_smem_ptr + {ctx.reduce_base + off}u);")
+    half = ctx.plan.reduce_halves[(g.begin, g.size)]
+    par = reduce_parity(g.begin, g.size)
+    at = f"tl_smem_ptr + {ctx.reduce_base + off}u + {par} * {half}u"
+    ctx.emit(f"{T}* const {buf} = ({T}*)({at});")
+    ctx.emit(f"{par} ^= 1u;  // the next reduction uses the other area")
     lin = []
     for j in range(lo.local_size):
         parts = [
@@ -208,7 +218,8 @@ def _cross_warps(ctx, inst, lo, g, slots, acc, T):
             for b, k, s in zip(base, lo.local_coords(j), strides)
         ]
         lin.append(" + ".join(parts) or "0")
-    sync(ctx, None, None)  # earlier readers of the scratch are done
+    # no barrier first: the last reader of this area read it before the barrier of the
+    # reduction in between (through the other area)
     for j in range(lo.local_size):
         ctx.emit(f"{buf}[{sname} * {out.size} + {lin[j]}] = {acc}[{j}];")
     sync(ctx, None, None)

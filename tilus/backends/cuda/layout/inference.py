@@ -83,14 +83,19 @@ class _Inference:
         return self.plan
 
     def plan_scratch(self):
-        """Shared scratch for reductions across warps: one area per thread group (groups may
-        reduce at the same time), as large as the group's largest reduction needs; the
-        reductions of one group reuse it (each waits for the group before writing)."""
+        """Shared scratch across warps: one area per thread group (groups may work at the
+        same time), as large as the group's largest use needs; the uses of one group reuse it
+        (each waits for the group before writing). The reductions have their own two areas
+        a group, used in turn: a reduction's trailing barrier comes after every thread has
+        read the one before, so the next reduction of the other area needs no leading one."""
         need: dict = {}
+        halves: dict = {}
         for inst, g in self.reduces:
             n = scratch_bytes(self.plan.registers[inst.src], inst, g.size)
             if n:
-                need.setdefault((g.begin, g.size), []).append((inst, n))
+                halves.setdefault((g.begin, g.size), []).append(inst)
+                key = (g.begin, g.size)
+                self.plan.reduce_halves[key] = max(self.plan.reduce_halves.get(key, 0), n)
         for inst, g in self.converts:
             regs = self.plan.registers
             if isinstance(inst, I.PrintTensor | I.Scan):
@@ -113,6 +118,12 @@ class _Inference:
             for inst, _ in insts:
                 self.plan.scratch[inst] = at
             at += -(-max(n for _, n in insts) // 16) * 16
+        for key, insts in halves.items():
+            half = -(-self.plan.reduce_halves[key] // 16) * 16
+            self.plan.reduce_halves[key] = half
+            for inst in insts:
+                self.plan.scratch[inst] = at
+            at += 2 * half
         self.plan.scratch_bytes = at
 
     def elem_read_scratch(self, e, g: Group, stmt) -> bool:

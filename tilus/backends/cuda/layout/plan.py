@@ -54,6 +54,8 @@ class LayoutPlan:
     tmap_of: dict = field(default_factory=dict)  # TMA inst -> index into tmaps
     scratch: dict = field(default_factory=dict)  # Reduce inst -> offset in the scratch area
     scratch_bytes: int = 0  # shared bytes of the reductions' cross-warp scratch area
+    # (group begin, size) -> bytes of one half of the group's two alternating reduction areas
+    reduce_halves: dict = field(default_factory=dict)
     # inst -> ((field, source tile, copy), ...): operands converted at the use into a copy in
     # the layout the instruction needs (its tile's class has another fixed layout)
     use_converts: dict = field(default_factory=dict)
