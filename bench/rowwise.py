@@ -166,13 +166,13 @@ def time_space(cls, argf, m, n, tensors, torch, flush, reps, copy_ms, ref=None):
     return out
 
 
-SPACE_HEADER = (f"{'kernel':14s} {'shape':11s} {'config':34s} {'ms':>8s} {'GB/s':>7s} "
+SPACE_HEADER = (f"{'kernel':14s} {'shape':11s} {'config':42s} {'ms':>8s} {'GB/s':>7s} "
                 f"{'x copy':>6s} {'regs':>4s} {'spill':>5s} {'nvrtc s':>7s}")  # fmt: skip
 
 
 def space_line(r) -> str:
     """One row of the per-config table."""
-    head = f"{r['kernel']:14s} {r['shape']:11s} {r['config']:34s}"
+    head = f"{r['kernel']:14s} {r['shape']:11s} {r['config']:42s}"
     if "refused" in r:
         return f"{head} refused: {r['refused']}"
     return (f"{head} {r['ms']:8.4f} {r['gbps']:7.0f} {r['ratio_to_copy']:6.2f} "

@@ -14,6 +14,11 @@ copied to shared memory once a block when they fit); each pass reads the stage w
 shared loads, chunk by chunk of columns when a row is longer than 32 warps of ``per_thread``
 elements.
 
+A third form (``warps`` 1-4; 0 above) is the ring over small blocks: 1-4 warps a block, a
+row a stage (several short ones), many independent blocks an SM, so a reduction crosses at
+most 4 warps (with one warp: shuffles only, no barrier) and a block waits for its own warps
+only; rows longer than 4096 elements a warp are refused.
+
 Run ``python examples/layer_norm.py`` (interpreter without a GPU, CUDA with one); the result
 is checked against NumPy float64.
 """

@@ -12,6 +12,11 @@ the next rows' loads are in flight while the current ones are reduced (the weigh
 shared memory once a block when it fits); each pass reads the stage with 128-bit shared loads,
 chunk by chunk of columns when a row is longer than 32 warps of ``per_thread`` elements.
 
+A third form (``warps`` 1-4; 0 above) is the ring over small blocks: 1-4 warps a block, a
+row a stage (several short ones), many independent blocks an SM, so a reduction crosses at
+most 4 warps (with one warp: shuffles only, no barrier) and a block waits for its own warps
+only; rows longer than 4096 elements a warp are refused.
+
 Run ``python examples/rms_norm.py`` (interpreter without a GPU, CUDA with one); the result is
 checked against NumPy float64.
 """

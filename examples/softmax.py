@@ -17,6 +17,11 @@ the next rows' loads are in flight while the current ones are reduced; each pass
 stage with 128-bit shared loads, chunk by chunk of columns when a row is longer than 32 warps
 of ``per_thread`` elements.
 
+A third form (``warps`` 1-4; 0 above) is the ring over small blocks: 1-4 warps a block, a
+row a stage (several short ones), many independent blocks an SM, so a reduction crosses at
+most 4 warps (with one warp: shuffles only, no barrier) and a block waits for its own warps
+only; rows longer than 4096 elements a warp are refused.
+
 Run ``python examples/softmax.py``: on the tilus interpreter without a GPU (or with
 ``TILUS_INTERPRET=1``), on CUDA with one; the result is checked against NumPy float64.
 """
@@ -140,8 +145,8 @@ def refuse_long_rows(script, bn: int) -> None:
     two would fit."""
     script.static_assert(
         script.block_warps == 0 or bn <= 4096 * script.block_warps,
-        f"the small-block ring form ({script.block_warps} warps) takes rows of at most "
-        f"{4096 * script.block_warps} elements, not {bn}",
+        f"the small-block ring form takes rows of at most 4096 elements a warp "
+        f"({4096 * script.block_warps} with warps={script.block_warps}), not {bn}",
     )
 
 

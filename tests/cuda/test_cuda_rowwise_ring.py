@@ -96,9 +96,16 @@ def test_ring_plan_fits_shared_memory(ex):
 
 @needs_nvrtc
 @needs_gxx
-def test_ring_kernels_on_the_emulator(ex):
+@pytest.mark.parametrize(
+    "m, n, cfg",
+    [
+        (7, 200, dict(block=512, per_thread=8, stages=3, warps=0, max_blocks=2)),
+        # the small-block form: 2 warps over 2 column chunks, a cross-warp reduction each
+        (5, 900, dict(block=8192, per_thread=8, stages=2, warps=2, max_blocks=2)),
+    ],
+)
+def test_ring_kernels_on_the_emulator(ex, m, n, cfg):
     rng = np.random.default_rng()
-    m, n, cfg = 7, 200, dict(block=512, per_thread=8, stages=3, warps=0, max_blocks=2)
     for cls, args, ref, tol in _cases(ex, rng, m, n):
         y = np.full((m, n), np.nan, np.float16)
         emulate(cls(**cfg), (m, n, *args, y), [2])
@@ -117,11 +124,39 @@ def test_ring_sass(ex):
         (ex["layer_norm"].LayerNorm, 2),
         (ex["rms_norm"].RMSNorm, 1),
     ):
-        ck = tilus.compile(cls(block=8192, per_thread=16, stages=2, warps=0), m, n, x, *[v] * nvec, x)
+        ck = tilus.compile(
+            cls(block=8192, per_thread=16, stages=2, warps=0), m, n, x, *[v] * nvec, x
+        )
         sass = ck.sass()
         for op in ("LDGSTS.E.BYPASS.128", "LDS.128", "STG.E.128"):
             assert re.search(rf"\b{re.escape(op)}\b", sass), (cls.__name__, op)
         assert not re.search(r"\b(LDL|STL)\b", sass), cls.__name__
+
+
+@needs_nvrtc
+def test_small_form_sass(ex):
+    """The small-block form: 16-byte copies and accesses, no local memory, and one block
+    barrier a row besides one a cross-warp reduction (none with one warp a block)."""
+    import tilus
+
+    for n, cfg, bars in [
+        (8192, dict(block=8192, per_thread=32, stages=2, warps=2), (3, 3, 2)),
+        (1024, dict(block=8192, per_thread=32, stages=4, warps=1), (1, 1, 1)),
+    ]:
+        m = 4096
+        x = np.zeros((m, n), np.float16)
+        v = np.zeros(n, np.float16)
+        kernels = (
+            (ex["softmax"].Softmax, 0),
+            (ex["layer_norm"].LayerNorm, 2),
+            (ex["rms_norm"].RMSNorm, 1),
+        )
+        for (cls, nvec), nbar in zip(kernels, bars):
+            sass = tilus.compile(cls(**cfg), m, n, x, *[v] * nvec, x).sass()
+            for op in ("LDGSTS.E.BYPASS.128", "LDS.128", "STG.E.128", "SHFL.BFLY"):
+                assert re.search(rf"\b{re.escape(op)}\b", sass), (cls.__name__, n, op)
+            assert not re.search(r"\b(LDL|STL)\b", sass), (cls.__name__, n)
+            assert len(re.findall(r"\bBAR\.SYNC\b", sass)) == nbar, (cls.__name__, n)
 
 
 class SharedRoundTrip(tilus.Script):
@@ -170,7 +205,7 @@ def test_small_form_refuses_long_rows(ex):
     x = np.zeros((m, n), np.float16)
     with pytest.raises(TilusProgramError) as info:
         sm.Softmax(block=8192, per_thread=32, stages=2, warps=1)(m, n, x, x.copy())
-    assert "rows of at most 4096 elements, not 32768" in str(info.value)
+    assert "(4096 with warps=1), not 32768" in str(info.value)
     loc = info.value.loc
     assert loc.file.endswith("softmax.py"), loc
     assert loc.line == _line_of(sm.Softmax.ring_rows, "refuse_long_rows(self, bn)"), loc

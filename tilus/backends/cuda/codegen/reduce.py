@@ -31,6 +31,7 @@ def reduce_parity(begin: int, size: int) -> str:
     scratch areas (flipped by each reduction across warps)."""
     return f"tl_rpar_{begin}_{size}"
 
+
 #: Identity-free combine of two accumulators, by op (``T`` the accumulator's C type).
 COMBINE = {
     "sum": "({a} + {b})",
