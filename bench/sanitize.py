@@ -108,8 +108,7 @@ def sanitized(tool: str, name: str, log_dir: Path) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     text = proc.stdout + proc.stderr
     (log_dir / f"sanitize-{tool}-{name}.txt").write_text(text)
-    found = re.findall(r"ERROR SUMMARY: (\d+) error", text)
-    errors = int(found[-1]) if found else None
+    errors = error_count(text)
     kinds = sorted(set(re.findall(r"^========= (?:Program hit |Invalid |)(\S.*?)(?: at| on|$)",
                                   text, re.M)))[:5]  # fmt: skip
     checked = re.search(rf"^{name}: (\d+) configs run, (\d+) failed, (\d+) skipped", text, re.M)
@@ -174,6 +173,15 @@ def main(argv=None) -> int:
         print(f"{name:8s} {'  '.join(f'{x:>10s}' for x in text)}")
     print(f"exit status {1 if failed else 0}: {failed} failed (tool, kernel) runs or configs")
     return 1 if failed else 0
+
+
+def error_count(text: str):
+    """The tool's error count: memcheck and synccheck end with ``ERROR SUMMARY: N errors``,
+    racecheck with ``RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)``; None
+    when neither line is there (the tool did not finish)."""
+    found = re.findall(r"ERROR SUMMARY: (\d+) error", text)
+    found += re.findall(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?", text)
+    return int(found[-1]) if found else None
 
 
 def verdict(r: dict) -> str:

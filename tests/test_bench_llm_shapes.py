@@ -67,6 +67,22 @@ def test_sanitize_verdict_counts_refused_configs_as_skipped():
     assert "1 configs failed" in sanitize.verdict({**ok, "failed_checks": 1})
 
 
+def test_sanitize_reads_every_tool_summary():
+    import sanitize
+
+    assert sanitize.error_count("========= ERROR SUMMARY: 0 errors\n") == 0
+    assert sanitize.error_count("========= ERROR SUMMARY: 3 errors\n") == 3
+    race = "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n"
+    assert sanitize.error_count(race) == 1
+    assert (
+        sanitize.error_count(
+            race.replace("2 hazards", "0 hazards").replace("1 error,", "0 errors,")
+        )
+        == 0
+    )
+    assert sanitize.error_count("killed\n") is None
+
+
 def test_tune_time_space_is_100_distinct_kernels():
     import tune_time
 
