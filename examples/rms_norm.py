@@ -23,7 +23,7 @@ checked against NumPy float64.
 
 import numpy as np
 from rowwise_support import check, exit_with, fp16_rows, rowwise_kernels
-from softmax import SPACE, pow2_at_least, refuse_long_rows, ring_plan, rows_and_warps
+from softmax import SPACE, RowRing, pow2_at_least, refuse_long_rows, ring_plan, rows_and_warps
 
 import tilus
 from tilus import GlobalTensor, float16, float32, int32
@@ -33,7 +33,7 @@ EPS = 1e-6
 
 
 @tilus.autotune("block, per_thread, stages, warps", SPACE)
-class RMSNorm(tilus.Script):
+class RMSNorm(RowRing):
     """RMS norm in one of two forms, both in the autotune space: whole rows in registers
     (``stages`` 0) or persistent blocks over a ring of shared-memory stages (``stages`` >= 2)."""
 
@@ -86,18 +86,11 @@ class RMSNorm(tilus.Script):
         first: int32 = self.blockIdx.x
         grid: int32 = self.gridDim.x
         for k in range(stages - 1):
-            for c in self.range(chunks, unroll="all"):
-                self.copy_async(gx, ring[k, c], offsets=[(first + k * grid) * rows, c * bk])
-            self.copy_async_commit_group()
+            self.fill_stage(gx, ring, k, first, grid, stages, rows, chunks, bk)
         for it in range(cdiv(groups - first, grid)):
             self.copy_async_wait_group(stages - 2)
             self.sync()  # the stage is in for every thread; the one refilled next is free
-            ahead = it + stages - 1
-            for c in self.range(chunks, unroll="all"):
-                self.copy_async(
-                    gx, ring[ahead % stages, c], offsets=[(first + ahead * grid) * rows, c * bk]
-                )
-            self.copy_async_commit_group()
+            self.fill_stage(gx, ring, it + stages - 1, first, grid, stages, rows, chunks, bk)
             cur = ring[it % stages]
             row: int32 = (first + it * grid) * rows
             sq = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)

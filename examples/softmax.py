@@ -151,7 +151,19 @@ def refuse_long_rows(script, bn: int) -> None:
 
 
 @tilus.autotune("block, per_thread, stages, warps", SPACE)
-class Softmax(tilus.Script):
+class RowRing(tilus.Script):
+    """The ring form's loads, shared by the row-wise kernels: block ``b`` of ``g`` takes row
+    groups ``b, b + g, b + 2g, ...``; group ``k`` of the block lands in stage ``k % stages``."""
+
+    def fill_stage(self, gx, ring, k, first, grid, stages: int, rows: int, chunks: int, bk: int):
+        """Queue the block's row group ``k`` into its stage of ``ring`` ([stages, chunks, rows,
+        bk]) as one commit group; rows past the end read as zeros."""
+        for c in self.range(chunks, unroll="all"):
+            self.copy_async(gx, ring[k % stages, c], offsets=[(first + k * grid) * rows, c * bk])
+        self.copy_async_commit_group()
+
+
+class Softmax(RowRing):
     """Softmax in one of two forms, both in the autotune space: whole rows in registers
     (``stages`` 0) or persistent blocks over a ring of shared-memory stages (``stages`` >= 2)."""
 
@@ -203,18 +215,11 @@ class Softmax(tilus.Script):
         first: int32 = self.blockIdx.x
         grid: int32 = self.gridDim.x
         for k in range(stages - 1):
-            for c in self.range(chunks, unroll="all"):
-                self.copy_async(gx, ring[k, c], offsets=[(first + k * grid) * rows, c * bk])
-            self.copy_async_commit_group()
+            self.fill_stage(gx, ring, k, first, grid, stages, rows, chunks, bk)
         for it in range(cdiv(groups - first, grid)):
             self.copy_async_wait_group(stages - 2)
             self.sync()  # the stage is in for every thread; the one refilled next is free
-            ahead = it + stages - 1
-            for c in self.range(chunks, unroll="all"):
-                self.copy_async(
-                    gx, ring[ahead % stages, c], offsets=[(first + ahead * grid) * rows, c * bk]
-                )
-            self.copy_async_commit_group()
+            self.fill_stage(gx, ring, it + stages - 1, first, grid, stages, rows, chunks, bk)
             cur = ring[it % stages]
             row: int32 = (first + it * grid) * rows
             # exp(v - max) = exp2(v * log2 e - max * log2 e): one FFMA and one MUFU.EX2 each
