@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.helpers_bench import ROOT, run_bench
 
 
 def _run(*args):
-    env = dict(os.environ, TILUS_INTERPRET="1")
-    return subprocess.run(
-        [sys.executable, "bench/attention.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_bench("attention.py", *args)
 
 
 def test_help():

@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import pathlib
-import subprocess
-import sys
-
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.helpers_bench import run_bench
 
 pytest.importorskip("torch")
 
 
 def _run(*args):
-    env = dict(os.environ, TILUS_INTERPRET="1")
-    return subprocess.run(
-        [sys.executable, "bench/quantized.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_bench("quantized.py", *args)
 
 
 def test_help_names_the_cases():
