@@ -31,6 +31,7 @@ HEADER = r"""
 #define __device__
 #define __forceinline__ inline
 #define __restrict__
+#define __builtin_assume(x) ((void)0)
 struct tl_dim3 { unsigned x, y, z; };
 static thread_local tl_dim3 threadIdx, blockIdx;
 static tl_dim3 gridDim;

@@ -102,6 +102,7 @@ tl_MatmulTMA(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -669,6 +670,7 @@ tl_MatmulTMA(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1552,6 +1554,7 @@ tl_MatmulTMA(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2227,6 +2230,7 @@ tl_MatmulTMA(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3286,6 +3290,7 @@ tl_MatmulTMA(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4177,6 +4182,7 @@ tl_MatmulTMA(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);

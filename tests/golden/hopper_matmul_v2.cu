@@ -121,6 +121,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -546,6 +547,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -973,6 +975,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1402,6 +1405,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1961,6 +1965,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2522,6 +2527,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3085,6 +3091,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3512,6 +3519,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3941,6 +3949,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4372,6 +4381,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4935,6 +4945,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -5500,6 +5511,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);

@@ -129,6 +129,7 @@ tl_MatmulWGMMAV3(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 160u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -697,6 +698,7 @@ tl_MatmulWGMMAV3(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 160u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1267,6 +1269,7 @@ tl_MatmulWGMMAV3(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 160u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1842,6 +1845,7 @@ tl_MatmulWGMMAV3(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 160u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2414,6 +2418,7 @@ tl_MatmulWGMMAV3(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 160u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2988,6 +2993,7 @@ tl_MatmulWGMMAV3(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 160u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);

@@ -169,6 +169,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 288u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -726,6 +727,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 288u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1293,6 +1295,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 288u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1926,6 +1929,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 288u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2553,6 +2557,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 288u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3110,6 +3115,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 288u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3677,6 +3683,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 288u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4310,6 +4317,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 288u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);

@@ -178,6 +178,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 384u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -839,6 +840,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 384u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1510,6 +1512,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 384u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2247,6 +2250,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 384u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2978,6 +2982,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 384u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3639,6 +3644,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 384u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4310,6 +4316,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 384u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -5047,6 +5054,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 384u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);

@@ -121,6 +121,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -548,6 +549,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -977,6 +979,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1408,6 +1411,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1968,6 +1972,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2530,6 +2535,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3103,6 +3109,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3531,6 +3538,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3961,6 +3969,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4393,6 +4402,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4955,6 +4965,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -5519,6 +5530,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -6094,6 +6106,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -6524,6 +6537,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -6956,6 +6970,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -7390,6 +7405,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -7956,6 +7972,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -8524,6 +8541,7 @@ tl_MatmulWGMMAV2(
     uint16_t* __restrict__ c_ptr,
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);

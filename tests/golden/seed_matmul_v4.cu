@@ -145,6 +145,7 @@ tl_MatmulWGMMAV4(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1,
     const tl_divisor_t tl_div0) {
+  __builtin_assume(threadIdx.x < 288u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);

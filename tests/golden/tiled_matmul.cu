@@ -44,6 +44,7 @@ tl_TiledMatmul(
     uint16_t* __restrict__ a_ptr,
     uint16_t* __restrict__ b_ptr,
     float* __restrict__ c_ptr) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -300,6 +301,7 @@ tl_TiledMatmul(
     uint16_t* __restrict__ a_ptr,
     uint16_t* __restrict__ b_ptr,
     float* __restrict__ c_ptr) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -692,6 +694,7 @@ tl_TiledMatmul(
     uint16_t* __restrict__ a_ptr,
     uint16_t* __restrict__ b_ptr,
     float* __restrict__ c_ptr) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1004,6 +1007,7 @@ tl_TiledMatmul(
     uint16_t* __restrict__ a_ptr,
     uint16_t* __restrict__ b_ptr,
     float* __restrict__ c_ptr) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);

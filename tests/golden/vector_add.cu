@@ -35,6 +35,7 @@ tl_VectorAdd(
     float* __restrict__ x_ptr,
     float* __restrict__ y_ptr,
     float* __restrict__ z_ptr) {
+  __builtin_assume(threadIdx.x < 64u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -145,6 +146,7 @@ tl_VectorAdd(
     float* __restrict__ x_ptr,
     float* __restrict__ y_ptr,
     float* __restrict__ z_ptr) {
+  __builtin_assume(threadIdx.x < 128u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -255,6 +257,7 @@ tl_VectorAdd(
     float* __restrict__ x_ptr,
     float* __restrict__ y_ptr,
     float* __restrict__ z_ptr) {
+  __builtin_assume(threadIdx.x < 256u);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);

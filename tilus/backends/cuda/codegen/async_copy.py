@@ -6,6 +6,7 @@ import math
 
 from tilus.backends.cuda.codegen.memory import _address, _shared_elem, shared_offset
 from tilus.backends.cuda.codegen.scalar import ctype
+from tilus.backends.cuda.codegen.vector import base_alignment, static_int
 from tilus.backends.cuda.ptx.cp_async import COPIES
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst_memory as M
@@ -76,21 +77,34 @@ def copy_async(ctx, inst, expr):
     src = ctx.fresh("src")
     ctx.emit(f"const {ct}* const {src} = {name} + {_address(gi, strides)};")
     nin, rok = ctx.fresh("nin"), ctx.fresh("rok")  # elements of the chunk inside the tensor
+    # the base pointer alone decides the alignment when the strides and the column offset are
+    # known multiples of the chunk (codegen.vector.base_alignment); the chunk is then wholly
+    # in or out of a row whose length is a multiple of it
+    base = None
+    if inst.dims[-1] == last and strides[last] == "1":
+        base = base_alignment(ctx, name, strides, inst.offsets[last], per)
+    ncols = static_int(shape[last])
+    whole = base is not None and ncols is not None and ncols % per == 0
+    at = base or src
     if inst.check_bounds:
         rows_ok = " && ".join(
             [f"(uint32_t){gi[d]} < (uint32_t)({shape[d]})" for d in range(last)] or ["true"]
         )
         ctx.emit(f"const bool {rok} = {rows_ok};")
-        ctx.emit(
-            f"const int {nin} = {rok} ? "
-            f"tl_min(tl_max((int)({shape[last]}) - {gi[last]}, 0), {per}) : 0;"
-        )
+        if whole:
+            cin = f"(uint32_t){gi[last]} < {ncols}u"
+            ctx.emit(f"const int {nin} = {rok} && {cin} ? {per} : 0;")
+        else:
+            ctx.emit(
+                f"const int {nin} = {rok} ? "
+                f"tl_min(tl_max((int)({shape[last]}) - {gi[last]}, 0), {per}) : 0;"
+            )
         ok_e = f"{rok} && (uint32_t)({gi[last]} + {{e}}) < (uint32_t)({shape[last]})"
-        aligned = f"{gi[last]} >= 0 && (((uint64_t){src}) & {size - 1}u) == 0"
+        aligned = f"{gi[last]} >= 0 && (((uint64_t){at}) & {size - 1}u) == 0"
     else:
         ctx.emit(f"const int {nin} = {per};")
         ok_e = "true"
-        aligned = f"(((uint64_t){src}) & {size - 1}u) == 0"
+        aligned = f"(((uint64_t){at}) & {size - 1}u) == 0"
     ctx.open(f"if ({aligned})")
     fn = f"tl_cp_async_{size}" + ("_hint" if hint else "")
     # src-size 0 reads nothing: the tensor's base keeps the operand a valid address

@@ -26,6 +26,7 @@ class Context:
     def __init__(self, program, plan: LayoutPlan):
         self.program = program
         self.fn = program.fn
+        self.divisors: dict | None = None  # assume() facts (codegen.vector), made on first use
         self.smem = program.smem
         self.plan = plan
         self.lines: list[str] = []

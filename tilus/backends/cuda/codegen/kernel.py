@@ -101,6 +101,9 @@ def generate(program, smem_limit: int = SM90_SMEM_LIMIT) -> KernelSource:
                 None,
             )
     slack = SMEM_ALIGN_SLACK if total + SMEM_ALIGN_SLACK <= smem_limit else 0
+    # The launch always has exactly these threads: said to the compiler, it folds the bounds
+    # checks and masks that the thread index alone decides (tile coordinates in range).
+    ctx.emit(f"__builtin_assume(threadIdx.x < {fn.num_threads}u);")
     ctx.emit("extern __shared__ __align__(1024) uint8_t tl_smem_raw[];")
     if slack:
         ctx.emit("// Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.")

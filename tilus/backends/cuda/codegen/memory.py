@@ -116,12 +116,13 @@ def load_global(ctx, inst, expr):
         )
 
     w = V.vector_width(ctx, out, layout, inst.dims, strides, len(shape))
+    al = V.base_alignment(ctx, name, strides, inst.offsets[-1], w) if w else None
     if w and layout.local_size >= LOOP_MIN:  # one loop over the runs (see codegen.loops)
         i = _runs(ctx, layout, w)
         idx = _global_index(offs, base, inst.dims, _local(layout, i))
         ok = _in_bounds(idx[:-1], shape[:-1]) or "true"
         ptr = f"{name} + {_address(idx, strides)}"
-        V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar)
+        V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar, al)
         ctx.close()
         ctx.close()
         return
@@ -132,7 +133,7 @@ def load_global(ctx, inst, expr):
         idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
         ok = _in_bounds(idx[:-1], shape[:-1]) or "true"  # the row; the run's columns below
         ptr = f"{name} + {_address(idx, strides)}"
-        V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar)
+        V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar, al)
     ctx.close()
 
 
@@ -206,6 +207,7 @@ def store_global(ctx, inst, expr):
         return col_memo[c]
 
     w = V.vector_width(ctx, src, layout, inst.dims, strides, len(shape))
+    al = V.base_alignment(ctx, name, strides, inst.offsets[-1], w) if w else None
     if w and layout.local_size >= LOOP_MIN:  # one loop over the runs (see codegen.loops)
         i = _runs(ctx, layout, w)
         idx = _global_index(offs, base, inst.dims, _local(layout, i))
@@ -222,7 +224,7 @@ def store_global(ctx, inst, expr):
             _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", f"{a}, {R.elem(ctx, src, k)}, {rok} && {cok}")
 
         a = f"{p} + {_address([idx[last]], [strides[last]])}"
-        V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar_in_row)
+        V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar_in_row, al)
         ctx.close()
         ctx.close()
         return
@@ -239,7 +241,7 @@ def store_global(ctx, inst, expr):
             idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
             p, rok = row(idx)
             a = f"{p} + {_address([idx[last]], [strides[last]])}"
-            V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar)
+            V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar, al)
         ctx.close()
         return
     for i in range(0, layout.local_size, 2 if pairs else 1):

@@ -5,9 +5,11 @@
 #   2. across lanes: each thread digit along d that lies inside a warp (a power of two) is a
 #      butterfly of __shfl_xor_sync, after which every lane holds the combined value;
 #   3. across warps: the thread digits along d above the lanes write their partial results to
-#      a shared scratch area (slot per digit value), and every thread combines the slots in
-#      slot order. Every thread that holds an output element combines the same values in the
-#      same order, so the replicas of the result (see ``tilus.ir.layout.derived``) are equal.
+#      a shared scratch area (slot per digit value); with up to 32 slots (a power of two) lane
+#      l of every warp reads slot l and a butterfly combines them, else every thread combines
+#      the slots in slot order. Either way every thread that holds an output element combines
+#      the same values the same way, so the replicas of the result (see
+#      ``tilus.ir.layout.derived``) are equal.
 
 from __future__ import annotations
 
@@ -128,7 +130,7 @@ def reduce_(ctx, inst, expr):
         ctx.close()
     # stage 3: slots in shared memory across warps
     if slots:
-        _cross_warps(ctx, inst, lo, g, slots, acc, T)
+        _cross_warps(ctx, inst, lo, g, slots, masks, acc, T)
     conv = from_float if out.dtype.name in HALF else None
     loop = lo.local_size >= LOOP_MIN
     for j in [R.unrolled(ctx, lo.local_size)] if loop else range(lo.local_size):
@@ -190,7 +192,7 @@ def _in_thread_loop(ctx, src, groups, acc, op, T) -> bool:
     return True
 
 
-def _cross_warps(ctx, inst, lo, g, slots, acc, T):
+def _cross_warps(ctx, inst, lo, g, slots, masks, acc, T):
     out = inst.out
     sync = CODEGEN_RULES.lookup(I.Sync)
     nslots = math.prod(e for e, _ in slots)
@@ -221,12 +223,42 @@ def _cross_warps(ctx, inst, lo, g, slots, acc, T):
         lin.append(" + ".join(parts) or "0")
     # no barrier first: the last reader of this area read it before the barrier of the
     # reduction in between (through the other area)
+    if lane_parallel(g, nslots, masks):
+        # each element's slots side by side; the lanes that hold the same output element (they
+        # differ only in the reduced dim's lane bits, ``masks``) read one slot each and a
+        # butterfly over those bits gives each the same total (each step combines two equal
+        # sets commutatively, so all lanes and warps agree): one conflict-free load a warp
+        # instead of ``nslots`` loads a thread
+        bits = masks[: int(math.log2(nslots))]
+        for j in range(lo.local_size):
+            ctx.emit(f"{buf}[({lin[j]}) * {nslots} + {sname}] = {acc}[{j}];")
+        sync(ctx, None, None)
+        lane = ctx.fresh("lane")
+        sub = " | ".join(
+            f"((({tid} >> {int(math.log2(m))}) & 1) << {k})" for k, m in enumerate(bits)
+        )
+        ctx.emit(f"const int {lane} = {sub};")
+        for j in range(lo.local_size):
+            ctx.emit(f"{acc}[{j}] = {buf}[({lin[j]}) * {nslots} + {lane}];")
+            for m in bits:
+                other = f"__shfl_xor_sync(0xffffffffu, {acc}[{j}], {m})"
+                ctx.emit(f"{acc}[{j}] = {combine(inst.op, f'{acc}[{j}]', other, T)};")
+        return
     for j in range(lo.local_size):
         ctx.emit(f"{buf}[{sname} * {out.size} + {lin[j]}] = {acc}[{j}];")
     sync(ctx, None, None)
     for j in range(lo.local_size):
         codes = [f"{buf}[{s * out.size} + {lin[j]}]" for s in range(nslots)]
         ctx.emit(f"{acc}[{j}] = {_tree(ctx, codes, inst.op, T)};")
+
+
+def lane_parallel(g, nslots: int, masks) -> bool:
+    """Whether a cross-warp stage reads its slots one a lane and shuffles (whole warps, a
+    power-of-two number of slots no more than the lanes that share an output element)
+    instead of every thread reading every slot."""
+    whole_warps = g.size % 32 == 0 and g.begin % 32 == 0
+    pow2 = nslots >= 2 and nslots & (nslots - 1) == 0
+    return whole_warps and pow2 and nslots <= 1 << len(masks)
 
 
 @rule(I.ReshapeTensor)

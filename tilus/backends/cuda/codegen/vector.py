@@ -5,17 +5,96 @@
 # memory in adjacent registers of one thread; with the threads of a warp side by side along
 # that dim (a blocked layout), a warp's accesses are coalesced. Each run of up to 16 bytes is
 # one ld/st.global.v* when, at run time, the whole run is inside the view and its address is
-# aligned to the access size (the pointer, the row stride and the column offset all play
-# in, so it is checked on the address itself); otherwise the run falls back to the
-# bounds-checked element accesses, so ragged tails and odd strides stay correct.
+# aligned to the access size; otherwise the run falls back to the bounds-checked element
+# accesses, so ragged tails and odd strides stay correct. The pointer, the row strides and
+# the column offset all play in the alignment: when the strides and the column offset are
+# known multiples of the run (compile-time strides; offsets that are constants, products
+# with one, or parameters under ``assume``), only the view's base pointer is checked, one
+# test a kernel that the compiler hoists, instead of one per run.
 
 from __future__ import annotations
 
+import math
+
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import ctype
+from tilus.ir.expr import Binary, Const, Var
 
-#: C types of the 16- and 32-bit element storage that move as 32-bit words.
-_BITS = {16: "uint16_t", 32: None}
+#: A multiple of every run width (an offset of 0 or a huge constant).
+_ANY = 1 << 20
+
+
+def known_multiple(e, facts: dict) -> int:
+    """A number that integer expression ``e`` is always a multiple of (1 when unknown):
+    constants, sums, differences and products of them, shifts by a constant, and parameters
+    that ``facts`` (var -> divisor, from ``assume``) knows."""
+    if isinstance(e, bool):
+        return 1
+    if isinstance(e, int):
+        return abs(e) or _ANY
+    if isinstance(e, Const):
+        v = e.value
+        return (abs(int(v)) or _ANY) if isinstance(v, int) and not isinstance(v, bool) else 1
+    if isinstance(e, Var):
+        return facts.get(e, 1)
+    if isinstance(e, Binary):
+        a, b = known_multiple(e.a, facts), known_multiple(e.b, facts)
+        if e.op in ("+", "-"):
+            return math.gcd(a, b)
+        if e.op == "*":
+            return min(a * b, _ANY)
+        if e.op == "<<" and isinstance(e.b, Const) and isinstance(e.b.value, int):
+            return min(a << e.b.value, _ANY)
+    return 1
+
+
+def assumed_divisors(fn) -> dict:
+    """Parameter -> divisor from the kernel's ``assume(param % c == 0)`` facts."""
+    out = {}
+    for cond, _ in fn.assumes:
+        stack = [cond]
+        while stack:
+            c = stack.pop()
+            if isinstance(c, Binary) and c.op == "&&":
+                stack += [c.a, c.b]
+            elif (
+                isinstance(c, Binary)
+                and c.op == "=="
+                and isinstance(c.a, Binary)
+                and c.a.op == "%"
+                and isinstance(c.a.a, Var)
+                and isinstance(c.a.b, Const)
+            ):
+                out[c.a.a] = math.lcm(out.get(c.a.a, 1), int(c.a.b.value))
+    return out
+
+
+def static_int(code: str) -> int | None:
+    """The value of a C integer expression that is a literal (maybe cast), else None."""
+    code = code.strip()
+    while code.startswith("("):
+        if code.startswith("(int64_t)") or code.startswith("(uint32_t)"):
+            code = code[code.index(")") + 1 :].strip()
+        elif code.endswith(")"):
+            code = code[1:-1].strip()
+        else:
+            return None
+    code = code.rstrip("uUlL")
+    return int(code) if code.isdigit() else None
+
+
+def base_alignment(ctx, name: str, strides, col_offset, w: int):
+    """The view's base pointer ``name`` when it alone decides whether every run of ``w``
+    elements is aligned: every stride but the last's a compile-time multiple of ``w`` and the
+    last dim's offset (an IR expression) a known multiple of it; else None (check each run's
+    address). The layout's own column steps are multiples of ``w`` (``vector_width``)."""
+    for s in strides[:-1]:
+        v = static_int(s)
+        if v is None or v % w:
+            return None
+    if ctx.divisors is None:
+        ctx.divisors = assumed_divisors(ctx.fn)
+    return name if known_multiple(col_offset, ctx.divisors) % w == 0 else None
 
 
 def vector_width(ctx, t, layout, dims, strides, ndim: int) -> int:
@@ -91,19 +170,28 @@ def _fallback(ctx, i0, w: int, scalar) -> None:
     ctx.close()
 
 
-def load_run(ctx, out, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar):
+def _run_cond(ok: str, col: str, ncols: str, w: int, p: str, esize: int, base) -> str:
+    """The C condition of a run's vector access: in bounds and aligned (on ``base`` when it
+    alone decides, see ``base_alignment``: the run then starts at a multiple of ``w``, so with
+    a column count that is one too only the run's first column needs checking)."""
+    n = static_int(ncols)
+    if base is not None and n is not None and n % w == 0:
+        cols = f"(uint32_t)({col}) < {n}u"
+    else:
+        cols = f"(uint32_t)({col}) + {w}u <= (uint32_t)({ncols})"
+    return f"{ok} && {cols} && (((uint64_t){base or p}) & {w * esize - 1}) == 0"
+
+
+def load_run(ctx, out, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar, base=None):
     """Registers ``i0 .. i0 + w`` of ``out`` from ``ptr`` (one vector access when the run is
     in bounds and aligned, else ``scalar(i)`` for each register); ``i0`` is an int or, in a
-    loop over runs, a C expression."""
+    loop over runs, a C expression; ``base``: see ``base_alignment``."""
     esize = out.dtype.nbits // 8
     nwords = w * esize // 4
     wt = word_type(nwords)
     p = ctx.fresh("vp")
     ctx.emit(f"const {ctype(out.dtype)}* const {p} = {ptr};")
-    cond = (
-        f"{ok} && (uint32_t)({col}) + {w}u <= (uint32_t)({ncols}) && "
-        f"(((uint64_t){p}) & {w * esize - 1}) == 0"
-    )
+    cond = _run_cond(ok, col, ncols, w, p, esize, base)
     ctx.open(f"if ({cond})")
     v = ctx.fresh("vw")
     ctx.emit(f"const {wt} {v} = *((const {wt}*){p});")
@@ -130,17 +218,15 @@ def unpack(ctx, out, i0, nwords: int, v: str) -> None:
             ctx.emit(f"{R.elem(ctx, out, _plus(i0, 2 * k + 1))} = ({ct})({word} >> 16);")
 
 
-def store_run(ctx, src, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar):
-    """Store registers ``i0 .. i0 + w`` of ``src`` at ``ptr`` (vector or ``scalar(i)``)."""
+def store_run(ctx, src, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar, base=None):
+    """Store registers ``i0 .. i0 + w`` of ``src`` at ``ptr`` (vector or ``scalar(i)``);
+    ``base``: see ``base_alignment``."""
     esize = src.dtype.nbits // 8
     nwords = w * esize // 4
     wt = word_type(nwords)
     p = ctx.fresh("vp")
     ctx.emit(f"{ctype(src.dtype)}* const {p} = {ptr};")
-    cond = (
-        f"{ok} && (uint32_t)({col}) + {w}u <= (uint32_t)({ncols}) && "
-        f"(((uint64_t){p}) & {w * esize - 1}) == 0"
-    )
+    cond = _run_cond(ok, col, ncols, w, p, esize, base)
     ctx.open(f"if ({cond})")
     ws = words(src, [_plus(i0, k) for k in range(w)], ctx)
     ctx.emit(f"*(({wt}*){p}) = make_{wt}({', '.join(ws)});")
