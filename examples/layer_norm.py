@@ -106,6 +106,12 @@ class LayerNorm(RowRing):
         self.attrs.warps = warps
         ring = self.shared_tensor(dtype=float16, shape=[stages, chunks, rows, bk])
         cols = self.register_tensor(dtype=int32, shape=[bk], init=lambda j: j)
+        # per column j of a chunk: how many of the row's columns j + c * bk (c < chunks) exist
+        cnt = self.register_tensor(dtype=float32, shape=[bk], init=float(chunks))
+        if n < bn:
+            cnt = self.register_tensor(dtype=float32, shape=[bk], init=0.0)
+            for c in self.range(chunks, unroll="all"):
+                self.assign(cnt, cnt + self.where(cols < n - c * bk, 1.0, 0.0))
         if wb_shared:  # the first group: older than every stage, so waited for with stage 0
             wb = self.shared_tensor(dtype=float16, shape=[2, chunks, bk])
             for c in self.range(chunks, unroll="all"):
@@ -122,17 +128,10 @@ class LayerNorm(RowRing):
             self.fill_stage(gx, ring, it + stages - 1, first, grid, stages, rows, chunks, bk)
             cur = ring[it % stages]
             row: int32 = (first + it * grid) * rows
-            acc = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
-            for c in self.range(chunks, unroll="all"):  # the tail reads as 0: adds nothing
-                self.assign(acc, acc + self.cast(self.load_shared(cur[c]), float32))
-            mean = self.sum(acc, dim=1, keepdim=True) * (1.0 / n)
-            sq = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
-            for c in self.range(chunks, unroll="all"):
-                xc = self.cast(self.load_shared(cur[c]), float32) - mean
-                if n < bn:  # but 0 - mean must not add to the variance
-                    xc = self.where(cols < n - c * bk, xc, 0.0)
-                self.assign(sq, sq + xc * xc)
-            rstd = self.rsqrt(self.sum(sq, dim=1, keepdim=True) * (1.0 / n) + EPS)
+            if chunks == 1 or self.per_thread <= 16:  # one chunk: k0 is the row, s1 = s2 = 0
+                mean, rstd = self.stats_one_pass(cur, cols, cnt, n, bn, chunks, bk)
+            else:  # three tiles of 32+ a thread would spill: two passes over the stage
+                mean, rstd = self.stats_two_passes(cur, cols, n, bn, rows, chunks, bk)
             for c in self.range(chunks, unroll="all"):
                 if wb_shared:
                     w = self.load_shared(wb[0, c])
@@ -144,6 +143,40 @@ class LayerNorm(RowRing):
                 y = xc * rstd * self.cast(w, float32) + self.cast(b, float32)
                 self.store_global(gy, self.cast(y, float16), offsets=[row, c * bk])
         self.copy_async_wait_all()
+
+    def stats_one_pass(self, cur, cols, cnt, n: int, bn: int, chunks: int, bk: int):
+        """Mean and 1/std of the stage's row in one pass, shifted for accuracy: column j of
+        chunk 0 is the shift k of the columns j of the other chunks, which add d = x - k and
+        d * d; then sum(x) = sum(cnt * k + s1) and sum((x - mean)^2) = sum(s2 - 2 dd s1 +
+        cnt dd^2) with dd = mean - k (``cnt``: the row's columns j + c * bk, c < chunks).
+        d is a difference of two samples of the row: large means do not cancel."""
+        k0 = self.cast(self.load_shared(cur[0]), float32)  # the tail reads as 0
+        s1 = self.register_tensor(dtype=float32, shape=k0.shape, init=0.0)
+        s2 = self.register_tensor(dtype=float32, shape=k0.shape, init=0.0)
+        for c in self.range(1, chunks, unroll="all"):
+            d = self.cast(self.load_shared(cur[c]), float32) - k0
+            if n < bn:  # 0 - k must not count
+                d = self.where(cols < n - c * bk, d, 0.0)
+            self.assign(s1, s1 + d)
+            self.assign(s2, s2 + d * d)
+        mean = self.sum(k0 * cnt + s1, dim=1, keepdim=True) * (1.0 / n)
+        dd = mean - k0
+        var = self.sum(s2 + dd * (cnt * dd - 2.0 * s1), dim=1, keepdim=True) * (1.0 / n)
+        return mean, self.rsqrt(var + EPS)
+
+    def stats_two_passes(self, cur, cols, n: int, bn: int, rows: int, chunks: int, bk: int):
+        """Mean and 1/std of the stage's rows: a pass for the sum, one for the squares."""
+        acc = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
+        for c in self.range(chunks, unroll="all"):  # the tail reads as 0: adds nothing
+            self.assign(acc, acc + self.cast(self.load_shared(cur[c]), float32))
+        mean = self.sum(acc, dim=1, keepdim=True) * (1.0 / n)
+        sq = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
+        for c in self.range(chunks, unroll="all"):
+            xc = self.cast(self.load_shared(cur[c]), float32) - mean
+            if n < bn:  # but 0 - mean must not add to the variance
+                xc = self.where(cols < n - c * bk, xc, 0.0)
+            self.assign(sq, sq + xc * xc)
+        return mean, self.rsqrt(self.sum(sq, dim=1, keepdim=True) * (1.0 / n) + EPS)
 
 
 def reference(x, w, b):

@@ -107,8 +107,9 @@ def ring_plan(n: int, block: int, per_thread: int, stages: int, vectors: int = 0
 
 #: The ring form's autotune space: (elements per block, per thread, stages, warps). Measured on
 #: an H200: 256-1024 threads a block, 1-4 rows a stage; long rows (32000) want 1024 threads of 8
-#: a chunk, 8192-long rows 256-512 threads of 32-64, short rows (1024) 3-4 stages. ``warps`` 0:
-#: the block's warps follow from ``block`` and ``per_thread``.
+#: a chunk (the norms) or 512 threads holding the whole row (softmax: one exp2 an element),
+#: 8192-long rows 256-512 threads of 32-64, short rows (1024) 3-4 stages. ``warps`` 0: the
+#: block's warps follow from ``block`` and ``per_thread``.
 RING_SPACE = [
     (4096, 8, 2, 0),
     (8192, 8, 2, 0),
@@ -120,6 +121,7 @@ RING_SPACE = [
     (8192, 32, 3, 0),
     (16384, 32, 2, 0),
     (16384, 64, 2, 0),
+    (16384, 64, 3, 0),
     (32768, 64, 2, 0),
 ]
 
@@ -224,10 +226,10 @@ class Softmax(RowRing):
             row: int32 = (first + it * grid) * rows
             # exp(v - max) = exp2(v * log2 e - max * log2 e): one FFMA and one MUFU.EX2 each
             acc = self.register_tensor(dtype=float32, shape=[rows, bk], init=-float("inf"))
-            for c in self.range(chunks, unroll="all"):
-                x = self.cast(self.load_shared(cur[c]), float32) * LOG2E
+            for c in self.range(chunks, unroll="all"):  # max(x) * log2 e = max(x * log2 e)
+                x = self.cast(self.load_shared(cur[c]), float32)
                 self.assign(acc, self.maximum(acc, self.where(cols < n - c * bk, x, -float("inf"))))
-            mx = self.max(acc, dim=1, keepdim=True)
+            mx = self.max(acc, dim=1, keepdim=True) * LOG2E
             if chunks == 1:  # the exponentials fit in registers: one MUFU.EX2 an element
                 e = self.cast(self.load_shared(cur[0]), float32) * LOG2E
                 e = self.where(cols < n, self.exp2(e - mx), 0.0)

@@ -216,3 +216,18 @@ def _line_of(func, text: str) -> int:
 
     lines, start = inspect.getsourcelines(func)
     return start + next(i for i, s in enumerate(lines) if text in s)
+
+
+def test_layer_norm_one_pass_keeps_large_means(ex):
+    """The ring layer norm's one-pass statistics (shifted by the row's first chunk) stay
+    accurate when the mean is large against the spread (naive sums of squares would cancel)."""
+    rng = np.random.default_rng()
+    m, n = 3, 9000  # 2 column chunks of 8 elements a thread
+    x = (300.0 + rng.standard_normal((m, n))).astype(np.float16)
+    w = rng.standard_normal(n).astype(np.float16)
+    b = rng.standard_normal(n).astype(np.float16)
+    y = np.full((m, n), np.nan, np.float16)
+    cfg = dict(block=2048, per_thread=8, stages=2, warps=0, max_blocks=2)
+    ex["layer_norm"].LayerNorm(**cfg)(m, n, x, w, b, y)
+    want = ex["layer_norm"].reference(x.astype(np.float64), w.astype(np.float64), b)
+    _close(y, want, 1e-2)
