@@ -99,6 +99,11 @@ class LayerNorm(RowRing):
         bn, rows, chunks, warps, stages, wb_shared, per_sm = ring_plan(
             n, self.block, self.per_thread, self.stages, vectors=2, warps=self.block_warps
         )
+        w_shared = wb_shared
+        if not wb_shared:  # w alone in shared memory (b from the L2) halves the vectors' reads
+            bn, rows, chunks, warps, stages, w_shared, per_sm = ring_plan(
+                n, self.block, self.per_thread, self.stages, vectors=1, warps=self.block_warps
+            )
         refuse_long_rows(self, bn)
         bk = bn // chunks
         groups = cdiv(m, rows)
@@ -112,11 +117,12 @@ class LayerNorm(RowRing):
             cnt = self.register_tensor(dtype=float32, shape=[bk], init=0.0)
             for c in self.range(chunks, unroll="all"):
                 self.assign(cnt, cnt + self.where(cols < n - c * bk, 1.0, 0.0))
-        if wb_shared:  # the first group: older than every stage, so waited for with stage 0
-            wb = self.shared_tensor(dtype=float16, shape=[2, chunks, bk])
+        if w_shared:  # the first group: older than every stage, so waited for with stage 0
+            wb = self.shared_tensor(dtype=float16, shape=[2 if wb_shared else 1, chunks, bk])
             for c in self.range(chunks, unroll="all"):
                 self.copy_async(gw, wb[0, c], offsets=[c * bk])
-                self.copy_async(gb, wb[1, c], offsets=[c * bk])
+                if wb_shared:
+                    self.copy_async(gb, wb[1, c], offsets=[c * bk])
             self.copy_async_commit_group()
         first: int32 = self.blockIdx.x
         grid: int32 = self.gridDim.x
@@ -133,11 +139,13 @@ class LayerNorm(RowRing):
             else:  # three tiles of 32+ a thread would spill: two passes over the stage
                 mean, rstd = self.stats_two_passes(cur, cols, n, bn, rows, chunks, bk)
             for c in self.range(chunks, unroll="all"):
-                if wb_shared:
+                if w_shared:
                     w = self.load_shared(wb[0, c])
-                    b = self.load_shared(wb[1, c])
                 else:
                     w = self.load_global(gw, offsets=[c * bk], shape=[bk])
+                if wb_shared:
+                    b = self.load_shared(wb[1, c])
+                else:
                     b = self.load_global(gb, offsets=[c * bk], shape=[bk])
                 xc = self.cast(self.load_shared(cur[c]), float32) - mean
                 y = xc * rstd * self.cast(w, float32) + self.cast(b, float32)
