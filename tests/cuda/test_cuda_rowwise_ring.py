@@ -231,3 +231,22 @@ def test_layer_norm_one_pass_keeps_large_means(ex):
     ex["layer_norm"].LayerNorm(**cfg)(m, n, x, w, b, y)
     want = ex["layer_norm"].reference(x.astype(np.float64), w.astype(np.float64), b)
     _close(y, want, 1e-2)
+
+
+def test_layer_norm_long_rows_w_shared_b_global(ex):
+    """Rows of 32000 in 2 stages: w and b do not both fit beside the ring, so w is copied to
+    shared memory and b read from global memory; the ragged tail of the 4th chunk masked."""
+    sm = ex["softmax"]
+    cfg = dict(block=8192, per_thread=8, stages=2, warps=0, max_blocks=1)
+    plan2 = sm.ring_plan(32000, 8192, 8, 2, vectors=2)
+    plan1 = sm.ring_plan(32000, 8192, 8, 2, vectors=1)
+    assert not plan2[5] and plan1[5] and plan1[2] == 4  # not both; w alone; 4 chunks
+    rng = np.random.default_rng()
+    m, n = 2, 32000
+    x = rng.standard_normal((m, n)).astype(np.float16)
+    w = rng.standard_normal(n).astype(np.float16)
+    b = rng.standard_normal(n).astype(np.float16)
+    y = np.full((m, n), np.nan, np.float16)
+    ex["layer_norm"].LayerNorm(**cfg)(m, n, x, w, b, y)
+    want = ex["layer_norm"].reference(x.astype(np.float64), w.astype(np.float64), b)
+    _close(y, want, 1e-2)
