@@ -19,13 +19,26 @@ row a stage (several short ones), many independent blocks an SM, so a reduction 
 most 4 warps (with one warp: shuffles only, no barrier) and a block waits for its own warps
 only; rows longer than 4096 elements a warp are refused.
 
+A fourth form (``stages`` < 0) is the ring of ``-stages`` stages of whole rows, each loaded
+into registers as soon as it is in and refilled at once: every stage is in flight while a row
+is worked on, so one stage beside w and b (in shared memory, not re-read from the L2 for every
+row) is enough for rows of 32000; the math is the whole-rows form's.
+
 Run ``python examples/layer_norm.py`` (interpreter without a GPU, CUDA with one); the result
 is checked against NumPy float64.
 """
 
 import numpy as np
 from rowwise_support import check, exit_with, fp16_rows, rowwise_kernels
-from softmax import SPACE, RowRing, pow2_at_least, refuse_long_rows, ring_plan, rows_and_warps
+from softmax import (
+    SPACE,
+    RowRing,
+    held_plan,
+    pow2_at_least,
+    refuse_long_rows,
+    ring_plan,
+    rows_and_warps,
+)
 
 import tilus
 from tilus import GlobalTensor, float16, float32, int32
@@ -34,15 +47,23 @@ from tilus.utils import cdiv
 EPS = 1e-5
 
 
-@tilus.autotune("block, per_thread, stages, warps", SPACE)
+#: Layer norm's space: the row-wise forms, plus the held-rows ring (``stages`` < 0: -stages
+#: stages, see ``held_rows``): long rows (32000: one stage, w and b in shared memory) and
+#: 8192-long ones (2 stages of 1-2 rows).
+LN_SPACE = SPACE + [(32768, 32, -1, 0), (32768, 64, -1, 0), (8192, 32, -2, 0), (16384, 32, -2, 0)]
+
+
+@tilus.autotune("block, per_thread, stages, warps", LN_SPACE)
 class LayerNorm(RowRing):
-    """Layer norm in one of two forms, both in the autotune space: whole rows in registers
-    (``stages`` 0) or persistent blocks over a ring of shared-memory stages (``stages`` >= 2)."""
+    """Layer norm in one of three forms, all in the autotune space: whole rows in registers
+    (``stages`` 0), persistent blocks over a ring of shared-memory stages (``stages`` >= 2),
+    or a ring of ``-stages`` stages each loaded into registers at once (``stages`` < 0)."""
 
     def __init__(self, block, per_thread, stages, warps=0, max_blocks=None):
         super().__init__()
-        self.block, self.per_thread, self.stages = block, per_thread, stages
+        self.block, self.per_thread, self.stages = block, per_thread, abs(stages)
         self.block_warps = warps  # > 0: the small-block ring form (see ``ring_plan``)
+        self.hold = stages < 0  # the held-rows ring (``held_rows``)
         self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
 
     def __call__(
@@ -52,7 +73,9 @@ class LayerNorm(RowRing):
         gw = self.global_view(w_ptr, dtype=float16, shape=[n])
         gb = self.global_view(b_ptr, dtype=float16, shape=[n])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
-        if self.stages:
+        if self.hold:
+            self.held_rows(m, n, gx, gw, gb, gy)
+        elif self.stages:
             self.ring_rows(m, n, gx, gw, gb, gy)
         else:
             self.whole_rows(m, n, gx, gw, gb, gy)
@@ -73,16 +96,65 @@ class LayerNorm(RowRing):
         self.attrs.warps = warps
         row: int32 = self.blockIdx.x * rows
         x = self.cast(self.load_global(gx, offsets=[row, 0], shape=[rows, bn]), float32)
+        w = self.load_global(gw, offsets=[0], shape=[bn])
+        b = self.load_global(gb, offsets=[0], shape=[bn])
+        y = self.normalize(x, n, bn, w, b)
+        self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
+
+    def normalize(self, x, n: int, bn: int, w, b):
+        """``(x - mean) / sqrt(var + eps) * w + b`` of whole rows ``x`` ([rows, bn] float32,
+        columns past ``n`` zero) with the fp16 ``[bn]`` weight and bias."""
         mean = self.sum(x, dim=1, keepdim=True) * (1.0 / n)
         xc = x - mean
         if n < bn:  # the tail read as 0, but 0 - mean must not add to the variance
             cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda j: j)
             xc = self.where(cols < n, xc, 0.0)
         var = self.sum(xc * xc, dim=1, keepdim=True) * (1.0 / n)
-        w = self.cast(self.load_global(gw, offsets=[0], shape=[bn]), float32)
-        b = self.cast(self.load_global(gb, offsets=[0], shape=[bn]), float32)
-        y = xc * self.rsqrt(var + EPS) * w + b
-        self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
+        w32, b32 = self.cast(w, float32), self.cast(b, float32)
+        return xc * self.rsqrt(var + EPS) * w32 + b32
+
+    def held_rows(
+        self,
+        m: int32,
+        n: int,
+        gx: GlobalTensor,
+        gw: GlobalTensor,
+        gb: GlobalTensor,
+        gy: GlobalTensor,
+    ):
+        """Persistent blocks over a ring of ``stages`` stages of whole rows, each loaded into
+        registers as soon as it is in and refilled at once (so every stage is in flight while
+        a row is worked on, and one stage beside w and b fits rows of 32768 in shared
+        memory); then the whole-rows math, w and b read from shared memory."""
+        bn = pow2_at_least(n)
+        rows, warps = rows_and_warps(bn, self.block, self.per_thread)
+        stages, per_sm = held_plan(bn, rows, warps, self.stages, vectors=2)
+        self.static_assert(
+            stages >= 1, f"a stage of {rows} rows of {bn} beside w and b exceeds shared memory"
+        )
+        groups = cdiv(m, rows)
+        self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
+        self.attrs.warps = warps
+        ring = self.shared_tensor(dtype=float16, shape=[stages, rows, bn])
+        wb = self.shared_tensor(dtype=float16, shape=[2, bn])
+        self.copy_async(gw, wb[0], offsets=[0])  # with the first stage's group
+        self.copy_async(gb, wb[1], offsets=[0])
+        first: int32 = self.blockIdx.x
+        grid: int32 = self.gridDim.x
+        for k in range(stages):
+            self.copy_async(gx, ring[k], offsets=[(first + k * grid) * rows, 0])
+            self.copy_async_commit_group()
+        for it in range(cdiv(groups - first, grid)):
+            self.copy_async_wait_group(stages - 1)
+            self.sync()  # the stage is in for every thread
+            x = self.cast(self.load_shared(ring[it % stages]), float32)
+            self.sync()  # every thread holds its rows: refill the stage
+            nxt: int32 = (first + (it + stages) * grid) * rows  # past the end: zeros, unused
+            self.copy_async(gx, ring[it % stages], offsets=[nxt, 0])
+            self.copy_async_commit_group()
+            y = self.normalize(x, n, bn, self.load_shared(wb[0]), self.load_shared(wb[1]))
+            self.store_global(gy, self.cast(y, float16), offsets=[(first + it * grid) * rows, 0])
+        self.copy_async_wait_all()
 
     def ring_rows(
         self,

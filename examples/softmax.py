@@ -105,6 +105,18 @@ def ring_plan(n: int, block: int, per_thread: int, stages: int, vectors: int = 0
     return bn, rows, chunks, warps, stages, vec_shared, per_sm
 
 
+def held_plan(bn: int, rows: int, warps: int, stages: int, vectors: int = 0):
+    """``(stages, blocks_per_sm)`` of a held-rows ring (stages of ``rows`` rows of ``bn``
+    fp16 elements, loaded into registers at once, so that a stage is free again right after)
+    beside ``vectors`` per-column fp16 vectors in shared memory: at most ``stages`` stages that
+    fit (0 when not even one does)."""
+    stage, vec = rows * bn * 2, vectors * bn * 2
+    stages = max(0, min(stages, (RING_SMEM - vec) // stage))
+    smem = stages * stage + vec + 1024
+    per_sm = max(1, min(SM_BLOCKS, 2048 // (32 * warps), (228 * 1024) // smem))
+    return stages, per_sm
+
+
 #: The ring form's autotune space: (elements per block, per thread, stages, warps). Measured on
 #: an H200: 256-1024 threads a block, 1-4 rows a stage; long rows (32000) want 1024 threads of 8
 #: a chunk (the norms) or 512 threads holding the whole row (softmax: one exp2 an element),

@@ -250,3 +250,38 @@ def test_layer_norm_long_rows_w_shared_b_global(ex):
     ex["layer_norm"].LayerNorm(**cfg)(m, n, x, w, b, y)
     want = ex["layer_norm"].reference(x.astype(np.float64), w.astype(np.float64), b)
     _close(y, want, 1e-2)
+
+
+@pytest.mark.parametrize(
+    "m, n, cfg",
+    [
+        (7, 1000, dict(block=1024, per_thread=8, stages=-2, warps=0, max_blocks=2)),
+        (5, 300, dict(block=1024, per_thread=8, stages=-1, warps=0, max_blocks=2)),
+    ],  # 1 row a stage (2 stages, 4 rows a block); 2 rows a stage in one stage
+)
+def test_layer_norm_held_rows(ex, m, n, cfg):
+    """The held-rows ring: each stage loaded into registers and refilled at once; ragged rows
+    and rows past the end of the tensor (zeros, never stored)."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((m, n)).astype(np.float16)
+    w = rng.standard_normal(n).astype(np.float16)
+    b = rng.standard_normal(n).astype(np.float16)
+    y = np.full((m, n), np.nan, np.float16)
+    ex["layer_norm"].LayerNorm(**cfg)(m, n, x, w, b, y)
+    want = ex["layer_norm"].reference(x.astype(np.float64), w.astype(np.float64), b)
+    _close(y, want, 1e-2)
+
+
+@needs_nvrtc
+@needs_gxx
+def test_layer_norm_held_rows_on_the_emulator(ex):
+    rng = np.random.default_rng()
+    m, n = 5, 900
+    x = rng.standard_normal((m, n)).astype(np.float16)
+    w = rng.standard_normal(n).astype(np.float16)
+    b = rng.standard_normal(n).astype(np.float16)
+    y = np.full((m, n), np.nan, np.float16)
+    cfg = dict(block=1024, per_thread=8, stages=-2, warps=0, max_blocks=2)
+    emulate(ex["layer_norm"].LayerNorm(**cfg), (m, n, x, w, b, y), [2])
+    want = ex["layer_norm"].reference(x.astype(np.float64), w.astype(np.float64), b)
+    _close(y, want, 1e-2)
