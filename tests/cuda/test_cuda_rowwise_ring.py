@@ -218,38 +218,38 @@ def _line_of(func, text: str) -> int:
     return start + next(i for i, s in enumerate(lines) if text in s)
 
 
-def test_layer_norm_one_pass_keeps_large_means(ex):
-    """The ring layer norm's one-pass statistics (shifted by the row's first chunk) stay
-    accurate when the mean is large against the spread (naive sums of squares would cancel)."""
+def _layer_norm_case(ex, m, n, cfg, mean=0.0, grid=None):
+    """Run LayerNorm(**cfg) on fresh rows (around ``mean``) with a NaN-poisoned output, on the
+    interpreter or (``grid`` given) the g++ emulator, and check it against float64."""
     rng = np.random.default_rng()
-    m, n = 3, 9000  # 2 column chunks of 8 elements a thread
-    x = (300.0 + rng.standard_normal((m, n))).astype(np.float16)
+    x = (mean + rng.standard_normal((m, n))).astype(np.float16)
     w = rng.standard_normal(n).astype(np.float16)
     b = rng.standard_normal(n).astype(np.float16)
     y = np.full((m, n), np.nan, np.float16)
-    cfg = dict(block=2048, per_thread=8, stages=2, warps=0, max_blocks=2)
-    ex["layer_norm"].LayerNorm(**cfg)(m, n, x, w, b, y)
+    kernel = ex["layer_norm"].LayerNorm(**cfg)
+    if grid is None:
+        kernel(m, n, x, w, b, y)
+    else:
+        emulate(kernel, (m, n, x, w, b, y), grid)
     want = ex["layer_norm"].reference(x.astype(np.float64), w.astype(np.float64), b)
     _close(y, want, 1e-2)
+
+
+def test_layer_norm_one_pass_keeps_large_means(ex):
+    """The ring layer norm's one-pass statistics (shifted by the row's first chunk) stay
+    accurate when the mean is large against the spread (naive sums of squares would cancel)."""
+    cfg = dict(block=2048, per_thread=8, stages=2, warps=0, max_blocks=2)
+    _layer_norm_case(ex, 3, 9000, cfg, mean=300.0)  # 2 column chunks of 8 elements a thread
 
 
 def test_layer_norm_long_rows_w_shared_b_global(ex):
     """Rows of 32000 in 2 stages: w and b do not both fit beside the ring, so w is copied to
     shared memory and b read from global memory; the ragged tail of the 4th chunk masked."""
     sm = ex["softmax"]
-    cfg = dict(block=8192, per_thread=8, stages=2, warps=0, max_blocks=1)
     plan2 = sm.ring_plan(32000, 8192, 8, 2, vectors=2)
     plan1 = sm.ring_plan(32000, 8192, 8, 2, vectors=1)
     assert not plan2[5] and plan1[5] and plan1[2] == 4  # not both; w alone; 4 chunks
-    rng = np.random.default_rng()
-    m, n = 2, 32000
-    x = rng.standard_normal((m, n)).astype(np.float16)
-    w = rng.standard_normal(n).astype(np.float16)
-    b = rng.standard_normal(n).astype(np.float16)
-    y = np.full((m, n), np.nan, np.float16)
-    ex["layer_norm"].LayerNorm(**cfg)(m, n, x, w, b, y)
-    want = ex["layer_norm"].reference(x.astype(np.float64), w.astype(np.float64), b)
-    _close(y, want, 1e-2)
+    _layer_norm_case(ex, 2, 32000, dict(block=8192, per_thread=8, stages=2, warps=0, max_blocks=1))
 
 
 @pytest.mark.parametrize(
@@ -262,26 +262,11 @@ def test_layer_norm_long_rows_w_shared_b_global(ex):
 def test_layer_norm_held_rows(ex, m, n, cfg):
     """The held-rows ring: each stage loaded into registers and refilled at once; ragged rows
     and rows past the end of the tensor (zeros, never stored)."""
-    rng = np.random.default_rng()
-    x = rng.standard_normal((m, n)).astype(np.float16)
-    w = rng.standard_normal(n).astype(np.float16)
-    b = rng.standard_normal(n).astype(np.float16)
-    y = np.full((m, n), np.nan, np.float16)
-    ex["layer_norm"].LayerNorm(**cfg)(m, n, x, w, b, y)
-    want = ex["layer_norm"].reference(x.astype(np.float64), w.astype(np.float64), b)
-    _close(y, want, 1e-2)
+    _layer_norm_case(ex, m, n, cfg)
 
 
 @needs_nvrtc
 @needs_gxx
 def test_layer_norm_held_rows_on_the_emulator(ex):
-    rng = np.random.default_rng()
-    m, n = 5, 900
-    x = rng.standard_normal((m, n)).astype(np.float16)
-    w = rng.standard_normal(n).astype(np.float16)
-    b = rng.standard_normal(n).astype(np.float16)
-    y = np.full((m, n), np.nan, np.float16)
     cfg = dict(block=1024, per_thread=8, stages=-2, warps=0, max_blocks=2)
-    emulate(ex["layer_norm"].LayerNorm(**cfg), (m, n, x, w, b, y), [2])
-    want = ex["layer_norm"].reference(x.astype(np.float64), w.astype(np.float64), b)
-    _close(y, want, 1e-2)
+    _layer_norm_case(ex, 5, 900, cfg, grid=[2])
