@@ -43,8 +43,55 @@ ROWS = 64  # WGMMA's M: the query rows of one KV head, padded
 MAX_SPLITS = 64  # the combine kernel's tile of splits
 
 
+class DecodeBase(tilus.Script):
+    """What the split kernels share: the consumer warp group's loop over the KV tiles."""
+
+    def attend(self, sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, gpo, gplse, part):
+        """Attend the Q tile ``sq`` to the ``count`` keys streamed through the ring (``n_kv``
+        tiles: K lands on ``kfull``, V on ``ring.full``) and store the partial O and LSE of
+        ``part``; run by the consumer warp group."""
+        dt, dim, bn = self.dtype, self.dim, self.block_n
+        o = self.register_tensor(dtype=float32, shape=[ROWS, dim], init=0.0)
+        m = self.register_tensor(dtype=float32, shape=[ROWS, 1], init=-float("inf"))
+        lsum = self.register_tensor(dtype=float32, shape=[ROWS, 1], init=0.0)
+        cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda c: c)
+        self.mbarrier.wait(qbar[0], phase=0)
+        for j in self.range(n_kv):
+            stage = ring.stage
+            s = self.register_tensor(dtype=float32, shape=[ROWS, bn], init=0.0)
+            self.mbarrier.wait(kfull[stage], phase=ring.phase)
+            self.wgmma.fence()
+            self.wgmma.mma(sq, sk[stage].transpose(), s)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            s = s * scale_log2
+            if (j + 1) * bn > count:  # the ragged last tile of the chunk
+                s = self.where(cols < count - j * bn, s, -float("inf"))
+            m_new = self.maximum(m, self.max(s, dim=1, keepdim=True))
+            p = self.exp2(s - m_new)
+            alpha = self.exp2(m - m_new)
+            self.assign(lsum, lsum * alpha + self.sum(p, dim=1, keepdim=True))
+            self.assign(m, m_new)
+            self.assign(o, o * alpha)
+            pa = self.cast(p, dt)  # P stays in registers: the A operand of P @ V
+            self.mbarrier.wait(ring.full[stage], phase=ring.phase)
+            self.wgmma.fence()
+            self.wgmma.mma(pa, sv[stage], o)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            with self.single_thread():
+                self.mbarrier.arrive(ring.empty[stage])
+            ring.advance()
+        # an empty chunk: o = 0, lse = -inf (it then weighs nothing in the combine)
+        self.store_global(
+            gpo, o * (1.0 / self.maximum(lsum, 1e-30)), offsets=[part, 0, 0], dims=[1, 2]
+        )
+        lse = (m + self.log2(lsum)) * LN2
+        self.store_global(gplse, lse, offsets=[part, 0, 0], dims=[1, 2])
+
+
 @tilus.autotune("block_n, num_stages", [(128, 3), (128, 2), (64, 6), (64, 4)])
-class DecodeAttention(tilus.Script):
+class DecodeAttention(DecodeBase):
     """Partial attention of one (sequence, KV head, KV chunk): all its query rows at once."""
 
     def __init__(self, block_n, num_stages, dim=128, dtype="float16"):
@@ -128,43 +175,7 @@ class DecodeAttention(tilus.Script):
                 ring.advance()
 
         with self.warp_group(0, 4):  # the consumer warp group
-            o = self.register_tensor(dtype=float32, shape=[ROWS, dim], init=0.0)
-            m = self.register_tensor(dtype=float32, shape=[ROWS, 1], init=-float("inf"))
-            lsum = self.register_tensor(dtype=float32, shape=[ROWS, 1], init=0.0)
-            cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda c: c)
-            self.mbarrier.wait(qbar[0], phase=0)
-            for j in self.range(n_kv):
-                stage = ring.stage
-                s = self.register_tensor(dtype=float32, shape=[ROWS, bn], init=0.0)
-                self.mbarrier.wait(kfull[stage], phase=ring.phase)
-                self.wgmma.fence()
-                self.wgmma.mma(sq, sk[stage].transpose(), s)
-                self.wgmma.commit_group()
-                self.wgmma.wait_group(0)
-                s = s * scale_log2
-                if (j + 1) * bn > count:  # the ragged last tile of the chunk
-                    s = self.where(cols < count - j * bn, s, -float("inf"))
-                m_new = self.maximum(m, self.max(s, dim=1, keepdim=True))
-                p = self.exp2(s - m_new)
-                alpha = self.exp2(m - m_new)
-                self.assign(lsum, lsum * alpha + self.sum(p, dim=1, keepdim=True))
-                self.assign(m, m_new)
-                self.assign(o, o * alpha)
-                pa = self.cast(p, dt)  # P stays in registers: the A operand of P @ V
-                self.mbarrier.wait(ring.full[stage], phase=ring.phase)
-                self.wgmma.fence()
-                self.wgmma.mma(pa, sv[stage], o)
-                self.wgmma.commit_group()
-                self.wgmma.wait_group(0)
-                with self.single_thread():
-                    self.mbarrier.arrive(ring.empty[stage])
-                ring.advance()
-            # an empty chunk: o = 0, lse = -inf (it then weighs nothing in the combine)
-            self.store_global(
-                gpo, o * (1.0 / self.maximum(lsum, 1e-30)), offsets=[part, 0, 0], dims=[1, 2]
-            )
-            lse = (m + self.log2(lsum)) * LN2
-            self.store_global(gplse, lse, offsets=[part, 0, 0], dims=[1, 2])
+            self.attend(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, gpo, gplse, part)
 
 
 @tilus.autotune("warps", [4])
