@@ -40,6 +40,11 @@ def _tensor(name: str, x, ndim: int, dtype: str | None = None):
         )
 
 
+def tensor_arg(name: str, x, ndim: int, dtype: str | None = None) -> None:
+    """Refuse, naming ``name``, anything but a contiguous ``ndim``-D tensor (of ``dtype``)."""
+    _tensor(name, x, ndim, dtype)
+
+
 def check_attention_args(q, k, v) -> tuple[int, int, int, int, int, int, str]:
     """Check q [b, h, sq, d], k and v [b, hkv, skv, d]; return (b, h, hkv, sq, skv, d, dtype)."""
     _tensor("q", q, 4)
@@ -120,3 +125,68 @@ def random_qkv(torch, b, h, hkv, sq, skv, d, dtype: str, device="cpu", seed=None
     shapes = [(b, h, sq, d), (b, hkv, skv, d), (b, hkv, skv, d)]
     tdt = getattr(torch, dtype)
     return [torch.randn(s, generator=g).to(device=device, dtype=tdt) for s in shapes]
+
+
+# --- paged KV caches: [num_pages, heads_kv, page_size, dim] pools and int32 block tables -------
+
+
+def gather_pages(cache, table, n: int) -> np.ndarray:
+    """The first ``n`` positions of one sequence, ``[heads_kv, n, dim]`` in float64, from the
+    page pool ``cache`` and the sequence's block-table row ``table``."""
+    c, t = to_f64(cache), np.asarray(to_f64(table), dtype=np.int64)
+    ps = c.shape[2]
+    pages = c[t[: -(-n // ps)]]  # [used pages, hkv, ps, d]
+    return pages.transpose(1, 0, 2, 3).reshape(c.shape[1], -1, c.shape[3])[:, :n]
+
+
+def paged_reference(q, k_cache, v_cache, block_table, lens, scale: float):
+    """(O, LSE) in float64 of each sequence against its pages, gathered into a contiguous cache."""
+    outs, lses = [], []
+    for i, n in enumerate(lens):
+        k = gather_pages(k_cache, block_table[i], int(n))[None]
+        v = gather_pages(v_cache, block_table[i], int(n))[None]
+        o, lse = reference(to_f64(q[i : i + 1]), k, v, False, scale)
+        outs.append(o)
+        lses.append(lse)
+    return np.concatenate(outs), np.concatenate(lses)
+
+
+def paginate(torch, k, v, page_size: int, seed=None, spare: int = 1):
+    """A contiguous cache k, v [b, hkv, n, d] (n a multiple of ``page_size``) as shuffled pages:
+    (k_cache, v_cache [num_pages, hkv, page_size, d], block_table int32 [b, n / page_size])
+    with ``spare`` unused pages in the pool."""
+    b, hkv, n, d = k.shape
+    per = n // page_size
+    g = torch.Generator().manual_seed(int(np.random.default_rng(seed).integers(2**31)))
+    perm = torch.randperm(b * per + spare, generator=g)[: b * per].to(k.device)
+    table = perm.view(b, per).to(torch.int32)
+    pools = []
+    for x in (k, v):
+        pool = torch.zeros((b * per + spare, hkv, page_size, d), dtype=x.dtype, device=x.device)
+        pool[perm] = (
+            x.view(b, hkv, per, page_size, d).transpose(1, 2).reshape(-1, hkv, page_size, d)
+        )
+        pools.append(pool)
+    return pools[0], pools[1], table
+
+
+def random_paged(torch, b, h, hkv, nq, lens, page_size, d, dtype: str, device="cpu", seed=None):
+    """Fresh q [b, h, nq, d] and a shuffled page pool for sequences of ``lens``: (q, k_cache,
+    v_cache, block_table). Each row of the table has one slot more than its longest sequence
+    needs, and slots a sequence does not use hold -7 (never read)."""
+    g = torch.Generator().manual_seed(int(np.random.default_rng(seed).integers(2**31)))
+    used = [-(-int(n) // page_size) for n in lens]
+    num_pages = sum(used) + 2  # two pages nobody uses
+    perm = torch.randperm(num_pages, generator=g).tolist()
+    table = torch.full((b, max(used) + 1), -7, dtype=torch.int32)
+    at = 0
+    for i, u in enumerate(used):
+        table[i, :u] = torch.tensor(perm[at : at + u], dtype=torch.int32)
+        at += u
+    tdt = getattr(torch, dtype)
+    q = torch.randn((b, h, nq, d), generator=g).to(device=device, dtype=tdt)
+    kc, vc = (
+        torch.randn((num_pages, hkv, page_size, d), generator=g).to(device=device, dtype=tdt)
+        for _ in "kv"
+    )
+    return q, kc, vc, table.to(device)
