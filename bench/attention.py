@@ -11,7 +11,14 @@ timings, the L2 flushed before each run; the median of the rounds is reported):
   (``4 b h s^2 d``, halved when causal) and the ratio to the fastest SDPA backend;
 * decode (``--decode``, ``b x h x hkv x kv_len x d``, one query token, every sequence the full
   length so that SDPA computes the same thing): ``decode_attention`` (split kernel and combine)
-  and each SDPA backend, in GB/s of the KV read (``2 b hkv kv_len d`` elements) and the ratio.
+  and each SDPA backend, in GB/s of the KV read (``2 b hkv kv_len d`` elements) and the ratio;
+* paged decode (``--paged``, ``b x h x hkv x kv_len x d x page_size``): ``paged_decode_attention``
+  over a shuffled page pool holding the same cache, beside our contiguous ``decode_attention``
+  and each SDPA backend on the contiguous cache; GB/s, the ratio to the fastest SDPA backend and
+  to the contiguous kernel (``x contig``).
+
+``--per-config`` adds a row for each pinned config of the decode kernels (their registers in the
+``impl`` column), to pick the autotune space.
 
 A backend that refuses a shape is listed as unsupported. ``--dry-run`` needs no GPU: it runs
 both kernels on the tilus interpreter at tiny ragged sizes against NumPy.
@@ -33,8 +40,12 @@ for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent
 
 from rowwise import git_commit, time_ms  # noqa: E402
 
-FORWARD = "4x32x4096x128,4x32x4096x128c,2x16x8192x128,4x32x4096x64,16x16x1024x128"
+FORWARD = (
+    "4x32x4096x128,4x32x4096x128c,2x16x8192x128,4x32x4096x64,16x16x1024x128,"
+    "4x32x4096x256,4x32x4096x256c"
+)
 DECODE = "16x32x8x4096x128,16x32x8x32768x128,64x32x8x4096x128,64x32x8x16384x128"
+PAGED = "16x32x8x4096x128x64,16x32x8x32768x128x128,64x32x8x4096x128x128,64x32x8x16384x128x64"
 BACKENDS = ("flash", "cudnn", "efficient")
 
 
@@ -121,28 +132,127 @@ def bench_decode(torch, shape, flush, args, status):
         status[0] = 1
     runs, refused = sdpa_runs(torch, q, k, v, False)
     runs = {"tilus": decode_launcher(q, k, v, lens, max_seq_len=n, out=o), **runs}
+    if args.per_config:
+        runs |= decode_configs(torch, q, k, v, lens, n, ref, status)
     kv_bytes = 2 * b * hkv * n * d * 2
     return _rows("decode", shape, timed(torch, runs, flush, args.rounds, args.reps), refused,
                  lambda ms: kv_bytes / ms / 1e6, "GB/s")  # fmt: skip
 
 
-def _rows(kind, shape, times, refused, rate, unit):
-    best = min((ms for name, (ms, _) in times.items() if name != "tilus"), default=None)
+def _registers(kernel, args) -> str:
+    import tilus
+
+    try:
+        ck = tilus.compile(kernel, *args)
+        ck = ck[0] if isinstance(ck, list) else ck
+        spill = ck.resources["spill_store_bytes"]
+        return f"{ck.resources['registers']}r" + (f" {spill}B spill" if spill else "")
+    except Exception:  # noqa: BLE001 - the count is informative only
+        return "?r"
+
+
+def _checked(torch, name, run, ref, status):
+    """``run`` after one checked call (its output poisoned first), else None."""
+    try:
+        o, _ = run()
+        o.fill_(float("nan"))
+        o, _ = run()
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - report and go on with the next config
+        print(f"{name}: FAILED {type(e).__name__}: {str(e)[:200]}")
+        status[0] = 1
+        return None
+    err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
+    if not err < 2e-2:
+        print(f"{name}: max error {err:.2e} FAILS")
+        status[0] = 1
+    return run
+
+
+def decode_configs(torch, q, k, v, lens, n, ref, status):
+    """'tilus b<block_n>s<stages> <regs>' -> run, for each pinned DecodeAttention config."""
+    from decode_attention import DecodeAttention, decode_launcher
+
+    import tilus
+
+    runs, d = {}, q.shape[-1]
+    vp, f = tilus.void_p, tilus.float32
+    for cfg in DecodeAttention(dim=d).configs:
+        kern = DecodeAttention(dim=d, **cfg)
+        regs = _registers(kern, (16, 8, 4, 8192, 2, 4096, 0.1, vp, vp, vp, tilus.int32, f, f))
+        name = f"tilus b{cfg['block_n']}s{cfg['num_stages']} {regs}"
+        o = torch.empty_like(q)
+        run = decode_launcher(q, k, v, lens, max_seq_len=n, kernel=kern, out=o)
+        if _checked(torch, name, run, ref, status):
+            runs[name] = run
+    return runs
+
+
+def bench_paged(torch, shape, flush, args, status):
+    from attention_support import paginate, random_qkv
+    from decode_attention import decode_launcher
+    from paged_decode import PagedDecodeAttention, paged_decode_launcher, paged_tiles
+
+    import tilus
+
+    b, h, hkv, n, d, ps = (int(x) for x in shape.split("x"))
+    q, k, v = random_qkv(torch, b, h, hkv, 1, n, d, "float16", "cuda")
+    kc, vc, table = paginate(torch, k, v, ps)
+    lens = torch.full((b,), n, dtype=torch.int32, device="cuda")
+    F = torch.nn.functional
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+    o, oc = torch.empty_like(q), torch.empty_like(q)
+    runs = {
+        "tilus paged": paged_decode_launcher(q, kc, vc, table, lens, out=o),  # checks the table
+        "tilus contig": decode_launcher(q, k, v, lens, max_seq_len=n, out=oc),
+    }
+    for name in list(runs):
+        if not _checked(torch, f"paged {shape} {name}", runs[name], ref, status):
+            del runs[name]
+    if args.per_config:
+        vp, f, i = tilus.void_p, tilus.float32, tilus.int32
+        for tile, (bn, st) in enumerate(paged_tiles(ps)):
+            kern = PagedDecodeAttention(tile=tile, page_size=ps, dim=d)
+            regs = _registers(kern, (16, 8, 4, 4096, 64, 2, 4096, 0.1, vp, vp, vp, i, i, f, f))
+            name = f"paged b{bn}s{st} {regs}"
+            run = paged_decode_launcher(q, kc, vc, table, lens, n, kernel=kern,
+                                        out=torch.empty_like(q))  # fmt: skip
+            if _checked(torch, name, run, ref, status):
+                runs[name] = run
+    sdpa, refused = sdpa_runs(torch, q, k, v, False)
+    runs |= sdpa
+    kv_bytes = 2 * b * hkv * n * d * 2
+    return _rows("paged", shape, timed(torch, runs, flush, args.rounds, args.reps), refused,
+                 lambda ms: kv_bytes / ms / 1e6, "GB/s", anchor="tilus contig")  # fmt: skip
+
+
+def _rows(kind, shape, times, refused, rate, unit, anchor=None):
+    best = min((ms for name, (ms, _) in times.items() if name.startswith("sdpa")), default=None)
+    base = times[anchor][0] if anchor in times else None
     rows = []
     for name, (ms, ts) in times.items():
         rows.append(dict(kind=kind, shape=shape, impl=name, ms=ms, rate=rate(ms), unit=unit,
-                         ratio_to_best_sdpa=(best / ms) if best else None, rounds_ms=ts))  # fmt: skip
+                         ratio_to_best_sdpa=(best / ms) if best else None, rounds_ms=ts,
+                         ratio_to_contiguous=(base / ms) if base else None))  # fmt: skip
     for name, why in refused.items():
         rows.append(dict(kind=kind, shape=shape, impl=name, unsupported=why))
     return rows
 
 
 def dry_run() -> int:
-    """Both kernels on the interpreter at tiny ragged sizes, against NumPy float64."""
+    """The kernels on the interpreter at tiny ragged sizes, against NumPy float64."""
     import torch
-    from attention_support import max_error, random_qkv, reference, reference_decode
+    from attention_support import (
+        max_error,
+        paged_reference,
+        random_paged,
+        random_qkv,
+        reference,
+        reference_decode,
+    )
     from decode_attention import decode_attention
     from flash_attention import flash_attention
+    from paged_decode import paged_decode_attention
 
     import tilus
 
@@ -161,7 +271,26 @@ def dry_run() -> int:
         ok = max_error(o, ro) < 2e-2 and max_error(lse, rl) < 1e-3
         print(f"decode 2x4/2 cache 150: {'ok' if ok else 'FAIL'}")
         status |= not ok
+        q, kc, vc, table = random_paged(torch, 2, 4, 2, 1, lens, 64, 64, "float16")
+        o, lse = paged_decode_attention(q, kc, vc, table, torch.tensor(lens, dtype=torch.int32))
+        ro, rl = paged_reference(q, kc, vc, table, lens, 64**-0.5)
+        ok = max_error(o, ro) < 2e-2 and max_error(lse, rl) < 1e-3
+        print(f"paged decode 2x4/2 page 64: {'ok' if ok else 'FAIL'}")
+        status |= not ok
     return int(status)
+
+
+def _print_rows(rows):
+    for r in rows:
+        if "unsupported" in r:
+            print(
+                f"{r['kind']:8s} {r['shape']:22s} {r['impl']:24s} unsupported: {r['unsupported']}"
+            )
+            continue
+        ratio = f"{r['ratio_to_best_sdpa']:11.2f}" if r["ratio_to_best_sdpa"] else " " * 11
+        contig = f"{r['ratio_to_contiguous']:8.2f}" if r.get("ratio_to_contiguous") else ""
+        print(f"{r['kind']:8s} {r['shape']:22s} {r['impl']:24s} {r['ms']:8.3f} "
+              f"{r['rate']:7.0f} {r['unit']:5s} {ratio} {contig}", flush=True)  # fmt: skip
 
 
 def bench(args) -> int:
@@ -173,21 +302,16 @@ def bench(args) -> int:
         return 1
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     status, results = [0], []
-    for shape in filter(None, args.forward.split(",")):
-        results += bench_forward(torch, shape, flush, args, status)
-    for shape in filter(None, args.decode.split(",")):
-        results += bench_decode(torch, shape, flush, args, status)
-    print(f"{'kind':8s} {'shape':20s} {'impl':15s} {'ms':>8s} {'rate':>13s} {'x best sdpa':>11s}")
-    print("-" * 80)
-    for r in results:
-        if "unsupported" in r:
-            print(
-                f"{r['kind']:8s} {r['shape']:20s} {r['impl']:15s} unsupported: {r['unsupported']}"
-            )
-            continue
-        ratio = f"{r['ratio_to_best_sdpa']:11.2f}" if r["ratio_to_best_sdpa"] else " " * 11
-        print(f"{r['kind']:8s} {r['shape']:20s} {r['impl']:15s} {r['ms']:8.3f} "
-              f"{r['rate']:7.0f} {r['unit']:5s} {ratio}")  # fmt: skip
+    print(f"{'kind':8s} {'shape':22s} {'impl':24s} {'ms':>8s} {'rate':>13s} {'x best sdpa':>11s}"
+          f" {'x contig':>8s}")  # fmt: skip
+    print("-" * 100)
+    work = [(bench_forward, args.forward), (bench_decode, args.decode), (bench_paged, args.paged)]
+    for fn, shapes in work:
+        for shape in filter(None, shapes.split(",")):
+            rows = fn(torch, shape, flush, args, status)
+            _print_rows(rows)  # as each shape finishes: a run cut short still shows them
+            results += rows
+            torch.cuda.empty_cache()
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         gpu=torch.cuda.get_device_name(),
@@ -206,6 +330,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--forward", default=FORWARD, help="b x h x s x d shapes, 'c' = causal")
     ap.add_argument("--decode", default=DECODE, help="b x h x hkv x kv_len x d shapes")
+    ap.add_argument("--paged", default=PAGED, help="b x h x hkv x kv_len x d x page_size shapes")
+    ap.add_argument("--per-config", action="store_true", help="also each decode kernel config")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=10, help="timed runs per kernel per round")
     ap.add_argument("--out", default=None, help="write the results as JSON here")

@@ -1,4 +1,4 @@
-"""bench/attention.py on the CPU: --help, and --dry-run checks both kernels on the interpreter."""
+"""bench/attention.py on the CPU: --help, and --dry-run checks the kernels on the interpreter."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ def _run(*args):
 
 def test_help():
     p = _run("--help")
-    assert p.returncode == 0 and "--dry-run" in p.stdout and "--decode" in p.stdout
+    assert p.returncode == 0 and "--dry-run" in p.stdout and "--paged" in p.stdout
 
 
-def test_dry_run_checks_both_kernels():
+def test_dry_run_checks_the_kernels():
     p = _run("--dry-run")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count(": ok") == 2 and "FAIL" not in p.stdout
+    assert p.stdout.count(": ok") == 3 and "FAIL" not in p.stdout
+    assert "paged decode" in p.stdout
 
 
 def test_variant_study_lists_buildable_variants():
