@@ -40,6 +40,7 @@ EXAMPLES = [
     "hopper_matmul/matmul_v7.py",
     "attention/flash_attention.py",
     "attention/decode_attention.py",
+    "attention/paged_decode.py",
     "quantized/matmul_fp8.py",
     "quantized/per_token_cast.py",
     "quantized/matmul_wx_a16.py",
