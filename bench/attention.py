@@ -18,7 +18,9 @@ timings, the L2 flushed before each run; the median of the rounds is reported):
   to the contiguous kernel (``x contig``).
 
 ``--per-config`` adds a row for each pinned config of the decode kernels (their registers in the
-``impl`` column), to pick the autotune space.
+``impl`` column), to pick the autotune space, and one (``+combine``) of the tuned kernel with its
+splits merged by ``DecodeCombine`` even when there is one split (else the split kernel writes
+the output itself).
 
 A backend that refuses a shape is listed as unsupported. ``--dry-run`` needs no GPU: it runs
 both kernels on the tilus interpreter at tiny ragged sizes against NumPy.
@@ -177,9 +179,14 @@ def decode_configs(torch, q, k, v, lens, n, ref, status):
 
     runs, d = {}, q.shape[-1]
     vp, f = tilus.void_p, tilus.float32
+    run = decode_launcher(q, k, v, lens, max_seq_len=n, out=torch.empty_like(q), combine=True)
+    if _checked(torch, "tilus +combine", run, ref, status):
+        runs["tilus +combine"] = run  # the tuned kernel, its splits merged by DecodeCombine
     for cfg in DecodeAttention(dim=d).configs:
         kern = DecodeAttention(dim=d, **cfg)
-        regs = _registers(kern, (16, 8, 4, 8192, 2, 4096, 0.1, vp, vp, vp, tilus.int32, f, f))
+        regs = _registers(
+            kern, (16, 8, 4, 8192, 2, 4096, 0.1, vp, vp, vp, tilus.int32, f, f, 1, vp, f)
+        )
         name = f"tilus b{cfg['block_n']}s{cfg['num_stages']} {regs}"
         o = torch.empty_like(q)
         run = decode_launcher(q, k, v, lens, max_seq_len=n, kernel=kern, out=o)
@@ -211,9 +218,15 @@ def bench_paged(torch, shape, flush, args, status):
             del runs[name]
     if args.per_config:
         vp, f, i = tilus.void_p, tilus.float32, tilus.int32
+        run = paged_decode_launcher(q, kc, vc, table, lens, n, out=torch.empty_like(q),
+                                    combine=True)  # fmt: skip
+        if _checked(torch, "paged +combine", run, ref, status):
+            runs["paged +combine"] = run
         for tile, (bn, st) in enumerate(paged_tiles(ps)):
             kern = PagedDecodeAttention(tile=tile, page_size=ps, dim=d)
-            regs = _registers(kern, (16, 8, 4, 4096, 64, 2, 4096, 0.1, vp, vp, vp, i, i, f, f))
+            regs = _registers(
+                kern, (16, 8, 4, 4096, 64, 2, 4096, 0.1, vp, vp, vp, i, i, f, f, 1, vp, f)
+            )
             name = f"paged b{bn}s{st} {regs}"
             run = paged_decode_launcher(q, kc, vc, table, lens, n, kernel=kern,
                                         out=torch.empty_like(q))  # fmt: skip

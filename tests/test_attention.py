@@ -175,6 +175,9 @@ def test_decode_builds_without_spills():
         tilus.int32,
         f,
         f,
+        1,
+        v,
+        f,
     )
     ck = ck[0] if isinstance(ck, list) else ck
     assert ck.resources["spill_store_bytes"] == 0 and not ck.wgmma_serialized, ck.log

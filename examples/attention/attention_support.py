@@ -121,10 +121,11 @@ def max_error(got, want) -> float:
 def random_qkv(torch, b, h, hkv, sq, skv, d, dtype: str, device="cpu", seed=None):
     """Fresh q, k, v (standard normal) as torch tensors on ``device`` (the interpreter takes CPU
     tensors, bf16 included)."""
-    g = torch.Generator().manual_seed(int(np.random.default_rng(seed).integers(2**31)))
+    gen = "cuda" if str(device).startswith("cuda") else "cpu"  # large caches: drawn on the GPU
+    g = torch.Generator(gen).manual_seed(int(np.random.default_rng(seed).integers(2**31)))
     shapes = [(b, h, sq, d), (b, hkv, skv, d), (b, hkv, skv, d)]
     tdt = getattr(torch, dtype)
-    return [torch.randn(s, generator=g).to(device=device, dtype=tdt) for s in shapes]
+    return [torch.randn(s, generator=g, device=gen).to(device=device, dtype=tdt) for s in shapes]
 
 
 # --- paged KV caches: [num_pages, heads_kv, page_size, dim] pools and int32 block tables -------

@@ -13,7 +13,9 @@ read from memory once for all of them. A producer warp streams K and V tiles thr
 shared stages with TMA; a consumer warp group computes ``S = Q K^T`` and ``O += P V`` by WGMMA
 with the online softmax between them, and writes its partial ``O`` (float32, normalized) and
 ``LSE`` per split. ``DecodeCombine`` then merges the splits of each row with weights
-``exp(lse_s - max lse)`` (empty chunks have ``lse = -inf`` and weigh nothing).
+``exp(lse_s - max lse)`` (empty chunks have ``lse = -inf`` and weigh nothing). With one split
+(enough sequences and KV heads to fill the SMs) the split kernel writes ``o`` and ``lse``
+itself and the combine is not launched.
 
 Run ``python examples/attention/decode_attention.py``: on the interpreter without a GPU, on CUDA
 with one, checked against a float64 reference.
@@ -43,13 +45,35 @@ ROWS = 64  # WGMMA's M: the query rows of one KV head, padded
 MAX_SPLITS = 64  # the combine kernel's tile of splits
 
 
+class Outputs(tilus.Class):
+    """Where a split kernel's block stores its O and LSE: the partial ones (``gpo``, ``gplse``
+    [parts, rows, ...]) for ``DecodeCombine``, or with ``direct`` (one split: every block has
+    its whole sequence) the output ``go``, ``glse`` [batch * heads_kv, rows, ...] at ``bkv``."""
+
+    def __init__(self, gpo, gplse, go, glse, direct, bkv):
+        self.gpo = gpo
+        self.gplse = gplse
+        self.go = go
+        self.glse = glse
+        self.direct = direct
+        self.bkv = bkv
+
+
 class DecodeBase(tilus.Script):
     """What the split kernels share: the consumer warp group's loop over the KV tiles."""
 
-    def attend(self, sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, gpo, gplse, part):
+    def outputs(self, gpo, gplse, direct, o_ptr, lse_ptr, heads, rows, bkv):
+        """The ``Outputs`` of a block: views of the output ``o`` and ``lse`` beside the
+        partial ones (``heads`` = batch x heads_kv)."""
+        go = self.global_view(o_ptr, dtype=self.dtype, shape=[heads, rows, self.dim])
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[heads, rows, 1])
+        return Outputs(gpo, gplse, go, glse, direct, bkv)
+
+    def attend(self, sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part):
         """Attend the Q tile ``sq`` to the ``count`` keys streamed through the ring (``n_kv``
-        tiles: K lands on ``kfull``, V on ``ring.full``) and store the partial O and LSE of
-        ``part``; run by the consumer warp group."""
+        tiles: K lands on ``kfull``, V on ``ring.full``) and store O and LSE: the partial ones of
+        ``part`` into ``out.gpo, out.gplse``, or with one split (``out.direct``) the output of
+        KV head ``out.bkv`` itself into ``out.go, out.glse``; run by the consumer warp group."""
         dt, dim, bn = self.dtype, self.dim, self.block_n
         o = self.register_tensor(dtype=float32, shape=[ROWS, dim], init=0.0)
         m = self.register_tensor(dtype=float32, shape=[ROWS, 1], init=-float("inf"))
@@ -83,11 +107,14 @@ class DecodeBase(tilus.Script):
                 self.mbarrier.arrive(ring.empty[stage])
             ring.advance()
         # an empty chunk: o = 0, lse = -inf (it then weighs nothing in the combine)
-        self.store_global(
-            gpo, o * (1.0 / self.maximum(lsum, 1e-30)), offsets=[part, 0, 0], dims=[1, 2]
-        )
+        o = o * (1.0 / self.maximum(lsum, 1e-30))
         lse = (m + self.log2(lsum)) * LN2
-        self.store_global(gplse, lse, offsets=[part, 0, 0], dims=[1, 2])
+        if out.direct:  # one split: no chunk is empty and no combine is needed
+            self.store_global(out.go, self.cast(o, dt), offsets=[out.bkv, 0, 0], dims=[1, 2])
+            self.store_global(out.glse, lse, offsets=[out.bkv, 0, 0], dims=[1, 2])
+        else:
+            self.store_global(out.gpo, o, offsets=[part, 0, 0], dims=[1, 2])
+            self.store_global(out.gplse, lse, offsets=[part, 0, 0], dims=[1, 2])
 
 
 @tilus.autotune("block_n, num_stages", [(128, 3), (128, 2), (64, 6), (64, 4)])
@@ -116,6 +143,9 @@ class DecodeAttention(DecodeBase):
         lens_ptr: ~int32,
         po_ptr: ~float32,
         plse_ptr: ~float32,
+        direct: int32,
+        o_ptr: void_p,
+        lse_ptr: ~float32,
     ):
         dt, dim, bn, stages = self.dtype, self.dim, self.block_n, self.num_stages
         self.attrs.blocks = [splits, heads_kv, batch]
@@ -130,6 +160,7 @@ class DecodeAttention(DecodeBase):
         )
         bkv: int32 = self.blockIdx.z * heads_kv + self.blockIdx.y
         part: int32 = bkv * splits + self.blockIdx.x
+        out = self.outputs(gpo, gplse, direct, o_ptr, lse_ptr, batch * heads_kv, rows, bkv)
         seq_len: int32 = self.load_global(glens, offsets=[self.blockIdx.z], shape=[1]).item()
         start: int32 = self.blockIdx.x * chunk
         count: int32 = max(min(seq_len, start + chunk) - start, 0)
@@ -175,7 +206,7 @@ class DecodeAttention(DecodeBase):
                 ring.advance()
 
         with self.warp_group(0, 4):  # the consumer warp group
-            self.attend(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, gpo, gplse, part)
+            self.attend(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part)
 
 
 @tilus.autotune("warps", [4])
@@ -236,12 +267,14 @@ def num_splits(batch: int, heads_kv: int, max_len: int, block_n: int, sms: int =
 
 
 def decode_launcher(
-    q, k, v, lens, max_seq_len=None, scale=None, kernel=None, splits=None, out=None
+    q, k, v, lens, max_seq_len=None, scale=None, kernel=None, splits=None, out=None, combine=None
 ):
     """Check the arguments once and return ``run() -> (o, lse)``, which launches the split
     kernel and the combine on preallocated buffers. q [b, h, nq, d], the cache k, v
     [b, hkv, max_len, d], ``lens`` int32 [b]; ``max_seq_len`` (the largest of ``lens``) sizes
-    the splits: when it is not given it is read from ``lens`` (a device synchronization)."""
+    the splits: when it is not given it is read from ``lens`` (a device synchronization).
+    With one split the split kernel writes ``o`` and ``lse`` itself and the combine is skipped
+    (``combine=True`` runs it anyway)."""
     import torch
 
     b, h, hkv, nq, max_len, d, dt = check_attention_args(q, k, v)
@@ -264,7 +297,7 @@ def decode_launcher(
             f"got lengths from {lo} to {hi}"
         )
     kernel = kernel or DecodeAttention(dim=d, dtype=dt)
-    combine = DecodeCombine(dim=d, dtype=dt)
+    merge = DecodeCombine(dim=d, dtype=dt)
     bn = 128  # chunks are whole tiles of every config's block_n
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
     if splits is not None and not 1 <= splits <= MAX_SPLITS:
@@ -279,9 +312,12 @@ def decode_launcher(
     lse = torch.empty((b, h, nq), dtype=torch.float32, device=dev)
     sc = default_scale(d, scale)
 
+    direct = int(splits == 1 and not combine)
+
     def run():
-        kernel(b, hkv, rows, max_len, splits, chunk, sc, q, k, v, lens, po, plse)
-        combine(b * hkv, rows, splits, po, plse, o, lse)
+        kernel(b, hkv, rows, max_len, splits, chunk, sc, q, k, v, lens, po, plse, direct, o, lse)
+        if not direct:
+            merge(b * hkv, rows, splits, po, plse, o, lse)
         return o, lse
 
     return run

@@ -103,6 +103,9 @@ class PagedDecodeAttention(DecodeBase):
         lens_ptr: ~int32,
         po_ptr: ~float32,
         plse_ptr: ~float32,
+        direct: int32,
+        o_ptr: void_p,
+        lse_ptr: ~float32,
     ):
         dt, dim, bn, stages, ps = (
             self.dtype,
@@ -126,6 +129,7 @@ class PagedDecodeAttention(DecodeBase):
         head: int32 = self.blockIdx.y
         bkv: int32 = seq * heads_kv + head
         part: int32 = bkv * splits + self.blockIdx.x
+        out = self.outputs(gpo, gplse, direct, o_ptr, lse_ptr, batch * heads_kv, rows, bkv)
         seq_len: int32 = self.load_global(glens, offsets=[seq], shape=[1]).item()
         start: int32 = self.blockIdx.x * chunk
         count: int32 = max(min(seq_len, start + chunk) - start, 0)
@@ -176,7 +180,7 @@ class PagedDecodeAttention(DecodeBase):
                 ring.advance()
 
         with self.warp_group(0, 4):  # the consumer warp group
-            self.attend(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, gpo, gplse, part)
+            self.attend(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part)
 
 
 def check_paged_args(q, k_cache, v_cache, block_table, lens):
@@ -255,11 +259,13 @@ def paged_decode_launcher(
     splits=None,
     out=None,
     check_pages=None,
+    combine=None,
 ):
     """Check the arguments once and return ``run() -> (o, lse)`` (the split kernel and the
     combine on preallocated buffers). ``max_seq_len`` (the largest of ``lens``) sizes the
     splits; not given, it is read from ``lens`` with a device synchronization, and the block
-    table is checked too (``check_pages``, default: when ``max_seq_len`` is not given)."""
+    table is checked too (``check_pages``, default: when ``max_seq_len`` is not given). With one
+    split the combine is skipped (``combine=True`` runs it anyway)."""
     import torch
 
     b, h, hkv, nq, num_pages, ps, max_pages, d, dt = check_paged_args(
@@ -302,7 +308,7 @@ def paged_decode_launcher(
             f"kernel was built for page_size {kernel.kwargs.get('page_size', 128)}, "
             f"k_cache has pages of {ps}"
         )
-    combine = DecodeCombine(dim=d, dtype=dt)
+    merge = DecodeCombine(dim=d, dtype=dt)
     bn = 128  # chunks are whole tiles of every config (and whole pages)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
     splits = splits or num_splits(b, hkv, hi, bn, sms)
@@ -316,9 +322,12 @@ def paged_decode_launcher(
     sc = default_scale(d, scale)
     args = (b, hkv, rows, num_pages, max_pages, splits, chunk, sc)
 
+    direct = int(splits == 1 and not combine)
+
     def run():
-        kernel(*args, q, k_cache, v_cache, block_table, lens, po, plse)
-        combine(b * hkv, rows, splits, po, plse, o, lse)
+        kernel(*args, q, k_cache, v_cache, block_table, lens, po, plse, direct, o, lse)
+        if not direct:
+            merge(b * hkv, rows, splits, po, plse, o, lse)
         return o, lse
 
     return run
