@@ -172,18 +172,27 @@ def _checked(torch, name, run, ref, status):
 
 
 def decode_configs(torch, q, k, v, lens, n, ref, status):
-    """'tilus b<block_n>s<stages> <regs>' -> run, for each pinned DecodeAttention config."""
-    from decode_attention import DecodeAttention, decode_launcher
+    """'tilus b<block_n>s<stages> <regs>' -> run, for each pinned config of the split kernel."""
+    from decode_attention import decode_kernel, decode_launcher
 
     import tilus
 
     runs, d = {}, q.shape[-1]
     vp, f = tilus.void_p, tilus.float32
-    run = decode_launcher(q, k, v, lens, max_seq_len=n, out=torch.empty_like(q), combine=True)
+    tuned = decode_kernel(d)  # one kernel: tuned once for the rows below
+    run = decode_launcher(q, k, v, lens, max_seq_len=n, out=torch.empty_like(q), combine=True,
+                          kernel=tuned)  # fmt: skip
     if _checked(torch, "tilus +combine", run, ref, status):
         runs["tilus +combine"] = run  # the tuned kernel, its splits merged by DecodeCombine
-    for cfg in DecodeAttention(dim=d).configs:
-        kern = DecodeAttention(dim=d, **cfg)
+    for mult in (2, 4):  # more splits than the heuristic's (blocks for a second wave)
+        sp = min(mult * decode_splits(q, k, n), 64)
+        run = decode_launcher(q, k, v, lens, max_seq_len=n, out=torch.empty_like(q), splits=sp,
+                              kernel=tuned)  # fmt: skip
+        if _checked(torch, f"tilus {sp} splits", run, ref, status):
+            runs[f"tilus {sp} splits"] = run
+    extra = [dict(block_n=64, num_stages=3), dict(block_n=64, num_stages=2)]  # 2 blocks an SM
+    for cfg in decode_kernel(d).configs + (extra if d <= 128 else []):
+        kern = decode_kernel(d, **cfg)
         regs = _registers(
             kern, (16, 8, 4, 8192, 2, 4096, 0.1, vp, vp, vp, tilus.int32, f, f, 1, vp, f)
         )
@@ -193,6 +202,15 @@ def decode_configs(torch, q, k, v, lens, n, ref, status):
         if _checked(torch, name, run, ref, status):
             runs[name] = run
     return runs
+
+
+def decode_splits(q, k, n) -> int:
+    """The splits the decode launchers choose for a cache of ``n`` positions."""
+    import torch
+    from decode_attention import num_splits
+
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    return num_splits(q.shape[0], k.shape[1], n, 128, sms)
 
 
 def bench_paged(torch, shape, flush, args, status):
@@ -222,7 +240,7 @@ def bench_paged(torch, shape, flush, args, status):
                                     combine=True)  # fmt: skip
         if _checked(torch, "paged +combine", run, ref, status):
             runs["paged +combine"] = run
-        for tile, (bn, st) in enumerate(paged_tiles(ps)):
+        for tile, (bn, st) in enumerate(paged_tiles(ps, d)):
             kern = PagedDecodeAttention(tile=tile, page_size=ps, dim=d)
             regs = _registers(
                 kern, (16, 8, 4, 4096, 64, 2, 4096, 0.1, vp, vp, vp, i, i, f, f, 1, vp, f)

@@ -18,7 +18,11 @@ if str(ATTN) not in sys.path:
     sys.path.insert(0, str(ATTN))
 
 import attention_support as S  # noqa: E402
-from decode_attention import DecodeAttention, DecodeCombine, decode_attention  # noqa: E402
+from decode_attention import (  # noqa: E402
+    DecodeCombine,
+    decode_attention,
+    decode_kernel,
+)
 from flash_attention import FlashAttention, flash_attention  # noqa: E402
 
 from tests.cuda.conftest import needs_gpu, needs_nvrtc  # noqa: E402
@@ -78,6 +82,18 @@ def test_decode_every_config_on_the_interpreter(seed):
     with tilus.option.scoped(interpret=True, interpret_all_configs=True, schedule_seed=seed):
         o, lse = decode_attention(q, k, v, torch.tensor(lens, dtype=torch.int32), out=o, splits=3)
     ro, rl = S.reference_decode(q, k, v, lens, S.default_scale(64, None))
+    assert S.max_error(o, ro) < 2e-2 and S.max_error(lse, rl) < 1e-3
+
+
+def test_decode_head_dim_256_on_the_interpreter():
+    # the wide kernel's space: 64- and 32-position tiles beside the 32 KiB Q tile
+    q, k, v = S.random_qkv(torch, 1, 2, 1, 1, 100, 256, "bfloat16")
+    assert type(decode_kernel(256).instance(decode_kernel(256).configs[0])).__name__ == (
+        "DecodeAttentionWide"
+    )
+    with tilus.option.scoped(interpret=True, interpret_all_configs=True):
+        o, lse = decode_attention(q, k, v, torch.tensor([77], dtype=torch.int32))
+    ro, rl = S.reference_decode(q, k, v, [77], S.default_scale(256, None))
     assert S.max_error(o, ro) < 2e-2 and S.max_error(lse, rl) < 1e-3
 
 
@@ -158,10 +174,12 @@ def test_forward_builds_without_spills():
 
 
 @needs_nvrtc
-def test_decode_builds_without_spills():
+@pytest.mark.parametrize("d, cfg", [(128, dict(block_n=128, num_stages=2)),
+                                    (256, dict(block_n=64, num_stages=3))])  # fmt: skip
+def test_decode_builds_without_spills(d, cfg):
     v, f = tilus.void_p, tilus.float32
     ck = tilus.compile(
-        DecodeAttention(block_n=128, num_stages=2, dim=128),
+        decode_kernel(d, **cfg),
         16,
         8,
         4,
@@ -222,15 +240,15 @@ def test_gpu_forward_every_config(d, dtype, causal):
 
 @needs_gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_gpu_decode_every_config(dtype):
-    b, h, hkv, nq, max_len, d = 4, 16, 4, 1, 2000, 128
+@pytest.mark.parametrize("dtype, d", [("float16", 128), ("bfloat16", 128), ("float16", 256)])
+def test_gpu_decode_every_config(dtype, d):
+    b, h, hkv, nq, max_len = 4, 16, 4, 1, 2000
     q, k, v = S.random_qkv(torch, b, h, hkv, nq, max_len, d, dtype, "cuda")
     lens = [2000, 1, 777, 1500]
     lt = torch.tensor(lens, dtype=torch.int32, device="cuda")
     want = S.reference_decode(q.cpu(), k.cpu(), v.cpu(), lens, S.default_scale(d, None))
-    for cfg in DecodeAttention(dim=d).configs:
-        kernel = DecodeAttention(dim=d, dtype=dtype, **cfg)
+    for cfg in decode_kernel(d).configs:
+        kernel = decode_kernel(d, dtype, **cfg)
         o = torch.full_like(q, float("nan"))
         o, lse = decode_attention(q, k, v, lt, kernel=kernel, out=o)
         torch.cuda.synchronize()

@@ -38,11 +38,13 @@ CASES = [  # (b, h, hkv, nq, page_size, d, dtype, lens, splits)
     (3, 4, 2, 1, 64, 64, "float16", [150, 64, 37], 3),
     # page 128: the 64-position tiles read half pages; two tokens x 4 heads per KV head
     (2, 4, 1, 2, 128, 64, "bfloat16", [300, 129], 2),
+    # head dim 256: 64- and 32-position tiles (two and four a page), one split
+    (1, 2, 1, 1, 64, 256, "float16", [100], 1),
 ]
 
 
 @pytest.mark.parametrize("seed", [None, 4], ids=["in-order", "shuffled"])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"page{c[4]}-{c[6]}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"page{c[4]}-d{c[5]}-{c[6]}")
 def test_every_config_on_the_interpreter(case, seed):
     b, h, hkv, nq, ps, d, dt, lens, splits = case
     q, kc, vc, table = S.random_paged(torch, b, h, hkv, nq, lens, ps, d, dt)
@@ -67,10 +69,13 @@ def test_one_split_writes_the_output_itself():
 def test_the_tile_spaces():
     assert all(bn == 128 or bn == 64 for bn, _ in paged_tiles(128))
     assert all(bn == 64 for bn, _ in paged_tiles(64))
+    assert all(bn <= 64 and bn * st * 4 * 256 <= 196608 for bn, st in paged_tiles(128, 256))
     assert len(PagedDecodeAttention(page_size=64).configs) == 4
     with pytest.raises(tilus.TilusArgumentError, match="page_size must be 64 or 128"):
         PagedDecodeAttention(page_size=32).instance(dict(tile=0))
-    with pytest.raises(tilus.TilusArgumentError, match="must be 64 or 128 and divide page_size"):
+    with pytest.raises(
+        tilus.TilusArgumentError, match="must be 32, 64 or 128 and divide page_size"
+    ):
         PagedDecodeAttention(page_size=64, block_n=128).instance(dict(tile=0))
 
 
@@ -142,6 +147,10 @@ def test_an_unchecked_bad_entry_reads_zeros_never_outside_the_cache():
         (dict(q=torch.zeros(2, 4, 1, 64).float()), "q must be float16 or bfloat16"),
         (dict(q=torch.zeros(2, 64, 3, 64).half()), "32 query heads per KV head x 3 tokens"),
         (dict(splits=65), r"splits must be in \[1, 64\]"),
+        (
+            dict(block_table=torch.zeros(2, 3, device="meta").int()),
+            "block_table is on meta, q on cpu",
+        ),
         (dict(kernel=PagedDecodeAttention(page_size=128)), "kernel was built for page_size 128"),
     ],
     ids=lambda x: x if isinstance(x, str) else None,
@@ -159,12 +168,12 @@ def test_the_launcher_checks_max_seq_len_against_the_table():
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("ps", [64, 128])
-def test_builds_without_spills(ps):
+@pytest.mark.parametrize("ps, d", [(64, 128), (128, 128), (128, 256)])
+def test_builds_without_spills(ps, d):
     v, f, i = tilus.void_p, tilus.float32, tilus.int32
     for tile in range(4):
         ck = tilus.compile(
-            PagedDecodeAttention(tile=tile, page_size=ps, dim=128),
+            PagedDecodeAttention(tile=tile, page_size=ps, dim=d),
             *(16, 8, 4, 4096, 64, 2, 4096, 0.1, v, v, v, i, i, f, f, 0, v, f),
         )
         ck = ck[0] if isinstance(ck, list) else ck
@@ -177,7 +186,7 @@ def test_builds_without_spills(ps):
 @needs_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("ps, dtype, d", [(64, "float16", 128), (128, "bfloat16", 128),
-                                          (128, "float16", 64)])  # fmt: skip
+                                          (128, "float16", 64), (64, "float16", 256)])  # fmt: skip
 def test_gpu_every_config(ps, dtype, d):
     lens = [2000, 1, 777, 1500, 129]
     q, kc, vc, table = S.random_paged(torch, 5, 16, 4, 1, lens, ps, d, dtype, "cuda")

@@ -209,6 +209,18 @@ class DecodeAttention(DecodeBase):
             self.attend(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part)
 
 
+@tilus.autotune("block_n, num_stages", [(64, 3), (64, 2), (32, 6), (32, 4)])
+class DecodeAttentionWide(DecodeAttention):
+    """``DecodeAttention`` for head dim 256: tiles whose ring fits in shared memory beside the
+    32 KiB Q tile (the default space's rings need 256 KiB and more at this width)."""
+
+
+def decode_kernel(dim: int = 128, dtype: str = "float16", **config):
+    """The split kernel for a head dim: ``DecodeAttention``, or ``DecodeAttentionWide`` at 256."""
+    cls = DecodeAttentionWide if dim > 128 else DecodeAttention
+    return cls(dim=dim, dtype=dtype, **config)
+
+
 @tilus.autotune("warps", [4])
 class DecodeCombine(tilus.Script):
     """``o[row] = sum_s w_s po[s, row] / sum_s w_s``, ``w_s = exp(lse_s - max lse)``."""
@@ -296,7 +308,7 @@ def decode_launcher(
             f"lens must be in [1, {max_len}] (the KV cache k holds {max_len} positions), "
             f"got lengths from {lo} to {hi}"
         )
-    kernel = kernel or DecodeAttention(dim=d, dtype=dt)
+    kernel = kernel or decode_kernel(d, dt)
     merge = DecodeCombine(dim=d, dtype=dt)
     bn = 128  # chunks are whole tiles of every config's block_n
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132

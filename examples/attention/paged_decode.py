@@ -13,7 +13,8 @@ the contiguous cache is the special case of pages laid out in order. (``[num_pag
 heads_kv, dim]`` would stride a head's rows ``heads_kv * dim`` apart.)
 
 ``PagedDecodeAttention`` is ``DecodeAttention`` with a different producer: each KV tile is one
-page (``block_n == page_size``) or half of one (``block_n = 64`` with 128-position pages); the
+page (``block_n == page_size``) or part of one (64-position tiles of 128-position pages, and
+32- or 64-position tiles at head dim 256, where shared memory holds no more); the
 producer warp reads the tile's physical page from the block table (one scalar global load,
 issued before it waits for the free stage so the load's latency hides behind the wait) and
 issues the TMA copies of K and V at that page. Splits over the sequence, the online softmax,
@@ -57,8 +58,11 @@ from flash_attention import LOG2E, Ring  # noqa: E402
 PAGE_SIZES = (64, 128)
 
 
-def paged_tiles(page_size: int) -> list[tuple[int, int]]:
-    """(block_n, num_stages) candidates for a page size: a tile is a page or half of one."""
+def paged_tiles(page_size: int, dim: int = 128) -> list[tuple[int, int]]:
+    """(block_n, num_stages) candidates for a page size: a tile is a page or part of one (at
+    head dim 256 a ring of 64- or 32-position tiles, beside the 32 KiB Q tile)."""
+    if dim > 128:
+        return [(64, 3), (64, 2), (32, 6), (32, 4)]
     if page_size == 128:
         return [(128, 3), (128, 2), (64, 6), (64, 4)]
     return [(64, 6), (64, 4), (64, 5), (64, 3)]
@@ -75,12 +79,12 @@ class PagedDecodeAttention(DecodeBase):
         super().__init__()
         if page_size not in PAGE_SIZES:
             raise TilusArgumentError(f"page_size must be 64 or 128, got {page_size}")
-        bn, stages = paged_tiles(page_size)[tile]
+        bn, stages = paged_tiles(page_size, dim)[tile]
         self.block_n = block_n or bn
         self.num_stages = num_stages or stages
-        if page_size % self.block_n or self.block_n < 64:
+        if self.block_n not in (32, 64, 128) or page_size % self.block_n:
             raise TilusArgumentError(
-                f"block_n = {self.block_n} must be 64 or 128 and divide page_size = {page_size}"
+                f"block_n = {self.block_n} must be 32, 64 or 128 and divide page_size = {page_size}"
             )
         self.page_size = page_size
         self.dim = dim
