@@ -318,8 +318,8 @@ def decode_launcher(
     chunk = cdiv(cdiv(hi, splits), bn) * bn
     splits = cdiv(hi, chunk)
     dev = q.device
-    po = torch.empty((b * hkv * splits, rows, d), dtype=torch.float32, device=dev)
-    plse = torch.empty((b * hkv * splits, rows), dtype=torch.float32, device=dev)
+    po = torch.zeros((b * hkv * splits, rows, d), dtype=torch.float32, device=dev)  # once
+    plse = torch.zeros((b * hkv * splits, rows), dtype=torch.float32, device=dev)
     o = out if out is not None else torch.empty_like(q)
     lse = torch.empty((b, h, nq), dtype=torch.float32, device=dev)
     sc = default_scale(d, scale)
