@@ -190,15 +190,18 @@ def decode_configs(torch, q, k, v, lens, n, ref, status):
                               kernel=tuned)  # fmt: skip
         if _checked(torch, f"tilus {sp} splits", run, ref, status):
             runs[f"tilus {sp} splits"] = run
-    extra = [dict(block_n=64, num_stages=3), dict(block_n=64, num_stages=2)]  # 2 blocks an SM
+    # rings small enough for two blocks an SM, with twice the splits (so that two are there)
+    extra = [dict(block_n=64, num_stages=3), dict(block_n=64, num_stages=2)]
+    sp2 = min(2 * decode_splits(q, k, n), 64)
     for cfg in decode_kernel(d).configs + (extra if d <= 128 else []):
         kern = decode_kernel(d, **cfg)
         regs = _registers(
             kern, (16, 8, 4, 8192, 2, 4096, 0.1, vp, vp, vp, tilus.int32, f, f, 1, vp, f)
         )
-        name = f"tilus b{cfg['block_n']}s{cfg['num_stages']} {regs}"
+        sp = sp2 if cfg in extra else None
+        name = f"tilus b{cfg['block_n']}s{cfg['num_stages']}{f' x{sp}' if sp else ''} {regs}"
         o = torch.empty_like(q)
-        run = decode_launcher(q, k, v, lens, max_seq_len=n, kernel=kern, out=o)
+        run = decode_launcher(q, k, v, lens, max_seq_len=n, kernel=kern, out=o, splits=sp)
         if _checked(torch, name, run, ref, status):
             runs[name] = run
     return runs
