@@ -149,8 +149,8 @@ def _registers(kernel, args) -> str:
         ck = ck[0] if isinstance(ck, list) else ck
         spill = ck.resources["spill_store_bytes"]
         return f"{ck.resources['registers']}r" + (f" {spill}B spill" if spill else "")
-    except Exception:  # noqa: BLE001 - the count is informative only
-        return "?r"
+    except Exception as e:  # noqa: BLE001 - the count is informative only
+        return f"?r {type(e).__name__}"
 
 
 def _checked(torch, name, run, ref, status):

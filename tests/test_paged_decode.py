@@ -205,3 +205,9 @@ def test_gpu_every_config(ps, dtype, d):
             assert not o.isnan().any(), (tile, splits)
             assert S.max_error(o, want[0]) < 2e-2, (tile, splits)
             assert S.max_error(lse, want[1]) < 1e-3, (tile, splits)
+    # the tuned kernel (its configs timed and cross-checked) with the combine, o poisoned
+    kernel = PagedDecodeAttention(page_size=ps, dim=d, dtype=dtype)
+    o = torch.full_like(q, float("nan"))
+    o, lse = paged_decode_attention(q, kc, vc, table, lt, kernel=kernel, out=o, splits=5)
+    torch.cuda.synchronize()
+    assert S.max_error(o, want[0]) < 2e-2 and S.max_error(lse, want[1]) < 1e-3

@@ -325,9 +325,12 @@ def decode_launcher(
     sc = default_scale(d, scale)
 
     direct = int(splits == 1 and not combine)
+    # without the direct path the split kernel leaves o and lse to the combine: it is handed
+    # the partial buffers there instead (unwritten outputs would fail the tuner's checks)
+    fin = (o, lse) if direct else (po, plse)
 
     def run():
-        kernel(b, hkv, rows, max_len, splits, chunk, sc, q, k, v, lens, po, plse, direct, o, lse)
+        kernel(b, hkv, rows, max_len, splits, chunk, sc, q, k, v, lens, po, plse, direct, *fin)
         if not direct:
             merge(b * hkv, rows, splits, po, plse, o, lse)
         return o, lse

@@ -65,7 +65,7 @@ def paged_tiles(page_size: int, dim: int = 128) -> list[tuple[int, int]]:
         return [(64, 3), (64, 2), (32, 6), (32, 4)]
     if page_size == 128:
         return [(128, 3), (128, 2), (64, 6), (64, 4)]
-    return [(64, 6), (64, 4), (64, 5), (64, 3)]
+    return [(64, 3), (64, 4), (64, 6), (64, 5)]
 
 
 @tilus.autotune("tile", [0, 1, 2, 3])
@@ -327,9 +327,10 @@ def paged_decode_launcher(
     args = (b, hkv, rows, num_pages, max_pages, splits, chunk, sc)
 
     direct = int(splits == 1 and not combine)
+    fin = (o, lse) if direct else (po, plse)  # as in decode_launcher: o is the combine's
 
     def run():
-        kernel(*args, q, k_cache, v_cache, block_table, lens, po, plse, direct, o, lse)
+        kernel(*args, q, k_cache, v_cache, block_table, lens, po, plse, direct, *fin)
         if not direct:
             merge(b * hkv, rows, splits, po, plse, o, lse)
         return o, lse
