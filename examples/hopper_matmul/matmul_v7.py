@@ -106,16 +106,19 @@ class MatmulV7(MatmulWGMMAV4):
 
     def __init__(
         self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, cluster_n=1, coop=0,
-        num_sms=None,
+        num_sms=None, partials="add",
     ):  # fmt: skip
         super().__init__(num_stages, block_m, block_n, block_k, swizzle)
         if cluster_n not in (1, 2) or (cluster_n == 2 and (split_k != 1 or block_m != 128)):
             raise tilus.TilusArgumentError(
                 f"cluster_n must be 1 or 2 (2 with 128-row tiles and no split-K), got {cluster_n}"
             )
-        if coop and (split_k != 1 or block_m != 128):
-            raise tilus.TilusArgumentError("coop needs 128-row tiles and no split-K")
+        if coop and block_m != 128:
+            raise tilus.TilusArgumentError("coop needs 128-row tiles")
+        if partials not in ("store", "add"):
+            raise tilus.TilusArgumentError(f"partials must be 'store' or 'add', got {partials!r}")
         self.split_k = split_k
+        self.partials = partials
         self.cluster_n = cluster_n
         self.coop = coop
         # the A tile in 64-row halves: the cluster's blocks load one each, coop groups use one each
@@ -264,15 +267,20 @@ class MatmulV7(MatmulWGMMAV4):
         if (adv // self.num_stages) % 2 == 1:
             pipe.consumer_phase ^= 1
 
-    def add_parts(self, acc, ws, cnt, flag, tile: int32, split: int32):
-        """Split-K: add this part's sums ``acc`` into the tile's fp32 sums in the workspace
-        (``red.add``) and count the part in; the last part of the tile to arrive loads the
-        total into ``acc`` and sets the sums and the count back to 0 (both must be left clean).
-        Returns whether this part is the last (it then stores C). (Adding in place keeps a single accumulator in registers, so
-        64 x 128 and 64 x 256 tiles split without spilling.)"""
-        bm, bn = self.block_m, self.block_n
-        self.atomic.global_add(ws[tile], acc)
-        self.sync()  # every thread's sums are added before the count is released
+    def add_parts(self, acc, ws, cnt, flag, tile: int32, part: int32, split: int32):
+        """Split-K: combine the K parts of tile ``tile`` (``ws``/``cnt`` entries: a C tile, or a
+        coop group's half of one). Every part publishes its fp32 sums ``acc`` and counts itself
+        in on the tile's counter (acq_rel); the last part to count in gathers the total into
+        ``acc`` and sets the counter back to 0. Returns whether this part is the last (it then
+        stores C). ``partials="store"``: each part stores its sums into its own workspace slot
+        (plain stores) and the last one loads and adds the others' slots; ``"add"``:
+        every part adds into the tile's sums (``red.add``, one L2 atomic per element) and the
+        last reads the total while clearing it (an atomic exchange with zeros)."""
+        if self.partials == "store":
+            self.store_global(ws[tile, part], acc, offsets=[0, 0])
+        else:
+            self.atomic.global_add(ws[tile], acc)
+        self.sync()  # every thread's sums are written before the count is released
         with self.single_warp(0):
             idx = self.register_tensor(dtype=int32, shape=[1], init=tile)
             one = self.register_tensor(dtype=int32, shape=[1], init=1)
@@ -288,8 +296,14 @@ class MatmulV7(MatmulWGMMAV4):
         last: int32 = 0
         if seen[0] == split - 1:
             last = 1
-            zeros = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
-            self.atomic.global_exch(ws[tile], zeros, output=acc)  # read the sums, clear them
+            if self.partials == "store":
+                for p in self.range(split):
+                    if p != part:
+                        other = self.load_global(ws[tile, p], offsets=[0, 0], shape=acc.shape)
+                        self.add(acc, other, out=acc)
+            else:
+                zeros = self.register_tensor(dtype=float32, shape=acc.shape, init=0.0)
+                self.atomic.global_exch(ws[tile], zeros, output=acc)  # read the sums, clear them
         self.sync()  # flag is read by every thread before the next unit writes it
         return last
 
@@ -331,7 +345,7 @@ class MatmulV7(MatmulWGMMAV4):
             store: int32 = 1
             if self.split_k > 1:
                 if split > 1:
-                    store = self.add_parts(acc, ws, cnt, flag, tile, split)
+                    store = self.add_parts(acc, ws, cnt, flag, tile, part, split)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
             if store == 1:
@@ -361,22 +375,34 @@ class MatmulV7(MatmulWGMMAV4):
                 num_n: int, peer_empty):  # fmt: skip
         """Consumer warp group ``group``: ping-pong on alternate units, or ``coop``."""
         if self.coop:
-            self.consume_coop(group, pipe, sa, sb, gc, k_size, num_m, num_n, peer_empty)
+            self.consume_coop(group, pipe, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
         else:
             self.consume_all(group, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n,
                              peer_empty)  # fmt: skip
 
-    def consume_coop(self, group: int, pipe, sa, sb, gc, k_size: int, num_m: int32, num_n: int,
-                     peer_empty):  # fmt: skip
+    def consume_coop(self, group: int, pipe, sa, sb, gc, ws, cnt, k_size: int, num_m: int32,
+                     num_n: int, peer_empty):  # fmt: skip
         """``coop``: both consumer groups on every unit of the block (V6's split), group ``g``
-        on the tile's rows ``[64 g, 64 g + 64)`` with its own shared C tile."""
+        on the tile's rows ``[64 g, 64 g + 64)`` with its own shared C tile; with split-K each
+        group combines its half of the tile's parts on its own (own workspace entry and count)."""
         bn = self.block_n
+        split = self.splits(num_m, k_size)
         sc = self.shared_tensor(dtype=self.dtype, shape=[64, bn])
-        for unit in self.range(self.first_unit(), self.units(num_m, num_n, 1), self.num_clusters):
-            m_tile, n_tile, _, k_cnt, _, _ = self.unit_work(unit, num_m, num_n, k_size, 1)
+        flag = None
+        if self.split_k > 1:
+            flag = self.shared_tensor(dtype=int32, shape=[1])
+        for unit in self.range(self.first_unit(), self.units(num_m, num_n, split),
+                               self.num_clusters):  # fmt: skip
+            m_tile, n_tile, _, k_cnt, tile, part = self.unit_work(unit, num_m, num_n, k_size, split)
             acc = self.register_tensor(dtype=float32, shape=[64, bn], init=0.0)
             self.mainloop_pp(group, pipe, sa, sb, acc, None, k_cnt, peer_empty)
-            if n_tile < num_n:  # (a cluster's second tile may lie right of the last column)
+            store: int32 = 1
+            if self.split_k > 1:
+                if split > 1:
+                    store = self.add_parts(acc, ws, cnt, flag, 2 * tile + group, part, split)
+            if n_tile >= num_n:  # a cluster's second tile right of the last column of C
+                store = 0
+            if store == 1:
                 with self.single_thread():  # the previous tile's TMA store has read sc
                     self.tma.wait_group(0, read=True)
                 self.sync()
@@ -417,11 +443,15 @@ class MatmulV7(MatmulWGMMAV4):
             order = self.mbarrier.alloc([1, 1])
         ws = None
         cnt = None
-        if self.split_k > 1:  # per tile the sums of its K parts, and the parts done
-            ws = self.global_tensor(
-                float32, [SPLIT_M_TILES * num_n, block_m, block_n], requires_clean=True
-            )
-            cnt = self.global_tensor(int32, [SPLIT_M_TILES * num_n], requires_clean=True)
+        if self.split_k > 1:  # per tile (coop: per half tile) the K parts' sums and a count
+            entries = SPLIT_M_TILES * num_n * (2 if self.coop else 1)
+            rows = block_m // 2 if self.coop else block_m
+            if self.partials == "store":  # a slot per part, overwritten by every launch
+                shape = [entries, self.split_k, rows, block_n]
+                ws = self.global_tensor(float32, shape, requires_clean=False)
+            else:  # one sum per tile, left zero
+                ws = self.global_tensor(float32, [entries, rows, block_n], requires_clean=True)
+            cnt = self.global_tensor(int32, [entries], requires_clean=True)
         peer_empty = None
         if self.cluster_n > 1:  # the peer's empty barriers; both blocks' exist after the sync
             peer_empty = self.cluster.map_shared_addr(pipe.empty, 1 - self.cluster.blockRank)
