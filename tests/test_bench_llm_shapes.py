@@ -99,7 +99,7 @@ def test_pinned_config_text_is_short():
            "swizzle": 8, "cluster_n": 2, "coop": 1}  # fmt: skip
     assert llm_shapes._config_text(cfg) == "m128 n256 st3 sk1 sw8 cl2 coop1"
     cfg.update(block_k=128, partials="store")
-    assert llm_shapes._config_text(cfg) == "m128 n256 st3 sk1 sw8 cl2 coop1 k128 pstore"
+    assert llm_shapes._config_text(cfg) == "m128 n256 k128 st3 sk1 sw8 cl2 coop1 pstore"
 
 
 def test_pinned_configs_file(tmp_path):
