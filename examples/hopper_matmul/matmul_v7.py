@@ -106,7 +106,7 @@ class MatmulV7(MatmulWGMMAV4):
 
     def __init__(
         self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, cluster_n=1, coop=0,
-        num_sms=None, partials="add",
+        num_sms=None, partials="add", epilogue="tma",
     ):  # fmt: skip
         super().__init__(num_stages, block_m, block_n, block_k, swizzle)
         if cluster_n not in (1, 2) or (cluster_n == 2 and (split_k != 1 or block_m != 128)):
@@ -117,8 +117,11 @@ class MatmulV7(MatmulWGMMAV4):
             raise tilus.TilusArgumentError("coop needs 128-row tiles")
         if partials not in ("store", "add"):
             raise tilus.TilusArgumentError(f"partials must be 'store' or 'add', got {partials!r}")
+        if epilogue not in ("tma", "direct"):
+            raise tilus.TilusArgumentError(f"epilogue must be 'tma' or 'direct', got {epilogue!r}")
         self.split_k = split_k
         self.partials = partials
+        self.epilogue = epilogue
         self.cluster_n = cluster_n
         self.coop = coop
         # the A tile in 64-row halves: the cluster's blocks load one each, coop groups use one each
@@ -316,7 +319,10 @@ class MatmulV7(MatmulWGMMAV4):
         first_unit = self.first_unit()
         stride = self.num_clusters
         order_phase: uint32 = 1 - group  # group 0 starts first
-        if self.cluster_n == 1:
+        sc = None
+        if self.epilogue == "direct":
+            pass
+        elif self.cluster_n == 1:
             sc = self.shared_tensor(dtype=self.dtype, shape=[bm, bn])
         else:  # the two 64-row halves of the C tile
             sc = self.shared_tensor(dtype=self.dtype, shape=[2, bm // 2, bn])
@@ -349,27 +355,43 @@ class MatmulV7(MatmulWGMMAV4):
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
             if store == 1:
-                with self.single_thread():  # the previous tile's TMA store has read sc
-                    self.tma.wait_group(0, read=True)
-                self.sync()
-                if self.cluster_n == 1:
-                    self.store_shared(sc, self.cast(acc, dtype=self.dtype))
+                self.store_tile(sc, gc, acc, acc_hi, m_tile * bm, n_tile * bn)
+        self.finish_stores()
+
+    def store_tile(self, sc, gc, acc, acc_hi, row: int32, col: int32):
+        """Store the C tile ``acc`` (in a cluster ``acc`` and ``acc_hi``, its 64-row halves; in
+        coop a group's half) at ``(row, col)`` of C in the input type: through the shared tile
+        ``sc`` and a TMA store, waited for only before the next tile overwrites ``sc``; with
+        ``epilogue="direct"`` straight from registers with global stores (no shared C tile, so
+        the ring can be deeper)."""
+        if self.epilogue == "direct":
+            self.store_global(gc, self.cast(acc, dtype=self.dtype), offsets=[row, col])
+            if self.cluster_n == 2 and not self.coop:
+                self.store_global(gc, self.cast(acc_hi, dtype=self.dtype), offsets=[row + 64, col])
+        else:
+            with self.single_thread():  # the previous tile's TMA store has read sc
+                self.tma.wait_group(0, read=True)
+            self.sync()
+            if self.cluster_n == 1 or self.coop:
+                self.store_shared(sc, self.cast(acc, dtype=self.dtype))
+            else:
+                self.store_shared(sc[0], self.cast(acc, dtype=self.dtype))
+                self.store_shared(sc[1], self.cast(acc_hi, dtype=self.dtype))
+            self.fence.proxy_async(space="shared")  # generic writes visible to TMA
+            self.sync()
+            with self.single_thread():
+                if self.cluster_n == 1 or self.coop:
+                    self.tma.shared_to_global(sc, gc, offsets=[row, col])
                 else:
-                    self.store_shared(sc[0], self.cast(acc, dtype=self.dtype))
-                    self.store_shared(sc[1], self.cast(acc_hi, dtype=self.dtype))
-                self.fence.proxy_async(space="shared")  # generic writes visible to TMA
-                self.sync()
-                with self.single_thread():
-                    if self.cluster_n == 1:
-                        self.tma.shared_to_global(sc, gc, offsets=[m_tile * bm, n_tile * bn])
-                    else:
-                        for h in self.range(2, unroll=2):
-                            self.tma.shared_to_global(
-                                sc[h], gc, offsets=[m_tile * bm + h * (bm // 2), n_tile * bn]
-                            )
-                    self.tma.commit_group()
-        with self.single_thread():
-            self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+                    for h in self.range(2, unroll=2):
+                        self.tma.shared_to_global(sc[h], gc, offsets=[row + h * 64, col])
+                self.tma.commit_group()
+
+    def finish_stores(self):
+        """Before the group exits: its last TMA store has read ``sc``."""
+        if self.epilogue == "tma":
+            with self.single_thread():
+                self.tma.wait_group(0, read=True)
 
     def consume(self, group: int, pipe, order, sa, sb, gc, ws, cnt, k_size: int, num_m: int32,
                 num_n: int, peer_empty):  # fmt: skip
@@ -387,7 +409,9 @@ class MatmulV7(MatmulWGMMAV4):
         group combines its half of the tile's parts on its own (own workspace entry and count)."""
         bn = self.block_n
         split = self.splits(num_m, k_size)
-        sc = self.shared_tensor(dtype=self.dtype, shape=[64, bn])
+        sc = None
+        if self.epilogue == "tma":
+            sc = self.shared_tensor(dtype=self.dtype, shape=[64, bn])
         flag = None
         if self.split_k > 1:
             flag = self.shared_tensor(dtype=int32, shape=[1])
@@ -403,18 +427,8 @@ class MatmulV7(MatmulWGMMAV4):
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
             if store == 1:
-                with self.single_thread():  # the previous tile's TMA store has read sc
-                    self.tma.wait_group(0, read=True)
-                self.sync()
-                self.store_shared(sc, self.cast(acc, dtype=self.dtype))
-                self.fence.proxy_async(space="shared")  # generic writes visible to TMA
-                self.sync()
-                with self.single_thread():
-                    offsets = [m_tile * self.block_m + group * 64, n_tile * bn]
-                    self.tma.shared_to_global(sc, gc, offsets=offsets)
-                    self.tma.commit_group()
-        with self.single_thread():
-            self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+                self.store_tile(sc, gc, acc, None, m_tile * self.block_m + group * 64, n_tile * bn)
+        self.finish_stores()
 
     def launch(self, m_size: int32, n_size: int):
         """Grid and block size (set in ``__call__``, from the parameters themselves)."""
