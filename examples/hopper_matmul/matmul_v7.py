@@ -106,7 +106,7 @@ class MatmulV7(MatmulWGMMAV4):
 
     def __init__(
         self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, cluster_n=1, coop=0,
-        num_sms=None, partials="add", epilogue="tma",
+        num_sms=None, partials="add", epilogue="tma", prefetch=0,
     ):  # fmt: skip
         super().__init__(num_stages, block_m, block_n, block_k, swizzle)
         if cluster_n not in (1, 2) or (cluster_n == 2 and (split_k != 1 or block_m != 128)):
@@ -119,7 +119,10 @@ class MatmulV7(MatmulWGMMAV4):
             raise tilus.TilusArgumentError(f"partials must be 'store' or 'add', got {partials!r}")
         if epilogue not in ("tma", "direct"):
             raise tilus.TilusArgumentError(f"epilogue must be 'tma' or 'direct', got {epilogue!r}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise tilus.TilusArgumentError(f"prefetch must be an int >= 0, got {prefetch!r}")
         self.split_k = split_k
+        self.prefetch = prefetch  # B tiles are prefetched into L2 this many K tiles ahead
         self.partials = partials
         self.epilogue = epilogue
         self.cluster_n = cluster_n
@@ -181,8 +184,17 @@ class MatmulV7(MatmulWGMMAV4):
         for unit in self.range(self.first_unit(), units, self.num_clusters):
             m_tile, n_tile, k_lo, k_cnt, _, _ = self.unit_work(unit, num_m, num_n, k_size, split)
             filled += k_cnt
+            ahead = self.prefetch
+            if ahead > 0:  # the unit's B tiles past the ring's first fill, into L2
+                for j in self.range(self.num_stages, min(ahead, k_cnt)):
+                    offsets = [n_tile * self.block_n, (k_lo + j) * self.block_k]
+                    self.tma.prefetch(src=gb, like=sb[0], offsets=offsets)
             for kk in self.range(k_cnt, unroll=self.num_stages):
                 offset_k = (k_lo + kk) * self.block_k
+                if ahead > 0:  # keep DRAM reads `ahead` K tiles in front of the loads
+                    if kk + ahead < k_cnt:
+                        offsets = [n_tile * self.block_n, offset_k + ahead * self.block_k]
+                        self.tma.prefetch(src=gb, like=sb[0], offsets=offsets)
                 pipe.producer_acquire()
                 stage = pipe.producer_stage
                 with self.single_thread():

@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.gpu, needs_gpu]
 SIZES = {None: [(1000, 1320, 776), (136, 1320, 776)], 3: [(200, 328, 392)]}
 
 #: forms outside the default space, checked beside it: split-K partials stored per part,
-#: coop groups with split-K, 128-wide K tiles, 32-column tiles, C stored from registers
+#: coop groups with split-K, 128-wide K tiles, 32-column tiles, C stored from registers, B
+#: prefetched into L2
 EXTRA = [
     dict(block_m=64, block_n=64, num_stages=8, split_k=2, swizzle=8, partials="store"),
     dict(block_m=64, block_n=128, num_stages=8, split_k=4, swizzle=8, partials="store"),
@@ -30,6 +31,17 @@ EXTRA = [
     dict(block_m=64, block_n=64, num_stages=14, split_k=2, swizzle=8, epilogue="direct"),
     dict(block_m=128, block_n=128, num_stages=7, swizzle=2, epilogue="direct"),
     dict(block_m=128, block_n=128, num_stages=7, swizzle=2, coop=1, epilogue="direct"),
+    dict(
+        block_m=64,
+        block_n=64,
+        num_stages=14,
+        split_k=2,
+        swizzle=8,
+        epilogue="direct",
+        partials="store",
+        prefetch=20,
+    ),
+    dict(block_m=128, block_n=128, num_stages=5, swizzle=2, prefetch=10),
 ]
 
 
