@@ -157,7 +157,8 @@ def measure(torch, dtype: str, names, rounds: int, reps: int) -> list[dict]:
 
 def _config_text(cfg: dict) -> str:
     short = {"block_m": "m", "block_n": "n", "block_k": "k", "num_stages": "st", "swizzle": "sw",
-             "split_k": "sk", "cluster_n": "cl", "partials": "p"}  # fmt: skip
+             "split_k": "sk", "cluster_n": "cl", "partials": "p", "epilogue": "ep",
+             "prefetch": "pf"}  # fmt: skip
     return " ".join(f"{short.get(k, k)}{v}" for k, v in cfg.items() if (k, v) != ("block_k", 64))
 
 
