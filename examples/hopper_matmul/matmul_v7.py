@@ -184,17 +184,8 @@ class MatmulV7(MatmulWGMMAV4):
         for unit in self.range(self.first_unit(), units, self.num_clusters):
             m_tile, n_tile, k_lo, k_cnt, _, _ = self.unit_work(unit, num_m, num_n, k_size, split)
             filled += k_cnt
-            ahead = self.prefetch
-            if ahead > 0:  # the unit's B tiles past the ring's first fill, into L2
-                for j in self.range(self.num_stages, min(ahead, k_cnt)):
-                    offsets = [n_tile * self.block_n, (k_lo + j) * self.block_k]
-                    self.tma.prefetch(src=gb, like=sb[0], offsets=offsets)
             for kk in self.range(k_cnt, unroll=self.num_stages):
                 offset_k = (k_lo + kk) * self.block_k
-                if ahead > 0:  # keep DRAM reads `ahead` K tiles in front of the loads
-                    if kk + ahead < k_cnt:
-                        offsets = [n_tile * self.block_n, offset_k + ahead * self.block_k]
-                        self.tma.prefetch(src=gb, like=sb[0], offsets=offsets)
                 pipe.producer_acquire()
                 stage = pipe.producer_stage
                 with self.single_thread():
@@ -233,7 +224,24 @@ class MatmulV7(MatmulWGMMAV4):
                     mbarrier=pipe.producer_barrier(),
                 )
                 pipe.producer_advance()
+                if self.prefetch > 0:
+                    self.prefetch_b(gb, sb, n_tile, k_lo, kk, k_cnt)
         return filled
+
+    def prefetch_b(self, gb, sb, n_tile: int32, k_lo: int32, kk: int32, k_cnt: int32):
+        """After the loads of the unit's K tile ``kk``: keep the unit's B tiles up to
+        ``kk + prefetch`` requested from DRAM into L2 (``tma.prefetch``), so that DRAM works
+        ahead of what the ring holds. Nothing is prefetched before the ring's first fill has
+        been issued (its loads go first); then the tiles after it, then one per load."""
+        first: int32 = kk + self.prefetch
+        last: int32 = kk + self.prefetch + 1
+        if kk < self.num_stages - 1:
+            last = 0
+        elif kk == self.num_stages - 1:
+            first = self.num_stages
+        for t in self.range(first, min(last, k_cnt)):
+            offsets = [n_tile * self.block_n, (k_lo + t) * self.block_k]
+            self.tma.prefetch(src=gb, like=sb[0], offsets=offsets)
 
     def release(self, pipe, stage: int32, peer_empty):
         """Free ring slot ``stage``: in a cluster, in both blocks (the peer's producer
