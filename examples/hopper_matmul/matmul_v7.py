@@ -20,8 +20,12 @@
    tile's counter; the part that counts in last reads the total while clearing it (an atomic
    exchange with zeros), stores C and sets the counter back to 0 (sums and counters must be
    left clean: ``requires_clean=True``). No block waits for another, and only one accumulator
-   is in registers. Split-K is used only when M has at most ``SPLIT_M_TILES`` tiles, so the workspace
-   size is known when the kernel is built; larger M runs the same config unsplit.
+   is in registers. With ``partials="store"`` each part instead stores its sums into a slot of
+   its own (plain stores, no L2 atomics; nothing to clear) and the last part loads the others'
+   slots and adds them (a second register tile: fits beside accumulators of up to 64 x 64 a
+   thread group). Split-K is used only when M has at most ``SPLIT_M_TILES`` tiles, so the
+   workspace size is known when the kernel is built; larger M runs the same config unsplit.
+   Coop configs split too, each consumer group combining its half of the tile on its own.
 3. **bf16.** ``MatmulV7`` takes fp16 pointers and ``MatmulV7BF16`` bf16 ones; the body is one
    method (``matmul``) that reads the element type from the class.
 4. **Clusters of 2 with TMA multicast** (``cluster_n=2``, 128-row tiles): the two blocks of a
@@ -40,6 +44,13 @@
    (the A tile is staged in 64-row halves, a slot is freed by both groups). This keeps both
    groups busy when a block has a single unit (M = 256: 128 tiles of 128 x 128 on 132 SMs), and
    allows 128 x 256 tiles (64 x 256 accumulators a group).
+
+6. **Small-M streaming knobs** (M = 64-256 reads B once from DRAM, so what bounds it is how
+   many B bytes are on their way): ``epilogue="direct"`` stores C from registers (no shared C
+   tiles: the ring gets their shared memory, e.g. 14 instead of 8 stages of 64 x 64);
+   ``prefetch=P`` keeps B tiles up to ``P`` K tiles ahead of the loads requested into L2
+   (``tma.prefetch``, after the ring's first fill), so DRAM works ahead of what the ring holds;
+   ``block_k=128`` moves 256 contiguous bytes of each row per stage.
 
 Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
 ``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
