@@ -68,7 +68,7 @@ USES = {
     tl_tma_prefetch_5d(&map, 0, 1, 2, 3, 4);
   }
 """,
-        {"UTMALDG", "UTMASTG"},
+        {"UTMALDG", "UTMASTG", "UTMAPF"},
     ),
     "wgmma": (
         """
