@@ -15,17 +15,18 @@
 2. **64-row tiles and split-K** for small M (64-256 rows are 1-4 M tiles): with ``split_k``
    the K tiles of each C tile are cut into up to that many parts, each a work unit of its own
    (the parts of a tile are consecutive units, so they run on different blocks at the same
-   time). Every part adds its fp32 sums into the tile's sums in a workspace (``global_tensor``,
-   ``red.add``) and counts itself in with an atomic add (acquire-release, gpu scope) on the
-   tile's counter; the part that counts in last reads the total while clearing it (an atomic
-   exchange with zeros), stores C and sets the counter back to 0 (sums and counters must be
-   left clean: ``requires_clean=True``). No block waits for another, and only one accumulator
-   is in registers. With ``partials="store"`` each part instead stores its sums into a slot of
-   its own (plain stores, no L2 atomics; nothing to clear) and the last part loads the others'
-   slots and adds them (a second register tile: fits beside accumulators of up to 64 x 64 a
-   thread group). Split-K is used only when M has at most ``SPLIT_M_TILES`` tiles, so the
-   workspace size is known when the kernel is built; larger M runs the same config unsplit.
-   Coop configs split too, each consumer group combining its half of the tile on its own.
+   time). Every part stores its fp32 sums into a slot of its own in a workspace
+   (``global_tensor``; plain stores, nothing to clear) and counts itself in with an atomic add
+   (acquire-release, gpu scope) on the tile's counter; the part that counts in last loads the
+   other parts' slots, adds them to its own sums, stores C and sets the counter back to 0 (the
+   counters must be left clean: ``requires_clean=True``). No block waits for another. The last
+   part holds a second register tile, which fits beside accumulators of up to 64 x 64 a thread
+   group; ``partials="add"`` keeps one tile instead: every part adds its sums into the tile's
+   sums (``red.add``, an L2 atomic per element) and the last one reads the total while clearing
+   it (an atomic exchange with zeros), 3% slower at M = 64 on an H200. Split-K is used only when
+   M has at most ``SPLIT_M_TILES`` tiles, so the workspace size is known when the kernel is
+   built; larger M runs the same config unsplit. Coop configs split too, each consumer group
+   combining its half of the tile on its own.
 3. **bf16.** ``MatmulV7`` takes fp16 pointers and ``MatmulV7BF16`` bf16 ones; the body is one
    method (``matmul``) that reads the element type from the class.
 4. **Clusters of 2 with TMA multicast** (``cluster_n=2``, 128-row tiles): the two blocks of a
@@ -44,13 +45,13 @@
    (the A tile is staged in 64-row halves, a slot is freed by both groups). This keeps both
    groups busy when a block has a single unit (M = 256: 128 tiles of 128 x 128 on 132 SMs), and
    allows 128 x 256 tiles (64 x 256 accumulators a group).
-
-6. **Small-M streaming knobs** (M = 64-256 reads B once from DRAM, so what bounds it is how
-   many B bytes are on their way): ``epilogue="direct"`` stores C from registers (no shared C
-   tiles: the ring gets their shared memory, e.g. 14 instead of 8 stages of 64 x 64);
-   ``prefetch=P`` keeps B tiles up to ``P`` K tiles ahead of the loads requested into L2
-   (``tma.prefetch``, after the ring's first fill), so DRAM works ahead of what the ring holds;
-   ``block_k=128`` moves 256 contiguous bytes of each row per stage.
+6. **C from registers** (``epilogue="direct"``): the group stores its tile with global stores
+   instead of through a shared C tile and a TMA store, so the ring gets that shared memory
+   (7 instead of 5 stages of 128 x 128: M = 256 then runs 0.89x cuBLAS instead of 0.87x; at
+   M = 64, 64 x 32 tiles with 18 stages run 0.99x, with 12 and a TMA store 0.97x): small M reads
+   B once from DRAM and runs best with the most B bytes on their way. (Prefetching B into L2
+   ahead of the ring with ``tma.prefetch`` measured 7-10% slower at M = 64 and 256, and 128-wide
+   K tiles no faster, so neither is a knob.)
 
 Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
 ``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
@@ -76,36 +77,42 @@ from tilus.utils import cdiv
 SPLIT_M_TILES = 4
 
 
-# (block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop): tiles of one consumer warp
-# group (coop: of both) with the deepest ring that fits beside the two C tiles: 128 x 128 (with
-# and without clusters), coop 128 x 256 and 128 x 128, and 64 x 256 for large shapes,
-# 64 x 128 and 64 x 64 for small M, 64 x 128 and 64 x 64 with K split in 2-4 parts for
-# M = 64-256 (1-4 M tiles; small M streams B, so what counts is work units on every SM: e.g.
-# M = 64, N = 4096 is 32 tiles of 64 x 128, 128 units in 4 parts). A split 64 x 256 tile
-# spills within the 168 registers ptxas gives every thread of a 384-thread block.
+# (block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue): tiles of one
+# consumer warp group (coop: of both) with the deepest ring that fits beside the C tiles (none
+# with the "direct" epilogue). Large shapes: 128 x 128 (with and without clusters), coop
+# 128 x 256 and 128 x 128, 64 x 256. Small M streams B from DRAM once, so what counts is a unit
+# on every SM with the most B bytes in flight: measured on an H200 (bench/llm_shapes.py, pinned),
+# M = 64, N = K = 4096 runs best as 128 unsplit 64 x 32 tiles with 18 stages (0.99x cuBLAS;
+# 64 x 64 unsplit 0.93x, split in 2 0.90x, 64 x 128 split in 4 0.73x) and M = 256, N = K = 8192
+# as 128 x 128 tiles with 7 stages, C stored from registers (0.89x; 5 stages 0.87x). 128 x 64
+# gives M = 256 two units a block (one group's epilogue overlaps the other's mainloop). Split-K
+# (64 x 64 in 2 and 4 parts) stays for K-heavy shapes with few tiles. A split tile larger than
+# 64 x 64 spills within the 168 registers ptxas gives every thread of a 384-thread block.
 @tilus.autotune(
-    "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop",
+    "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue",
     [
-        (128, 128, 4, 1, 8, 1, 0),
-        (128, 128, 5, 1, 8, 1, 0),
-        (128, 128, 5, 1, 2, 1, 0),
-        (128, 128, 5, 1, 8, 2, 0),
-        (128, 128, 5, 1, 2, 2, 0),
-        (128, 256, 3, 1, 8, 1, 1),
-        (128, 256, 3, 1, 8, 2, 1),
-        (128, 128, 6, 1, 8, 1, 1),
-        (128, 128, 6, 1, 8, 2, 1),
-        (64, 256, 4, 1, 8, 1, 0),
-        (64, 256, 4, 1, 2, 1, 0),
-        (64, 128, 6, 1, 8, 1, 0),
-        (64, 128, 6, 1, 2, 1, 0),
-        (64, 128, 6, 2, 8, 1, 0),
-        (64, 128, 6, 4, 8, 1, 0),
-        (64, 64, 8, 1, 8, 1, 0),
-        (64, 64, 8, 2, 8, 1, 0),
-        (64, 64, 8, 2, 2, 1, 0),
-        (64, 64, 8, 3, 8, 1, 0),
-        (64, 64, 8, 4, 8, 1, 0),
+        (128, 128, 4, 1, 8, 1, 0, "tma"),
+        (128, 128, 5, 1, 8, 1, 0, "tma"),
+        (128, 128, 5, 1, 2, 1, 0, "tma"),
+        (128, 128, 7, 1, 1, 1, 0, "direct"),
+        (128, 128, 5, 1, 8, 2, 0, "tma"),
+        (128, 128, 5, 1, 2, 2, 0, "tma"),
+        (128, 256, 3, 1, 8, 1, 1, "tma"),
+        (128, 256, 4, 1, 8, 1, 1, "direct"),
+        (128, 256, 3, 1, 8, 2, 1, "tma"),
+        (128, 128, 6, 1, 8, 1, 1, "tma"),
+        (128, 128, 6, 1, 1, 1, 1, "tma"),
+        (128, 128, 6, 1, 8, 2, 1, "tma"),
+        (128, 64, 8, 1, 2, 1, 0, "tma"),
+        (64, 256, 4, 1, 8, 1, 0, "tma"),
+        (64, 256, 5, 1, 2, 1, 0, "direct"),
+        (64, 128, 6, 1, 8, 1, 0, "tma"),
+        (64, 128, 6, 1, 2, 1, 0, "tma"),
+        (64, 64, 14, 1, 8, 1, 0, "direct"),
+        (64, 64, 8, 2, 8, 1, 0, "tma"),
+        (64, 64, 8, 4, 8, 1, 0, "tma"),
+        (64, 32, 18, 1, 8, 1, 0, "direct"),
+        (64, 32, 12, 1, 8, 1, 0, "tma"),
     ],
 )
 @tilus.autotune("block_k", [64])
@@ -117,7 +124,7 @@ class MatmulV7(MatmulWGMMAV4):
 
     def __init__(
         self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, cluster_n=1, coop=0,
-        num_sms=None, partials="add", epilogue="tma", prefetch=0,
+        num_sms=None, partials="store", epilogue="tma",
     ):  # fmt: skip
         super().__init__(num_stages, block_m, block_n, block_k, swizzle)
         if cluster_n not in (1, 2) or (cluster_n == 2 and (split_k != 1 or block_m != 128)):
@@ -130,10 +137,7 @@ class MatmulV7(MatmulWGMMAV4):
             raise tilus.TilusArgumentError(f"partials must be 'store' or 'add', got {partials!r}")
         if epilogue not in ("tma", "direct"):
             raise tilus.TilusArgumentError(f"epilogue must be 'tma' or 'direct', got {epilogue!r}")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise tilus.TilusArgumentError(f"prefetch must be an int >= 0, got {prefetch!r}")
         self.split_k = split_k
-        self.prefetch = prefetch  # B tiles are prefetched into L2 this many K tiles ahead
         self.partials = partials
         self.epilogue = epilogue
         self.cluster_n = cluster_n
@@ -235,24 +239,7 @@ class MatmulV7(MatmulWGMMAV4):
                     mbarrier=pipe.producer_barrier(),
                 )
                 pipe.producer_advance()
-                if self.prefetch > 0:
-                    self.prefetch_b(gb, sb, n_tile, k_lo, kk, k_cnt)
         return filled
-
-    def prefetch_b(self, gb, sb, n_tile: int32, k_lo: int32, kk: int32, k_cnt: int32):
-        """After the loads of the unit's K tile ``kk``: keep the unit's B tiles up to
-        ``kk + prefetch`` requested from DRAM into L2 (``tma.prefetch``), so that DRAM works
-        ahead of what the ring holds. Nothing is prefetched before the ring's first fill has
-        been issued (its loads go first); then the tiles after it, then one per load."""
-        first: int32 = kk + self.prefetch
-        last: int32 = kk + self.prefetch + 1
-        if kk < self.num_stages - 1:
-            last = 0
-        elif kk == self.num_stages - 1:
-            first = self.num_stages
-        for t in self.range(first, min(last, k_cnt)):
-            offsets = [n_tile * self.block_n, (k_lo + t) * self.block_k]
-            self.tma.prefetch(src=gb, like=sb[0], offsets=offsets)
 
     def release(self, pipe, stage: int32, peer_empty):
         """Free ring slot ``stage``: in a cluster, in both blocks (the peer's producer

@@ -18,36 +18,25 @@ pytestmark = [pytest.mark.gpu, needs_gpu]
 #: num_sms -> sizes (N and K are compile-time: one build per config and num_sms)
 SIZES = {None: [(1000, 1320, 776), (136, 1320, 776)], 3: [(200, 328, 392)]}
 
-#: forms outside the default space, checked beside it: split-K partials stored per part,
-#: coop groups with split-K, 128-wide K tiles, 32-column tiles, C stored from registers, B
-#: prefetched into L2
+#: forms outside the default space, checked beside it: split-K partials added in place
+#: (``partials="add"``) and stored beside 64 x 128 accumulators, coop groups with split-K, 128-wide
+#: K tiles, split 32-column tiles, C stored from registers with split-K and coop
 EXTRA = [
-    dict(block_m=64, block_n=64, num_stages=8, split_k=2, swizzle=8, partials="store"),
-    dict(block_m=64, block_n=128, num_stages=8, split_k=4, swizzle=8, partials="store"),
-    dict(block_m=128, block_n=128, num_stages=6, split_k=2, swizzle=2, coop=1, partials="store"),
+    dict(block_m=64, block_n=64, num_stages=8, split_k=2, swizzle=8, partials="add"),
+    dict(block_m=64, block_n=128, num_stages=6, split_k=4, swizzle=8, partials="add"),
+    dict(block_m=64, block_n=128, num_stages=8, split_k=4, swizzle=8),
     dict(block_m=128, block_n=128, num_stages=6, split_k=2, swizzle=2, coop=1),
+    dict(block_m=128, block_n=128, num_stages=6, split_k=2, swizzle=2, coop=1, partials="add"),
     dict(block_m=64, block_n=64, num_stages=6, split_k=2, swizzle=8, block_k=128),
-    dict(block_m=64, block_n=32, num_stages=12, split_k=2, swizzle=8, partials="store"),
+    dict(block_m=64, block_n=32, num_stages=12, split_k=2, swizzle=8),
     dict(block_m=64, block_n=64, num_stages=14, split_k=2, swizzle=8, epilogue="direct"),
-    dict(block_m=128, block_n=128, num_stages=7, swizzle=2, epilogue="direct"),
     dict(block_m=128, block_n=128, num_stages=7, swizzle=2, coop=1, epilogue="direct"),
-    dict(
-        block_m=64,
-        block_n=64,
-        num_stages=14,
-        split_k=2,
-        swizzle=8,
-        epilogue="direct",
-        partials="store",
-        prefetch=20,
-    ),
-    dict(block_m=128, block_n=128, num_stages=5, swizzle=2, prefetch=10),
 ]
 
 
 def extra_configs():
     """EXTRA with every constructor argument of an autotune group spelled out."""
-    base = dict(block_k=64, split_k=1, cluster_n=1, coop=0)
+    base = dict(block_k=64, split_k=1, cluster_n=1, coop=0, epilogue="tma")
     return [{**base, **c} for c in EXTRA]
 
 
