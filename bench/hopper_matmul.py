@@ -134,7 +134,15 @@ def example_variants() -> dict:
     # V7: ping-pong consumer groups, each on whole 128 x 128 (or 64 x 256) tiles
     for bm, bn, s in ((128, 128, 4), (128, 128, 5), (64, 256, 4)):
         out[f"ex_v7_{bm}x{bn}x64_s{s}_sw8"] = mods["matmul_v7"].MatmulV7(
-            num_stages=s, block_m=bm, block_n=bn, block_k=64, swizzle=8, split_k=1
+            num_stages=s,
+            block_m=bm,
+            block_n=bn,
+            block_k=64,
+            swizzle=8,
+            split_k=1,
+            cluster_n=1,
+            coop=0,
+            epilogue="tma",
         )
     return out
 

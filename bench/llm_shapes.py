@@ -157,8 +157,9 @@ def measure(torch, dtype: str, names, rounds: int, reps: int) -> list[dict]:
 
 def _config_text(cfg: dict) -> str:
     short = {"block_m": "m", "block_n": "n", "block_k": "k", "num_stages": "st", "swizzle": "sw",
-             "split_k": "sk", "cluster_n": "cl"}  # fmt: skip
-    return " ".join(f"{short.get(k, k)}{v}" for k, v in cfg.items() if k != "block_k")
+             "split_k": "sk", "cluster_n": "cl", "partials": "p", "epilogue": "ep",
+             "prefetch": "pf"}  # fmt: skip
+    return " ".join(f"{short.get(k, k)}{v}" for k, v in cfg.items() if (k, v) != ("block_k", 64))
 
 
 def _prebuild(cls, cfgs, shape, dt) -> list:
@@ -179,9 +180,20 @@ def _prebuild(cls, cfgs, shape, dt) -> list:
         return list(ex.map(one, cfgs))
 
 
-def measure_pinned(torch, dtype: str, names, knames, rounds: int, reps: int) -> list[dict]:
-    """Per shape: cuBLAS, each kernel of ``knames`` tuned (default constructor) and each of its
-    configs pinned, checked, then timed in interleaved rounds; one row per shape."""
+def load_configs(path: str) -> dict:
+    """``--configs``: a JSON file mapping shape names (or ``"*"``, every shape) to lists of
+    constructor keyword dicts (configs of the space, or others: any keyword the kernel takes)."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        raise SystemExit(f"--configs {path}: expected {{shape: [config, ...]}}")
+    return data
+
+
+def measure_pinned(torch, dtype: str, names, knames, rounds: int, reps: int, configs=None,
+                   tuned_too: bool = True) -> list[dict]:  # fmt: skip
+    """Per shape: cuBLAS, each kernel of ``knames`` tuned (default constructor; not when
+    ``tuned_too`` is false) and each of its configs pinned (or those ``configs`` lists for the
+    shape), checked, then timed in interleaved rounds; one row per shape."""
     tdt = torch.float16 if dtype == "fp16" else torch.bfloat16
     flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
     avail = kernels(dtype)
@@ -197,10 +209,16 @@ def measure_pinned(torch, dtype: str, names, knames, rounds: int, reps: int) -> 
             if kname not in avail:
                 continue
             cls, dt = avail[kname]
-            tuned[kname] = cls()
-            runs[f"{kname} tuned"] = (lambda c, kern=tuned[kname], s=(m, n, k, a, b): kern(*s, c),
-                                      None, None)  # fmt: skip
+            if tuned_too:
+                tuned[kname] = cls()
+                runs[f"{kname} tuned"] = (
+                    lambda c, kern=tuned[kname], s=(m, n, k, a, b): kern(*s, c),
+                    None,
+                    None,
+                )
             cfgs = cls().configs
+            if configs is not None:
+                cfgs = configs.get(name, configs.get("*", []))
             t0 = time.perf_counter()
             built = _prebuild(cls, cfgs, (m, n, k), dt)
             print(f"{dtype} {name} {kname}: {len(cfgs)} pinned configs built in "
@@ -318,6 +336,11 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--pinned", default=None, help="comma-separated kernels (v5, v6, v7): every config pinned"
     )
+    ap.add_argument(
+        "--configs", default=None,
+        help="with --pinned: JSON file {shape or '*': [constructor kwargs, ...]} to pin instead",
+    )  # fmt: skip
+    ap.add_argument("--no-tuned", action="store_true", help="with --pinned: skip the tuned kernel")
     args = ap.parse_args(argv)
     dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
     if any(d not in ("fp16", "bf16") for d in dtypes):
@@ -337,8 +360,9 @@ def main(argv=None) -> int:
 
     if args.pinned:
         knames = [x.strip() for x in args.pinned.split(",") if x.strip()]
+        cfgs = load_configs(args.configs) if args.configs else None
         rows = [r for d in dtypes for r in measure_pinned(torch, d, names, knames, rounds,
-                                                          args.reps)]  # fmt: skip
+                                                          args.reps, cfgs, not args.no_tuned)]  # fmt: skip
         text = json.dumps({"git_commit": hm.git_commit(), "results": rows}, indent=1)
         if os.environ.get("OUT"):
             Path(os.environ["OUT"], "llm_pinned.json").write_text(text)

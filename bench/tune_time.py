@@ -36,7 +36,7 @@ import tilus  # noqa: E402
 
 #: swizzle widths crossed with V7's tiles (each is a different kernel: the width is a constant)
 SWIZZLES = (8, 2, 4, 16, 1, 3, 6, 12)
-NAMES = "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop"
+NAMES = "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue"
 
 
 def v7_space(count: int = 100):
@@ -45,7 +45,7 @@ def v7_space(count: int = 100):
 
     keys = []
     for c in matmul_v7.MatmulV7().configs:
-        t = (c["block_m"], c["block_n"], c["num_stages"], c["split_k"], c["cluster_n"], c["coop"])
+        t = tuple(c[k] for k in NAMES.split(", ") if k != "swizzle")
         if t not in keys:
             keys.append(t)
     configs = [(*t[:4], sw, *t[4:]) for sw in SWIZZLES for t in keys][:count]

@@ -98,3 +98,15 @@ def test_pinned_config_text_is_short():
     cfg = {"block_m": 128, "block_n": 256, "block_k": 64, "num_stages": 3, "split_k": 1,
            "swizzle": 8, "cluster_n": 2, "coop": 1}  # fmt: skip
     assert llm_shapes._config_text(cfg) == "m128 n256 st3 sk1 sw8 cl2 coop1"
+    cfg.update(block_k=128, partials="store")
+    assert llm_shapes._config_text(cfg) == "m128 n256 k128 st3 sk1 sw8 cl2 coop1 pstore"
+
+
+def test_pinned_configs_file(tmp_path):
+    # the committed candidates name known shapes and build as constructor arguments
+    data = llm_shapes.load_configs(str(ROOT / "bench" / "configs" / "v7_small_m.json"))
+    assert set(data) <= set(llm_shapes.SHAPES) and all(data.values())
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(SystemExit, match="expected"):
+        llm_shapes.load_configs(str(bad))

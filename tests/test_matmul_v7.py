@@ -65,7 +65,7 @@ def test_clusters_and_coop_with_a_pair_past_the_last_column(v7):
     # N = 328 is 3 tiles of 128: the second tile of the last cluster pair lies right of C (its
     # B tile is loaded as zeros for the pair's sake and never stored); 4 "SMs" = 2 clusters
     configs = [c for c in v7.MatmulV7().configs if c["cluster_n"] == 2 or c["coop"]]
-    assert len(configs) == 6
+    assert len(configs) == 8
     # a ping-pong and a coop cluster config (every config runs in the test above)
     for cfg in [c for c in configs if c["cluster_n"] == 2 and c["swizzle"] == 8][:2]:
         _run(v7.MatmulV7(num_sms=4, **cfg), "float16", 3, size=(200, 328, 392))
@@ -73,15 +73,40 @@ def test_clusters_and_coop_with_a_pair_past_the_last_column(v7):
 
 def test_cluster_and_coop_need_128_row_tiles_without_split_k(v7):
     base = dict(num_stages=4, block_n=128, block_k=64, swizzle=8, num_sms=4)
-    base.update(split_k=1, cluster_n=1, coop=0)
+    base.update(split_k=1, cluster_n=1, coop=0, epilogue="tma")
     x = np.zeros((8, 8), dtype=np.float16)
     for bad in (dict(block_m=64, cluster_n=2), dict(block_m=128, cluster_n=2, split_k=2),
-                dict(block_m=64, coop=1), dict(block_m=128, coop=1, split_k=2),
-                dict(block_m=128, cluster_n=4)):  # fmt: skip
+                dict(block_m=64, coop=1), dict(block_m=128, cluster_n=4),
+                dict(block_m=64, partials="both"), dict(block_m=64, epilogue="smem")):  # fmt: skip
         kernel = v7.MatmulV7(**{**base, **bad})  # built (and checked) at its first call
-        with pytest.raises(tilus.TilusArgumentError, match="128-row tiles"):
+        with pytest.raises(
+            tilus.TilusArgumentError,
+            match="128-row tiles|'store' or 'add'|'tma' or 'direct'",
+        ):
             with tilus.option.scoped(interpret=True):
                 kernel(8, 8, 8, x, x, x.copy())
+
+
+# forms outside the default space (the GPU tier runs them too): split-K partials stored per part,
+# coop groups with split-K (each group combines its half tile), 128-wide K tiles, 32-column tiles,
+# C stored from registers (no shared C tile), B prefetched into L2 ahead of the ring
+EXTRA = [
+    dict(block_m=64, block_n=64, num_stages=4, split_k=3, swizzle=8, partials="add"),
+    dict(block_m=128, block_n=128, num_stages=4, split_k=2, swizzle=2, coop=1, partials="store"),
+    dict(block_m=128, block_n=128, num_stages=4, split_k=3, swizzle=2, coop=1, partials="add"),
+    dict(block_m=64, block_n=64, num_stages=3, split_k=2, swizzle=8, block_k=128),
+    dict(block_m=64, block_n=32, num_stages=6, split_k=2, swizzle=8, partials="store"),
+    dict(block_m=64, block_n=64, num_stages=6, split_k=2, swizzle=8, epilogue="direct"),
+    dict(block_m=128, block_n=128, num_stages=4, swizzle=2, coop=1, epilogue="direct"),
+]
+
+
+@pytest.mark.parametrize("i", range(len(EXTRA)))
+def test_extra_forms(v7, i):
+    cfg = dict(block_k=64, split_k=1, cluster_n=1, coop=0, epilogue="tma")
+    cfg.update(EXTRA[i])
+    # 3 "SMs": blocks run several units; M = 200 is 2-4 M tiles, so every split form splits
+    _run(v7.MatmulV7(num_sms=3, **cfg), "float16", 5)
 
 
 @pytest.mark.parametrize("split_k", [1, 4])
@@ -92,9 +117,10 @@ def test_bf16(v7, split_k):
 
 def test_the_space_and_the_types(v7):
     configs = v7.MatmulV7().configs
-    assert len(configs) == 20 and v7.MatmulV7BF16().configs == configs
+    assert len(configs) == 22 and v7.MatmulV7BF16().configs == configs
     assert {c["block_m"] for c in configs} == {64, 128}
-    assert {c["split_k"] for c in configs} == {1, 2, 3, 4}
+    assert {c["split_k"] for c in configs} == {1, 2, 4}
+    assert {c["epilogue"] for c in configs} == {"tma", "direct"}
     assert {(c["cluster_n"], c["coop"]) for c in configs} == {(1, 0), (2, 0), (1, 1), (2, 1)}
     for c in configs:  # clusters and coop: 128-row tiles, unsplit
         if c["cluster_n"] == 2 or c["coop"]:
@@ -111,7 +137,9 @@ def test_builds_without_spills(v7, bf16):
     # the largest accumulator (128 x 128) and the largest split-K one (every config builds on the
     # GPU tier, tests/cuda/test_gpu_matmul_v7.py)
     configs = [c for c in cls().configs if c["block_n"] == 128 and c["block_m"] == 128][:1]
-    configs += [c for c in cls().configs if c["split_k"] == 4][:1]  # 64 x 128 split in 4
+    configs += [c for c in cls().configs if c["split_k"] == 4][
+        :1
+    ]  # 64 x 64 split in 4 (stored partials)
     # the largest coop accumulator (64 x 256 a group) with the cluster's remote arrivals
     configs += [c for c in cls().configs if c["coop"] and c["cluster_n"] == 2][:1]
     for cfg in configs[-2:-1] if bf16 else configs:

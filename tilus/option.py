@@ -26,6 +26,9 @@ class _Options:
     bench_repeat: int = 50
     tune_rest: float = 0.0  # TILUS_TUNE_REST: longest idle pause between tuning timings (CUDA)
     autotune: bool = True  # TILUS_AUTOTUNE: time every config on CUDA (False: first compiling)
+    tma_l2_promotion: int = (
+        128  # TILUS_TMA_L2_PROMOTION: L2 fetch size of TMA loads (0/64/128/256 B)
+    )
 
 
 _ENV = {
@@ -37,6 +40,7 @@ _ENV = {
     "keep_ptx": ("TILUS_KEEP_PTX", bool),
     "autotune": ("TILUS_AUTOTUNE", bool),
     "tune_rest": ("TILUS_TUNE_REST", float),
+    "tma_l2_promotion": ("TILUS_TMA_L2_PROMOTION", int),
 }
 
 _overrides: dict = {}

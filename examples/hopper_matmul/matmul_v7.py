@@ -15,13 +15,18 @@
 2. **64-row tiles and split-K** for small M (64-256 rows are 1-4 M tiles): with ``split_k``
    the K tiles of each C tile are cut into up to that many parts, each a work unit of its own
    (the parts of a tile are consecutive units, so they run on different blocks at the same
-   time). Every part adds its fp32 sums into the tile's sums in a workspace (``global_tensor``,
-   ``red.add``) and counts itself in with an atomic add (acquire-release, gpu scope) on the
-   tile's counter; the part that counts in last reads the total while clearing it (an atomic
-   exchange with zeros), stores C and sets the counter back to 0 (sums and counters must be
-   left clean: ``requires_clean=True``). No block waits for another, and only one accumulator
-   is in registers. Split-K is used only when M has at most ``SPLIT_M_TILES`` tiles, so the workspace
-   size is known when the kernel is built; larger M runs the same config unsplit.
+   time). Every part stores its fp32 sums into a slot of its own in a workspace
+   (``global_tensor``; plain stores, nothing to clear) and counts itself in with an atomic add
+   (acquire-release, gpu scope) on the tile's counter; the part that counts in last loads the
+   other parts' slots, adds them to its own sums, stores C and sets the counter back to 0 (the
+   counters must be left clean: ``requires_clean=True``). No block waits for another. The last
+   part holds a second register tile, which fits beside accumulators of up to 64 x 64 a thread
+   group; ``partials="add"`` keeps one tile instead: every part adds its sums into the tile's
+   sums (``red.add``, an L2 atomic per element) and the last one reads the total while clearing
+   it (an atomic exchange with zeros), 3% slower at M = 64 on an H200. Split-K is used only when
+   M has at most ``SPLIT_M_TILES`` tiles, so the workspace size is known when the kernel is
+   built; larger M runs the same config unsplit. Coop configs split too, each consumer group
+   combining its half of the tile on its own.
 3. **bf16.** ``MatmulV7`` takes fp16 pointers and ``MatmulV7BF16`` bf16 ones; the body is one
    method (``matmul``) that reads the element type from the class.
 4. **Clusters of 2 with TMA multicast** (``cluster_n=2``, 128-row tiles): the two blocks of a
@@ -40,6 +45,13 @@
    (the A tile is staged in 64-row halves, a slot is freed by both groups). This keeps both
    groups busy when a block has a single unit (M = 256: 128 tiles of 128 x 128 on 132 SMs), and
    allows 128 x 256 tiles (64 x 256 accumulators a group).
+6. **C from registers** (``epilogue="direct"``): the group stores its tile with global stores
+   instead of through a shared C tile and a TMA store, so the ring gets that shared memory
+   (7 instead of 5 stages of 128 x 128: M = 256 then runs 0.89x cuBLAS instead of 0.87x; at
+   M = 64, 64 x 32 tiles with 18 stages run 0.99x, with 12 and a TMA store 0.97x): small M reads
+   B once from DRAM and runs best with the most B bytes on their way. (Prefetching B into L2
+   ahead of the ring with ``tma.prefetch`` measured 7-10% slower at M = 64 and 256, and 128-wide
+   K tiles no faster, so neither is a knob.)
 
 Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
 ``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
@@ -65,36 +77,42 @@ from tilus.utils import cdiv
 SPLIT_M_TILES = 4
 
 
-# (block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop): tiles of one consumer warp
-# group (coop: of both) with the deepest ring that fits beside the two C tiles: 128 x 128 (with
-# and without clusters), coop 128 x 256 and 128 x 128, and 64 x 256 for large shapes,
-# 64 x 128 and 64 x 64 for small M, 64 x 128 and 64 x 64 with K split in 2-4 parts for
-# M = 64-256 (1-4 M tiles; small M streams B, so what counts is work units on every SM: e.g.
-# M = 64, N = 4096 is 32 tiles of 64 x 128, 128 units in 4 parts). A split 64 x 256 tile
-# spills within the 168 registers ptxas gives every thread of a 384-thread block.
+# (block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue): tiles of one
+# consumer warp group (coop: of both) with the deepest ring that fits beside the C tiles (none
+# with the "direct" epilogue). Large shapes: 128 x 128 (with and without clusters), coop
+# 128 x 256 and 128 x 128, 64 x 256. Small M streams B from DRAM once, so what counts is a unit
+# on every SM with the most B bytes in flight: measured on an H200 (bench/llm_shapes.py, pinned),
+# M = 64, N = K = 4096 runs best as 128 unsplit 64 x 32 tiles with 18 stages (0.99x cuBLAS;
+# 64 x 64 unsplit 0.93x, split in 2 0.90x, 64 x 128 split in 4 0.73x) and M = 256, N = K = 8192
+# as 128 x 128 tiles with 7 stages, C stored from registers (0.89x; 5 stages 0.87x). 128 x 64
+# gives M = 256 two units a block (one group's epilogue overlaps the other's mainloop). Split-K
+# (64 x 64 in 2 and 4 parts) stays for K-heavy shapes with few tiles. A split tile larger than
+# 64 x 64 spills within the 168 registers ptxas gives every thread of a 384-thread block.
 @tilus.autotune(
-    "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop",
+    "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue",
     [
-        (128, 128, 4, 1, 8, 1, 0),
-        (128, 128, 5, 1, 8, 1, 0),
-        (128, 128, 5, 1, 2, 1, 0),
-        (128, 128, 5, 1, 8, 2, 0),
-        (128, 128, 5, 1, 2, 2, 0),
-        (128, 256, 3, 1, 8, 1, 1),
-        (128, 256, 3, 1, 8, 2, 1),
-        (128, 128, 6, 1, 8, 1, 1),
-        (128, 128, 6, 1, 8, 2, 1),
-        (64, 256, 4, 1, 8, 1, 0),
-        (64, 256, 4, 1, 2, 1, 0),
-        (64, 128, 6, 1, 8, 1, 0),
-        (64, 128, 6, 1, 2, 1, 0),
-        (64, 128, 6, 2, 8, 1, 0),
-        (64, 128, 6, 4, 8, 1, 0),
-        (64, 64, 8, 1, 8, 1, 0),
-        (64, 64, 8, 2, 8, 1, 0),
-        (64, 64, 8, 2, 2, 1, 0),
-        (64, 64, 8, 3, 8, 1, 0),
-        (64, 64, 8, 4, 8, 1, 0),
+        (128, 128, 4, 1, 8, 1, 0, "tma"),
+        (128, 128, 5, 1, 8, 1, 0, "tma"),
+        (128, 128, 5, 1, 2, 1, 0, "tma"),
+        (128, 128, 7, 1, 1, 1, 0, "direct"),
+        (128, 128, 5, 1, 8, 2, 0, "tma"),
+        (128, 128, 5, 1, 2, 2, 0, "tma"),
+        (128, 256, 3, 1, 8, 1, 1, "tma"),
+        (128, 256, 4, 1, 8, 1, 1, "direct"),
+        (128, 256, 3, 1, 8, 2, 1, "tma"),
+        (128, 128, 6, 1, 8, 1, 1, "tma"),
+        (128, 128, 6, 1, 1, 1, 1, "tma"),
+        (128, 128, 6, 1, 8, 2, 1, "tma"),
+        (128, 64, 8, 1, 2, 1, 0, "tma"),
+        (64, 256, 4, 1, 8, 1, 0, "tma"),
+        (64, 256, 5, 1, 2, 1, 0, "direct"),
+        (64, 128, 6, 1, 8, 1, 0, "tma"),
+        (64, 128, 6, 1, 2, 1, 0, "tma"),
+        (64, 64, 14, 1, 8, 1, 0, "direct"),
+        (64, 64, 8, 2, 8, 1, 0, "tma"),
+        (64, 64, 8, 4, 8, 1, 0, "tma"),
+        (64, 32, 18, 1, 8, 1, 0, "direct"),
+        (64, 32, 12, 1, 8, 1, 0, "tma"),
     ],
 )
 @tilus.autotune("block_k", [64])
@@ -106,16 +124,22 @@ class MatmulV7(MatmulWGMMAV4):
 
     def __init__(
         self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, cluster_n=1, coop=0,
-        num_sms=None,
+        num_sms=None, partials="store", epilogue="tma",
     ):  # fmt: skip
         super().__init__(num_stages, block_m, block_n, block_k, swizzle)
         if cluster_n not in (1, 2) or (cluster_n == 2 and (split_k != 1 or block_m != 128)):
             raise tilus.TilusArgumentError(
                 f"cluster_n must be 1 or 2 (2 with 128-row tiles and no split-K), got {cluster_n}"
             )
-        if coop and (split_k != 1 or block_m != 128):
-            raise tilus.TilusArgumentError("coop needs 128-row tiles and no split-K")
+        if coop and block_m != 128:
+            raise tilus.TilusArgumentError("coop needs 128-row tiles")
+        if partials not in ("store", "add"):
+            raise tilus.TilusArgumentError(f"partials must be 'store' or 'add', got {partials!r}")
+        if epilogue not in ("tma", "direct"):
+            raise tilus.TilusArgumentError(f"epilogue must be 'tma' or 'direct', got {epilogue!r}")
         self.split_k = split_k
+        self.partials = partials
+        self.epilogue = epilogue
         self.cluster_n = cluster_n
         self.coop = coop
         # the A tile in 64-row halves: the cluster's blocks load one each, coop groups use one each
@@ -264,15 +288,20 @@ class MatmulV7(MatmulWGMMAV4):
         if (adv // self.num_stages) % 2 == 1:
             pipe.consumer_phase ^= 1
 
-    def add_parts(self, acc, ws, cnt, flag, tile: int32, split: int32):
-        """Split-K: add this part's sums ``acc`` into the tile's fp32 sums in the workspace
-        (``red.add``) and count the part in; the last part of the tile to arrive loads the
-        total into ``acc`` and sets the sums and the count back to 0 (both must be left clean).
-        Returns whether this part is the last (it then stores C). (Adding in place keeps a single accumulator in registers, so
-        64 x 128 and 64 x 256 tiles split without spilling.)"""
-        bm, bn = self.block_m, self.block_n
-        self.atomic.global_add(ws[tile], acc)
-        self.sync()  # every thread's sums are added before the count is released
+    def add_parts(self, acc, ws, cnt, flag, tile: int32, part: int32, split: int32):
+        """Split-K: combine the K parts of tile ``tile`` (``ws``/``cnt`` entries: a C tile, or a
+        coop group's half of one). Every part publishes its fp32 sums ``acc`` and counts itself
+        in on the tile's counter (acq_rel); the last part to count in gathers the total into
+        ``acc`` and sets the counter back to 0. Returns whether this part is the last (it then
+        stores C). ``partials="store"``: each part stores its sums into its own workspace slot
+        (plain stores) and the last one loads and adds the others' slots; ``"add"``:
+        every part adds into the tile's sums (``red.add``, one L2 atomic per element) and the
+        last reads the total while clearing it (an atomic exchange with zeros)."""
+        if self.partials == "store":
+            self.store_global(ws[tile, part], acc, offsets=[0, 0])
+        else:
+            self.atomic.global_add(ws[tile], acc)
+        self.sync()  # every thread's sums are written before the count is released
         with self.single_warp(0):
             idx = self.register_tensor(dtype=int32, shape=[1], init=tile)
             one = self.register_tensor(dtype=int32, shape=[1], init=1)
@@ -288,8 +317,14 @@ class MatmulV7(MatmulWGMMAV4):
         last: int32 = 0
         if seen[0] == split - 1:
             last = 1
-            zeros = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
-            self.atomic.global_exch(ws[tile], zeros, output=acc)  # read the sums, clear them
+            if self.partials == "store":
+                for p in self.range(split):
+                    if p != part:
+                        other = self.load_global(ws[tile, p], offsets=[0, 0], shape=acc.shape)
+                        self.add(acc, other, out=acc)
+            else:
+                zeros = self.register_tensor(dtype=float32, shape=acc.shape, init=0.0)
+                self.atomic.global_exch(ws[tile], zeros, output=acc)  # read the sums, clear them
         self.sync()  # flag is read by every thread before the next unit writes it
         return last
 
@@ -302,7 +337,10 @@ class MatmulV7(MatmulWGMMAV4):
         first_unit = self.first_unit()
         stride = self.num_clusters
         order_phase: uint32 = 1 - group  # group 0 starts first
-        if self.cluster_n == 1:
+        sc = None
+        if self.epilogue == "direct":
+            pass
+        elif self.cluster_n == 1:
             sc = self.shared_tensor(dtype=self.dtype, shape=[bm, bn])
         else:  # the two 64-row halves of the C tile
             sc = self.shared_tensor(dtype=self.dtype, shape=[2, bm // 2, bn])
@@ -331,64 +369,84 @@ class MatmulV7(MatmulWGMMAV4):
             store: int32 = 1
             if self.split_k > 1:
                 if split > 1:
-                    store = self.add_parts(acc, ws, cnt, flag, tile, split)
+                    store = self.add_parts(acc, ws, cnt, flag, tile, part, split)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
             if store == 1:
-                with self.single_thread():  # the previous tile's TMA store has read sc
-                    self.tma.wait_group(0, read=True)
-                self.sync()
-                if self.cluster_n == 1:
-                    self.store_shared(sc, self.cast(acc, dtype=self.dtype))
+                self.store_tile(sc, gc, acc, acc_hi, m_tile * bm, n_tile * bn)
+        self.finish_stores()
+
+    def store_tile(self, sc, gc, acc, acc_hi, row: int32, col: int32):
+        """Store the C tile ``acc`` (in a cluster ``acc`` and ``acc_hi``, its 64-row halves; in
+        coop a group's half) at ``(row, col)`` of C in the input type: through the shared tile
+        ``sc`` and a TMA store, waited for only before the next tile overwrites ``sc``; with
+        ``epilogue="direct"`` straight from registers with global stores (no shared C tile, so
+        the ring can be deeper)."""
+        if self.epilogue == "direct":
+            self.store_global(gc, self.cast(acc, dtype=self.dtype), offsets=[row, col])
+            if self.cluster_n == 2 and not self.coop:
+                self.store_global(gc, self.cast(acc_hi, dtype=self.dtype), offsets=[row + 64, col])
+        else:
+            with self.single_thread():  # the previous tile's TMA store has read sc
+                self.tma.wait_group(0, read=True)
+            self.sync()
+            if self.cluster_n == 1 or self.coop:
+                self.store_shared(sc, self.cast(acc, dtype=self.dtype))
+            else:
+                self.store_shared(sc[0], self.cast(acc, dtype=self.dtype))
+                self.store_shared(sc[1], self.cast(acc_hi, dtype=self.dtype))
+            self.fence.proxy_async(space="shared")  # generic writes visible to TMA
+            self.sync()
+            with self.single_thread():
+                if self.cluster_n == 1 or self.coop:
+                    self.tma.shared_to_global(sc, gc, offsets=[row, col])
                 else:
-                    self.store_shared(sc[0], self.cast(acc, dtype=self.dtype))
-                    self.store_shared(sc[1], self.cast(acc_hi, dtype=self.dtype))
-                self.fence.proxy_async(space="shared")  # generic writes visible to TMA
-                self.sync()
-                with self.single_thread():
-                    if self.cluster_n == 1:
-                        self.tma.shared_to_global(sc, gc, offsets=[m_tile * bm, n_tile * bn])
-                    else:
-                        for h in self.range(2, unroll=2):
-                            self.tma.shared_to_global(
-                                sc[h], gc, offsets=[m_tile * bm + h * (bm // 2), n_tile * bn]
-                            )
-                    self.tma.commit_group()
-        with self.single_thread():
-            self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+                    for h in self.range(2, unroll=2):
+                        self.tma.shared_to_global(sc[h], gc, offsets=[row + h * 64, col])
+                self.tma.commit_group()
+
+    def finish_stores(self):
+        """Before the group exits: its last TMA store has read ``sc``."""
+        if self.epilogue == "tma":
+            with self.single_thread():
+                self.tma.wait_group(0, read=True)
 
     def consume(self, group: int, pipe, order, sa, sb, gc, ws, cnt, k_size: int, num_m: int32,
                 num_n: int, peer_empty):  # fmt: skip
         """Consumer warp group ``group``: ping-pong on alternate units, or ``coop``."""
         if self.coop:
-            self.consume_coop(group, pipe, sa, sb, gc, k_size, num_m, num_n, peer_empty)
+            self.consume_coop(group, pipe, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
         else:
             self.consume_all(group, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n,
                              peer_empty)  # fmt: skip
 
-    def consume_coop(self, group: int, pipe, sa, sb, gc, k_size: int, num_m: int32, num_n: int,
-                     peer_empty):  # fmt: skip
+    def consume_coop(self, group: int, pipe, sa, sb, gc, ws, cnt, k_size: int, num_m: int32,
+                     num_n: int, peer_empty):  # fmt: skip
         """``coop``: both consumer groups on every unit of the block (V6's split), group ``g``
-        on the tile's rows ``[64 g, 64 g + 64)`` with its own shared C tile."""
+        on the tile's rows ``[64 g, 64 g + 64)`` with its own shared C tile; with split-K each
+        group combines its half of the tile's parts on its own (own workspace entry and count)."""
         bn = self.block_n
-        sc = self.shared_tensor(dtype=self.dtype, shape=[64, bn])
-        for unit in self.range(self.first_unit(), self.units(num_m, num_n, 1), self.num_clusters):
-            m_tile, n_tile, _, k_cnt, _, _ = self.unit_work(unit, num_m, num_n, k_size, 1)
+        split = self.splits(num_m, k_size)
+        sc = None
+        if self.epilogue == "tma":
+            sc = self.shared_tensor(dtype=self.dtype, shape=[64, bn])
+        flag = None
+        if self.split_k > 1:
+            flag = self.shared_tensor(dtype=int32, shape=[1])
+        for unit in self.range(self.first_unit(), self.units(num_m, num_n, split),
+                               self.num_clusters):  # fmt: skip
+            m_tile, n_tile, _, k_cnt, tile, part = self.unit_work(unit, num_m, num_n, k_size, split)
             acc = self.register_tensor(dtype=float32, shape=[64, bn], init=0.0)
             self.mainloop_pp(group, pipe, sa, sb, acc, None, k_cnt, peer_empty)
-            if n_tile < num_n:  # (a cluster's second tile may lie right of the last column)
-                with self.single_thread():  # the previous tile's TMA store has read sc
-                    self.tma.wait_group(0, read=True)
-                self.sync()
-                self.store_shared(sc, self.cast(acc, dtype=self.dtype))
-                self.fence.proxy_async(space="shared")  # generic writes visible to TMA
-                self.sync()
-                with self.single_thread():
-                    offsets = [m_tile * self.block_m + group * 64, n_tile * bn]
-                    self.tma.shared_to_global(sc, gc, offsets=offsets)
-                    self.tma.commit_group()
-        with self.single_thread():
-            self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+            store: int32 = 1
+            if self.split_k > 1:
+                if split > 1:
+                    store = self.add_parts(acc, ws, cnt, flag, 2 * tile + group, part, split)
+            if n_tile >= num_n:  # a cluster's second tile right of the last column of C
+                store = 0
+            if store == 1:
+                self.store_tile(sc, gc, acc, None, m_tile * self.block_m + group * 64, n_tile * bn)
+        self.finish_stores()
 
     def launch(self, m_size: int32, n_size: int):
         """Grid and block size (set in ``__call__``, from the parameters themselves)."""
@@ -417,11 +475,15 @@ class MatmulV7(MatmulWGMMAV4):
             order = self.mbarrier.alloc([1, 1])
         ws = None
         cnt = None
-        if self.split_k > 1:  # per tile the sums of its K parts, and the parts done
-            ws = self.global_tensor(
-                float32, [SPLIT_M_TILES * num_n, block_m, block_n], requires_clean=True
-            )
-            cnt = self.global_tensor(int32, [SPLIT_M_TILES * num_n], requires_clean=True)
+        if self.split_k > 1:  # per tile (coop: per half tile) the K parts' sums and a count
+            entries = SPLIT_M_TILES * num_n * (2 if self.coop else 1)
+            rows = block_m // 2 if self.coop else block_m
+            if self.partials == "store":  # a slot per part, overwritten by every launch
+                shape = [entries, self.split_k, rows, block_n]
+                ws = self.global_tensor(float32, shape, requires_clean=False)
+            else:  # one sum per tile, left zero
+                ws = self.global_tensor(float32, [entries, rows, block_n], requires_clean=True)
+            cnt = self.global_tensor(int32, [entries], requires_clean=True)
         peer_empty = None
         if self.cluster_n > 1:  # the peer's empty barriers; both blocks' exist after the sync
             peer_empty = self.cluster.map_shared_addr(pipe.empty, 1 - self.cluster.blockRank)

@@ -61,9 +61,14 @@ USES = {
     tl_tma_store_commit();
     tl_tma_store_wait_read<1>();
     tl_tma_store_wait<0>();
+    tl_tma_prefetch_1d(&map, 0);
+    tl_tma_prefetch_2d(&map, 0, 1);
+    tl_tma_prefetch_3d(&map, 0, 1, 2);
+    tl_tma_prefetch_4d(&map, 0, 1, 2, 3);
+    tl_tma_prefetch_5d(&map, 0, 1, 2, 3, 4);
   }
 """,
-        {"UTMALDG", "UTMASTG"},
+        {"UTMALDG", "UTMASTG", "UTMAPF"},
     ),
     "wgmma": (
         """

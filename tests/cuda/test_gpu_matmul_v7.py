@@ -18,6 +18,27 @@ pytestmark = [pytest.mark.gpu, needs_gpu]
 #: num_sms -> sizes (N and K are compile-time: one build per config and num_sms)
 SIZES = {None: [(1000, 1320, 776), (136, 1320, 776)], 3: [(200, 328, 392)]}
 
+#: forms outside the default space, checked beside it: split-K partials added in place
+#: (``partials="add"``) and stored beside 64 x 128 accumulators, coop groups with split-K, 128-wide
+#: K tiles, split 32-column tiles, C stored from registers with split-K and coop
+EXTRA = [
+    dict(block_m=64, block_n=64, num_stages=8, split_k=2, swizzle=8, partials="add"),
+    dict(block_m=64, block_n=128, num_stages=6, split_k=4, swizzle=8, partials="add"),
+    dict(block_m=64, block_n=128, num_stages=8, split_k=4, swizzle=8),
+    dict(block_m=128, block_n=128, num_stages=6, split_k=2, swizzle=2, coop=1),
+    dict(block_m=128, block_n=128, num_stages=6, split_k=2, swizzle=2, coop=1, partials="add"),
+    dict(block_m=64, block_n=64, num_stages=6, split_k=2, swizzle=8, block_k=128),
+    dict(block_m=64, block_n=32, num_stages=12, split_k=2, swizzle=8),
+    dict(block_m=64, block_n=64, num_stages=14, split_k=2, swizzle=8, epilogue="direct"),
+    dict(block_m=128, block_n=128, num_stages=7, swizzle=2, coop=1, epilogue="direct"),
+]
+
+
+def extra_configs():
+    """EXTRA with every constructor argument of an autotune group spelled out."""
+    base = dict(block_k=64, split_k=1, cluster_n=1, coop=0, epilogue="tma")
+    return [{**base, **c} for c in EXTRA]
+
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("num_sms", [None, 3], ids=["all-sms", "3-sms"])
@@ -33,14 +54,15 @@ def test_every_config_against_torch(dtype, num_sms):
         cfg, (m, n, k) = args
         tilus.compile(cls(num_sms=num_sms, **cfg), m, n, k, dt, dt, dt)
 
-    jobs = [(cfg, size) for cfg in cls().configs for size in SIZES[num_sms]]
+    configs = cls().configs + extra_configs()
+    jobs = [(cfg, size) for cfg in configs for size in SIZES[num_sms]]
     with ThreadPoolExecutor(max(1, min(len(jobs), os.cpu_count() or 1))) as ex:
         list(ex.map(build, jobs))
     for m, n, k in SIZES[num_sms]:
         a = torch.randn(m, k, device="cuda", dtype=tdt)
         b = torch.randn(n, k, device="cuda", dtype=tdt)
         ref = a.float() @ b.float().T
-        for cfg in cls().configs:
+        for cfg in configs:
             for _ in range(2):  # the second launch finds the split-K counters clean
                 c = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
                 cls(num_sms=num_sms, **cfg)(m, n, k, a, b, c)

@@ -112,3 +112,20 @@ def test_encode_passes_binding_type_checks():
     except Exception:  # noqa: BLE001 - no libcuda or no device here
         return
     assert len(blob) == 128
+
+
+def test_l2_promotion_option_keys_the_cache_and_is_checked():
+    import tilus
+    from tilus.runtime import tensormap
+
+    calls = []
+    cache = TensorMapCache(encoder=lambda **kw: bytes([len(calls.append(kw) or calls)]) * 128)
+    a = cache.get(**_args())
+    with tilus.option.scoped(tma_l2_promotion=256):
+        assert tensormap._l2_promotion_enum() == "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"
+        b = cache.get(**_args())  # another map: the promotion is part of it
+    assert a != b and len(calls) == 2 and cache.get(**_args()) == a
+    assert tensormap._l2_promotion_enum() == "CU_TENSOR_MAP_L2_PROMOTION_L2_128B"
+    with tilus.option.scoped(tma_l2_promotion=100):
+        with pytest.raises(tilus.TilusArgumentError, match="tma_l2_promotion must be one of"):
+            tensormap._l2_promotion_enum()

@@ -10,6 +10,7 @@ from tilus.ir import inst_cluster as C
 from tilus.ir import inst_layout as LY
 from tilus.ir import inst_lowbit as L
 from tilus.ir import inst_memory as M
+from tilus.ir import inst_prefetch as PF
 from tilus.ir import inst_sync as SY
 from tilus.ir.rules import RuleTable
 
@@ -124,3 +125,6 @@ EFFECTS.add(LY.Repeat, _DEFINES)
 # --- named barriers (inst_sync) ---
 EFFECTS.add(SY.NamedBarrierSync, _NO_OUT)
 EFFECTS.add(SY.NamedBarrierArrive, _NO_OUT)
+
+# --- L2 prefetch (inst_prefetch) ---
+EFFECTS.add(PF.TmaPrefetch, _NO_OUT)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tilus.errors import TilusArgumentError
+from tilus.option import get_option
 from tilus.runtime.driver import check, cuda_driver
 
 # dtype name -> (element bytes, CUtensorMapDataType member). TMA only moves bytes and fills
@@ -150,7 +151,8 @@ def encode_tiled(
     """Encode a tiled TMA descriptor with cuTensorMapEncodeTiled.
 
     Out-of-bounds elements are filled with zeros, there is no interleave, and L2 promotion
-    is 128 bytes.
+    (the granule in which L2 fetches the box's rows from DRAM) is the ``tma_l2_promotion``
+    option: 128 bytes unless set to 0, 64 or 256.
 
     Args:
         dtype_name: Element type, e.g. "float16", "bfloat16", "float8_e4m3", "int32".
@@ -190,13 +192,27 @@ def encode_tiled(
             [u32(e) for e in p.element_strides],
             drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             getattr(drv.CUtensorMapSwizzle, p.swizzle_enum),
-            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            getattr(drv.CUtensorMapL2promotion, _l2_promotion_enum()),
             # FILL_NONE means out-of-bounds elements read as zero.
             drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         ),
         "cuTensorMapEncodeTiled",
     )
     return ctypes.string_at(tmap.getPtr(), 128)
+
+
+#: the ``tma_l2_promotion`` option (bytes) -> CUtensorMapL2promotion
+L2_PROMOTIONS = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}
+
+
+def _l2_promotion_enum() -> str:
+    """The CUtensorMapL2promotion name for the current ``tma_l2_promotion`` option."""
+    v = get_option("tma_l2_promotion")
+    if v not in L2_PROMOTIONS:
+        raise TilusArgumentError(
+            f"tma_l2_promotion must be one of {sorted(L2_PROMOTIONS)} (bytes), got {v!r}"
+        )
+    return "CU_TENSOR_MAP_L2_PROMOTION_" + L2_PROMOTIONS[v]
 
 
 class TensorMapCache:
@@ -230,7 +246,8 @@ class TensorMapCache:
         swizzle: str = "none",
     ) -> bytes:
         """Return the encoded tensor map, encoding it on a miss (same arguments as encode_tiled)."""
-        key = (dtype_name, address, tuple(shape), tuple(strides_bytes), tuple(box), swizzle)
+        key = (dtype_name, address, tuple(shape), tuple(strides_bytes), tuple(box), swizzle,
+               get_option("tma_l2_promotion"))  # fmt: skip
         with self._lock:
             blob = self._entries.get(key)
             if blob is not None:

@@ -7,6 +7,7 @@ from tilus.ir import inst_cluster as C
 from tilus.ir import inst_layout as LY
 from tilus.ir import inst_lowbit as L
 from tilus.ir import inst_memory as M
+from tilus.ir import inst_prefetch as PF
 from tilus.ir import inst_sync as SY
 from tilus.ir.rules import RuleTable
 
@@ -89,3 +90,4 @@ for _cls in (  # barrier.cluster, mapa, .shared::cluster arrives, .multicast::cl
     MIN_TARGET.add(_cls, "sm_90")
 for _cls in (SY.NamedBarrierSync, SY.NamedBarrierArrive):  # bar.sync / bar.arrive a, b
     MIN_TARGET.add(_cls, _SM80)
+MIN_TARGET.add(PF.TmaPrefetch, "sm_90")  # cp.async.bulk.prefetch.tensor (sm_90)

@@ -13,6 +13,7 @@ from tilus.backends.interp.rules import box_index, read_box, rule, scal, shared
 from tilus.backends.interp.sched import Wait
 from tilus.errors import TilusRuntimeError
 from tilus.ir import inst as I
+from tilus.ir import inst_prefetch as PF
 from tilus.ir.enums import MemScope, TensorKind
 
 
@@ -219,3 +220,13 @@ def _setmaxnreg(task, inst, loc):
 def _fence_proxy_async(task, inst, loc):
     if inst.space == "shared":  # the global fence does not order shared memory
         races.fence_proxy_async(task, task.cta.shared.values())
+
+
+@rule(PF.TmaPrefetch)
+def _tma_prefetch(task, inst, loc):
+    # a cache hint: no effect on memory; the offsets are evaluated (and the box checked against
+    # the tile like a load's) so that a bad prefetch fails here as it would on the GPU
+    g = task.env[inst.src]
+    like = shared(task, inst.like, loc)
+    offs = [int(scal(task, o, loc)) for o in inst.offsets]
+    box_index(g.arr, offs, inst.dims, like.arr.shape)

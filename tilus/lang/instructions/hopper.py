@@ -5,6 +5,7 @@ from __future__ import annotations
 from tilus.dtypes import bfloat16, float8_e4m3, float8_e5m2, float16, float32, int32, uint32
 from tilus.ir import inst as I
 from tilus.ir import inst_cluster as C
+from tilus.ir import inst_prefetch as PF
 from tilus.ir.enums import MemScope, MemSem, TensorKind
 from tilus.ir.expr import Const, Expr
 from tilus.ir.tensor import TensorVar
@@ -161,6 +162,16 @@ class TmaGroup:
         _tma_issuer_check(b, "tma.shared_to_global")
         offs, dims = _tma_tile(b, dst, src, offsets, dims, "tma.shared_to_global")
         b.inst(I.TmaSharedToGlobal(src, dst, offs, dims))
+
+    def prefetch(self, *, src, like, offsets, dims=None):
+        """Prefetch into L2 the box of ``src`` at ``offsets`` that ``global_to_shared`` into the
+        shared tile ``like`` would read (PTX ``cp.async.bulk.prefetch.tensor``): a hint with no
+        barrier and no completion, issued ahead so that the later load hits in L2. ``like``
+        gives the box (and the tensor map) and is neither read nor written."""
+        b = current()
+        _tma_issuer_check(b, "tma.prefetch")
+        offs, dims = _tma_tile(b, src, like, offsets, dims, "tma.prefetch")
+        b.inst(PF.TmaPrefetch(src, like, offs, dims))
 
     def commit_group(self):
         """Close the current group of shared -> global copies."""

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from tilus.ir import inst as I
+from tilus.ir import inst_prefetch as PF
 from tilus.ir.function import Function
 from tilus.ir.tensor import TensorVar
 from tilus.passes.walk import instructions
 
 #: What may use a shared tile stored in column blocks: element-wise copies and TMA, which
-#: address it through ``SharedLayout``, and wgmma, whose descriptors step over the blocks
+#: address it through ``SharedLayout`` (a prefetch only takes its boxes), and wgmma, whose descriptors step over the blocks
 #: (a K row of 256 bytes is two 128-byte blocks); permuted views only as wgmma operands.
 _BLOCKABLE_USES = (
     I.WgmmaMma,
@@ -18,6 +19,7 @@ _BLOCKABLE_USES = (
     I.StoreShared,
     I.TmaGlobalToShared,
     I.TmaSharedToGlobal,
+    PF.TmaPrefetch,
     I.FreeShared,
     I.PrintTensor,
 )

@@ -6,11 +6,13 @@ from tilus.backends.cuda.layout.inference import err, free_vars, reshaped_layout
 from tilus.backends.cuda.layout.plan import Group, SharedView, TmaMap
 from tilus.backends.cuda.layout.reads import result_used
 from tilus.backends.cuda.tables import LAYOUT_RULES
+from tilus.dtypes import uint32
 from tilus.errors import at
 from tilus.ir import inst as I
 from tilus.ir import inst_cluster as C
 from tilus.ir import inst_lowbit as L
 from tilus.ir import inst_memory as M
+from tilus.ir import inst_prefetch as PF
 from tilus.ir import inst_sync as SY
 from tilus.ir.enums import TensorKind, VarKind
 from tilus.ir.expr import Const, Expr, Var
@@ -571,3 +573,14 @@ def _view(inf, stmt, inst, g):
 
 # --- named barriers (inst_sync) ----------------------------------------------------------------
 rule(SY.NamedBarrierSync, SY.NamedBarrierArrive)(_no_layout)
+
+
+# --- L2 prefetch (inst_prefetch) -------------------------------------------------------------
+
+
+@rule(PF.TmaPrefetch)
+def _tma_prefetch(inf, stmt, inst, g):
+    """The box of a TMA load into ``like``: the same checks and the same tensor map."""
+    load = I.TmaGlobalToShared(inst.src, inst.like, inst.offsets, inst.dims, Const.of(0, uint32))
+    _tma(inf, stmt, load, g)
+    inf.plan.tmap_of[inst] = inf.plan.tmap_of.pop(load)

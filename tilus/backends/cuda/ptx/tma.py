@@ -116,3 +116,18 @@ __device__ __forceinline__ void tl_tma_prefetch_map(const CUtensorMap_t* map) {{
 }}
 """,
 )
+
+
+def _prefetch(dims: int) -> str:
+    params, vector, inputs = _coords(dims, 1)
+    asm = f"cp.async.bulk.prefetch.tensor.{dims}d.L2.global.tile [%0, {vector}];"
+    return f"""
+__device__ __forceinline__ void tl_tma_prefetch_{dims}d(const CUtensorMap_t* map, {params}) {{
+  asm volatile("{check_operands(asm, 1 + dims)}" :: "l"(map), {inputs} : "memory");
+}}
+"""
+
+
+# PTX ISA 9.7.9.25.5.3 Data Movement and Conversion Instructions: cp.async.bulk.prefetch.tensor
+# (.L2.global.tile: the box is fetched into L2; nothing lands in shared memory, nothing completes)
+PREFETCHES = {d: register(FAMILY, f"tl_tma_prefetch_{d}d", _prefetch(d)) for d in range(1, 6)}
