@@ -15,39 +15,78 @@ from tilus.utils import cdiv
 #: fill whole words)
 BLOCK = 1024
 
-#: (block, warps, vector) the GPU tunes over (vector 0: the layout inferred). Every thread must
-#: keep about 32 bytes of loads in flight for HBM's latency (a widening cast of 4-bit codes
-#: reads only 8 bytes per 16 elements): 8192 elements over 4 warps are four 8-byte loads a
-#: thread at 58 registers. Measured on the H200 (bench/quantized_configs.py), of copy_: the
-#: untuned (1024, 4, 0) 0.61 (int4 -> f16), 0.92 (f16 -> int4), 0.33-0.39 (fp4/fp6 -> f16).
-SPACE = [(8192, 4, 16), (16384, 4, 16), (2048, 4, 16), (4096, 8, 0), (1024, 4, 0)]
+#: (block, warps, vector, per_sm) the GPU tunes over. ``vector`` > 0 pins the byte-sized
+#: side's layout to that many contiguous elements a thread, the block's threads side by side
+#: (0: inferred): a warp's 16-byte accesses then cover whole 32-byte sectors only when a
+#: thread's run is 16 bytes (8 f16; a run of 16 f16 writes half sectors, measured slower:
+#: 0.46 of copy_ against 0.61 for the inferred layout). ``per_sm`` > 0: a persistent grid of
+#: that many blocks an SM looping over the tiles, the next tile's loads issued before the
+#: current tile is converted and stored (0: a block a tile).
+SPACE = [
+    (4096, 4, 8, 0),
+    (8192, 8, 8, 0),
+    (4096, 4, 8, 8),
+    (8192, 8, 8, 4),
+    (4096, 4, 16, 8),
+    (1024, 4, 0, 0),
+]
 
 
-@autotune("block, warps, vector", SPACE)
+@autotune("block, warps, vector, per_sm", SPACE)
 class Cast(Script):
     """``dst[i] = cast(src[i])`` over ``n`` elements, each side a flat buffer of its dtype
     (sub-byte types packed), rounding as every tilus cast does."""
 
-    def __init__(self, src: DataType, dst: DataType, block: int, warps: int, vector: int):
+    def __init__(
+        self,
+        src: DataType,
+        dst: DataType,
+        block: int,
+        warps: int,
+        vector: int,
+        per_sm: int = 0,
+        num_sms: int | None = None,
+    ):
         """``block`` elements (a multiple of 32) over ``warps`` warps per block; ``vector`` > 0
-        pins the layout to that many contiguous elements a thread (0: inferred)."""
+        pins the layout to that many contiguous elements a thread (0: inferred); ``per_sm``
+        > 0: persistent blocks, that many an SM, each looping over tiles of ``block``;
+        ``num_sms`` (default: the GPU's) sizes that grid (tests: a few blocks, many tiles)."""
         super().__init__()
         self.src, self.dst = src, dst
-        self.block, self.warps, self.vector = block, warps, vector
+        self.block, self.warps, self.vector, self.per_sm = block, warps, vector, per_sm
+        self.num_sms = num_sms
+
+    def _layout(self, t, r) -> None:
+        if self.vector:  # pinned on the side of at least a byte (packed tiles take no layout)
+            threads = 32 * self.warps
+            reps = self.block // (threads * self.vector)
+            layout = local(reps).spatial(threads).local(self.vector)
+            self.annotate_layout(r if self.src.nbits % 8 else t, layout)
 
     def __call__(self, n: int32, src_ptr: void_p, dst_ptr: void_p):
         block = self.block
-        self.attrs.blocks = [cdiv(n, block)]
+        tiles = cdiv(n, block)
         self.attrs.warps = self.warps
         gs = self.global_view(src_ptr, dtype=self.src, shape=[n])
         gd = self.global_view(dst_ptr, dtype=self.dst, shape=[n])
-        t = self.load_global(gs, offsets=[self.blockIdx.x * block], shape=[block])
-        r = self.cast(t, self.dst)
-        if self.vector:  # pinned on the side of at least a byte (packed tiles take no layout)
-            threads = 32 * self.warps
-            layout = local(block // (threads * self.vector)).spatial(threads).local(self.vector)
-            self.annotate_layout(r if self.src.nbits % 8 else t, layout)
-        self.store_global(gd, r, offsets=[self.blockIdx.x * block])
+        if not self.per_sm:
+            self.attrs.blocks = [tiles]
+            t = self.load_global(gs, offsets=[self.blockIdx.x * block], shape=[block])
+            r = self.cast(t, self.dst)
+            self._layout(t, r)
+            self.store_global(gd, r, offsets=[self.blockIdx.x * block])
+        else:
+            grid = (self.num_sms or self.cuda.sm_count) * self.per_sm  # a compile-time step
+            self.attrs.blocks = [min(tiles, grid)]
+            t = self.load_global(gs, offsets=[self.blockIdx.x * block], shape=[block])
+            for tile in self.range(self.blockIdx.x, tiles, grid):
+                # the next tile's loads go out first; past the end (clamped: no int32
+                # overflow) they read nothing
+                nxt = self.load_global(gs, offsets=[min(tile + grid, tiles) * block], shape=[block])
+                r = self.cast(t, self.dst)
+                self._layout(t, r)
+                self.store_global(gd, r, offsets=[tile * block])
+                self.assign(t, nxt)
 
 
 @functools.cache

@@ -143,7 +143,10 @@ def cast(ctx, inst, expr, cast_code):
         _int4_to_f16(ctx, src, out, n)
         ctx.close()
         return
-    for i in range(n):
+    first = 0
+    if _float_to_f16_by_scaling(sd, dd):
+        first = _small_float_to_f16(ctx, src, out, n)
+    for i in range(first, n):
         if B.packed(sd):
             val, vdt = B.decode(B.get(ctx, src, i), sd)
         else:
@@ -214,3 +217,35 @@ def view(ctx, inst, expr):
                 bits = B.get_bits(words, j * dd.nbits, dd.nbits)
             ctx.emit(f"{R.elem(ctx, out, j)} = {B.from_bits(bits, dd)};")
     ctx.close()
+
+
+def _float_to_f16_by_scaling(sd, dd) -> bool:
+    """Whether sub-byte float ``sd`` widens to f16 by placing its bits and scaling: no
+    inf/NaN codes (fewer than 5 exponent bits) and a mantissa f16 holds."""
+    return B.packed(sd) and sd.is_float() and sd.exponent_bits < 5 and dd.name == "float16"
+
+
+def _small_float_to_f16(ctx, src, out, n) -> int:
+    """Pairs of registers of a sub-byte float without inf/NaN to f16, exactly: the two codes
+    in the halves of a word, exponent and mantissa bits moved to where f16 keeps its
+    mantissa's top bits, the sign to bit 15, then one f16x2 multiplication by 2^(15 - bias)
+    rescales both (a code with a zero exponent is an f16 subnormal, the product exact).
+    Returns the registers done (an odd last one is left to the element path)."""
+    dt = src.dtype
+    e, mb = dt.exponent_bits, dt.mantissa_bits
+    bias = (1 << (e - 1)) - 1
+    em = (1 << (e + mb)) - 1
+    sh, ssh = 10 - mb, 15 - e - mb
+    em2, s2 = (em << sh) * 0x10001, (0x8000) * 0x10001
+    scale = (30 - bias) << 10
+    for i in range(0, n - 1, 2):
+        w = ctx.fresh("w")
+        ctx.emit(f"const uint32_t {w} = {B.get(ctx, src, i)} | ({B.get(ctx, src, i + 1)} << 16);")
+        h = ctx.fresh("h")
+        ctx.emit(
+            f"const uint32_t {h} = tl_hmul2((({w} << {sh}) & {em2:#x}u) | (({w} << {ssh}) & "
+            f"{s2:#x}u), {scale * 0x10001:#x}u);"
+        )
+        ctx.emit(f"{R.elem(ctx, out, i)} = (uint16_t)({h} & 0xffffu);")
+        ctx.emit(f"{R.elem(ctx, out, i + 1)} = (uint16_t)({h} >> 16);")
+    return n - n % 2

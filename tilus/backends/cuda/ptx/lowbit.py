@@ -1,6 +1,7 @@
 """Low-bit family: sub-byte float codes to and from float32, packed-bit stores, f16x2 tricks.
 
-Plain CUDA C++ except ``tl_hsub2`` (``sub.rn.f16x2``, PTX ISA 9.7.4.2 sub (half)); the CPU
+Plain CUDA C++ except ``tl_hsub2`` and ``tl_hmul2`` (``sub.rn.f16x2``/``mul.rn.f16x2``, PTX
+ISA 9.7.4 half-precision arithmetic, subnormals kept: no ``.ftz``); the CPU
 emulator of the tests compiles the rest as it is. The code generator calls these only for
 kernels with sub-byte tiles.
 """
@@ -103,6 +104,51 @@ __device__ __forceinline__ uint32_t tl_hsub2(uint32_t a, uint32_t b) {
   return (uint32_t)tl_f2h(tl_h2f((uint16_t)a) - tl_h2f((uint16_t)b)) |
          ((uint32_t)tl_f2h(tl_h2f((uint16_t)(a >> 16)) - tl_h2f((uint16_t)(b >> 16))) << 16);
 #endif
+}
+""",
+)
+
+
+#: Two f16 multiplications in one instruction (sub-byte float -> f16 by a power of two).
+HMUL2 = register(
+    FAMILY,
+    "tl_hmul2",
+    r"""
+__device__ __forceinline__ uint32_t tl_hmul2(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return (uint32_t)tl_f2h(tl_h2f((uint16_t)a) * tl_h2f((uint16_t)b)) |
+         ((uint32_t)tl_f2h(tl_h2f((uint16_t)(a >> 16)) * tl_h2f((uint16_t)(b >> 16))) << 16);
+#endif
+}
+""",
+)
+
+#: float32 to the code of a sub-byte float without inf/NaN codes, branch-free and equal to
+#: ``tl_enc_sf`` (``IEEE`` false): |x| clamped to the largest value (NaN -> +max, as fminf
+#: returns the number); a normal result rounds the float32 mantissa to M bits (the carry
+#: goes into the exponent), a subnormal one is rounded by a float32 addition whose ulp is
+#: the format's quantum.
+ENCODE_FAST = register(
+    FAMILY,
+    "tl_enc_sfn",
+    r"""
+template <int E, int M> __device__ __forceinline__ uint32_t tl_enc_sfn(float x) {
+  constexpr int BIAS = (1 << (E - 1)) - 1;
+  constexpr uint32_t MAXBITS = (uint32_t)(127 + (1 << E) - 1 - BIAS) << 23 |
+                               (((1u << M) - 1u) << (23 - M));
+  constexpr uint32_t MINNORM = (uint32_t)(127 + 1 - BIAS) << 23;
+  constexpr uint32_t MAGIC = (uint32_t)(127 + 1 - BIAS - M + 23) << 23;
+  constexpr uint32_t REBIAS = (uint32_t)(127 - BIAS) << M;
+  const float a = fminf(fabsf(x), __uint_as_float(MAXBITS));
+  const uint32_t ab = __float_as_uint(a);
+  const uint32_t nrm = ((ab + ((1u << (22 - M)) - 1u) + ((ab >> (23 - M)) & 1u)) >> (23 - M)) - REBIAS;
+  const uint32_t sub = __float_as_uint(a + __uint_as_float(MAGIC)) - MAGIC;
+  const uint32_t sign = (x != x) ? 0u : (__float_as_uint(x) >> 31) << (E + M);
+  return sign | (ab < MINNORM ? sub : nrm);
 }
 """,
 )
