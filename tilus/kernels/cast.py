@@ -69,24 +69,47 @@ class Cast(Script):
         self.attrs.warps = self.warps
         gs = self.global_view(src_ptr, dtype=self.src, shape=[n])
         gd = self.global_view(dst_ptr, dtype=self.dst, shape=[n])
-        if not self.per_sm:
+        if self.per_sm == 0:
             self.attrs.blocks = [tiles]
             t = self.load_global(gs, offsets=[self.blockIdx.x * block], shape=[block])
             r = self.cast(t, self.dst)
             self._layout(t, r)
             self.store_global(gd, r, offsets=[self.blockIdx.x * block])
         else:
+            # persistent: blocks loop over tiles b, b + grid, ..., the next tile's loads issued
+            # before the current tile is stored. The tile carried to the next iteration is the
+            # byte-sized side (a packed register tile cannot be reassigned): the converted one
+            # for a packed source, else the loaded one; with both sides packed, none is.
             grid = (self.num_sms or self.cuda.sm_count) * self.per_sm  # a compile-time step
             self.attrs.blocks = [min(tiles, grid)]
-            t = self.load_global(gs, offsets=[self.blockIdx.x * block], shape=[block])
-            for tile in self.range(self.blockIdx.x, tiles, grid):
-                # the next tile's loads go out first; past the end (clamped: no int32
-                # overflow) they read nothing
-                nxt = self.load_global(gs, offsets=[min(tile + grid, tiles) * block], shape=[block])
+            first: int32 = self.blockIdx.x
+            if self.src.nbits % 8 != 0 and self.dst.nbits % 8 != 0:
+                for tile in self.range(first, tiles, grid):
+                    t = self.load_global(gs, offsets=[tile * block], shape=[block])
+                    self.store_global(gd, self.cast(t, self.dst), offsets=[tile * block])
+            elif self.src.nbits % 8 != 0:
+                t = self.load_global(gs, offsets=[first * block], shape=[block])
                 r = self.cast(t, self.dst)
                 self._layout(t, r)
-                self.store_global(gd, r, offsets=[tile * block])
-                self.assign(t, nxt)
+                for tile in self.range(first, tiles, grid):
+                    # past the end (clamped: no int32 overflow) the loads read nothing
+                    nxt = self.load_global(
+                        gs, offsets=[min(tile + grid, tiles) * block], shape=[block]
+                    )
+                    self.store_global(gd, r, offsets=[tile * block])
+                    r2 = self.cast(nxt, self.dst)
+                    self._layout(nxt, r2)
+                    self.assign(r, r2)
+            else:
+                t = self.load_global(gs, offsets=[first * block], shape=[block])
+                for tile in self.range(first, tiles, grid):
+                    nxt = self.load_global(
+                        gs, offsets=[min(tile + grid, tiles) * block], shape=[block]
+                    )
+                    r = self.cast(t, self.dst)
+                    self._layout(t, r)
+                    self.store_global(gd, r, offsets=[tile * block])
+                    self.assign(t, nxt)
 
 
 @functools.cache
