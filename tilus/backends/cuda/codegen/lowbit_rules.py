@@ -146,6 +146,8 @@ def cast(ctx, inst, expr, cast_code):
     first = 0
     if _float_to_f16_by_scaling(sd, dd):
         first = _small_float_to_f16(ctx, src, out, n)
+    elif _f16_to_small_float(sd, dd):
+        first = _f16_pairs_to_small_float(ctx, src, out, n)
     for i in range(first, n):
         if B.packed(sd):
             val, vdt = B.decode(B.get(ctx, src, i), sd)
@@ -248,4 +250,24 @@ def _small_float_to_f16(ctx, src, out, n) -> int:
         )
         ctx.emit(f"{R.elem(ctx, out, i)} = (uint16_t)({h} & 0xffffu);")
         ctx.emit(f"{R.elem(ctx, out, i + 1)} = (uint16_t)({h} >> 16);")
+    return n - n % 2
+
+
+def _f16_to_small_float(sd, dd) -> bool:
+    """Whether f16 narrows to sub-byte float ``dd`` two halves at a time: no inf/NaN codes
+    (fewer than 5 exponent bits), so every constant of the rounding is an f16."""
+    return sd.name == "float16" and B.packed(dd) and dd.is_float() and dd.exponent_bits < 5
+
+
+def _f16_pairs_to_small_float(ctx, src, out, n) -> int:
+    """Pairs of f16 registers to sub-byte float codes by ``tl_enc_h2sf`` (both halves of a
+    word at once); the two codes are packed side by side into the output's words. Returns
+    the registers done (an odd last one is left to the element path)."""
+    dt = out.dtype
+    nb, e, mb = dt.nbits, dt.exponent_bits, dt.mantissa_bits
+    for i in range(0, n - 1, 2):
+        c = ctx.fresh("c")
+        w = f"((uint32_t){R.elem(ctx, src, i)} | ((uint32_t){R.elem(ctx, src, i + 1)} << 16))"
+        ctx.emit(f"const uint32_t {c} = tl_enc_h2sf<{e}, {mb}>({w});")
+        B.put_bits(ctx, ctx.name(out), i * nb, 2 * nb, f"{c} | ({c} >> {16 - nb})")
     return n - n % 2

@@ -152,3 +152,63 @@ template <int E, int M> __device__ __forceinline__ uint32_t tl_enc_sfn(float x) 
 }
 """,
 )
+
+#: Two f16 codes (the halves of a word) to codes of a sub-byte float without inf/NaN codes
+#: (E < 5 exponent bits), in the halves of the result, equal to ``tl_enc_sf`` of each half:
+#: integer and f16x2 operations on both halves at once (no carry crosses a half). |x| is
+#: clamped to the largest value by ``min.f16x2`` (NaN -> the number); a NaN half loses its
+#: sign (bit 15 of |x| + 0x3ff); a normal half's mantissa rounds to M bits (nearest even) on
+#: its bits, a subnormal one by an f16 addition whose ulp is the format's quantum; a lane
+#: mask (``prmt`` replicating bit 15 of |x| + 0x8000 - min normal) picks one.
+ENCODE_F16X2 = register(
+    FAMILY,
+    "tl_enc_h2sf",
+    r"""
+__device__ __forceinline__ uint32_t tl_hmin2(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("min.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return (uint32_t)tl_f2h(fminf(tl_h2f((uint16_t)a), tl_h2f((uint16_t)b))) |
+         ((uint32_t)tl_f2h(fminf(tl_h2f((uint16_t)(a >> 16)), tl_h2f((uint16_t)(b >> 16)))) << 16);
+#endif
+}
+__device__ __forceinline__ uint32_t tl_hadd2(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return (uint32_t)tl_f2h(tl_h2f((uint16_t)a) + tl_h2f((uint16_t)b)) |
+         ((uint32_t)tl_f2h(tl_h2f((uint16_t)(a >> 16)) + tl_h2f((uint16_t)(b >> 16))) << 16);
+#endif
+}
+__device__ __forceinline__ uint32_t tl_lanes_of_bit15(uint32_t x) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, 0xbb99;" : "=r"(d) : "r"(x), "r"(0u));
+  return d;
+#else
+  return ((x & 0x8000u) ? 0xffffu : 0u) | ((x & 0x80000000u) ? 0xffff0000u : 0u);
+#endif
+}
+template <int E, int M> __device__ __forceinline__ uint32_t tl_enc_h2sf(uint32_t w) {
+  constexpr uint32_t BIAS = (1u << (E - 1)) - 1u;
+  constexpr uint32_t X2 = 0x10001u;
+  constexpr uint32_t MAXH = (15u + (1u << E) - 1u - BIAS) << 10 | (((1u << M) - 1u) << (10 - M));
+  constexpr uint32_t MINNORM = (15u + 1u - BIAS) << 10;
+  constexpr uint32_t MAGIC = (15u + 1u - BIAS - M + 10u) << 10;
+  constexpr uint32_t REBIAS = (15u - BIAS) << M;
+  const uint32_t a0 = w & 0x7fff7fffu;
+  const uint32_t sign = (w & ~(a0 + 0x03ff * X2)) & 0x80008000u;  // NaN halves: no sign
+  const uint32_t a = tl_hmin2(a0, MAXH * X2);
+  const uint32_t sub = tl_hadd2(a, MAGIC * X2) - (MAGIC - REBIAS) * X2;  // + REBIAS
+  const uint32_t nrm = ((a + ((1u << (9 - M)) - 1u) * X2 + ((a >> (10 - M)) & X2)) >> (10 - M)) &
+                       (((1u << (6 + M)) - 1u) * X2);
+  const uint32_t big = tl_lanes_of_bit15(a + (0x8000u - MINNORM) * X2);
+  const uint32_t mag = ((nrm & big) | (sub & ~big)) - REBIAS * X2;
+  return (sign >> (15 - E - M)) | mag;
+}
+""",
+)
