@@ -25,12 +25,15 @@ def _runs(ctx, inst, g, layout, t, offs, base, M, scalar, words_fast, const: str
     """Walk tile ``t``'s registers for a packed load or store of global view ``g``: each run of whole aligned
     words in bounds goes through ``words_fast(p, vector_type, first_word, words, vec)`` on a
     word pointer ``p``, with ``scalar(i)`` per element as the fallback (and for every element
-    when the runs are not whole words)."""
+    when the runs are not whole words). A run of whole halfwords but not words (8 fp6 codes)
+    moves as halfwords: ``vec`` 0, ``first_word`` and ``words`` then count halfwords."""
     nb = t.dtype.nbits
     name, shape, strides = ctx.gview_info[g]
     run = _run(layout, t, inst.dims, strides)
     words = run * nb // 32 if run * nb % 32 == 0 else 0
     vec = 4 if words % 4 == 0 else 2 if words % 2 == 0 else 1
+    if not words and run > 1 and run * nb % 16 == 0:  # e.g. 8 fp6: three aligned halfwords
+        words, vec = run * nb // 16, 0
     for i0 in range(0, layout.local_size, run if words else 1):
         if not words:
             scalar(i0)
@@ -40,14 +43,16 @@ def _runs(ctx, inst, g, layout, t, offs, base, M, scalar, words_fast, const: str
         ctx.emit(f"const int64_t {bit} = ({M._address(idx, strides)}) * {nb};")
         rows = M._in_bounds(idx[:-1], shape[:-1]) or "true"
         col = idx[-1]
+        align = 4 * vec - 1 if vec else 1
         ctx.emit(
             f"const bool {fast} = {rows} && ({col}) >= 0 && ({col}) + {run} <= ({shape[-1]}) "
-            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & {4 * vec - 1}u) | ((uint64_t){bit} & 7u)) == 0;"
+            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & {align}u) | ((uint64_t){bit} & 7u)) == 0;"
         )
         ctx.open(f"if ({fast})")
-        vt = _VEC[vec]
+        vt = _VEC[vec] if vec else "uint16_t"
         ctx.emit(f"{const}{vt}* p = ({const}{vt}*)({name} + ({bit} >> 3));")
-        words_fast("p", vt, i0 * nb // 32, words, vec)
+        # vec 0: halfwords at register bit i0 * nb (a multiple of 16), not word-aligned
+        words_fast("p", vt, i0 * nb // 32 if vec else i0 * nb // 16, words, vec)
         ctx.reopen()
         for i in range(i0, i0 + run):
             scalar(i)
@@ -80,6 +85,10 @@ def load_global(ctx, inst, expr, M):
         ctx.close()
 
     def words_fast(p, vt, k0, words, vec):
+        if vec == 0:  # halfwords k0, k0 + 1, ... of the registers
+            for j in range(words):
+                B.put_bits(ctx, w, 16 * (k0 + j), 16, f"(uint32_t){p}[{j}]")
+            return
         for j in range(words // vec):
             parts = [f"{w}[{k0 + vec * j + c}]" for c in range(vec)]
             if vec == 1:
@@ -111,6 +120,10 @@ def store_global(ctx, inst, expr, M):
         ctx.emit(f"if ({ok}) tl_st_bits({name}, {addr}, {B.get(ctx, src, i)}, {nb});")
 
     def words_fast(p, vt, k0, words, vec):
+        if vec == 0:  # halfwords k0, k0 + 1, ... of the registers
+            for j in range(words):
+                ctx.emit(f"{p}[{j}] = (uint16_t){B.get_bits(w, 16 * (k0 + j), 16)};")
+            return
         for j in range(words // vec):
             parts = [f"{w}[{k0 + vec * j + c}]" for c in range(vec)]
             ctx.emit(
