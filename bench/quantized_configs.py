@@ -219,13 +219,13 @@ def matmul_case(torch, flush, reps, rows):
 #: vector, stages): other ring depths and widths
 CAST_KEYS = ("rows", "warps", "per_thread", "blocks_per_sm", "vector", "stages")
 CAST_PROBES = [(1, 0, 1, 0, 16, 3), (1, 0, 4, 0, 16, 2), (2, 0, 2, 0, 8, 3), (1, 0, 2, 3, 8, 3),
-               (1, 0, 2, 0, 8, 4), (1, 0, 1, 0, 8, 2)]  # fmt: skip
+               (1, 0, 2, 0, 8, 4), (1, 0, 1, 0, 8, 2), (1, 8, 1, 0, 8, 2), (1, 16, 1, 0, 8, 2)]  # fmt: skip
 
 #: (block, warps, vector, per_sm) of the packed-cast probe: the tuned space of
 #: tilus.kernels.cast, then other block sizes, vectors and persistent grids
 LOWBIT_SPACE = [tuple(c.values()) for c in _cast_space()] + [
     (2048, 4, 8, 0), (16384, 8, 8, 0), (2048, 2, 8, 16), (16384, 8, 8, 2), (4096, 4, 16, 0),
-    (8192, 4, 16, 4), (1024, 4, 0, 16), (8192, 4, 32, 0),
+    (8192, 4, 16, 4), (1024, 4, 0, 16), (8192, 4, 32, 0), (4096, 8, 8, 4), (2048, 4, 8, 8),
 ]  # fmt: skip
 
 
