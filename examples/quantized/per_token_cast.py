@@ -9,11 +9,14 @@ threads covers; the ragged tail reads as zero and is never stored): one max-redu
 row, one reciprocal per row, then a multiply and a conversion per element. Each thread holds
 ``vector`` contiguous elements (8: 16-byte loads; 16: 16-byte fp8 stores too).
 
-Two forms share the autotune space: a block per row group (``blocks_per_sm=0``), or
+Three forms share the autotune space: a block per row group (``blocks_per_sm=0``), or
 persistent blocks (``blocks_per_sm`` an SM) looping over the row groups with the *next*
 group's loads issued before the current group's reduction, so that HBM always has loads in
 flight while a block reduces and stores (a block per row group has none in flight between its
-loads and its stores).
+loads and its stores); or (``stages`` >= 2) persistent blocks whose row groups stream into a
+ring of shared-memory stages by ``copy_async``, ``stages - 1`` groups ahead of the one being
+quantized (read back with 16-byte shared loads; rows past ``m`` and columns past ``n`` land
+as zeros, which add nothing to the max).
 
 Run ``python examples/quantized/per_token_cast.py`` (the interpreter on CPU torch tensors
 without a GPU; CUDA with one). Results are checked against torch float32 computing the same
