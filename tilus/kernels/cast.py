@@ -17,17 +17,19 @@ BLOCK = 1024
 
 #: (block, warps, vector, per_sm) the GPU tunes over. ``vector`` > 0 pins the byte-sized
 #: side's layout to that many contiguous elements a thread, the block's threads side by side
-#: (0: inferred): a warp's 16-byte accesses then cover whole 32-byte sectors only when a
-#: thread's run is 16 bytes (8 f16; a run of 16 f16 writes half sectors, measured slower:
-#: 0.46 of copy_ against 0.61 for the inferred layout). ``per_sm`` > 0: a persistent grid of
-#: that many blocks an SM looping over the tiles, the next tile's loads issued before the
-#: current tile is converted and stored (0: a block a tile).
+#: (0: inferred). Measured on the H200 (2^28 elements, bench/quantized_configs.py), of copy_:
+#: the widening casts (int4/uint4/fp4/fp6 -> f16) want 8 f16 a thread (a warp's 16-byte
+#: stores fill whole sectors): (2048, 4, 8) 0.96 for all four, where 16 f16 a thread (half
+#: sectors a store) gave 0.57-0.65 and the old inferred layout 0.60-0.72; the narrowing ones
+#: want 16 f16 a thread (two 16-byte loads): (4096, 4, 16) 0.96 (f16 -> int4), 0.76 (f16 ->
+#: fp4, issue-bound by the encode). ``per_sm`` > 0 (a persistent grid of that many blocks an
+#: SM looping over the tiles, the next tile's loads issued before the current tile is stored)
+#: measured slower everywhere (0.83-0.87 widening, 0.45-0.66 narrowing), so it is not tuned.
 SPACE = [
+    (2048, 4, 8, 0),
+    (4096, 4, 16, 0),
     (4096, 4, 8, 0),
-    (8192, 8, 8, 0),
-    (4096, 4, 8, 8),
-    (8192, 8, 8, 4),
-    (4096, 4, 16, 8),
+    (2048, 4, 16, 0),
     (1024, 4, 0, 0),
 ]
 
@@ -123,14 +125,16 @@ def run_cast(x, dtype: DataType):
     :class:`Cast` (the interpreter for CPU storage, the GPU for CUDA storage)."""
     out = _tensor.empty(x.shape, dtype, device=x.device)
     if x.numel:
-        cast_kernel(x.dtype, dtype)(x.numel, _operand(x), _operand(out))
+        cast_kernel(x.dtype, dtype)(x.numel, operand(x), operand(out))
     return out
 
 
-def _operand(t):
-    # packed types pass their bytes; the others their typed view (bf16 is widened on the
-    # interpreter, which needs to know it is bf16)
-    if t.dtype.nbits % 8 or _tensor._torch_dtype(t.dtype) is None:
+def operand(t):
+    """What :class:`Cast` takes for the ``tilus.Tensor`` ``t``: its bytes for a packed dtype
+    and for every tensor on the GPU (the tuner then compares bytes: a NaN in a float view,
+    input or output, would fail every config), else its typed torch view (the interpreter
+    widens bf16, so it needs to know it is bf16)."""
+    if t.dtype.nbits % 8 or _tensor._torch_dtype(t.dtype) is None or t.device != "cpu":
         return t.storage
     return t.torch().reshape(-1)
 
