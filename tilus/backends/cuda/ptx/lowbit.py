@@ -193,6 +193,18 @@ __device__ __forceinline__ uint32_t tl_lanes_of_bit15(uint32_t x) {
   return ((x & 0x8000u) ? 0xffffu : 0u) | ((x & 0x80000000u) ? 0xffff0000u : 0u);
 #endif
 }
+__device__ __forceinline__ uint32_t tl_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+#else
+  const uint64_t x = (uint64_t)a | ((uint64_t)b << 32);
+  uint32_t d = 0;
+  for (int i = 0; i < 4; ++i) d |= (uint32_t)((x >> (8 * ((sel >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+  return d;
+#endif
+}
 template <int E, int M> __device__ __forceinline__ uint32_t tl_enc_h2sf(uint32_t w) {
   constexpr uint32_t BIAS = (1u << (E - 1)) - 1u;
   constexpr uint32_t X2 = 0x10001u;
