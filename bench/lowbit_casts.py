@@ -26,7 +26,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import tilus  # noqa: E402
-from tilus.kernels.cast import cast_kernel  # noqa: E402
+from tilus.kernels.cast import cast_kernel, operand  # noqa: E402
 from tilus.packing import unpack  # noqa: E402
 
 #: (source dtype, destination dtype) of the cast cases
@@ -71,9 +71,6 @@ def cast_case(src, dst):
                                                  dtype=torch.uint8, device="cuda"))  # fmt: skip
     y = tilus.empty([NUMEL], dst, device="cuda")
     k = cast_kernel(src, dst)
-
-    def operand(t):
-        return t.storage if t.dtype.nbits % 8 else t.torch().reshape(-1)
 
     xs, ys = operand(x), operand(y)
     ms = benchmark_func(lambda: k(NUMEL, xs, ys))

@@ -146,12 +146,13 @@ def fp8_cast_dry() -> bool:
     import tilus
 
     ok_all = True
-    for r, w, p, b, v in per_token_cast.CPU_CONFIGS:
+    for r, w, p, b, v, st in per_token_cast.CPU_CONFIGS:
         with tilus.option.scoped(interpret=True):
             kernel = per_token_cast.PerTokenCast(rows=r, warps=w, per_thread=p, blocks_per_sm=b,
-                                                 vector=v, num_sms=2)  # fmt: skip
+                                                 vector=v, stages=st, num_sms=2)  # fmt: skip
             ok, note, *_ = per_token_cast.run_once(kernel, torch, 7, 300, "cpu")
-        print(f"fp8_cast rows={r} warps={w} per_thread={p} blocks_per_sm={b} vector={v} 7x300 "
+        print(f"fp8_cast rows={r} warps={w} per_thread={p} blocks_per_sm={b} vector={v} "
+              f"stages={st} 7x300 "
               f"interpreter {note} {'ok' if ok else 'FAIL'}")  # fmt: skip
         ok_all &= ok
     return ok_all

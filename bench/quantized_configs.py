@@ -35,6 +35,12 @@ LOWBIT_NUMEL = 1 << 28
 DEV = "cuda"  # "cpu" in a --dry-run: the interpreter at tiny sizes, wall-clock times
 
 
+def _cast_space() -> list:
+    from tilus.kernels.cast import SPACE
+
+    return [dict(zip(("block", "warps", "vector", "per_sm"), c)) for c in SPACE]
+
+
 EXTRA: dict = {}  # constructor arguments of the persistent kernels (2 "SMs" in a dry run)
 
 
@@ -112,7 +118,7 @@ def cast_case(torch, flush, reps, rows):
     """Every PerTokenCast config at the bench's shapes, against ``copy_``."""
     import per_token_cast as ptc
 
-    space = ptc.PerTokenCast().configs
+    space = ptc.PerTokenCast().configs + [dict(zip(CAST_KEYS, c)) for c in CAST_PROBES]
     for m, n in CAST_SHAPES:
         x = (torch.randn(m, n, device=DEV) * torch.rand(m, 1, device=DEV) * 10).to(torch.bfloat16)
         x[m // 2] = 0  # an all-zero row
@@ -209,9 +215,18 @@ def matmul_case(torch, flush, reps, rows):
          value=2 * m * n * k / base2 / 1e9, ratio=base / base2)  # fmt: skip
 
 
-#: (block, warps, vector) of the packed-cast probe: the tuned space of tilus.kernels.cast
-LOWBIT_SPACE = [(8192, 4, 16), (16384, 4, 16), (2048, 4, 16), (4096, 8, 0), (1024, 4, 0),
-                (4096, 4, 32)]  # fmt: skip
+#: PerTokenCast configs timed beside its tuned space (rows, warps, per_thread, blocks_per_sm,
+#: vector, stages): other ring depths and widths
+CAST_KEYS = ("rows", "warps", "per_thread", "blocks_per_sm", "vector", "stages")
+CAST_PROBES = [(1, 0, 1, 0, 8, 2), (1, 0, 2, 3, 8, 3), (2, 0, 2, 0, 8, 3), (1, 0, 2, 0, 8, 0),
+               (1, 4, 1, 0, 8, 0), (1, 0, 4, 0, 16, 2), (2, 0, 1, 0, 16, 0)]  # fmt: skip
+
+#: (block, warps, vector, per_sm) of the packed-cast probe: the tuned space of
+#: tilus.kernels.cast, then other block sizes, vectors and persistent grids
+LOWBIT_SPACE = [tuple(c.values()) for c in _cast_space()] + [
+    (1024, 4, 8, 0), (4096, 8, 16, 0), (8192, 8, 16, 0), (2048, 2, 8, 0), (8192, 4, 16, 0),
+    (4096, 4, 8, 8),
+]  # fmt: skip
 
 
 def lowbit_case(torch, flush, reps, rows):
@@ -221,6 +236,7 @@ def lowbit_case(torch, flush, reps, rows):
 
     import tilus
     from tilus.kernels.cast import Cast as space
+    from tilus.kernels.cast import operand
     from tilus.packing import unpack
 
     n = LOWBIT_NUMEL
@@ -228,9 +244,6 @@ def lowbit_case(torch, flush, reps, rows):
         x = tilus.Tensor(src, [n], torch.randint(0, 256, ((n * src.nbits + 7) // 8,),
                                                  dtype=torch.uint8, device=DEV))  # fmt: skip
         y = tilus.empty([n], dst, device=DEV)
-
-        def operand(t):
-            return t.storage if t.dtype.nbits % 8 else t.torch().reshape(-1)
 
         xs, ys = operand(x), operand(y)
         half = (x.nbytes + y.nbytes) // 2
@@ -248,9 +261,9 @@ def lowbit_case(torch, flush, reps, rows):
         shape = f"{src}->{dst}"
         _row(rows, kernel="copy", shape=shape, config="-", ms=copy_ms, metric="GB/s",
              value=2 * half / copy_ms / 1e6, ratio=1.0)  # fmt: skip
-        for block, warps, vector in LOWBIT_SPACE:
-            k = space(src, dst, block=block, warps=warps, vector=vector)
-            label = f"block={block},warps={warps},vector={vector}"
+        for block, warps, vector, per_sm in LOWBIT_SPACE:
+            k = space(src, dst, block=block, warps=warps, vector=vector, per_sm=per_sm)
+            label = f"block={block},warps={warps},vector={vector},per_sm={per_sm}"
             try:
                 yc = tilus.empty([small], dst, device=DEV)
                 k(small, operand(xc), operand(yc))
@@ -274,8 +287,9 @@ def jobs(name: str) -> list:
     if name == "cast":
         import per_token_cast as ptc
 
+        cfgs = ptc.PerTokenCast().configs + [dict(zip(CAST_KEYS, c)) for c in CAST_PROBES]
         return [("per_token_cast", "PerTokenCast", [], {**cfg, **EXTRA}, [m, n, None, None, None])
-                for m, n in CAST_SHAPES for cfg in ptc.PerTokenCast().configs]  # fmt: skip
+                for m, n in CAST_SHAPES for cfg in cfgs]  # fmt: skip
     if name == "matmul":
         import matmul_fp8 as mf
 
@@ -284,9 +298,9 @@ def jobs(name: str) -> list:
                 for cls, cfg in matmul_kernels(mf)]  # fmt: skip
     import lowbit_casts as lc
 
-    return [("tilus.kernels.cast", "Cast", [s, d], dict(block=b, warps=w, vector=v),
+    return [("tilus.kernels.cast", "Cast", [s, d], dict(block=b, warps=w, vector=v, per_sm=p),
              [LOWBIT_NUMEL, None, None])
-            for s, d in lc.CASTS for b, w, v in LOWBIT_SPACE]  # fmt: skip
+            for s, d in lc.CASTS for b, w, v, p in LOWBIT_SPACE]  # fmt: skip
 
 
 CASES = {"cast": cast_case, "matmul": matmul_case, "lowbit": lowbit_case}

@@ -128,6 +128,21 @@ TL_CP(4) TL_CP(8) TL_CP(16)
 static inline void tl_cp_async_commit() {}
 template <int N> static inline void tl_cp_async_wait() {}
 static inline void tl_cp_async_wait_all() {}
+// cvt.rn.satfinite.e4m3x2.f32: nearest even, |x| past 448 saturated, NaN to 0x7f
+static inline uint32_t tl_e4m3_emul(float x) {
+  if (x != x) return 0x7fu;
+  const uint32_t sign = (__float_as_uint(x) >> 31) << 7;
+  const float a = std::fmin(std::fabs(x), 448.0f);
+  const uint32_t ab = __float_as_uint(a);
+  if (ab < (uint32_t)(127 - 6) << 23) {  // subnormal: multiples of 2^-9, rounded by an addition
+    const uint32_t magic = (uint32_t)(127 - 9 + 23) << 23;
+    return sign | (__float_as_uint(a + __uint_as_float(magic)) - magic);
+  }
+  return sign | (((ab + 0x7ffffu + ((ab >> 20) & 1u)) >> 20) - ((uint32_t)(127 - 7) << 3));
+}
+static inline uint16_t tl_f2_to_e4m3x2(float lo, float hi) {
+  return (uint16_t)(tl_e4m3_emul(lo) | (tl_e4m3_emul(hi) << 8));
+}
 """
 
 

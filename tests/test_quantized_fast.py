@@ -1,6 +1,6 @@
 """The fast forms of the quantized kernels on the interpreter at ragged sizes: every config of
-the per-token cast (persistent blocks included), the ping-pong fp8 matmul, the cast kernel with
-a pinned layout, and the per-config bench's dry run."""
+the per-token cast (persistent and ring blocks included), the ping-pong fp8 matmul, every config
+of the cast kernel, and the per-config bench's dry run."""
 
 from __future__ import annotations
 
@@ -66,28 +66,29 @@ def test_cluster_fp8_matmul_ragged(row_scales):
     assert ok, (err, note)
 
 
-@pytest.mark.parametrize(
-    "src, dst",
-    [
-        (tilus.int4b, tilus.float16),
-        (tilus.float16, tilus.float4_e2m1),
-        (tilus.float6_e3m2, tilus.float16),
-    ],  # fmt: skip
-    ids=str,
-)
-def test_cast_kernel_with_a_pinned_layout(src, dst):
-    n = 2 * 4096 + 77
+CAST_PAIRS = [
+    (tilus.int4b, tilus.float16),
+    (tilus.float16, tilus.float4_e2m1),
+    (tilus.float6_e3m2, tilus.float16),
+]
+
+
+@pytest.mark.parametrize("cfg", Cast(tilus.int4b, tilus.float16).configs, ids=str)
+@pytest.mark.parametrize("src, dst", CAST_PAIRS, ids=str)
+def test_every_cast_kernel_config(src, dst, cfg):
+    # one "SM": a persistent grid (4-8 blocks) loops over the 6-11 tiles, the last ragged
+    n = 10 * 4096 + 77
     if src.nbits % 8:
         x = tilus.Tensor(
             src, [n], tilus.randint(0, 256, [(n * src.nbits + 7) // 8], tilus.uint8).storage
         )
     else:
         x = tilus.randn([n], src, seed=2)
-    want = x.to(dst)  # the default kernel (layout inferred)
+    want = x.to(dst)  # the default kernel
     out = tilus.empty([n], dst)
     xs = x.storage if src.nbits % 8 else x.torch().reshape(-1)
     ys = out.storage if dst.nbits % 8 else out.torch().reshape(-1)
-    Cast(src, dst, block=4096, warps=4, vector=32)(n, xs, ys)
+    Cast(src, dst, **cfg, num_sms=1)(n, xs, ys)
     got = unpack(out.storage.numpy(), dst.nbits, n)
     assert np.array_equal(got, unpack(want.storage.numpy(), dst.nbits, n))
 

@@ -9,11 +9,14 @@ threads covers; the ragged tail reads as zero and is never stored): one max-redu
 row, one reciprocal per row, then a multiply and a conversion per element. Each thread holds
 ``vector`` contiguous elements (8: 16-byte loads; 16: 16-byte fp8 stores too).
 
-Two forms share the autotune space: a block per row group (``blocks_per_sm=0``), or
+Three forms share the autotune space: a block per row group (``blocks_per_sm=0``), or
 persistent blocks (``blocks_per_sm`` an SM) looping over the row groups with the *next*
 group's loads issued before the current group's reduction, so that HBM always has loads in
 flight while a block reduces and stores (a block per row group has none in flight between its
-loads and its stores).
+loads and its stores); or (``stages`` >= 2) persistent blocks whose row groups stream into a
+ring of shared-memory stages by ``copy_async``, ``stages - 1`` groups ahead of the one being
+quantized (read back with 16-byte shared loads; rows past ``m`` and columns past ``n`` land
+as zeros, which add nothing to the max).
 
 Run ``python examples/quantized/per_token_cast.py`` (the interpreter on CPU torch tensors
 without a GPU; CUDA with one). Results are checked against torch float32 computing the same
@@ -42,7 +45,8 @@ FP8_MAX = 448.0
 MIN_AMAX = 1e-10  # an all-zero row quantizes to zeros with a tiny (finite) scale
 CPU_SIZES = [(37, 200), (5, 1000)]  # (m, n): ragged rows and row lengths
 GPU_SIZES = [(4096, 7168), (16384, 4096), (3000, 5000)]
-CPU_CONFIGS = [(1, 0, 1, 0, 16), (2, 4, 1, 0, 8), (1, 4, 1, 3, 16)]  # see SPACE
+CPU_CONFIGS = [(1, 0, 1, 0, 16, 0), (2, 4, 1, 0, 8, 0), (1, 4, 1, 3, 16, 0), (1, 0, 2, 0, 8, 3),
+               (2, 0, 1, 0, 8, 2)]  # see SPACE  # fmt: skip
 
 
 def sm_count() -> int:
@@ -65,40 +69,57 @@ def row_tile(n: int, granule: int) -> int:
     return cdiv(n, granule) * granule
 
 
-# (rows, warps, per_thread, blocks_per_sm, vector). warps = 0 sizes the block by the row: as
-# many warps as give each thread `per_thread` vectors (at most 32 warps), so a row of n
-# elements pads to a multiple of 32 * vector * per_thread at most (7168 and 4096: none; 5000:
-# 120 elements) and a thread holds few registers (many blocks an SM: loads of several rows in
-# flight while others reduce). vector: contiguous elements a thread holds (8: 16-byte bf16
-# loads; 16: 16-byte fp8 stores too). blocks_per_sm > 0: persistent blocks (that many an SM)
-# looping over the row groups with the next group's loads issued before the current group's
-# reduction; measured slower than a block per row group on the H200 (0.30-0.54 of copy against
-# 0.62-0.89, bench/quantized_configs.py), so only PERSISTENT (not the tuned space) has them.
+# (rows, warps, per_thread, blocks_per_sm, vector, stages). warps = 0 sizes the block by the
+# row: as many warps as give each thread `per_thread` vectors (at most 32 warps), so a row of
+# n elements pads to a multiple of 32 * vector * per_thread at most (7168 and 4096: none;
+# 5000: 120 elements) and a thread holds few registers. vector: contiguous elements a thread
+# holds (8: 16-byte bf16 loads; 16: 16-byte fp8 stores too).
+# stages = 0: a block per row group (blocks_per_sm > 0: persistent blocks, the next group's
+# loads in registers before the current group's reduction; measured slower than a block per
+# row group on the H200, 0.30-0.54 of copy against 0.62-0.89, so only PERSISTENT has them).
+# stages >= 2: the ring form, persistent blocks (blocks_per_sm an SM, 0: as many as threads
+# and shared memory allow) whose row groups go through a ring of `stages` shared-memory
+# stages filled by copy_async (16-byte cp.async): `stages - 1` groups in flight a block while
+# it reduces and stores the current one, read from the stage with 16-byte shared loads.
+# Measured on the H200 (bench/quantized_configs.py), of copy_: a block a row of 16 elements a
+# thread (16-byte fp8 stores) wins at 4096x7168 (0.80) and 16384x4096 (0.92; 8 fixed warps
+# 0.91, two rows a stage in the ring 0.91); the ring of 2-3 stages at 3000x5000 (0.87, where
+# a block a row reaches 0.80 and 16-element configs 0.40-0.45: 5000 pads to 5120 or more).
 SPACE = [
-    (1, 0, 1, 0, 16),
-    (1, 0, 2, 0, 16),
-    (1, 0, 1, 0, 8),
-    (1, 0, 2, 0, 8),
-    (1, 8, 1, 0, 16),
-    (1, 4, 1, 0, 8),
+    (1, 0, 1, 0, 16, 0),
+    (1, 8, 1, 0, 16, 0),
+    (1, 0, 2, 0, 16, 0),
+    (1, 0, 2, 0, 8, 2),
+    (1, 0, 2, 0, 8, 3),
+    (1, 0, 4, 0, 8, 3),
+    (2, 0, 2, 0, 8, 2),
+    (1, 0, 2, 0, 16, 3),
 ]
-PERSISTENT = [(1, 4, 1, 3, 8), (1, 8, 1, 2, 16)]
+PERSISTENT = [(1, 4, 1, 3, 8, 0), (1, 8, 1, 2, 16, 0)]
+
+#: Shared memory one block may use (the per-block limit less the launch's alignment slack),
+#: an SM's shared memory, and the blocks and threads an SM holds (Hopper).
+BLOCK_SMEM, SM_SMEM, SM_BLOCKS, SM_THREADS = 227 * 1024 - 1024, 228 * 1024, 32, 2048
 
 
-@tilus.autotune("rows, warps, per_thread, blocks_per_sm, vector", SPACE)
+@tilus.autotune("rows, warps, per_thread, blocks_per_sm, vector, stages", SPACE)
 class PerTokenCast(tilus.Script):
     """bf16 rows to e4m3 with one float32 scale per row; ``num_sms`` (default: the GPU's SM
     count) sizes the persistent grid."""
 
-    def __init__(self, rows, warps, per_thread=1, blocks_per_sm=0, vector=8, num_sms=None):
+    def __init__(
+        self, rows, warps, per_thread=1, blocks_per_sm=0, vector=8, stages=0, num_sms=None
+    ):
         """``warps``: warps a block (0: sized by the row, ``per_thread`` vectors a thread);
-        ``vector``: contiguous elements a thread holds; ``blocks_per_sm`` > 0: persistent."""
+        ``vector``: contiguous elements a thread holds; ``blocks_per_sm`` > 0: persistent;
+        ``stages`` >= 2: the ring form (persistent, row groups staged in shared memory)."""
         super().__init__()
         self.rows = rows
         self.warps = warps
         self.per_thread = per_thread
         self.blocks_per_sm = blocks_per_sm
         self.vector = vector
+        self.stages = stages
         self.num_sms = num_sms if num_sms is not None else sm_count()
 
     def block_warps(self, n: int) -> int:
@@ -108,18 +129,24 @@ class PerTokenCast(tilus.Script):
             warps = max(1, min(32, cdiv(n, 32 * self.vector * self.per_thread)))
         return warps
 
-    def load_rows(self, gx, row, bn: int, warps: int):
-        """The bf16 tile ``[rows, bn]`` at ``row``, ``vector`` contiguous elements a thread."""
-        x = self.load_global(gx, offsets=[row, 0], shape=[self.rows, bn])
+    def layout_rows(self, x, bn: int, warps: int):
+        """Pin the bf16 tile ``[rows, bn]``: ``vector`` contiguous elements a thread, the
+        threads of a row side by side (16-byte accesses, whole sectors a warp)."""
         threads = 32 * warps // self.rows
         reps = bn // (threads * self.vector)
         self.annotate_layout(x, local(1, reps).spatial(self.rows, threads).local(1, self.vector))
         return x
 
+    def load_rows(self, gx, row, bn: int, warps: int):
+        """The bf16 tile ``[rows, bn]`` at ``row``, ``vector`` contiguous elements a thread."""
+        x = self.load_global(gx, offsets=[row, 0], shape=[self.rows, bn])
+        return self.layout_rows(x, bn, warps)
+
     def quantize(self, x, gq, gs, row: int32):
         """Scale and round the bf16 rows ``x`` (starting at ``row``), store codes and scales."""
         xf = self.cast(x, float32)
-        amax = self.maximum(self.max(self.abs(xf), dim=1, keepdim=True), MIN_AMAX)
+        # |x| as max(x, -x): one max.NaN with a negated operand (abs is a compare and select)
+        amax = self.maximum(self.max(self.maximum(xf, -xf), dim=1, keepdim=True), MIN_AMAX)
         inv = FP8_MAX / amax  # one division per row
         self.store_global(gq, self.cast(xf * inv, float8_e4m3), offsets=[row, 0])
         self.store_global(gs, amax * (1.0 / FP8_MAX), offsets=[row, 0])
@@ -133,7 +160,9 @@ class PerTokenCast(tilus.Script):
         gx = self.global_view(x_ptr, dtype=bfloat16, shape=[m, n])
         gq = self.global_view(q_ptr, dtype=float8_e4m3, shape=[m, n])
         gs = self.global_view(s_ptr, dtype=float32, shape=[m, 1])
-        if self.blocks_per_sm == 0:
+        if self.stages:
+            self.ring(num_tiles, bn, warps, gx, gq, gs)
+        elif self.blocks_per_sm == 0:
             self.attrs.blocks = num_tiles
             row: int32 = self.blockIdx.x * rows
             self.quantize(self.load_rows(gx, row, bn, warps), gq, gs, row)
@@ -146,6 +175,45 @@ class PerTokenCast(tilus.Script):
                 nxt = self.load_rows(gx, (tile + grid) * rows, bn, warps)
                 self.quantize(x, gq, gs, tile * rows)
                 x = nxt
+
+    def ring_blocks_per_sm(self, bn: int, warps: int) -> int:
+        """Persistent ring blocks an SM: ``blocks_per_sm``, at most what threads and shared
+        memory allow (0: that many)."""
+        stage = self.rows * bn * 2
+        fit = max(
+            1, min(SM_BLOCKS, SM_THREADS // (32 * warps), SM_SMEM // (self.stages * stage + 1024))
+        )
+        return min(fit, self.blocks_per_sm) if self.blocks_per_sm else fit
+
+    def ring(self, num_tiles: int32, bn: int, warps: int, gx, gq, gs):
+        """Persistent blocks over a ring of ``stages`` shared stages: block ``b`` of ``g``
+        takes row groups ``b, b + g, ...``; group ``k`` of the block lands in stage
+        ``k % stages``, ``stages - 1`` groups ahead of the one being quantized."""
+        rows, stages = self.rows, self.stages
+        self.static_assert(
+            stages * rows * bn * 2 <= BLOCK_SMEM,
+            f"{stages} stages of {rows} rows of {bn} bf16 exceed a block's shared memory",
+        )
+        per_sm = self.ring_blocks_per_sm(bn, warps)
+        self.attrs.blocks = min(num_tiles, self.num_sms * per_sm)
+        ring = self.shared_tensor(dtype=bfloat16, shape=[stages, rows, bn])
+        first: int32 = self.blockIdx.x
+        grid: int32 = self.gridDim.x
+        for k in range(stages - 1):
+            self.fill_stage(gx, ring, k, first, grid)
+        for it in range(cdiv(num_tiles - first, grid)):
+            self.copy_async_wait_group(stages - 2)
+            self.sync()  # the stage is in for every thread; the one refilled next is free
+            self.fill_stage(gx, ring, it + stages - 1, first, grid)
+            x = self.layout_rows(self.load_shared(ring[it % stages]), bn, warps)
+            self.quantize(x, gq, gs, (first + it * grid) * rows)
+        self.copy_async_wait_all()
+
+    def fill_stage(self, gx, ring, k, first, grid):
+        """Queue the block's row group ``k`` into its stage as one commit group (rows past
+        ``m`` and columns past ``n`` read as zeros: they add nothing to the max)."""
+        self.copy_async(gx, ring[k % self.stages], offsets=[(first + k * grid) * self.rows, 0])
+        self.copy_async_commit_group()
 
 
 def reference(torch, x):
@@ -196,9 +264,10 @@ def main() -> int:
     rows, status = [], 0
     if gpu is None:
         kernels = [  # a block per row group, and persistent blocks (2 "SMs": several rows each)
-            (f"rows={r} warps={w} per_thread={p} blocks_per_sm={b} vector={v}",
-             PerTokenCast(rows=r, warps=w, per_thread=p, blocks_per_sm=b, vector=v, num_sms=2))
-            for r, w, p, b, v in CPU_CONFIGS
+            (f"rows={r} warps={w} per_thread={p} blocks_per_sm={b} vector={v} stages={st}",
+             PerTokenCast(rows=r, warps=w, per_thread=p, blocks_per_sm=b, vector=v, stages=st,
+                          num_sms=2))
+            for r, w, p, b, v, st in CPU_CONFIGS
         ]  # fmt: skip
         sizes, device = CPU_SIZES, "cpu"
     else:

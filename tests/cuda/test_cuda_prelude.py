@@ -201,8 +201,12 @@ USES = {
   tl_st_bits((uint8_t*)out2, 3 * (int64_t)threadIdx.x, c, 3);
   tl_or_bits32(out2 + 64, 0xffu, threadIdx.x);
   out[threadIdx.x] = tl_dec_sf<3, 2, false>(out2[threadIdx.x]) + (float)tl_hsub2(out2[1], out2[2]);
+  out2[threadIdx.x + 32] = tl_enc_sfn<2, 1>(x) | tl_hmul2(out2[3], out2[4]) |
+      tl_enc_h2sf<3, 2>(out2[threadIdx.x + 96]) | tl_hmin2(out2[5], out2[6]) |
+      tl_hadd2(out2[7], out2[8]) | tl_lanes_of_bit15(out2[9]) |
+      tl_prmt(out2[10], out2[11], out2[12]);
 """,
-        {"ATOM", "HFMA2"},  # the f16x2 subtraction is an HFMA2 (x * 1 - y) here
+        {"ATOM", "HFMA2", "HMNMX2", "PRMT"},  # f16x2 subtraction: an HFMA2 (x * 1 - y) here
     ),
 }
 

@@ -211,7 +211,7 @@ def test_every_matmul_fp8_config_ragged(cls, cfg):
 
 
 def _persistent():
-    keys = ("rows", "warps", "per_thread", "blocks_per_sm", "vector")
+    keys = ("rows", "warps", "per_thread", "blocks_per_sm", "vector", "stages")
     return [pytest.param("PerTokenCast", dict(zip(keys, c)), id=f"persistent-{i}")
             for i, c in enumerate(_example("per_token_cast").PERSISTENT)]  # fmt: skip
 
@@ -219,8 +219,9 @@ def _persistent():
 @pytest.mark.parametrize("cls, cfg", _space("per_token_cast", "PerTokenCast") + _persistent())
 def test_every_per_token_cast_config_ragged(cls, cfg):
     """Each config of the per-token cast's space, rows and row lengths ragged (the persistent
-    ones on a grid of 3 "SMs", so that every block loops over several row groups)."""
+    and ring ones on a grid of 3 "SMs", so that every block loops over several row groups;
+    328: rows that are not 16-byte aligned)."""
     mod = _example("per_token_cast")
-    for m, n in [(37, 200), (301, 7168), (5, 5000)]:
+    for m, n in [(37, 200), (301, 7168), (5, 5000), (77, 328), (2000, 4096)]:
         ok, note, *_ = mod.run_once(mod.PerTokenCast(**cfg, num_sms=3), _torch(), m, n, "cuda")
         assert ok, (cfg, m, n, note)

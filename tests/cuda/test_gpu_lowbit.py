@@ -84,37 +84,51 @@ def test_packed_storage_too_small_is_refused_naming_the_argument():
     assert not out.isnan().any()
 
 
+def _cast_configs():
+    from tilus.kernels.cast import Cast
+
+    return Cast(tilus.int4b, tilus.float16).configs
+
+
 @pytest.mark.parametrize(
     "src, dst",
     [
         (tilus.int4b, tilus.float16),
+        (tilus.uint4b, tilus.float16),
+        (tilus.float4_e2m1, tilus.float16),
         (tilus.float6_e3m2, tilus.float16),
+        (tilus.float6_e2m3, tilus.float16),
         (tilus.float16, tilus.int4b),
         (tilus.float16, tilus.float4_e2m1),
+        (tilus.float16, tilus.float6_e3m2),
     ],  # fmt: skip
     ids=str,
 )
-@pytest.mark.parametrize("block, warps, vector", [(8192, 4, 16), (16384, 4, 16), (4096, 4, 32)])
-def test_cast_kernel_pinned_layouts_match_the_interpreter(src, dst, block, warps, vector):
-    """``tilus.kernels.cast.Cast`` with a pinned layout, at a ragged size: the GPU's codes equal
-    the interpreter's (default layout) bit for bit; the bytes past the output stay poisoned."""
+@pytest.mark.parametrize("cfg", _cast_configs(), ids=str)
+def test_every_cast_config_matches_the_interpreter(src, dst, cfg):
+    """Every config of ``tilus.kernels.cast.Cast`` at a ragged size (the persistent ones on 3
+    "SMs": each block loops over several tiles): the GPU's codes equal the interpreter's bit
+    for bit (f16 sources: every f16 code, NaN and infinities included); the bytes past the
+    output stay poisoned."""
     import torch
 
     from tilus.kernels.cast import Cast
     from tilus.packing import unpack
 
-    n = 2 * block + 77
+    n = max(1 << 16, 6 * (cfg["per_sm"] or 1) * cfg["block"]) + 77  # 2+ tiles a block
     if src.nbits % 8:
         x = tilus.Tensor(src, [n], torch.randint(0, 256, [(n * src.nbits + 7) // 8],
                                                  dtype=torch.uint8))  # fmt: skip
     else:
-        x = tilus.randn([n], src, seed=3)
+        codes = torch.randint(0, 1 << 16, [n], dtype=torch.int32)
+        codes[: 1 << 16] = torch.arange(1 << 16)
+        x = tilus.Tensor(src, [n], codes.to(torch.int16).view(torch.uint8).reshape(-1))
     want = x.to(dst)
     nbytes = (n * dst.nbits + 7) // 8
     raw = torch.full([nbytes + 16], 0xA5, dtype=torch.uint8, device="cuda")
     xs = x.storage.cuda() if src.nbits % 8 else x.torch().reshape(-1).cuda()
     ys = raw if dst.nbits % 8 else raw.view(torch.float16)
-    Cast(src, dst, block=block, warps=warps, vector=vector)(n, xs, ys)
+    Cast(src, dst, **cfg, num_sms=3)(n, xs, ys)
     got = raw.cpu().numpy()
     bits = unpack(got[:nbytes], dst.nbits, n), unpack(want.storage.cpu().numpy(), dst.nbits, n)
     assert np.array_equal(*bits)

@@ -155,6 +155,8 @@ def decode(code: str, dt: DataType) -> tuple[str, DataType]:
 def encode(value: str, sd: DataType, dd: DataType) -> str:
     """C code of the code (uint32) of ``value`` (C value of dtype ``sd``) in sub-byte ``dd``,
     as ``tilus.backends.interp.numeric.convert`` converts."""
+    if dd.is_float() and dd.exponent_bits < 5:  # no inf/NaN codes: the branch-free form
+        return f"tl_enc_sfn<{dd.exponent_bits}, {dd.mantissa_bits}>({to_float(value, sd)})"
     if dd.is_float():
         return f"tl_enc_sf<{_params(dd)}>({to_float(value, sd)})"
     if sd.is_float():  # truncate toward zero, saturate; NaN -> 0 (cvt.rzi.s32.f32 gives 0)

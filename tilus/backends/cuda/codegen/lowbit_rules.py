@@ -25,12 +25,15 @@ def _runs(ctx, inst, g, layout, t, offs, base, M, scalar, words_fast, const: str
     """Walk tile ``t``'s registers for a packed load or store of global view ``g``: each run of whole aligned
     words in bounds goes through ``words_fast(p, vector_type, first_word, words, vec)`` on a
     word pointer ``p``, with ``scalar(i)`` per element as the fallback (and for every element
-    when the runs are not whole words)."""
+    when the runs are not whole words). A run of whole halfwords but not words (8 fp6 codes)
+    moves as halfwords: ``vec`` 0, ``first_word`` and ``words`` then count halfwords."""
     nb = t.dtype.nbits
     name, shape, strides = ctx.gview_info[g]
     run = _run(layout, t, inst.dims, strides)
     words = run * nb // 32 if run * nb % 32 == 0 else 0
     vec = 4 if words % 4 == 0 else 2 if words % 2 == 0 else 1
+    if not words and run > 1 and run * nb % 16 == 0:  # e.g. 8 fp6: three aligned halfwords
+        words, vec = run * nb // 16, 0
     for i0 in range(0, layout.local_size, run if words else 1):
         if not words:
             scalar(i0)
@@ -40,14 +43,16 @@ def _runs(ctx, inst, g, layout, t, offs, base, M, scalar, words_fast, const: str
         ctx.emit(f"const int64_t {bit} = ({M._address(idx, strides)}) * {nb};")
         rows = M._in_bounds(idx[:-1], shape[:-1]) or "true"
         col = idx[-1]
+        align = 4 * vec - 1 if vec else 1
         ctx.emit(
             f"const bool {fast} = {rows} && ({col}) >= 0 && ({col}) + {run} <= ({shape[-1]}) "
-            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & {4 * vec - 1}u) | ((uint64_t){bit} & 7u)) == 0;"
+            f"&& ((((uint64_t)({name} + ({bit} >> 3))) & {align}u) | ((uint64_t){bit} & 7u)) == 0;"
         )
         ctx.open(f"if ({fast})")
-        vt = _VEC[vec]
+        vt = _VEC[vec] if vec else "uint16_t"
         ctx.emit(f"{const}{vt}* p = ({const}{vt}*)({name} + ({bit} >> 3));")
-        words_fast("p", vt, i0 * nb // 32, words, vec)
+        # vec 0: halfwords at register bit i0 * nb (a multiple of 16), not word-aligned
+        words_fast("p", vt, i0 * nb // 32 if vec else i0 * nb // 16, words, vec)
         ctx.reopen()
         for i in range(i0, i0 + run):
             scalar(i)
@@ -80,6 +85,10 @@ def load_global(ctx, inst, expr, M):
         ctx.close()
 
     def words_fast(p, vt, k0, words, vec):
+        if vec == 0:  # halfwords k0, k0 + 1, ... of the registers
+            for j in range(words):
+                B.put_bits(ctx, w, 16 * (k0 + j), 16, f"(uint32_t){p}[{j}]")
+            return
         for j in range(words // vec):
             parts = [f"{w}[{k0 + vec * j + c}]" for c in range(vec)]
             if vec == 1:
@@ -111,6 +120,10 @@ def store_global(ctx, inst, expr, M):
         ctx.emit(f"if ({ok}) tl_st_bits({name}, {addr}, {B.get(ctx, src, i)}, {nb});")
 
     def words_fast(p, vt, k0, words, vec):
+        if vec == 0:  # halfwords k0, k0 + 1, ... of the registers
+            for j in range(words):
+                ctx.emit(f"{p}[{j}] = (uint16_t){B.get_bits(w, 16 * (k0 + j), 16)};")
+            return
         for j in range(words // vec):
             parts = [f"{w}[{k0 + vec * j + c}]" for c in range(vec)]
             ctx.emit(
@@ -143,7 +156,12 @@ def cast(ctx, inst, expr, cast_code):
         _int4_to_f16(ctx, src, out, n)
         ctx.close()
         return
-    for i in range(n):
+    first = 0
+    if _float_to_f16_by_scaling(sd, dd):
+        first = _small_float_to_f16(ctx, src, out, n)
+    elif _f16_to_small_float(sd, dd):
+        first = _f16_pairs_to_small_float(ctx, src, out, n)
+    for i in range(first, n):
         if B.packed(sd):
             val, vdt = B.decode(B.get(ctx, src, i), sd)
         else:
@@ -214,3 +232,71 @@ def view(ctx, inst, expr):
                 bits = B.get_bits(words, j * dd.nbits, dd.nbits)
             ctx.emit(f"{R.elem(ctx, out, j)} = {B.from_bits(bits, dd)};")
     ctx.close()
+
+
+def _float_to_f16_by_scaling(sd, dd) -> bool:
+    """Whether sub-byte float ``sd`` widens to f16 by placing its bits and scaling: no
+    inf/NaN codes (fewer than 5 exponent bits) and a mantissa f16 holds."""
+    return B.packed(sd) and sd.is_float() and sd.exponent_bits < 5 and dd.name == "float16"
+
+
+def _small_float_to_f16(ctx, src, out, n) -> int:
+    """Pairs of registers of a sub-byte float without inf/NaN to f16, exactly: the two codes
+    in the halves of a word, exponent and mantissa bits moved to where f16 keeps its
+    mantissa's top bits, the sign to bit 15, then one f16x2 multiplication by 2^(15 - bias)
+    rescales both (a code with a zero exponent is an f16 subnormal, the product exact).
+    Returns the registers done (an odd last one is left to the element path)."""
+    dt = src.dtype
+    e, mb = dt.exponent_bits, dt.mantissa_bits
+    bias = (1 << (e - 1)) - 1
+    em = (1 << (e + mb)) - 1
+    sh, ssh = 10 - mb, 15 - e - mb
+    em2, s2 = (em << sh) * 0x10001, (0x8000) * 0x10001
+    scale = (30 - bias) << 10
+    for i in range(0, n - 1, 2):
+        w = ctx.fresh("w")
+        ctx.emit(f"const uint32_t {w} = {B.get(ctx, src, i)} | ({B.get(ctx, src, i + 1)} << 16);")
+        h = ctx.fresh("h")
+        ctx.emit(
+            f"const uint32_t {h} = tl_hmul2((({w} << {sh}) & {em2:#x}u) | (({w} << {ssh}) & "
+            f"{s2:#x}u), {scale * 0x10001:#x}u);"
+        )
+        ctx.emit(f"{R.elem(ctx, out, i)} = (uint16_t)({h} & 0xffffu);")
+        ctx.emit(f"{R.elem(ctx, out, i + 1)} = (uint16_t)({h} >> 16);")
+    return n - n % 2
+
+
+def _f16_to_small_float(sd, dd) -> bool:
+    """Whether f16 narrows to sub-byte float ``dd`` two halves at a time: no inf/NaN codes
+    (fewer than 5 exponent bits), so every constant of the rounding is an f16."""
+    return sd.name == "float16" and B.packed(dd) and dd.is_float() and dd.exponent_bits < 5
+
+
+def _f16_pairs_to_small_float(ctx, src, out, n) -> int:
+    """Pairs of f16 registers to sub-byte float codes by ``tl_enc_h2sf`` (both halves of a
+    word at once); the two codes are packed side by side into the output's words. Returns
+    the registers done (an odd last one is left to the element path)."""
+    dt = out.dtype
+    nb, e, mb = dt.nbits, dt.exponent_bits, dt.mantissa_bits
+    if nb == 4 and n % 8 == 0:  # a word of 8 codes from 4 pairs: a byte each, 3 prmt
+        for k in range(n // 8):
+            ts = []
+            for j in range(4):
+                i, t = 8 * k + 2 * j, ctx.fresh("t")
+                lo, hi = R.elem(ctx, src, i), R.elem(ctx, src, i + 1)
+                ctx.emit(
+                    f"const uint32_t {t}c = tl_enc_h2sf<{e}, {mb}>((uint32_t){lo} | "
+                    f"((uint32_t){hi} << 16));"
+                )
+                ctx.emit(f"const uint32_t {t} = {t}c | ({t}c >> 12);")  # both codes in byte 0
+                ts.append(t)
+            lo2 = f"tl_prmt({ts[0]}, {ts[1]}, 0x40u)"
+            hi2 = f"tl_prmt({ts[2]}, {ts[3]}, 0x40u)"
+            ctx.emit(f"{ctx.name(out)}[{k}] = tl_prmt({lo2}, {hi2}, 0x5410u);")
+        return n
+    for i in range(0, n - 1, 2):
+        c = ctx.fresh("c")
+        w = f"((uint32_t){R.elem(ctx, src, i)} | ((uint32_t){R.elem(ctx, src, i + 1)} << 16))"
+        ctx.emit(f"const uint32_t {c} = tl_enc_h2sf<{e}, {mb}>({w});")
+        B.put_bits(ctx, ctx.name(out), i * nb, 2 * nb, f"{c} | ({c} >> {16 - nb})")
+    return n - n % 2

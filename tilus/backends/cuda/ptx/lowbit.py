@@ -1,6 +1,7 @@
 """Low-bit family: sub-byte float codes to and from float32, packed-bit stores, f16x2 tricks.
 
-Plain CUDA C++ except ``tl_hsub2`` (``sub.rn.f16x2``, PTX ISA 9.7.4.2 sub (half)); the CPU
+Plain CUDA C++ except ``tl_hsub2`` and ``tl_hmul2`` (``sub.rn.f16x2``/``mul.rn.f16x2``, PTX
+ISA 9.7.4 half-precision arithmetic, subnormals kept: no ``.ftz``); the CPU
 emulator of the tests compiles the rest as it is. The code generator calls these only for
 kernels with sub-byte tiles.
 """
@@ -103,6 +104,123 @@ __device__ __forceinline__ uint32_t tl_hsub2(uint32_t a, uint32_t b) {
   return (uint32_t)tl_f2h(tl_h2f((uint16_t)a) - tl_h2f((uint16_t)b)) |
          ((uint32_t)tl_f2h(tl_h2f((uint16_t)(a >> 16)) - tl_h2f((uint16_t)(b >> 16))) << 16);
 #endif
+}
+""",
+)
+
+
+#: Two f16 multiplications in one instruction (sub-byte float -> f16 by a power of two).
+HMUL2 = register(
+    FAMILY,
+    "tl_hmul2",
+    r"""
+__device__ __forceinline__ uint32_t tl_hmul2(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return (uint32_t)tl_f2h(tl_h2f((uint16_t)a) * tl_h2f((uint16_t)b)) |
+         ((uint32_t)tl_f2h(tl_h2f((uint16_t)(a >> 16)) * tl_h2f((uint16_t)(b >> 16))) << 16);
+#endif
+}
+""",
+)
+
+#: float32 to the code of a sub-byte float without inf/NaN codes, branch-free and equal to
+#: ``tl_enc_sf`` (``IEEE`` false): |x| clamped to the largest value (NaN -> +max, as fminf
+#: returns the number); a normal result rounds the float32 mantissa to M bits (the carry
+#: goes into the exponent), a subnormal one is rounded by a float32 addition whose ulp is
+#: the format's quantum.
+ENCODE_FAST = register(
+    FAMILY,
+    "tl_enc_sfn",
+    r"""
+template <int E, int M> __device__ __forceinline__ uint32_t tl_enc_sfn(float x) {
+  constexpr int BIAS = (1 << (E - 1)) - 1;
+  constexpr uint32_t MAXBITS = (uint32_t)(127 + (1 << E) - 1 - BIAS) << 23 |
+                               (((1u << M) - 1u) << (23 - M));
+  constexpr uint32_t MINNORM = (uint32_t)(127 + 1 - BIAS) << 23;
+  constexpr uint32_t MAGIC = (uint32_t)(127 + 1 - BIAS - M + 23) << 23;
+  constexpr uint32_t REBIAS = (uint32_t)(127 - BIAS) << M;
+  const float a = fminf(fabsf(x), __uint_as_float(MAXBITS));
+  const uint32_t ab = __float_as_uint(a);
+  const uint32_t nrm = ((ab + ((1u << (22 - M)) - 1u) + ((ab >> (23 - M)) & 1u)) >> (23 - M)) - REBIAS;
+  const uint32_t sub = __float_as_uint(a + __uint_as_float(MAGIC)) - MAGIC;
+  const uint32_t sign = (x != x) ? 0u : (__float_as_uint(x) >> 31) << (E + M);
+  return sign | (ab < MINNORM ? sub : nrm);
+}
+""",
+)
+
+#: Two f16 codes (the halves of a word) to codes of a sub-byte float without inf/NaN codes
+#: (E < 5 exponent bits), in the halves of the result, equal to ``tl_enc_sf`` of each half:
+#: integer and f16x2 operations on both halves at once (no carry crosses a half). |x| is
+#: clamped to the largest value by ``min.f16x2`` (NaN -> the number); a NaN half loses its
+#: sign (bit 15 of |x| + 0x3ff); a normal half's mantissa rounds to M bits (nearest even) on
+#: its bits, a subnormal one by an f16 addition whose ulp is the format's quantum; a lane
+#: mask (``prmt`` replicating bit 15 of |x| + 0x8000 - min normal) picks one.
+ENCODE_F16X2 = register(
+    FAMILY,
+    "tl_enc_h2sf",
+    r"""
+__device__ __forceinline__ uint32_t tl_hmin2(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("min.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return (uint32_t)tl_f2h(fminf(tl_h2f((uint16_t)a), tl_h2f((uint16_t)b))) |
+         ((uint32_t)tl_f2h(fminf(tl_h2f((uint16_t)(a >> 16)), tl_h2f((uint16_t)(b >> 16)))) << 16);
+#endif
+}
+__device__ __forceinline__ uint32_t tl_hadd2(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return (uint32_t)tl_f2h(tl_h2f((uint16_t)a) + tl_h2f((uint16_t)b)) |
+         ((uint32_t)tl_f2h(tl_h2f((uint16_t)(a >> 16)) + tl_h2f((uint16_t)(b >> 16))) << 16);
+#endif
+}
+__device__ __forceinline__ uint32_t tl_lanes_of_bit15(uint32_t x) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, 0xbb99;" : "=r"(d) : "r"(x), "r"(0u));
+  return d;
+#else
+  return ((x & 0x8000u) ? 0xffffu : 0u) | ((x & 0x80000000u) ? 0xffff0000u : 0u);
+#endif
+}
+__device__ __forceinline__ uint32_t tl_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+#else
+  const uint64_t x = (uint64_t)a | ((uint64_t)b << 32);
+  uint32_t d = 0;
+  for (int i = 0; i < 4; ++i) d |= (uint32_t)((x >> (8 * ((sel >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+  return d;
+#endif
+}
+template <int E, int M> __device__ __forceinline__ uint32_t tl_enc_h2sf(uint32_t w) {
+  constexpr uint32_t BIAS = (1u << (E - 1)) - 1u;
+  constexpr uint32_t X2 = 0x10001u;
+  constexpr uint32_t MAXH = (15u + (1u << E) - 1u - BIAS) << 10 | (((1u << M) - 1u) << (10 - M));
+  constexpr uint32_t MINNORM = (15u + 1u - BIAS) << 10;
+  constexpr uint32_t MAGIC = (15u + 1u - BIAS - M + 10u) << 10;
+  constexpr uint32_t REBIAS = (15u - BIAS) << M;
+  const uint32_t a0 = w & 0x7fff7fffu;
+  const uint32_t sign = (w & ~(a0 + 0x03ff * X2)) & 0x80008000u;  // NaN halves: no sign
+  const uint32_t a = tl_hmin2(a0, MAXH * X2);
+  const uint32_t sub = tl_hadd2(a, MAGIC * X2) - (MAGIC - REBIAS) * X2;  // + REBIAS
+  const uint32_t nrm = ((a + ((1u << (9 - M)) - 1u) * X2 + ((a >> (10 - M)) & X2)) >> (10 - M)) &
+                       (((1u << (6 + M)) - 1u) * X2);
+  const uint32_t big = tl_lanes_of_bit15(a + (0x8000u - MINNORM) * X2);
+  const uint32_t mag = ((nrm & big) | (sub & ~big)) - REBIAS * X2;
+  return (sign >> (15 - E - M)) | mag;
 }
 """,
 )
