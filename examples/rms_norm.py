@@ -58,6 +58,8 @@ class RMSNorm(RowRing):
         rows, warps = rows_and_warps(bn, self.block, self.per_thread)
         self.attrs.blocks = cdiv(m, rows)
         self.attrs.warps = warps
+        if self.per_thread <= 16:  # few registers a thread: ask for a full SM (as Triton gets)
+            self.attrs.min_blocks = max(1, min(4, 2048 // (32 * warps)))
         row: int32 = self.blockIdx.x * rows
         x = self.cast(self.load_global(gx, offsets=[row, 0], shape=[rows, bn]), float32)
         ms = self.sum(x * x, dim=1, keepdim=True) * (1.0 / n)

@@ -50,6 +50,49 @@ class NoWarps(tilus.Script):
         self.attrs.blocks = 1
 
 
+class MinBlocksNotInt(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 4
+        self.attrs.min_blocks = 0  # ERR
+
+
+class MinBlocksTooMany(tilus.Script):
+    def __call__(self, n: int32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 16
+        self.attrs.min_blocks = 5  # ERR
+
+
+class MinBlocks(tilus.Script):
+    def __call__(self, x_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 8
+        self.attrs.min_blocks = 4  # 1024 threads an SM: 64 registers a thread at most
+        g = self.global_view(x_ptr, dtype=float32, shape=[256])
+        self.store_global(g, self.load_global(g, offsets=[0], shape=[256]) * 2.0, offsets=[0])
+
+
+def test_min_blocks_out_of_range():
+    expect_error(MinBlocksNotInt, tilus.TilusProgramError, r"min_blocks.*\[1, 32\].*0")
+
+
+def test_min_blocks_over_the_threads_of_an_sm():
+    expect_error(MinBlocksTooMany, tilus.TilusProgramError, "5 blocks of 512 threads.*2048")
+
+
+def test_min_blocks_is_the_launch_bound_and_ignored_by_the_interpreter():
+    from tilus.backends.cuda.codegen.kernel import generate
+
+    k = MinBlocks()
+    src = generate(k.program(k.configs[0] if k.configs else {}, {})).source
+    assert "__launch_bounds__(256, 4)" in src
+    x = np.arange(256, dtype=np.float32)
+    with tilus.option.scoped(interpret=True):
+        k(x)
+    assert np.array_equal(x, np.arange(256, dtype=np.float32) * 2)
+
+
 def test_shared_tensor_over_the_shared_memory_limit():
     err = expect_error(SharedTooBig, tilus.TilusCompileError, "232448")
     assert "shared" in str(err)

@@ -25,6 +25,9 @@ class Function:
             ``(condition, source location)`` pair; every condition is ``param % c == 0``.
         cluster: the thread-block cluster shape (x, y, z) (``self.attrs.cluster_blocks``).
         cluster_loc: where the cluster shape was set (None when it was not).
+        min_blocks: blocks an SM must hold at once (``self.attrs.min_blocks``): the CUDA
+            compiler keeps registers a thread within ``65536 / (min_blocks * threads)``; the
+            interpreter, which has no registers, ignores it.
     """
 
     name: str
@@ -38,6 +41,7 @@ class Function:
     assumes: tuple = ()
     cluster: tuple[int, int, int] = (1, 1, 1)
     cluster_loc: object = None
+    min_blocks: int = 1
 
     @property
     def cluster_size(self) -> int:

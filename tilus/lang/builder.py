@@ -45,17 +45,28 @@ class Group:
 
 @dataclass
 class Attributes:
-    """Launch attributes set in the kernel body: ``self.attrs.blocks`` and ``.warps``."""
+    """Launch attributes set in the kernel body: ``self.attrs.blocks``, ``.warps``,
+    ``.cluster_blocks`` and ``.min_blocks`` (blocks an SM must hold at once: a register
+    budget for the CUDA compiler, ``__launch_bounds__``'s second argument)."""
 
     blocks: object = None
     warps: object = None
     cluster_blocks: object = (1, 1, 1)
+    min_blocks: object = 1
     _locs: dict = field(default_factory=dict)
 
     def __setattr__(self, name, value):
-        if name not in ("blocks", "warps", "cluster_blocks", "_locs"):
+        if name not in ("blocks", "warps", "cluster_blocks", "min_blocks", "_locs"):
             raise TilusProgramError(
-                f"unknown launch attribute {name!r}; use blocks, warps or cluster_blocks",
+                f"unknown launch attribute {name!r}; use blocks, warps, cluster_blocks or "
+                f"min_blocks",
+                _current_loc(),
+            )
+        if name == "min_blocks" and (
+            isinstance(value, Expr) or not isinstance(value, int) or not 1 <= value <= 32
+        ):
+            raise TilusProgramError(
+                f"self.attrs.min_blocks must be a compile-time int in [1, 32], got {value!r}",
                 _current_loc(),
             )
         if name == "warps" and value is not None:

@@ -95,6 +95,12 @@ def transpile(script, const_args: dict, config: dict) -> Function:
             raise TilusProgramError("the kernel never sets self.attrs.blocks (the grid)", end)
         blocks = _grid(builder, attrs.blocks, attrs._locs.get("blocks"), set(params))
         _check_cluster_grid(blocks, attrs)
+        if attrs.min_blocks * attrs.warps * 32 > 2048:
+            raise TilusProgramError(
+                f"self.attrs.min_blocks = {attrs.min_blocks} blocks of {attrs.warps * 32} "
+                f"threads exceed the 2048 threads an SM holds",
+                attrs._locs.get("min_blocks"),
+            )
     return Function(
         name=cls.__name__,
         params=tuple(params),
@@ -107,6 +113,7 @@ def transpile(script, const_args: dict, config: dict) -> Function:
         assumes=tuple(builder.assumes),
         cluster=tuple(attrs.cluster_blocks),
         cluster_loc=attrs._locs.get("cluster_blocks"),
+        min_blocks=attrs.min_blocks,
     )
 
 

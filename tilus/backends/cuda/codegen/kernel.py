@@ -144,7 +144,7 @@ def generate(program, smem_limit: int = SM90_SMEM_LIMIT) -> KernelSource:
     if fn.cluster_size > 1:  # a compile-time cluster shape: launched like any kernel
         cluster = f"__cluster_dims__({', '.join(map(str, fn.cluster))}) "
     kernel = (
-        f'\nextern "C" __global__ void {cluster}__launch_bounds__({fn.num_threads}, 1)\n'
+        f'\nextern "C" __global__ void {cluster}__launch_bounds__({fn.num_threads}, {fn.min_blocks})\n'
         + f"{name}(\n    {sig}) {{\n{body}\n}}\n"
     )
     # only the helpers the kernel calls (and what they call), in the prelude's fixed order
