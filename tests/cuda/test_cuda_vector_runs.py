@@ -9,7 +9,7 @@ import pytest
 import tilus
 from tests.cuda.conftest import needs_nvrtc
 from tests.helpers_cpu_cuda import available, emulate
-from tilus import float16
+from tilus import float16, int32
 
 needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ for the CPU emulator")
 
@@ -39,3 +39,54 @@ def test_runs_of_any_length_load_and_store_every_element(rows, cols):
     y = np.full_like(x, np.nan)
     emulate(Copy(rows, cols), (x, y), [1])
     np.testing.assert_array_equal(y, (x.astype(np.float32) + 1).astype(np.float16))
+
+
+class Shifted(tilus.Script):
+    """``y[:, k:k + 64] = x[:, k:k + 64] + 1`` of rows of 256 (a runtime column offset ``k``,
+    divisibility stated with ``assume`` or not)."""
+
+    def __init__(self, assume):
+        super().__init__()
+        self.assume_k = assume
+
+    def __call__(self, m: int32, k: int32, x_ptr: ~float16, y_ptr: ~float16):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        if self.assume_k:
+            self.assume(k % 8 == 0)
+        gx = self.global_view(x_ptr, dtype=float16, shape=[m, 256])
+        gy = self.global_view(y_ptr, dtype=float16, shape=[m, 256])
+        x = self.load_global(gx, offsets=[0, k], shape=[8, 64])
+        self.store_global(gy, x + 1.0, offsets=[0, k])
+
+
+def _source(kernel):
+    from tilus.backends.cuda.codegen.kernel import generate
+
+    return generate(kernel.program(kernel.configs[0] if kernel.configs else {}, {})).source
+
+
+def test_base_pointer_alignment_needs_a_known_multiple_offset():
+    """With ``assume(k % 8 == 0)`` (and a compile-time row stride) a 16-byte run's alignment
+    is checked on the view's base pointer alone; without it, on each run's address."""
+    with_fact, without = _source(Shifted(True)), _source(Shifted(False))
+    assert "(((uint64_t)gx) & 15) == 0" in with_fact and "(((uint64_t)gy) & 15) == 0" in with_fact
+    assert "(uint64_t)gx)" not in without and "(uint64_t)gy)" not in without
+    assert "(((uint64_t)tl_vp" in without
+
+
+@needs_nvrtc
+@needs_gxx
+@pytest.mark.parametrize("k", [0, 8, 3])
+def test_shifted_runs_on_the_emulator(k):
+    """Both forms are right at aligned offsets; the unaligned one (k = 3, no assume) takes the
+    element-wise path and is right too."""
+    m = 6  # rows 6 and 7 of the tile are past the view: not stored
+    x = np.random.default_rng().standard_normal((m, 256)).astype(np.float16)
+    for kernel in ([Shifted(True)] if k % 8 == 0 else []) + [Shifted(False)]:
+        y = np.full_like(x, np.nan)
+        emulate(kernel, (m, k, x, y), [1])
+        want = np.full_like(x, np.nan)
+        want[:, k : k + 64] = x[:, k : k + 64] + np.float16(1)
+        assert np.array_equal(np.isnan(y), np.isnan(want))
+        assert np.array_equal(y[:, k : k + 64], want[:, k : k + 64])
