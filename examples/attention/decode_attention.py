@@ -69,6 +69,25 @@ class DecodeBase(tilus.Script):
         glse = self.global_view(lse_ptr, dtype=float32, shape=[heads, rows, 1])
         return Outputs(gpo, gplse, go, glse, direct, bkv)
 
+    def kv_range(self, glens, seq, chunk: int32, bn: int):
+        """The block's chunk of sequence ``seq``'s keys: its first position, how many of its
+        ``chunk`` positions the sequence has (its length from ``glens``) and their tiles."""
+        seq_len: int32 = self.load_global(glens, offsets=[seq], shape=[1]).item()
+        start: int32 = self.blockIdx.x * chunk
+        count: int32 = max(min(seq_len, start + chunk) - start, 0)
+        n_kv: int32 = cdiv(count, bn)
+        return start, count, n_kv
+
+    def ring_tiles(self, bn: int, stages: int):
+        """The Q tile, the K and V rings of ``stages`` tiles of ``bn`` positions, Q's barrier,
+        the K barriers and the ring's phases."""
+        sq = self.shared_tensor(dtype=self.dtype, shape=[ROWS, self.dim])
+        sk = self.shared_tensor(dtype=self.dtype, shape=[stages, bn, self.dim])
+        sv = self.shared_tensor(dtype=self.dtype, shape=[stages, bn, self.dim])
+        qbar = self.mbarrier.alloc([1])
+        kfull = self.mbarrier.alloc([1] * stages)
+        return sq, sk, sv, qbar, kfull, Ring(stages, 1)
+
     def attend(self, sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part):
         """Attend the Q tile ``sq`` to the ``count`` keys streamed through the ring (``n_kv``
         tiles: K lands on ``kfull``, V on ``ring.full``) and store O and LSE: the partial ones of
@@ -161,17 +180,8 @@ class DecodeAttention(DecodeBase):
         bkv: int32 = self.blockIdx.z * heads_kv + self.blockIdx.y
         part: int32 = bkv * splits + self.blockIdx.x
         out = self.outputs(gpo, gplse, direct, o_ptr, lse_ptr, batch * heads_kv, rows, bkv)
-        seq_len: int32 = self.load_global(glens, offsets=[self.blockIdx.z], shape=[1]).item()
-        start: int32 = self.blockIdx.x * chunk
-        count: int32 = max(min(seq_len, start + chunk) - start, 0)
-        n_kv: int32 = cdiv(count, bn)
-
-        sq = self.shared_tensor(dtype=dt, shape=[ROWS, dim])
-        sk = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
-        sv = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
-        qbar = self.mbarrier.alloc([1])
-        kfull = self.mbarrier.alloc([1] * stages)
-        ring = Ring(stages, 1)
+        start, count, n_kv = self.kv_range(glens, self.blockIdx.z, chunk, bn)
+        sq, sk, sv, qbar, kfull, ring = self.ring_tiles(bn, stages)
         scale_log2: float32 = scale * LOG2E
 
         with self.thread_group(128, 32):  # the producer warp

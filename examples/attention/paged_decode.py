@@ -53,7 +53,7 @@ from attention_support import (  # noqa: E402
     tensor_arg,
 )
 from decode_attention import MAX_SPLITS, ROWS, DecodeBase, DecodeCombine, num_splits  # noqa: E402
-from flash_attention import LOG2E, Ring  # noqa: E402
+from flash_attention import LOG2E  # noqa: E402
 
 PAGE_SIZES = (64, 128)
 
@@ -134,17 +134,8 @@ class PagedDecodeAttention(DecodeBase):
         bkv: int32 = seq * heads_kv + head
         part: int32 = bkv * splits + self.blockIdx.x
         out = self.outputs(gpo, gplse, direct, o_ptr, lse_ptr, batch * heads_kv, rows, bkv)
-        seq_len: int32 = self.load_global(glens, offsets=[seq], shape=[1]).item()
-        start: int32 = self.blockIdx.x * chunk
-        count: int32 = max(min(seq_len, start + chunk) - start, 0)
-        n_kv: int32 = cdiv(count, bn)
-
-        sq = self.shared_tensor(dtype=dt, shape=[ROWS, dim])
-        sk = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
-        sv = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
-        qbar = self.mbarrier.alloc([1])
-        kfull = self.mbarrier.alloc([1] * stages)
-        ring = Ring(stages, 1)
+        start, count, n_kv = self.kv_range(glens, seq, chunk, bn)
+        sq, sk, sv, qbar, kfull, ring = self.ring_tiles(bn, stages)
         scale_log2: float32 = scale * LOG2E
 
         with self.thread_group(128, 32):  # the producer warp
