@@ -90,42 +90,29 @@ __device__ __forceinline__ void tl_st_bits(uint8_t* base, int64_t bit, uint32_t 
 """,
 )
 
-#: Two f16 subtractions in one instruction (the u4/i4 -> f16 magic-number conversion).
-HSUB2 = register(
-    FAMILY,
-    "tl_hsub2",
-    r"""
-__device__ __forceinline__ uint32_t tl_hsub2(uint32_t a, uint32_t b) {
+
+def _f16x2_op(name: str, ptx: str, op: str) -> str:
+    """A helper ``name(a, b)`` applying ``ptx`` (``sub``/``mul``) to two f16 pairs in one
+    instruction on the GPU, half by half in float (C operator ``op``) in the CPU emulator."""
+    return f"""
+__device__ __forceinline__ uint32_t {name}(uint32_t a, uint32_t b) {{
 #ifdef __CUDA_ARCH__
   uint32_t d;
-  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  asm("{ptx}.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 #else
-  return (uint32_t)tl_f2h(tl_h2f((uint16_t)a) - tl_h2f((uint16_t)b)) |
-         ((uint32_t)tl_f2h(tl_h2f((uint16_t)(a >> 16)) - tl_h2f((uint16_t)(b >> 16))) << 16);
+  return (uint32_t)tl_f2h(tl_h2f((uint16_t)a) {op} tl_h2f((uint16_t)b)) |
+         ((uint32_t)tl_f2h(tl_h2f((uint16_t)(a >> 16)) {op} tl_h2f((uint16_t)(b >> 16))) << 16);
 #endif
-}
-""",
-)
+}}
+"""
 
+
+#: Two f16 subtractions in one instruction (the u4/i4 -> f16 magic-number conversion).
+HSUB2 = register(FAMILY, "tl_hsub2", _f16x2_op("tl_hsub2", "sub", "-"))
 
 #: Two f16 multiplications in one instruction (sub-byte float -> f16 by a power of two).
-HMUL2 = register(
-    FAMILY,
-    "tl_hmul2",
-    r"""
-__device__ __forceinline__ uint32_t tl_hmul2(uint32_t a, uint32_t b) {
-#ifdef __CUDA_ARCH__
-  uint32_t d;
-  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-#else
-  return (uint32_t)tl_f2h(tl_h2f((uint16_t)a) * tl_h2f((uint16_t)b)) |
-         ((uint32_t)tl_f2h(tl_h2f((uint16_t)(a >> 16)) * tl_h2f((uint16_t)(b >> 16))) << 16);
-#endif
-}
-""",
-)
+HMUL2 = register(FAMILY, "tl_hmul2", _f16x2_op("tl_hmul2", "mul", "*"))
 
 #: float32 to the code of a sub-byte float without inf/NaN codes, branch-free and equal to
 #: ``tl_enc_sf`` (``IEEE`` false): |x| clamped to the largest value (NaN -> +max, as fminf
