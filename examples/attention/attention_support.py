@@ -118,6 +118,15 @@ def max_error(got, want) -> float:
     return float(np.max(np.abs(g - want))) / max(float(np.max(np.abs(want))), 1e-30)
 
 
+def report_decode(label: str, o, lse, ro, rl) -> bool:
+    """Print a decode example's errors (o against ``ro``, lse against ``rl``) after ``label``;
+    True when both are within the examples' tolerances."""
+    err, lerr = max_error(o, ro), max_error(lse, rl)
+    ok = err < 2e-2 and lerr < 1e-3
+    print(f"{label}: max err {err:.2e}, lse err {lerr:.2e} {'ok' if ok else 'FAIL'}")
+    return ok
+
+
 def random_qkv(torch, b, h, hkv, sq, skv, d, dtype: str, device="cpu", seed=None):
     """Fresh q, k, v (standard normal) as torch tensors on ``device`` (the interpreter takes CPU
     tensors, bf16 included)."""

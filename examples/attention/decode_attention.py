@@ -35,9 +35,9 @@ if str(Path(__file__).resolve().parent) not in sys.path:
 from attention_support import (  # noqa: E402
     check_attention_args,
     default_scale,
-    max_error,
     random_qkv,
     reference_decode,
+    report_decode,
 )
 from flash_attention import LN2, LOG2E, Ring  # noqa: E402
 
@@ -380,13 +380,8 @@ def main() -> int:
         o = torch.full_like(q, float("nan"))
         o, lse = decode_attention(q, k, v, lens_t, out=o)
         ro, rl = reference_decode(q, k, v, lens, default_scale(d, None))
-        err, lerr = max_error(o, ro), max_error(lse, rl)
-        ok = err < 2e-2 and lerr < 1e-3
-        ok_all &= ok
-        print(
-            f"{b}x{h}/{hkv}x{nq} cache {max_len} d{d} {dt}: max err {err:.2e}, "
-            f"lse err {lerr:.2e} {'ok' if ok else 'FAIL'}"
-        )
+        label = f"{b}x{h}/{hkv}x{nq} cache {max_len} d{d} {dt}"
+        ok_all &= report_decode(label, o, lse, ro, rl)
     return 0 if ok_all else 1
 
 

@@ -47,9 +47,9 @@ from attention_support import (  # noqa: E402
     DTYPES,
     default_scale,
     dtype_name,
-    max_error,
     paged_reference,
     random_paged,
+    report_decode,
     tensor_arg,
 )
 from decode_attention import MAX_SPLITS, ROWS, DecodeBase, DecodeCombine, num_splits  # noqa: E402
@@ -369,13 +369,8 @@ def main() -> int:
         o = torch.full_like(q, float("nan"))
         o, lse = paged_decode_attention(q, kc, vc, table, lens_t, out=o)
         ro, rl = paged_reference(q, kc, vc, table, lens, default_scale(d, None))
-        err, lerr = max_error(o, ro), max_error(lse, rl)
-        ok = err < 2e-2 and lerr < 1e-3
-        ok_all &= ok
-        print(
-            f"{b}x{h}/{hkv}x{nq} page {ps} d{d} {dt} lens {min(lens)}..{max(lens)}: max err "
-            f"{err:.2e}, lse err {lerr:.2e} {'ok' if ok else 'FAIL'}"
-        )
+        label = f"{b}x{h}/{hkv}x{nq} page {ps} d{d} {dt} lens {min(lens)}..{max(lens)}"
+        ok_all &= report_decode(label, o, lse, ro, rl)
     return 0 if ok_all else 1
 
 
