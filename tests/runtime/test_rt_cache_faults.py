@@ -486,3 +486,17 @@ def test_entry_without_ptx_is_replaced_once_ptx_is_asked_for(root):
         again = build()
     assert again.cached and again.ptx == ck.ptx and w.messages == []
     assert build().cached and "kernel.ptx" in C.ArtifactCache(root).lookup(only_entry(root).name)
+
+
+def test_entry_whose_resource_scan_failed_is_scanned_again(root):
+    """An entry stored while cuobjdump was missing records the scan's error, not the
+    registers: a hit scans its cubin again (the setmaxnreg check needs the count), silently."""
+    good = build()
+    assert "registers" in good.resources
+    meta = only_entry(root) / "meta.json"
+    err = {"function": good.kernel.name, "error": "cuobjdump not found"}
+    _rewrite_meta(_set("resources", err))(meta)
+    with Caught() as w:
+        again = build()
+    assert again.cached and w.messages == []
+    assert again.resources["registers"] == good.resources["registers"]

@@ -228,6 +228,10 @@ def build_steps(program, config: dict, *, arch: str = "sm_90a", cache=None):
         hit = None  # built before PTX was asked for: build again to keep it
     if hit is not None and "kernel.cubin" in hit:
         meta = cache.meta(key) or {}
+        res = meta.get("resources", {})
+        if "registers" not in res:  # the scan failed when it was stored (no cuobjdump then)
+            res = _resources(hit["kernel.cubin"], ks.name, meta.get("log", ""))
+        _check_setmaxnreg(program, res)
         return CompiledKernel(
             config=dict(config),
             kernel=ks,
@@ -235,7 +239,7 @@ def build_steps(program, config: dict, *, arch: str = "sm_90a", cache=None):
             log=meta.get("log", ""),
             compile_seconds=float(meta.get("nvrtc_seconds", 0.0)),
             cached=True,
-            resources=meta.get("resources", {}),
+            resources=res,
             ptx=hit["kernel.ptx"].decode() if "kernel.ptx" in hit else None,
             arch=arch,
         )
