@@ -10,7 +10,8 @@ The autotune space of ``LayerNorm`` also holds a second form (``stages`` >= 2; 0
 above), the one that wins on long rows: persistent blocks (a few an SM) that loop over their
 rows through a ring of shared-memory stages filled by ``copy_async`` (16-byte ``cp.async``), so
 the next rows' loads are in flight while the current ones are reduced (the weight and bias are
-copied to shared memory once a block when they fit); each pass reads the stage with 128-bit
+loaded once a block: into registers when a thread holds at most 16 of their columns, else into
+shared memory, or w there and b in registers when both do not fit); each pass reads the stage with 128-bit
 shared loads, chunk by chunk of columns when a row is longer than 32 warps of ``per_thread``
 elements.
 
@@ -24,6 +25,10 @@ into registers as soon as it is in and refilled at once: every stage is in fligh
 is worked on, so one stage beside w and b (in shared memory, not re-read from the L2 for every
 row) is enough for rows of 32000; the math is the whole-rows form's.
 
+A fifth form (``stages`` 0, ``warps`` > 0) is the re-read form: a row a block of ``warps``
+warps, one pass over the row for the statistics and a second one, from the L2, to normalize,
+so a thread holds a chunk of ``per_thread`` elements and many blocks fit an SM.
+
 Run ``python examples/layer_norm.py`` (interpreter without a GPU, CUDA with one); the result
 is checked against NumPy float64.
 """
@@ -31,11 +36,13 @@ is checked against NumPy float64.
 import numpy as np
 from rowwise_support import check, exit_with, fp16_rows, rowwise_kernels
 from softmax import (
+    REREAD_SPACE,
     SPACE,
     RowRing,
     held_plan,
     pow2_at_least,
     refuse_long_rows,
+    reread_plan,
     ring_plan,
     rows_and_warps,
 )
@@ -50,7 +57,27 @@ EPS = 1e-5
 #: Layer norm's space: the row-wise forms, plus the held-rows ring (``stages`` < 0: -stages
 #: stages, see ``held_rows``): long rows (32000: one stage, w and b in shared memory) and
 #: 8192-long ones (2 stages of 1-2 rows).
-LN_SPACE = SPACE + [(32768, 32, -1, 0), (32768, 64, -1, 0), (8192, 32, -2, 0), (16384, 32, -2, 0)]
+LN_SPACE = (
+    SPACE
+    + [(32768, 32, -1, 0), (32768, 64, -1, 0), (8192, 32, -2, 0), (16384, 32, -2, 0)]
+    + REREAD_SPACE
+)
+
+
+def vector_plan(n: int, block: int, per_thread: int, stages: int, warps: int):
+    """The ring's plan (``ring_plan``) for layer norm, with where w and b live: ``place`` is
+    "regs", "shared" or "global" for each. In registers when a thread holds at most 16 of their
+    columns (nothing to read a row); else in shared memory when both fit beside the ring; else
+    w there and b in registers (rows of 32000: not an L2 read of b a row); the small-block form
+    reads them from global memory (the L1 holds them for the SM's blocks)."""
+    bn, rows, chunks, nwarps, nstages, _, per_sm = ring_plan(n, block, per_thread, stages, 0, warps)
+    if warps == 0 and rows == 1 and per_thread * chunks <= 16:
+        return bn, rows, chunks, nwarps, nstages, ("regs", "regs"), per_sm
+    for vectors, place in ((2, ("shared", "shared")), (1, ("shared", "regs"))):
+        plan = ring_plan(n, block, per_thread, stages, vectors, warps)
+        if plan[5]:
+            return (*plan[:5], place, plan[6])
+    return (*plan[:5], ("global", "global"), plan[6])
 
 
 @tilus.autotune("block, per_thread, stages, warps", LN_SPACE)
@@ -77,8 +104,54 @@ class LayerNorm(RowRing):
             self.held_rows(m, n, gx, gw, gb, gy)
         elif self.stages:
             self.ring_rows(m, n, gx, gw, gb, gy)
+        elif self.block_warps:
+            self.reread_rows(m, n, gx, gw, gb, gy)
         else:
             self.whole_rows(m, n, gx, gw, gb, gy)
+
+    def reread_rows(
+        self,
+        m: int32,
+        n: int,
+        gx: GlobalTensor,
+        gw: GlobalTensor,
+        gb: GlobalTensor,
+        gy: GlobalTensor,
+    ):
+        """A row a block of ``warps`` warps, in chunks of ``per_thread`` elements a thread:
+        one pass for the statistics (shifted by the first chunk, as ``stats_one_pass``), then
+        the row read again (from the L2, where the first pass left it) to normalize. Few
+        registers, so many blocks an SM keep loads in flight."""
+        bn, tile, chunks = reread_plan(n, self.per_thread, self.block_warps)
+        self.attrs.blocks = m
+        self.attrs.warps = self.block_warps
+        row: int32 = self.blockIdx.x
+        cols = self.register_tensor(dtype=int32, shape=[tile], init=lambda j: j)
+        # per column j of a chunk: how many of the row's columns j + c * tile exist
+        cnt = self.register_tensor(dtype=float32, shape=[tile], init=float(chunks))
+        if n < bn:
+            cnt = self.where(cols < n % tile, float(n // tile + 1), float(n // tile))
+        unroll = "all" if chunks <= 8 else 4  # all: every load of the row in flight at once
+        k0 = self.cast(self.load_global(gx, offsets=[row, 0], shape=[1, tile]), float32)
+        s1 = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
+        s2 = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
+        for c in self.range(1, chunks, unroll=unroll):
+            d = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
+            d = d - k0
+            if n < bn:  # 0 - k must not count
+                d = self.where(cols < n - c * tile, d, 0.0)
+            self.assign(s1, s1 + d)
+            self.assign(s2, s2 + d * d)
+        mean = self.sum(k0 * cnt + s1, dim=1, keepdim=True) * (1.0 / n)
+        dd = mean - k0
+        var = self.sum(s2 + dd * (cnt * dd - 2.0 * s1), dim=1, keepdim=True) * (1.0 / n)
+        rstd = self.rsqrt(var + EPS)
+        for c in self.range(chunks, unroll=unroll):
+            x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
+            w = self.cast(self.load_global(gw, offsets=[c * tile], shape=[tile]), float32)
+            b = self.cast(self.load_global(gb, offsets=[c * tile], shape=[tile]), float32)
+            y = (x - mean) * rstd * w + b
+            self.store_global(gy, self.cast(y, float16), offsets=[row, c * tile])
 
     def whole_rows(
         self,
@@ -168,14 +241,9 @@ class LayerNorm(RowRing):
         """Persistent blocks, each looping over its rows through a ring of ``stages``
         shared-memory stages filled by ``copy_async``: the next rows load while the current
         ones are worked on (each pass reads the stage chunk by chunk of columns)."""
-        bn, rows, chunks, warps, stages, wb_shared, per_sm = ring_plan(
-            n, self.block, self.per_thread, self.stages, vectors=2, warps=self.block_warps
+        bn, rows, chunks, warps, stages, place, per_sm = vector_plan(
+            n, self.block, self.per_thread, self.stages, self.block_warps
         )
-        w_shared = wb_shared
-        if not wb_shared:  # w alone in shared memory (b from the L2) halves the vectors' reads
-            bn, rows, chunks, warps, stages, w_shared, per_sm = ring_plan(
-                n, self.block, self.per_thread, self.stages, vectors=1, warps=self.block_warps
-            )
         refuse_long_rows(self, bn)
         bk = bn // chunks
         groups = cdiv(m, rows)
@@ -189,13 +257,20 @@ class LayerNorm(RowRing):
             cnt = self.register_tensor(dtype=float32, shape=[bk], init=0.0)
             for c in self.range(chunks, unroll="all"):
                 self.assign(cnt, cnt + self.where(cols < n - c * bk, 1.0, 0.0))
-        if w_shared:  # the first group: older than every stage, so waited for with stage 0
-            wb = self.shared_tensor(dtype=float16, shape=[2 if wb_shared else 1, chunks, bk])
+        views = [gw, gb]
+        shared = [v for v in (0, 1) if place[v] == "shared"]
+        vs = None
+        if shared:  # the first group: older than every stage, so waited for with stage 0
+            vs = self.shared_tensor(dtype=float16, shape=[len(shared), chunks, bk])
             for c in self.range(chunks, unroll="all"):
-                self.copy_async(gw, wb[0, c], offsets=[c * bk])
-                if wb_shared:
-                    self.copy_async(gb, wb[1, c], offsets=[c * bk])
+                for slot, v in enumerate(shared):
+                    self.copy_async(views[v], vs[slot, c], offsets=[c * bk])
             self.copy_async_commit_group()
+        held = [[], []]  # per vector, its chunks in registers (loaded once a block)
+        for v in (0, 1):
+            if place[v] == "regs":
+                for h in [k for k in range(chunks)]:
+                    held[v].append(self.load_global(views[v], offsets=[h * bk], shape=[bk]))
         first: int32 = self.blockIdx.x
         grid: int32 = self.gridDim.x
         for k in range(stages - 1):
@@ -210,18 +285,19 @@ class LayerNorm(RowRing):
                 mean, rstd = self.stats_one_pass(cur, cols, cnt, n, bn, chunks, bk)
             else:  # three tiles of 32+ a thread would spill: two passes over the stage
                 mean, rstd = self.stats_two_passes(cur, cols, n, bn, rows, chunks, bk)
-            for c in self.range(chunks, unroll="all"):
-                if w_shared:
-                    w = self.load_shared(wb[0, c])
-                else:
-                    w = self.load_global(gw, offsets=[c * bk], shape=[bk])
-                if wb_shared:
-                    b = self.load_shared(wb[1, c])
-                else:
-                    b = self.load_global(gb, offsets=[c * bk], shape=[bk])
-                xc = self.cast(self.load_shared(cur[c]), float32) - mean
+            for q in [k for k in range(chunks)]:  # unrolled here: ``held[u][q]`` is a host index
+                wb = []
+                for u in (0, 1):
+                    if place[u] == "regs":
+                        wb.append(held[u][q])
+                    elif place[u] == "shared":
+                        wb.append(self.load_shared(vs[shared.index(u), q]))
+                    else:
+                        wb.append(self.load_global(views[u], offsets=[q * bk], shape=[bk]))
+                w, b = wb
+                xc = self.cast(self.load_shared(cur[q]), float32) - mean
                 y = xc * rstd * self.cast(w, float32) + self.cast(b, float32)
-                self.store_global(gy, self.cast(y, float16), offsets=[row, c * bk])
+                self.store_global(gy, self.cast(y, float16), offsets=[row, q * bk])
         self.copy_async_wait_all()
 
     def stats_one_pass(self, cur, cols, cnt, n: int, bn: int, chunks: int, bk: int):

@@ -8,8 +8,9 @@ broadcast over the rows.
 The autotune space of ``RMSNorm`` also holds a second form (``stages`` >= 2; 0 is the form
 above), the one that wins on long rows: persistent blocks (a few an SM) that loop over their
 rows through a ring of shared-memory stages filled by ``copy_async`` (16-byte ``cp.async``), so
-the next rows' loads are in flight while the current ones are reduced (the weight is copied to
-shared memory once a block when it fits); each pass reads the stage with 128-bit shared loads,
+the next rows' loads are in flight while the current ones are reduced (the weight is loaded
+once a block: into registers when a thread holds at most 16 of its columns, else copied to
+shared memory when it fits); each pass reads the stage with 128-bit shared loads,
 chunk by chunk of columns when a row is longer than 32 warps of ``per_thread`` elements.
 
 A third form (``warps`` 1-4; 0 above) is the ring over small blocks: 1-4 warps a block, a
@@ -17,13 +18,25 @@ row a stage (several short ones), many independent blocks an SM, so a reduction 
 most 4 warps (with one warp: shuffles only, no barrier) and a block waits for its own warps
 only; rows longer than 4096 elements a warp are refused.
 
+A fourth form (``stages`` 0, ``warps`` > 0) is the re-read form: a row a block of ``warps``
+warps, a pass for the sum of squares and a second one, from the L2, to normalize.
+
 Run ``python examples/rms_norm.py`` (interpreter without a GPU, CUDA with one); the result is
 checked against NumPy float64.
 """
 
 import numpy as np
 from rowwise_support import check, exit_with, fp16_rows, rowwise_kernels
-from softmax import SPACE, RowRing, pow2_at_least, refuse_long_rows, ring_plan, rows_and_warps
+from softmax import (
+    REREAD_SPACE,
+    SPACE,
+    RowRing,
+    pow2_at_least,
+    refuse_long_rows,
+    reread_plan,
+    ring_plan,
+    rows_and_warps,
+)
 
 import tilus
 from tilus import GlobalTensor, float16, float32, int32
@@ -32,7 +45,7 @@ from tilus.utils import cdiv
 EPS = 1e-6
 
 
-@tilus.autotune("block, per_thread, stages, warps", SPACE)
+@tilus.autotune("block, per_thread, stages, warps", SPACE + REREAD_SPACE)
 class RMSNorm(RowRing):
     """RMS norm in one of two forms, both in the autotune space: whole rows in registers
     (``stages`` 0) or persistent blocks over a ring of shared-memory stages (``stages`` >= 2)."""
@@ -49,8 +62,29 @@ class RMSNorm(RowRing):
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
         if self.stages:
             self.ring_rows(m, n, gx, gw, gy)
+        elif self.block_warps:
+            self.reread_rows(m, n, gx, gw, gy)
         else:
             self.whole_rows(m, n, gx, gw, gy)
+
+    def reread_rows(self, m: int32, n: int, gx: GlobalTensor, gw: GlobalTensor, gy: GlobalTensor):
+        """A row a block of ``warps`` warps, in chunks of ``per_thread`` elements a thread: a
+        pass for the sum of squares, then the row read again (from the L2, where the first
+        pass left it) to normalize. Few registers, so many blocks an SM keep loads in flight."""
+        bn, tile, chunks = reread_plan(n, self.per_thread, self.block_warps)
+        self.attrs.blocks = m
+        self.attrs.warps = self.block_warps
+        row: int32 = self.blockIdx.x
+        sq = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
+        unroll = "all" if chunks <= 8 else 4  # all: every load of the row in flight at once
+        for c in self.range(chunks, unroll=unroll):  # the tail reads as 0: adds nothing
+            x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
+            self.assign(sq, sq + x * x)
+        rms = self.rsqrt(self.sum(sq, dim=1, keepdim=True) * (1.0 / n) + EPS)
+        for c in self.range(chunks, unroll=unroll):
+            x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
+            w = self.cast(self.load_global(gw, offsets=[c * tile], shape=[tile]), float32)
+            self.store_global(gy, self.cast(x * rms * w, float16), offsets=[row, c * tile])
 
     def whole_rows(self, m: int32, n: int, gx: GlobalTensor, gw: GlobalTensor, gy: GlobalTensor):
         """Each block normalizes ``block // n`` whole rows held in registers (one pass)."""
@@ -72,8 +106,14 @@ class RMSNorm(RowRing):
         shared-memory stages filled by ``copy_async``: the next rows load while the current
         ones are worked on (each pass reads the stage chunk by chunk of columns)."""
         bn, rows, chunks, warps, stages, w_shared, per_sm = ring_plan(
-            n, self.block, self.per_thread, self.stages, vectors=1, warps=self.block_warps
+            n, self.block, self.per_thread, self.stages, vectors=0, warps=self.block_warps
         )
+        # w in registers when a thread holds at most 16 of its columns (nothing to read a row)
+        w_regs = self.block_warps == 0 and rows == 1 and self.per_thread * chunks <= 16
+        if not w_regs:
+            bn, rows, chunks, warps, stages, w_shared, per_sm = ring_plan(
+                n, self.block, self.per_thread, self.stages, vectors=1, warps=self.block_warps
+            )
         refuse_long_rows(self, bn)
         bk = bn // chunks
         groups = cdiv(m, rows)
@@ -85,6 +125,10 @@ class RMSNorm(RowRing):
             for c in self.range(chunks, unroll="all"):
                 self.copy_async(gw, sw[c], offsets=[c * bk])
             self.copy_async_commit_group()
+        held = []  # w's chunks in registers (loaded once a block)
+        if w_regs:
+            for q in [k for k in range(chunks)]:
+                held.append(self.load_global(gw, offsets=[q * bk], shape=[bk]))
         first: int32 = self.blockIdx.x
         grid: int32 = self.gridDim.x
         for k in range(stages - 1):
@@ -100,13 +144,15 @@ class RMSNorm(RowRing):
                 x = self.cast(self.load_shared(cur[c]), float32)
                 self.assign(sq, sq + x * x)
             rms = self.rsqrt(self.sum(sq, dim=1, keepdim=True) * (1.0 / n) + EPS)
-            for c in self.range(chunks, unroll="all"):
-                if w_shared:
-                    w = self.load_shared(sw[c])
+            for p in [k for k in range(chunks)]:  # unrolled here: ``held[p]`` is a host index
+                if w_regs:
+                    w = held[p]
+                elif w_shared:
+                    w = self.load_shared(sw[p])
                 else:
-                    w = self.load_global(gw, offsets=[c * bk], shape=[bk])
-                y = self.cast(self.load_shared(cur[c]), float32) * rms * self.cast(w, float32)
-                self.store_global(gy, self.cast(y, float16), offsets=[row, c * bk])
+                    w = self.load_global(gw, offsets=[p * bk], shape=[bk])
+                y = self.cast(self.load_shared(cur[p]), float32) * rms * self.cast(w, float32)
+                self.store_global(gy, self.cast(y, float16), offsets=[row, p * bk])
         self.copy_async_wait_all()
 
 

@@ -153,6 +153,20 @@ SMALL_SPACE = [
 SPACE = [(b, t, 0, 0) for b, t in ROW_SPACE] + RING_SPACE + SMALL_SPACE
 
 
+#: The norms' re-read form (``stages`` 0, ``warps`` > 0: ``block`` unused): a row a block of
+#: ``warps`` warps, ``per_thread`` elements a thread a chunk, the row read twice (the second
+#: time from the L2): the form Triton's norms take (few registers, a full SM of blocks).
+REREAD_SPACE = [(0, t, 0, w) for w in (4, 8) for t in (8, 16)]
+
+
+def reread_plan(n: int, per_thread: int, warps: int) -> tuple[int, int, int]:
+    """``(bn, tile, chunks)`` of the re-read form: rows of ``n`` (rounded up to ``bn``, a
+    power of two) in ``chunks`` chunks of ``tile`` columns, ``per_thread`` a thread."""
+    bn = pow2_at_least(n)
+    tile = min(bn, 32 * warps * per_thread)
+    return bn, tile, bn // tile
+
+
 def refuse_long_rows(script, bn: int) -> None:
     """Refuse a small-block config for rows (rounded up to ``bn``) longer than ``4096 *
     warps``: a thread would hold over 128 elements of a row and spill; a block per SM or

@@ -242,14 +242,32 @@ def test_layer_norm_one_pass_keeps_large_means(ex):
     _layer_norm_case(ex, 3, 9000, cfg, mean=300.0)  # 2 column chunks of 8 elements a thread
 
 
-def test_layer_norm_long_rows_w_shared_b_global(ex):
+def test_layer_norm_long_rows_w_shared_b_in_registers(ex):
     """Rows of 32000 in 2 stages: w and b do not both fit beside the ring, so w is copied to
-    shared memory and b read from global memory; the ragged tail of the 4th chunk masked."""
-    sm = ex["softmax"]
-    plan2 = sm.ring_plan(32000, 8192, 8, 2, vectors=2)
-    plan1 = sm.ring_plan(32000, 8192, 8, 2, vectors=1)
-    assert not plan2[5] and plan1[5] and plan1[2] == 4  # not both; w alone; 4 chunks
+    shared memory and b held in registers; the ragged tail of the 4th chunk masked."""
+    plan = ex["layer_norm"].vector_plan(32000, 8192, 8, 2, 0)
+    assert plan[5] == ("shared", "regs") and plan[2] == 4  # w shared, b in registers; 4 chunks
     _layer_norm_case(ex, 2, 32000, dict(block=8192, per_thread=8, stages=2, warps=0, max_blocks=1))
+
+
+def test_layer_norm_vector_placement(ex):
+    """Where the ring layer norm keeps w and b: registers when a thread holds few of their
+    columns, shared memory when both fit, else w shared and b in registers; the small-block
+    form reads them from global memory."""
+    plan = ex["layer_norm"].vector_plan
+    assert plan(8192, 8192, 16, 3, 0)[5] == ("regs", "regs")  # 16 columns a thread
+    assert plan(8192, 16384, 64, 3, 0)[5] == ("shared", "shared")  # 2 rows a stage
+    assert plan(32000, 8192, 8, 2, 0)[5] == ("shared", "regs")
+    assert plan(1024, 8192, 32, 4, 1)[5] == ("global", "global")
+    _layer_norm_case(ex, 9, 100, dict(block=128, per_thread=8, stages=3, warps=0, max_blocks=2))
+
+
+@needs_nvrtc
+@needs_gxx
+def test_layer_norm_vectors_in_registers_on_the_emulator(ex):
+    cfg = dict(block=128, per_thread=8, stages=3, warps=0, max_blocks=2)
+    assert ex["layer_norm"].vector_plan(100, 128, 8, 3, 0)[5] == ("regs", "regs")
+    _layer_norm_case(ex, 9, 100, cfg, grid=[2])
 
 
 @pytest.mark.parametrize(
@@ -270,3 +288,35 @@ def test_layer_norm_held_rows(ex, m, n, cfg):
 def test_layer_norm_held_rows_on_the_emulator(ex):
     cfg = dict(block=1024, per_thread=8, stages=-2, warps=0, max_blocks=2)
     _layer_norm_case(ex, 5, 900, cfg, grid=[2])
+
+
+# the norms' re-read form: (m, n, per_thread, warps): 4 ragged chunks; one chunk longer than the
+# row; 16 chunks (a loop unrolled by 4, not fully)
+REREAD = [(5, 1000, 8, 1), (3, 200, 8, 2), (2, 4000, 8, 1)]
+
+
+@pytest.mark.parametrize("m, n, per_thread, warps", REREAD)
+def test_reread_form_on_the_interpreter(ex, m, n, per_thread, warps):
+    """The norms' re-read form (a row a block, read twice): ragged rows, against float64."""
+    rng = np.random.default_rng()
+    cfg = dict(block=0, per_thread=per_thread, stages=0, warps=warps)
+    for cls, args, ref, tol in _cases(ex, rng, m, n)[1:]:
+        y = np.full((m, n), np.nan, np.float16)
+        cls(**cfg)(m, n, *args, y)
+        _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
+
+
+def test_reread_layer_norm_keeps_large_means(ex):
+    """The re-read form's one-pass statistics (shifted by the first chunk) at a large mean."""
+    _layer_norm_case(ex, 3, 1000, dict(block=0, per_thread=8, stages=0, warps=1), mean=300.0)
+
+
+@needs_nvrtc
+@needs_gxx
+def test_reread_form_on_the_emulator(ex):
+    rng = np.random.default_rng()
+    cfg = dict(block=0, per_thread=8, stages=0, warps=1)
+    for cls, args, ref, tol in _cases(ex, rng, 3, 1000)[1:]:
+        y = np.full((3, 1000), np.nan, np.float16)
+        emulate(cls(**cfg), (3, 1000, *args, y), [3])
+        _close(y, ref(*(a.astype(np.float64) for a in args)), tol)

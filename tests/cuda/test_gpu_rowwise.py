@@ -169,9 +169,10 @@ def test_scans_moves_math_attention_gpu():
 
 @pytest.mark.parametrize("op", ["softmax", "layer_norm", "rms_norm"])
 def test_ring_form_every_config_gpu(ex, op):
-    """Every config of the ring forms (persistent blocks over shared stages) against torch,
-    NaN-poisoned outputs, at ragged sizes: long rows in column chunks (32000), several rows
-    a stage (1333, 200), 5 blocks looping over 3000 rows."""
+    """Every config of the ring forms (persistent blocks over shared stages; the norms' held
+    rows and re-read forms too) against torch, NaN-poisoned outputs, at ragged sizes: long
+    rows in column chunks (32000), several rows a stage (1333, 200), 5 blocks looping over
+    3000 rows."""
     import torch
 
     for m, n, cap in [(777, 1333, None), (40, 32000, None), (3000, 200, 5)]:
@@ -187,7 +188,8 @@ def test_ring_form_every_config_gpu(ex, op):
             ref = xf * torch.rsqrt((xf * xf).mean(dim=1, keepdim=True) + 1e-6) * w.float()
         sm = ex["softmax"]
         held = [c for c in ex["layer_norm"].LN_SPACE if c[2] < 0] if op == "layer_norm" else []
-        for block, per_thread, stages, warps in sm.RING_SPACE + sm.SMALL_SPACE + held:
+        reread = sm.REREAD_SPACE if op != "softmax" else []
+        for block, per_thread, stages, warps in sm.RING_SPACE + sm.SMALL_SPACE + held + reread:
             if warps and sm.ring_plan(n, block, per_thread, stages, 0, warps)[0] > 4096 * warps:
                 continue  # refused (test_small_form_refuses_long_rows)
             y.fill_(float("nan"))
