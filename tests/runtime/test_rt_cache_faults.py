@@ -500,3 +500,30 @@ def test_entry_whose_resource_scan_failed_is_scanned_again(root):
         again = build()
     assert again.cached and w.messages == []
     assert again.resources["registers"] == good.resources["registers"]
+
+
+class _MinBlocks(tilus.Script):
+    """Add1 with a constructor argument that changes only a launch attribute (no config)."""
+
+    def __init__(self, min_blocks):
+        super().__init__()
+        self.min_blocks = min_blocks
+
+    def __call__(self, n: tilus.int32, x: ~tilus.float32, y: ~tilus.float32, z: ~tilus.float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        self.attrs.min_blocks = self.min_blocks
+        gx = self.global_view(x, dtype=tilus.float32, shape=[n])
+        gz = self.global_view(z, dtype=tilus.float32, shape=[n])
+        self.store_global(gz, self.load_global(gx, offsets=[0], shape=[32]), offsets=[0])
+
+
+def test_kernels_that_differ_only_in_launch_bounds_do_not_share_an_entry(root):
+    """Two kernels whose sources differ only in ``__launch_bounds__`` (``min_blocks``, which
+    is not an autotune config) get an artifact each: the key covers the generated source, so
+    the second is built, not served the first one's cubin."""
+    one = tilus.compile(_MinBlocks(4), 32, None, None, None, target="sm_90a")
+    two = tilus.compile(_MinBlocks(1), 32, None, None, None, target="sm_90a")
+    assert "__launch_bounds__(32, 4)" in one.kernel.source
+    assert "__launch_bounds__(32, 1)" in two.kernel.source
+    assert not two.cached and len(list((root / "programs").iterdir())) == 2

@@ -142,6 +142,8 @@ class Printer:
         lines.append(f"  blocks [{', '.join(self.expr(b) for b in fn.blocks)}] warps {fn.warps}")
         if fn.cluster_size > 1:  # printed only when set, so other kernels keep their text
             lines.append(f"  cluster_blocks [{', '.join(map(str, fn.cluster))}]")
+        if fn.min_blocks > 1:
+            lines.append(f"  min_blocks {fn.min_blocks}")
         for cond, loc in fn.assumes:
             where = f"  # line {loc.line}" if loc is not None else ""
             lines.append(f"  assume {self.expr(cond)}{where}")

@@ -217,8 +217,15 @@ def build_steps(program, config: dict, *, arch: str = "sm_90a", cache=None):
     ks = generate(program, smem_limit=limit)
     cache = cache if cache is not None else ArtifactCache()
     nv = ".".join(map(str, nvrtc_version()))
+    # the source too: whatever reaches NVRTC is in the key, also what the IR text omits
     key = cache_key(
-        program.text, version.__version__, nv, " ".join(NVRTC_OPTIONS), arch, codegen_version()
+        program.text,
+        ks.source,
+        version.__version__,
+        nv,
+        " ".join(NVRTC_OPTIONS),
+        arch,
+        codegen_version(),
     )
     from tilus import option
 
