@@ -43,6 +43,8 @@ def main(argv=None) -> int:
     ap.add_argument("shape", help="MxN")
     ap.add_argument("config", nargs="+", help="K=V of the config, or 'torch'")
     ap.add_argument("--launches", type=int, default=3)
+    ap.add_argument("--time", action="store_true",
+                    help="also time it in interleaved rounds beside a copy_ of the same bytes")  # fmt: skip
     args = ap.parse_args(argv)
     m, n = (int(v) for v in args.shape.split("x"))
     x = torch.randn(m, n, device="cuda", dtype=torch.float16)
@@ -67,7 +69,32 @@ def main(argv=None) -> int:
     for _ in range(args.launches):
         run()
     torch.cuda.synchronize()
+    if args.time:
+        src, dst = x.clone(), torch.empty_like(x)  # the anchor: read and write m x n fp16
+        ms = interleaved({"kernel": run, "copy": lambda: dst.copy_(src)}, torch)
+        print(f"{args.op} {args.shape} {' '.join(args.config)}: {ms['kernel']:.4f} ms, "
+              f"copy {ms['copy']:.4f} ms, x copy {ms['copy'] / ms['kernel']:.3f}")  # fmt: skip
     return 0
+
+
+def interleaved(fns: dict, torch, rounds: int = 5, reps: int = 20) -> dict:
+    """Median over ``rounds`` of each function's median time (ms) of ``reps`` runs, the
+    functions taking turns round by round (the headline protocol: no idle pauses)."""
+    import statistics
+
+    per = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            times = []
+            for _ in range(reps):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b))
+            per[k].append(statistics.median(times))
+    return {k: statistics.median(v) for k, v in per.items()}
 
 
 if __name__ == "__main__":
