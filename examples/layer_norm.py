@@ -25,11 +25,6 @@ into registers as soon as it is in and refilled at once: every stage is in fligh
 is worked on, so one stage beside w and b (in shared memory, not re-read from the L2 for every
 row) is enough for rows of 32000; the math is the whole-rows form's.
 
-Where a ring config's rows are one stage of several column chunks and w and b do not both fit
-beside two stages (rows of 32000), the ring holds column-chunk slots instead (``chunk_slots``):
-w and b both in shared memory, each slot refilled with a later row's chunk as soon as its chunk
-is normalized, so the next row loads while this one is worked on.
-
 A fifth form (``stages`` 0, ``warps`` > 0) is the re-read form: a row a block of ``warps``
 warps, one pass over the row for the statistics and a second one, from the L2, to normalize,
 so a thread holds a chunk of ``per_thread`` elements and many blocks fit an SM.
@@ -42,7 +37,6 @@ import numpy as np
 from rowwise_support import check, exit_with, fp16_rows, rowwise_kernels
 from softmax import (
     REREAD_SPACE,
-    RING_SMEM,
     SPACE,
     RowRing,
     held_plan,
@@ -87,22 +81,6 @@ def vector_plan(n: int, block: int, per_thread: int, stages: int, warps: int):
     return (*plan[:5], ("global", "global"), plan[6])
 
 
-def chunk_slots(n: int, block: int, per_thread: int, stages: int, warps: int) -> int:
-    """Slots of the chunk ring (0: not that form). A ring config whose rows are one stage of
-    several column chunks, and whose w and b do not both fit beside its stages, becomes a ring
-    of chunk slots: w and b in shared memory, and each chunk's slot refilled (with a later
-    row's chunk) as soon as it is normalized, so the next row loads while this one is worked
-    on. At least ``chunks + 1`` slots (at most ``stages * chunks``) must fit."""
-    if warps:
-        return 0
-    bn, rows, chunks, _, _, fits, _ = ring_plan(n, block, per_thread, stages, 2, 0)
-    if rows > 1 or chunks == 1 or fits:
-        return 0
-    bk = bn // chunks
-    slots = min(stages * chunks, (RING_SMEM - 2 * bn * 2) // (bk * 2))
-    return slots if slots > chunks else 0
-
-
 @tilus.autotune("block, per_thread, stages, warps", LN_SPACE)
 class LayerNorm(RowRing):
     """Layer norm in one of three forms, all in the autotune space: whole rows in registers
@@ -126,8 +104,6 @@ class LayerNorm(RowRing):
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
         if self.hold:
             self.held_rows(m, n, gx, gw, gb, gy)
-        elif self.stages and chunk_slots(n, self.block, self.per_thread, self.stages, 0):
-            self.chunk_ring_rows(m, n, gx, gw, gb, gy)
         elif self.stages:
             self.ring_rows(m, n, gx, gw, gb, gy)
         elif self.block_warps:
@@ -256,74 +232,6 @@ class LayerNorm(RowRing):
             y = self.normalize(x, n, bn, self.load_shared(wb[0]), self.load_shared(wb[1]))
             self.store_global(gy, self.cast(y, float16), offsets=[(first + it * grid) * rows, 0])
         self.copy_async_wait_all()
-
-    def chunk_ring_rows(
-        self,
-        m: int32,
-        n: int,
-        gx: GlobalTensor,
-        gw: GlobalTensor,
-        gb: GlobalTensor,
-        gy: GlobalTensor,
-    ):
-        """Persistent blocks over a ring of ``slots`` column-chunk slots (``chunk_slots``),
-        w and b in shared memory: chunk ``g`` of the block's sequence (row ``g // chunks`` of
-        the block, column chunk ``g % chunks``) lands in slot ``g % slots``, one commit group
-        a chunk; a row's chunks are waited for together, and each slot is refilled with the
-        chunk ``slots`` later as soon as the row's chunk in it is normalized."""
-        slots = chunk_slots(n, self.block, self.per_thread, self.stages, 0)
-        bn, rows, chunks, warps, _, _, _ = ring_plan(n, self.block, self.per_thread, 2, 0, 0)
-        bk = bn // chunks
-        per_sm = max(1, min(2048 // (32 * warps), (228 * 1024) // (slots * bk * 2 + 4 * bn + 1024)))
-        self.attrs.blocks = min(m, self.max_blocks or self.cuda.sm_count * per_sm)
-        self.attrs.warps = warps
-        ring = self.shared_tensor(dtype=float16, shape=[slots, 1, bk])
-        wb = self.shared_tensor(dtype=float16, shape=[2, chunks, bk])
-        for c in self.range(chunks, unroll="all"):  # the first group, waited for with row 0
-            self.copy_async(gw, wb[0, c], offsets=[c * bk])
-            self.copy_async(gb, wb[1, c], offsets=[c * bk])
-        self.copy_async_commit_group()
-        cols = self.register_tensor(dtype=int32, shape=[bk], init=lambda j: j)
-        cnt = self.register_tensor(dtype=float32, shape=[bk], init=float(chunks))
-        if n < bn:  # per column j: how many of the row's columns j + c * bk exist
-            cnt = self.where(cols < n % bk, float(n // bk + 1), float(n // bk))
-        first: int32 = self.blockIdx.x
-        grid: int32 = self.gridDim.x
-        for g in range(slots):
-            self.fill_chunk(gx, ring, g, first, grid, slots, chunks, bk)
-        for it in range(cdiv(m - first, grid)):
-            self.copy_async_wait_group(slots - chunks)  # this row's chunks are in
-            self.sync()
-            base: int32 = it * chunks
-            row: int32 = first + it * grid
-            k0 = self.cast(self.load_shared(ring[base % slots]), float32)  # the tail reads 0
-            s1 = self.register_tensor(dtype=float32, shape=[1, bk], init=0.0)
-            s2 = self.register_tensor(dtype=float32, shape=[1, bk], init=0.0)
-            for c in self.range(1, chunks, unroll="all"):  # shifted one-pass statistics
-                d = self.cast(self.load_shared(ring[(base + c) % slots]), float32) - k0
-                if n < bn:  # 0 - k must not count
-                    d = self.where(cols < n - c * bk, d, 0.0)
-                self.assign(s1, s1 + d)
-                self.assign(s2, s2 + d * d)
-            mean = self.sum(k0 * cnt + s1, dim=1, keepdim=True) * (1.0 / n)
-            dd = mean - k0
-            var = self.sum(s2 + dd * (cnt * dd - 2.0 * s1), dim=1, keepdim=True) * (1.0 / n)
-            rstd = self.rsqrt(var + EPS)
-            for c in self.range(chunks, unroll="all"):
-                xc = self.cast(self.load_shared(ring[(base + c) % slots]), float32) - mean
-                w = self.cast(self.load_shared(wb[0, c]), float32)
-                b = self.cast(self.load_shared(wb[1, c]), float32)
-                self.store_global(gy, self.cast(xc * rstd * w + b, float16), offsets=[row, c * bk])
-                self.sync()  # every thread has read the slot: refill it
-                self.fill_chunk(gx, ring, base + c + slots, first, grid, slots, chunks, bk)
-        self.copy_async_wait_all()
-
-    def fill_chunk(self, gx, ring, g, first, grid, slots: int, chunks: int, bk: int):
-        """Queue chunk ``g`` of the block's sequence into slot ``g % slots`` as one commit
-        group (rows past the end read as zeros)."""
-        row: int32 = first + (g // chunks) * grid
-        self.copy_async(gx, ring[g % slots], offsets=[row, (g % chunks) * bk])
-        self.copy_async_commit_group()
 
     def ring_rows(
         self,

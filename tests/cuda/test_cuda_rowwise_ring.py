@@ -242,21 +242,12 @@ def test_layer_norm_one_pass_keeps_large_means(ex):
     _layer_norm_case(ex, 3, 9000, cfg, mean=300.0)  # 2 column chunks of 8 elements a thread
 
 
-@pytest.mark.parametrize(
-    "m, cfg, slots",
-    [
-        (3, dict(block=8192, per_thread=8, stages=2, warps=0, max_blocks=2), 6),
-        (2, dict(block=8192, per_thread=16, stages=2, warps=0, max_blocks=1), 3),
-    ],
-)
-def test_layer_norm_chunk_ring(ex, m, cfg, slots):
-    """Rows of 32000: w and b do not both fit beside two stages of a row, so the ring holds
-    column-chunk slots (6 of 4 chunks a row; 3 of 2) beside both, each refilled with a later
-    row's chunk once normalized; blocks loop over several rows, the ragged tail of the last
-    chunk masked."""
-    args = (32000, cfg["block"], cfg["per_thread"], cfg["stages"], 0)
-    assert ex["layer_norm"].chunk_slots(*args) == slots
-    _layer_norm_case(ex, m, 32000, cfg)
+def test_layer_norm_long_rows_w_shared_b_global(ex):
+    """Rows of 32000 in 2 stages: w and b do not both fit beside the ring, so w is copied to
+    shared memory and b read from global memory; the ragged tail of the 4th chunk masked."""
+    plan = ex["layer_norm"].vector_plan(32000, 8192, 8, 2, 0)
+    assert plan[5] == ("shared", "global") and plan[2] == 4  # w shared, b global; 4 chunks
+    _layer_norm_case(ex, 2, 32000, dict(block=8192, per_thread=8, stages=2, warps=0, max_blocks=1))
 
 
 def test_layer_norm_vector_placement(ex):
@@ -329,10 +320,3 @@ def test_reread_form_on_the_emulator(ex):
         y = np.full((3, 1000), np.nan, np.float16)
         emulate(cls(**cfg), (3, 1000, *args, y), [3])
         _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
-
-
-@needs_nvrtc
-@needs_gxx
-def test_layer_norm_chunk_ring_on_the_emulator(ex):
-    cfg = dict(block=8192, per_thread=8, stages=2, warps=0, max_blocks=2)
-    _layer_norm_case(ex, 3, 32000, cfg, grid=[2])
