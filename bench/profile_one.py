@@ -84,7 +84,7 @@ def interleaved(fns: dict, torch, rounds: int = 5, reps: int = 20) -> dict:
     import statistics
 
     per = {k: [] for k in fns}
-    for k, fn in fns.items():  # warm-up: compiles, caches, clocks
+    for fn in fns.values():  # warm-up: compiles, caches, clocks
         for _ in range(3):
             fn()
     torch.cuda.synchronize()
