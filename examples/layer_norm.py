@@ -173,22 +173,23 @@ class LayerNorm(RowRing):
             self.attrs.min_blocks = max(1, min(self.min_blocks, 2048 // (32 * warps)))
         row: int32 = self.blockIdx.x * rows
         x = self.cast(self.load_global(gx, offsets=[row, 0], shape=[rows, bn]), float32)
-        w = self.load_global(gw, offsets=[0], shape=[bn])
-        b = self.load_global(gb, offsets=[0], shape=[bn])
-        y = self.normalize(x, n, bn, w, b)
-        self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
+        xc, rstd = self.centered(x, n, bn)
+        # w and b loaded after the statistics (their barriers keep them there): not held in
+        # registers through the reductions
+        w = self.cast(self.load_global(gw, offsets=[0], shape=[bn]), float32)
+        b = self.cast(self.load_global(gb, offsets=[0], shape=[bn]), float32)
+        self.store_global(gy, self.cast(xc * rstd * w + b, float16), offsets=[row, 0])
 
-    def normalize(self, x, n: int, bn: int, w, b):
-        """``(x - mean) / sqrt(var + eps) * w + b`` of whole rows ``x`` ([rows, bn] float32,
-        columns past ``n`` zero) with the fp16 ``[bn]`` weight and bias."""
+    def centered(self, x, n: int, bn: int):
+        """``x - mean`` and ``1 / sqrt(var + eps)`` of whole rows ``x`` ([rows, bn] float32,
+        columns past ``n`` zero; they stay out of the variance)."""
         mean = self.sum(x, dim=1, keepdim=True) * (1.0 / n)
         xc = x - mean
         if n < bn:  # the tail read as 0, but 0 - mean must not add to the variance
             cols = self.register_tensor(dtype=int32, shape=[bn], init=lambda j: j)
             xc = self.where(cols < n, xc, 0.0)
         var = self.sum(xc * xc, dim=1, keepdim=True) * (1.0 / n)
-        w32, b32 = self.cast(w, float32), self.cast(b, float32)
-        return xc * self.rsqrt(var + EPS) * w32 + b32
+        return xc, self.rsqrt(var + EPS)
 
     def held_rows(
         self,
@@ -229,7 +230,9 @@ class LayerNorm(RowRing):
             nxt: int32 = (first + (it + stages) * grid) * rows  # past the end: zeros, unused
             self.copy_async(gx, ring[it % stages], offsets=[nxt, 0])
             self.copy_async_commit_group()
-            y = self.normalize(x, n, bn, self.load_shared(wb[0]), self.load_shared(wb[1]))
+            xc, rstd = self.centered(x, n, bn)
+            w = self.cast(self.load_shared(wb[0]), float32)
+            y = xc * rstd * w + self.cast(self.load_shared(wb[1]), float32)
             self.store_global(gy, self.cast(y, float16), offsets=[(first + it * grid) * rows, 0])
         self.copy_async_wait_all()
 
