@@ -11,7 +11,7 @@ above), the one that wins on long rows: persistent blocks (a few an SM) that loo
 rows through a ring of shared-memory stages filled by ``copy_async`` (16-byte ``cp.async``), so
 the next rows' loads are in flight while the current ones are reduced (the weight and bias are
 loaded once a block: into registers when a thread holds at most 16 of their columns, else into
-shared memory, or w alone when both do not fit); each pass reads the stage with 128-bit
+shared memory, or w there and b in registers when both do not fit); each pass reads the stage with 128-bit
 shared loads, chunk by chunk of columns when a row is longer than 32 warps of ``per_thread``
 elements.
 
@@ -48,7 +48,7 @@ from softmax import (
 )
 
 import tilus
-from tilus import GlobalTensor, float16, float32, int32
+from tilus import GlobalTensor, float16, float32, int32, uint32
 from tilus.utils import cdiv
 
 EPS = 1e-5
@@ -68,13 +68,13 @@ def vector_plan(n: int, block: int, per_thread: int, stages: int, warps: int):
     """The ring's plan (``ring_plan``) for layer norm, with where w and b live: ``place`` is
     "regs", "shared" or "global" for each. In registers when a thread holds at most 16 of their
     columns (nothing to read a row); else in shared memory when both fit beside the ring; else
-    w there and b read from global memory (the L2) a row: at rows of 32000, b held in registers
-    spilled (64 registers a thread at 1024 threads) and ran 0.75 of copy against 0.82; the
-    small-block form reads both from global memory (the L1 holds them for the SM's blocks)."""
+    w there and b in registers, two fp16 to a register (rows of 32000: reading b from the L2 a
+    row made the L2 the limit, and b held one to a register spilled); the small-block form
+    reads both from global memory (the L1 holds them for the SM's blocks)."""
     bn, rows, chunks, nwarps, nstages, _, per_sm = ring_plan(n, block, per_thread, stages, 0, warps)
     if warps == 0 and rows == 1 and per_thread * chunks <= 16:
         return bn, rows, chunks, nwarps, nstages, ("regs", "regs"), per_sm
-    for vectors, place in ((2, ("shared", "shared")), (1, ("shared", "global"))):
+    for vectors, place in ((2, ("shared", "shared")), (1, ("shared", "regs"))):
         plan = ring_plan(n, block, per_thread, stages, vectors, warps)
         if plan[5]:
             return (*plan[:5], place, plan[6])
@@ -277,7 +277,8 @@ class LayerNorm(RowRing):
         for v in (0, 1):
             if place[v] == "regs":
                 for h in [k for k in range(chunks)]:
-                    held[v].append(self.load_global(views[v], offsets=[h * bk], shape=[bk]))
+                    t = self.load_global(views[v], offsets=[h * bk], shape=[bk])
+                    held[v].append(self.view(t, dtype=uint32))  # two to a register
         first: int32 = self.blockIdx.x
         grid: int32 = self.gridDim.x
         for k in range(stages - 1):
@@ -288,15 +289,15 @@ class LayerNorm(RowRing):
             self.fill_stage(gx, ring, it + stages - 1, first, grid, stages, rows, chunks, bk)
             cur = ring[it % stages]
             row: int32 = (first + it * grid) * rows
-            if chunks == 1 or self.per_thread <= 16:  # one chunk: k0 is the row, s1 = s2 = 0
+            if chunks == 1:  # k0 is the row, s1 = s2 = 0: exact two-pass statistics
                 mean, rstd = self.stats_one_pass(cur, cols, cnt, n, bn, chunks, bk)
-            else:  # three tiles of 32+ a thread would spill: two passes over the stage
-                mean, rstd = self.stats_two_passes(cur, cols, n, bn, rows, chunks, bk)
+            else:  # one row of several chunks
+                mean, rstd = self.stats_scalar_shift(cur, n, bn, chunks)
             for q in [k for k in range(chunks)]:  # unrolled here: ``held[u][q]`` is a host index
                 wb = []
                 for u in (0, 1):
                     if place[u] == "regs":
-                        wb.append(held[u][q])
+                        wb.append(self.view(held[u][q], dtype=float16))
                     elif place[u] == "shared":
                         wb.append(self.load_shared(vs[shared.index(u), q]))
                     else:
@@ -327,19 +328,22 @@ class LayerNorm(RowRing):
         var = self.sum(s2 + dd * (cnt * dd - 2.0 * s1), dim=1, keepdim=True) * (1.0 / n)
         return mean, self.rsqrt(var + EPS)
 
-    def stats_two_passes(self, cur, cols, n: int, bn: int, rows: int, chunks: int, bk: int):
-        """Mean and 1/std of the stage's rows: a pass for the sum, one for the squares."""
-        acc = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
-        for c in self.range(chunks, unroll="all"):  # the tail reads as 0: adds nothing
-            self.assign(acc, acc + self.cast(self.load_shared(cur[c]), float32))
-        mean = self.sum(acc, dim=1, keepdim=True) * (1.0 / n)
-        sq = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
+    def stats_scalar_shift(self, cur, n: int, bn: int, chunks: int):
+        """Mean and 1/std of the stage's one row in one pass, shifted by its first element k:
+        every chunk adds d = x - k and d * d, with no mask and no per-column count (the tail's
+        bn - n zeros add -k and k^2 each, taken off after); d is a difference of two samples
+        of the row, so large means do not cancel."""
+        k: float32 = cur[0, 0, 0].item()
+        s1 = self.register_tensor(dtype=float32, shape=cur[0].shape, init=0.0)
+        s2 = self.register_tensor(dtype=float32, shape=cur[0].shape, init=0.0)
         for c in self.range(chunks, unroll="all"):
-            xc = self.cast(self.load_shared(cur[c]), float32) - mean
-            if n < bn:  # but 0 - mean must not add to the variance
-                xc = self.where(cols < n - c * bk, xc, 0.0)
-            self.assign(sq, sq + xc * xc)
-        return mean, self.rsqrt(self.sum(sq, dim=1, keepdim=True) * (1.0 / n) + EPS)
+            d = self.cast(self.load_shared(cur[c]), float32) - k
+            self.assign(s1, s1 + d)
+            self.assign(s2, s2 + d * d)
+        tail = float(bn - n)
+        m1 = (self.sum(s1, dim=1, keepdim=True) + tail * k) * (1.0 / n)
+        var = (self.sum(s2, dim=1, keepdim=True) - tail * k * k) * (1.0 / n) - m1 * m1
+        return m1 + k, self.rsqrt(var + EPS)
 
 
 def reference(x, w, b):
