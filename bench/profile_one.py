@@ -98,3 +98,7 @@ def interleaved(fns: dict, torch, rounds: int = 5, reps: int = 20) -> dict:
             b.synchronize()
             per[k].append(a.elapsed_time(b) / reps)
     return {k: statistics.median(v) for k, v in per.items()}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
