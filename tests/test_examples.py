@@ -53,6 +53,7 @@ HELPERS = [
     "quantized/matmul_wx_a16_decode.py",
     "quantized/matmul_wx_a16_pipe.py",
     "quantized/split_k.py",
+    "quantized/fp8_support.py",
 ]  # imported, not run alone
 
 HOPPER_KERNELS = [

@@ -42,6 +42,7 @@ for _p in (_HERE.parent, _HERE.parent / "hopper_matmul"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 from example_support import cuda_torch, gpu_time, print_table  # noqa: E402
+from fp8_support import TOLERANCE, check, quantized_inputs, reference, run_once  # noqa: E402, F401
 from matmul_v4 import Pipeline  # noqa: E402
 from matmul_v6 import MatmulWGMMAV6, sm_count  # noqa: E402
 from matmul_v7 import MatmulV7  # noqa: E402
@@ -57,7 +58,6 @@ from tilus import (  # noqa: E402
 )
 from tilus.utils import cdiv  # noqa: E402
 
-TOLERANCE = 1e-2
 CPU_SIZES = [(200, 320, 384), (72, 136, 160)]  # (m, n, k): ragged in M, N and K
 GPU_SIZES = [(4096, 4096, 4096), (4000, 3000, 4000), (8192, 8192, 8192)]
 
@@ -513,47 +513,6 @@ class MatmulFP8PingPong(MatmulV7):
         with self.warp_group(4, 4):  # consumer warp group 1: the odd tiles
             self.setmaxnreg(232)
             self.consume_fp8(1, pipe, order, sa, sb, gc, gsa, gsb, scale, k_size, num_m, num_n)
-
-
-def quantized_inputs(torch, m: int, n: int, k: int, device="cpu", seed=None):
-    """Fresh e4m3 operands with per-row scales, as a quantizer would make them: A and B
-    rows scaled into [-448, 448], the scales (and a per-tensor scale) kept beside them."""
-    g = torch.Generator().manual_seed(seed if seed is not None else int(time.time_ns() % 2**31))
-    a = torch.randn(m, k, generator=g) * 2.0
-    b = torch.randn(n, k, generator=g) * 0.5
-    sa = a.abs().amax(dim=1).clamp(min=1e-12) / 448.0
-    sb = b.abs().amax(dim=1).clamp(min=1e-12) / 448.0
-    a8 = (a / sa[:, None]).to(torch.float8_e4m3fn)
-    b8 = (b / sb[:, None]).to(torch.float8_e4m3fn)
-    scale = 0.75  # a per-tensor factor on top (e.g. the activations' global scale)
-    return [x.to(device) for x in (a8, b8, sa, sb)] + [scale]
-
-
-def reference(torch, a8, b8, sa, sb, scale, row_scales=True):
-    """float32 dequantize-then-matmul-then-scale."""
-    c = (a8.float() @ b8.float().T) * scale
-    if row_scales:
-        c = c * sa.float()[:, None] * sb.float()[None, :]
-    return c
-
-
-def check(torch, c, ref) -> tuple[bool, float, str]:
-    """(passed, error, note): ``max |c - ref| / max |ref|`` below the tolerance, no NaN."""
-    c64, r64 = c.double().cpu(), ref.double().cpu()
-    nans = int(torch.isnan(c64).sum())
-    if nans:
-        return False, float("nan"), f"{nans} NaN in C"
-    err = float((c64 - r64).abs().max()) / max(float(r64.abs().max()), 1e-30)
-    return err < TOLERANCE, err, ""
-
-
-def run_once(kernel, torch, m, n, k, device, row_scales=True):
-    """Run ``kernel`` once on fresh inputs; returns (passed, error, note, c, inputs)."""
-    a8, b8, sa, sb, scale = quantized_inputs(torch, m, n, k, device)
-    c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
-    kernel(m, n, k, a8, b8, sa, sb, scale, c)
-    ok, err, note = check(torch, c, reference(torch, a8, b8, sa, sb, scale, row_scales))
-    return ok, err, note, c, (a8, b8, sa, sb, scale)
 
 
 def main() -> int:
