@@ -16,6 +16,7 @@ from tilus.backends.interp import (  # noqa: F401 - register rules
     rules_hopper,
     rules_layout,
     rules_lowbit,
+    rules_print,
     rules_random,
     rules_sync,
 )

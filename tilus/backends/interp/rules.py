@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
-import sys
 
 import numpy as np
 
@@ -530,50 +528,12 @@ def _dot(task, inst, loc):
     task.env[inst.out] = convert(r, acc_t)
 
 
-# --- synchronization and debugging -----------------------------------------------------------
+# --- synchronization (printing: rules_print.py) -----------------------------------------------
 
 
 @rule(I.Sync)
 def _sync(task, inst, loc):
     yield Sync(loc)
-
-
-_C_FMT = re.compile(r"%([-+ #0]*\d*(?:\.\d+)?)(?:hh|h|ll|l|z|j|t)?([diouxXfFeEgGcs%])")
-
-
-def c_format(fmt: str, args) -> str:
-    """Format like C printf (length modifiers dropped; %u as %d)."""
-    py = _C_FMT.sub(lambda m: "%" + m.group(1) + ("d" if m.group(2) == "u" else m.group(2)), fmt)
-    return py % tuple(args)
-
-
-@rule(I.Printf)
-def _printf(task, inst, loc):
-    args = [scal(task, a, loc) for a in inst.args]
-    print(c_format(inst.fmt, args), end="", flush=True)
-
-
-@rule(I.PrintTensor)
-def _print_tensor(task, inst, loc):
-    t = inst.tensor
-    v = task.env[t] if t.kind != TensorKind.REGISTER else reg(task, t, loc)
-    if isinstance(v, PackedGlobalView):
-        arr = v.read(v.arr)
-    else:
-        arr = np.asarray(v.arr if hasattr(v, "arr") else v)
-    fmt = inst.fmt or _default_fmt(t.dtype)
-    text = np.array2string(
-        arr,
-        separator=" ",
-        threshold=sys.maxsize,  # every element, one row a line: as the CUDA backend prints
-        max_line_width=sys.maxsize,
-        formatter={"all": lambda x: c_format(fmt, [x.item()])},
-    )
-    print(f"{inst.msg}\n{text}", flush=True)
-
-
-def _default_fmt(dt) -> str:
-    return I.PrintTensor.default_fmt(dt)
 
 
 # --- vectorized evaluation for tiles initialised by a function of the indices ---------------
