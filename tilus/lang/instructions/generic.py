@@ -16,6 +16,8 @@ from tilus.ir.tensor import TensorVar
 from tilus.lang.builder import current
 from tilus.lang.instructions.layouts import annotate
 from tilus.lang.instructions.tiles import (  # noqa: F401 - re-exported for the front end
+    REDUCE_OPS,
+    UNARY_OPS,
     _dtype,
     _int_list,
     broadcast_shape,
@@ -27,39 +29,6 @@ from tilus.lang.instructions.tiles import (  # noqa: F401 - re-exported for the 
     tensor_unary,
     unsqueeze_tensor,
 )
-
-UNARY_OPS = (
-    "neg",
-    "not",
-    "abs",
-    "exp",
-    "exp2",
-    "log",
-    "log2",
-    "sqrt",
-    "rsqrt",
-    "sin",
-    "cos",
-    "tanh",
-    "square",
-    "round",
-    "floor",
-    "ceil",
-    "bitnot",
-    "tan",
-    "asin",
-    "acos",
-    "atan",
-    "sinh",
-    "cosh",
-    "asinh",
-    "acosh",
-    "atanh",
-    "trunc",
-    "isnan",
-    "isinf",
-)
-REDUCE_OPS = ("sum", "max", "min", "any", "all")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,40 @@ from tilus.ir.expr import Const, Expr, TensorElement
 from tilus.ir.tensor import TensorVar
 from tilus.lang.builder import current
 
+#: The elementwise unary ops and the reductions of the front end (``self.<op>``).
+UNARY_OPS = (
+    "neg",
+    "not",
+    "abs",
+    "exp",
+    "exp2",
+    "log",
+    "log2",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tanh",
+    "square",
+    "round",
+    "floor",
+    "ceil",
+    "bitnot",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "trunc",
+    "isnan",
+    "isinf",
+)
+REDUCE_OPS = ("sum", "max", "min", "any", "all")
+
 
 def _int_list(b, value, what) -> tuple[int, ...]:
     if isinstance(value, int):
