@@ -139,14 +139,10 @@ class RMSNorm(RowRing):
             self.fill_stage(gx, ring, it + stages - 1, first, grid, stages, rows, chunks, bk)
             cur = ring[it % stages]
             row: int32 = (first + it * grid) * rows
-            if chunks == 1:  # the stage's rows stay in registers for the second pass
-                held_x = self.cast(self.load_shared(cur[0]), float32)
-                sq = held_x * held_x  # the tail reads as 0: adds nothing
-            else:
-                sq = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
-                for c in self.range(chunks, unroll="all"):
-                    x = self.cast(self.load_shared(cur[c]), float32)
-                    self.assign(sq, sq + x * x)
+            sq = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
+            for c in self.range(chunks, unroll="all"):  # the tail reads as 0: adds nothing
+                x = self.cast(self.load_shared(cur[c]), float32)
+                self.assign(sq, sq + x * x)
             rms = self.rsqrt(self.sum(sq, dim=1, keepdim=True) * (1.0 / n) + EPS)
             for p in [k for k in range(chunks)]:  # unrolled here: ``held[p]`` is a host index
                 if w_regs:
@@ -155,11 +151,7 @@ class RMSNorm(RowRing):
                     w = self.load_shared(sw[p])
                 else:
                     w = self.load_global(gw, offsets=[p * bk], shape=[bk])
-                if chunks == 1:
-                    x = held_x
-                else:
-                    x = self.cast(self.load_shared(cur[p]), float32)
-                y = x * rms * self.cast(w, float32)
+                y = self.cast(self.load_shared(cur[p]), float32) * rms * self.cast(w, float32)
                 self.store_global(gy, self.cast(y, float16), offsets=[row, p * bk])
         self.copy_async_wait_all()
 
