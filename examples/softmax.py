@@ -251,21 +251,17 @@ class Softmax(RowRing):
             cur = ring[it % stages]
             row: int32 = (first + it * grid) * rows
             # exp(v - max) = exp2(v * log2 e - max * log2 e): one FFMA and one MUFU.EX2 each
-            if chunks == 1:  # the row stays in registers: one shared read, one MUFU.EX2 each
-                x = self.cast(self.load_shared(cur[0]), float32)
-                if n < bn:  # the tail reads as 0: out of the max and the sum
-                    x = self.where(cols < n, x, -float("inf"))
-                mx = self.max(x, dim=1, keepdim=True) * LOG2E  # max(x) log2 e = max(x log2 e)
-                e = self.exp2(x * LOG2E - mx)  # exp2(-inf) = 0
+            acc = self.register_tensor(dtype=float32, shape=[rows, bk], init=-float("inf"))
+            for c in self.range(chunks, unroll="all"):  # max(x) * log2 e = max(x * log2 e)
+                x = self.cast(self.load_shared(cur[c]), float32)
+                self.assign(acc, self.maximum(acc, self.where(cols < n - c * bk, x, -float("inf"))))
+            mx = self.max(acc, dim=1, keepdim=True) * LOG2E
+            if chunks == 1:  # the exponentials fit in registers: one MUFU.EX2 an element
+                e = self.cast(self.load_shared(cur[0]), float32) * LOG2E
+                e = self.where(cols < n, self.exp2(e - mx), 0.0)
                 y = e * (1.0 / self.sum(e, dim=1, keepdim=True))
                 self.store_global(gy, self.cast(y, float16), offsets=[row, 0])
-            else:  # a pass for the max, a second one recomputes the exponentials
-                acc = self.register_tensor(dtype=float32, shape=[rows, bk], init=-float("inf"))
-                for c in self.range(chunks, unroll="all"):
-                    x = self.cast(self.load_shared(cur[c]), float32)
-                    x = self.where(cols < n - c * bk, x, -float("inf"))
-                    self.assign(acc, self.maximum(acc, x))
-                mx = self.max(acc, dim=1, keepdim=True) * LOG2E
+            else:  # a second pass recomputes them
                 tot = self.register_tensor(dtype=float32, shape=[rows, bk], init=0.0)
                 for c in self.range(chunks, unroll="all"):
                     x = self.cast(self.load_shared(cur[c]), float32) * LOG2E
