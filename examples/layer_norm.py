@@ -257,12 +257,13 @@ class LayerNorm(RowRing):
         self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
         self.attrs.warps = warps
         ring = self.shared_tensor(dtype=float16, shape=[stages, chunks, rows, bk])
-        cnt = None  # one chunk: 1 for the row's columns, 0 past its end
-        if chunks == 1:
-            cnt = self.register_tensor(dtype=float32, shape=[bk], init=1.0)
-            if n < bn:
-                cols = self.register_tensor(dtype=int32, shape=[bk], init=lambda j: j)
-                cnt = self.where(cols < n, 1.0, 0.0)
+        cols = self.register_tensor(dtype=int32, shape=[bk], init=lambda j: j)
+        # per column j of a chunk: how many of the row's columns j + c * bk (c < chunks) exist
+        cnt = self.register_tensor(dtype=float32, shape=[bk], init=float(chunks))
+        if n < bn:
+            cnt = self.register_tensor(dtype=float32, shape=[bk], init=0.0)
+            for c in self.range(chunks, unroll="all"):
+                self.assign(cnt, cnt + self.where(cols < n - c * bk, 1.0, 0.0))
         views = [gw, gb]
         shared = [v for v in (0, 1) if place[v] == "shared"]
         vs = None
@@ -288,8 +289,8 @@ class LayerNorm(RowRing):
             self.fill_stage(gx, ring, it + stages - 1, first, grid, stages, rows, chunks, bk)
             cur = ring[it % stages]
             row: int32 = (first + it * grid) * rows
-            if chunks == 1:  # the stage's rows stay in registers for the second pass
-                held_x, rstd = self.row_stats(cur, cnt, n)
+            if chunks == 1:  # k0 is the row, s1 = s2 = 0: exact two-pass statistics
+                mean, rstd = self.stats_one_pass(cur, cols, cnt, n, bn, chunks, bk)
             else:  # one row of several chunks
                 mean, rstd = self.stats_scalar_shift(cur, n, bn, chunks)
             for q in [k for k in range(chunks)]:  # unrolled here: ``held[u][q]`` is a host index
@@ -302,22 +303,30 @@ class LayerNorm(RowRing):
                     else:
                         wb.append(self.load_global(views[u], offsets=[q * bk], shape=[bk]))
                 w, b = wb
-                if chunks == 1:
-                    xc = held_x
-                else:
-                    xc = self.cast(self.load_shared(cur[q]), float32) - mean
+                xc = self.cast(self.load_shared(cur[q]), float32) - mean
                 y = xc * rstd * self.cast(w, float32) + self.cast(b, float32)
                 self.store_global(gy, self.cast(y, float16), offsets=[row, q * bk])
         self.copy_async_wait_all()
 
-    def row_stats(self, cur, cnt, n: int):
-        """``x - mean`` and 1/std of the stage's rows of one chunk (``cnt``: 1 for the row's
-        columns, 0 past its end, which read as 0): two passes over the registers, exact."""
-        x = self.cast(self.load_shared(cur[0]), float32)
-        mean = self.sum(x, dim=1, keepdim=True) * (1.0 / n)
-        xc = x - mean
-        var = self.sum(xc * xc * cnt, dim=1, keepdim=True) * (1.0 / n)
-        return xc, self.rsqrt(var + EPS)
+    def stats_one_pass(self, cur, cols, cnt, n: int, bn: int, chunks: int, bk: int):
+        """Mean and 1/std of the stage's row in one pass, shifted for accuracy: column j of
+        chunk 0 is the shift k of the columns j of the other chunks, which add d = x - k and
+        d * d; then sum(x) = sum(cnt * k + s1) and sum((x - mean)^2) = sum(s2 - 2 dd s1 +
+        cnt dd^2) with dd = mean - k (``cnt``: the row's columns j + c * bk, c < chunks).
+        d is a difference of two samples of the row: large means do not cancel."""
+        k0 = self.cast(self.load_shared(cur[0]), float32)  # the tail reads as 0
+        s1 = self.register_tensor(dtype=float32, shape=k0.shape, init=0.0)
+        s2 = self.register_tensor(dtype=float32, shape=k0.shape, init=0.0)
+        for c in self.range(1, chunks, unroll="all"):
+            d = self.cast(self.load_shared(cur[c]), float32) - k0
+            if n < bn:  # 0 - k must not count
+                d = self.where(cols < n - c * bk, d, 0.0)
+            self.assign(s1, s1 + d)
+            self.assign(s2, s2 + d * d)
+        mean = self.sum(k0 * cnt + s1, dim=1, keepdim=True) * (1.0 / n)
+        dd = mean - k0
+        var = self.sum(s2 + dd * (cnt * dd - 2.0 * s1), dim=1, keepdim=True) * (1.0 / n)
+        return mean, self.rsqrt(var + EPS)
 
     def stats_scalar_shift(self, cur, n: int, bn: int, chunks: int):
         """Mean and 1/std of the stage's one row in one pass, shifted by its first element k:
