@@ -89,38 +89,39 @@ class MatmulWxA16Decode(tilus.Script):
         layout = tile.local(1, 1, 1, nb)
         x_layout = reduce(tile.local(1, 1, 1, RUN), [0])
         s_layout = reduce(reduce(layout, [3]), [2], keepdims=True)
-        s2_layout = reduce(reduce(layout, [3]), [2])
         ms = self.block_rows
         accs = []
         for _ in ms:
             accs.append(self.register_tensor(dtype=float32, shape=[bn, bg, cpg], init=0.0))
         ns, tiles = self.stages, cdiv(ng, bg)
         if ns:  # a cp.async ring of the weight, X and scale tiles, ns - 1 tiles ahead
-            gs2 = self.global_view(s_ptr, dtype=float16, shape=[n_size, ng])
             sw = self.shared_tensor(dtype=uint32, shape=[ns, bn, bg, cpg, nb])
             sx = self.shared_tensor(dtype=float16, shape=[ns, bm, bg, cpg, RUN])
-            ss = self.shared_tensor(dtype=float16, shape=[ns, bn, bg])
             self.annotate_layout(sw, shared_row_major(ns, bn, bg, cpg, nb))
             self.annotate_layout(sx, shared_row_major(ns, bm, bg, cpg, RUN))
-            self.annotate_layout(ss, shared_row_major(ns, bn, bg))
+            # the scales (1/32 of the bytes) one tile ahead in registers, not in the ring:
+            # a shared tile of them would need a layout exchange (two barriers) a tile
+            s_buf = self.load_global(gs, offsets=[on, 0, 0], shape=[bn, bg, 1])
+            self.annotate_layout(s_buf, s_layout)
             for i in self.prologue:
-                self.fill(gw, gx, gs2, sw, sx, ss, i, i, on, om)
+                self.fill(gw, gx, sw, sx, i, i, on, om)
         for it in self.range(tiles):
             g0 = it * bg
             if ns:
                 self.copy_async_wait_group(ns - 2)  # this thread's copies of tile it landed
                 self.sync()  # everyone's did, and everyone is done with the slot refilled next
-                self.fill(gw, gx, gs2, sw, sx, ss, it + ns - 1, (it + ns - 1) % ns, on, om)
+                self.fill(gw, gx, sw, sx, it + ns - 1, (it + ns - 1) % ns, on, om)
                 qb = self.load_shared(sw[it % ns])
-                s2 = self.load_shared(ss[it % ns])
-                self.annotate_layout(s2, s2_layout)
-                s = self.unsqueeze(s2, dim=2)
+                sf = self.cast(s_buf, float32)
+                nxt = self.load_global(gs, offsets=[on, g0 + bg, 0], shape=[bn, bg, 1])
+                self.annotate_layout(nxt, s_layout)
+                self.assign(s_buf, nxt)
             else:
                 qb = self.load_global(gw, offsets=[on, g0, 0, 0], shape=[bn, bg, cpg, nb])
                 s = self.load_global(gs, offsets=[on, g0, 0], shape=[bn, bg, 1])
+                self.annotate_layout(s, s_layout)
+                sf = self.cast(s, float32)
             self.annotate_layout(qb, layout)
-            self.annotate_layout(s, s_layout)
-            sf = self.cast(s, float32)
             if wd == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the magic-number cast's own bias
                 qb = qb ^ 0x88888888
             if int4:
@@ -145,11 +146,10 @@ class MatmulWxA16Decode(tilus.Script):
             y = self.sum(self.sum(accs[mi], dim=2), dim=1)
             self.store_global(gy, self.cast(y, float16), offsets=[om + mi, on], dims=[1])
 
-    def fill(self, gw, gx, gs2, sw, sx, ss, tile: int32, slot: int32, on: int32, om: int32):
-        """Start the copies of K tile ``tile`` (weights, X rows, scales) into ring slot
+    def fill(self, gw, gx, sw, sx, tile: int32, slot: int32, on: int32, om: int32):
+        """Start the copies of K tile ``tile`` (weights, X rows) into ring slot
         ``slot``, as one commit group; a tile past the end reads nothing (zero-filled)."""
         bg = self.reps * (32 // (self.group // RUN))
         self.copy_async(gw, sw[slot], offsets=[on, tile * bg, 0, 0])
         self.copy_async(gx, sx[slot], offsets=[om, tile * bg, 0, 0])
-        self.copy_async(gs2, ss[slot], offsets=[on, tile * bg])
         self.copy_async_commit_group()
