@@ -67,6 +67,9 @@ class MatmulWxA16Decode(tilus.Script):
         g, bm, wd = self.group, self.block_m, self.wdtype
         nb = wd.nbits  # a run of 32 codes is nb 32-bit words
         int4 = wd in (tilus.int4b, tilus.uint4b)  # the magic-number cast to fp16
+        # a sub-byte float without inf/NaN codes is exact in fp16 and casts to it by bit
+        # placement and one f16x2 scaling a pair (to fp32 directly: a decode per element)
+        via_f16 = wd.is_float() and wd.exponent_bits < 5
         cpg = g // RUN  # runs a group
         msg = f"K = {k_size} is not a multiple of the scale group {g}"
         self.static_assert(k_size % g == 0, msg)  # CHECK:group
@@ -126,6 +129,8 @@ class MatmulWxA16Decode(tilus.Script):
                 qb = qb ^ 0x88888888
             if int4:
                 wf = self.cast(self.cast(self.view(qb, dtype=tilus.int4b), float16), float32)
+            elif via_f16:  # bits placed and scaled two codes at a time, then widened
+                wf = self.cast(self.cast(self.view(qb, dtype=wd), float16), float32)
             else:
                 wf = self.cast(self.view(qb, dtype=wd), float32)
             for mi in ms:
