@@ -26,7 +26,12 @@ F16 = tilus.float16
      (tilus.int4b, 64, 3, 70, 384, dict(rows=2, reps=2, block_m=4, stages=0)),  # M < block_m
      (tilus.uint4b, 32, 6, 9, 160, dict(rows=1, reps=1, block_m=4, warps=8, stages=0)),  # two M tiles
      (tilus.uint4b, 128, 1, 37, 1280, dict(rows=2, reps=1, block_m=1, stages=4)),  # the ring
-     (tilus.int4b, 64, 3, 70, 448, dict(rows=1, reps=1, block_m=4, stages=2))],
+     (tilus.int4b, 64, 3, 70, 448, dict(rows=1, reps=1, block_m=4, stages=2)),
+     # persistent blocks: several row tiles a block through one ring, a ragged last block
+     (tilus.uint4b, 128, 1, 37, 1280, dict(rows=1, reps=1, block_m=1, stages=3, persist=1,
+                                           num_sms=2)),
+     (tilus.int4b, 64, 3, 70, 448, dict(rows=2, reps=1, block_m=2, stages=2, persist=2,
+                                        num_sms=2))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
     assert ex.run_interp(wdtype, group, m, n, k, kernel=dec.MatmulWxA16Decode, **cfg) < 1e-2
@@ -55,14 +60,19 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
 
 
 @pytest.mark.parametrize(
-    "args, what", [((tilus.float16,), "wdtype"), ((tilus.uint4b, 96), "group")]
-)
+    "args, what",
+    [((tilus.float16,), "wdtype"), ((tilus.uint4b, 96), "group"),
+     ((tilus.uint4b, 128), "persist")],
+)  # fmt: skip
 def test_unsupported_arguments_are_refused(args, what):
     m, n, k = 1, 16, 192
     x, _codes, s, packed = ex.random_problem(np.random.default_rng(), m, n, k, 64)
     y = np.full((m, n), np.nan, np.float16)
     with pytest.raises(tilus.TilusArgumentError, match=what):
-        dec.MatmulWxA16Decode(*args, rows=1, reps=1, block_m=1, stages=0)(m, n, k, x, packed, s, y)
+        extra = dict(persist=2) if what == "persist" else {}  # persistent blocks need a ring
+        dec.MatmulWxA16Decode(*args, rows=1, reps=1, block_m=1, stages=0, **extra)(
+            m, n, k, x, packed, s, y
+        )
 
 
 @needs_nvrtc

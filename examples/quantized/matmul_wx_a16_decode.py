@@ -45,7 +45,8 @@ class MatmulWxA16Decode(tilus.Script):
 
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, rows: int = 4, reps: int = 1,
-        block_m: int = 1, warps: int = 4, stages: int = 0,
+        block_m: int = 1, warps: int = 4, stages: int = 0, persist: int = 0,
+        num_sms: int | None = None,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in WEIGHT_TYPES:
@@ -58,7 +59,12 @@ class MatmulWxA16Decode(tilus.Script):
         self.block_m, self.block_rows, self.warps = block_m, list(range(block_m)), warps
         if stages == 1 or stages < 0:
             raise TilusArgumentError(f"stages must be 0 (no ring) or at least 2, got {stages}")
+        if persist < 0 or (persist and not stages):
+            raise TilusArgumentError(
+                f"persist must be 0 or (with a ring, stages >= 2) the blocks an SM, got {persist}"
+            )
         self.stages, self.prologue = stages, list(range(max(stages - 1, 0)))
+        self.persist, self.num_sms = persist, num_sms  # num_sms: the GPU's by default
 
     def __call__(
         self, m_size: int32, n_size: int, k_size: int,
@@ -66,10 +72,6 @@ class MatmulWxA16Decode(tilus.Script):
     ):  # fmt: skip
         g, bm, wd = self.group, self.block_m, self.wdtype
         nb = wd.nbits  # a run of 32 codes is nb 32-bit words
-        int4 = wd in (tilus.int4b, tilus.uint4b)  # the magic-number cast to fp16
-        # a sub-byte float without inf/NaN codes is exact in fp16 and casts to it by bit
-        # placement and one f16x2 scaling a pair (to fp32 directly: a decode per element)
-        via_f16 = wd.is_float() and wd.exponent_bits < 5
         cpg = g // RUN  # runs a group
         msg = f"K = {k_size} is not a multiple of the scale group {g}"
         self.static_assert(k_size % g == 0, msg)  # CHECK:group
@@ -78,83 +80,137 @@ class MatmulWxA16Decode(tilus.Script):
         lg = 32 // cpg
         bn = self.rows * warps
         bg = self.reps * lg  # groups a K tile
-        self.attrs.blocks = [cdiv(n_size, bn), cdiv(m_size, bm)]
-        self.attrs.warps = warps
         ng = k_size // g
+        n_tiles, k_tiles = cdiv(n_size, bn), cdiv(ng, bg)
+        # with persist, each block owns `per` consecutive row tiles and streams them through
+        # one ring (no refill gap between them): the grid fits `persist` blocks an SM
+        sms = self.num_sms or self.cuda.sm_count
+        per = cdiv(n_tiles, sms * self.persist) if self.persist else 1
+        self.attrs.blocks = [cdiv(n_tiles, per), cdiv(m_size, bm)]
+        self.attrs.warps = warps
         gx = self.global_view(x_ptr, dtype=float16, shape=[m_size, ng, cpg, RUN])
         gw = self.global_view(w_ptr, dtype=uint32, shape=[n_size, ng, cpg, nb])
         gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, ng, 1])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m_size, n_size])
-        on: int32 = bn * self.blockIdx.x
         om: int32 = bm * self.blockIdx.y
         # the packed bytes of the weight tile, and the layouts of X and the scales that follow
         tile = local(self.rows, self.reps, 1, 1).spatial(warps, lg, cpg, 1)
         layout = tile.local(1, 1, 1, nb)
-        x_layout = reduce(tile.local(1, 1, 1, RUN), [0])
-        s_layout = reduce(reduce(layout, [3]), [2], keepdims=True)
-        ms = self.block_rows
+        self.x_layout = reduce(tile.local(1, 1, 1, RUN), [0])
+        self.s_layout = reduce(reduce(layout, [3]), [2], keepdims=True)
         accs = []
-        for _ in ms:
+        for _ in self.block_rows:
             accs.append(self.register_tensor(dtype=float32, shape=[bn, bg, cpg], init=0.0))
-        ns, tiles = self.stages, cdiv(ng, bg)
-        if ns:  # a cp.async ring of the weight, X and scale tiles, ns - 1 tiles ahead
-            sw = self.shared_tensor(dtype=uint32, shape=[ns, bn, bg, cpg, nb])
-            sx = self.shared_tensor(dtype=float16, shape=[ns, bm, bg, cpg, RUN])
-            self.annotate_layout(sw, shared_row_major(ns, bn, bg, cpg, nb))
-            self.annotate_layout(sx, shared_row_major(ns, bm, bg, cpg, RUN))
-            # the scales (1/32 of the bytes) one tile ahead in registers, not in the ring:
-            # a shared tile of them would need a layout exchange (two barriers) a tile
-            s_buf = self.load_global(gs, offsets=[on, 0, 0], shape=[bn, bg, 1])
-            self.annotate_layout(s_buf, s_layout)
-            for i in self.prologue:
-                self.fill(gw, gx, sw, sx, i, i, on, om)
-        for it in self.range(tiles):
-            g0 = it * bg
-            if ns:
-                self.copy_async_wait_group(ns - 2)  # this thread's copies of tile it landed
-                self.sync()  # everyone's did, and everyone is done with the slot refilled next
-                self.fill(gw, gx, sw, sx, it + ns - 1, (it + ns - 1) % ns, on, om)
-                qb = self.load_shared(sw[it % ns])
-                sf = self.cast(s_buf, float32)
-                nxt = self.load_global(gs, offsets=[on, g0 + bg, 0], shape=[bn, bg, 1])
-                self.annotate_layout(nxt, s_layout)
-                self.assign(s_buf, nxt)
-            else:
-                qb = self.load_global(gw, offsets=[on, g0, 0, 0], shape=[bn, bg, cpg, nb])
-                s = self.load_global(gs, offsets=[on, g0, 0], shape=[bn, bg, 1])
-                self.annotate_layout(s, s_layout)
-                sf = self.cast(s, float32)
-            self.annotate_layout(qb, layout)
-            if wd == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the magic-number cast's own bias
-                qb = qb ^ 0x88888888
-            if int4:
-                wf = self.cast(self.cast(self.view(qb, dtype=tilus.int4b), float16), float32)
-            elif via_f16:  # bits placed and scaled two codes at a time, then widened
-                wf = self.cast(self.cast(self.view(qb, dtype=wd), float16), float32)
-            else:
-                wf = self.cast(self.view(qb, dtype=wd), float32)
-            for mi in ms:
-                if ns:
-                    x = self.load_shared(sx[it % ns, mi])
-                else:
-                    x = self.load_global(gx, offsets=[om + mi, g0, 0, 0], shape=[bg, cpg, RUN],
-                                         dims=[1, 2, 3])  # fmt: skip
-                self.annotate_layout(x, x_layout)
-                xf = self.cast(x, float32)
-                part = self.sum(wf * xf, dim=3)
-                if not int4 and wd.kind == "uint":  # sum (c - z) x = sum c x - z sum x
-                    part = part - self.sum(xf, dim=2) * zero_point(wd)
-                self.add(accs[mi], part * sf, out=accs[mi])
+        ns = self.stages
         if ns:
-            self.copy_async_wait_all()  # the zero-filled copies past the end
-        for mi in ms:
+            self.ring(gw, gx, gs, gy, accs, layout, om, per, n_size, n_tiles, k_tiles)
+        else:  # each thread's loads straight into registers
+            on: int32 = bn * self.blockIdx.x
+            for it in self.range(k_tiles):
+                qb = self.load_global(gw, offsets=[on, it * bg, 0, 0], shape=[bn, bg, cpg, nb])
+                self.annotate_layout(qb, layout)
+                s = self.load_global(gs, offsets=[on, it * bg, 0], shape=[bn, bg, 1])
+                self.annotate_layout(s, self.s_layout)
+                xs = []
+                for mi in self.block_rows:
+                    xs.append(self.load_global(gx, offsets=[om + mi, it * bg, 0, 0],
+                                               shape=[bg, cpg, RUN], dims=[1, 2, 3]))  # fmt: skip
+                self.accumulate(accs, qb, xs, self.cast(s, float32))
+            self.store_rows(gy, accs, om, on)
+
+    def ring(self, gw, gx, gs, gy, accs, layout, om: int32, per: int, n_size: int, n_tiles: int,
+             k_tiles: int):  # fmt: skip
+        """The main loop through a cp.async ring of the weight and X tiles."""
+        ns, bm, g = self.stages, self.block_m, self.group
+        cpg, nb = g // RUN, self.wdtype.nbits
+        bn, bg = self.rows * self.warps, self.reps * (32 // cpg)
+        # a cp.async ring of the weight and X tiles, ns - 1 steps ahead; a step is one K tile
+        # of one of the block's row tiles (step t: row tile t // k_tiles, K tile t % k_tiles)
+        first: int32 = per * self.blockIdx.x
+        steps: int32 = self.minimum_int(per, n_tiles - first) * k_tiles
+        sw = self.shared_tensor(dtype=uint32, shape=[ns, bn, bg, cpg, nb])
+        sx = self.shared_tensor(dtype=float16, shape=[ns, bm, bg, cpg, RUN])
+        self.annotate_layout(sw, shared_row_major(ns, bn, bg, cpg, nb))
+        self.annotate_layout(sx, shared_row_major(ns, bm, bg, cpg, RUN))
+        # the scales (1/32 of the bytes) one step ahead in registers, not in the ring: a
+        # shared tile of them would need a layout exchange (two barriers) a step
+        s_buf = self.load_global(gs, offsets=[first * bn, 0, 0], shape=[bn, bg, 1])
+        self.annotate_layout(s_buf, self.s_layout)
+        for i in self.prologue:
+            self.fill(gw, gx, sw, sx, i, i, first, steps, om, n_size, k_tiles)
+        for t in self.range(steps):
+            self.copy_async_wait_group(ns - 2)  # this thread's copies of step t landed
+            self.sync()  # everyone's did, and everyone is done with the slot refilled next
+            self.fill(gw, gx, sw, sx, t + ns - 1, (t + ns - 1) % ns, first, steps, om, n_size,
+                      k_tiles)  # fmt: skip
+            qb = self.load_shared(sw[t % ns])
+            self.annotate_layout(qb, layout)
+            sf = self.cast(s_buf, float32)
+            nt: int32 = t + 1  # the next step's scales
+            nxt = self.load_global(gs, offsets=[(first + nt // k_tiles) * bn, nt % k_tiles * bg, 0],
+                                   shape=[bn, bg, 1])  # fmt: skip
+            self.annotate_layout(nxt, self.s_layout)
+            self.assign(s_buf, nxt)
+            xs = []
+            for mi in self.block_rows:
+                xs.append(self.load_shared(sx[t % ns, mi]))
+            self.accumulate(accs, qb, xs, sf)
+            if t % k_tiles == k_tiles - 1:  # the last K tile of a row tile: its Y
+                self.store_rows(gy, accs, om, (first + t // k_tiles) * bn)
+                for acc in accs:
+                    self.assign(acc, self.register_tensor(dtype=float32, shape=[bn, bg, cpg],
+                                                          init=0.0))  # fmt: skip
+        self.copy_async_wait_all()  # the zero-filled copies past the end
+
+    def minimum_int(self, a, b):
+        """The smaller of two int32 scalars."""
+        out: int32 = a
+        if b < a:
+            out = b
+        return out
+
+    def accumulate(self, accs, qb, xs, sf):
+        """Add to each ``accs[mi]`` the run sums of the packed weight tile ``qb`` times X
+        row ``xs[mi]`` (both in registers), scaled by the fp32 group scales ``sf``."""
+        wd = self.wdtype
+        int4 = wd in (tilus.int4b, tilus.uint4b)  # the magic-number cast to fp16
+        # a sub-byte float without inf/NaN codes is exact in fp16 and casts to it by bit
+        # placement and one f16x2 scaling a pair (to fp32 directly: a decode per element)
+        via_f16 = wd.is_float() and wd.exponent_bits < 5
+        if wd == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the magic-number cast's own bias
+            qb = qb ^ 0x88888888
+        if int4:
+            wf = self.cast(self.cast(self.view(qb, dtype=tilus.int4b), float16), float32)
+        elif via_f16:  # bits placed and scaled two codes at a time, then widened
+            wf = self.cast(self.cast(self.view(qb, dtype=wd), float16), float32)
+        else:
+            wf = self.cast(self.view(qb, dtype=wd), float32)
+        for mi in self.block_rows:
+            x = xs[mi]
+            self.annotate_layout(x, self.x_layout)
+            xf = self.cast(x, float32)
+            part = self.sum(wf * xf, dim=3)
+            if not int4 and wd.kind == "uint":  # sum (c - z) x = sum c x - z sum x
+                part = part - self.sum(xf, dim=2) * zero_point(wd)
+            self.add(accs[mi], part * sf, out=accs[mi])
+
+    def store_rows(self, gy, accs, om: int32, on: int32):
+        """Reduce each accumulator over the threads of a row and store Y[om + mi, on:]."""
+        for mi in self.block_rows:
             y = self.sum(self.sum(accs[mi], dim=2), dim=1)
             self.store_global(gy, self.cast(y, float16), offsets=[om + mi, on], dims=[1])
 
-    def fill(self, gw, gx, sw, sx, tile: int32, slot: int32, on: int32, om: int32):
-        """Start the copies of K tile ``tile`` (weights, X rows) into ring slot
-        ``slot``, as one commit group; a tile past the end reads nothing (zero-filled)."""
+    def fill(self, gw, gx, sw, sx, step: int32, slot: int32, first: int32, steps: int32,
+             om: int32, n_size: int, k_tiles: int):  # fmt: skip
+        """Start the copies of step ``step`` (the weight tile and the X rows) into ring slot
+        ``slot``, as one commit group; a step past the block's last reads nothing (its rows
+        are past N: zero-filled)."""
         bg = self.reps * (32 // (self.group // RUN))
-        self.copy_async(gw, sw[slot], offsets=[on, tile * bg, 0, 0])
-        self.copy_async(gx, sx[slot], offsets=[om, tile * bg, 0, 0])
+        bn = self.rows * self.warps
+        on: int32 = (first + step // k_tiles) * bn
+        if step >= steps:
+            on = n_size
+        kt: int32 = step % k_tiles
+        self.copy_async(gw, sw[slot], offsets=[on, kt * bg, 0, 0])
+        self.copy_async(gx, sx[slot], offsets=[om, kt * bg, 0, 0])
         self.copy_async_commit_group()

@@ -60,6 +60,24 @@ def test_every_decode_config_matches_the_reference(wdtype, group, m):
         _close(y, *host, wdtype, group)
 
 
+#: persistent decode blocks: a few SMs' worth (many row tiles a block) and the GPU's own
+DECODE_EXTRA = [dict(rows=2, reps=1, block_m=1, stages=4, persist=1, num_sms=3),
+                dict(rows=1, reps=1, block_m=4, stages=3, persist=2, num_sms=5),
+                dict(rows=2, reps=1, block_m=1, stages=6, persist=4),
+                dict(rows=1, reps=1, block_m=1, stages=6, persist=8)]  # fmt: skip
+
+
+@pytest.mark.parametrize("wdtype, group", [(tilus.uint4b, 128), (tilus.int4b, 64)], ids=str)
+@pytest.mark.parametrize("m", [1, 6])
+def test_persistent_decode_configs_match_the_reference(wdtype, group, m):
+    n, k = 203, 1408
+    host, (x, w, s), y = _problem(m, n, k, group)
+    for cfg in DECODE_EXTRA:
+        y.fill_(float("nan"))
+        dec.MatmulWxA16Decode(wdtype, group, **cfg)(m, n, k, x, w, s, y)
+        _close(y, *host, wdtype, group)
+
+
 PIPE_EXTRA = [dict(block_m=8, consumers=1, num_stages=8, split_k=4),
               dict(block_m=16, consumers=2, num_stages=8, split_k=4),
               dict(block_m=128, consumers=2, num_stages=4, split_k=1, scale_w=True),
