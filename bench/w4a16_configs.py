@@ -1,6 +1,6 @@
 """Time pinned configs of the W4A16 kernels at the decode and prefill shapes, beside fp16 cuBLAS.
 
-``python bench/w4a16_configs.py [--kernel decode|pipe|wgmma] [--shapes 1x8192x8192,...]
+``python bench/w4a16_configs.py [--kernel decode|pipe|wgmma|mma] [--shapes 1x8192x8192,...]
 [--configs 'rows=1,reps=1,block_m=1;...'] [--rounds 3] [--reps 10]``: each config is checked
 against torch (NaN-poisoned output) and timed with the L2 flushed before each run (as
 ``bench/rowwise.py`` does); the table gives ms, GB/s of the weight read (packed codes and
@@ -43,7 +43,7 @@ def parse_configs(text: str) -> list[dict]:
 def main(argv=None) -> int:
     """Parse the arguments, check and time every config; print the table."""
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--kernel", default="decode", choices=["decode", "pipe", "wgmma"])
+    ap.add_argument("--kernel", default="decode", choices=["decode", "pipe", "wgmma", "mma"])
     ap.add_argument("--shapes", default="1x8192x8192,1x28672x4096")
     ap.add_argument("--configs", default=DECODE)
     ap.add_argument("--group", type=int, default=128)
@@ -66,6 +66,10 @@ def main(argv=None) -> int:
 
         cls = mod.MatmulWxA16Pipe
         pin = mod.pinned
+    elif args.kernel == "mma":
+        import matmul_wx_a16_mma as mod
+
+        cls = mod.MatmulWxA16Mma
     else:
         import matmul_wx_a16 as mod
 
@@ -77,6 +81,8 @@ def main(argv=None) -> int:
         m, n, k = map(int, shape.split("x"))
         wdtype = getattr(tilus, wname)
         x, w, s, w16 = ex.torch_problem(torch, m, n, k, g, wdtype)
+        if args.kernel == "mma":  # the weights packed offline in fragment order
+            w = mod.prepack_torch(torch, w, wdtype)
         shape = shape if wname == "uint4b" else f"{shape}:{wname}"
         ref = torch.matmul(x, w16.T).float()
         y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")

@@ -16,6 +16,7 @@ from tilus.errors import TilusArgumentError
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "quantized"))
 import matmul_wx_a16 as ex  # noqa: E402
 import matmul_wx_a16_decode as dec  # noqa: E402
+import matmul_wx_a16_mma as mma  # noqa: E402
 import matmul_wx_a16_pipe as pp  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, needs_gpu]
@@ -76,6 +77,32 @@ def test_persistent_decode_configs_match_the_reference(wdtype, group, m):
         y.fill_(float("nan"))
         dec.MatmulWxA16Decode(wdtype, group, **cfg)(m, n, k, x, w, s, y)
         _close(y, *host, wdtype, group)
+
+
+@pytest.mark.parametrize("wdtype, group", [(tilus.uint4b, 128), (tilus.int4b, 256)], ids=str)
+@pytest.mark.parametrize("m", [1, 5, 16, 19])  # one row, ragged, a whole tile, two M tiles
+def test_every_mma_config_matches_the_reference(wdtype, group, m):
+    import torch
+
+    n, k = 203, 1536  # a ragged N (padded to 16 by the packing)
+    x, codes, scales, _packed = ex.random_problem(np.random.default_rng(), m, n, k, group)
+    dev = [torch.from_numpy(a.copy()).cuda() for a in (x, mma.prepack(codes, wdtype), scales)]
+    y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+    for cfg in mma.MatmulWxA16Mma().configs:
+        y.fill_(float("nan"))
+        mma.MatmulWxA16Mma(wdtype, group, **cfg)(m, n, k, *dev, y)
+        _close(y, x, codes, scales, wdtype, group)
+
+
+def test_mma_prepack_on_the_gpu_matches_the_host_one():
+    import torch
+
+    n, k = 203, 1536
+    for wdtype in (tilus.uint4b, tilus.int4b):
+        _x, codes, _s, packed = ex.random_problem(np.random.default_rng(), 1, n, k, 128)
+        w = torch.from_numpy(packed.reshape(n, k // 2).copy()).cuda()
+        got = mma.prepack_torch(torch, w, wdtype).cpu().numpy()
+        assert (got == mma.prepack(codes, wdtype)).all()
 
 
 PIPE_EXTRA = [dict(block_m=8, consumers=1, num_stages=8, split_k=4),

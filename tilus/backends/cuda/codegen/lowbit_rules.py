@@ -8,13 +8,28 @@ from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst_lowbit as L
 
 
-def _run(layout, t, dims, strides) -> int:
-    """Registers per run of consecutive elements along the global view's innermost dim
-    (stride 1) that a thread holds in consecutive registers; 1 when there is none."""
-    inner = layout.locals[-1]
-    if inner.dim != t.ndim - 1 or inner.stride != 1 or dims[-1] != len(strides) - 1:
-        return 1
-    return inner.extent if strides[-1] == "1" else 1
+def _run(layout, t, dims, strides) -> tuple[int, dict]:
+    """Registers per run of consecutive elements in memory that a thread holds in consecutive
+    registers (1 when there is none), and the extent of the run along each view dim it spans.
+    The run starts with the innermost register digit along a view dim of stride 1; register
+    digits further out extend it while each steps exactly the run so far in memory (compile-
+    time strides), so a view whose strides permute the digits of its index (weights packed
+    offline in the order a fragment holds them) still moves as words."""
+    from tilus.backends.cuda.codegen.vector import static_int
+
+    run, span = 1, {}
+    for f in reversed(layout.locals):
+        if f.extent == 1:
+            continue
+        if f.dim < 0:
+            break
+        d = dims[f.dim]
+        st = static_int(strides[d])
+        if st is None or st * f.stride != run:
+            break
+        span[d] = span.get(d, 1) + (f.extent - 1) * f.stride
+        run *= f.extent
+    return run, span
 
 
 #: The word vectors a thread's run moves as (16, 8 or 4 bytes, aligned).
@@ -29,7 +44,7 @@ def _runs(ctx, inst, g, layout, t, offs, base, M, scalar, words_fast, const: str
     moves as halfwords: ``vec`` 0, ``first_word`` and ``words`` then count halfwords."""
     nb = t.dtype.nbits
     name, shape, strides = ctx.gview_info[g]
-    run = _run(layout, t, inst.dims, strides)
+    run, span = _run(layout, t, inst.dims, strides)
     words = run * nb // 32 if run * nb % 32 == 0 else 0
     vec = 4 if words % 4 == 0 else 2 if words % 2 == 0 else 1
     if not words and run > 1 and run * nb % 16 == 0:  # e.g. 8 fp6: three aligned halfwords
@@ -41,11 +56,18 @@ def _runs(ctx, inst, g, layout, t, offs, base, M, scalar, words_fast, const: str
         idx = M._global_index(offs, base, inst.dims, layout.local_coords(i0))
         fast, bit = ctx.fresh("fast"), ctx.fresh("bit")
         ctx.emit(f"const int64_t {bit} = ({M._address(idx, strides)}) * {nb};")
-        rows = M._in_bounds(idx[:-1], shape[:-1]) or "true"
-        col = idx[-1]
+        # every element of the run inside the view: the dims it spans from their first index
+        # to their last, the others at their one index
+        conds = [
+            f"({idx[d]}) >= 0 && ({idx[d]}) + {span[d]} <= ({shape[d]})"
+            if d in span
+            else f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})"
+            for d in range(len(shape))
+        ]
+        inside = " && ".join(conds) or "true"
         align = 4 * vec - 1 if vec else 1
         ctx.emit(
-            f"const bool {fast} = {rows} && ({col}) >= 0 && ({col}) + {run} <= ({shape[-1]}) "
+            f"const bool {fast} = {inside} "
             f"&& ((((uint64_t)({name} + ({bit} >> 3))) & {align}u) | ((uint64_t){bit} & 7u)) == 0;"
         )
         ctx.open(f"if ({fast})")

@@ -1,0 +1,179 @@
+"""Decode W4A16 on mma.sync: 4-bit weights packed offline in fragment order, X up to 16 rows.
+
+``Y = X @ dequant(W)^T`` as in ``matmul_wx_a16.py`` for M <= ``block_m`` (8 or 16), with the
+weights repacked once by :func:`prepack` so that each lane's share of an mma.sync A fragment
+(``m16n8k16``: rows ``lane / 4`` and ``lane / 4 + 8``, K pairs ``2 * (lane % 4)`` and 8 past
+it, for the 8 K steps of a 128-K chunk) is 32 contiguous bytes. The kernel's global view of
+the packed bytes is an 8-d one whose strides undo that order, so a tile of it is the logical
+[16 rows, 128 K] weight tile and its load is two 16-byte loads a lane; the magic-number cast
+makes the fp16 A fragment in registers, X (through a transposed register view) is the B
+fragment, and each 128-K chunk's fp32 products are scaled by their group's scales and summed
+in registers. Each warp owns 16 rows; ``split_k`` blocks share the K range of a row tile and
+meet in an fp32 workspace (as in ``matmul_wx_a16.py``). At M = 1 the tensor cores do 8x the
+needed products for free; what counts is the instructions a weight byte: a few per code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from split_k import SplitKParts
+
+import tilus
+from tilus import float16, float32, int32, void_p
+from tilus.errors import TilusArgumentError
+from tilus.ir.layout import reduce
+from tilus.ir.layout import reshape as reshape_layout
+from tilus.ir.layout.register import mma_a, mma_c
+from tilus.utils import cdiv
+
+CHUNK = 128  # K of one packed chunk: the 8 k16 steps a lane's 32 bytes cover
+#: the packed order (outer to inner) of a 16-row x 128-K chunk's codes: the lane's row
+#: (g = lane / 4), K pair (q = lane % 4), then its registers: K step s, the K half h (8 past),
+#: the row half rh (8 rows down), the pair element e
+PACK_ORDER = "g q s h rh e"
+
+
+def packed_shape(n: int, k: int) -> tuple[int, int]:
+    """Bytes [rows, row bytes] of :func:`prepack` output for N x K weights (N padded to 16)."""
+    return cdiv(n, 16) * 16, k // 2
+
+
+def prepack(codes: np.ndarray, wdtype=tilus.uint4b) -> np.ndarray:
+    """The [N, K] 4-bit codes (integers 0..15) of ``wdtype`` repacked for
+    :class:`MatmulWxA16Mma`: uint8 bytes in ``PACK_ORDER`` within each 16-row x 128-K chunk,
+    chunks row-major (N padded with zero rows to a multiple of 16; K a multiple of 128).
+    uint4b codes are stored XOR 8, as the int4b of ``code - 8`` (the zero point applied)."""
+    n, k = codes.shape
+    if k % CHUNK:
+        raise TilusArgumentError(f"prepack: K = {k} is not a multiple of {CHUNK}")
+    rows, _ = packed_shape(n, k)
+    c = np.zeros((rows, k), np.uint8)
+    c[:n] = codes.astype(np.uint8) ^ (8 if wdtype == tilus.uint4b else 0)
+    # [R, rh, g, G, s, h, q, e] -> [R, G, g, q, s, h, rh, e]
+    c = c.reshape(rows // 16, 2, 8, k // CHUNK, 8, 2, 4, 2).transpose(0, 3, 2, 6, 4, 5, 1, 7)
+    c = c.reshape(-1, 2)
+    return (c[:, 0] | (c[:, 1] << 4)).astype(np.uint8).reshape(rows, k // 2)
+
+
+def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
+    """:func:`prepack` of plain packed weights (uint8 [N, K / 2], code k of a row at bits
+    ``4k``) on their device with torch."""
+    n, kb = w_packed.shape
+    k = kb * 2
+    if k % CHUNK:
+        raise TilusArgumentError(f"prepack: K = {k} is not a multiple of {CHUNK}")
+    rows = cdiv(n, 16) * 16
+    w_packed = w_packed ^ (0x88 if wdtype == tilus.uint4b else 0)
+    lo, hi = w_packed & 0xF, w_packed >> 4
+    c = torch.stack([lo, hi], dim=-1).reshape(n, k)
+    if rows != n:
+        c = torch.cat([c, torch.zeros(rows - n, k, dtype=c.dtype, device=c.device)])
+    c = c.reshape(rows // 16, 2, 8, k // CHUNK, 8, 2, 4, 2).permute(0, 3, 2, 6, 4, 5, 1, 7)
+    c = c.reshape(-1, 2)
+    return (c[:, 0] | (c[:, 1] << 4)).reshape(rows, kb).contiguous()
+
+
+@tilus.autotune("block_m", [8, 16])
+@tilus.autotune("split_k", [4, 8])
+@tilus.autotune("unroll", [2, 4])
+class MatmulWxA16Mma(SplitKParts, tilus.Script):
+    """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` for M <= ``block_m`` with prepacked
+    4-bit weights (:func:`prepack`) and group-``group`` fp16 scales [N, K / group]."""
+
+    def __init__(
+        self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 8, split_k: int = 4,
+        unroll: int = 2, warps: int = 4,
+    ):  # fmt: skip
+        super().__init__()
+        if wdtype not in (tilus.uint4b, tilus.int4b):
+            raise TilusArgumentError(f"wdtype must be uint4b or int4b, got {wdtype}")
+        if group % CHUNK:
+            raise TilusArgumentError(f"group must be a multiple of {CHUNK}, got {group}")
+        if block_m not in (8, 16):
+            raise TilusArgumentError(f"block_m must be 8 or 16, got {block_m}")
+        if warps != 4:
+            raise TilusArgumentError(f"warps must be 4 (64 rows a block), got {warps}")
+        self.wdtype, self.group, self.block_m, self.split_k = wdtype, group, block_m, split_k
+        self.unroll, self.warps = unroll, warps
+        self.chunks = list(range(unroll))  # a host list: the chunks of a step, unrolled
+
+    def __call__(
+        self, m_size: int32, n_size: int, k_size: int,
+        x_ptr: ~float16, w_ptr: void_p, s_ptr: ~float16, y_ptr: ~float16,
+    ):  # fmt: skip
+        bm, g, u, nw = self.block_m, self.group, self.unroll, self.warps
+        bn = 16 * nw
+        msg = f"K = {k_size} is not a multiple of the scale group {g}"
+        self.static_assert(k_size % g == 0, msg)  # CHECK:group
+        kc = k_size // CHUNK
+        num_n = cdiv(n_size, bn)
+        self.attrs.blocks = [num_n, cdiv(m_size, bm), self.split_k]
+        self.attrs.warps = nw
+        # the packed weights as [R, rh, g, G, s, h, q, e] (row 16R + 8rh + g, K 128G + 16s +
+        # 8h + 2q + e), strides in codes from PACK_ORDER
+        gw = self.global_view(
+            w_ptr, dtype=tilus.int4b,  # uint4b codes were stored XOR 8: code - 8
+            shape=[cdiv(n_size, 16), 2, 8, kc, 8, 2, 4, 2],
+            strides=[kc * 2048, 2, 256, 2048, 8, 4, 64, 1],
+        )  # fmt: skip
+        gx = self.global_view(x_ptr, dtype=float16, shape=[m_size, k_size])
+        gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, k_size // g])
+        gyt = self.global_view(y_ptr, dtype=float16, shape=[n_size, m_size], strides=[1, n_size])
+        split: int32 = 1
+        if m_size <= bm:
+            split = self.split_k
+        part: int32 = self.blockIdx.z
+        steps = cdiv(kc, u)
+        s_lo: int32 = part * steps // split
+        s_hi: int32 = (part + 1) * steps // split
+        on: int32 = bn * self.blockIdx.x
+        om: int32 = bm * self.blockIdx.y
+        ws, cnt = None, None
+        if self.split_k > 1:
+            ws = self.global_tensor(float32, [num_n * self.split_k * bn, bm], requires_clean=False)
+            cnt = self.global_tensor(int32, [num_n], requires_clean=True)
+        # a warp a 16-row slice of the accumulator (the split choose_warps makes)
+        s_layout = reduce(mma_c(bn, bm, nw, 1, nw), [1], keepdims=True)
+        # the packed chunk as loaded: the A fragment's layout seen through the 8-d view's
+        # index, so each lane's registers (s, h, rh, e) are its 64 contiguous packed codes
+        w_layout = reshape_layout(mma_a(bn, CHUNK, nw, 1, nw), [nw, 2, 8, 1, 8, 2, 4, 2])
+        if part < split:
+            acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
+            for st in self.range(s_lo, s_hi):
+                ws_ = []
+                for c in self.chunks:  # every load of the step first
+                    wq = self.load_global(gw, offsets=[on // 16, 0, 0, st * u + c, 0, 0, 0, 0],
+                                          shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
+                    ws_.append(wq)
+                xs, ss = [], []
+                for c in self.chunks:
+                    k0 = (st * u + c) * CHUNK
+                    xs.append(self.load_global(gx, offsets=[om, k0], shape=[bm, CHUNK]))
+                    sc = self.load_global(gs, offsets=[on, k0 // g], shape=[bn, 1])
+                    self.annotate_layout(sc, s_layout)  # the accumulator's rows
+                    ss.append(sc)
+                for c in self.chunks:
+                    w16 = self.cast(ws_[c], float16)
+                    self.annotate_layout(w16, w_layout)
+                    w16 = self.reshape(w16, [bn, CHUNK])
+                    p = self.dot(w16, self.transpose(xs[c]), acc_dtype=float32)
+                    acc += p * self.cast(ss[c], float32)
+            store: int32 = 1
+            if self.split_k > 1:
+                if split > 1:
+                    store = self.add_parts(acc, ws, cnt, self.blockIdx.x, part, split)
+            if store == 1:
+                self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
+
+
+def run_interp(wdtype, group: int, m: int, n: int, k: int, **cfg) -> float:
+    """One config on the interpreter at (m, n, k); the max relative error to the float32
+    dequantize-then-matmul reference."""
+    import matmul_wx_a16 as ex
+
+    rng = np.random.default_rng()
+    x, codes, scales, _packed = ex.random_problem(rng, m, n, k, group, wdtype)
+    y = np.full((m, n), np.nan, np.float16)
+    MatmulWxA16Mma(wdtype, group, **cfg)(m, n, k, x, prepack(codes, wdtype), scales, y)
+    ref = ex.reference(x, codes, scales, wdtype, group)
+    return float(np.abs(y.astype(np.float32) - ref).max() / (np.abs(ref).max() + 1e-6))
