@@ -1,0 +1,90 @@
+"""The mma.sync decode W4A16 kernel on the CPU: the offline packing, interpreter results at
+ragged sizes, located refusals, and NVRTC builds without spills."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilus
+from tests.cuda.conftest import needs_nvrtc
+from tilus.testing import marker_line
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "quantized"))
+import matmul_wx_a16 as ex  # noqa: E402
+import matmul_wx_a16_mma as mma  # noqa: E402
+
+F16 = tilus.float16
+
+
+def test_prepack_puts_each_lanes_fragment_codes_in_its_32_bytes():
+    rng = np.random.default_rng()
+    n, k = 21, 256
+    codes = rng.integers(0, 16, (n, k))
+    packed = mma.prepack(codes, tilus.int4b)
+    assert packed.shape == (32, 128)  # N padded to 16
+    flat = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(-1)  # the codes in order
+    # chunk (R=0, G=1), lane g=3, q=2: its 64 codes are rows 3 and 11, K 128 + 16s + 8h + 4 + e
+    base = (0 * (k // 128) + 1) * 2048 + (3 * 4 + 2) * 64
+    got = flat[base : base + 64].reshape(8, 2, 2, 2)  # s, h, rh, e
+    for s in range(8):
+        for h in range(2):
+            for rh in range(2):
+                for e in range(2):
+                    kk = 128 + 16 * s + 8 * h + 2 * 2 + e
+                    assert got[s, h, rh, e] == codes[3 + 8 * rh, kk]
+    padded = np.zeros((32, k), codes.dtype)
+    padded[:n] = codes
+    assert (mma.prepack(padded, tilus.int4b) == packed).all()  # the padding rows are zeros
+    with pytest.raises(tilus.TilusArgumentError, match="multiple of 128"):
+        mma.prepack(codes[:, :192])
+
+
+@pytest.mark.parametrize(
+    "wdtype, group, m, n, k, cfg",
+    [(tilus.uint4b, 128, 1, 37, 640, dict(block_m=8, split_k=3, unroll=2)),  # a ragged last step
+     (tilus.int4b, 256, 13, 70, 1024, dict(block_m=16, split_k=2, unroll=2)),
+     (tilus.uint4b, 128, 19, 20, 384, dict(block_m=16, split_k=4, unroll=1))],  # two M tiles
+)  # fmt: skip
+def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
+    assert mma.run_interp(wdtype, group, m, n, k, **cfg) < 1e-2
+
+
+def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
+    m, n, k = 1, 16, 384
+    x, codes, _s, _packed = ex.random_problem(np.random.default_rng(), m, n, k, 128)
+    y = np.full((m, n), np.nan, np.float16)
+    kernel = mma.MatmulWxA16Mma(tilus.uint4b, 256, block_m=8, split_k=1, unroll=1)
+    with pytest.raises(tilus.TilusProgramError, match="K = 384 is not a multiple") as info:
+        kernel(m, n, k, x, mma.prepack(codes), np.ones((n, 2), np.float16), y)
+    err = info.value
+    assert err.loc is not None and err.loc.line == marker_line(mma.MatmulWxA16Mma, "CHECK:group")
+    assert err.loc.file.endswith("matmul_wx_a16_mma.py")
+    assert np.isnan(y).all()
+
+
+@pytest.mark.parametrize(
+    "kw, what",
+    [(dict(wdtype=tilus.int8), "wdtype"), (dict(group=64), "group"),
+     (dict(block_m=4), "block_m"), (dict(warps=8), "warps")],
+)  # fmt: skip
+def test_unsupported_arguments_are_refused(kw, what):
+    m, n, k = 1, 16, 256
+    x, codes, s, _packed = ex.random_problem(np.random.default_rng(), m, n, k, 128)
+    y = np.full((m, n), np.nan, np.float16)
+    cfg = dict(block_m=8, split_k=1, unroll=1)
+    cfg.update(kw)
+    with pytest.raises(tilus.TilusArgumentError, match=what):
+        mma.MatmulWxA16Mma(**cfg)(m, n, k, x, mma.prepack(codes), s, y)
+
+
+@needs_nvrtc
+def test_configs_build_without_spills():
+    for cfg in mma.MatmulWxA16Mma().configs[:2]:
+        ck = tilus.compile(mma.MatmulWxA16Mma(tilus.uint4b, 128, **cfg), 1, 100, 1024, F16,
+                           tilus.uint8, F16, F16)  # fmt: skip
+        ck = ck[0] if isinstance(ck, list) else ck
+        assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
