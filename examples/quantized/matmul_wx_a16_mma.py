@@ -21,7 +21,7 @@ from split_k import SplitKParts
 import tilus
 from tilus import float16, float32, int32, void_p
 from tilus.errors import TilusArgumentError
-from tilus.ir.layout import reduce
+from tilus.ir.layout import reduce, shared_row_major_swizzle
 from tilus.ir.layout import reshape as reshape_layout
 from tilus.ir.layout.register import mma_a, mma_c
 from tilus.utils import cdiv
@@ -82,7 +82,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
 
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 8, split_k: int = 4,
-        unroll: int = 2, warps: int = 4,
+        unroll: int = 2, warps: int = 4, stages: int = 3,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -94,7 +94,10 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         if warps != 4:
             raise TilusArgumentError(f"warps must be 4 (64 rows a block), got {warps}")
         self.wdtype, self.group, self.block_m, self.split_k = wdtype, group, block_m, split_k
-        self.unroll, self.warps = unroll, warps
+        if stages < 2:
+            raise TilusArgumentError(f"stages must be at least 2 (the X ring), got {stages}")
+        self.unroll, self.warps, self.stages = unroll, warps, stages
+        self.x_prologue = list(range(stages - 1))
         self.chunks = list(range(unroll))  # a host list: the chunks of a step, unrolled
 
     def __call__(
@@ -116,7 +119,6 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             shape=[cdiv(n_size, 16), 2, 8, kc, 8, 2, 4, 2],
             strides=[kc * 2048, 2, 256, 2048, 8, 4, 64, 1],
         )  # fmt: skip
-        gx = self.global_view(x_ptr, dtype=float16, shape=[m_size, k_size])
         gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, k_size // g])
         gyt = self.global_view(y_ptr, dtype=float16, shape=[n_size, m_size], strides=[1, n_size])
         split: int32 = 1
@@ -138,32 +140,54 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         # index, so each lane's registers (s, h, rh, e) are its 64 contiguous packed codes
         w_layout = reshape_layout(mma_a(bn, CHUNK, nw, 1, nw), [nw, 2, 8, 1, 8, 2, 4, 2])
         if part < split:
+            # X tiles through a cp.async ring (ns - 1 steps ahead), read as B fragments with
+            # ldmatrix; X chunk-major: [K / 128, M, 128]
+            ns = self.stages
+            gxk = self.global_view(x_ptr, dtype=float16, shape=[kc, m_size, CHUNK],
+                                   strides=[CHUNK, k_size, 1])  # fmt: skip
+            sx = self.shared_tensor(dtype=float16, shape=[ns, u, bm, CHUNK])
+            # 16-byte chunks XOR-ed with the row: the 8 rows an ldmatrix reads hit all banks
+            self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
+            for i in self.x_prologue:
+                self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc)
             acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
             for st in self.range(s_lo, s_hi):
-                ws_ = []
-                for c in self.chunks:  # every load of the step first
+                t: int32 = st - s_lo
+                ws_, ss = [], []
+                for c in self.chunks:  # the weight and scale loads of the step first
                     wq = self.load_global(gw, offsets=[on // 16, 0, 0, st * u + c, 0, 0, 0, 0],
                                           shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
                     ws_.append(wq)
-                xs, ss = [], []
-                for c in self.chunks:
-                    k0 = (st * u + c) * CHUNK
-                    xs.append(self.load_global(gx, offsets=[om, k0], shape=[bm, CHUNK]))
-                    sc = self.load_global(gs, offsets=[on, k0 // g], shape=[bn, 1])
+                    sc = self.load_global(gs, offsets=[on, (st * u + c) * CHUNK // g],
+                                          shape=[bn, 1])  # fmt: skip
                     self.annotate_layout(sc, s_layout)  # the accumulator's rows
                     ss.append(sc)
+                self.copy_async_wait_group(ns - 2)  # this thread's X copies of step t landed
+                self.sync()  # everyone's did, and everyone is done with the slot refilled next
+                self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc)
                 for c in self.chunks:
                     w16 = self.cast(ws_[c], float16)
                     self.annotate_layout(w16, w_layout)
                     w16 = self.reshape(w16, [bn, CHUNK])
-                    p = self.dot(w16, self.transpose(xs[c]), acc_dtype=float32)
+                    x = self.load_shared(sx[t % ns, c])
+                    p = self.dot(w16, self.transpose(x), acc_dtype=float32)
                     acc += p * self.cast(ss[c], float32)
+            self.copy_async_wait_all()  # the zero-filled copies past the end
             store: int32 = 1
             if self.split_k > 1:
                 if split > 1:
                     store = self.add_parts(acc, ws, cnt, self.blockIdx.x, part, split)
             if store == 1:
                 self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
+
+    def fill_x(self, gxk, sx, step: int32, slot: int32, s_hi: int32, om: int32, kc: int):
+        """Start copying the X chunks of step ``step`` into ring slot ``slot`` (one commit
+        group); a step past the part's last reads nothing (zero-filled)."""
+        k0: int32 = step * self.unroll
+        if step >= s_hi:
+            k0 = kc
+        self.copy_async(gxk, sx[slot], offsets=[k0, om, 0])
+        self.copy_async_commit_group()
 
 
 def run_interp(wdtype, group: int, m: int, n: int, k: int, **cfg) -> float:
