@@ -82,7 +82,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
 
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 8, split_k: int = 4,
-        unroll: int = 2, warps: int = 4, stages: int = 3,
+        unroll: int = 2, warps: int = 4, stages: int = 3, min_blocks: int = 1,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -97,6 +97,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         if stages < 2:
             raise TilusArgumentError(f"stages must be at least 2 (the X ring), got {stages}")
         self.unroll, self.warps, self.stages = unroll, warps, stages
+        self.min_blocks = min_blocks  # blocks an SM holds at once: caps the registers
         self.x_prologue = list(range(stages - 1))
         self.chunks = list(range(unroll))  # a host list: the chunks of a step, unrolled
 
@@ -112,6 +113,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         num_n = cdiv(n_size, bn)
         self.attrs.blocks = [num_n, cdiv(m_size, bm), self.split_k]
         self.attrs.warps = nw
+        self.attrs.min_blocks = self.min_blocks
         # the packed weights as [R, rh, g, G, s, h, q, e] (row 16R + 8rh + g, K 128G + 16s +
         # 8h + 2q + e), strides in codes from PACK_ORDER
         gw = self.global_view(
