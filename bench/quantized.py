@@ -18,7 +18,8 @@ rounds:
   tuned on first use) beside fp16 cuBLAS (``torch.matmul(x, w_fp16.T)``) at M = 1, 16, 4096
   with N = K = 8192 and N = 28672, K = 4096, and the other weight types of ``WX_TYPES`` at
   M = 1, N = K = 8192: GB/s of the weight read (packed codes and scales, or fp16) and the
-  ratio to cuBLAS.
+  ratio to cuBLAS; then the decode shapes (M <= 16) on ``matmul_wx_a16_mma.py`` (the
+  weights packed offline once into mma fragment order, tuned on first use).
 
 ``--dry-run`` needs no GPU: every case runs its tilus kernel on the interpreter at a tiny
 ragged size and checks it.
@@ -236,7 +237,14 @@ def w4a16_dry() -> bool:
         ok = err < 1e-2
         print(f"{name} {m}x{n}x{k} interpreter max rel err {err:.1e} {'ok' if ok else 'FAIL'}")
         ok_all &= ok
-    return ok_all
+    import matmul_wx_a16_mma
+
+    with tilus.option.scoped(interpret=True):
+        err = matmul_wx_a16_mma.run_interp(tilus.uint4b, W4A16_GROUP, 3, 70, 384, block_m=8,
+                                           split_k=2, unroll=2)  # fmt: skip
+    ok = err < 1e-2
+    print(f"w4a16 mma 3x70x384 interpreter max rel err {err:.1e} {'ok' if ok else 'FAIL'}")
+    return ok_all and ok
 
 
 def _w4a16_rows(torch, args, flush, m, n, k, wname):
@@ -275,6 +283,43 @@ def _w4a16_rows(torch, args, flush, m, n, k, wname):
     return rows, ok
 
 
+def _w4a16_mma_rows(torch, args, flush, m, n, k):
+    """Check and time the mma.sync decode kernel (weights packed offline once, tuned on
+    first use) beside ``torch.matmul(x, w_fp16.T)``."""
+    import matmul_wx_a16
+    import matmul_wx_a16_mma as mma
+
+    import tilus
+
+    g = W4A16_GROUP
+    x, w, s, w16 = matmul_wx_a16.torch_problem(torch, m, n, k, g, tilus.uint4b)
+    wp = mma.prepack_torch(torch, w, tilus.uint4b)
+    del w
+    y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+    mma.matmul_prepacked(x, wp, s, n, group=g, out=y)  # compile + tune
+    ref = torch.matmul(x, w16.T).float()
+    err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
+    ok = not torch.isnan(y).any() and err < 1e-2
+    if not ok:
+        print(f"w4a16 mma {m}x{n}x{k}: max rel error {err:.2e} FAILS")
+    del ref
+    tag = "tilus w4a16 mma"
+    runs = {
+        tag: lambda t=(x, wp, s, y): mma.matmul_prepacked(t[0], t[1], t[2], n, group=g, out=t[3]),
+        "cuBLAS fp16": lambda x=x, w16=w16: torch.matmul(x, w16.T),
+    }
+    moved = {tag: wp.numel() + 2 * s.numel(), "cuBLAS fp16": 2 * n * k}
+    rounds = _interleaved(runs, torch, flush, args)
+    base = statistics.median(rounds["cuBLAS fp16"])
+    rows = []
+    for name, ts in rounds.items():
+        ms = statistics.median(ts)
+        rows.append(dict(case="w4a16", impl=name, shape=f"{m}x{n}x{k}", ms=ms,
+                         metric="GB/s", value=moved[name] / ms / 1e6, ratio=base / ms,
+                         rounds_ms=ts))  # fmt: skip
+    return rows, ok
+
+
 def w4a16_bench(torch, args, flush):
     """tilus W4A16 (uint4b, group 128, tuned on first use) vs ``torch.matmul(x, w_fp16.T)`` on
     the same dequantized weights at ``W4A16_SHAPES``, then the ``WX_TYPES`` at decode; GB/s
@@ -287,6 +332,11 @@ def w4a16_bench(torch, args, flush):
         r, ok = _w4a16_rows(torch, args, flush, m, n, k, wname)
         rows += r
         ok_all &= ok
+    for m, n, k in W4A16_SHAPES:  # the decode shapes on the prepacked tensor-core kernel
+        if m <= 16:
+            r, ok = _w4a16_mma_rows(torch, args, flush, m, n, k)
+            rows += r
+            ok_all &= ok
     return rows, ok_all
 
 

@@ -192,6 +192,30 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         self.copy_async_commit_group()
 
 
+def matmul_prepacked(x, w_prepacked, scales, n: int, *, wdtype=tilus.uint4b, group: int = 128,
+                     out=None):  # fmt: skip
+    """``x @ dequant(w)^T`` on torch CUDA tensors with weights from :func:`prepack_torch`
+    (uint8 [N padded to 16, K / 2]) of an N-row weight: x fp16 [M, K] (M up to 16 a tile;
+    more rows run as several tiles), scales fp16 [N, K / group]; returns (or fills ``out``)
+    fp16 [M, N]. The kernel is :class:`MatmulWxA16Mma`, tuned on first use."""
+    import torch
+
+    m, k = x.shape
+    rows, kb = packed_shape(n, k)
+    if tuple(w_prepacked.shape) != (rows, kb):
+        raise TilusArgumentError(
+            f"w_prepacked: shape {list(w_prepacked.shape)}, expected [{rows}, {kb}] for N = {n},"
+            f" K = {k}"
+        )
+    if tuple(scales.shape) != (n, k // group) or k % group:
+        raise TilusArgumentError(
+            f"scales: shape {list(scales.shape)}, expected [N, K / group] = [{n}, {k // group}]"
+        )
+    y = torch.empty((m, n), dtype=torch.float16, device=x.device) if out is None else out
+    MatmulWxA16Mma(wdtype, group)(m, n, k, x, w_prepacked, scales, y)
+    return y
+
+
 def run_interp(wdtype, group: int, m: int, n: int, k: int, **cfg) -> float:
     """One config on the interpreter at (m, n, k); the max relative error to the float32
     dequantize-then-matmul reference."""
