@@ -78,9 +78,9 @@ def test_int4_to_f16_uses_the_magic_number_path_and_vector_loads():
     m, n = 64, 256
     k = Dequant(int4b, float16)
     ck = tilus.compile(k, m, n, np.zeros(m * n // 2, np.uint8), np.zeros((m, n), np.float16))
-    assert "tl_hsub2" in ck.kernel.source and "uint2" in ck.kernel.source
+    assert "tl_hfma2" in ck.kernel.source and "uint2" in ck.kernel.source
     ops = sass_opcodes(ck.sass())
-    assert ops.get("HADD2", 0) + ops.get("HFMA2", 0) >= 8  # the f16x2 subtractions
+    assert ops.get("HFMA2", 0) >= 8 and ops.get("PRMT", 0) >= 8  # a byte permute, an fma a byte
     assert not ops.get("LDL") and not ops.get("STL")
 
 

@@ -196,24 +196,27 @@ def cast(ctx, inst, expr, cast_code):
 
 
 def _int4_to_f16(ctx, src, out, n):
-    """u4/i4 -> f16 by magic numbers: a nibble OR-ed into the mantissa of 1024.0 (0x6400) is
-    1024 + v; one f16x2 subtraction of 1024 (u4) or 1032 (i4, whose sign bit is flipped to
-    bias it by 8) gives two exact values. Nibbles j and j + 4 of a word share one f16x2."""
+    """u4/i4 -> f16 by magic numbers, the two codes of a byte at a time (consecutive
+    registers, as an mma fragment pairs them): the byte put in bytes 0 and 2 of a word (one
+    byte permute), its low nibble kept in bits 0-3 and its high one in bits 20-23 under the
+    exponent bits of 1024.0 (0x6400: 1024 + v and 1024 + 16 v) by one logic op, which also
+    flips the nibbles' sign bits of an i4 (biasing it by 8); then one f16x2 fma by (1, 1/16)
+    plus (-1024, -64), or (-1032, -72) for an i4, gives both values exactly."""
     signed = src.dtype.name == "int4b"
-    magic = "0x64086408u" if signed else "0x64006400u"
+    key = 0x64006400 ^ (0x00800008 if signed else 0)
+    bias = "0xd480e408u" if signed else "0xd400e400u"
     for k in range(n // 8):
-        wv = f"{ctx.name(src)}[{k}]" + (" ^ 0x88888888u" if signed else "")
         word = ctx.fresh("w")
-        ctx.emit(f"const uint32_t {word} = {wv};")
-        for j in range(4):
+        ctx.emit(f"const uint32_t {word} = {ctx.name(src)}[{k}];")
+        for i in range(4):
             h = ctx.fresh("h")
-            sh = f" >> {4 * j}" if j else ""
+            sel = (4 << 12) | (i << 8) | (4 << 4) | i  # byte i to bytes 0 and 2, zeros between
             ctx.emit(
-                f"const uint32_t {h} = tl_hsub2((({word}{sh}) & 0x000f000fu) | 0x64006400u, "
-                f"{magic});"
+                f"const uint32_t {h} = tl_hfma2((tl_prmt({word}, 0u, {sel:#06x}u) & 0x00f0000fu) ^ "
+                f"{key:#010x}u, 0x2c003c00u, {bias});"
             )
-            ctx.emit(f"{R.elem(ctx, out, 8 * k + j)} = (uint16_t)({h} & 0xffffu);")
-            ctx.emit(f"{R.elem(ctx, out, 8 * k + j + 4)} = (uint16_t)({h} >> 16);")
+            ctx.emit(f"{R.elem(ctx, out, 8 * k + 2 * i)} = (uint16_t)({h} & 0xffffu);")
+            ctx.emit(f"{R.elem(ctx, out, 8 * k + 2 * i + 1)} = (uint16_t)({h} >> 16);")
 
 
 @CODEGEN_RULES.rule(L.ViewTensor)

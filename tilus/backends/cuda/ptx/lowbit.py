@@ -1,7 +1,7 @@
 """Low-bit family: sub-byte float codes to and from float32, packed-bit stores, f16x2 tricks.
 
-Plain CUDA C++ except ``tl_hsub2`` and ``tl_hmul2`` (``sub.rn.f16x2``/``mul.rn.f16x2``, PTX
-ISA 9.7.4 half-precision arithmetic, subnormals kept: no ``.ftz``); the CPU
+Plain CUDA C++ except ``tl_hsub2``, ``tl_hmul2`` and ``tl_hfma2`` (``sub``/``mul``/``fma.rn.f16x2``,
+PTX ISA 9.7.4 half-precision arithmetic, subnormals kept: no ``.ftz``); the CPU
 emulator of the tests compiles the rest as it is. The code generator calls these only for
 kernels with sub-byte tiles.
 """
@@ -113,6 +113,26 @@ HSUB2 = register(FAMILY, "tl_hsub2", _f16x2_op("tl_hsub2", "sub", "-"))
 
 #: Two f16 multiplications in one instruction (sub-byte float -> f16 by a power of two).
 HMUL2 = register(FAMILY, "tl_hmul2", _f16x2_op("tl_hmul2", "mul", "*"))
+
+#: Two f16 fused multiply-adds in one instruction (``fma.rn.f16x2``; the u4/i4 -> f16 cast of
+#: a byte's two codes, whose products and sums are exact, so the emulator's float is too).
+HFMA2 = register(
+    FAMILY,
+    "tl_hfma2",
+    r"""
+__device__ __forceinline__ uint32_t tl_hfma2(uint32_t a, uint32_t b, uint32_t c) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  return (uint32_t)tl_f2h(tl_h2f((uint16_t)a) * tl_h2f((uint16_t)b) + tl_h2f((uint16_t)c)) |
+         ((uint32_t)tl_f2h(tl_h2f((uint16_t)(a >> 16)) * tl_h2f((uint16_t)(b >> 16)) +
+                           tl_h2f((uint16_t)(c >> 16))) << 16);
+#endif
+}
+""",
+)
 
 #: float32 to the code of a sub-byte float without inf/NaN codes, branch-free and equal to
 #: ``tl_enc_sf`` (``IEEE`` false): |x| clamped to the largest value (NaN -> +max, as fminf
