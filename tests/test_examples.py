@@ -44,6 +44,7 @@ EXAMPLES = [
     "quantized/matmul_fp8.py",
     "quantized/per_token_cast.py",
     "quantized/matmul_wx_a16.py",
+    "quantized/matmul_wx_a16_mma.py",
 ]
 HELPERS = [
     "example_support.py",

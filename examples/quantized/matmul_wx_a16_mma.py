@@ -11,9 +11,14 @@ fragment, and each 128-K chunk's fp32 products are scaled by their group's scale
 in registers. Each warp owns 16 rows; ``split_k`` blocks share the K range of a row tile and
 meet in an fp32 workspace (as in ``matmul_wx_a16.py``). At M = 1 the tensor cores do 8x the
 needed products for free; what counts is the instructions a weight byte: a few per code.
+
+Run ``python examples/quantized/matmul_wx_a16_mma.py`` (interpreter self-check at ragged
+sizes).
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 from split_k import SplitKParts
@@ -227,3 +232,21 @@ def run_interp(wdtype, group: int, m: int, n: int, k: int, **cfg) -> float:
     MatmulWxA16Mma(wdtype, group, **cfg)(m, n, k, x, prepack(codes, wdtype), scales, y)
     ref = ex.reference(x, codes, scales, wdtype, group)
     return float(np.abs(y.astype(np.float32) - ref).max() / (np.abs(ref).max() + 1e-6))
+
+
+def main() -> int:
+    """Interpreter self-check at ragged sizes (M, N and the last K step); the exit status."""
+    ok = True
+    for wdtype, group, m, cfg in [(tilus.uint4b, 128, 1, dict(block_m=8, split_k=2, unroll=2)),
+                                  (tilus.int4b, 256, 13, dict(block_m=16, split_k=1, unroll=2))]:  # fmt: skip
+        err = run_interp(wdtype, group, m, 37, 768, **cfg)
+        good = err < 1e-2
+        ok &= good
+        print(
+            f"{wdtype} group {group} M={m} {cfg}: max rel err {err:.2e}  {'ok' if good else 'FAIL'}"
+        )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
