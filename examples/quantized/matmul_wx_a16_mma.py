@@ -88,6 +88,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 8, split_k: int = 4,
         unroll: int = 2, warps: int = 4, stages: int = 3, min_blocks: int = 1,
+        unroll_steps: int | None = None,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -103,6 +104,8 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             raise TilusArgumentError(f"stages must be at least 2 (the X ring), got {stages}")
         self.unroll, self.warps, self.stages = unroll, warps, stages
         self.min_blocks = min_blocks  # blocks an SM holds at once: caps the registers
+        # steps of the main loop unrolled (the next step's weight loads issued early)
+        self.unroll_steps = unroll_steps
         self.x_prologue = list(range(stages - 1))
         self.chunks = list(range(unroll))  # a host list: the chunks of a step, unrolled
 
@@ -158,7 +161,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             for i in self.x_prologue:
                 self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc)
             acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-            for st in self.range(s_lo, s_hi):
+            for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
                 t: int32 = st - s_lo
                 ws_, ss = [], []
                 for c in self.chunks:  # the weight and scale loads of the step first
