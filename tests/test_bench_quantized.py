@@ -23,7 +23,7 @@ def test_dry_run_checks_every_case():
     assert p.returncode == 0, p.stdout + p.stderr
     # 8 rows besides the per-token cast's, one a config of its CPU_CONFIGS
     assert p.stdout.count("fp8_cast rows=") == 5
-    assert p.stdout.count(" ok") == 13 and "FAIL" not in p.stdout
+    assert p.stdout.count(" ok") == 14 and "FAIL" not in p.stdout
     assert p.stdout.count("w4a16 split_k=") == 2
 
 
