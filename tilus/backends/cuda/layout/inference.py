@@ -584,14 +584,18 @@ def moves_in_place(inst, src_layout: RegisterLayout, out_layout: RegisterLayout)
 
 
 def reshaped_layout(layout: RegisterLayout, shape) -> RegisterLayout | None:
-    """``layout`` with the new ``shape``: size-1 dims added or dropped, or a tile every thread
-    holds whole in row-major registers; None otherwise (the registers would have to move)."""
+    """``layout`` with the new ``shape``: size-1 dims added or dropped, a tile every thread
+    holds whole in row-major registers, or modes split at the new dims' boundaries; None
+    otherwise (the registers would have to move)."""
     out = insert_dims(layout, shape)
     if out is not None:
         return out
     if layout.replicated and layout == replicated(layout.shape, layout.num_threads):
         return replicated(shape, layout.num_threads)
-    return None
+    try:  # modes that split at the new dims' boundaries: the same registers, renumbered
+        return reshape_layout(layout, shape)
+    except LayoutOperationError:
+        return None
 
 
 def tile_registers_error(t: TensorVar, layout: RegisterLayout, num_threads: int) -> str | None:
