@@ -19,8 +19,8 @@ from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.convert import row_major, through_shared
 from tilus.backends.cuda.codegen.loops import LOOP_MIN, fitted_expr
 from tilus.backends.cuda.codegen.scalar import HALF, ctype, from_float, minmax, to_float
-from tilus.backends.cuda.layout.inference import moves_in_place
 from tilus.backends.cuda.layout.reduction import thread_stages
+from tilus.backends.cuda.layout.reshape import moves_in_place
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
 from tilus.ir.layout.derived import reduce_layout

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from tilus.backends.cuda.layout.inference import err, free_vars, reshaped_layout
+from tilus.backends.cuda.layout.inference import err, free_vars
 from tilus.backends.cuda.layout.plan import Group, SharedView, TmaMap
 from tilus.backends.cuda.layout.reads import result_used
+from tilus.backends.cuda.layout.reshape import reshaped_layout
 from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.dtypes import uint32
 from tilus.errors import at
