@@ -85,18 +85,20 @@ def is_work(op: str) -> bool:
 
 
 def hot_loop(sass: str) -> dict:
-    """The longest loop of a SASS listing (a backward branch and its target): its
-    instruction count (``loop``) and that of its work (``work``, see ``is_work``)."""
+    """The longest loop of a SASS listing (a backward branch and its target; the whole kernel
+    when it has none, as a row-wise kernel of one pass): its instruction count (``loop``) and
+    that of its work (``work``, see ``is_work``)."""
     ins = []
     for line in sass.splitlines():
         m = _SASS_LINE.search(line)
         if m and (m.group(2) or "").strip() != "@!PT":  # @!PT: never runs (padding)
             t = re.search(r"0x([0-9a-f]+)", m.group(4)) if m.group(3) == "BRA" else None
             ins.append((int(m.group(1), 16), m.group(3), int(t.group(1), 16) if t else None))
-    loops = [(a - t, t, a) for a, _, t in ins if t is not None and t <= a]
-    if not loops:
-        return dict(loop=0, work=0)
-    _, lo, hi = max(loops)
+    # a branch to itself is the padding after the kernel's EXIT, not a loop
+    loops = [(a - t, t, a) for a, _, t in ins if t is not None and t < a]
+    _, lo, hi = (
+        max(loops) if loops else (0, 0, max((a for a, op, _ in ins if op == "EXIT"), default=0))
+    )
     body = [op for a, op, _ in ins if lo <= a <= hi and op != "NOP"]
     return dict(loop=len(body), work=sum(map(is_work, body)))
 
