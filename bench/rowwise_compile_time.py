@@ -4,14 +4,18 @@ For every config of Softmax, OnlineSoftmax, LayerNorm and RMSNorm (both forms) a
 lengths (8192, 32000, 1024) it prints the tilus time (transpile, passes, code generation), the
 NVRTC time (CUDA C++ to cubin for sm_90a), the lines of generated CUDA and the registers a
 thread, and a summary (median and max seconds a config). Times are CPU seconds of this process
-(``time.process_time``), so a loaded machine inflates them less than wall time. Run:
-``python bench/rowwise_compile_time.py [--n 8192 32000 1024] [--kernels LayerNorm]``
-(needs NVRTC).
+(``time.process_time``), so a loaded machine inflates them less than wall time; ``--repeat K``
+keeps the least of K compiles. ``--sass`` adds the SASS of the hot loop (the longest loop of
+the kernel): its instruction count and that of its work (memory, floating point, shuffles),
+the numbers that must not grow when the emitted code changes for compile time. Run:
+``python bench/rowwise_compile_time.py [--n 8192 32000 1024] [--kernels LayerNorm] [--sass]``
+(needs NVRTC; ``--sass`` needs cuobjdump).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -40,22 +44,63 @@ KERNELS = [
 ]
 
 
-def one(cls, nptr: int, n: int, cfg: dict) -> dict:
-    """Compile one config; its times (CPU seconds), source lines and registers."""
+def one(cls, nptr: int, n: int, cfg: dict, repeat: int = 1, sass: bool = False) -> dict:
+    """Compile one config; its times (CPU seconds, the least of ``repeat``), source lines,
+    registers and (``sass``) hot-loop instruction counts."""
     kernel = cls(**cfg)
     target = buildable("sm_90a")
-    with building_for(target):
-        t0 = time.process_time()
-        const_args, _ = kernel.bind((4096, n) + (None,) * nptr, {})
-        ks = generate(kernel.program(cfg, const_args), smem_limit=227 * 1024)
-        t1 = time.process_time()
-    binary = compile_cuda(ks.source, arch="sm_90a", options=NVRTC_OPTIONS, name="k.cu")
-    t2 = time.process_time()
+    t_tilus = t_nvrtc = float("inf")
+    for _ in range(repeat):
+        with building_for(target):
+            t0 = time.process_time()
+            const_args, _ = kernel.bind((4096, n) + (None,) * nptr, {})
+            ks = generate(kernel.program(cfg, const_args), smem_limit=227 * 1024)
+            t1 = time.process_time()
+        binary = compile_cuda(ks.source, arch="sm_90a", options=NVRTC_OPTIONS, name="k.cu")
+        t2 = time.process_time()
+        t_tilus, t_nvrtc = min(t_tilus, t1 - t0), min(t_nvrtc, t2 - t1)
     regs = None
     for line in binary.log.splitlines():
         if "registers" in line and "Used" in line:
             regs = int(line.split("Used")[1].split("registers")[0])
-    return dict(tilus=t1 - t0, nvrtc=t2 - t1, lines=ks.source.count("\n"), regs=regs)
+    out = dict(tilus=t_tilus, nvrtc=t_nvrtc, lines=ks.source.count("\n"), regs=regs)
+    if sass:
+        from tilus.runtime.sass import disassemble
+
+        out.update(hot_loop(disassemble(binary.cubin)))
+    return out
+
+
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+#: Opcodes (their first part) of a row-wise kernel's work: memory, floating point, shuffles.
+WORK = ("LDG", "STG", "LDS", "STS", "LDGSTS", "LDL", "STL", "MUFU", "FMNMX", "FADD", "FMUL",
+        "FFMA", "FSEL", "HADD2", "F2FP", "SHFL")  # fmt: skip
+
+
+def is_work(op: str) -> bool:
+    """A work opcode (``WORK``); not a 1- or 2-byte access: the element-wise path of a
+    vector access, which the hot loop runs only for a misaligned pointer."""
+    parts = op.split(".")
+    return parts[0] in WORK and not {"U8", "S8", "U16", "S16"} & set(parts[1:])
+
+
+def hot_loop(sass: str) -> dict:
+    """The longest loop of a SASS listing (a backward branch and its target; the whole kernel
+    when it has none, as a row-wise kernel of one pass): its instruction count (``loop``) and
+    that of its work (``work``, see ``is_work``)."""
+    ins = []
+    for line in sass.splitlines():
+        m = _SASS_LINE.search(line)
+        if m and (m.group(2) or "").strip() != "@!PT":  # @!PT: never runs (padding)
+            t = re.search(r"0x([0-9a-f]+)", m.group(4)) if m.group(3) == "BRA" else None
+            ins.append((int(m.group(1), 16), m.group(3), int(t.group(1), 16) if t else None))
+    # a branch to itself is the padding after the kernel's EXIT, not a loop
+    loops = [(a - t, t, a) for a, _, t in ins if t is not None and t < a]
+    _, lo, hi = (
+        max(loops) if loops else (0, 0, max((a for a, op, _ in ins if op == "EXIT"), default=0))
+    )
+    body = [op for a, op, _ in ins if lo <= a <= hi and op != "NOP"]
+    return dict(loop=len(body), work=sum(map(is_work, body)))
 
 
 def main() -> int:
@@ -63,6 +108,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n", type=int, nargs="+", default=[8192, 32000, 1024])
     ap.add_argument("--kernels", nargs="+", default=None, help="class names (default: all)")
+    ap.add_argument("--repeat", type=int, default=1, help="compiles a config, the least kept")
+    ap.add_argument("--sass", action="store_true", help="hot-loop SASS counts (cuobjdump)")
     a = ap.parse_args()
     totals, refused = [], 0
     for cls, nptr in KERNELS:
@@ -72,15 +119,16 @@ def main() -> int:
             for cfg in cls().configs:
                 label = ",".join(f"{k}={v}" for k, v in cfg.items())
                 try:
-                    r = one(cls, nptr, n, cfg)
+                    r = one(cls, nptr, n, cfg, a.repeat, a.sass)
                 except tilus.TilusError as e:
                     refused += 1
                     print(f"{cls.__name__:14s} n={n:<6d} {label:30s} refused: "
                           f"{str(e).splitlines()[0][-90:]}")  # fmt: skip
                     continue
                 totals.append(r["tilus"] + r["nvrtc"])
+                extra = f"  loop {r['loop']:5d}  work {r['work']:5d}" if a.sass else ""
                 print(f"{cls.__name__:14s} n={n:<6d} {label:30s} tilus {r['tilus']:5.2f} s  "
-                      f"nvrtc {r['nvrtc']:5.2f} s  {r['lines']:5d} lines  {r['regs']} regs",
+                      f"nvrtc {r['nvrtc']:5.2f} s  {r['lines']:5d} lines  {r['regs']} regs{extra}",
                       flush=True)  # fmt: skip
     if totals:
         print(

@@ -110,3 +110,21 @@ def test_default_layouts_match_the_backend():
     assert q.shared_layout([64, 64]).swizzle == 128  # 128-byte rows of float16
     assert q.shared_layout([64, 16]).swizzle == 32 and q.shared_layout([4, 64]).swizzle == 0
     assert q.shared_layout([64, 48], float32).swizzle == 0
+
+
+def test_sm_count_without_a_driver_does_not_import_torch():
+    # A compile-only process (no CUDA driver, torch not imported) asks for sm_count: the answer
+    # is the target's, without the seconds of importing torch to learn there is no GPU.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from tilus.lang.instructions import cuda_queries as q\n"
+        "from tilus.target import lookup\n"
+        "q._driver_present = lambda: False\n"
+        "assert q.CudaQueries(lookup('sm_90a')).sm_count == 132\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

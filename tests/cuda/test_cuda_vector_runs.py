@@ -10,6 +10,7 @@ import tilus
 from tests.cuda.conftest import needs_nvrtc
 from tests.helpers_cpu_cuda import available, emulate
 from tilus import float16, int32
+from tilus.utils import cdiv
 
 needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ for the CPU emulator")
 
@@ -90,3 +91,66 @@ def test_shifted_runs_on_the_emulator(k):
         want[:, k : k + 64] = x[:, k : k + 64] + np.float16(1)
         assert np.array_equal(np.isnan(y), np.isnan(want))
         assert np.array_equal(y[:, k : k + 64], want[:, k : k + 64])
+
+
+class Bump(tilus.Script):
+    """``y = x + 1`` of [m, n] float16 rows (``n`` a multiple of 8 at compile time, narrower
+    than the [rows, 64] tile: its last runs are wholly past the row), loaded directly or
+    through shared memory with ``copy_async``."""
+
+    def __init__(self, rows, via_shared):
+        super().__init__()
+        self.rows, self.via_shared = rows, via_shared
+
+    def __call__(self, m: int32, n: int, x_ptr: ~float16, y_ptr: ~float16):
+        self.attrs.blocks = cdiv(m, self.rows)
+        self.attrs.warps = 1
+        gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
+        gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
+        row: int32 = self.blockIdx.x * self.rows
+        if self.via_shared:
+            s = self.shared_tensor(dtype=float16, shape=[self.rows, 64])
+            self.copy_async(gx, s, offsets=[row, 0])
+            self.copy_async_commit_group()
+            self.copy_async_wait_all()
+            self.sync()
+            x = self.load_shared(s)
+        else:
+            x = self.load_global(gx, offsets=[row, 0], shape=[self.rows, 64])
+        self.store_global(gy, x + 1.0, offsets=[row, 0])
+
+
+def test_whole_runs_test_the_base_alignment_once():
+    """Runs that are wholly in or out of a row test the base pointer's alignment once per
+    access, not once per run, and check no element's bounds (the slow path moves whole runs)."""
+    for via_shared in (False, True):
+        kernel = Bump(8, via_shared)
+        src = generate_for(kernel, 40)
+        assert src.count("(((uint64_t)gx) & 15") == 1, via_shared
+        assert src.count("(((uint64_t)gy) & 15) == 0") == 1
+        assert "tl_st_global_if" not in src  # no element-wise predicated store
+
+
+def generate_for(kernel, n):
+    from tilus.backends.cuda.codegen.kernel import generate
+
+    const_args, _ = kernel.bind((6, n, None, None), {})
+    return generate(kernel.program({}, const_args)).source
+
+
+@needs_nvrtc
+@needs_gxx
+@pytest.mark.parametrize("rows", [4, 8])  # 8 and 16 registers a thread: straight code, a loop
+@pytest.mark.parametrize("via_shared", [False, True])
+@pytest.mark.parametrize("shift", [0, 1])  # 1: both pointers 2 bytes past 16-byte alignment
+def test_whole_runs_on_both_paths_on_the_emulator(rows, via_shared, shift):
+    m, n = 6, 40  # a ragged last row block, and rows shorter than the tile
+    rng = np.random.default_rng()
+    xb = rng.standard_normal(m * n + 8).astype(np.float16)
+    yb = np.full(m * n + 8, np.nan, dtype=np.float16)
+    x, y = xb[shift : shift + m * n].reshape(m, n), yb[shift : shift + m * n].reshape(m, n)
+    assert (x.ctypes.data % 16 == 0) == (shift == 0)
+    emulate(Bump(rows, via_shared), (m, n, x, y), [-(-m // rows)])
+    np.testing.assert_array_equal(y, (x.astype(np.float32) + 1).astype(np.float16))
+    rest = np.concatenate([yb[:shift], yb[shift + m * n :]])
+    assert np.isnan(rest).all()  # nothing written outside the view

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -91,11 +93,30 @@ class _Runtime:
 
 
 def _gpu_index() -> int | None:
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return None
+    torch = sys.modules.get("torch")
+    if torch is None:
+        if not _driver_present():
+            return None  # no driver, no GPU: importing torch to learn that took seconds
+        try:
+            import torch
+        except ImportError:  # pragma: no cover - torch is a dependency
+            return None
     return torch.cuda.current_device() if torch.cuda.is_available() else None
+
+
+@functools.cache
+def _driver_present() -> bool:
+    """Whether the CUDA driver library loads (always assumed off Linux, where it has another
+    name)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 class CudaQueries:

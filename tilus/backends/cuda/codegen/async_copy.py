@@ -25,8 +25,50 @@ def copy_async(ctx, inst, expr):
     take the chunks round robin. Each chunk is one cp.async whose src-size counts its in-bounds
     bytes (the rest is zero-filled); a chunk whose global address is not aligned to its size
     (a runtime offset or stride) or that starts left of the tensor is copied element by element
-    instead, synchronously (done before the wait, as the asynchronous copy would be)."""
+    instead, synchronously (done before the wait, as the asynchronous copy would be).
+
+    When the view's base pointer alone decides the alignment of every chunk (see
+    ``codegen.vector.base_alignment``) that test is made once for the whole copy: the aligned
+    branch is the unrolled cp.async of every chunk, the other one a loop over the chunks, each
+    copied element by element. The scalar code is then in the kernel once, not once per chunk
+    (NVRTC's time grows with it; the cp.async path is the same instructions)."""
     _need(ctx)
+    g, s = inst.src, inst.dst
+    name, shape, strides = ctx.gview_info[g]
+    eb = s.dtype.nbits // 8
+    size = M.CopyAsync.chunk_bytes(s.shape[-1] * eb)
+    per = size // eb
+    last = len(shape) - 1
+    ctx.open("")
+    offs = []
+    for o in inst.offsets:
+        v = ctx.fresh("o")
+        ctx.emit(f"const int {v} = {expr(o)};")
+        offs.append(v)
+    hint = inst.evict == "evict_first"
+    if hint:
+        ctx.emit("const uint64_t tl_pol = tl_policy_evict_first();")
+    base = None
+    if inst.dims[-1] == last and strides[last] == "1":
+        base = base_alignment(ctx, name, strides, inst.offsets[last], per)
+    ncols = static_int(shape[last])
+    # whole: the strides and the column offset are multiples of the chunk, and so is the row
+    # length, so a chunk is wholly in or out of its row and only the base can misalign it
+    whole = base is not None and ncols is not None and ncols % per == 0
+    if base is not None and (whole or not inst.check_bounds):
+        ctx.open(f"if ((((uint64_t){base}) & {size - 1}u) == 0)")
+        _chunks(ctx, inst, offs, base, whole, "fast")
+        ctx.reopen()
+        _chunks(ctx, inst, offs, base, whole, "slow")
+        ctx.close()
+    else:
+        _chunks(ctx, inst, offs, base, whole, "either")
+    ctx.close()
+
+
+def _chunks(ctx, inst, offs, base, whole: bool, path: str) -> None:
+    """The loop over a thread's chunks: ``path`` "fast" (cp.async each, unrolled), "slow"
+    (element by element, a loop) or "either" (a test of each chunk's alignment)."""
     g, s = inst.src, inst.dst
     view = ctx.plan.shared[s]
     name, shape, strides = ctx.gview_info[g]
@@ -37,18 +79,10 @@ def copy_async(ctx, inst, expr):
     n = math.prod(s.shape[:-1]) * cols
     gsize = ctx.group.size
     ct = ctype(s.dtype)
-    ctx.open("")
-    offs = []
-    for o in inst.offsets:
-        v = ctx.fresh("o")
-        ctx.emit(f"const int {v} = {expr(o)};")
-        offs.append(v)
     hint = inst.evict == "evict_first"
-    if hint:
-        ctx.emit("const uint64_t tl_pol = tl_policy_evict_first();")
     tid = "0" if gsize == 1 else ctx.tid(ctx.group)
     k = ctx.fresh("k")
-    ctx.emit("#pragma unroll")
+    ctx.emit("#pragma unroll 1" if path == "slow" else "#pragma unroll")
     ctx.open(f"for (int {k} = 0; {k} < {-(-n // gsize)}; ++{k})")
     c = ctx.fresh("c")
     ctx.emit(f"const int {c} = {tid} + {k} * {gsize};")
@@ -77,52 +111,51 @@ def copy_async(ctx, inst, expr):
     src = ctx.fresh("src")
     ctx.emit(f"const {ct}* const {src} = {name} + {_address(gi, strides)};")
     nin, rok = ctx.fresh("nin"), ctx.fresh("rok")  # elements of the chunk inside the tensor
-    # the base pointer alone decides the alignment when the strides and the column offset are
-    # known multiples of the chunk (codegen.vector.base_alignment); the chunk is then wholly
-    # in or out of a row whose length is a multiple of it
-    base = None
-    if inst.dims[-1] == last and strides[last] == "1":
-        base = base_alignment(ctx, name, strides, inst.offsets[last], per)
     ncols = static_int(shape[last])
-    whole = base is not None and ncols is not None and ncols % per == 0
     at = base or src
     if inst.check_bounds:
         rows_ok = " && ".join(
             [f"(uint32_t){gi[d]} < (uint32_t)({shape[d]})" for d in range(last)] or ["true"]
         )
         ctx.emit(f"const bool {rok} = {rows_ok};")
-        if whole:
-            cin = f"(uint32_t){gi[last]} < {ncols}u"
-            ctx.emit(f"const int {nin} = {rok} && {cin} ? {per} : 0;")
-        else:
-            ctx.emit(
-                f"const int {nin} = {rok} ? "
-                f"tl_min(tl_max((int)({shape[last]}) - {gi[last]}, 0), {per}) : 0;"
-            )
+        if path != "slow":
+            if whole:
+                cin = f"(uint32_t){gi[last]} < {ncols}u"
+                ctx.emit(f"const int {nin} = {rok} && {cin} ? {per} : 0;")
+            else:
+                ctx.emit(
+                    f"const int {nin} = {rok} ? "
+                    f"tl_min(tl_max((int)({shape[last]}) - {gi[last]}, 0), {per}) : 0;"
+                )
         ok_e = f"{rok} && (uint32_t)({gi[last]} + {{e}}) < (uint32_t)({shape[last]})"
         aligned = f"{gi[last]} >= 0 && (((uint64_t){at}) & {size - 1}u) == 0"
     else:
-        ctx.emit(f"const int {nin} = {per};")
+        if path != "slow":
+            ctx.emit(f"const int {nin} = {per};")
         ok_e = "true"
         aligned = f"(((uint64_t){at}) & {size - 1}u) == 0"
-    ctx.open(f"if ({aligned})")
-    fn = f"tl_cp_async_{size}" + ("_hint" if hint else "")
-    # src-size 0 reads nothing: the tensor's base keeps the operand a valid address
-    args = f"tl_smem + {dst}, {nin} ? (const void*){src} : (const void*){name}, {nin} * {eb}u"
-    ctx.emit(f"{fn}({args}{', tl_pol' if hint else ''});")
-    ctx.reopen()
-    e = ctx.fresh("e")
-    ctx.emit("#pragma unroll")
-    ctx.open(f"for (int {e} = 0; {e} < {per}; ++{e})")
-    ctx.emit(
-        f"*(({ct}*)(tl_smem_ptr + {dst} + {e} * {eb})) = {ok_e.format(e=e)} ? "
-        f"{src}[(int64_t){e} * {strides[last]}] : ({ct})0;"
-    )
-    ctx.close()
-    ctx.close()
+    if path != "slow":
+        if path == "either":
+            ctx.open(f"if ({aligned})")
+        fn = f"tl_cp_async_{size}" + ("_hint" if hint else "")
+        # src-size 0 reads nothing: the tensor's base keeps the operand a valid address
+        args = f"tl_smem + {dst}, {nin} ? (const void*){src} : (const void*){name}, {nin} * {eb}u"
+        ctx.emit(f"{fn}({args}{', tl_pol' if hint else ''});")
+    if path != "fast":
+        if path == "either":
+            ctx.reopen()
+        e = ctx.fresh("e")
+        ctx.emit("#pragma unroll")
+        ctx.open(f"for (int {e} = 0; {e} < {per}; ++{e})")
+        ctx.emit(
+            f"*(({ct}*)(tl_smem_ptr + {dst} + {e} * {eb})) = {ok_e.format(e=e)} ? "
+            f"{src}[(int64_t){e} * {strides[last]}] : ({ct})0;"
+        )
+        ctx.close()
+    if path == "either":
+        ctx.close()
     if n % gsize:
         ctx.close()
-    ctx.close()
     ctx.close()
 
 

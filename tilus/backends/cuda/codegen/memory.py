@@ -116,24 +116,30 @@ def load_global(ctx, inst, expr):
         )
 
     w = V.vector_width(ctx, out, layout, inst.dims, strides, len(shape))
-    al = V.base_alignment(ctx, name, strides, inst.offsets[-1], w) if w else None
-    if w and layout.local_size >= LOOP_MIN:  # one loop over the runs (see codegen.loops)
-        i = _runs(ctx, layout, w)
-        idx = _global_index(offs, base, inst.dims, _local(layout, i))
-        ok = _in_bounds(idx[:-1], shape[:-1]) or "true"
-        ptr = f"{name} + {_address(idx, strides)}"
-        V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar, al)
-        ctx.close()
+    if not w:
+        for i in range(layout.local_size):
+            scalar(i)
         ctx.close()
         return
-    for i in range(0, layout.local_size, w or 1):
-        if not w:
-            scalar(i)
-            continue
-        idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
-        ok = _in_bounds(idx[:-1], shape[:-1]) or "true"  # the row; the run's columns below
-        ptr = f"{name} + {_address(idx, strides)}"
-        V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar, al)
+    al = V.base_alignment(ctx, name, strides, inst.offsets[-1], w)
+
+    def runs(path):
+        if layout.local_size >= LOOP_MIN:  # one loop over the runs (see codegen.loops)
+            i = _runs(ctx, layout, w)
+            idx = _global_index(offs, base, inst.dims, _local(layout, i))
+            ok = _in_bounds(idx[:-1], shape[:-1]) or "true"
+            ptr = f"{name} + {_address(idx, strides)}"
+            V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar, al, path)
+            ctx.close()
+            return
+        for i in range(0, layout.local_size, w):
+            idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
+            ok = _in_bounds(idx[:-1], shape[:-1]) or "true"  # the row; the run's columns below
+            ptr = f"{name} + {_address(idx, strides)}"
+            V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar, al, path)
+
+    nbytes = w * out.dtype.nbits // 8
+    V.by_alignment(ctx, al, nbytes, V.whole_runs(al, shape[-1], w), runs)
     ctx.close()
 
 
@@ -207,41 +213,31 @@ def store_global(ctx, inst, expr):
         return col_memo[c]
 
     w = V.vector_width(ctx, src, layout, inst.dims, strides, len(shape))
-    al = V.base_alignment(ctx, name, strides, inst.offsets[-1], w) if w else None
-    if w and layout.local_size >= LOOP_MIN:  # one loop over the runs (see codegen.loops)
-        i = _runs(ctx, layout, w)
-        idx = _global_index(offs, base, inst.dims, _local(layout, i))
-        parts = [_address([idx[d]], [strides[d]]) for d in rows_of]
-        p, rok = ctx.fresh("row"), ctx.fresh("rok")
-        ctx.emit(f"{ct}* const {p} = {' + '.join([name, *parts])};")
-        conds = [f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})" for d in rows_of]
-        ctx.emit(f"const bool {rok} = {' && '.join(conds) or 'true'};")
-
-        def scalar_in_row(k):
-            c = _global_index(offs, base, inst.dims, _local(layout, k))[last]
-            cok = f"(uint32_t)({c}) < (uint32_t)({shape[last]})"
-            a = f"{p} + {_address([c], [strides[last]])}"
-            _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", f"{a}, {R.elem(ctx, src, k)}, {rok} && {cok}")
-
-        a = f"{p} + {_address([idx[last]], [strides[last]])}"
-        V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar_in_row, al)
-        ctx.close()
-        ctx.close()
-        return
     if w:
+        al = V.base_alignment(ctx, name, strides, inst.offsets[-1], w)
 
-        def scalar(i):
-            idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
-            p, rok = row(idx)  # memoized before the run's branch, so in scope here
-            cok = f"(uint32_t)({idx[last]}) < (uint32_t)({shape[last]})"
-            a = f"{p} + {_address([idx[last]], [strides[last]])}"
-            _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", f"{a}, {R.elem(ctx, src, i)}, {rok} && {cok}")
+        def runs(path):
+            row_memo.clear()  # a row pointer declared on one path is not in scope on the other
+            if layout.local_size >= LOOP_MIN:  # one loop over the runs (see codegen.loops)
+                _store_loop(ctx, inst, src, layout, name, shape, strides, base, offs, w, al, path)
+                return
 
-        for i in range(0, layout.local_size, w):
-            idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
-            p, rok = row(idx)
-            a = f"{p} + {_address([idx[last]], [strides[last]])}"
-            V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar, al)
+            def scalar(i):
+                idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
+                p, rok = row(idx)  # memoized before the run's branch, so in scope here
+                cok = f"(uint32_t)({idx[last]}) < (uint32_t)({shape[last]})"
+                a = f"{p} + {_address([idx[last]], [strides[last]])}"
+                args = f"{a}, {R.elem(ctx, src, i)}, {rok} && {cok}"
+                _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", args)
+
+            for i in range(0, layout.local_size, w):
+                idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
+                p, rok = row(idx)
+                a = f"{p} + {_address([idx[last]], [strides[last]])}"
+                V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar, al, path)
+
+        nbytes = w * src.dtype.nbits // 8
+        V.by_alignment(ctx, al, nbytes, V.whole_runs(al, shape[last], w), runs)
         ctx.close()
         return
     for i in range(0, layout.local_size, 2 if pairs else 1):
@@ -260,6 +256,30 @@ def store_global(ctx, inst, expr):
         ctx.emit(f"const bool {both} = {lo} && {hi} && (((uint64_t){pa}) & 3) == 0;")
         w = f"(uint32_t){v0} | ((uint32_t){v1} << 16)"
         _guarded(ctx, "_pair", f"{pa}, {w}, {both}, {lo} && !{both}, {hi} && !{both}")
+    ctx.close()
+
+
+def _store_loop(ctx, inst, src, layout, name, shape, strides, base, offs, w, al, path) -> None:
+    """A store's runs as one loop (see ``codegen.loops``) on ``path`` (``vector.by_alignment``)."""
+    last = inst.dims[-1]
+    rows_of = [d for d in range(len(shape)) if d != last]
+    ct = ctype(src.dtype)
+    i = _runs(ctx, layout, w)
+    idx = _global_index(offs, base, inst.dims, _local(layout, i))
+    parts = [_address([idx[d]], [strides[d]]) for d in rows_of]
+    p, rok = ctx.fresh("row"), ctx.fresh("rok")
+    ctx.emit(f"{ct}* const {p} = {' + '.join([name, *parts])};")
+    conds = [f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})" for d in rows_of]
+    ctx.emit(f"const bool {rok} = {' && '.join(conds) or 'true'};")
+
+    def scalar_in_row(k):
+        c = _global_index(offs, base, inst.dims, _local(layout, k))[last]
+        cok = f"(uint32_t)({c}) < (uint32_t)({shape[last]})"
+        a = f"{p} + {_address([c], [strides[last]])}"
+        _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", f"{a}, {R.elem(ctx, src, k)}, {rok} && {cok}")
+
+    a = f"{p} + {_address([idx[last]], [strides[last]])}"
+    V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar_in_row, al, path)
     ctx.close()
 
 

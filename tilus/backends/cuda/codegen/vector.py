@@ -170,34 +170,73 @@ def _fallback(ctx, i0, w: int, scalar) -> None:
     ctx.close()
 
 
-def _run_cond(ok: str, col: str, ncols: str, w: int, p: str, esize: int, base) -> str:
+def whole_runs(base, ncols: str, w: int) -> bool:
+    """Whether the base pointer alone decides every run's alignment (``base_alignment``) and
+    every run is wholly in or out of its row (a row length that is a multiple of ``w``): the
+    alignment is then tested once for all the runs (``by_alignment``)."""
+    n = static_int(ncols)
+    return base is not None and n is not None and n % w == 0
+
+
+def by_alignment(ctx, base, nbytes: int, whole: bool, body) -> None:
+    """``body(path)`` for the runs of one access: ``body("either")`` (each run tests its own
+    alignment: a vector access, else element by element with a bounds check on each) or, for
+    whole runs, one test of the base: ``body("fast")`` (vector accesses) when aligned, else
+    ``body("slow")`` (plain element accesses). A whole run is in or out of bounds as one, so
+    neither path checks elements: the per-element checks of "either" beside every run made
+    most of NVRTC's time for big tiles (the vector accesses are the same)."""
+    if not whole:
+        body("either")
+        return
+    ctx.open(f"if ((((uint64_t){base}) & {nbytes - 1}) == 0)")
+    body("fast")
+    ctx.reopen()
+    body("slow")
+    ctx.close()
+
+
+def _run_cond(ok: str, col: str, ncols: str, w: int, p: str, esize: int, base, path: str) -> str:
     """The C condition of a run's vector access: in bounds and aligned (on ``base`` when it
     alone decides, see ``base_alignment``: the run then starts at a multiple of ``w``, so with
-    a column count that is one too only the run's first column needs checking)."""
+    a column count that is one too only the run's first column needs checking); on the
+    "fast" and "slow" paths of ``by_alignment`` the base's alignment is known."""
     n = static_int(ncols)
     if base is not None and n is not None and n % w == 0:
         cols = f"(uint32_t)({col}) < {n}u"
     else:
         cols = f"(uint32_t)({col}) + {w}u <= (uint32_t)({ncols})"
+    if path != "either":  # the base's alignment is tested once (by_alignment)
+        return f"{ok} && {cols}"
     return f"{ok} && {cols} && (((uint64_t){base or p}) & {w * esize - 1}) == 0"
 
 
-def load_run(ctx, out, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar, base=None):
+def load_run(
+    ctx, out, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar, base=None, path="either"
+):
     """Registers ``i0 .. i0 + w`` of ``out`` from ``ptr`` (one vector access when the run is
     in bounds and aligned, else ``scalar(i)`` for each register); ``i0`` is an int or, in a
-    loop over runs, a C expression; ``base``: see ``base_alignment``."""
+    loop over runs, a C expression; ``base``: see ``base_alignment``; ``path``: see
+    ``by_alignment`` (a whole run out of bounds reads zeros on its two paths)."""
     esize = out.dtype.nbits // 8
     nwords = w * esize // 4
     wt = word_type(nwords)
     p = ctx.fresh("vp")
     ctx.emit(f"const {ctype(out.dtype)}* const {p} = {ptr};")
-    cond = _run_cond(ok, col, ncols, w, p, esize, base)
+    cond = _run_cond(ok, col, ncols, w, p, esize, base, path)
     ctx.open(f"if ({cond})")
-    v = ctx.fresh("vw")
-    ctx.emit(f"const {wt} {v} = *((const {wt}*){p});")
-    unpack(ctx, out, i0, nwords, v)
+    if path == "slow":  # a whole run in bounds: plain element loads
+        for k in range(w):
+            ctx.emit(f"{R.elem(ctx, out, _plus(i0, k))} = {p}[{k}];")
+    else:
+        v = ctx.fresh("vw")
+        ctx.emit(f"const {wt} {v} = *((const {wt}*){p});")
+        unpack(ctx, out, i0, nwords, v)
     ctx.reopen()
-    _fallback(ctx, i0, w, scalar)
+    if path == "either":
+        _fallback(ctx, i0, w, scalar)
+    else:  # a whole run out of bounds reads zeros
+        for k in range(w):
+            ctx.emit(f"{R.elem(ctx, out, _plus(i0, k))} = {R.zero(out.dtype)};")
     ctx.close()
 
 
@@ -218,18 +257,28 @@ def unpack(ctx, out, i0, nwords: int, v: str) -> None:
             ctx.emit(f"{R.elem(ctx, out, _plus(i0, 2 * k + 1))} = ({ct})({word} >> 16);")
 
 
-def store_run(ctx, src, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar, base=None):
+def store_run(
+    ctx, src, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar, base=None, path="either"
+):
     """Store registers ``i0 .. i0 + w`` of ``src`` at ``ptr`` (vector or ``scalar(i)``);
-    ``base``: see ``base_alignment``."""
+    ``base``: see ``base_alignment``; ``path``: see ``by_alignment`` (a whole run out of
+    bounds stores nothing on its two paths)."""
     esize = src.dtype.nbits // 8
     nwords = w * esize // 4
     wt = word_type(nwords)
     p = ctx.fresh("vp")
     ctx.emit(f"{ctype(src.dtype)}* const {p} = {ptr};")
-    cond = _run_cond(ok, col, ncols, w, p, esize, base)
+    cond = _run_cond(ok, col, ncols, w, p, esize, base, path)
     ctx.open(f"if ({cond})")
-    ws = words(src, [_plus(i0, k) for k in range(w)], ctx)
-    ctx.emit(f"*(({wt}*){p}) = make_{wt}({', '.join(ws)});")
+    if path == "slow":  # a whole run in bounds: plain element stores
+        for k in range(w):
+            ctx.emit(f"{p}[{k}] = {R.elem(ctx, src, _plus(i0, k))};")
+    else:
+        ws = words(src, [_plus(i0, k) for k in range(w)], ctx)
+        ctx.emit(f"*(({wt}*){p}) = make_{wt}({', '.join(ws)});")
+    if path != "either":  # a whole run out of bounds stores nothing
+        ctx.close()
+        return
     ctx.reopen()
     _fallback(ctx, i0, w, scalar)
     ctx.close()
