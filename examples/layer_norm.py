@@ -133,7 +133,7 @@ class LayerNorm(RowRing):
         cnt = self.register_tensor(dtype=float32, shape=[tile], init=float(chunks))
         if n < bn:
             cnt = self.where(cols < n % tile, float(n // tile + 1), float(n // tile))
-        unroll = "all" if chunks <= 8 else 4  # all: every load of the row in flight at once
+        unroll = "all" if chunks <= 4 else 4  # all: every load of the row in flight at once
         k0 = self.cast(self.load_global(gx, offsets=[row, 0], shape=[1, tile]), float32)
         s1 = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
         s2 = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)

@@ -76,7 +76,7 @@ class RMSNorm(RowRing):
         self.attrs.warps = self.block_warps
         row: int32 = self.blockIdx.x
         sq = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
-        unroll = "all" if chunks <= 8 else 4  # all: every load of the row in flight at once
+        unroll = "all" if chunks <= 4 else 4  # all: every load of the row in flight at once
         for c in self.range(chunks, unroll=unroll):  # the tail reads as 0: adds nothing
             x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
             self.assign(sq, sq + x * x)
