@@ -218,6 +218,34 @@ def check_ragged(torch, res: dict, shapes) -> int:
     return status
 
 
+def profile(args) -> int:
+    """Launch one variant (or SDPA cuDNN) three times at the first shape: a profiler's target
+    (``ncu --launch-skip 1 --launch-count 1 -k regex:tl_``)."""
+    import torch
+    from attention_support import random_qkv
+    from flash_attention import forward_launcher
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    b, h, s, d, causal = parse(args.shapes.split(",")[0])
+    q, k, v = random_qkv(torch, b, h, h, s, s, d, "float16", "cuda")
+    if args.profile == "cudnn":
+
+        def run():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    else:
+        var = next((v_ for v_ in VARIANTS[(d, causal)] if label(v_) == args.profile), None)
+        if var is None:
+            print(f"no variant {args.profile!r} for d{d} causal={causal}")
+            return 1
+        run = forward_launcher(q, k, v, causal=causal, kernel=kernel_of(var, d, causal))
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    return 0
+
+
 def main(argv=None) -> int:
     """Parse the arguments; list the variants or run the study."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -230,7 +258,14 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--ragged", action="store_true", help="then check every variant at ragged sizes"
     )
+    ap.add_argument(
+        "--profile",
+        metavar="LABEL",
+        help="run one variant (its --list label, or 'cudnn') 3 times at the first shape, for ncu",
+    )
     args = ap.parse_args(argv)
+    if args.profile:
+        return profile(args)
     if args.list:
         for (d, c), vs in VARIANTS.items():
             print(f"d{d}{' causal' if c else ''}: " + ", ".join(label(v) for v in vs))
