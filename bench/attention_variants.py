@@ -37,6 +37,8 @@ VARIANTS = {
         (128, 128, 3, 2, True, False, False),
         (128, 128, 3, 2, True, True, True),
         (192, 128, 3, 3, True, False, True),
+        (192, 128, 4, 3, True, False, True),
+        (128, 192, 4, 2, True, False, True),
     ],
     (128, False): [
         (128, 128, 3, 2, False, False, False),
@@ -46,6 +48,7 @@ VARIANTS = {
         (128, 128, 2, 2, True, False, True),
         (128, 128, 2, 2, True, True, True),
         (128, 176, 2, 2, True, False, True),
+        (128, 160, 2, 2, True, False, True),
     ],
     (128, True): [
         (128, 128, 3, 2, False, False, False),
