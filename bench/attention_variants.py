@@ -49,12 +49,14 @@ VARIANTS = {
         (128, 128, 2, 2, True, True, True),
         (128, 176, 2, 2, True, False, True),
         (128, 160, 2, 2, True, False, True),
+        (128, 128, 3, 2, True, True, True),
     ],
     (128, True): [
         (128, 128, 3, 2, False, False, False),
         (128, 128, 3, 2, True, False, False),
         (128, 128, 2, 2, True, False, True),
         (128, 128, 2, 2, True, True, True),
+        (128, 128, 3, 2, True, True, True),
     ],
     (256, False): [(128, 64, 2, 2, False, False, False), (128, 80, 2, 2, True, False, True)],
 }

@@ -49,6 +49,9 @@ from attention_support import (  # noqa: E402
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
+#: dynamic shared memory of a Hopper block, less room for the barriers
+SMEM_BYTES = 227 * 1024 - 1024
+
 #: P @ V reads P from shared memory (True) or from registers (WGMMA register-A, False).
 P_IN_SHARED = False
 
@@ -155,6 +158,11 @@ class FlashAttention(tilus.Script):
         self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
         self.causal = causal
         self.group = group
+        # persistent: O is staged apart from Q (the next Q lands meanwhile) when shared memory
+        # holds both, else stored straight from registers
+        tile = self.block_m * dim * 2
+        ring = 2 * self.num_stages * self.block_n * dim * 2
+        self.direct_o = self.persistent and 2 * tile + ring > SMEM_BYTES
 
     def kv_tiles(self, q_row: int32, seq_kv: int32):
         """How many KV tiles the block at query row ``q_row`` reads (causal: up to the diagonal)."""
@@ -423,23 +431,29 @@ class FlashAttention(tilus.Script):
                 self.mbarrier.arrive(qempty)  # Q is no longer read: the next one may land
         inv = 1.0 / lsum
         out = self.cast(o * inv, self.dtype)
+        lse = (m + self.log2(lsum)) * LN2
+        if self.direct_o:  # no shared tile left for O: stored from registers
+            self.store_global(go, out, offsets=[bh, row0, 0], dims=[1, 2])
+        else:
+            self.epilogue_staged(half, out, so, go, bh, row0)
+        self.store_global(glse, lse, offsets=[bh, row0, 0], dims=[1, 2])
+        if not self.persistent:
+            with self.single_thread():
+                self.tma.wait_group(0, read=True)
+
+    def epilogue_staged(self, half: int, out: RegisterTensor, so, go, bh: int32, row0: int32):
+        """O through shared memory, then one TMA store (in Q's tile unless persistent: the next
+        Q may land there while this tile's output is stored)."""
         if self.persistent:
             with self.single_thread():  # the thread that issued the previous tile's store
                 self.tma.wait_group(0, read=True)  # it has read the staging tile
         self.sync()
-        # the output is staged in shared memory for one TMA store (in Q's tile unless
-        # persistent: the next Q may land there while this tile's output is stored)
         self.store_shared(so[half], out)
         self.fence.proxy_async(space="shared")
         self.sync()
         with self.single_thread():
             self.tma.shared_to_global(so[half], go, offsets=[bh, row0, 0], dims=[1, 2])
             self.tma.commit_group()
-        lse = (m + self.log2(lsum)) * LN2
-        self.store_global(glse, lse, offsets=[bh, row0, 0], dims=[1, 2])
-        if not self.persistent:
-            with self.single_thread():
-                self.tma.wait_group(0, read=True)
 
     def coords(self, t: int32, num_q: int32, seq_kv: int32):
         """Block ``t`` of the grid (q-tiles fastest, then heads and batch): its (batch x head)
@@ -463,8 +477,9 @@ class FlashAttention(tilus.Script):
                 self.consume(g, ring, kfull, sq, sk, sv, sp, go, glse, qbar, qempty, qphase,
                              so, bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
                 qphase ^= 1
-            with self.single_thread():
-                self.tma.wait_group(0, read=True)
+            if not self.direct_o:
+                with self.single_thread():
+                    self.tma.wait_group(0, read=True)
         else:
             t: int32 = (self.blockIdx.z * heads + self.blockIdx.y) * num_q
             bh, _, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
@@ -502,7 +517,7 @@ class FlashAttention(tilus.Script):
 
         sq = self.shared_tensor(dtype=dt, shape=[ncg, bmh, dim])
         so = sq
-        if self.persistent:
+        if self.persistent and not self.direct_o:
             so = self.shared_tensor(dtype=dt, shape=[ncg, bmh, dim])
         sk = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
         sv = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
