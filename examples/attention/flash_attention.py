@@ -418,6 +418,9 @@ class FlashAttention(tilus.Script):
             self.step(False, j, *args)
         for j in self.range(n_full, n_kv):
             self.step(True, j, *args)
+        if self.persistent:  # the last S has retired: the next Q may land during P V
+            with self.single_thread():
+                self.mbarrier.arrive(qempty)
         self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
         if self.early_rescale:
             self.assign(o, o * scale_o)
@@ -427,8 +430,6 @@ class FlashAttention(tilus.Script):
         self.wgmma.wait_group(0)
         with self.single_thread():
             self.mbarrier.arrive(ring.empty[ring.prev_stage])
-            if self.persistent:
-                self.mbarrier.arrive(qempty)  # Q is no longer read: the next one may land
         inv = 1.0 / lsum
         out = self.cast(o * inv, self.dtype)
         lse = (m + self.log2(lsum)) * LN2
