@@ -28,53 +28,60 @@ for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent
 SHAPES = "4x32x4096x128,4x32x4096x128c,4x32x4096x64,16x16x1024x128,2x16x8192x128"
 
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
-#: early_rescale)
+#: early_rescale, cluster)
 VARIANTS = {
     (64, False): [
-        (128, 128, 4, 2, False, False, False),
-        (128, 128, 4, 2, True, False, True),
-        (128, 192, 3, 2, True, False, True),
-        (128, 128, 3, 2, True, False, False),
-        (128, 128, 3, 2, True, True, True),
-        (192, 128, 3, 3, True, False, True),
-        (192, 128, 4, 3, True, False, True),
-        (128, 192, 4, 2, True, False, True),
+        (128, 128, 4, 2, False, False, False, 1),
+        (128, 128, 4, 2, True, False, True, 1),
+        (128, 192, 3, 2, True, False, True, 1),
+        (128, 128, 3, 2, True, False, False, 1),
+        (128, 128, 3, 2, True, True, True, 1),
+        (192, 128, 3, 3, True, False, True, 1),
+        (192, 128, 4, 3, True, False, True, 1),
+        (128, 192, 4, 2, True, False, True, 1),
+        (128, 128, 4, 2, True, False, True, 2),
+        (128, 192, 3, 2, True, False, True, 2),
     ],
     (128, False): [
-        (128, 128, 3, 2, False, False, False),
-        (128, 128, 3, 2, True, False, False),
-        (128, 128, 3, 2, True, False, True),
-        (128, 128, 2, 2, True, False, False),
-        (128, 128, 2, 2, True, False, True),
-        (128, 128, 2, 2, True, True, True),
-        (128, 176, 2, 2, True, False, True),
-        (128, 160, 2, 2, True, False, True),
-        (128, 128, 3, 2, True, True, True),
+        (128, 128, 3, 2, False, False, False, 1),
+        (128, 128, 3, 2, True, False, False, 1),
+        (128, 128, 3, 2, True, False, True, 1),
+        (128, 128, 2, 2, True, False, False, 1),
+        (128, 128, 2, 2, True, False, True, 1),
+        (128, 128, 2, 2, True, True, True, 1),
+        (128, 176, 2, 2, True, False, True, 1),
+        (128, 160, 2, 2, True, False, True, 1),
+        (128, 128, 3, 2, True, True, True, 1),
+        (128, 128, 2, 2, True, False, True, 2),
+        (128, 128, 3, 2, True, False, True, 2),
+        (128, 160, 2, 2, True, False, True, 2),
     ],
     (128, True): [
-        (128, 128, 3, 2, False, False, False),
-        (128, 128, 3, 2, True, False, False),
-        (128, 128, 2, 2, True, False, True),
-        (128, 128, 2, 2, True, True, True),
-        (128, 128, 3, 2, True, True, True),
+        (128, 128, 3, 2, False, False, False, 1),
+        (128, 128, 3, 2, True, False, False, 1),
+        (128, 128, 2, 2, True, False, True, 1),
+        (128, 128, 2, 2, True, True, True, 1),
+        (128, 128, 3, 2, True, True, True, 1),
     ],
-    (256, False): [(128, 64, 2, 2, False, False, False), (128, 80, 2, 2, True, False, True)],
+    (256, False): [(128, 64, 2, 2, False, False, False, 1), (128, 80, 2, 2, True, False, True, 1)],
 }
 
 
 def label(v) -> str:
-    bm, bn, st, cg, pp, ps, er = v
-    flags = "".join(f" {f}" for f, on in (("pp", pp), ("pers", ps), ("er", er)) if on)
+    bm, bn, st, cg, pp, ps, er, cl = v
+    flags = "".join(
+        f" {f}" for f, on in (("pp", pp), ("pers", ps), ("er", er), ("cl2", cl > 1)) if on
+    )
     return f"{bm}x{bn}x{st} cg{cg}{flags}"
 
 
 def kernel_of(v, dim: int, causal: bool):
     from flash_attention import FlashAttention
 
-    bm, bn, st, cg, pp, ps, er = v
+    bm, bn, st, cg, pp, ps, er, cl = v
     return FlashAttention(
         tile=0, dim=dim, causal=causal, block_m=bm, block_n=bn, num_stages=st, consumers=cg,
-        pingpong=pp, persistent=ps, early_rescale=er,
+        pingpong=pp, persistent=ps, early_rescale=er, cluster=cl,
     )  # fmt: skip
 
 

@@ -76,6 +76,34 @@ def test_persistent_forward_on_the_interpreter(case, seed):
     _check_forward(q, k, v, causal, o, lse, scale=0.3)
 
 
+@pytest.mark.parametrize("seed", [None, 4], ids=["in-order", "shuffled"])
+def test_cluster_forward_on_the_interpreter(seed):
+    # clusters of two blocks, each loading one column panel of every KV tile into both; three
+    # blocks of query rows: the grid is rounded up to two clusters, the last block past the end
+    q, k, v = S.random_qkv(torch, 1, 2, 1, 300, 200, 64, "float16")
+    kernel = FlashAttention(tile=0, dim=64, group=2, cluster=2)
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, False, o, lse, scale=0.3)
+
+
+@pytest.mark.parametrize(
+    "kw, fragment",
+    [
+        (dict(cluster=3), "cluster must be 1 or 2, got 3"),
+        (dict(cluster=2, causal=True), "cluster=2 .* needs causal=False and persistent=False"),
+        (dict(cluster=2, persistent=True), "needs causal=False and persistent=False"),
+    ],
+)
+def test_bad_cluster_arguments_are_refused(kw, fragment):
+    q, k, v = _qkv()
+    kernel = FlashAttention(tile=0, dim=64, group=2, **kw)  # built (and checked) at its first call
+    with pytest.raises(tilus.TilusArgumentError, match=fragment):
+        with tilus.option.scoped(interpret=True):
+            flash_attention(q, k, v, causal=kw.get("causal", False), kernel=kernel)
+
+
 @pytest.mark.parametrize("seed", [None, 2], ids=["in-order", "shuffled"])
 def test_decode_every_config_on_the_interpreter(seed):
     q, k, v = S.random_qkv(torch, 2, 4, 2, 1, 300, 64, "float16")
@@ -238,6 +266,35 @@ def test_gpu_forward_every_config(d, dtype, causal):
         err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
         assert err < 2e-2, f"tile {tile}: max error {err}"
         assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3), f"tile {tile}: lse"
+
+
+GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variants.py times them)
+    dict(dim=128, cluster=2),
+    dict(dim=128, cluster=2, num_stages=3, block_n=160),
+    dict(dim=64, cluster=2, num_stages=4),
+    dict(dim=128, persistent=True, num_stages=3),  # O stored from registers
+]
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "kw", GPU_VARIANTS, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items())
+)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_forward_variants(kw, dtype):
+    d = kw["dim"]
+    q, k, v = S.random_qkv(torch, 2, 4, 2, 333, 517, d, dtype, "cuda")  # 3 blocks of 128 rows
+    scale = S.default_scale(d, None)
+    ro, rl = _gpu_reference(q, k, v, False, scale)
+    kernel = FlashAttention(tile=0, dtype=dtype, group=2, **kw)
+    o = torch.full_like(q, float("nan"))
+    o, lse = flash_attention(q, k, v, kernel=kernel, out=o)
+    torch.cuda.synchronize()
+    assert not o.isnan().any()
+    err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
+    assert err < 2e-2, f"max error {err}"
+    assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3)
 
 
 @needs_gpu

@@ -52,9 +52,6 @@ LN2 = 0.6931471805599453
 #: dynamic shared memory of a Hopper block, less room for the barriers
 SMEM_BYTES = 227 * 1024 - 1024
 
-#: P @ V reads P from shared memory (True) or from registers (WGMMA register-A, False).
-P_IN_SHARED = False
-
 
 def sm_count() -> int:
     """Streaming multiprocessors of the current CUDA device (132, an H200's, without one)."""
@@ -92,31 +89,32 @@ class Ring(tilus.Class):
             self.phase ^= 1
 
 
-def default_tiles(dim: int) -> list[tuple[int, int, int, int, bool, bool, bool]]:
-    """(block_m, block_n, num_stages, consumers, pingpong, persistent, early_rescale) candidates
-    for a head dim (registers and shared memory): ``consumers`` warp groups of ``block_m /
-    consumers`` rows each, taking turns on the tensor cores when ``pingpong``; ``persistent``:
-    one block per SM loops over the blocks of query rows; ``early_rescale``: O is rescaled
-    while ``S = Q K^T`` runs."""
+def default_tiles(dim: int) -> list[tuple[int, int, int, int, bool, bool, bool, int]]:
+    """(block_m, block_n, num_stages, consumers, pingpong, persistent, early_rescale, cluster)
+    candidates for a head dim (registers and shared memory): ``consumers`` warp groups of
+    ``block_m / consumers`` rows each, taking turns on the tensor cores when ``pingpong``;
+    ``persistent``: one block per SM loops over the blocks of query rows; ``early_rescale``: O
+    is rescaled while ``S = Q K^T`` runs; ``cluster`` 2: two blocks (neighbouring query rows)
+    share every KV tile, each loading half of it into both (TMA multicast)."""
     if dim <= 64:
         return [
-            (128, 128, 4, 2, True, False, True),
-            (128, 192, 3, 2, True, False, True),
-            (128, 128, 3, 2, True, False, False),
-            (128, 128, 3, 2, True, True, True),
+            (128, 128, 4, 2, True, False, True, 1),
+            (128, 192, 3, 2, True, False, True, 1),
+            (128, 128, 3, 2, True, False, False, 1),
+            (128, 128, 3, 2, True, True, True, 1),
         ]
     if dim <= 128:
         return [
-            (128, 128, 2, 2, True, False, True),
-            (128, 128, 3, 2, True, False, False),
-            (128, 128, 2, 2, True, True, True),
-            (128, 128, 3, 2, True, False, True),
+            (128, 128, 2, 2, True, False, True, 1),
+            (128, 128, 3, 2, True, False, False, 1),
+            (128, 128, 2, 2, True, True, True, 1),
+            (128, 128, 3, 2, True, False, True, 1),
         ]
     return [
-        (128, 80, 2, 2, True, False, True),
-        (128, 64, 2, 2, True, False, False),
-        (128, 64, 2, 2, False, False, False),
-        (128, 48, 3, 2, False, False, False),
+        (128, 80, 2, 2, True, False, True, 1),
+        (128, 64, 2, 2, True, False, False, 1),
+        (128, 64, 2, 2, False, False, False, 1),
+        (128, 48, 3, 2, False, False, False, 1),
     ]
 
 
@@ -141,10 +139,11 @@ class FlashAttention(tilus.Script):
         persistent=None,
         num_sms=None,
         early_rescale=None,
+        cluster=None,
     ):
         super().__init__()
         tiles = default_tiles(dim)
-        bm, bn, st, cg, pp, ps, er = tiles[tile % len(tiles)]
+        bm, bn, st, cg, pp, ps, er, cm = tiles[tile % len(tiles)]
         self.consumers = consumers or cg
         self.block_m = block_m or (bm // cg * self.consumers)
         self.block_n = block_n or bn
@@ -158,6 +157,17 @@ class FlashAttention(tilus.Script):
         self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
         self.causal = causal
         self.group = group
+        self.cluster_m = cm if cluster is None else cluster
+        if self.cluster_m not in (1, 2):
+            raise tilus.TilusArgumentError(f"cluster must be 1 or 2, got {cluster!r}")
+        if self.cluster_m == 2 and (causal or self.persistent):
+            raise tilus.TilusArgumentError(
+                "cluster=2 (two blocks sharing each KV tile) needs causal=False and "
+                "persistent=False: both blocks of a cluster must read the same KV tiles"
+            )
+        # the head dim in column panels: in a cluster each block loads one of every KV tile
+        self.panel_ids = list(range(self.cluster_m))
+        self.panel = dim // self.cluster_m
         # persistent: O is staged apart from Q (the next Q lands meanwhile) when shared memory
         # holds both, else stored straight from registers
         tile = self.block_m * dim * 2
@@ -196,13 +206,14 @@ class FlashAttention(tilus.Script):
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(qbar, transaction_bytes=sq.nbytes)
         for g in self.range(self.consumers, unroll=self.consumers):
-            self.tma.global_to_shared(
-                src=gq,
-                dst=sq[g],
-                offsets=[bh, q_row + g * self.rows, 0],
-                dims=[1, 2],
-                mbarrier=qbar,
-            )
+            for h in self.panel_ids:
+                self.tma.global_to_shared(
+                    src=gq,
+                    dst=sq[g, h],
+                    offsets=[bh, q_row + g * self.rows, h * self.panel],
+                    dims=[1, 2],
+                    mbarrier=qbar,
+                )
         stages = self.num_stages
         for j in self.range(n_kv):
             # K and V slots are released apart (K once S retired, V once P V did), so K of the
@@ -212,26 +223,37 @@ class FlashAttention(tilus.Script):
                 self.mbarrier.arrive_and_expect_tx(
                     kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
                 )
-            self.tma.global_to_shared(
-                src=gk,
-                dst=sk[ring.stage],
-                offsets=[bkv, j * self.block_n, 0],
-                dims=[1, 2],
-                mbarrier=kfull[ring.stage],
-            )
+            self.load_kv(gk, sk[ring.stage], kfull[ring.stage], bkv, j)
             self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
             with self.single_thread():
                 self.mbarrier.arrive_and_expect_tx(
                     ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
                 )
-            self.tma.global_to_shared(
-                src=gv,
-                dst=sv[ring.stage],
-                offsets=[bkv, j * self.block_n, 0],
-                dims=[1, 2],
-                mbarrier=ring.full[ring.stage],
-            )
+            self.load_kv(gv, sv[ring.stage], ring.full[ring.stage], bkv, j)
             ring.advance()
+
+    def load_kv(self, src, dst: SharedTensor, bar, bkv: int32, j: int32):
+        """KV tile ``j`` (its column panels) into ring slot ``dst``; in a cluster each block
+        loads one panel into both blocks' slot (and barrier)."""
+        if self.cluster_m == 1:
+            for h in self.panel_ids:
+                self.tma.global_to_shared(
+                    src=src,
+                    dst=dst[h],
+                    offsets=[bkv, j * self.block_n, h * self.panel],
+                    dims=[1, 2],
+                    mbarrier=bar,
+                )
+        else:
+            rank = self.cluster.blockRank
+            self.tma.global_to_shared(
+                src=src,
+                dst=dst[rank],
+                offsets=[bkv, j * self.block_n, rank * self.panel],
+                dims=[1, 2],
+                mbarrier=bar,
+                multicast_mask=0b11,
+            )
 
     def softmax(
         self,
@@ -278,9 +300,9 @@ class FlashAttention(tilus.Script):
         sq,
         sk,
         sv,
-        sp,
+        peers,
         pa,
-        o: RegisterTensor,
+        o: list,
         m: RegisterTensor,
         lsum: RegisterTensor,
         scale_o: RegisterTensor,
@@ -301,30 +323,46 @@ class FlashAttention(tilus.Script):
         self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
         self.take_turn(half)
         self.wgmma.fence()
-        self.wgmma.mma(sq[half], sk[stage].transpose(), s)
+        self.mma_s(sq[half], sk[stage], s)
         self.wgmma.commit_group()
         if self.early_rescale:
-            self.assign(o, o * scale_o)
+            for oh in o:
+                self.assign(oh, oh * scale_o)
             self.wgmma.fence()  # O's registers were written
-        self.wgmma.mma(pa, sv[ring.prev_stage], o)
+        self.mma_pv(pa, sv[ring.prev_stage], o)
         self.wgmma.commit_group()
         self.pass_turn(half)
         self.wgmma.wait_group(1)  # S_j has landed; P_{j-1} V_{j-1} may still run
-        with self.single_thread():
-            self.mbarrier.arrive(kfull[self.num_stages + stage])  # K_j is read
+        self.release(kfull, peers[0], self.num_stages + stage)  # K_j is read
         p, alpha = self.softmax(s, m, lsum, masked, j, row0, seq_kv, scale_log2)
         self.wgmma.wait_group(0)
-        with self.single_thread():
-            self.mbarrier.arrive(ring.empty[ring.prev_stage])
+        self.release(ring.empty, peers[1], ring.prev_stage)
         if self.early_rescale:
             self.assign(scale_o, alpha)
         else:
-            self.assign(o, o * alpha)
-        if P_IN_SHARED:
-            self.stage_p(self.cast(p, self.dtype), sp[half])
-        else:
-            self.assign(pa, self.cast(p, self.dtype))
+            for oh in o:
+                self.assign(oh, oh * alpha)
+        self.assign(pa, self.cast(p, self.dtype))
         ring.advance()
+
+    def mma_s(self, sq: SharedTensor, sk: SharedTensor, s: RegisterTensor):
+        """``s += Q K^T``, one WGMMA chain per column panel of the head dim."""
+        for h in self.panel_ids:
+            self.wgmma.mma(sq[h], sk[h].transpose(), s)
+
+    def mma_pv(self, pa: RegisterTensor, sv: SharedTensor, o: list):
+        """``O += P V``: panel ``h`` of V into O's panel ``h``."""
+        for h in self.panel_ids:
+            self.wgmma.mma(pa, sv[h], o[h])
+
+    def release(self, bars, peer, i: int32):
+        """One thread arrives on barrier ``i`` of ``bars`` (in a cluster on the peer's too: its
+        producer loads into this block's slots). Relaxed at cluster scope: the WGMMAs that read
+        the slot have retired, and a release fence there would sit on the critical path."""
+        with self.single_thread():
+            self.mbarrier.arrive(bars[i])
+            if self.cluster_m == 2:
+                self.mbarrier.arrive(peer[i], sem="relaxed", scope="cluster")
 
     def take_turn(self, g: int):
         """Ping-pong: wait until the previous consumer group has issued its GEMMs (named
@@ -337,13 +375,6 @@ class FlashAttention(tilus.Script):
         if self.pingpong:
             self.arrive_named(1 + (g + 1) % self.consumers, 256)
 
-    def stage_p(self, pa: RegisterTensor, sp: SharedTensor):
-        """P into shared memory for the shared-operand WGMMA (not needed with register A)."""
-        self.store_shared(sp, pa)
-        self.fence.proxy_async(space="shared")  # generic writes, then WGMMA reads
-        self.sync()
-        return sp
-
     def consume(
         self,
         half: int,
@@ -352,7 +383,7 @@ class FlashAttention(tilus.Script):
         sq,
         sk,
         sv,
-        sp,
+        peers,
         go,
         glse,
         qbar,
@@ -370,9 +401,12 @@ class FlashAttention(tilus.Script):
         Software-pipelined over the KV tiles: while the softmax of tile ``j`` runs on the CUDA
         cores, the tensor cores compute ``P_{j-1} V_{j-1}`` (issued with ``S_j = Q K_j^T``);
         the output is rescaled once that group has retired."""
-        bmh, bn, dim = self.rows, self.block_n, self.dim
+        bmh, bn = self.rows, self.block_n
         row0: int32 = q_row + half * bmh
-        o = self.register_tensor(dtype=float32, shape=[bmh, dim], init=0.0)
+        o = [
+            self.register_tensor(dtype=float32, shape=[bmh, self.panel], init=0.0)
+            for _ in self.panel_ids
+        ]
         m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
         lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
         self.mbarrier.wait(qbar, phase=qphase)
@@ -381,16 +415,13 @@ class FlashAttention(tilus.Script):
         self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
         self.take_turn(half)
         self.wgmma.fence()
-        self.wgmma.mma(sq[half], sk[ring.stage].transpose(), s)
+        self.mma_s(sq[half], sk[ring.stage], s)
         self.wgmma.commit_group()
         self.pass_turn(half)
         self.wgmma.wait_group(0)
-        with self.single_thread():
-            self.mbarrier.arrive(kfull[self.num_stages + ring.stage])  # K_0 is read
+        self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
         p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
         pa = self.cast(p, self.dtype)
-        if P_IN_SHARED:
-            pa = self.stage_p(pa, sp[half])
         ring.advance()
         # tiles every row of this group sees whole, then the ragged / diagonal ones, masked
         n_full: int32 = max(min(n_kv, seq_kv // bn), 1)
@@ -404,7 +435,7 @@ class FlashAttention(tilus.Script):
             sq,
             sk,
             sv,
-            sp,
+            peers,
             pa,
             o,
             m,
@@ -423,37 +454,42 @@ class FlashAttention(tilus.Script):
                 self.mbarrier.arrive(qempty)
         self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
         if self.early_rescale:
-            self.assign(o, o * scale_o)
+            for oh in o:
+                self.assign(oh, oh * scale_o)
         self.wgmma.fence()
-        self.wgmma.mma(pa, sv[ring.prev_stage], o)
+        self.mma_pv(pa, sv[ring.prev_stage], o)
         self.wgmma.commit_group()
         self.wgmma.wait_group(0)
-        with self.single_thread():
-            self.mbarrier.arrive(ring.empty[ring.prev_stage])
+        self.release(ring.empty, peers[1], ring.prev_stage)
         inv = 1.0 / lsum
-        out = self.cast(o * inv, self.dtype)
         lse = (m + self.log2(lsum)) * LN2
         if self.direct_o:  # no shared tile left for O: stored from registers
-            self.store_global(go, out, offsets=[bh, row0, 0], dims=[1, 2])
+            for h in self.panel_ids:
+                out = self.cast(o[h] * inv, self.dtype)
+                self.store_global(go, out, offsets=[bh, row0, h * self.panel], dims=[1, 2])
         else:
-            self.epilogue_staged(half, out, so, go, bh, row0)
+            self.epilogue_staged(half, o, inv, so, go, bh, row0)
         self.store_global(glse, lse, offsets=[bh, row0, 0], dims=[1, 2])
         if not self.persistent:
             with self.single_thread():
                 self.tma.wait_group(0, read=True)
 
-    def epilogue_staged(self, half: int, out: RegisterTensor, so, go, bh: int32, row0: int32):
+    def epilogue_staged(self, half: int, o: list, inv, so, go, bh: int32, row0: int32):
         """O through shared memory, then one TMA store (in Q's tile unless persistent: the next
         Q may land there while this tile's output is stored)."""
         if self.persistent:
             with self.single_thread():  # the thread that issued the previous tile's store
                 self.tma.wait_group(0, read=True)  # it has read the staging tile
         self.sync()
-        self.store_shared(so[half], out)
+        for h in self.panel_ids:
+            self.store_shared(so[half, h], self.cast(o[h] * inv, self.dtype))
         self.fence.proxy_async(space="shared")
         self.sync()
         with self.single_thread():
-            self.tma.shared_to_global(so[half], go, offsets=[bh, row0, 0], dims=[1, 2])
+            for c in self.panel_ids:
+                self.tma.shared_to_global(
+                    so[half, c], go, offsets=[bh, row0, c * self.panel], dims=[1, 2]
+                )
             self.tma.commit_group()
 
     def coords(self, t: int32, num_q: int32, seq_kv: int32):
@@ -468,14 +504,14 @@ class FlashAttention(tilus.Script):
 
     def consumer(self, g: int, num_q: int32, heads: int32, seq_kv: int32, total: int32, *args):
         """Consumer group ``g`` over its blocks (one, or persistent: every ``num_sms``-th)."""
-        ring, kfull, sq, sk, sv, sp, go, glse, qbar, qempty, so, scale_log2 = args
+        ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, scale_log2 = args
         if g == self.consumers - 1:
             self.pass_turn(g)  # group 0 takes the first turn
         if self.persistent:
             qphase: uint32 = 0
             for t in self.range(self.blockIdx.x, total, self.num_sms):
                 bh, _, q_row, n_kv = self.coords(t, num_q, seq_kv)
-                self.consume(g, ring, kfull, sq, sk, sv, sp, go, glse, qbar, qempty, qphase,
+                self.consume(g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, qphase,
                              so, bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
                 qphase ^= 1
             if not self.direct_o:
@@ -484,7 +520,7 @@ class FlashAttention(tilus.Script):
         else:
             t: int32 = (self.blockIdx.z * heads + self.blockIdx.y) * num_q
             bh, _, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
-            self.consume(g, ring, kfull, sq, sk, sv, sp, go, glse, qbar, qempty, 0, so, bh,
+            self.consume(g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, 0, so, bh,
                          q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
 
     def __call__(
@@ -503,11 +539,15 @@ class FlashAttention(tilus.Script):
         dt, dim = self.dtype, self.dim
         bm, bn, stages = self.block_m, self.block_n, self.num_stages
         bmh, ncg = self.rows, self.consumers
-        num_q = cdiv(seq_q, bm)
+        # a cluster's blocks take neighbouring blocks of query rows (the grid rounded up to
+        # whole clusters: a block past the last row loads and computes, and stores nothing)
+        num_q = cdiv(seq_q, bm * self.cluster_m) * self.cluster_m
         if self.persistent:  # one block per SM loops over the blocks of query rows
             self.attrs.blocks = min(num_q * heads * batch, self.num_sms)
         else:
             self.attrs.blocks = [num_q, heads, batch]
+        if self.cluster_m == 2:
+            self.attrs.cluster_blocks = [2, 1, 1]
         self.attrs.warps = 4 * (ncg + 1)  # the consumer warp groups + a producer warp group
         gq = self.global_view(q_ptr, dtype=dt, shape=[batch * heads, seq_q, dim])
         gk = self.global_view(k_ptr, dtype=dt, shape=[batch * (heads // self.group), seq_kv, dim])
@@ -516,20 +556,29 @@ class FlashAttention(tilus.Script):
         glse = self.global_view(lse_ptr, dtype=float32, shape=[batch * heads, seq_q, 1])
         total: int32 = num_q * heads * batch
 
-        sq = self.shared_tensor(dtype=dt, shape=[ncg, bmh, dim])
+        # every tile in column panels of the head dim (two in a cluster: one from each block)
+        npan, pw = len(self.panel_ids), self.panel
+        sq = self.shared_tensor(dtype=dt, shape=[ncg, npan, bmh, pw])
         so = sq
         if self.persistent and not self.direct_o:
-            so = self.shared_tensor(dtype=dt, shape=[ncg, bmh, dim])
-        sk = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
-        sv = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
-        sp = None  # P goes from registers straight into the P @ V WGMMA
-        if P_IN_SHARED:
-            sp = self.shared_tensor(dtype=dt, shape=[ncg, bmh, bn])
+            so = self.shared_tensor(dtype=dt, shape=[ncg, npan, bmh, pw])
+        sk = self.shared_tensor(dtype=dt, shape=[stages, npan, bn, pw])
+        sv = self.shared_tensor(dtype=dt, shape=[stages, npan, bn, pw])
         qbar = self.mbarrier.alloc([1])
         qempty = self.mbarrier.alloc([ncg])  # persistent: the consumers are done with Q
-        # K's barriers: [0, stages) full (loaded), [stages, 2 stages) empty (read by every group)
-        kfull = self.mbarrier.alloc([1] * stages + [ncg] * stages)
-        ring = Ring(stages, ncg)
+        # K's barriers: [0, stages) full (loaded), [stages, 2 stages) empty (read by every group
+        # of the cluster)
+        cm = self.cluster_m
+        kfull = self.mbarrier.alloc([1] * stages + [ncg * cm] * stages)
+        ring = Ring(stages, ncg * cm)
+        peers = (None, None)
+        if cm == 2:  # the peer's barriers; both blocks' exist after the sync
+            peer = 1 - self.cluster.blockRank
+            peers = (
+                self.cluster.map_shared_addr(kfull, peer),
+                self.cluster.map_shared_addr(ring.empty, peer),
+            )
+            self.cluster.sync()
         scale_log2: float32 = scale * LOG2E
 
         # registers: 64K per SM; the producer gives most of its share to the consumers
@@ -549,7 +598,7 @@ class FlashAttention(tilus.Script):
                     bh, bkv, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
                     self.produce(ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], qempty[0], 0, bh,
                                  bkv, q_row, n_kv)  # fmt: skip
-        args = (ring, kfull, sq, sk, sv, sp, go, glse, qbar[0], qempty[0], so, scale_log2)
+        args = (ring, kfull, sq, sk, sv, peers, go, glse, qbar[0], qempty[0], so, scale_log2)
         with self.warp_group(0, 4):
             self.setmaxnreg(high)
             self.consumer(0, num_q, heads, seq_kv, total, *args)
@@ -560,6 +609,8 @@ class FlashAttention(tilus.Script):
             with self.warp_group(8, 4):
                 self.setmaxnreg(high)
                 self.consumer(2, num_q, heads, seq_kv, total, *args)
+        if cm == 2:  # no block exits while its peer may still load into it or arrive on it
+            self.cluster.sync()
 
 
 def forward_launcher(q, k, v, causal: bool = False, scale=None, kernel=None, out=None):
