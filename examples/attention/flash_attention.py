@@ -45,77 +45,10 @@ from attention_support import (  # noqa: E402
     random_qkv,
     reference,
 )
+from flash_tiles import SMEM_BYTES, Ring, default_tiles, sm_count  # noqa: E402
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
-
-#: dynamic shared memory of a Hopper block, less room for the barriers
-SMEM_BYTES = 227 * 1024 - 1024
-
-
-def sm_count() -> int:
-    """Streaming multiprocessors of the current CUDA device (132, an H200's, without one)."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_properties(
-                torch.cuda.current_device()
-            ).multi_processor_count
-    except ImportError:
-        pass
-    return 132
-
-
-class Ring(tilus.Class):
-    """A ring of ``num_stages`` slots: ``full[s]`` completes when slot ``s`` is loaded (one
-    arrival plus the bytes), ``empty[s]`` when its ``consumers`` warp groups are done with it."""
-
-    def __init__(self, num_stages: int, consumers: int = 2):
-        self.num_stages: int = num_stages
-        self.full = self.mbarrier.alloc([1] * num_stages)
-        self.empty = self.mbarrier.alloc([consumers] * num_stages)
-        self.stage: int32 = 0
-        self.phase: uint32 = 0
-        self.prev_stage: int32 = 0  # the slot (and its phase) before the current one
-        self.prev_phase: uint32 = 0
-
-    def advance(self):
-        """Move to the next slot, flipping the phase on wrap-around."""
-        self.prev_stage = self.stage
-        self.prev_phase = self.phase
-        self.stage = (self.stage + 1) % self.num_stages
-        if self.stage == 0:
-            self.phase ^= 1
-
-
-def default_tiles(dim: int) -> list[tuple[int, int, int, int, bool, bool, bool, int]]:
-    """(block_m, block_n, num_stages, consumers, pingpong, persistent, early_rescale, cluster)
-    candidates for a head dim (registers and shared memory): ``consumers`` warp groups of
-    ``block_m / consumers`` rows each, taking turns on the tensor cores when ``pingpong``;
-    ``persistent``: one block per SM loops over the blocks of query rows; ``early_rescale``: O
-    is rescaled while ``S = Q K^T`` runs; ``cluster`` 2: two blocks (neighbouring query rows)
-    share every KV tile, each loading half of it into both (TMA multicast)."""
-    if dim <= 64:
-        return [
-            (128, 128, 4, 2, True, False, True, 1),
-            (128, 192, 3, 2, True, False, True, 1),
-            (128, 128, 3, 2, True, False, False, 1),
-            (128, 128, 3, 2, True, True, True, 1),
-        ]
-    if dim <= 128:
-        return [
-            (128, 128, 2, 2, True, False, True, 1),
-            (128, 128, 3, 2, True, False, False, 1),
-            (128, 128, 2, 2, True, True, True, 1),
-            (128, 128, 3, 2, True, False, True, 1),
-        ]
-    return [
-        (128, 80, 2, 2, True, False, True, 1),
-        (128, 64, 2, 2, True, False, False, 1),
-        (128, 64, 2, 2, False, False, False, 1),
-        (128, 48, 3, 2, False, False, False, 1),
-    ]
 
 
 @tilus.autotune("tile", [0, 1, 2, 3])
