@@ -18,10 +18,13 @@ its output accumulator, and accumulates ``P V`` by WGMMA with P from registers. 
 issues ``S_j`` with ``P_{j-1} V_{j-1}`` and runs the softmax of ``S_j`` while the second GEMM
 runs; with ``pingpong`` the groups also take turns issuing (named barriers), so one group's
 softmax overlaps the other's GEMMs. ``persistent`` launches one block per SM that loops over
-the blocks of query rows (the output staged apart from Q, so the next Q loads meanwhile).
-Only the tiles a block needs are loaded: with ``causal`` the tiles right of the diagonal are
-skipped (the longest rows first), and only the diagonal tile and the ragged last tile are
-masked.
+the blocks of query rows (the output staged apart from Q, so the next Q loads meanwhile, or,
+where the ring leaves no room, stored from registers). ``cluster=2`` pairs the blocks of
+neighbouring query rows: each loads one column panel of every K and V tile into both blocks
+(TMA multicast), halving the L2 traffic, and a slot is refilled once both blocks' consumers
+freed it. Only the tiles a block needs are loaded: with ``causal`` the tiles right of the
+diagonal are skipped (the longest rows first), and only the diagonal tile and the ragged last
+tile are masked.
 
 Run ``python examples/attention/flash_attention.py``: on the tilus interpreter without a GPU,
 on CUDA with one (every result checked against a float32 reference).
