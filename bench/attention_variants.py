@@ -27,6 +27,8 @@ for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent
 
 SHAPES = "4x32x4096x128,4x32x4096x128c,4x32x4096x64,16x16x1024x128,2x16x8192x128"
 
+SPLIT = (("split_producer", True),)  # warp 0 of the producer loads Q and K, warp 1 V
+
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
 #: early_rescale, cluster)
 VARIANTS = {
@@ -41,6 +43,7 @@ VARIANTS = {
         (128, 192, 4, 2, True, False, True, 1),
         (128, 128, 4, 2, True, False, True, 2),
         (128, 192, 3, 2, True, False, True, 2),
+        (128, 128, 4, 2, True, False, True, 1, SPLIT),
     ],
     (128, False): [
         (128, 128, 3, 2, False, False, False, 1),
@@ -55,6 +58,8 @@ VARIANTS = {
         (128, 128, 2, 2, True, False, True, 2),
         (128, 128, 3, 2, True, False, True, 2),
         (128, 160, 2, 2, True, False, True, 2),
+        (128, 128, 2, 2, True, False, True, 1, SPLIT),
+        (128, 128, 2, 2, True, False, True, 2, SPLIT),
     ],
     (128, True): [
         (128, 128, 3, 2, False, False, False, 1),
@@ -67,21 +72,27 @@ VARIANTS = {
 }
 
 
+#: a variant's optional ninth field: more constructor arguments ((name, value) pairs), shown in
+#: its label by these
+EXTRA = {"split_producer": "sp"}
+
+
 def label(v) -> str:
-    bm, bn, st, cg, pp, ps, er, cl = v
+    bm, bn, st, cg, pp, ps, er, cl = v[:8]
     flags = "".join(
         f" {f}" for f, on in (("pp", pp), ("pers", ps), ("er", er), ("cl2", cl > 1)) if on
     )
+    flags += "".join(f" {EXTRA[k]}" for k, on in (v[8] if len(v) > 8 else ()) if on)
     return f"{bm}x{bn}x{st} cg{cg}{flags}"
 
 
 def kernel_of(v, dim: int, causal: bool):
     from flash_attention import FlashAttention
 
-    bm, bn, st, cg, pp, ps, er, cl = v
+    bm, bn, st, cg, pp, ps, er, cl = v[:8]
     return FlashAttention(
         tile=0, dim=dim, causal=causal, block_m=bm, block_n=bn, num_stages=st, consumers=cg,
-        pingpong=pp, persistent=ps, early_rescale=er, cluster=cl,
+        pingpong=pp, persistent=ps, early_rescale=er, cluster=cl, **dict(v[8] if len(v) > 8 else ()),
     )  # fmt: skip
 
 

@@ -76,6 +76,20 @@ def test_persistent_forward_on_the_interpreter(case, seed):
     _check_forward(q, k, v, causal, o, lse, scale=0.3)
 
 
+@pytest.mark.parametrize("seed", [None, 6], ids=["in-order", "shuffled"])
+def test_split_producer_forward_on_the_interpreter(seed):
+    # warp 0 of the producer loads Q and K, warp 1 V (each with its own ring position), here in
+    # a persistent kernel over three "SMs"
+    q, k, v = S.random_qkv(torch, 1, 2, 1, 300, 300, 64, "float16")
+    kernel = FlashAttention(
+        tile=0, dim=64, group=2, causal=True, persistent=True, num_sms=3, split_producer=True
+    )
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=True, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, True, o, lse, scale=0.3)
+
+
 @pytest.mark.parametrize("seed", [None, 4], ids=["in-order", "shuffled"])
 def test_cluster_forward_on_the_interpreter(seed):
     # clusters of two blocks, each loading one column panel of every KV tile into both; three
@@ -273,6 +287,7 @@ GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variant
     dict(dim=128, cluster=2, num_stages=3, block_n=160),
     dict(dim=64, cluster=2, num_stages=4),
     dict(dim=128, persistent=True, num_stages=3),  # O stored from registers
+    dict(dim=128, cluster=2, split_producer=True),
 ]
 
 

@@ -76,6 +76,7 @@ class FlashAttention(tilus.Script):
         num_sms=None,
         early_rescale=None,
         cluster=None,
+        split_producer=False,
     ):
         super().__init__()
         tiles = default_tiles(dim)
@@ -94,6 +95,7 @@ class FlashAttention(tilus.Script):
         self.causal = causal
         self.group = group
         self.cluster_m = cm if cluster is None else cluster
+        self.split_producer = bool(split_producer)
         if self.cluster_m not in (1, 2):
             raise tilus.TilusArgumentError(f"cluster must be 1 or 2, got {cluster!r}")
         if self.cluster_m == 2 and (causal or self.persistent):
@@ -119,6 +121,7 @@ class FlashAttention(tilus.Script):
 
     def produce(
         self,
+        what: str,
         ring: Ring,
         kfull,
         sq,
@@ -135,37 +138,41 @@ class FlashAttention(tilus.Script):
         q_row: int32,
         n_kv: int32,
     ):
-        """The producer warp, for one block of query rows: Q, then K and V of every KV tile
-        into the ring (persistent: Q once the consumers no longer read the previous one)."""
-        if self.persistent:
-            self.mbarrier.wait(qempty, phase=qphase ^ 1, sem="relaxed")
-        with self.single_thread():
-            self.mbarrier.arrive_and_expect_tx(qbar, transaction_bytes=sq.nbytes)
-        for g in self.range(self.consumers, unroll=self.consumers):
-            for h in self.panel_ids:
-                self.tma.global_to_shared(
-                    src=gq,
-                    dst=sq[g, h],
-                    offsets=[bh, q_row + g * self.rows, h * self.panel],
-                    dims=[1, 2],
-                    mbarrier=qbar,
-                )
+        """A producer warp, for one block of query rows: Q (``"q" in what``; persistent: once
+        the consumers no longer read the previous one), then K and/or V of every KV tile into
+        the ring."""
+        if "q" in what:
+            if self.persistent:
+                self.mbarrier.wait(qempty, phase=qphase ^ 1, sem="relaxed")
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(qbar, transaction_bytes=sq.nbytes)
+            for g in self.range(self.consumers, unroll=self.consumers):
+                for h in self.panel_ids:
+                    self.tma.global_to_shared(
+                        src=gq,
+                        dst=sq[g, h],
+                        offsets=[bh, q_row + g * self.rows, h * self.panel],
+                        dims=[1, 2],
+                        mbarrier=qbar,
+                    )
         stages = self.num_stages
         for j in self.range(n_kv):
             # K and V slots are released apart (K once S retired, V once P V did), so K of the
             # next tile loads while the consumers still multiply by V of the last one
-            self.mbarrier.wait(kfull[stages + ring.stage], phase=ring.phase ^ 1, sem="relaxed")
-            with self.single_thread():
-                self.mbarrier.arrive_and_expect_tx(
-                    kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
-                )
-            self.load_kv(gk, sk[ring.stage], kfull[ring.stage], bkv, j)
-            self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
-            with self.single_thread():
-                self.mbarrier.arrive_and_expect_tx(
-                    ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
-                )
-            self.load_kv(gv, sv[ring.stage], ring.full[ring.stage], bkv, j)
+            if "k" in what:
+                self.mbarrier.wait(kfull[stages + ring.stage], phase=ring.phase ^ 1, sem="relaxed")
+                with self.single_thread():
+                    self.mbarrier.arrive_and_expect_tx(
+                        kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
+                    )
+                self.load_kv(gk, sk[ring.stage], kfull[ring.stage], bkv, j)
+            if "v" in what:
+                self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
+                with self.single_thread():
+                    self.mbarrier.arrive_and_expect_tx(
+                        ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
+                    )
+                self.load_kv(gv, sv[ring.stage], ring.full[ring.stage], bkv, j)
             ring.advance()
 
     def load_kv(self, src, dst: SharedTensor, bar, bkv: int32, j: int32):
@@ -438,6 +445,20 @@ class FlashAttention(tilus.Script):
         q_row: int32 = q_tile * self.block_m
         return bh, bh // self.group, q_row, self.kv_tiles(q_row, seq_kv)
 
+    def producer(self, what: str, num_q: int32, heads: int32, seq_kv: int32, total: int32, *args):
+        """A producer warp over its blocks (one, or persistent: every ``num_sms``-th), loading
+        ``what`` of Q, K and V."""
+        if self.persistent:
+            qphase: uint32 = 0
+            for t in self.range(self.blockIdx.x, total, self.num_sms):
+                bh, bkv, q_row, n_kv = self.coords(t, num_q, seq_kv)
+                self.produce(what, *args, qphase, bh, bkv, q_row, n_kv)
+                qphase ^= 1
+        else:
+            t: int32 = (self.blockIdx.z * heads + self.blockIdx.y) * num_q
+            bh, bkv, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
+            self.produce(what, *args, 0, bh, bkv, q_row, n_kv)
+
     def consumer(self, g: int, num_q: int32, heads: int32, seq_kv: int32, total: int32, *args):
         """Consumer group ``g`` over its blocks (one, or persistent: every ``num_sms``-th)."""
         ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, scale_log2 = args
@@ -521,19 +542,15 @@ class FlashAttention(tilus.Script):
         low, high = (24, 240) if ncg == 2 else (32, 160)
         with self.warp_group(4 * ncg, 4):  # producer warp group
             self.setmaxnreg(low)
-            with self.single_warp(0):
-                if self.persistent:
-                    qphase: uint32 = 0
-                    for t in self.range(self.blockIdx.x, total, self.num_sms):
-                        bh, bkv, q_row, n_kv = self.coords(t, num_q, seq_kv)
-                        self.produce(ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], qempty[0],
-                                     qphase, bh, bkv, q_row, n_kv)  # fmt: skip
-                        qphase ^= 1
-                else:
-                    t: int32 = (self.blockIdx.z * heads + self.blockIdx.y) * num_q
-                    bh, bkv, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
-                    self.produce(ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], qempty[0], 0, bh,
-                                 bkv, q_row, n_kv)  # fmt: skip
+            pargs = (ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], qempty[0])
+            if self.split_producer:  # warp 0 loads Q and K, warp 1 V: neither waits for the other
+                with self.single_warp(0):
+                    self.producer("qk", num_q, heads, seq_kv, total, *pargs)
+                with self.single_warp(1):
+                    self.producer("v", num_q, heads, seq_kv, total, *pargs)
+            else:
+                with self.single_warp(0):
+                    self.producer("qkv", num_q, heads, seq_kv, total, *pargs)
         args = (ring, kfull, sq, sk, sv, peers, go, glse, qbar[0], qempty[0], so, scale_log2)
         with self.warp_group(0, 4):
             self.setmaxnreg(high)
