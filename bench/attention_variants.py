@@ -28,6 +28,7 @@ for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent
 SHAPES = "4x32x4096x128,4x32x4096x128c,4x32x4096x64,16x16x1024x128,2x16x8192x128"
 
 SPLIT = (("split_producer", True),)  # warp 0 of the producer loads Q and K, warp 1 V
+PSH = (("p_shared", True),)  # P through shared memory (frees registers for 3 consumers)
 
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
 #: early_rescale, cluster)
@@ -44,6 +45,8 @@ VARIANTS = {
         (128, 128, 4, 2, True, False, True, 2),
         (128, 192, 3, 2, True, False, True, 2),
         (128, 128, 4, 2, True, False, True, 1, SPLIT),
+        (192, 128, 3, 3, True, False, True, 1, PSH),
+        (192, 128, 4, 3, True, False, True, 1, PSH),
     ],
     (128, False): [
         (128, 128, 3, 2, False, False, False, 1),
@@ -74,7 +77,7 @@ VARIANTS = {
 
 #: a variant's optional ninth field: more constructor arguments ((name, value) pairs), shown in
 #: its label by these
-EXTRA = {"split_producer": "sp"}
+EXTRA = {"split_producer": "sp", "p_shared": "psh"}
 
 
 def label(v) -> str:

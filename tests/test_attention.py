@@ -90,6 +90,17 @@ def test_split_producer_forward_on_the_interpreter(seed):
     _check_forward(q, k, v, True, o, lse, scale=0.3)
 
 
+@pytest.mark.parametrize("seed", [None, 8], ids=["in-order", "shuffled"])
+def test_p_through_shared_memory_on_the_interpreter(seed):
+    # three consumer groups of 64 rows, P stored to shared memory for a shared-operand P V
+    q, k, v = S.random_qkv(torch, 1, 2, 2, 300, 300, 64, "float16")
+    kernel = FlashAttention(tile=0, dim=64, causal=True, block_m=192, consumers=3, p_shared=True)
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=True, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, True, o, lse, scale=0.3)
+
+
 @pytest.mark.parametrize("seed", [None, 4], ids=["in-order", "shuffled"])
 def test_cluster_forward_on_the_interpreter(seed):
     # clusters of two blocks, each loading one column panel of every KV tile into both; three
@@ -288,6 +299,7 @@ GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variant
     dict(dim=64, cluster=2, num_stages=4),
     dict(dim=128, persistent=True, num_stages=3),  # O stored from registers
     dict(dim=128, cluster=2, split_producer=True),
+    dict(dim=64, block_m=192, consumers=3, num_stages=3, p_shared=True),
 ]
 
 

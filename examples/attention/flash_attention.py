@@ -78,6 +78,7 @@ class FlashAttention(FlashProducer, tilus.Script):
         early_rescale=None,
         cluster=None,
         split_producer=False,
+        p_shared=False,
     ):
         super().__init__()
         tiles = default_tiles(dim)
@@ -97,6 +98,7 @@ class FlashAttention(FlashProducer, tilus.Script):
         self.group = group
         self.cluster_m = cm if cluster is None else cluster
         self.split_producer = bool(split_producer)
+        self.p_shared = bool(p_shared)
         if self.cluster_m not in (1, 2):
             raise tilus.TilusArgumentError(f"cluster must be 1 or 2, got {cluster!r}")
         if self.cluster_m == 2 and (causal or self.persistent):
@@ -207,7 +209,10 @@ class FlashAttention(FlashProducer, tilus.Script):
         else:
             for oh in o:
                 self.assign(oh, oh * alpha)
-        self.assign(pa, self.cast(p, self.dtype))
+        if self.p_shared:
+            self.stage_p(self.cast(p, self.dtype), pa)
+        else:
+            self.assign(pa, self.cast(p, self.dtype))
         ring.advance()
 
     def mma_s(self, sq: SharedTensor, sk: SharedTensor, s: RegisterTensor):
@@ -215,7 +220,13 @@ class FlashAttention(FlashProducer, tilus.Script):
         for h in self.panel_ids:
             self.wgmma.mma(sq[h], sk[h].transpose(), s)
 
-    def mma_pv(self, pa: RegisterTensor, sv: SharedTensor, o: list):
+    def stage_p(self, p: RegisterTensor, sp: SharedTensor):
+        """P into shared memory for a shared-operand P V (``p_shared``: frees its registers)."""
+        self.store_shared(sp, p)
+        self.fence.proxy_async(space="shared")  # generic writes, then WGMMA reads
+        self.sync()
+
+    def mma_pv(self, pa, sv: SharedTensor, o: list):
         """``O += P V``: panel ``h`` of V into O's panel ``h``."""
         for h in self.panel_ids:
             self.wgmma.mma(pa, sv[h], o[h])
@@ -255,6 +266,7 @@ class FlashAttention(FlashProducer, tilus.Script):
         qempty,
         qphase: uint32,
         so,
+        sp,
         bh: int32,
         q_row: int32,
         seq_kv: int32,
@@ -287,6 +299,9 @@ class FlashAttention(FlashProducer, tilus.Script):
         self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
         p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
         pa = self.cast(p, self.dtype)
+        if self.p_shared:
+            self.stage_p(pa, sp[half])
+            pa = sp[half]
         ring.advance()
         # tiles every row of this group sees whole, then the ragged / diagonal ones, masked
         n_full: int32 = max(min(n_kv, seq_kv // bn), 1)
@@ -369,7 +384,7 @@ class FlashAttention(FlashProducer, tilus.Script):
 
     def consumer(self, g: int, num_q: int32, heads: int32, seq_kv: int32, total: int32, *args):
         """Consumer group ``g`` over its blocks (one, or persistent: every ``num_sms``-th)."""
-        ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, scale_log2 = args
+        ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2 = args
         if g == self.consumers - 1:
             self.pass_turn(g)  # group 0 takes the first turn
         if self.persistent:
@@ -377,7 +392,7 @@ class FlashAttention(FlashProducer, tilus.Script):
             for t in self.range(self.blockIdx.x, total, self.num_sms):
                 bh, _, q_row, n_kv = self.coords(t, num_q, seq_kv)
                 self.consume(g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, qphase,
-                             so, bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
+                             so, sp, bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
                 qphase ^= 1
             if not self.direct_o:
                 with self.single_thread():
@@ -385,8 +400,8 @@ class FlashAttention(FlashProducer, tilus.Script):
         else:
             t: int32 = (self.blockIdx.z * heads + self.blockIdx.y) * num_q
             bh, _, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
-            self.consume(g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, 0, so, bh,
-                         q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
+            self.consume(g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, 0, so, sp,
+                         bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
 
     def __call__(
         self,
@@ -459,7 +474,10 @@ class FlashAttention(FlashProducer, tilus.Script):
             else:
                 with self.single_warp(0):
                     self.producer("qkv", num_q, heads, seq_kv, total, *pargs)
-        args = (ring, kfull, sq, sk, sv, peers, go, glse, qbar[0], qempty[0], so, scale_log2)
+        sp = None  # P goes from registers straight into the P V WGMMA, or through shared
+        if self.p_shared:
+            sp = self.shared_tensor(dtype=dt, shape=[ncg, bmh, bn])
+        args = (ring, kfull, sq, sk, sv, peers, go, glse, qbar[0], qempty[0], so, sp, scale_log2)
         with self.warp_group(0, 4):
             self.setmaxnreg(high)
             self.consumer(0, num_q, heads, seq_kv, total, *args)
