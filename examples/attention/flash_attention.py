@@ -81,7 +81,7 @@ class FlashAttention(FlashProducer, tilus.Script):
         p_shared=False,
     ):
         super().__init__()
-        tiles = default_tiles(dim)
+        tiles = default_tiles(dim, causal)
         bm, bn, st, cg, pp, ps, er, cm = tiles[tile % len(tiles)]
         self.consumers = consumers or cg
         self.block_m = block_m or (bm // cg * self.consumers)
