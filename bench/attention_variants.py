@@ -70,6 +70,8 @@ VARIANTS = {
         (128, 128, 2, 2, True, False, True, 1),
         (128, 128, 2, 2, True, True, True, 1),
         (128, 128, 3, 2, True, True, True, 1),
+        (128, 128, 2, 2, True, False, True, 2),
+        (128, 128, 3, 2, True, False, True, 2),
     ],
     (256, False): [(128, 64, 2, 2, False, False, False, 1), (128, 80, 2, 2, True, False, True, 1)],
 }

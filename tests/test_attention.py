@@ -111,14 +111,20 @@ def test_cluster_forward_on_the_interpreter(seed):
     with tilus.option.scoped(interpret=True, schedule_seed=seed):
         o, lse = flash_attention(q, k, v, out=o, scale=0.3, kernel=kernel)
     _check_forward(q, k, v, False, o, lse, scale=0.3)
+    # causal: the pairs (tiles 2, 1 and 0, past the end) read the upper block's KV tiles
+    kernel = FlashAttention(tile=0, dim=64, group=2, cluster=2, causal=True, block_n=64)
+    k, v = k.repeat(1, 1, 2, 1)[:, :, :300], v.repeat(1, 1, 2, 1)[:, :, :300]
+    k, v = k.contiguous(), v.contiguous()
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=True, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, True, o, lse, scale=0.3)
 
 
 @pytest.mark.parametrize(
     "kw, fragment",
     [
         (dict(cluster=3), "cluster must be 1 or 2, got 3"),
-        (dict(cluster=2, causal=True), "cluster=2 .* needs causal=False and persistent=False"),
-        (dict(cluster=2, persistent=True), "needs causal=False and persistent=False"),
+        (dict(cluster=2, persistent=True), r"cluster=2 \(two blocks sharing each KV tile\) needs"),
     ],
 )
 def test_bad_cluster_arguments_are_refused(kw, fragment):
@@ -300,6 +306,7 @@ GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variant
     dict(dim=128, persistent=True, num_stages=3),  # O stored from registers
     dict(dim=128, cluster=2, split_producer=True),
     dict(dim=64, block_m=192, consumers=3, num_stages=3, p_shared=True),
+    dict(dim=128, cluster=2, causal=True),
 ]
 
 
@@ -310,13 +317,14 @@ GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variant
 )
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_gpu_forward_variants(kw, dtype):
-    d = kw["dim"]
-    q, k, v = S.random_qkv(torch, 2, 4, 2, 333, 517, d, dtype, "cuda")  # 3 blocks of 128 rows
+    d, causal = kw["dim"], kw.get("causal", False)
+    # 3 blocks of 128 rows (in a cluster: the last pair's second block past the end)
+    q, k, v = S.random_qkv(torch, 2, 4, 2, 333, 333 if causal else 517, d, dtype, "cuda")
     scale = S.default_scale(d, None)
-    ro, rl = _gpu_reference(q, k, v, False, scale)
+    ro, rl = _gpu_reference(q, k, v, causal, scale)
     kernel = FlashAttention(tile=0, dtype=dtype, group=2, **kw)
     o = torch.full_like(q, float("nan"))
-    o, lse = flash_attention(q, k, v, kernel=kernel, out=o)
+    o, lse = flash_attention(q, k, v, causal=causal, kernel=kernel, out=o)
     torch.cuda.synchronize()
     assert not o.isnan().any()
     err = ((o.float() - ro).abs().max() / ro.abs().max()).item()

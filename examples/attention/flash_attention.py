@@ -22,7 +22,7 @@ the blocks of query rows (the output staged apart from Q, so the next Q loads me
 where the ring leaves no room, stored from registers). ``cluster=2`` pairs the blocks of
 neighbouring query rows: each loads one column panel of every K and V tile into both blocks
 (TMA multicast), halving the L2 traffic, and a slot is refilled once both blocks' consumers
-freed it. Only the tiles a block needs are loaded: with ``causal`` the tiles right of the
+freed it (causal: both read the upper block's tiles). Only the tiles a block needs are loaded: with ``causal`` the tiles right of the
 diagonal are skipped (the longest rows first), and only the diagonal tile and the ragged last
 tile are masked.
 
@@ -101,10 +101,9 @@ class FlashAttention(FlashProducer, tilus.Script):
         self.p_shared = bool(p_shared)
         if self.cluster_m not in (1, 2):
             raise tilus.TilusArgumentError(f"cluster must be 1 or 2, got {cluster!r}")
-        if self.cluster_m == 2 and (causal or self.persistent):
+        if self.cluster_m == 2 and self.persistent:
             raise tilus.TilusArgumentError(
-                "cluster=2 (two blocks sharing each KV tile) needs causal=False and "
-                "persistent=False: both blocks of a cluster must read the same KV tiles"
+                "cluster=2 (two blocks sharing each KV tile) needs persistent=False"
             )
         # the head dim in column panels: in a cluster each block loads one of every KV tile
         self.panel_ids = list(range(self.cluster_m))
@@ -380,7 +379,10 @@ class FlashAttention(FlashProducer, tilus.Script):
             q_tile = num_q - 1 - q_tile
         bh: int32 = t // num_q
         q_row: int32 = q_tile * self.block_m
-        return bh, bh // self.group, q_row, self.kv_tiles(q_row, seq_kv)
+        # a cluster's blocks (q tiles 2c and 2c + 1) read the same KV tiles: causal, the lower
+        # one reads the upper one's last tile too, wholly masked for its rows
+        last: int32 = (q_tile | (self.cluster_m - 1)) * self.block_m
+        return bh, bh // self.group, q_row, self.kv_tiles(last, seq_kv)
 
     def consumer(self, g: int, num_q: int32, heads: int32, seq_kv: int32, total: int32, *args):
         """Consumer group ``g`` over its blocks (one, or persistent: every ``num_sms``-th)."""
