@@ -34,44 +34,35 @@ PSH = (("p_shared", True),)  # P through shared memory (frees registers for 3 co
 #: early_rescale, cluster)
 VARIANTS = {
     (64, False): [
-        (128, 128, 4, 2, False, False, False, 1),
         (128, 128, 4, 2, True, False, True, 1),
-        (128, 192, 3, 2, True, False, True, 1),
-        (128, 128, 3, 2, True, False, False, 1),
-        (128, 128, 3, 2, True, True, True, 1),
-        (192, 128, 3, 3, True, False, True, 1),
+        (128, 128, 4, 2, False, False, False, 1, SPLIT),
+        (128, 128, 3, 2, True, True, True, 1, SPLIT),
         (192, 128, 4, 3, True, False, True, 1),
-        (128, 192, 4, 2, True, False, True, 1),
-        (128, 128, 4, 2, True, False, True, 2),
-        (128, 192, 3, 2, True, False, True, 2),
-        (128, 128, 4, 2, True, False, True, 1, SPLIT),
+        (192, 128, 4, 3, True, False, True, 1, SPLIT),
+        (192, 128, 4, 3, False, False, False, 1, SPLIT),
         (192, 128, 3, 3, True, False, True, 1, PSH),
         (192, 128, 4, 3, True, False, True, 1, PSH),
+        (192, 128, 4, 3, False, False, False, 1, PSH),
     ],
     (128, False): [
         (128, 128, 3, 2, False, False, False, 1),
-        (128, 128, 3, 2, True, False, False, 1),
-        (128, 128, 3, 2, True, False, True, 1),
-        (128, 128, 2, 2, True, False, False, 1),
-        (128, 128, 2, 2, True, False, True, 1),
-        (128, 128, 2, 2, True, True, True, 1),
-        (128, 176, 2, 2, True, False, True, 1),
-        (128, 160, 2, 2, True, False, True, 1),
-        (128, 128, 3, 2, True, True, True, 1),
-        (128, 128, 2, 2, True, False, True, 2),
-        (128, 128, 3, 2, True, False, True, 2),
-        (128, 160, 2, 2, True, False, True, 2),
+        (128, 128, 3, 2, False, False, False, 1, SPLIT),
+        (128, 128, 3, 2, False, False, True, 1, SPLIT),
+        (128, 128, 2, 2, False, False, False, 1, SPLIT),
+        (128, 128, 2, 2, False, False, True, 1, SPLIT),
+        (128, 176, 2, 2, False, False, False, 1, SPLIT),
+        (128, 160, 2, 2, False, False, False, 1, SPLIT),
         (128, 128, 2, 2, True, False, True, 1, SPLIT),
-        (128, 128, 2, 2, True, False, True, 2, SPLIT),
+        (128, 128, 2, 2, False, True, False, 1, SPLIT),
+        (128, 128, 2, 2, True, True, True, 1, SPLIT),
+        (128, 128, 2, 2, True, True, True, 1),
     ],
     (128, True): [
         (128, 128, 3, 2, False, False, False, 1),
-        (128, 128, 3, 2, True, False, False, 1),
-        (128, 128, 2, 2, True, False, True, 1),
-        (128, 128, 2, 2, True, True, True, 1),
-        (128, 128, 3, 2, True, True, True, 1),
-        (128, 128, 2, 2, True, False, True, 2),
-        (128, 128, 3, 2, True, False, True, 2),
+        (128, 128, 3, 2, False, False, False, 1, SPLIT),
+        (128, 128, 2, 2, True, False, True, 1, SPLIT),
+        (128, 128, 2, 2, False, True, False, 1, SPLIT),
+        (128, 128, 2, 2, True, True, True, 1, SPLIT),
     ],
     (256, False): [(128, 64, 2, 2, False, False, False, 1), (128, 80, 2, 2, True, False, True, 1)],
 }
@@ -246,6 +237,41 @@ def check_ragged(torch, res: dict, shapes) -> int:
     return status
 
 
+def loop_opcodes(args) -> int:
+    """Print the NVRTC version and, for each loop of the variant's SASS that issues wgmma
+    (a backward branch over an HGMMA), its length and most frequent opcodes."""
+    import collections
+    import re
+
+    import tilus
+    from tilus.runtime.nvrtc import nvrtc_version
+
+    _, _, _, d, causal = parse(args.shapes.split(",")[0])
+    var = next((v_ for v_ in VARIANTS[(d, causal)] if label(v_) == args.sass), None)
+    if var is None:
+        print(f"no variant {args.sass!r} for d{d} causal={causal}")
+        return 1
+    argv = (1, 1, 1024, 1024, 0.1) + (tilus.void_p,) * 4 + (tilus.float32,)
+    ck = tilus.compile(kernel_of(var, d, causal), *argv)
+    ck = ck[0] if isinstance(ck, list) else ck
+    ins = [
+        (int(m.group(1), 16), m.group(2).strip())
+        for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", ck.sass())
+    ]
+    print(f"nvrtc {nvrtc_version()}, {len(ins)} instructions, {label(var)} d{d}")
+    for addr, text in ins:
+        tgt = re.search(r"\bBRA (0x[0-9a-f]+)", text)
+        if tgt and "BRA.DIV" not in text and int(tgt.group(1), 16) < addr:
+            body = [t for a, t in ins if int(tgt.group(1), 16) <= a <= addr]
+            if any("HGMMA" in t for t in body) and len(body) < 2000:
+                ops = collections.Counter(
+                    re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in body
+                )
+                top = " ".join(f"{o}:{n}" for o, n in ops.most_common(12))
+                print(f"loop {tgt.group(1)}-{addr:#x}: {len(body)} instructions; {top}")
+    return 0
+
+
 def profile(args) -> int:
     """Launch one variant (or SDPA cuDNN) three times at the first shape: a profiler's target
     (``ncu --launch-skip 1 --launch-count 1 -k regex:tl_``)."""
@@ -287,6 +313,11 @@ def main(argv=None) -> int:
         "--ragged", action="store_true", help="then check every variant at ragged sizes"
     )
     ap.add_argument(
+        "--sass",
+        metavar="LABEL",
+        help="no GPU: the NVRTC version and each wgmma loop's SASS opcodes of one variant",
+    )
+    ap.add_argument(
         "--profile",
         metavar="LABEL",
         help="run one variant (its --list label, or 'cudnn') 3 times at the first shape, for ncu",
@@ -294,6 +325,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.profile:
         return profile(args)
+    if args.sass:
+        return loop_opcodes(args)
     if args.list:
         for (d, c), vs in VARIANTS.items():
             print(f"d{d}{' causal' if c else ''}: " + ", ".join(label(v) for v in vs))
