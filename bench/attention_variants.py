@@ -29,6 +29,7 @@ SHAPES = "4x32x4096x128,4x32x4096x128c,4x32x4096x64,16x16x1024x128,2x16x8192x128
 
 SPLIT = (("split_producer", True),)  # warp 0 of the producer loads Q and K, warp 1 V
 PSH = (("p_shared", True),)  # P through shared memory (frees registers for 3 consumers)
+SPAA = SPLIT + (("all_arrive", True),)  # every consumer thread arrives on the empty barriers
 
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
 #: early_rescale, cluster)
@@ -39,6 +40,7 @@ VARIANTS = {
         (128, 128, 3, 2, True, True, True, 1, SPLIT),
         (192, 128, 4, 3, True, False, True, 1),
         (192, 128, 4, 3, True, False, True, 1, SPLIT),
+        (192, 128, 4, 3, True, False, True, 1, SPAA),
         (192, 128, 4, 3, False, False, False, 1, SPLIT),
         (192, 128, 3, 3, True, False, True, 1, PSH),
         (192, 128, 4, 3, True, False, True, 1, PSH),
@@ -47,6 +49,7 @@ VARIANTS = {
     (128, False): [
         (128, 128, 3, 2, False, False, False, 1),
         (128, 128, 3, 2, False, False, False, 1, SPLIT),
+        (128, 128, 3, 2, False, False, False, 1, SPAA),
         (128, 128, 3, 2, False, False, True, 1, SPLIT),
         (128, 128, 2, 2, False, False, False, 1, SPLIT),
         (128, 128, 2, 2, False, False, True, 1, SPLIT),
@@ -70,7 +73,7 @@ VARIANTS = {
 
 #: a variant's optional ninth field: more constructor arguments ((name, value) pairs), shown in
 #: its label by these
-EXTRA = {"split_producer": "sp", "p_shared": "psh"}
+EXTRA = {"split_producer": "sp", "p_shared": "psh", "all_arrive": "aa"}
 
 
 def label(v) -> str:
@@ -263,7 +266,7 @@ def loop_opcodes(args) -> int:
         tgt = re.search(r"\bBRA (0x[0-9a-f]+)", text)
         if tgt and "BRA.DIV" not in text and int(tgt.group(1), 16) < addr:
             body = [t for a, t in ins if int(tgt.group(1), 16) <= a <= addr]
-            if any("HGMMA" in t for t in body) and len(body) < 2000:
+            if any("HGMMA" in t for t in body) and len(body) < 1000:
                 ops = collections.Counter(
                     re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in body
                 )

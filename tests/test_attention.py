@@ -79,11 +79,12 @@ def test_persistent_forward_on_the_interpreter(case, seed):
 @pytest.mark.parametrize("seed", [None, 6], ids=["in-order", "shuffled"])
 def test_split_producer_forward_on_the_interpreter(seed):
     # warp 0 of the producer loads Q and K, warp 1 V (each with its own ring position), here in
-    # a persistent kernel over three "SMs"
+    # a persistent kernel over three "SMs"; every consumer thread arrives on the empty barriers
     q, k, v = S.random_qkv(torch, 1, 2, 1, 300, 300, 64, "float16")
     kernel = FlashAttention(
-        tile=0, dim=64, group=2, causal=True, persistent=True, num_sms=3, split_producer=True
-    )
+        tile=0, dim=64, group=2, causal=True, persistent=True, num_sms=3, split_producer=True,
+        all_arrive=True,
+    )  # fmt: skip
     o = torch.full_like(q, float("nan"))
     with tilus.option.scoped(interpret=True, schedule_seed=seed):
         o, lse = flash_attention(q, k, v, causal=True, out=o, scale=0.3, kernel=kernel)
@@ -307,6 +308,7 @@ GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variant
     dict(dim=128, cluster=2, split_producer=True),
     dict(dim=64, block_m=192, consumers=3, num_stages=3, p_shared=True),
     dict(dim=128, cluster=2, causal=True),
+    dict(dim=128, num_stages=3, pingpong=False, split_producer=True, all_arrive=True),
 ]
 
 

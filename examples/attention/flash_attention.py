@@ -79,6 +79,7 @@ class FlashAttention(FlashProducer, tilus.Script):
         cluster=None,
         split_producer=False,
         p_shared=False,
+        all_arrive=False,
     ):
         super().__init__()
         tiles = default_tiles(dim, causal)
@@ -99,6 +100,9 @@ class FlashAttention(FlashProducer, tilus.Script):
         self.cluster_m = cm if cluster is None else cluster
         self.split_producer = bool(split_producer)
         self.p_shared = bool(p_shared)
+        self.all_arrive = bool(all_arrive)
+        if self.all_arrive and self.cluster_m == 2:
+            raise tilus.TilusArgumentError("all_arrive needs cluster=1")
         if self.cluster_m not in (1, 2):
             raise tilus.TilusArgumentError(f"cluster must be 1 or 2, got {cluster!r}")
         if self.cluster_m == 2 and self.persistent:
@@ -233,11 +237,15 @@ class FlashAttention(FlashProducer, tilus.Script):
     def release(self, bars, peer, i: int32):
         """One thread arrives on barrier ``i`` of ``bars`` (in a cluster on the peer's too: its
         producer loads into this block's slots). Relaxed at cluster scope: the WGMMAs that read
-        the slot have retired, and a release fence there would sit on the critical path."""
-        with self.single_thread():
+        the slot have retired, and a release fence there would sit on the critical path.
+        ``all_arrive``: every thread of the group arrives (one instruction a warp, no branch)."""
+        if self.all_arrive:
             self.mbarrier.arrive(bars[i])
-            if self.cluster_m == 2:
-                self.mbarrier.arrive(peer[i], sem="relaxed", scope="cluster")
+        else:
+            with self.single_thread():
+                self.mbarrier.arrive(bars[i])
+                if self.cluster_m == 2:
+                    self.mbarrier.arrive(peer[i], sem="relaxed", scope="cluster")
 
     def take_turn(self, g: int):
         """Ping-pong: wait until the previous consumer group has issued its GEMMs (named
@@ -451,8 +459,9 @@ class FlashAttention(FlashProducer, tilus.Script):
         # K's barriers: [0, stages) full (loaded), [stages, 2 stages) empty (read by every group
         # of the cluster)
         cm = self.cluster_m
-        kfull = self.mbarrier.alloc([1] * stages + [ncg * cm] * stages)
-        ring = Ring(stages, ncg * cm)
+        arrivals = ncg * 128 if self.all_arrive else ncg * cm  # on an empty barrier
+        kfull = self.mbarrier.alloc([1] * stages + [arrivals] * stages)
+        ring = Ring(stages, arrivals)
         peers = (None, None)
         if cm == 2:  # the peer's barriers; both blocks' exist after the sync
             peer = 1 - self.cluster.blockRank
