@@ -53,6 +53,7 @@ VARIANTS = {
         (128, 128, 3, 2, False, False, True, 1, SPLIT),
         (128, 128, 2, 2, False, False, False, 1, SPLIT),
         (128, 128, 2, 2, False, False, True, 1, SPLIT),
+        (128, 128, 2, 2, False, False, False, 1, SPLIT + PSH),
         (128, 176, 2, 2, False, False, False, 1, SPLIT),
         (128, 160, 2, 2, False, False, False, 1, SPLIT),
         (128, 128, 2, 2, True, False, True, 1, SPLIT),
