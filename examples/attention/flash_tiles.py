@@ -40,8 +40,9 @@ class Ring(tilus.Class):
         """Move to the next slot, flipping the phase on wrap-around."""
         self.prev_stage = self.stage
         self.prev_phase = self.phase
-        self.stage = (self.stage + 1) % self.num_stages
-        if self.stage == 0:
+        self.stage += 1
+        if self.stage == self.num_stages:  # a compare and two selects (no division by 3)
+            self.stage = 0
             self.phase ^= 1
 
 

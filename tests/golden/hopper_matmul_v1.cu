@@ -90,6 +90,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -176,9 +180,9 @@ tl_MatmulWGMMA(
     {
       const uint32_t tl_da3 = tl_smem + 0u;
       const uint32_t tl_db4 = tl_smem + sb_t;
-      const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db4);
-      const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da3);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
+      const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db4);
+      const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da3);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0xc0000010u, tl_qa6 + 0u), tl_wgmma_desc_join(0xc0000010u, tl_qb5 + 0u), 1);
     }
     // matmul_v1.py:78  self.wgmma.commit_group()
     tl_wgmma_commit_group();
@@ -467,6 +471,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -553,10 +561,10 @@ tl_MatmulWGMMA(
     {
       const uint32_t tl_da3 = tl_smem + 0u;
       const uint32_t tl_db4 = tl_smem + sb_t;
-      const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db4);
-      const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da3);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa6 + 128u, tl_qb5 + 0u, 1);
+      const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db4);
+      const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da3);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0xc0000010u, tl_qa6 + 0u), tl_wgmma_desc_join(0xc0000010u, tl_qb5 + 0u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0xc0000010u, tl_qa6 + 128u), tl_wgmma_desc_join(0xc0000010u, tl_qb5 + 0u), 1);
     }
     // matmul_v1.py:78  self.wgmma.commit_group()
     tl_wgmma_commit_group();
@@ -978,6 +986,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -1064,10 +1076,10 @@ tl_MatmulWGMMA(
     {
       const uint32_t tl_da3 = tl_smem + 0u;
       const uint32_t tl_db4 = tl_smem + sb_t;
-      const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db4);
-      const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da3);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
+      const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db4);
+      const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da3);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa6 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb5 + 0u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa6 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb5 + 2u), 1);
     }
     // matmul_v1.py:78  self.wgmma.commit_group()
     tl_wgmma_commit_group();
@@ -1356,6 +1368,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -1442,12 +1458,12 @@ tl_MatmulWGMMA(
     {
       const uint32_t tl_da3 = tl_smem + 0u;
       const uint32_t tl_db4 = tl_smem + sb_t;
-      const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db4);
-      const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da3);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa6 + 256u, tl_qb5 + 0u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa6 + 258u, tl_qb5 + 2u, 1);
+      const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db4);
+      const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da3);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa6 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb5 + 0u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa6 + 256u), tl_wgmma_desc_join(0x80000020u, tl_qb5 + 0u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa6 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb5 + 2u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa6 + 258u), tl_wgmma_desc_join(0x80000020u, tl_qb5 + 2u), 1);
     }
     // matmul_v1.py:78  self.wgmma.commit_group()
     tl_wgmma_commit_group();
@@ -1869,6 +1885,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -1955,12 +1975,12 @@ tl_MatmulWGMMA(
     {
       const uint32_t tl_da3 = tl_smem + 0u;
       const uint32_t tl_db4 = tl_smem + sb_t;
-      const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-      const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+      const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+      const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
     }
     // matmul_v1.py:78  self.wgmma.commit_group()
     tl_wgmma_commit_group();
@@ -2249,6 +2269,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -2335,16 +2359,16 @@ tl_MatmulWGMMA(
     {
       const uint32_t tl_da3 = tl_smem + 0u;
       const uint32_t tl_db4 = tl_smem + sb_t;
-      const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-      const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa6 + 512u, tl_qb5 + 0u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa6 + 514u, tl_qb5 + 2u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa6 + 516u, tl_qb5 + 4u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
-      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa6 + 518u, tl_qb5 + 6u, 1);
+      const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+      const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 512u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 514u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 516u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
+      tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 518u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
     }
     // matmul_v1.py:78  self.wgmma.commit_group()
     tl_wgmma_commit_group();

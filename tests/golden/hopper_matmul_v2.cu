@@ -90,6 +90,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -209,10 +213,10 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da9 = tl_smem + sa_2;
         const uint32_t tl_db10 = tl_smem + sb_2_t;
-        const uint64_t tl_qb11 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db10);
-        const uint64_t tl_qa12 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da9);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 0u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 2u, tl_qb11 + 2u, 1);
+        const uint32_t tl_qb11 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db10);
+        const uint32_t tl_qa12 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da9);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 2u), 1);
       }
       // matmul_v2.py:103  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -518,6 +522,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -639,10 +647,10 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da9 = tl_smem + sa_2;
         const uint32_t tl_db10 = tl_smem + sb_2_t;
-        const uint64_t tl_qb11 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db10);
-        const uint64_t tl_qa12 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da9);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 0u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 2u, tl_qb11 + 2u, 1);
+        const uint32_t tl_qb11 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db10);
+        const uint32_t tl_qa12 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da9);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 2u), 1);
       }
       // matmul_v2.py:103  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -948,6 +956,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -1071,10 +1083,10 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da9 = tl_smem + sa_2;
         const uint32_t tl_db10 = tl_smem + sb_2_t;
-        const uint64_t tl_qb11 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db10);
-        const uint64_t tl_qa12 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da9);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 0u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 2u, tl_qb11 + 2u, 1);
+        const uint32_t tl_qb11 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db10);
+        const uint32_t tl_qa12 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da9);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 2u), 1);
       }
       // matmul_v2.py:103  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -1380,6 +1392,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -1499,12 +1515,12 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da9 = tl_smem + sa_2;
         const uint32_t tl_db10 = tl_smem + sb_2_t;
-        const uint64_t tl_qb11 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db10);
-        const uint64_t tl_qa12 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da9);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 0u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 256u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 2u, tl_qb11 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 258u, tl_qb11 + 2u, 1);
+        const uint32_t tl_qb11 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db10);
+        const uint32_t tl_qa12 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da9);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 256u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 258u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 2u), 1);
       }
       // matmul_v2.py:103  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -1942,6 +1958,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -2063,12 +2083,12 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da9 = tl_smem + sa_2;
         const uint32_t tl_db10 = tl_smem + sb_2_t;
-        const uint64_t tl_qb11 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db10);
-        const uint64_t tl_qa12 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da9);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 0u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 256u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 2u, tl_qb11 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 258u, tl_qb11 + 2u, 1);
+        const uint32_t tl_qb11 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db10);
+        const uint32_t tl_qa12 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da9);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 256u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 258u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 2u), 1);
       }
       // matmul_v2.py:103  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -2506,6 +2526,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -2629,12 +2653,12 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da9 = tl_smem + sa_2;
         const uint32_t tl_db10 = tl_smem + sb_2_t;
-        const uint64_t tl_qb11 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db10);
-        const uint64_t tl_qa12 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da9);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 0u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 256u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 2u, tl_qb11 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 258u, tl_qb11 + 2u, 1);
+        const uint32_t tl_qb11 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db10);
+        const uint32_t tl_qa12 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da9);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 256u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa12 + 258u), tl_wgmma_desc_join(0x80000020u, tl_qb11 + 2u), 1);
       }
       // matmul_v2.py:103  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -3072,6 +3096,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -3191,12 +3219,12 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da9 = tl_smem + sa_2;
         const uint32_t tl_db10 = tl_smem + sb_2_t;
-        const uint64_t tl_qb11 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db10);
-        const uint64_t tl_qa12 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da9);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 0u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 2u, tl_qb11 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 4u, tl_qb11 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 6u, tl_qb11 + 6u, 1);
+        const uint32_t tl_qb11 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db10);
+        const uint32_t tl_qa12 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da9);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 6u), 1);
       }
       // matmul_v2.py:103  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -3502,6 +3530,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -3623,12 +3655,12 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da9 = tl_smem + sa_2;
         const uint32_t tl_db10 = tl_smem + sb_2_t;
-        const uint64_t tl_qb11 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db10);
-        const uint64_t tl_qa12 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da9);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 0u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 2u, tl_qb11 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 4u, tl_qb11 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 6u, tl_qb11 + 6u, 1);
+        const uint32_t tl_qb11 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db10);
+        const uint32_t tl_qa12 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da9);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 6u), 1);
       }
       // matmul_v2.py:103  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -3934,6 +3966,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -4057,12 +4093,12 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da9 = tl_smem + sa_2;
         const uint32_t tl_db10 = tl_smem + sb_2_t;
-        const uint64_t tl_qb11 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db10);
-        const uint64_t tl_qa12 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da9);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 0u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 2u, tl_qb11 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 4u, tl_qb11 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 6u, tl_qb11 + 6u, 1);
+        const uint32_t tl_qb11 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db10);
+        const uint32_t tl_qa12 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da9);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 6u), 1);
       }
       // matmul_v2.py:103  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -4368,6 +4404,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -4487,16 +4527,16 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da9 = tl_smem + sa_2;
         const uint32_t tl_db10 = tl_smem + sb_2_t;
-        const uint64_t tl_qb11 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db10);
-        const uint64_t tl_qa12 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da9);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 0u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 512u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 2u, tl_qb11 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 514u, tl_qb11 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 4u, tl_qb11 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 516u, tl_qb11 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 6u, tl_qb11 + 6u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 518u, tl_qb11 + 6u, 1);
+        const uint32_t tl_qb11 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db10);
+        const uint32_t tl_qa12 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da9);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 512u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 514u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 516u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 6u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 518u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 6u), 1);
       }
       // matmul_v2.py:103  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -4934,6 +4974,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -5055,16 +5099,16 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da9 = tl_smem + sa_2;
         const uint32_t tl_db10 = tl_smem + sb_2_t;
-        const uint64_t tl_qb11 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db10);
-        const uint64_t tl_qa12 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da9);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 0u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 512u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 2u, tl_qb11 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 514u, tl_qb11 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 4u, tl_qb11 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 516u, tl_qb11 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 6u, tl_qb11 + 6u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 518u, tl_qb11 + 6u, 1);
+        const uint32_t tl_qb11 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db10);
+        const uint32_t tl_qa12 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da9);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 512u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 514u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 516u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 6u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 518u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 6u), 1);
       }
       // matmul_v2.py:103  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -5502,6 +5546,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -5625,16 +5673,16 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da9 = tl_smem + sa_2;
         const uint32_t tl_db10 = tl_smem + sb_2_t;
-        const uint64_t tl_qb11 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db10);
-        const uint64_t tl_qa12 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da9);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 0u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 512u, tl_qb11 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 2u, tl_qb11 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 514u, tl_qb11 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 4u, tl_qb11 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 516u, tl_qb11 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa12 + 6u, tl_qb11 + 6u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa12 + 518u, tl_qb11 + 6u, 1);
+        const uint32_t tl_qb11 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db10);
+        const uint32_t tl_qa12 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da9);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 512u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 514u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 516u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 6u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa12 + 518u), tl_wgmma_desc_join(0x40000040u, tl_qb11 + 6u), 1);
       }
       // matmul_v2.py:103  self.wgmma.commit_group()
       tl_wgmma_commit_group();

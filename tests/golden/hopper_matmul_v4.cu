@@ -106,6 +106,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -295,12 +299,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -530,12 +534,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da179 = tl_smem + sa_4;
         const uint32_t tl_db180 = tl_smem + sb_4_t;
-        const uint64_t tl_qb181 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db180);
-        const uint64_t tl_qa182 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da179);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 0u, tl_qb181 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 2u, tl_qb181 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 4u, tl_qb181 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 6u, tl_qb181 + 6u, 1);
+        const uint32_t tl_qb181 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db180);
+        const uint32_t tl_qa182 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da179);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -845,6 +849,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -1036,12 +1044,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -1271,12 +1279,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da179 = tl_smem + sa_4;
         const uint32_t tl_db180 = tl_smem + sb_4_t;
-        const uint64_t tl_qb181 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db180);
-        const uint64_t tl_qa182 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da179);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 0u, tl_qb181 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 2u, tl_qb181 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 4u, tl_qb181 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 6u, tl_qb181 + 6u, 1);
+        const uint32_t tl_qb181 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db180);
+        const uint32_t tl_qa182 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da179);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -1586,6 +1594,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -1783,12 +1795,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -2178,12 +2190,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da339 = tl_smem + sa_4;
         const uint32_t tl_db340 = tl_smem + sb_4_t;
-        const uint64_t tl_qb341 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db340);
-        const uint64_t tl_qa342 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da339);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 0u, tl_qb341 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 2u, tl_qb341 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 4u, tl_qb341 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 6u, tl_qb341 + 6u, 1);
+        const uint32_t tl_qb341 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db340);
+        const uint32_t tl_qa342 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da339);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -2653,6 +2665,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -2852,12 +2868,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -3247,12 +3263,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da339 = tl_smem + sa_4;
         const uint32_t tl_db340 = tl_smem + sb_4_t;
-        const uint64_t tl_qb341 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db340);
-        const uint64_t tl_qa342 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da339);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 0u, tl_qb341 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 2u, tl_qb341 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 4u, tl_qb341 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 6u, tl_qb341 + 6u, 1);
+        const uint32_t tl_qb341 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db340);
+        const uint32_t tl_qa342 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da339);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -3722,6 +3738,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -3911,12 +3931,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -4146,12 +4166,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da179 = tl_smem + sa_4;
         const uint32_t tl_db180 = tl_smem + sb_4_t;
-        const uint64_t tl_qb181 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db180);
-        const uint64_t tl_qa182 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da179);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 0u, tl_qb181 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 2u, tl_qb181 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 4u, tl_qb181 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 6u, tl_qb181 + 6u, 1);
+        const uint32_t tl_qb181 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db180);
+        const uint32_t tl_qa182 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da179);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -4461,6 +4481,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -4652,12 +4676,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -4887,12 +4911,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da179 = tl_smem + sa_4;
         const uint32_t tl_db180 = tl_smem + sb_4_t;
-        const uint64_t tl_qb181 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db180);
-        const uint64_t tl_qa182 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da179);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 0u, tl_qb181 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 2u, tl_qb181 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 4u, tl_qb181 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa182 + 6u, tl_qb181 + 6u, 1);
+        const uint32_t tl_qb181 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db180);
+        const uint32_t tl_qa182 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da179);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa182 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb181 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -5202,6 +5226,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -5399,12 +5427,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -5794,12 +5822,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da339 = tl_smem + sa_4;
         const uint32_t tl_db340 = tl_smem + sb_4_t;
-        const uint64_t tl_qb341 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db340);
-        const uint64_t tl_qa342 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da339);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 0u, tl_qb341 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 2u, tl_qb341 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 4u, tl_qb341 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 6u, tl_qb341 + 6u, 1);
+        const uint32_t tl_qb341 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db340);
+        const uint32_t tl_qa342 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da339);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -6269,6 +6297,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -6468,12 +6500,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -6863,12 +6895,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da339 = tl_smem + sa_4;
         const uint32_t tl_db340 = tl_smem + sb_4_t;
-        const uint64_t tl_qb341 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db340);
-        const uint64_t tl_qa342 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da339);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 0u, tl_qb341 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 2u, tl_qb341 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 4u, tl_qb341 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa342 + 6u, tl_qb341 + 6u, 1);
+        const uint32_t tl_qb341 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db340);
+        const uint32_t tl_qa342 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da339);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 6u), 1);
       }
       // matmul_v4.py:177  self.wgmma.commit_group()
       tl_wgmma_commit_group();

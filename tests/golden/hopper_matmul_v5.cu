@@ -122,6 +122,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -316,12 +320,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -453,12 +457,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da14 = tl_smem + sa_4;
         const uint32_t tl_db15 = tl_smem + sb_4_t;
-        const uint64_t tl_qb16 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
-        const uint64_t tl_qa17 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 0u, tl_qb16 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 2u, tl_qb16 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 4u, tl_qb16 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 6u, tl_qb16 + 6u, 1);
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -684,6 +688,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -880,12 +888,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -1017,12 +1025,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da14 = tl_smem + sa_4;
         const uint32_t tl_db15 = tl_smem + sb_4_t;
-        const uint64_t tl_qb16 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
-        const uint64_t tl_qa17 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 0u, tl_qb16 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 2u, tl_qb16 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 4u, tl_qb16 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 6u, tl_qb16 + 6u, 1);
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -1248,6 +1256,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -1450,12 +1462,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -1621,12 +1633,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da14 = tl_smem + sa_4;
         const uint32_t tl_db15 = tl_smem + sb_4_t;
-        const uint64_t tl_qb16 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
-        const uint64_t tl_qa17 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 0u, tl_qb16 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 2u, tl_qb16 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 4u, tl_qb16 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 6u, tl_qb16 + 6u, 1);
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -1886,6 +1898,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -2090,12 +2106,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -2261,12 +2277,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da14 = tl_smem + sa_4;
         const uint32_t tl_db15 = tl_smem + sb_4_t;
-        const uint64_t tl_qb16 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
-        const uint64_t tl_qa17 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 0u, tl_qb16 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 2u, tl_qb16 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 4u, tl_qb16 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 6u, tl_qb16 + 6u, 1);
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -2526,6 +2542,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -2720,12 +2740,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -2857,12 +2877,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da14 = tl_smem + sa_4;
         const uint32_t tl_db15 = tl_smem + sb_4_t;
-        const uint64_t tl_qb16 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
-        const uint64_t tl_qa17 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 0u, tl_qb16 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 2u, tl_qb16 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 4u, tl_qb16 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 6u, tl_qb16 + 6u, 1);
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -3088,6 +3108,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -3284,12 +3308,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -3421,12 +3445,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da14 = tl_smem + sa_4;
         const uint32_t tl_db15 = tl_smem + sb_4_t;
-        const uint64_t tl_qb16 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
-        const uint64_t tl_qa17 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 0u, tl_qb16 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 2u, tl_qb16 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 4u, tl_qb16 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa17 + 6u, tl_qb16 + 6u, 1);
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -3652,6 +3676,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -3854,12 +3882,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -4025,12 +4053,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da14 = tl_smem + sa_4;
         const uint32_t tl_db15 = tl_smem + sb_4_t;
-        const uint64_t tl_qb16 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
-        const uint64_t tl_qa17 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 0u, tl_qb16 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 2u, tl_qb16 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 4u, tl_qb16 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 6u, tl_qb16 + 6u, 1);
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -4290,6 +4318,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -4494,12 +4526,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -4665,12 +4697,12 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da14 = tl_smem + sa_4;
         const uint32_t tl_db15 = tl_smem + sb_4_t;
-        const uint64_t tl_qb16 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
-        const uint64_t tl_qa17 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 0u, tl_qb16 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 2u, tl_qb16 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 4u, tl_qb16 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa17 + 6u, tl_qb16 + 6u, 1);
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();

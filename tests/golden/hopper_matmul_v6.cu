@@ -131,6 +131,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -366,12 +370,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            const uint64_t tl_qb7 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
-            const uint64_t tl_qa8 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 0u, tl_qb7 + 0u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 2u, tl_qb7 + 2u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 4u, tl_qb7 + 4u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 6u, tl_qb7 + 6u, 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -547,12 +551,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da17 = tl_smem + sa_4;
             const uint32_t tl_db18 = tl_smem + sb_4_t;
-            const uint64_t tl_qb19 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
-            const uint64_t tl_qa20 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 0u, tl_qb19 + 0u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 2u, tl_qb19 + 2u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 4u, tl_qb19 + 4u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 6u, tl_qb19 + 6u, 1);
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -797,6 +801,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -1034,12 +1042,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            const uint64_t tl_qb7 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
-            const uint64_t tl_qa8 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 0u, tl_qb7 + 0u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 2u, tl_qb7 + 2u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 4u, tl_qb7 + 4u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 6u, tl_qb7 + 6u, 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -1215,12 +1223,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da17 = tl_smem + sa_4;
             const uint32_t tl_db18 = tl_smem + sb_4_t;
-            const uint64_t tl_qb19 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
-            const uint64_t tl_qa20 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 0u, tl_qb19 + 0u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 2u, tl_qb19 + 2u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 4u, tl_qb19 + 4u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 6u, tl_qb19 + 6u, 1);
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -1465,6 +1473,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -1708,12 +1720,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            const uint64_t tl_qb7 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
-            const uint64_t tl_qa8 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 0u, tl_qb7 + 0u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 2u, tl_qb7 + 2u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 4u, tl_qb7 + 4u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 6u, tl_qb7 + 6u, 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -1923,12 +1935,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da17 = tl_smem + sa_4;
             const uint32_t tl_db18 = tl_smem + sb_4_t;
-            const uint64_t tl_qb19 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
-            const uint64_t tl_qa20 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 0u, tl_qb19 + 0u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 2u, tl_qb19 + 2u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 4u, tl_qb19 + 4u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 6u, tl_qb19 + 6u, 1);
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -2207,6 +2219,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -2452,12 +2468,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            const uint64_t tl_qb7 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
-            const uint64_t tl_qa8 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 0u, tl_qb7 + 0u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 2u, tl_qb7 + 2u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 4u, tl_qb7 + 4u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 6u, tl_qb7 + 6u, 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -2667,12 +2683,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da17 = tl_smem + sa_4;
             const uint32_t tl_db18 = tl_smem + sb_4_t;
-            const uint64_t tl_qb19 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
-            const uint64_t tl_qa20 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 0u, tl_qb19 + 0u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 2u, tl_qb19 + 2u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 4u, tl_qb19 + 4u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 6u, tl_qb19 + 6u, 1);
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -2951,6 +2967,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -3186,12 +3206,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            const uint64_t tl_qb7 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
-            const uint64_t tl_qa8 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 0u, tl_qb7 + 0u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 2u, tl_qb7 + 2u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 4u, tl_qb7 + 4u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 6u, tl_qb7 + 6u, 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -3367,12 +3387,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da17 = tl_smem + sa_4;
             const uint32_t tl_db18 = tl_smem + sb_4_t;
-            const uint64_t tl_qb19 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
-            const uint64_t tl_qa20 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 0u, tl_qb19 + 0u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 2u, tl_qb19 + 2u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 4u, tl_qb19 + 4u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 6u, tl_qb19 + 6u, 1);
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -3617,6 +3637,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -3854,12 +3878,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            const uint64_t tl_qb7 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
-            const uint64_t tl_qa8 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 0u, tl_qb7 + 0u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 2u, tl_qb7 + 2u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 4u, tl_qb7 + 4u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa8 + 6u, tl_qb7 + 6u, 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -4035,12 +4059,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da17 = tl_smem + sa_4;
             const uint32_t tl_db18 = tl_smem + sb_4_t;
-            const uint64_t tl_qb19 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
-            const uint64_t tl_qa20 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 0u, tl_qb19 + 0u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 2u, tl_qb19 + 2u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 4u, tl_qb19 + 4u, 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_qa20 + 6u, tl_qb19 + 6u, 1);
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -4285,6 +4309,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -4528,12 +4556,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            const uint64_t tl_qb7 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
-            const uint64_t tl_qa8 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 0u, tl_qb7 + 0u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 2u, tl_qb7 + 2u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 4u, tl_qb7 + 4u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 6u, tl_qb7 + 6u, 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -4743,12 +4771,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da17 = tl_smem + sa_4;
             const uint32_t tl_db18 = tl_smem + sb_4_t;
-            const uint64_t tl_qb19 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
-            const uint64_t tl_qa20 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 0u, tl_qb19 + 0u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 2u, tl_qb19 + 2u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 4u, tl_qb19 + 4u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 6u, tl_qb19 + 6u, 1);
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -5027,6 +5055,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -5272,12 +5304,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            const uint64_t tl_qb7 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
-            const uint64_t tl_qa8 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 0u, tl_qb7 + 0u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 2u, tl_qb7 + 2u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 4u, tl_qb7 + 4u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_qa8 + 6u, tl_qb7 + 6u, 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
@@ -5487,12 +5519,12 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da17 = tl_smem + sa_4;
             const uint32_t tl_db18 = tl_smem + sb_4_t;
-            const uint64_t tl_qb19 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
-            const uint64_t tl_qa20 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 0u, tl_qb19 + 0u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 2u, tl_qb19 + 2u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 4u, tl_qb19 + 4u, 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_qa20 + 6u, tl_qb19 + 6u, 1);
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();

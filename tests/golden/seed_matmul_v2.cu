@@ -90,6 +90,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -206,9 +210,9 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0xc0000010u, tl_qa10 + 0u), tl_wgmma_desc_join(0xc0000010u, tl_qb9 + 0u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -520,6 +524,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -637,9 +645,9 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0xc0000010u, tl_qa10 + 0u), tl_wgmma_desc_join(0xc0000010u, tl_qb9 + 0u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -952,6 +960,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -1070,9 +1082,9 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0xc0000010u, tl_qa10 + 0u), tl_wgmma_desc_join(0xc0000010u, tl_qb9 + 0u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -1386,6 +1398,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -1502,10 +1518,10 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 128u, tl_qb9 + 0u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0xc0000010u, tl_qa10 + 0u), tl_wgmma_desc_join(0xc0000010u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0xc0000010u, tl_qa10 + 128u), tl_wgmma_desc_join(0xc0000010u, tl_qb9 + 0u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -1949,6 +1965,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -2066,10 +2086,10 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 128u, tl_qb9 + 0u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0xc0000010u, tl_qa10 + 0u), tl_wgmma_desc_join(0xc0000010u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0xc0000010u, tl_qa10 + 128u), tl_wgmma_desc_join(0xc0000010u, tl_qb9 + 0u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -2514,6 +2534,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -2632,10 +2656,10 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 128u, tl_qb9 + 0u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0xc000001000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0xc0000010u, tl_qa10 + 0u), tl_wgmma_desc_join(0xc0000010u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0xc0000010u, tl_qa10 + 128u), tl_wgmma_desc_join(0xc0000010u, tl_qb9 + 0u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -3090,6 +3114,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -3206,10 +3234,10 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 2u, tl_qb9 + 2u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 2u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -3521,6 +3549,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -3638,10 +3670,10 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 2u, tl_qb9 + 2u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 2u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -3954,6 +3986,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -4072,10 +4108,10 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 2u, tl_qb9 + 2u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 2u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -4389,6 +4425,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -4505,12 +4545,12 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 256u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 2u, tl_qb9 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 258u, tl_qb9 + 2u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 256u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 258u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 2u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -4954,6 +4994,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -5071,12 +5115,12 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 256u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 2u, tl_qb9 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 258u, tl_qb9 + 2u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 256u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 258u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 2u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -5521,6 +5565,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -5639,12 +5687,12 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 256u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 2u, tl_qb9 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 258u, tl_qb9 + 2u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0x8000002000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 0u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 256u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 2u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x80000020u, tl_qa10 + 258u), tl_wgmma_desc_join(0x80000020u, tl_qb9 + 2u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -6099,6 +6147,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -6215,12 +6267,12 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 2u, tl_qb9 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 4u, tl_qb9 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 6u, tl_qb9 + 6u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 6u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -6532,6 +6584,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -6649,12 +6705,12 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 2u, tl_qb9 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 4u, tl_qb9 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 6u, tl_qb9 + 6u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 6u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -6967,6 +7023,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -7085,12 +7145,12 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 2u, tl_qb9 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 4u, tl_qb9 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 6u, tl_qb9 + 6u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 6u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -7404,6 +7464,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -7520,16 +7584,16 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 512u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 2u, tl_qb9 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 514u, tl_qb9 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 4u, tl_qb9 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 516u, tl_qb9 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 6u, tl_qb9 + 6u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 518u, tl_qb9 + 6u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 512u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 514u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 516u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 6u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 518u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 6u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -7973,6 +8037,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -8090,16 +8158,16 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 512u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 2u, tl_qb9 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 514u, tl_qb9 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 4u, tl_qb9 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 516u, tl_qb9 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 6u, tl_qb9 + 6u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 518u, tl_qb9 + 6u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 512u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 514u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 516u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 6u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 518u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 6u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -8544,6 +8612,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -8662,16 +8734,16 @@ tl_MatmulWGMMAV2(
       {
         const uint32_t tl_da7 = tl_smem + sa_3;
         const uint32_t tl_db8 = tl_smem + sb_3_t;
-        const uint64_t tl_qb9 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db8);
-        const uint64_t tl_qa10 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da7);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 0u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 512u, tl_qb9 + 0u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 2u, tl_qb9 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 514u, tl_qb9 + 2u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 4u, tl_qb9 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 516u, tl_qb9 + 4u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_qa10 + 6u, tl_qb9 + 6u, 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_qa10 + 518u, tl_qb9 + 6u, 1);
+        const uint32_t tl_qb9 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db8);
+        const uint32_t tl_qa10 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da7);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 512u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 514u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 516u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 6u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[1], tl_wgmma_desc_join(0x40000040u, tl_qa10 + 518u), tl_wgmma_desc_join(0x40000040u, tl_qb9 + 6u), 1);
       }
       // matmul_v2.py:90  self.wgmma.commit_group()
       tl_wgmma_commit_group();

@@ -95,6 +95,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -292,12 +296,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da3 = tl_smem + sa_5;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        const uint64_t tl_qb5 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
-        const uint64_t tl_qa6 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc0[0], tl_qa6 + 0u, tl_qb5 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc0[0], tl_qa6 + 2u, tl_qb5 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc0[0], tl_qa6 + 4u, tl_qb5 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc0[0], tl_qa6 + 6u, tl_qb5 + 6u, 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc0[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc0[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc0[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc0[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v4.py:203  self.wgmma.commit_group()
       tl_wgmma_commit_group();
@@ -679,12 +683,12 @@ tl_MatmulWGMMAV4(
       {
         const uint32_t tl_da339 = tl_smem + sa_6;
         const uint32_t tl_db340 = tl_smem + sb_4_t;
-        const uint64_t tl_qb341 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db340);
-        const uint64_t tl_qa342 = tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da339);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc1[0], tl_qa342 + 0u, tl_qb341 + 0u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc1[0], tl_qa342 + 2u, tl_qb341 + 2u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc1[0], tl_qa342 + 4u, tl_qb341 + 4u, 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc1[0], tl_qa342 + 6u, tl_qb341 + 6u, 1);
+        const uint32_t tl_qb341 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db340);
+        const uint32_t tl_qa342 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da339);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc1[0], tl_wgmma_desc_join(0x40000040u, tl_qa342 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb341 + 6u), 1);
       }
       // matmul_v4.py:224  self.wgmma.commit_group()
       tl_wgmma_commit_group();
