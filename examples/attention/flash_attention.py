@@ -77,13 +77,14 @@ class FlashAttention(FlashProducer, tilus.Script):
         num_sms=None,
         early_rescale=None,
         cluster=None,
-        split_producer=False,
-        p_shared=False,
-        all_arrive=False,
+        split_producer=None,
+        p_shared=None,
+        all_arrive=None,
     ):
         super().__init__()
         tiles = default_tiles(dim, causal)
-        bm, bn, st, cg, pp, ps, er, cm = tiles[tile % len(tiles)]
+        bm, bn, st, cg, pp, ps, er, cm, *more = tiles[tile % len(tiles)]
+        more = dict(more[0]) if more else {}  # the tile's other arguments
         self.consumers = consumers or cg
         self.block_m = block_m or (bm // cg * self.consumers)
         self.block_n = block_n or bn
@@ -98,9 +99,12 @@ class FlashAttention(FlashProducer, tilus.Script):
         self.causal = causal
         self.group = group
         self.cluster_m = cm if cluster is None else cluster
-        self.split_producer = bool(split_producer)
-        self.p_shared = bool(p_shared)
-        self.all_arrive = bool(all_arrive)
+        # an argument given wins over the tile's
+        self.split_producer = bool(
+            more.get("split_producer", 0) if split_producer is None else split_producer
+        )
+        self.p_shared = bool(more.get("p_shared", 0) if p_shared is None else p_shared)
+        self.all_arrive = bool(more.get("all_arrive", 0) if all_arrive is None else all_arrive)
         if self.all_arrive and self.cluster_m == 2:
             raise tilus.TilusArgumentError("all_arrive needs cluster=1")
         if self.cluster_m not in (1, 2):

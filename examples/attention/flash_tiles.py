@@ -52,7 +52,8 @@ def default_tiles(dim: int, causal: bool = False) -> list[tuple]:
     ``block_m / consumers`` rows each, taking turns on the tensor cores when ``pingpong``;
     ``persistent``: one block per SM loops over the blocks of query rows; ``early_rescale``: O
     is rescaled while ``S = Q K^T`` runs; ``cluster`` 2: two blocks (neighbouring query rows)
-    share every KV tile, each loading half of it into both (TMA multicast))."""
+    share every KV tile, each loading half of it into both (TMA multicast)); a ninth field, if
+    any, holds more constructor arguments as (name, value) pairs."""
     if dim <= 64:
         return [
             (128, 128, 4, 2, True, False, True, 1),
