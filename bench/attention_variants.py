@@ -68,7 +68,12 @@ VARIANTS = {
         (128, 128, 2, 2, False, True, False, 1, SPAA),
         (128, 128, 2, 2, True, True, True, 1, SPAA),
     ],
-    (256, False): [(128, 64, 2, 2, False, False, False, 1), (128, 80, 2, 2, True, False, True, 1)],
+    (256, False): [
+        (128, 80, 2, 2, True, False, True, 1),
+        (128, 80, 2, 2, True, False, True, 1, SPAA),
+        (128, 64, 2, 2, True, False, False, 1),
+        (128, 64, 2, 2, False, False, False, 1, SPAA),
+    ],
 }
 
 
