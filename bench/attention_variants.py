@@ -30,6 +30,7 @@ SHAPES = "4x32x4096x128,4x32x4096x128c,4x32x4096x64,16x16x1024x128,2x16x8192x128
 SPLIT = (("split_producer", True),)  # warp 0 of the producer loads Q and K, warp 1 V
 PSH = (("p_shared", True),)  # P through shared memory (frees registers for 3 consumers)
 SPAA = SPLIT + (("all_arrive", True),)  # every consumer thread arrives on the empty barriers
+LATE = (("late_p", True),)  # P converted while the next S runs
 
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
 #: early_rescale, cluster)
@@ -38,6 +39,8 @@ VARIANTS = {
         (128, 128, 4, 2, True, False, True, 1),
         (128, 128, 4, 2, False, False, False, 1, SPAA),
         (128, 128, 4, 2, True, False, True, 1, SPAA),
+        (128, 128, 4, 2, False, False, True, 1, SPAA + LATE),
+        (128, 128, 4, 2, True, False, True, 1, SPAA + LATE),
         (128, 128, 3, 2, True, True, True, 1, SPAA),
         (192, 128, 4, 3, True, False, True, 1),
         (192, 128, 4, 3, True, False, True, 1, SPAA),
@@ -51,6 +54,7 @@ VARIANTS = {
         (128, 128, 3, 2, False, False, False, 1, SPLIT),
         (128, 128, 3, 2, False, False, False, 1, SPAA),
         (128, 128, 3, 2, False, False, True, 1, SPAA),
+        (128, 128, 3, 2, False, False, True, 1, SPAA + LATE),
         (128, 128, 2, 2, False, False, False, 1, SPAA),
         (128, 128, 2, 2, False, False, False, 1, SPAA + PSH),
         (128, 176, 2, 2, False, False, False, 1, SPAA),
@@ -79,7 +83,7 @@ VARIANTS = {
 
 #: a variant's optional ninth field: more constructor arguments ((name, value) pairs), shown in
 #: its label by these
-EXTRA = {"split_producer": "sp", "p_shared": "psh", "all_arrive": "aa"}
+EXTRA = {"split_producer": "sp", "p_shared": "psh", "all_arrive": "aa", "late_p": "lp"}
 
 
 def label(v) -> str:

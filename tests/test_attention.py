@@ -102,6 +102,18 @@ def test_p_through_shared_memory_on_the_interpreter(seed):
     _check_forward(q, k, v, True, o, lse, scale=0.3)
 
 
+@pytest.mark.parametrize("seed", [None, 9], ids=["in-order", "shuffled"])
+def test_late_p_forward_on_the_interpreter(seed):
+    # P kept in float32 and converted while the next S runs (with O's rescale), persistent
+    q, k, v = S.random_qkv(torch, 1, 2, 1, 300, 300, 64, "float16")
+    kernel = FlashAttention(tile=0, dim=64, group=2, causal=True, persistent=True, num_sms=3,
+                            pingpong=False, late_p=True)  # fmt: skip
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=True, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, True, o, lse, scale=0.3)
+
+
 @pytest.mark.parametrize("seed", [None, 4], ids=["in-order", "shuffled"])
 def test_cluster_forward_on_the_interpreter(seed):
     # clusters of two blocks, each loading one column panel of every KV tile into both; three
@@ -309,6 +321,7 @@ GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variant
     dict(dim=64, block_m=192, consumers=3, num_stages=3, p_shared=True),
     dict(dim=128, cluster=2, causal=True),
     dict(dim=128, num_stages=3, pingpong=False, split_producer=True, all_arrive=True),
+    dict(dim=64, num_stages=4, pingpong=False, split_producer=True, all_arrive=True, late_p=True),
 ]
 
 

@@ -80,6 +80,7 @@ class FlashAttention(FlashProducer, tilus.Script):
         split_producer=None,
         p_shared=None,
         all_arrive=None,
+        late_p=None,
     ):
         super().__init__()
         tiles = default_tiles(dim, causal)
@@ -105,6 +106,13 @@ class FlashAttention(FlashProducer, tilus.Script):
         )
         self.p_shared = bool(more.get("p_shared", 0) if p_shared is None else p_shared)
         self.all_arrive = bool(more.get("all_arrive", 0) if all_arrive is None else all_arrive)
+        # late_p: P stays float32 until the next S is issued, then converted while it runs
+        # (with O's rescale: early_rescale); its registers are not free for the next S
+        self.late_p = bool(more.get("late_p", 0) if late_p is None else late_p)
+        if self.late_p:
+            self.early_rescale = True
+            if self.p_shared:
+                raise tilus.TilusArgumentError("late_p needs P in registers (p_shared=False)")
         if self.all_arrive and self.cluster_m == 2:
             raise tilus.TilusArgumentError("all_arrive needs cluster=1")
         if self.cluster_m not in (1, 2):
@@ -176,6 +184,7 @@ class FlashAttention(FlashProducer, tilus.Script):
         sv,
         peers,
         pa,
+        pf,
         o: list,
         m: RegisterTensor,
         lsum: RegisterTensor,
@@ -202,7 +211,9 @@ class FlashAttention(FlashProducer, tilus.Script):
         if self.early_rescale:
             for oh in o:
                 self.assign(oh, oh * scale_o)
-            self.wgmma.fence()  # O's registers were written
+            if self.late_p:  # P_{j-1} converted while S_j runs too
+                self.assign(pa, self.cast(pf, self.dtype))
+            self.wgmma.fence()  # O's (and P's) registers were written
         self.mma_pv(pa, sv[ring.prev_stage], o)
         self.wgmma.commit_group()
         self.pass_turn(half)
@@ -216,7 +227,9 @@ class FlashAttention(FlashProducer, tilus.Script):
         else:
             for oh in o:
                 self.assign(oh, oh * alpha)
-        if self.p_shared:
+        if self.late_p:
+            self.assign(pf, p)
+        elif self.p_shared:
             self.stage_p(self.cast(p, self.dtype), pa)
         else:
             self.assign(pa, self.cast(p, self.dtype))
@@ -310,6 +323,7 @@ class FlashAttention(FlashProducer, tilus.Script):
         self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
         p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
         pa = self.cast(p, self.dtype)
+        pf = p  # late_p: P in float32, converted while the next S runs
         if self.p_shared:
             self.stage_p(pa, sp[half])
             pa = sp[half]
@@ -328,6 +342,7 @@ class FlashAttention(FlashProducer, tilus.Script):
             sv,
             peers,
             pa,
+            pf,
             o,
             m,
             lsum,
@@ -347,6 +362,8 @@ class FlashAttention(FlashProducer, tilus.Script):
         if self.early_rescale:
             for oh in o:
                 self.assign(oh, oh * scale_o)
+        if self.late_p:
+            self.assign(pa, self.cast(pf, self.dtype))
         self.wgmma.fence()
         self.mma_pv(pa, sv[ring.prev_stage], o)
         self.wgmma.commit_group()
