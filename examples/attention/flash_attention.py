@@ -22,7 +22,11 @@ the blocks of query rows (the output staged apart from Q, so the next Q loads me
 where the ring leaves no room, stored from registers). ``cluster=2`` pairs the blocks of
 neighbouring query rows: each loads one column panel of every K and V tile into both blocks
 (TMA multicast), halving the L2 traffic, and a slot is refilled once both blocks' consumers
-freed it (causal: both read the upper block's tiles). Only the tiles a block needs are loaded: with ``causal`` the tiles right of the
+freed it (causal: both read the upper block's tiles; measured slower on an H200, whose L2 is
+not the limit). ``split_producer`` gives K and V a producer warp each (neither waits for the
+other's free slot), ``all_arrive`` has every consumer thread arrive on the empty barriers (no
+elected thread, no branch), ``p_shared`` stages P in shared memory, ``late_p`` converts P while
+the next S runs. Only the tiles a block needs are loaded: with ``causal`` the tiles right of the
 diagonal are skipped (the longest rows first), and only the diagonal tile and the ragged last
 tile are masked.
 
@@ -105,7 +109,9 @@ class FlashAttention(FlashProducer, tilus.Script):
             more.get("split_producer", 0) if split_producer is None else split_producer
         )
         self.p_shared = bool(more.get("p_shared", 0) if p_shared is None else p_shared)
-        self.all_arrive = bool(more.get("all_arrive", 0) if all_arrive is None else all_arrive)
+        if all_arrive is None:  # a cluster's releases reach the peer from one thread
+            all_arrive = more.get("all_arrive", False) and self.cluster_m == 1
+        self.all_arrive = bool(all_arrive)
         # late_p: P stays float32 until the next S is issued, then converted while it runs
         # (with O's rescale: early_rescale); its registers are not free for the next S
         self.late_p = bool(more.get("late_p", 0) if late_p is None else late_p)
