@@ -27,49 +27,76 @@ for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent
 
 SHAPES = "4x32x4096x128,4x32x4096x128c,4x32x4096x64,16x16x1024x128,2x16x8192x128"
 
+SPLIT = (("split_producer", True),)  # warp 0 of the producer loads Q and K, warp 1 V
+PSH = (("p_shared", True),)  # P through shared memory (frees registers for 3 consumers)
+SPAA = SPLIT + (("all_arrive", True),)  # every consumer thread arrives on the empty barriers
+LATE = (("late_p", True),)  # P converted while the next S runs
+
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
-#: early_rescale)
+#: early_rescale, cluster)
 VARIANTS = {
     (64, False): [
-        (128, 128, 4, 2, False, False, False),
-        (128, 128, 4, 2, True, False, True),
-        (128, 192, 3, 2, True, False, True),
-        (128, 128, 3, 2, True, False, False),
-        (128, 128, 3, 2, True, True, True),
-        (192, 128, 3, 3, True, False, True),
+        (128, 128, 4, 2, True, False, True, 1),
+        (128, 128, 4, 2, False, False, False, 1, SPAA),
+        (128, 128, 4, 2, True, False, True, 1, SPAA),
+        (128, 128, 4, 2, False, False, True, 1, SPAA + LATE),
+        (128, 128, 3, 2, True, True, True, 1, SPAA),
+        (192, 128, 4, 3, True, False, True, 1),
+        (192, 128, 4, 3, True, False, True, 1, SPAA),
+        (192, 128, 4, 3, False, False, False, 1, SPAA),
+        (192, 128, 3, 3, True, False, True, 1, SPAA + PSH),
+        (192, 128, 4, 3, True, False, True, 1, SPAA + PSH),
     ],
     (128, False): [
-        (128, 128, 3, 2, False, False, False),
-        (128, 128, 3, 2, True, False, False),
-        (128, 128, 3, 2, True, False, True),
-        (128, 128, 2, 2, True, False, False),
-        (128, 128, 2, 2, True, False, True),
-        (128, 128, 2, 2, True, True, True),
-        (128, 176, 2, 2, True, False, True),
+        (128, 128, 3, 2, False, False, False, 1),
+        (128, 128, 3, 2, False, False, False, 1, SPAA),
+        (128, 128, 3, 2, False, False, True, 1, SPAA),
+        (128, 128, 3, 2, False, False, True, 1, SPAA + LATE),
+        (128, 128, 2, 2, False, False, False, 1, SPAA),
+        (128, 128, 2, 2, False, False, False, 1, SPAA + PSH),
+        (128, 176, 2, 2, False, False, False, 1, SPAA),
+        (128, 128, 2, 2, True, False, True, 1),
+        (128, 128, 2, 2, True, False, True, 1, SPAA),
+        (128, 128, 2, 2, False, True, False, 1, SPAA),
+        (128, 128, 2, 2, True, True, True, 1, SPAA),
     ],
     (128, True): [
-        (128, 128, 3, 2, False, False, False),
-        (128, 128, 3, 2, True, False, False),
-        (128, 128, 2, 2, True, False, True),
-        (128, 128, 2, 2, True, True, True),
+        (128, 128, 3, 2, False, False, False, 1),
+        (128, 128, 3, 2, False, False, False, 1, SPAA),
+        (128, 128, 2, 2, True, False, True, 1, SPAA),
+        (128, 128, 2, 2, False, True, False, 1, SPAA),
+        (128, 128, 2, 2, True, True, True, 1, SPAA),
     ],
-    (256, False): [(128, 64, 2, 2, False, False, False), (128, 80, 2, 2, True, False, True)],
+    (256, False): [
+        (128, 80, 2, 2, True, False, True, 1),
+        (128, 80, 2, 2, True, False, True, 1, SPAA),
+        (128, 64, 2, 2, True, False, False, 1),
+        (128, 64, 2, 2, False, False, False, 1, SPAA),
+    ],
 }
 
 
+#: a variant's optional ninth field: more constructor arguments ((name, value) pairs), shown in
+#: its label by these
+EXTRA = {"split_producer": "sp", "p_shared": "psh", "all_arrive": "aa", "late_p": "lp"}
+
+
 def label(v) -> str:
-    bm, bn, st, cg, pp, ps, er = v
-    flags = "".join(f" {f}" for f, on in (("pp", pp), ("pers", ps), ("er", er)) if on)
+    bm, bn, st, cg, pp, ps, er, cl = v[:8]
+    flags = "".join(
+        f" {f}" for f, on in (("pp", pp), ("pers", ps), ("er", er), ("cl2", cl > 1)) if on
+    )
+    flags += "".join(f" {EXTRA[k]}" for k, on in (v[8] if len(v) > 8 else ()) if on)
     return f"{bm}x{bn}x{st} cg{cg}{flags}"
 
 
 def kernel_of(v, dim: int, causal: bool):
     from flash_attention import FlashAttention
 
-    bm, bn, st, cg, pp, ps, er = v
+    bm, bn, st, cg, pp, ps, er, cl = v[:8]
     return FlashAttention(
         tile=0, dim=dim, causal=causal, block_m=bm, block_n=bn, num_stages=st, consumers=cg,
-        pingpong=pp, persistent=ps, early_rescale=er,
+        pingpong=pp, persistent=ps, early_rescale=er, cluster=cl, **dict(v[8] if len(v) > 8 else ()),
     )  # fmt: skip
 
 
@@ -218,6 +245,69 @@ def check_ragged(torch, res: dict, shapes) -> int:
     return status
 
 
+def loop_opcodes(args) -> int:
+    """Print the NVRTC version and, for each loop of the variant's SASS that issues wgmma
+    (a backward branch over an HGMMA), its length and most frequent opcodes."""
+    import collections
+    import re
+
+    import tilus
+    from tilus.runtime.nvrtc import nvrtc_version
+
+    _, _, _, d, causal = parse(args.shapes.split(",")[0])
+    var = next((v_ for v_ in VARIANTS[(d, causal)] if label(v_) == args.sass), None)
+    if var is None:
+        print(f"no variant {args.sass!r} for d{d} causal={causal}")
+        return 1
+    argv = (1, 1, 1024, 1024, 0.1) + (tilus.void_p,) * 4 + (tilus.float32,)
+    ck = tilus.compile(kernel_of(var, d, causal), *argv)
+    ck = ck[0] if isinstance(ck, list) else ck
+    ins = [
+        (int(m.group(1), 16), m.group(2).strip())
+        for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", ck.sass())
+    ]
+    print(f"nvrtc {nvrtc_version()}, {len(ins)} instructions, {label(var)} d{d}")
+    for addr, text in ins:
+        tgt = re.search(r"\bBRA (0x[0-9a-f]+)", text)
+        if tgt and "BRA.DIV" not in text and int(tgt.group(1), 16) < addr:
+            body = [t for a, t in ins if int(tgt.group(1), 16) <= a <= addr]
+            if any("HGMMA" in t for t in body) and len(body) < 1000:
+                ops = collections.Counter(
+                    re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in body
+                )
+                top = " ".join(f"{o}:{n}" for o, n in ops.most_common(12))
+                print(f"loop {tgt.group(1)}-{addr:#x}: {len(body)} instructions; {top}")
+    return 0
+
+
+def profile(args) -> int:
+    """Launch one variant (or SDPA cuDNN) three times at the first shape: a profiler's target
+    (``ncu --launch-skip 1 --launch-count 1 -k regex:tl_``)."""
+    import torch
+    from attention_support import random_qkv
+    from flash_attention import forward_launcher
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    b, h, s, d, causal = parse(args.shapes.split(",")[0])
+    q, k, v = random_qkv(torch, b, h, h, s, s, d, "float16", "cuda")
+    if args.profile == "cudnn":
+
+        def run():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    else:
+        var = next((v_ for v_ in VARIANTS[(d, causal)] if label(v_) == args.profile), None)
+        if var is None:
+            print(f"no variant {args.profile!r} for d{d} causal={causal}")
+            return 1
+        run = forward_launcher(q, k, v, causal=causal, kernel=kernel_of(var, d, causal))
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    return 0
+
+
 def main(argv=None) -> int:
     """Parse the arguments; list the variants or run the study."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -230,7 +320,21 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--ragged", action="store_true", help="then check every variant at ragged sizes"
     )
+    ap.add_argument(
+        "--sass",
+        metavar="LABEL",
+        help="no GPU: the NVRTC version and each wgmma loop's SASS opcodes of one variant",
+    )
+    ap.add_argument(
+        "--profile",
+        metavar="LABEL",
+        help="run one variant (its --list label, or 'cudnn') 3 times at the first shape, for ncu",
+    )
     args = ap.parse_args(argv)
+    if args.profile:
+        return profile(args)
+    if args.sass:
+        return loop_opcodes(args)
     if args.list:
         for (d, c), vs in VARIANTS.items():
             print(f"d{d}{' causal' if c else ''}: " + ", ".join(label(v) for v in vs))

@@ -55,6 +55,8 @@ def test_forward_every_config_on_the_interpreter(case, seed):
 PERSISTENT = [  # (b, h, hkv, sq, skv, d, dtype, causal, kernel arguments)
     (1, 2, 1, 300, 300, 64, "float16", True, dict(block_m=192, consumers=3, pingpong=True)),
     (2, 2, 2, 70, 330, 128, "bfloat16", False, dict(consumers=2, pingpong=True)),
+    # three stages leave no shared tile for O: it is stored from registers
+    (2, 2, 1, 200, 200, 128, "float16", True, dict(num_stages=3, block_n=128)),
 ]
 
 
@@ -72,6 +74,78 @@ def test_persistent_forward_on_the_interpreter(case, seed):
     with tilus.option.scoped(interpret=True, schedule_seed=seed):
         o, lse = flash_attention(q, k, v, causal=causal, out=o, scale=0.3, kernel=kernel)
     _check_forward(q, k, v, causal, o, lse, scale=0.3)
+
+
+@pytest.mark.parametrize("seed", [None, 6], ids=["in-order", "shuffled"])
+def test_split_producer_forward_on_the_interpreter(seed):
+    # warp 0 of the producer loads Q and K, warp 1 V (each with its own ring position), here in
+    # a persistent kernel over three "SMs"; every consumer thread arrives on the empty barriers
+    q, k, v = S.random_qkv(torch, 1, 2, 1, 300, 300, 64, "float16")
+    kernel = FlashAttention(
+        tile=0, dim=64, group=2, causal=True, persistent=True, num_sms=3, split_producer=True,
+        all_arrive=True,
+    )  # fmt: skip
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=True, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, True, o, lse, scale=0.3)
+
+
+@pytest.mark.parametrize("seed", [None, 8], ids=["in-order", "shuffled"])
+def test_p_through_shared_memory_on_the_interpreter(seed):
+    # three consumer groups of 64 rows, P stored to shared memory for a shared-operand P V
+    q, k, v = S.random_qkv(torch, 1, 2, 2, 300, 300, 64, "float16")
+    kernel = FlashAttention(tile=0, dim=64, causal=True, block_m=192, consumers=3, p_shared=True)
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=True, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, True, o, lse, scale=0.3)
+
+
+@pytest.mark.parametrize("seed", [None, 9], ids=["in-order", "shuffled"])
+def test_late_p_forward_on_the_interpreter(seed):
+    # P kept in float32 and converted while the next S runs (with O's rescale), persistent
+    q, k, v = S.random_qkv(torch, 1, 2, 1, 300, 300, 64, "float16")
+    kernel = FlashAttention(tile=0, dim=64, group=2, causal=True, persistent=True, num_sms=3,
+                            pingpong=False, late_p=True)  # fmt: skip
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=True, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, True, o, lse, scale=0.3)
+
+
+@pytest.mark.parametrize("seed", [None, 4], ids=["in-order", "shuffled"])
+def test_cluster_forward_on_the_interpreter(seed):
+    # clusters of two blocks, each loading one column panel of every KV tile into both; three
+    # blocks of query rows: the grid is rounded up to two clusters, the last block past the end
+    q, k, v = S.random_qkv(torch, 1, 2, 1, 300, 200, 64, "float16")
+    kernel = FlashAttention(tile=0, dim=64, group=2, cluster=2)
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, False, o, lse, scale=0.3)
+    # causal: the pairs (tiles 2, 1 and 0, past the end) read the upper block's KV tiles
+    kernel = FlashAttention(tile=0, dim=64, group=2, cluster=2, causal=True, block_n=64)
+    k, v = k.repeat(1, 1, 2, 1)[:, :, :300], v.repeat(1, 1, 2, 1)[:, :, :300]
+    k, v = k.contiguous(), v.contiguous()
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=True, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, True, o, lse, scale=0.3)
+
+
+@pytest.mark.parametrize(
+    "kw, fragment",
+    [
+        (dict(cluster=3), "cluster must be 1 or 2, got 3"),
+        (dict(cluster=2, persistent=True), r"cluster=2 \(two blocks sharing each KV tile\) needs"),
+    ],
+)
+def test_bad_cluster_arguments_are_refused(kw, fragment):
+    q, k, v = _qkv()
+    kernel = FlashAttention(tile=0, dim=64, group=2, **kw)  # built (and checked) at its first call
+    with pytest.raises(tilus.TilusArgumentError, match=fragment):
+        with tilus.option.scoped(interpret=True):
+            flash_attention(q, k, v, causal=kw.get("causal", False), kernel=kernel)
 
 
 @pytest.mark.parametrize("seed", [None, 2], ids=["in-order", "shuffled"])
@@ -236,6 +310,41 @@ def test_gpu_forward_every_config(d, dtype, causal):
         err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
         assert err < 2e-2, f"tile {tile}: max error {err}"
         assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3), f"tile {tile}: lse"
+
+
+GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variants.py times them)
+    dict(dim=128, cluster=2),
+    dict(dim=128, cluster=2, num_stages=3, block_n=160),
+    dict(dim=64, cluster=2, num_stages=4),
+    dict(dim=128, persistent=True, num_stages=3),  # O stored from registers
+    dict(dim=128, cluster=2, split_producer=True),
+    dict(dim=64, block_m=192, consumers=3, num_stages=3, p_shared=True),
+    dict(dim=128, cluster=2, causal=True),
+    dict(dim=128, num_stages=3, pingpong=False, split_producer=True, all_arrive=True),
+    dict(dim=64, num_stages=4, pingpong=False, split_producer=True, all_arrive=True, late_p=True),
+]
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "kw", GPU_VARIANTS, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items())
+)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_forward_variants(kw, dtype):
+    d, causal = kw["dim"], kw.get("causal", False)
+    # 3 blocks of 128 rows (in a cluster: the last pair's second block past the end)
+    q, k, v = S.random_qkv(torch, 2, 4, 2, 333, 333 if causal else 517, d, dtype, "cuda")
+    scale = S.default_scale(d, None)
+    ro, rl = _gpu_reference(q, k, v, causal, scale)
+    kernel = FlashAttention(tile=0, dtype=dtype, group=2, **kw)
+    o = torch.full_like(q, float("nan"))
+    o, lse = flash_attention(q, k, v, causal=causal, kernel=kernel, out=o)
+    torch.cuda.synchronize()
+    assert not o.isnan().any()
+    err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
+    assert err < 2e-2, f"max error {err}"
+    assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3)
 
 
 @needs_gpu

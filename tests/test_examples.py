@@ -51,6 +51,8 @@ HELPERS = [
     "rowwise_support.py",
     "hopper_matmul/harness.py",
     "attention/attention_support.py",
+    "attention/flash_tiles.py",
+    "attention/flash_producer.py",
     "quantized/matmul_wx_a16_decode.py",
     "quantized/matmul_wx_a16_pipe.py",
     "quantized/split_k.py",

@@ -342,8 +342,8 @@ def test_cuda_fp8_wgmma_code_and_targets():
     src = ck.kernel.source
     assert "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e5m2" in src
     assert "p, 1, 1;" in src  # no transpose immediates for 8-bit operands
-    # four K steps of 32 bytes in a 128-byte swizzled row
-    assert all(f"+ {off}u)" in src for off in (0, 32, 64, 96))
+    # four K steps of 32 bytes in a 128-byte swizzled row (descriptor offsets in 16-byte units)
+    assert all(f"+ {off // 16}u)" in src for off in (0, 32, 64, 96))
     with pytest.raises(tilus.TilusCompileError, match="wgmma_fence needs target sm_90a"):
         tilus.compile(
             Fp8Wgmma(float8_e4m3, float8_e4m3), 64, 64, 128, void_p, void_p, float32,

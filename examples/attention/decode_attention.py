@@ -39,7 +39,8 @@ from attention_support import (  # noqa: E402
     reference_decode,
     report_decode,
 )
-from flash_attention import LN2, LOG2E, Ring  # noqa: E402
+from flash_attention import LN2, LOG2E  # noqa: E402
+from flash_tiles import Ring  # noqa: E402
 
 ROWS = 64  # WGMMA's M: the query rows of one KV head, padded
 MAX_SPLITS = 64  # the combine kernel's tile of splits

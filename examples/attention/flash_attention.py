@@ -18,10 +18,17 @@ its output accumulator, and accumulates ``P V`` by WGMMA with P from registers. 
 issues ``S_j`` with ``P_{j-1} V_{j-1}`` and runs the softmax of ``S_j`` while the second GEMM
 runs; with ``pingpong`` the groups also take turns issuing (named barriers), so one group's
 softmax overlaps the other's GEMMs. ``persistent`` launches one block per SM that loops over
-the blocks of query rows (the output staged apart from Q, so the next Q loads meanwhile).
-Only the tiles a block needs are loaded: with ``causal`` the tiles right of the diagonal are
-skipped (the longest rows first), and only the diagonal tile and the ragged last tile are
-masked.
+the blocks of query rows (the output staged apart from Q, so the next Q loads meanwhile, or,
+where the ring leaves no room, stored from registers). ``cluster=2`` pairs the blocks of
+neighbouring query rows: each loads one column panel of every K and V tile into both blocks
+(TMA multicast), halving the L2 traffic, and a slot is refilled once both blocks' consumers
+freed it (causal: both read the upper block's tiles; measured slower on an H200, whose L2 is
+not the limit). ``split_producer`` gives K and V a producer warp each (neither waits for the
+other's free slot), ``all_arrive`` has every consumer thread arrive on the empty barriers (no
+elected thread, no branch), ``p_shared`` stages P in shared memory, ``late_p`` converts P while
+the next S runs. Only the tiles a block needs are loaded: with ``causal`` the tiles right of the
+diagonal are skipped (the longest rows first), and only the diagonal tile and the ragged last
+tile are masked.
 
 Run ``python examples/attention/flash_attention.py``: on the tilus interpreter without a GPU,
 on CUDA with one (every result checked against a float32 reference).
@@ -45,80 +52,15 @@ from attention_support import (  # noqa: E402
     random_qkv,
     reference,
 )
+from flash_producer import FlashProducer  # noqa: E402
+from flash_tiles import SMEM_BYTES, Ring, default_tiles, sm_count  # noqa: E402
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
-#: P @ V reads P from shared memory (True) or from registers (WGMMA register-A, False).
-P_IN_SHARED = False
-
-
-def sm_count() -> int:
-    """Streaming multiprocessors of the current CUDA device (132, an H200's, without one)."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_properties(
-                torch.cuda.current_device()
-            ).multi_processor_count
-    except ImportError:
-        pass
-    return 132
-
-
-class Ring(tilus.Class):
-    """A ring of ``num_stages`` slots: ``full[s]`` completes when slot ``s`` is loaded (one
-    arrival plus the bytes), ``empty[s]`` when its ``consumers`` warp groups are done with it."""
-
-    def __init__(self, num_stages: int, consumers: int = 2):
-        self.num_stages: int = num_stages
-        self.full = self.mbarrier.alloc([1] * num_stages)
-        self.empty = self.mbarrier.alloc([consumers] * num_stages)
-        self.stage: int32 = 0
-        self.phase: uint32 = 0
-        self.prev_stage: int32 = 0  # the slot (and its phase) before the current one
-        self.prev_phase: uint32 = 0
-
-    def advance(self):
-        """Move to the next slot, flipping the phase on wrap-around."""
-        self.prev_stage = self.stage
-        self.prev_phase = self.phase
-        self.stage = (self.stage + 1) % self.num_stages
-        if self.stage == 0:
-            self.phase ^= 1
-
-
-def default_tiles(dim: int) -> list[tuple[int, int, int, int, bool, bool, bool]]:
-    """(block_m, block_n, num_stages, consumers, pingpong, persistent, early_rescale) candidates
-    for a head dim (registers and shared memory): ``consumers`` warp groups of ``block_m /
-    consumers`` rows each, taking turns on the tensor cores when ``pingpong``; ``persistent``:
-    one block per SM loops over the blocks of query rows; ``early_rescale``: O is rescaled
-    while ``S = Q K^T`` runs."""
-    if dim <= 64:
-        return [
-            (128, 128, 4, 2, True, False, True),
-            (128, 192, 3, 2, True, False, True),
-            (128, 128, 3, 2, True, False, False),
-            (128, 128, 3, 2, True, True, True),
-        ]
-    if dim <= 128:
-        return [
-            (128, 128, 2, 2, True, False, True),
-            (128, 128, 3, 2, True, False, False),
-            (128, 128, 2, 2, True, True, True),
-            (128, 128, 3, 2, True, False, True),
-        ]
-    return [
-        (128, 80, 2, 2, True, False, True),
-        (128, 64, 2, 2, True, False, False),
-        (128, 64, 2, 2, False, False, False),
-        (128, 48, 3, 2, False, False, False),
-    ]
-
 
 @tilus.autotune("tile", [0, 1, 2, 3])
-class FlashAttention(tilus.Script):
+class FlashAttention(FlashProducer, tilus.Script):
     """The forward kernel for one dtype, head dim, causality and head grouping; ``tile`` picks
     one of the head dim's ``default_tiles`` (or pass ``block_m``/``block_n``/``num_stages``/
     ``consumers``/``pingpong``)."""
@@ -138,10 +80,16 @@ class FlashAttention(tilus.Script):
         persistent=None,
         num_sms=None,
         early_rescale=None,
+        cluster=None,
+        split_producer=None,
+        p_shared=None,
+        all_arrive=None,
+        late_p=None,
     ):
         super().__init__()
-        tiles = default_tiles(dim)
-        bm, bn, st, cg, pp, ps, er = tiles[tile % len(tiles)]
+        tiles = default_tiles(dim, causal)
+        bm, bn, st, cg, pp, ps, er, cm, *more = tiles[tile % len(tiles)]
+        more = dict(more[0]) if more else {}  # the tile's other arguments
         self.consumers = consumers or cg
         self.block_m = block_m or (bm // cg * self.consumers)
         self.block_n = block_n or bn
@@ -155,6 +103,38 @@ class FlashAttention(tilus.Script):
         self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
         self.causal = causal
         self.group = group
+        self.cluster_m = cm if cluster is None else cluster
+        # an argument given wins over the tile's
+        self.split_producer = bool(
+            more.get("split_producer", 0) if split_producer is None else split_producer
+        )
+        self.p_shared = bool(more.get("p_shared", 0) if p_shared is None else p_shared)
+        if all_arrive is None:  # a cluster's releases reach the peer from one thread
+            all_arrive = more.get("all_arrive", False) and self.cluster_m == 1
+        self.all_arrive = bool(all_arrive)
+        # late_p: P stays float32 until the next S is issued, then converted while it runs
+        # (with O's rescale: early_rescale); its registers are not free for the next S
+        self.late_p = bool(more.get("late_p", 0) if late_p is None else late_p)
+        if self.late_p:
+            self.early_rescale = True
+            if self.p_shared:
+                raise tilus.TilusArgumentError("late_p needs P in registers (p_shared=False)")
+        if self.all_arrive and self.cluster_m == 2:
+            raise tilus.TilusArgumentError("all_arrive needs cluster=1")
+        if self.cluster_m not in (1, 2):
+            raise tilus.TilusArgumentError(f"cluster must be 1 or 2, got {cluster!r}")
+        if self.cluster_m == 2 and self.persistent:
+            raise tilus.TilusArgumentError(
+                "cluster=2 (two blocks sharing each KV tile) needs persistent=False"
+            )
+        # the head dim in column panels: in a cluster each block loads one of every KV tile
+        self.panel_ids = list(range(self.cluster_m))
+        self.panel = dim // self.cluster_m
+        # persistent: O is staged apart from Q (the next Q lands meanwhile) when shared memory
+        # holds both, else stored straight from registers
+        tile = self.block_m * dim * 2
+        ring = 2 * self.num_stages * self.block_n * dim * 2
+        self.direct_o = self.persistent and 2 * tile + ring > SMEM_BYTES
 
     def kv_tiles(self, q_row: int32, seq_kv: int32):
         """How many KV tiles the block at query row ``q_row`` reads (causal: up to the diagonal)."""
@@ -162,68 +142,6 @@ class FlashAttention(tilus.Script):
         if self.causal:
             n = min(n, cdiv(q_row + self.block_m, self.block_n))
         return n
-
-    def produce(
-        self,
-        ring: Ring,
-        kfull,
-        sq,
-        sk,
-        sv,
-        gq,
-        gk,
-        gv,
-        qbar,
-        qempty,
-        qphase: uint32,
-        bh: int32,
-        bkv: int32,
-        q_row: int32,
-        n_kv: int32,
-    ):
-        """The producer warp, for one block of query rows: Q, then K and V of every KV tile
-        into the ring (persistent: Q once the consumers no longer read the previous one)."""
-        if self.persistent:
-            self.mbarrier.wait(qempty, phase=qphase ^ 1, sem="relaxed")
-        with self.single_thread():
-            self.mbarrier.arrive_and_expect_tx(qbar, transaction_bytes=sq.nbytes)
-        for g in self.range(self.consumers, unroll=self.consumers):
-            self.tma.global_to_shared(
-                src=gq,
-                dst=sq[g],
-                offsets=[bh, q_row + g * self.rows, 0],
-                dims=[1, 2],
-                mbarrier=qbar,
-            )
-        stages = self.num_stages
-        for j in self.range(n_kv):
-            # K and V slots are released apart (K once S retired, V once P V did), so K of the
-            # next tile loads while the consumers still multiply by V of the last one
-            self.mbarrier.wait(kfull[stages + ring.stage], phase=ring.phase ^ 1, sem="relaxed")
-            with self.single_thread():
-                self.mbarrier.arrive_and_expect_tx(
-                    kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
-                )
-            self.tma.global_to_shared(
-                src=gk,
-                dst=sk[ring.stage],
-                offsets=[bkv, j * self.block_n, 0],
-                dims=[1, 2],
-                mbarrier=kfull[ring.stage],
-            )
-            self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
-            with self.single_thread():
-                self.mbarrier.arrive_and_expect_tx(
-                    ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
-                )
-            self.tma.global_to_shared(
-                src=gv,
-                dst=sv[ring.stage],
-                offsets=[bkv, j * self.block_n, 0],
-                dims=[1, 2],
-                mbarrier=ring.full[ring.stage],
-            )
-            ring.advance()
 
     def softmax(
         self,
@@ -270,9 +188,10 @@ class FlashAttention(tilus.Script):
         sq,
         sk,
         sv,
-        sp,
+        peers,
         pa,
-        o: RegisterTensor,
+        pf,
+        o: list,
         m: RegisterTensor,
         lsum: RegisterTensor,
         scale_o: RegisterTensor,
@@ -293,30 +212,63 @@ class FlashAttention(tilus.Script):
         self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
         self.take_turn(half)
         self.wgmma.fence()
-        self.wgmma.mma(sq[half], sk[stage].transpose(), s)
+        self.mma_s(sq[half], sk[stage], s)
         self.wgmma.commit_group()
         if self.early_rescale:
-            self.assign(o, o * scale_o)
-            self.wgmma.fence()  # O's registers were written
-        self.wgmma.mma(pa, sv[ring.prev_stage], o)
+            for oh in o:
+                self.assign(oh, oh * scale_o)
+            if self.late_p:  # P_{j-1} converted while S_j runs too
+                self.assign(pa, self.cast(pf, self.dtype))
+            self.wgmma.fence()  # O's (and P's) registers were written
+        self.mma_pv(pa, sv[ring.prev_stage], o)
         self.wgmma.commit_group()
         self.pass_turn(half)
         self.wgmma.wait_group(1)  # S_j has landed; P_{j-1} V_{j-1} may still run
-        with self.single_thread():
-            self.mbarrier.arrive(kfull[self.num_stages + stage])  # K_j is read
+        self.release(kfull, peers[0], self.num_stages + stage)  # K_j is read
         p, alpha = self.softmax(s, m, lsum, masked, j, row0, seq_kv, scale_log2)
         self.wgmma.wait_group(0)
-        with self.single_thread():
-            self.mbarrier.arrive(ring.empty[ring.prev_stage])
+        self.release(ring.empty, peers[1], ring.prev_stage)
         if self.early_rescale:
             self.assign(scale_o, alpha)
         else:
-            self.assign(o, o * alpha)
-        if P_IN_SHARED:
-            self.stage_p(self.cast(p, self.dtype), sp[half])
+            for oh in o:
+                self.assign(oh, oh * alpha)
+        if self.late_p:
+            self.assign(pf, p)
+        elif self.p_shared:
+            self.stage_p(self.cast(p, self.dtype), pa)
         else:
             self.assign(pa, self.cast(p, self.dtype))
         ring.advance()
+
+    def mma_s(self, sq: SharedTensor, sk: SharedTensor, s: RegisterTensor):
+        """``s += Q K^T``, one WGMMA chain per column panel of the head dim."""
+        for h in self.panel_ids:
+            self.wgmma.mma(sq[h], sk[h].transpose(), s)
+
+    def stage_p(self, p: RegisterTensor, sp: SharedTensor):
+        """P into shared memory for a shared-operand P V (``p_shared``: frees its registers)."""
+        self.store_shared(sp, p)
+        self.fence.proxy_async(space="shared")  # generic writes, then WGMMA reads
+        self.sync()
+
+    def mma_pv(self, pa, sv: SharedTensor, o: list):
+        """``O += P V``: panel ``h`` of V into O's panel ``h``."""
+        for h in self.panel_ids:
+            self.wgmma.mma(pa, sv[h], o[h])
+
+    def release(self, bars, peer, i: int32):
+        """One thread arrives on barrier ``i`` of ``bars`` (in a cluster on the peer's too: its
+        producer loads into this block's slots). Relaxed at cluster scope: the WGMMAs that read
+        the slot have retired, and a release fence there would sit on the critical path.
+        ``all_arrive``: every thread of the group arrives (one instruction a warp, no branch)."""
+        if self.all_arrive:
+            self.mbarrier.arrive(bars[i])
+        else:
+            with self.single_thread():
+                self.mbarrier.arrive(bars[i])
+                if self.cluster_m == 2:
+                    self.mbarrier.arrive(peer[i], sem="relaxed", scope="cluster")
 
     def take_turn(self, g: int):
         """Ping-pong: wait until the previous consumer group has issued its GEMMs (named
@@ -329,13 +281,6 @@ class FlashAttention(tilus.Script):
         if self.pingpong:
             self.arrive_named(1 + (g + 1) % self.consumers, 256)
 
-    def stage_p(self, pa: RegisterTensor, sp: SharedTensor):
-        """P into shared memory for the shared-operand WGMMA (not needed with register A)."""
-        self.store_shared(sp, pa)
-        self.fence.proxy_async(space="shared")  # generic writes, then WGMMA reads
-        self.sync()
-        return sp
-
     def consume(
         self,
         half: int,
@@ -344,13 +289,14 @@ class FlashAttention(tilus.Script):
         sq,
         sk,
         sv,
-        sp,
+        peers,
         go,
         glse,
         qbar,
         qempty,
         qphase: uint32,
         so,
+        sp,
         bh: int32,
         q_row: int32,
         seq_kv: int32,
@@ -362,9 +308,12 @@ class FlashAttention(tilus.Script):
         Software-pipelined over the KV tiles: while the softmax of tile ``j`` runs on the CUDA
         cores, the tensor cores compute ``P_{j-1} V_{j-1}`` (issued with ``S_j = Q K_j^T``);
         the output is rescaled once that group has retired."""
-        bmh, bn, dim = self.rows, self.block_n, self.dim
+        bmh, bn = self.rows, self.block_n
         row0: int32 = q_row + half * bmh
-        o = self.register_tensor(dtype=float32, shape=[bmh, dim], init=0.0)
+        o = [
+            self.register_tensor(dtype=float32, shape=[bmh, self.panel], init=0.0)
+            for _ in self.panel_ids
+        ]
         m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
         lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
         self.mbarrier.wait(qbar, phase=qphase)
@@ -373,16 +322,17 @@ class FlashAttention(tilus.Script):
         self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
         self.take_turn(half)
         self.wgmma.fence()
-        self.wgmma.mma(sq[half], sk[ring.stage].transpose(), s)
+        self.mma_s(sq[half], sk[ring.stage], s)
         self.wgmma.commit_group()
         self.pass_turn(half)
         self.wgmma.wait_group(0)
-        with self.single_thread():
-            self.mbarrier.arrive(kfull[self.num_stages + ring.stage])  # K_0 is read
+        self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
         p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
         pa = self.cast(p, self.dtype)
-        if P_IN_SHARED:
-            pa = self.stage_p(pa, sp[half])
+        pf = p  # late_p: P in float32, converted while the next S runs
+        if self.p_shared:
+            self.stage_p(pa, sp[half])
+            pa = sp[half]
         ring.advance()
         # tiles every row of this group sees whole, then the ragged / diagonal ones, masked
         n_full: int32 = max(min(n_kv, seq_kv // bn), 1)
@@ -396,8 +346,9 @@ class FlashAttention(tilus.Script):
             sq,
             sk,
             sv,
-            sp,
+            peers,
             pa,
+            pf,
             o,
             m,
             lsum,
@@ -410,36 +361,50 @@ class FlashAttention(tilus.Script):
             self.step(False, j, *args)
         for j in self.range(n_full, n_kv):
             self.step(True, j, *args)
+        if self.persistent:  # the last S has retired: the next Q may land during P V
+            with self.single_thread():
+                self.mbarrier.arrive(qempty)
         self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
         if self.early_rescale:
-            self.assign(o, o * scale_o)
+            for oh in o:
+                self.assign(oh, oh * scale_o)
+        if self.late_p:
+            self.assign(pa, self.cast(pf, self.dtype))
         self.wgmma.fence()
-        self.wgmma.mma(pa, sv[ring.prev_stage], o)
+        self.mma_pv(pa, sv[ring.prev_stage], o)
         self.wgmma.commit_group()
         self.wgmma.wait_group(0)
-        with self.single_thread():
-            self.mbarrier.arrive(ring.empty[ring.prev_stage])
-            if self.persistent:
-                self.mbarrier.arrive(qempty)  # Q is no longer read: the next one may land
+        self.release(ring.empty, peers[1], ring.prev_stage)
         inv = 1.0 / lsum
-        out = self.cast(o * inv, self.dtype)
-        if self.persistent:
-            with self.single_thread():  # the thread that issued the previous tile's store
-                self.tma.wait_group(0, read=True)  # it has read the staging tile
-        self.sync()
-        # the output is staged in shared memory for one TMA store (in Q's tile unless
-        # persistent: the next Q may land there while this tile's output is stored)
-        self.store_shared(so[half], out)
-        self.fence.proxy_async(space="shared")
-        self.sync()
-        with self.single_thread():
-            self.tma.shared_to_global(so[half], go, offsets=[bh, row0, 0], dims=[1, 2])
-            self.tma.commit_group()
         lse = (m + self.log2(lsum)) * LN2
+        if self.direct_o:  # no shared tile left for O: stored from registers
+            for h in self.panel_ids:
+                out = self.cast(o[h] * inv, self.dtype)
+                self.store_global(go, out, offsets=[bh, row0, h * self.panel], dims=[1, 2])
+        else:
+            self.epilogue_staged(half, o, inv, so, go, bh, row0)
         self.store_global(glse, lse, offsets=[bh, row0, 0], dims=[1, 2])
         if not self.persistent:
             with self.single_thread():
                 self.tma.wait_group(0, read=True)
+
+    def epilogue_staged(self, half: int, o: list, inv, so, go, bh: int32, row0: int32):
+        """O through shared memory, then one TMA store (in Q's tile unless persistent: the next
+        Q may land there while this tile's output is stored)."""
+        if self.persistent:
+            with self.single_thread():  # the thread that issued the previous tile's store
+                self.tma.wait_group(0, read=True)  # it has read the staging tile
+        self.sync()
+        for h in self.panel_ids:
+            self.store_shared(so[half, h], self.cast(o[h] * inv, self.dtype))
+        self.fence.proxy_async(space="shared")
+        self.sync()
+        with self.single_thread():
+            for c in self.panel_ids:
+                self.tma.shared_to_global(
+                    so[half, c], go, offsets=[bh, row0, c * self.panel], dims=[1, 2]
+                )
+            self.tma.commit_group()
 
     def coords(self, t: int32, num_q: int32, seq_kv: int32):
         """Block ``t`` of the grid (q-tiles fastest, then heads and batch): its (batch x head)
@@ -449,27 +414,31 @@ class FlashAttention(tilus.Script):
             q_tile = num_q - 1 - q_tile
         bh: int32 = t // num_q
         q_row: int32 = q_tile * self.block_m
-        return bh, bh // self.group, q_row, self.kv_tiles(q_row, seq_kv)
+        # a cluster's blocks (q tiles 2c and 2c + 1) read the same KV tiles: causal, the lower
+        # one reads the upper one's last tile too, wholly masked for its rows
+        last: int32 = (q_tile | (self.cluster_m - 1)) * self.block_m
+        return bh, bh // self.group, q_row, self.kv_tiles(last, seq_kv)
 
     def consumer(self, g: int, num_q: int32, heads: int32, seq_kv: int32, total: int32, *args):
         """Consumer group ``g`` over its blocks (one, or persistent: every ``num_sms``-th)."""
-        ring, kfull, sq, sk, sv, sp, go, glse, qbar, qempty, so, scale_log2 = args
+        ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2 = args
         if g == self.consumers - 1:
             self.pass_turn(g)  # group 0 takes the first turn
         if self.persistent:
             qphase: uint32 = 0
             for t in self.range(self.blockIdx.x, total, self.num_sms):
                 bh, _, q_row, n_kv = self.coords(t, num_q, seq_kv)
-                self.consume(g, ring, kfull, sq, sk, sv, sp, go, glse, qbar, qempty, qphase,
-                             so, bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
+                self.consume(g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, qphase,
+                             so, sp, bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
                 qphase ^= 1
-            with self.single_thread():
-                self.tma.wait_group(0, read=True)
+            if not self.direct_o:
+                with self.single_thread():
+                    self.tma.wait_group(0, read=True)
         else:
             t: int32 = (self.blockIdx.z * heads + self.blockIdx.y) * num_q
             bh, _, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
-            self.consume(g, ring, kfull, sq, sk, sv, sp, go, glse, qbar, qempty, 0, so, bh,
-                         q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
+            self.consume(g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, 0, so, sp,
+                         bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
 
     def __call__(
         self,
@@ -487,11 +456,15 @@ class FlashAttention(tilus.Script):
         dt, dim = self.dtype, self.dim
         bm, bn, stages = self.block_m, self.block_n, self.num_stages
         bmh, ncg = self.rows, self.consumers
-        num_q = cdiv(seq_q, bm)
+        # a cluster's blocks take neighbouring blocks of query rows (the grid rounded up to
+        # whole clusters: a block past the last row loads and computes, and stores nothing)
+        num_q = cdiv(seq_q, bm * self.cluster_m) * self.cluster_m
         if self.persistent:  # one block per SM loops over the blocks of query rows
             self.attrs.blocks = min(num_q * heads * batch, self.num_sms)
         else:
             self.attrs.blocks = [num_q, heads, batch]
+        if self.cluster_m == 2:
+            self.attrs.cluster_blocks = [2, 1, 1]
         self.attrs.warps = 4 * (ncg + 1)  # the consumer warp groups + a producer warp group
         gq = self.global_view(q_ptr, dtype=dt, shape=[batch * heads, seq_q, dim])
         gk = self.global_view(k_ptr, dtype=dt, shape=[batch * (heads // self.group), seq_kv, dim])
@@ -500,40 +473,49 @@ class FlashAttention(tilus.Script):
         glse = self.global_view(lse_ptr, dtype=float32, shape=[batch * heads, seq_q, 1])
         total: int32 = num_q * heads * batch
 
-        sq = self.shared_tensor(dtype=dt, shape=[ncg, bmh, dim])
+        # every tile in column panels of the head dim (two in a cluster: one from each block)
+        npan, pw = len(self.panel_ids), self.panel
+        sq = self.shared_tensor(dtype=dt, shape=[ncg, npan, bmh, pw])
         so = sq
-        if self.persistent:
-            so = self.shared_tensor(dtype=dt, shape=[ncg, bmh, dim])
-        sk = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
-        sv = self.shared_tensor(dtype=dt, shape=[stages, bn, dim])
-        sp = None  # P goes from registers straight into the P @ V WGMMA
-        if P_IN_SHARED:
-            sp = self.shared_tensor(dtype=dt, shape=[ncg, bmh, bn])
+        if self.persistent and not self.direct_o:
+            so = self.shared_tensor(dtype=dt, shape=[ncg, npan, bmh, pw])
+        sk = self.shared_tensor(dtype=dt, shape=[stages, npan, bn, pw])
+        sv = self.shared_tensor(dtype=dt, shape=[stages, npan, bn, pw])
         qbar = self.mbarrier.alloc([1])
         qempty = self.mbarrier.alloc([ncg])  # persistent: the consumers are done with Q
-        # K's barriers: [0, stages) full (loaded), [stages, 2 stages) empty (read by every group)
-        kfull = self.mbarrier.alloc([1] * stages + [ncg] * stages)
-        ring = Ring(stages, ncg)
+        # K's barriers: [0, stages) full (loaded), [stages, 2 stages) empty (read by every group
+        # of the cluster)
+        cm = self.cluster_m
+        arrivals = ncg * 128 if self.all_arrive else ncg * cm  # on an empty barrier
+        kfull = self.mbarrier.alloc([1] * stages + [arrivals] * stages)
+        ring = Ring(stages, arrivals)
+        peers = (None, None)
+        if cm == 2:  # the peer's barriers; both blocks' exist after the sync
+            peer = 1 - self.cluster.blockRank
+            peers = (
+                self.cluster.map_shared_addr(kfull, peer),
+                self.cluster.map_shared_addr(ring.empty, peer),
+            )
+            self.cluster.sync()
         scale_log2: float32 = scale * LOG2E
 
         # registers: 64K per SM; the producer gives most of its share to the consumers
         low, high = (24, 240) if ncg == 2 else (32, 160)
         with self.warp_group(4 * ncg, 4):  # producer warp group
             self.setmaxnreg(low)
-            with self.single_warp(0):
-                if self.persistent:
-                    qphase: uint32 = 0
-                    for t in self.range(self.blockIdx.x, total, self.num_sms):
-                        bh, bkv, q_row, n_kv = self.coords(t, num_q, seq_kv)
-                        self.produce(ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], qempty[0],
-                                     qphase, bh, bkv, q_row, n_kv)  # fmt: skip
-                        qphase ^= 1
-                else:
-                    t: int32 = (self.blockIdx.z * heads + self.blockIdx.y) * num_q
-                    bh, bkv, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
-                    self.produce(ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], qempty[0], 0, bh,
-                                 bkv, q_row, n_kv)  # fmt: skip
-        args = (ring, kfull, sq, sk, sv, sp, go, glse, qbar[0], qempty[0], so, scale_log2)
+            pargs = (ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], qempty[0])
+            if self.split_producer:  # warp 0 loads Q and K, warp 1 V: neither waits for the other
+                with self.single_warp(0):
+                    self.producer("qk", num_q, heads, seq_kv, total, *pargs)
+                with self.single_warp(1):
+                    self.producer("v", num_q, heads, seq_kv, total, *pargs)
+            else:
+                with self.single_warp(0):
+                    self.producer("qkv", num_q, heads, seq_kv, total, *pargs)
+        sp = None  # P goes from registers straight into the P V WGMMA, or through shared
+        if self.p_shared:
+            sp = self.shared_tensor(dtype=dt, shape=[ncg, bmh, bn])
+        args = (ring, kfull, sq, sk, sv, peers, go, glse, qbar[0], qempty[0], so, sp, scale_log2)
         with self.warp_group(0, 4):
             self.setmaxnreg(high)
             self.consumer(0, num_q, heads, seq_kv, total, *args)
@@ -544,6 +526,8 @@ class FlashAttention(tilus.Script):
             with self.warp_group(8, 4):
                 self.setmaxnreg(high)
                 self.consumer(2, num_q, heads, seq_kv, total, *args)
+        if cm == 2:  # no block exits while its peer may still load into it or arrive on it
+            self.cluster.sync()
 
 
 def forward_launcher(q, k, v, causal: bool = False, scale=None, kernel=None, out=None):

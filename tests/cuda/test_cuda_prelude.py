@@ -75,6 +75,7 @@ USES = {
   float d[64];
   uint64_t da = tl_wgmma_make_desc(s, 16, 1024, 1, 0);
   uint64_t db = tl_wgmma_desc_with_addr(0x4000004000010000ull, s + 32);
+  db = tl_wgmma_desc_join((uint32_t)(db >> 32), (uint32_t)db + 2u);
   tl_wgmma_fence();
   tl_wgmma_m64n128k16_f32_f16_ss(d, da, db, 0);
   tl_wgmma_commit_group();

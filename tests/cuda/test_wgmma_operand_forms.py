@@ -74,10 +74,11 @@ def test_codegen_steps_over_column_blocks_and_transposes_b():
     ck = ck[0] if isinstance(ck, list) else ck
     src = ck.source
     assert "_ss_t01(" in src  # imm-trans-b = 1: B is MN-major
-    # A: the K steps 0..3 in the first column block, 4..7 in the second (64 rows x 128 bytes on)
-    assert "+ 96u)" in src and "+ 8192u)" in src
+    # A: the K steps 0..3 in the first column block, 4..7 in the second (64 rows x 128 bytes
+    # on); a step's descriptor is the tile's plus its offset in 16-byte units
+    assert "+ 6u)" in src and "+ 512u)" in src  # 96 and 8192 bytes
     # B: one 16-row K step is 2048 bytes; LBO = the second N block, 128 rows x 128 bytes on
-    assert "+ 2048u)" in src and f"{MNMajorTile(128, 128).high_bits():#x}ull" in src
+    assert "+ 128u)" in src and f"{MNMajorTile(128, 128).high_bits():#x}ull" in src
     assert ck.resources["spill_store_bytes"] == 0
 
 

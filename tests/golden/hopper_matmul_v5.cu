@@ -122,6 +122,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -316,18 +320,20 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 0u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 32u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 64u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 96u), 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i5 = 0; tl_i5 < 64; ++tl_i5) {
-        asm volatile("" : "+f"(acc[tl_i5 / 64][tl_i5 % 64]) :: "memory");
+      for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
+        asm volatile("" : "+f"(acc[tl_i7 / 64][tl_i7 % 64]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
@@ -352,8 +358,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i6 = 0; tl_i6 < 64; ++tl_i6) {
-      asm volatile("" : "+f"(acc[tl_i6 / 64][tl_i6 % 64]) :: "memory");
+    for (int tl_i8 = 0; tl_i8 < 64; ++tl_i8) {
+      asm volatile("" : "+f"(acc[tl_i8 / 64][tl_i8 % 64]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
@@ -368,44 +374,44 @@ tl_MatmulWGMMAV5(
     // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
     uint16_t r[1][64];
 #pragma unroll
-    for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
-      r[tl_i7 / 64][tl_i7 % 64] = tl_f2h((float)(acc[tl_i7 / 64][tl_i7 % 64]));
+    for (int tl_i9 = 0; tl_i9 < 64; ++tl_i9) {
+      r[tl_i9 / 64][tl_i9 % 64] = tl_f2h((float)(acc[tl_i9 / 64][tl_i9 % 64]));
     }
     {
-      const int tl_c8 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-      const int tl_c9 = ((int)threadIdx.x % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+      const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+      const int tl_c11 = ((int)threadIdx.x % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -430,10 +436,10 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
     // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
     float acc_1[1][64];
-    const float tl_v10 = 0.0f;
+    const float tl_v12 = 0.0f;
 #pragma unroll
-    for (int tl_i11 = 0; tl_i11 < 64; ++tl_i11) {
-      acc_1[tl_i11 / 64][tl_i11 % 64] = tl_v10;
+    for (int tl_i13 = 0; tl_i13 < 64; ++tl_i13) {
+      acc_1[tl_i13 / 64][tl_i13 % 64] = tl_v12;
     }
     // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
@@ -449,20 +455,22 @@ tl_MatmulWGMMAV5(
       const uint32_t sb_4 = 32768u + (uint32_t)(pipe_consumer_stage) * 16384u;
       const uint32_t sb_4_t = sb_4;  // transposed view
       {
-        const uint32_t tl_da12 = tl_smem + sa_4;
-        const uint32_t tl_db13 = tl_smem + sb_4_t;
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 0u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 32u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 64u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 96u), 1);
+        const uint32_t tl_da14 = tl_smem + sa_4;
+        const uint32_t tl_db15 = tl_smem + sb_4_t;
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
-        asm volatile("" : "+f"(acc_1[tl_i14 / 64][tl_i14 % 64]) :: "memory");
+      for (int tl_i18 = 0; tl_i18 < 64; ++tl_i18) {
+        asm volatile("" : "+f"(acc_1[tl_i18 / 64][tl_i18 % 64]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
@@ -487,8 +495,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i15 = 0; tl_i15 < 64; ++tl_i15) {
-      asm volatile("" : "+f"(acc_1[tl_i15 / 64][tl_i15 % 64]) :: "memory");
+    for (int tl_i19 = 0; tl_i19 < 64; ++tl_i19) {
+      asm volatile("" : "+f"(acc_1[tl_i19 / 64][tl_i19 % 64]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
@@ -503,44 +511,44 @@ tl_MatmulWGMMAV5(
     // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
     uint16_t r_1[1][64];
 #pragma unroll
-    for (int tl_i16 = 0; tl_i16 < 64; ++tl_i16) {
-      r_1[tl_i16 / 64][tl_i16 % 64] = tl_f2h((float)(acc_1[tl_i16 / 64][tl_i16 % 64]));
+    for (int tl_i20 = 0; tl_i20 < 64; ++tl_i20) {
+      r_1[tl_i20 / 64][tl_i20 % 64] = tl_f2h((float)(acc_1[tl_i20 / 64][tl_i20 % 64]));
     }
     {
-      const int tl_c17 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-      const int tl_c18 = (((int)threadIdx.x - 128) % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+      const int tl_c21 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+      const int tl_c22 = (((int)threadIdx.x - 128) % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -679,6 +687,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
+}
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
 }
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
@@ -876,18 +888,20 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 0u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 32u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 64u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 96u), 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i5 = 0; tl_i5 < 64; ++tl_i5) {
-        asm volatile("" : "+f"(acc[tl_i5 / 64][tl_i5 % 64]) :: "memory");
+      for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
+        asm volatile("" : "+f"(acc[tl_i7 / 64][tl_i7 % 64]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
@@ -912,8 +926,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i6 = 0; tl_i6 < 64; ++tl_i6) {
-      asm volatile("" : "+f"(acc[tl_i6 / 64][tl_i6 % 64]) :: "memory");
+    for (int tl_i8 = 0; tl_i8 < 64; ++tl_i8) {
+      asm volatile("" : "+f"(acc[tl_i8 / 64][tl_i8 % 64]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
@@ -928,44 +942,44 @@ tl_MatmulWGMMAV5(
     // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
     uint16_t r[1][64];
 #pragma unroll
-    for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
-      r[tl_i7 / 64][tl_i7 % 64] = tl_f2h((float)(acc[tl_i7 / 64][tl_i7 % 64]));
+    for (int tl_i9 = 0; tl_i9 < 64; ++tl_i9) {
+      r[tl_i9 / 64][tl_i9 % 64] = tl_f2h((float)(acc[tl_i9 / 64][tl_i9 % 64]));
     }
     {
-      const int tl_c8 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-      const int tl_c9 = ((int)threadIdx.x % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+      const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+      const int tl_c11 = ((int)threadIdx.x % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -990,10 +1004,10 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
     // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
     float acc_1[1][64];
-    const float tl_v10 = 0.0f;
+    const float tl_v12 = 0.0f;
 #pragma unroll
-    for (int tl_i11 = 0; tl_i11 < 64; ++tl_i11) {
-      acc_1[tl_i11 / 64][tl_i11 % 64] = tl_v10;
+    for (int tl_i13 = 0; tl_i13 < 64; ++tl_i13) {
+      acc_1[tl_i13 / 64][tl_i13 % 64] = tl_v12;
     }
     // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
@@ -1009,20 +1023,22 @@ tl_MatmulWGMMAV5(
       const uint32_t sb_4 = 49152u + (uint32_t)(pipe_consumer_stage) * 16384u;
       const uint32_t sb_4_t = sb_4;  // transposed view
       {
-        const uint32_t tl_da12 = tl_smem + sa_4;
-        const uint32_t tl_db13 = tl_smem + sb_4_t;
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 0u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 32u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 64u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 96u), 1);
+        const uint32_t tl_da14 = tl_smem + sa_4;
+        const uint32_t tl_db15 = tl_smem + sb_4_t;
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
-        asm volatile("" : "+f"(acc_1[tl_i14 / 64][tl_i14 % 64]) :: "memory");
+      for (int tl_i18 = 0; tl_i18 < 64; ++tl_i18) {
+        asm volatile("" : "+f"(acc_1[tl_i18 / 64][tl_i18 % 64]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
@@ -1047,8 +1063,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i15 = 0; tl_i15 < 64; ++tl_i15) {
-      asm volatile("" : "+f"(acc_1[tl_i15 / 64][tl_i15 % 64]) :: "memory");
+    for (int tl_i19 = 0; tl_i19 < 64; ++tl_i19) {
+      asm volatile("" : "+f"(acc_1[tl_i19 / 64][tl_i19 % 64]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
@@ -1063,44 +1079,44 @@ tl_MatmulWGMMAV5(
     // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
     uint16_t r_1[1][64];
 #pragma unroll
-    for (int tl_i16 = 0; tl_i16 < 64; ++tl_i16) {
-      r_1[tl_i16 / 64][tl_i16 % 64] = tl_f2h((float)(acc_1[tl_i16 / 64][tl_i16 % 64]));
+    for (int tl_i20 = 0; tl_i20 < 64; ++tl_i20) {
+      r_1[tl_i20 / 64][tl_i20 % 64] = tl_f2h((float)(acc_1[tl_i20 / 64][tl_i20 % 64]));
     }
     {
-      const int tl_c17 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-      const int tl_c18 = (((int)threadIdx.x - 128) % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+      const int tl_c21 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+      const int tl_c22 = (((int)threadIdx.x - 128) % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -1239,6 +1255,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
+}
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
 }
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
@@ -1442,18 +1462,20 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 0u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 32u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 64u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 96u), 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i5 = 0; tl_i5 < 128; ++tl_i5) {
-        asm volatile("" : "+f"(acc[tl_i5 / 128][tl_i5 % 128]) :: "memory");
+      for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
+        asm volatile("" : "+f"(acc[tl_i7 / 128][tl_i7 % 128]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
@@ -1478,8 +1500,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
-      asm volatile("" : "+f"(acc[tl_i6 / 128][tl_i6 % 128]) :: "memory");
+    for (int tl_i8 = 0; tl_i8 < 128; ++tl_i8) {
+      asm volatile("" : "+f"(acc[tl_i8 / 128][tl_i8 % 128]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
@@ -1494,76 +1516,76 @@ tl_MatmulWGMMAV5(
     // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     uint16_t r[1][128];
 #pragma unroll
-    for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
-      r[tl_i7 / 128][tl_i7 % 128] = tl_f2h((float)(acc[tl_i7 / 128][tl_i7 % 128]));
+    for (int tl_i9 = 0; tl_i9 < 128; ++tl_i9) {
+      r[tl_i9 / 128][tl_i9 % 128] = tl_f2h((float)(acc[tl_i9 / 128][tl_i9 % 128]));
     }
     {
-      const int tl_c8 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-      const int tl_c9 = ((int)threadIdx.x % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 128) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 128) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 136) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 136) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 144) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 144) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 152) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 152) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 160) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 160) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 168) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 168) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 176) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 176) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 184) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 184) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 192) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 192) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 200) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 200) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 208) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 208) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 216) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 216) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 224) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 224) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 232) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 232) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 240) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 240) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 248) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 248) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
+      const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+      const int tl_c11 = ((int)threadIdx.x % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -1590,10 +1612,10 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
     // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     float acc_1[1][128];
-    const float tl_v10 = 0.0f;
+    const float tl_v12 = 0.0f;
 #pragma unroll
-    for (int tl_i11 = 0; tl_i11 < 128; ++tl_i11) {
-      acc_1[tl_i11 / 128][tl_i11 % 128] = tl_v10;
+    for (int tl_i13 = 0; tl_i13 < 128; ++tl_i13) {
+      acc_1[tl_i13 / 128][tl_i13 % 128] = tl_v12;
     }
     // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
@@ -1609,20 +1631,22 @@ tl_MatmulWGMMAV5(
       const uint32_t sb_4 = 32768u + (uint32_t)(pipe_consumer_stage) * 32768u;
       const uint32_t sb_4_t = sb_4;  // transposed view
       {
-        const uint32_t tl_da12 = tl_smem + sa_4;
-        const uint32_t tl_db13 = tl_smem + sb_4_t;
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 0u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 32u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 64u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 96u), 1);
+        const uint32_t tl_da14 = tl_smem + sa_4;
+        const uint32_t tl_db15 = tl_smem + sb_4_t;
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
-        asm volatile("" : "+f"(acc_1[tl_i14 / 128][tl_i14 % 128]) :: "memory");
+      for (int tl_i18 = 0; tl_i18 < 128; ++tl_i18) {
+        asm volatile("" : "+f"(acc_1[tl_i18 / 128][tl_i18 % 128]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
@@ -1647,8 +1671,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i15 = 0; tl_i15 < 128; ++tl_i15) {
-      asm volatile("" : "+f"(acc_1[tl_i15 / 128][tl_i15 % 128]) :: "memory");
+    for (int tl_i19 = 0; tl_i19 < 128; ++tl_i19) {
+      asm volatile("" : "+f"(acc_1[tl_i19 / 128][tl_i19 % 128]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
@@ -1663,76 +1687,76 @@ tl_MatmulWGMMAV5(
     // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     uint16_t r_1[1][128];
 #pragma unroll
-    for (int tl_i16 = 0; tl_i16 < 128; ++tl_i16) {
-      r_1[tl_i16 / 128][tl_i16 % 128] = tl_f2h((float)(acc_1[tl_i16 / 128][tl_i16 % 128]));
+    for (int tl_i20 = 0; tl_i20 < 128; ++tl_i20) {
+      r_1[tl_i20 / 128][tl_i20 % 128] = tl_f2h((float)(acc_1[tl_i20 / 128][tl_i20 % 128]));
     }
     {
-      const int tl_c17 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-      const int tl_c18 = (((int)threadIdx.x - 128) % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 128) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 128) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 136) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 136) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 144) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 144) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 152) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 152) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 160) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 160) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 168) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 168) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 176) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 176) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 184) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 184) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 192) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 192) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 200) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 200) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 208) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 208) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 216) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 216) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 224) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 224) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 232) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 232) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 240) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 240) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 248) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 248) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
+      const int tl_c21 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+      const int tl_c22 = (((int)threadIdx.x - 128) % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 128) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 128) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 136) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 136) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 144) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 144) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 152) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 152) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 160) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 160) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 168) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 168) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 176) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 176) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 184) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 184) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 192) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 192) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 200) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 200) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 208) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 208) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 216) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 216) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 224) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 224) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 232) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 232) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 240) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 240) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 248) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 248) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -1874,6 +1898,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -2078,18 +2106,20 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 0u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 32u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 64u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 96u), 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i5 = 0; tl_i5 < 128; ++tl_i5) {
-        asm volatile("" : "+f"(acc[tl_i5 / 128][tl_i5 % 128]) :: "memory");
+      for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
+        asm volatile("" : "+f"(acc[tl_i7 / 128][tl_i7 % 128]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
@@ -2114,8 +2144,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
-      asm volatile("" : "+f"(acc[tl_i6 / 128][tl_i6 % 128]) :: "memory");
+    for (int tl_i8 = 0; tl_i8 < 128; ++tl_i8) {
+      asm volatile("" : "+f"(acc[tl_i8 / 128][tl_i8 % 128]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
@@ -2130,76 +2160,76 @@ tl_MatmulWGMMAV5(
     // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     uint16_t r[1][128];
 #pragma unroll
-    for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
-      r[tl_i7 / 128][tl_i7 % 128] = tl_f2h((float)(acc[tl_i7 / 128][tl_i7 % 128]));
+    for (int tl_i9 = 0; tl_i9 < 128; ++tl_i9) {
+      r[tl_i9 / 128][tl_i9 % 128] = tl_f2h((float)(acc[tl_i9 / 128][tl_i9 % 128]));
     }
     {
-      const int tl_c8 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-      const int tl_c9 = ((int)threadIdx.x % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 128) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 128) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 136) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 136) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 144) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 144) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 152) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 152) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 160) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 160) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 168) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 168) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 176) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 176) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 184) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 184) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 192) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 192) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 200) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 200) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 208) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 208) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 216) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 216) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 224) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 224) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 232) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 232) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 240) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 240) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 248) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 248) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
+      const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+      const int tl_c11 = ((int)threadIdx.x % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -2226,10 +2256,10 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
     // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     float acc_1[1][128];
-    const float tl_v10 = 0.0f;
+    const float tl_v12 = 0.0f;
 #pragma unroll
-    for (int tl_i11 = 0; tl_i11 < 128; ++tl_i11) {
-      acc_1[tl_i11 / 128][tl_i11 % 128] = tl_v10;
+    for (int tl_i13 = 0; tl_i13 < 128; ++tl_i13) {
+      acc_1[tl_i13 / 128][tl_i13 % 128] = tl_v12;
     }
     // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
@@ -2245,20 +2275,22 @@ tl_MatmulWGMMAV5(
       const uint32_t sb_4 = 49152u + (uint32_t)(pipe_consumer_stage) * 32768u;
       const uint32_t sb_4_t = sb_4;  // transposed view
       {
-        const uint32_t tl_da12 = tl_smem + sa_4;
-        const uint32_t tl_db13 = tl_smem + sb_4_t;
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 0u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 32u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 64u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 96u), 1);
+        const uint32_t tl_da14 = tl_smem + sa_4;
+        const uint32_t tl_db15 = tl_smem + sb_4_t;
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
-        asm volatile("" : "+f"(acc_1[tl_i14 / 128][tl_i14 % 128]) :: "memory");
+      for (int tl_i18 = 0; tl_i18 < 128; ++tl_i18) {
+        asm volatile("" : "+f"(acc_1[tl_i18 / 128][tl_i18 % 128]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
@@ -2283,8 +2315,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i15 = 0; tl_i15 < 128; ++tl_i15) {
-      asm volatile("" : "+f"(acc_1[tl_i15 / 128][tl_i15 % 128]) :: "memory");
+    for (int tl_i19 = 0; tl_i19 < 128; ++tl_i19) {
+      asm volatile("" : "+f"(acc_1[tl_i19 / 128][tl_i19 % 128]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
@@ -2299,76 +2331,76 @@ tl_MatmulWGMMAV5(
     // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     uint16_t r_1[1][128];
 #pragma unroll
-    for (int tl_i16 = 0; tl_i16 < 128; ++tl_i16) {
-      r_1[tl_i16 / 128][tl_i16 % 128] = tl_f2h((float)(acc_1[tl_i16 / 128][tl_i16 % 128]));
+    for (int tl_i20 = 0; tl_i20 < 128; ++tl_i20) {
+      r_1[tl_i20 / 128][tl_i20 % 128] = tl_f2h((float)(acc_1[tl_i20 / 128][tl_i20 % 128]));
     }
     {
-      const int tl_c17 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-      const int tl_c18 = (((int)threadIdx.x - 128) % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 128) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 128) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 136) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 136) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 144) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 144) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 152) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 152) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 160) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 160) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 168) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 168) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 176) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 176) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 184) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 184) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 192) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 192) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 200) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 200) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 208) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 208) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 216) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 216) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 224) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 224) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 232) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 232) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 240) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 240) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 248) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 248) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
+      const int tl_c21 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+      const int tl_c22 = (((int)threadIdx.x - 128) % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 128) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 128) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 136) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 136) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 144) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 144) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 152) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 152) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 160) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 160) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 168) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 168) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 176) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 176) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 184) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 184) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 192) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 192) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 200) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 200) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 208) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 208) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 216) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 216) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 224) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 224) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 232) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 232) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 240) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 240) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 248) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 248) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -2509,6 +2541,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
+}
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
 }
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
@@ -2704,18 +2740,20 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 0u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 32u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 64u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 96u), 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i5 = 0; tl_i5 < 64; ++tl_i5) {
-        asm volatile("" : "+f"(acc[tl_i5 / 64][tl_i5 % 64]) :: "memory");
+      for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
+        asm volatile("" : "+f"(acc[tl_i7 / 64][tl_i7 % 64]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
@@ -2740,8 +2778,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i6 = 0; tl_i6 < 64; ++tl_i6) {
-      asm volatile("" : "+f"(acc[tl_i6 / 64][tl_i6 % 64]) :: "memory");
+    for (int tl_i8 = 0; tl_i8 < 64; ++tl_i8) {
+      asm volatile("" : "+f"(acc[tl_i8 / 64][tl_i8 % 64]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
@@ -2756,44 +2794,44 @@ tl_MatmulWGMMAV5(
     // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
     uint16_t r[1][64];
 #pragma unroll
-    for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
-      r[tl_i7 / 64][tl_i7 % 64] = tl_f2h((float)(acc[tl_i7 / 64][tl_i7 % 64]));
+    for (int tl_i9 = 0; tl_i9 < 64; ++tl_i9) {
+      r[tl_i9 / 64][tl_i9 % 64] = tl_f2h((float)(acc[tl_i9 / 64][tl_i9 % 64]));
     }
     {
-      const int tl_c8 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-      const int tl_c9 = ((int)threadIdx.x % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+      const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+      const int tl_c11 = ((int)threadIdx.x % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -2818,10 +2856,10 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
     // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
     float acc_1[1][64];
-    const float tl_v10 = 0.0f;
+    const float tl_v12 = 0.0f;
 #pragma unroll
-    for (int tl_i11 = 0; tl_i11 < 64; ++tl_i11) {
-      acc_1[tl_i11 / 64][tl_i11 % 64] = tl_v10;
+    for (int tl_i13 = 0; tl_i13 < 64; ++tl_i13) {
+      acc_1[tl_i13 / 64][tl_i13 % 64] = tl_v12;
     }
     // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
@@ -2837,20 +2875,22 @@ tl_MatmulWGMMAV5(
       const uint32_t sb_4 = 32768u + (uint32_t)(pipe_consumer_stage) * 16384u;
       const uint32_t sb_4_t = sb_4;  // transposed view
       {
-        const uint32_t tl_da12 = tl_smem + sa_4;
-        const uint32_t tl_db13 = tl_smem + sb_4_t;
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 0u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 32u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 64u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 96u), 1);
+        const uint32_t tl_da14 = tl_smem + sa_4;
+        const uint32_t tl_db15 = tl_smem + sb_4_t;
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
-        asm volatile("" : "+f"(acc_1[tl_i14 / 64][tl_i14 % 64]) :: "memory");
+      for (int tl_i18 = 0; tl_i18 < 64; ++tl_i18) {
+        asm volatile("" : "+f"(acc_1[tl_i18 / 64][tl_i18 % 64]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
@@ -2875,8 +2915,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i15 = 0; tl_i15 < 64; ++tl_i15) {
-      asm volatile("" : "+f"(acc_1[tl_i15 / 64][tl_i15 % 64]) :: "memory");
+    for (int tl_i19 = 0; tl_i19 < 64; ++tl_i19) {
+      asm volatile("" : "+f"(acc_1[tl_i19 / 64][tl_i19 % 64]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
@@ -2891,44 +2931,44 @@ tl_MatmulWGMMAV5(
     // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
     uint16_t r_1[1][64];
 #pragma unroll
-    for (int tl_i16 = 0; tl_i16 < 64; ++tl_i16) {
-      r_1[tl_i16 / 64][tl_i16 % 64] = tl_f2h((float)(acc_1[tl_i16 / 64][tl_i16 % 64]));
+    for (int tl_i20 = 0; tl_i20 < 64; ++tl_i20) {
+      r_1[tl_i20 / 64][tl_i20 % 64] = tl_f2h((float)(acc_1[tl_i20 / 64][tl_i20 % 64]));
     }
     {
-      const int tl_c17 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-      const int tl_c18 = (((int)threadIdx.x - 128) % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+      const int tl_c21 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+      const int tl_c22 = (((int)threadIdx.x - 128) % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -3067,6 +3107,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
+}
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
 }
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
@@ -3264,18 +3308,20 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 0u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 32u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 64u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 96u), 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i5 = 0; tl_i5 < 64; ++tl_i5) {
-        asm volatile("" : "+f"(acc[tl_i5 / 64][tl_i5 % 64]) :: "memory");
+      for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
+        asm volatile("" : "+f"(acc[tl_i7 / 64][tl_i7 % 64]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
@@ -3300,8 +3346,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i6 = 0; tl_i6 < 64; ++tl_i6) {
-      asm volatile("" : "+f"(acc[tl_i6 / 64][tl_i6 % 64]) :: "memory");
+    for (int tl_i8 = 0; tl_i8 < 64; ++tl_i8) {
+      asm volatile("" : "+f"(acc[tl_i8 / 64][tl_i8 % 64]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
@@ -3316,44 +3362,44 @@ tl_MatmulWGMMAV5(
     // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
     uint16_t r[1][64];
 #pragma unroll
-    for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
-      r[tl_i7 / 64][tl_i7 % 64] = tl_f2h((float)(acc[tl_i7 / 64][tl_i7 % 64]));
+    for (int tl_i9 = 0; tl_i9 < 64; ++tl_i9) {
+      r[tl_i9 / 64][tl_i9 % 64] = tl_f2h((float)(acc[tl_i9 / 64][tl_i9 % 64]));
     }
     {
-      const int tl_c8 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-      const int tl_c9 = ((int)threadIdx.x % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+      const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+      const int tl_c11 = ((int)threadIdx.x % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -3378,10 +3424,10 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
     // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
     float acc_1[1][64];
-    const float tl_v10 = 0.0f;
+    const float tl_v12 = 0.0f;
 #pragma unroll
-    for (int tl_i11 = 0; tl_i11 < 64; ++tl_i11) {
-      acc_1[tl_i11 / 64][tl_i11 % 64] = tl_v10;
+    for (int tl_i13 = 0; tl_i13 < 64; ++tl_i13) {
+      acc_1[tl_i13 / 64][tl_i13 % 64] = tl_v12;
     }
     // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
@@ -3397,20 +3443,22 @@ tl_MatmulWGMMAV5(
       const uint32_t sb_4 = 49152u + (uint32_t)(pipe_consumer_stage) * 16384u;
       const uint32_t sb_4_t = sb_4;  // transposed view
       {
-        const uint32_t tl_da12 = tl_smem + sa_4;
-        const uint32_t tl_db13 = tl_smem + sb_4_t;
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 0u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 32u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 64u), 1);
-        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 96u), 1);
+        const uint32_t tl_da14 = tl_smem + sa_4;
+        const uint32_t tl_db15 = tl_smem + sb_4_t;
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
-        asm volatile("" : "+f"(acc_1[tl_i14 / 64][tl_i14 % 64]) :: "memory");
+      for (int tl_i18 = 0; tl_i18 < 64; ++tl_i18) {
+        asm volatile("" : "+f"(acc_1[tl_i18 / 64][tl_i18 % 64]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
@@ -3435,8 +3483,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i15 = 0; tl_i15 < 64; ++tl_i15) {
-      asm volatile("" : "+f"(acc_1[tl_i15 / 64][tl_i15 % 64]) :: "memory");
+    for (int tl_i19 = 0; tl_i19 < 64; ++tl_i19) {
+      asm volatile("" : "+f"(acc_1[tl_i19 / 64][tl_i19 % 64]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
@@ -3451,44 +3499,44 @@ tl_MatmulWGMMAV5(
     // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
     uint16_t r_1[1][64];
 #pragma unroll
-    for (int tl_i16 = 0; tl_i16 < 64; ++tl_i16) {
-      r_1[tl_i16 / 64][tl_i16 % 64] = tl_f2h((float)(acc_1[tl_i16 / 64][tl_i16 % 64]));
+    for (int tl_i20 = 0; tl_i20 < 64; ++tl_i20) {
+      r_1[tl_i20 / 64][tl_i20 % 64] = tl_f2h((float)(acc_1[tl_i20 / 64][tl_i20 % 64]));
     }
     {
-      const int tl_c17 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-      const int tl_c18 = (((int)threadIdx.x - 128) % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+      const int tl_c21 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+      const int tl_c22 = (((int)threadIdx.x - 128) % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -3627,6 +3675,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
+}
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
 }
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
@@ -3830,18 +3882,20 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 0u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 32u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 64u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 96u), 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i5 = 0; tl_i5 < 128; ++tl_i5) {
-        asm volatile("" : "+f"(acc[tl_i5 / 128][tl_i5 % 128]) :: "memory");
+      for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
+        asm volatile("" : "+f"(acc[tl_i7 / 128][tl_i7 % 128]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
@@ -3866,8 +3920,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
-      asm volatile("" : "+f"(acc[tl_i6 / 128][tl_i6 % 128]) :: "memory");
+    for (int tl_i8 = 0; tl_i8 < 128; ++tl_i8) {
+      asm volatile("" : "+f"(acc[tl_i8 / 128][tl_i8 % 128]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
@@ -3882,76 +3936,76 @@ tl_MatmulWGMMAV5(
     // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     uint16_t r[1][128];
 #pragma unroll
-    for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
-      r[tl_i7 / 128][tl_i7 % 128] = tl_f2h((float)(acc[tl_i7 / 128][tl_i7 % 128]));
+    for (int tl_i9 = 0; tl_i9 < 128; ++tl_i9) {
+      r[tl_i9 / 128][tl_i9 % 128] = tl_f2h((float)(acc[tl_i9 / 128][tl_i9 % 128]));
     }
     {
-      const int tl_c8 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-      const int tl_c9 = ((int)threadIdx.x % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 128) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 128) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 136) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 136) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 144) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 144) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 152) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 152) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 160) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 160) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 168) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 168) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 176) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 176) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 184) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 184) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 192) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 192) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 200) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 200) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 208) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 208) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 216) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 216) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 224) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 224) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 232) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 232) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 240) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 240) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 248) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c9 + 248) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
+      const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+      const int tl_c11 = ((int)threadIdx.x % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -3978,10 +4032,10 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
     // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     float acc_1[1][128];
-    const float tl_v10 = 0.0f;
+    const float tl_v12 = 0.0f;
 #pragma unroll
-    for (int tl_i11 = 0; tl_i11 < 128; ++tl_i11) {
-      acc_1[tl_i11 / 128][tl_i11 % 128] = tl_v10;
+    for (int tl_i13 = 0; tl_i13 < 128; ++tl_i13) {
+      acc_1[tl_i13 / 128][tl_i13 % 128] = tl_v12;
     }
     // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
@@ -3997,20 +4051,22 @@ tl_MatmulWGMMAV5(
       const uint32_t sb_4 = 32768u + (uint32_t)(pipe_consumer_stage) * 32768u;
       const uint32_t sb_4_t = sb_4;  // transposed view
       {
-        const uint32_t tl_da12 = tl_smem + sa_4;
-        const uint32_t tl_db13 = tl_smem + sb_4_t;
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 0u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 32u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 64u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 96u), 1);
+        const uint32_t tl_da14 = tl_smem + sa_4;
+        const uint32_t tl_db15 = tl_smem + sb_4_t;
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
-        asm volatile("" : "+f"(acc_1[tl_i14 / 128][tl_i14 % 128]) :: "memory");
+      for (int tl_i18 = 0; tl_i18 < 128; ++tl_i18) {
+        asm volatile("" : "+f"(acc_1[tl_i18 / 128][tl_i18 % 128]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
@@ -4035,8 +4091,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i15 = 0; tl_i15 < 128; ++tl_i15) {
-      asm volatile("" : "+f"(acc_1[tl_i15 / 128][tl_i15 % 128]) :: "memory");
+    for (int tl_i19 = 0; tl_i19 < 128; ++tl_i19) {
+      asm volatile("" : "+f"(acc_1[tl_i19 / 128][tl_i19 % 128]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
@@ -4051,76 +4107,76 @@ tl_MatmulWGMMAV5(
     // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     uint16_t r_1[1][128];
 #pragma unroll
-    for (int tl_i16 = 0; tl_i16 < 128; ++tl_i16) {
-      r_1[tl_i16 / 128][tl_i16 % 128] = tl_f2h((float)(acc_1[tl_i16 / 128][tl_i16 % 128]));
+    for (int tl_i20 = 0; tl_i20 < 128; ++tl_i20) {
+      r_1[tl_i20 / 128][tl_i20 % 128] = tl_f2h((float)(acc_1[tl_i20 / 128][tl_i20 % 128]));
     }
     {
-      const int tl_c17 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-      const int tl_c18 = (((int)threadIdx.x - 128) % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 128) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 128) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 136) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 136) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 144) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 144) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 152) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 152) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 160) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 160) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 168) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 168) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 176) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 176) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 184) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 184) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 192) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 192) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 200) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 200) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 208) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 208) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 216) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 216) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 224) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 224) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 232) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 232) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 240) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 240) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 248) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c18 + 248) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
+      const int tl_c21 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+      const int tl_c22 = (((int)threadIdx.x - 128) % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 128) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 128) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 136) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 136) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 144) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 144) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 152) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 152) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 160) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 160) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 168) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 168) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 176) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 176) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 184) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 184) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 192) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 192) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 200) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 200) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 208) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 208) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 216) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 216) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 224) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 224) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 232) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 232) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 240) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 240) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 248) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c22 + 248) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -4261,6 +4317,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
+}
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
 }
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
@@ -4466,18 +4526,20 @@ tl_MatmulWGMMAV5(
       {
         const uint32_t tl_da3 = tl_smem + sa_3;
         const uint32_t tl_db4 = tl_smem + sb_3_t;
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 0u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 32u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 64u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4 + 96u), 1);
+        const uint32_t tl_qb5 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db4);
+        const uint32_t tl_qa6 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da3);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa6 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb5 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i5 = 0; tl_i5 < 128; ++tl_i5) {
-        asm volatile("" : "+f"(acc[tl_i5 / 128][tl_i5 % 128]) :: "memory");
+      for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
+        asm volatile("" : "+f"(acc[tl_i7 / 128][tl_i7 % 128]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_1 > 0)) {
@@ -4502,8 +4564,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i6 = 0; tl_i6 < 128; ++tl_i6) {
-      asm volatile("" : "+f"(acc[tl_i6 / 128][tl_i6 % 128]) :: "memory");
+    for (int tl_i8 = 0; tl_i8 < 128; ++tl_i8) {
+      asm volatile("" : "+f"(acc[tl_i8 / 128][tl_i8 % 128]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
@@ -4518,76 +4580,76 @@ tl_MatmulWGMMAV5(
     // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     uint16_t r[1][128];
 #pragma unroll
-    for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
-      r[tl_i7 / 128][tl_i7 % 128] = tl_f2h((float)(acc[tl_i7 / 128][tl_i7 % 128]));
+    for (int tl_i9 = 0; tl_i9 < 128; ++tl_i9) {
+      r[tl_i9 / 128][tl_i9 % 128] = tl_f2h((float)(acc[tl_i9 / 128][tl_i9 % 128]));
     }
     {
-      const int tl_c8 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-      const int tl_c9 = ((int)threadIdx.x % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 8) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 16) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 24) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 32) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 40) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 48) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 56) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 64) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 72) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 80) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 88) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 96) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 104) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 112) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 120) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 128) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 128) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 136) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 136) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 144) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 144) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 152) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 152) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 160) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 160) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 168) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 168) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 176) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 176) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 184) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 184) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 192) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 192) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 200) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 200) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 208) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 208) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 216) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 216) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 224) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 224) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 232) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 232) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 240) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 240) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 248) / 64) * 8192 + (tl_c8) * 128 + ((tl_c9 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c9 + 248) / 64) * 8192 + (tl_c8 + 8) * 128 + ((tl_c9 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
+      const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+      const int tl_c11 = ((int)threadIdx.x % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();
@@ -4614,10 +4676,10 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:90  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
     // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     float acc_1[1][128];
-    const float tl_v10 = 0.0f;
+    const float tl_v12 = 0.0f;
 #pragma unroll
-    for (int tl_i11 = 0; tl_i11 < 128; ++tl_i11) {
-      acc_1[tl_i11 / 128][tl_i11 % 128] = tl_v10;
+    for (int tl_i13 = 0; tl_i13 < 128; ++tl_i13) {
+      acc_1[tl_i13 / 128][tl_i13 % 128] = tl_v12;
     }
     // matmul_v5.py:63  prev_stage: int32 = 0
     int prev_stage_1 = 0;
@@ -4633,20 +4695,22 @@ tl_MatmulWGMMAV5(
       const uint32_t sb_4 = 49152u + (uint32_t)(pipe_consumer_stage) * 32768u;
       const uint32_t sb_4_t = sb_4;  // transposed view
       {
-        const uint32_t tl_da12 = tl_smem + sa_4;
-        const uint32_t tl_db13 = tl_smem + sb_4_t;
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 0u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 32u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 64u), 1);
-        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da12 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db13 + 96u), 1);
+        const uint32_t tl_da14 = tl_smem + sa_4;
+        const uint32_t tl_db15 = tl_smem + sb_4_t;
+        const uint32_t tl_qb16 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db15);
+        const uint32_t tl_qa17 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da14);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 0u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 2u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 4u), 1);
+        tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa17 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb16 + 6u), 1);
       }
       // matmul_v5.py:68  self.wgmma.commit_group()
       tl_wgmma_commit_group();
       // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
       tl_wgmma_wait_group<1>();
 #pragma unroll
-      for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
-        asm volatile("" : "+f"(acc_1[tl_i14 / 128][tl_i14 % 128]) :: "memory");
+      for (int tl_i18 = 0; tl_i18 < 128; ++tl_i18) {
+        asm volatile("" : "+f"(acc_1[tl_i18 / 128][tl_i18 % 128]) :: "memory");
       }
       // matmul_v5.py:70  if offset_k > 0:
       if ((offset_k_2 > 0)) {
@@ -4671,8 +4735,8 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:74  self.wgmma.wait_group(0)
     tl_wgmma_wait_group<0>();
 #pragma unroll
-    for (int tl_i15 = 0; tl_i15 < 128; ++tl_i15) {
-      asm volatile("" : "+f"(acc_1[tl_i15 / 128][tl_i15 % 128]) :: "memory");
+    for (int tl_i19 = 0; tl_i19 < 128; ++tl_i19) {
+      asm volatile("" : "+f"(acc_1[tl_i19 / 128][tl_i19 % 128]) :: "memory");
     }
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
@@ -4687,76 +4751,76 @@ tl_MatmulWGMMAV5(
     // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     uint16_t r_1[1][128];
 #pragma unroll
-    for (int tl_i16 = 0; tl_i16 < 128; ++tl_i16) {
-      r_1[tl_i16 / 128][tl_i16 % 128] = tl_f2h((float)(acc_1[tl_i16 / 128][tl_i16 % 128]));
+    for (int tl_i20 = 0; tl_i20 < 128; ++tl_i20) {
+      r_1[tl_i20 / 128][tl_i20 % 128] = tl_f2h((float)(acc_1[tl_i20 / 128][tl_i20 % 128]));
     }
     {
-      const int tl_c17 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-      const int tl_c18 = (((int)threadIdx.x - 128) % 4) * 2;
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 8) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 16) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 24) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 32) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 40) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 48) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 56) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 64) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 72) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 80) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 88) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 96) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 104) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 112) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 120) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 128) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 128) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 136) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 136) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 144) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 144) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 152) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 152) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 160) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 160) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 168) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 168) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 176) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 176) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 184) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 184) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 192) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 192) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 200) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 200) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 208) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 208) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 216) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 216) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 224) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 224) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 232) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 232) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 240) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 240) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 248) / 64) * 8192 + (tl_c17) * 128 + ((tl_c18 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
-      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c18 + 248) / 64) * 8192 + (tl_c17 + 8) * 128 + ((tl_c18 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
+      const int tl_c21 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+      const int tl_c22 = (((int)threadIdx.x - 128) % 4) * 2;
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 8) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 16) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 24) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 32) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 40) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 48) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 56) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 64) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 72) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 80) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 88) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 96) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 104) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 112) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 120) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 128) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 128) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 136) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 136) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 144) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 144) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 152) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 152) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 160) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 160) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 168) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 168) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 176) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 176) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 184) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 184) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 192) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 192) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 200) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 200) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 208) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 208) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 216) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 216) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 224) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 224) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 232) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 232) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 240) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 240) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 248) / 64) * 8192 + (tl_c21) * 128 + ((tl_c22 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
+      *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c22 + 248) / 64) * 8192 + (tl_c21 + 8) * 128 + ((tl_c22 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
     }
     // matmul_v5.py:94  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
     tl_fence_proxy_async();

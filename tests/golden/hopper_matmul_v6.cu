@@ -131,6 +131,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n128k16_f32_f16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -366,18 +370,20 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 0u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 32u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 64u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 96u), 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
-            asm volatile("" : "+f"(acc[tl_i7 / 64][tl_i7 % 64]) :: "memory");
+          for (int tl_i9 = 0; tl_i9 < 64; ++tl_i9) {
+            asm volatile("" : "+f"(acc[tl_i9 / 64][tl_i9 % 64]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
@@ -402,8 +408,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i8 = 0; tl_i8 < 64; ++tl_i8) {
-          asm volatile("" : "+f"(acc[tl_i8 / 64][tl_i8 % 64]) :: "memory");
+        for (int tl_i10 = 0; tl_i10 < 64; ++tl_i10) {
+          asm volatile("" : "+f"(acc[tl_i10 / 64][tl_i10 % 64]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
@@ -423,44 +429,44 @@ tl_MatmulWGMMAV6(
         // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
         uint16_t r[1][64];
 #pragma unroll
-        for (int tl_i9 = 0; tl_i9 < 64; ++tl_i9) {
-          r[tl_i9 / 64][tl_i9 % 64] = tl_f2h((float)(acc[tl_i9 / 64][tl_i9 % 64]));
+        for (int tl_i11 = 0; tl_i11 < 64; ++tl_i11) {
+          r[tl_i11 / 64][tl_i11 % 64] = tl_f2h((float)(acc[tl_i11 / 64][tl_i11 % 64]));
         }
         {
-          const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-          const int tl_c11 = ((int)threadIdx.x % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+          const int tl_c12 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+          const int tl_c13 = ((int)threadIdx.x % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -492,8 +498,8 @@ tl_MatmulWGMMAV6(
     // %sc_1: shared bytes [81920, 98304)
     // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
-      const int tl_end12 = (num_m_4 * 32);
-      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+      const int tl_end14 = (num_m_4 * 32);
+      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
         // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
@@ -524,10 +530,10 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         float acc_1[1][64];
-        const float tl_v13 = 0.0f;
+        const float tl_v15 = 0.0f;
 #pragma unroll
-        for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
-          acc_1[tl_i14 / 64][tl_i14 % 64] = tl_v13;
+        for (int tl_i16 = 0; tl_i16 < 64; ++tl_i16) {
+          acc_1[tl_i16 / 64][tl_i16 % 64] = tl_v15;
         }
         // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
@@ -543,20 +549,22 @@ tl_MatmulWGMMAV6(
           const uint32_t sb_4 = 32768u + (uint32_t)(pipe_consumer_stage) * 16384u;
           const uint32_t sb_4_t = sb_4;  // transposed view
           {
-            const uint32_t tl_da15 = tl_smem + sa_4;
-            const uint32_t tl_db16 = tl_smem + sb_4_t;
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 0u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 32u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 64u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 96u), 1);
+            const uint32_t tl_da17 = tl_smem + sa_4;
+            const uint32_t tl_db18 = tl_smem + sb_4_t;
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i17 = 0; tl_i17 < 64; ++tl_i17) {
-            asm volatile("" : "+f"(acc_1[tl_i17 / 64][tl_i17 % 64]) :: "memory");
+          for (int tl_i21 = 0; tl_i21 < 64; ++tl_i21) {
+            asm volatile("" : "+f"(acc_1[tl_i21 / 64][tl_i21 % 64]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
@@ -581,8 +589,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i18 = 0; tl_i18 < 64; ++tl_i18) {
-          asm volatile("" : "+f"(acc_1[tl_i18 / 64][tl_i18 % 64]) :: "memory");
+        for (int tl_i22 = 0; tl_i22 < 64; ++tl_i22) {
+          asm volatile("" : "+f"(acc_1[tl_i22 / 64][tl_i22 % 64]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
@@ -602,44 +610,44 @@ tl_MatmulWGMMAV6(
         // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         uint16_t r_1[1][64];
 #pragma unroll
-        for (int tl_i19 = 0; tl_i19 < 64; ++tl_i19) {
-          r_1[tl_i19 / 64][tl_i19 % 64] = tl_f2h((float)(acc_1[tl_i19 / 64][tl_i19 % 64]));
+        for (int tl_i23 = 0; tl_i23 < 64; ++tl_i23) {
+          r_1[tl_i23 / 64][tl_i23 % 64] = tl_f2h((float)(acc_1[tl_i23 / 64][tl_i23 % 64]));
         }
         {
-          const int tl_c20 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-          const int tl_c21 = (((int)threadIdx.x - 128) % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+          const int tl_c24 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+          const int tl_c25 = (((int)threadIdx.x - 128) % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -792,6 +800,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
+}
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
 }
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
@@ -1030,18 +1042,20 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 0u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 32u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 64u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 96u), 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
-            asm volatile("" : "+f"(acc[tl_i7 / 64][tl_i7 % 64]) :: "memory");
+          for (int tl_i9 = 0; tl_i9 < 64; ++tl_i9) {
+            asm volatile("" : "+f"(acc[tl_i9 / 64][tl_i9 % 64]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
@@ -1066,8 +1080,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i8 = 0; tl_i8 < 64; ++tl_i8) {
-          asm volatile("" : "+f"(acc[tl_i8 / 64][tl_i8 % 64]) :: "memory");
+        for (int tl_i10 = 0; tl_i10 < 64; ++tl_i10) {
+          asm volatile("" : "+f"(acc[tl_i10 / 64][tl_i10 % 64]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
@@ -1087,44 +1101,44 @@ tl_MatmulWGMMAV6(
         // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
         uint16_t r[1][64];
 #pragma unroll
-        for (int tl_i9 = 0; tl_i9 < 64; ++tl_i9) {
-          r[tl_i9 / 64][tl_i9 % 64] = tl_f2h((float)(acc[tl_i9 / 64][tl_i9 % 64]));
+        for (int tl_i11 = 0; tl_i11 < 64; ++tl_i11) {
+          r[tl_i11 / 64][tl_i11 % 64] = tl_f2h((float)(acc[tl_i11 / 64][tl_i11 % 64]));
         }
         {
-          const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-          const int tl_c11 = ((int)threadIdx.x % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+          const int tl_c12 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+          const int tl_c13 = ((int)threadIdx.x % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -1156,8 +1170,8 @@ tl_MatmulWGMMAV6(
     // %sc_1: shared bytes [114688, 131072)
     // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
-      const int tl_end12 = (num_m_4 * 32);
-      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+      const int tl_end14 = (num_m_4 * 32);
+      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
         // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
@@ -1188,10 +1202,10 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         float acc_1[1][64];
-        const float tl_v13 = 0.0f;
+        const float tl_v15 = 0.0f;
 #pragma unroll
-        for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
-          acc_1[tl_i14 / 64][tl_i14 % 64] = tl_v13;
+        for (int tl_i16 = 0; tl_i16 < 64; ++tl_i16) {
+          acc_1[tl_i16 / 64][tl_i16 % 64] = tl_v15;
         }
         // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
@@ -1207,20 +1221,22 @@ tl_MatmulWGMMAV6(
           const uint32_t sb_4 = 49152u + (uint32_t)(pipe_consumer_stage) * 16384u;
           const uint32_t sb_4_t = sb_4;  // transposed view
           {
-            const uint32_t tl_da15 = tl_smem + sa_4;
-            const uint32_t tl_db16 = tl_smem + sb_4_t;
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 0u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 32u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 64u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 96u), 1);
+            const uint32_t tl_da17 = tl_smem + sa_4;
+            const uint32_t tl_db18 = tl_smem + sb_4_t;
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i17 = 0; tl_i17 < 64; ++tl_i17) {
-            asm volatile("" : "+f"(acc_1[tl_i17 / 64][tl_i17 % 64]) :: "memory");
+          for (int tl_i21 = 0; tl_i21 < 64; ++tl_i21) {
+            asm volatile("" : "+f"(acc_1[tl_i21 / 64][tl_i21 % 64]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
@@ -1245,8 +1261,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i18 = 0; tl_i18 < 64; ++tl_i18) {
-          asm volatile("" : "+f"(acc_1[tl_i18 / 64][tl_i18 % 64]) :: "memory");
+        for (int tl_i22 = 0; tl_i22 < 64; ++tl_i22) {
+          asm volatile("" : "+f"(acc_1[tl_i22 / 64][tl_i22 % 64]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
@@ -1266,44 +1282,44 @@ tl_MatmulWGMMAV6(
         // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         uint16_t r_1[1][64];
 #pragma unroll
-        for (int tl_i19 = 0; tl_i19 < 64; ++tl_i19) {
-          r_1[tl_i19 / 64][tl_i19 % 64] = tl_f2h((float)(acc_1[tl_i19 / 64][tl_i19 % 64]));
+        for (int tl_i23 = 0; tl_i23 < 64; ++tl_i23) {
+          r_1[tl_i23 / 64][tl_i23 % 64] = tl_f2h((float)(acc_1[tl_i23 / 64][tl_i23 % 64]));
         }
         {
-          const int tl_c20 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-          const int tl_c21 = (((int)threadIdx.x - 128) % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+          const int tl_c24 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+          const int tl_c25 = (((int)threadIdx.x - 128) % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -1456,6 +1472,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
+}
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
 }
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
@@ -1700,18 +1720,20 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 0u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 32u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 64u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 96u), 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
-            asm volatile("" : "+f"(acc[tl_i7 / 128][tl_i7 % 128]) :: "memory");
+          for (int tl_i9 = 0; tl_i9 < 128; ++tl_i9) {
+            asm volatile("" : "+f"(acc[tl_i9 / 128][tl_i9 % 128]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
@@ -1736,8 +1758,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i8 = 0; tl_i8 < 128; ++tl_i8) {
-          asm volatile("" : "+f"(acc[tl_i8 / 128][tl_i8 % 128]) :: "memory");
+        for (int tl_i10 = 0; tl_i10 < 128; ++tl_i10) {
+          asm volatile("" : "+f"(acc[tl_i10 / 128][tl_i10 % 128]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
@@ -1757,76 +1779,76 @@ tl_MatmulWGMMAV6(
         // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
         uint16_t r[1][128];
 #pragma unroll
-        for (int tl_i9 = 0; tl_i9 < 128; ++tl_i9) {
-          r[tl_i9 / 128][tl_i9 % 128] = tl_f2h((float)(acc[tl_i9 / 128][tl_i9 % 128]));
+        for (int tl_i11 = 0; tl_i11 < 128; ++tl_i11) {
+          r[tl_i11 / 128][tl_i11 % 128] = tl_f2h((float)(acc[tl_i11 / 128][tl_i11 % 128]));
         }
         {
-          const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-          const int tl_c11 = ((int)threadIdx.x % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
+          const int tl_c12 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+          const int tl_c13 = ((int)threadIdx.x % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 128) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 128) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 136) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 136) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 144) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 144) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 152) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 152) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 160) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 160) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 168) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 168) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 176) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 176) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 184) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 184) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 192) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 192) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 200) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 200) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 208) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 208) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 216) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 216) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 224) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 224) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 232) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 232) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 240) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 240) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -1860,8 +1882,8 @@ tl_MatmulWGMMAV6(
     // %sc_1: shared bytes [131072, 163840)
     // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
-      const int tl_end12 = (num_m_4 * 16);
-      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+      const int tl_end14 = (num_m_4 * 16);
+      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
         // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
@@ -1892,10 +1914,10 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         float acc_1[1][128];
-        const float tl_v13 = 0.0f;
+        const float tl_v15 = 0.0f;
 #pragma unroll
-        for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
-          acc_1[tl_i14 / 128][tl_i14 % 128] = tl_v13;
+        for (int tl_i16 = 0; tl_i16 < 128; ++tl_i16) {
+          acc_1[tl_i16 / 128][tl_i16 % 128] = tl_v15;
         }
         // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
@@ -1911,20 +1933,22 @@ tl_MatmulWGMMAV6(
           const uint32_t sb_4 = 32768u + (uint32_t)(pipe_consumer_stage) * 32768u;
           const uint32_t sb_4_t = sb_4;  // transposed view
           {
-            const uint32_t tl_da15 = tl_smem + sa_4;
-            const uint32_t tl_db16 = tl_smem + sb_4_t;
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 0u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 32u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 64u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 96u), 1);
+            const uint32_t tl_da17 = tl_smem + sa_4;
+            const uint32_t tl_db18 = tl_smem + sb_4_t;
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i17 = 0; tl_i17 < 128; ++tl_i17) {
-            asm volatile("" : "+f"(acc_1[tl_i17 / 128][tl_i17 % 128]) :: "memory");
+          for (int tl_i21 = 0; tl_i21 < 128; ++tl_i21) {
+            asm volatile("" : "+f"(acc_1[tl_i21 / 128][tl_i21 % 128]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
@@ -1949,8 +1973,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i18 = 0; tl_i18 < 128; ++tl_i18) {
-          asm volatile("" : "+f"(acc_1[tl_i18 / 128][tl_i18 % 128]) :: "memory");
+        for (int tl_i22 = 0; tl_i22 < 128; ++tl_i22) {
+          asm volatile("" : "+f"(acc_1[tl_i22 / 128][tl_i22 % 128]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
@@ -1970,76 +1994,76 @@ tl_MatmulWGMMAV6(
         // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         uint16_t r_1[1][128];
 #pragma unroll
-        for (int tl_i19 = 0; tl_i19 < 128; ++tl_i19) {
-          r_1[tl_i19 / 128][tl_i19 % 128] = tl_f2h((float)(acc_1[tl_i19 / 128][tl_i19 % 128]));
+        for (int tl_i23 = 0; tl_i23 < 128; ++tl_i23) {
+          r_1[tl_i23 / 128][tl_i23 % 128] = tl_f2h((float)(acc_1[tl_i23 / 128][tl_i23 % 128]));
         }
         {
-          const int tl_c20 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-          const int tl_c21 = (((int)threadIdx.x - 128) % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 128) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 128) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 136) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 136) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 144) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 144) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 152) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 152) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 160) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 160) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 168) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 168) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 176) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 176) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 184) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 184) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 192) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 192) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 200) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 200) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 208) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 208) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 216) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 216) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 224) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 224) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 232) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 232) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 240) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 240) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 248) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 248) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
+          const int tl_c24 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+          const int tl_c25 = (((int)threadIdx.x - 128) % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 128) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 128) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 136) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 136) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 144) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 144) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 152) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 152) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 160) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 160) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 168) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 168) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 176) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 176) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 184) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 184) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 192) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 192) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 200) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 200) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 208) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 208) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 216) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 216) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 224) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 224) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 232) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 232) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 240) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 240) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -2195,6 +2219,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
 }
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
+}
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
 __device__ __forceinline__ void tl_wgmma_m64n256k16_f32_f16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
@@ -2440,18 +2468,20 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 0u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 32u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 64u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 96u), 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
-            asm volatile("" : "+f"(acc[tl_i7 / 128][tl_i7 % 128]) :: "memory");
+          for (int tl_i9 = 0; tl_i9 < 128; ++tl_i9) {
+            asm volatile("" : "+f"(acc[tl_i9 / 128][tl_i9 % 128]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
@@ -2476,8 +2506,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i8 = 0; tl_i8 < 128; ++tl_i8) {
-          asm volatile("" : "+f"(acc[tl_i8 / 128][tl_i8 % 128]) :: "memory");
+        for (int tl_i10 = 0; tl_i10 < 128; ++tl_i10) {
+          asm volatile("" : "+f"(acc[tl_i10 / 128][tl_i10 % 128]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
@@ -2497,76 +2527,76 @@ tl_MatmulWGMMAV6(
         // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
         uint16_t r[1][128];
 #pragma unroll
-        for (int tl_i9 = 0; tl_i9 < 128; ++tl_i9) {
-          r[tl_i9 / 128][tl_i9 % 128] = tl_f2h((float)(acc[tl_i9 / 128][tl_i9 % 128]));
+        for (int tl_i11 = 0; tl_i11 < 128; ++tl_i11) {
+          r[tl_i11 / 128][tl_i11 % 128] = tl_f2h((float)(acc[tl_i11 / 128][tl_i11 % 128]));
         }
         {
-          const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-          const int tl_c11 = ((int)threadIdx.x % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
+          const int tl_c12 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+          const int tl_c13 = ((int)threadIdx.x % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 128) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 128) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 136) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 136) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 144) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 144) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 152) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 152) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 160) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 160) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 168) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 168) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 176) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 176) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 184) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 184) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 192) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 192) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 200) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 200) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 208) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 208) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 216) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 216) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 224) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 224) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 232) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 232) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 240) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 240) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -2600,8 +2630,8 @@ tl_MatmulWGMMAV6(
     // %sc_1: shared bytes [180224, 212992)
     // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
-      const int tl_end12 = (num_m_4 * 16);
-      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+      const int tl_end14 = (num_m_4 * 16);
+      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
         // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
@@ -2632,10 +2662,10 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         float acc_1[1][128];
-        const float tl_v13 = 0.0f;
+        const float tl_v15 = 0.0f;
 #pragma unroll
-        for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
-          acc_1[tl_i14 / 128][tl_i14 % 128] = tl_v13;
+        for (int tl_i16 = 0; tl_i16 < 128; ++tl_i16) {
+          acc_1[tl_i16 / 128][tl_i16 % 128] = tl_v15;
         }
         // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
@@ -2651,20 +2681,22 @@ tl_MatmulWGMMAV6(
           const uint32_t sb_4 = 49152u + (uint32_t)(pipe_consumer_stage) * 32768u;
           const uint32_t sb_4_t = sb_4;  // transposed view
           {
-            const uint32_t tl_da15 = tl_smem + sa_4;
-            const uint32_t tl_db16 = tl_smem + sb_4_t;
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 0u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 32u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 64u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 96u), 1);
+            const uint32_t tl_da17 = tl_smem + sa_4;
+            const uint32_t tl_db18 = tl_smem + sb_4_t;
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i17 = 0; tl_i17 < 128; ++tl_i17) {
-            asm volatile("" : "+f"(acc_1[tl_i17 / 128][tl_i17 % 128]) :: "memory");
+          for (int tl_i21 = 0; tl_i21 < 128; ++tl_i21) {
+            asm volatile("" : "+f"(acc_1[tl_i21 / 128][tl_i21 % 128]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
@@ -2689,8 +2721,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i18 = 0; tl_i18 < 128; ++tl_i18) {
-          asm volatile("" : "+f"(acc_1[tl_i18 / 128][tl_i18 % 128]) :: "memory");
+        for (int tl_i22 = 0; tl_i22 < 128; ++tl_i22) {
+          asm volatile("" : "+f"(acc_1[tl_i22 / 128][tl_i22 % 128]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
@@ -2710,76 +2742,76 @@ tl_MatmulWGMMAV6(
         // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         uint16_t r_1[1][128];
 #pragma unroll
-        for (int tl_i19 = 0; tl_i19 < 128; ++tl_i19) {
-          r_1[tl_i19 / 128][tl_i19 % 128] = tl_f2h((float)(acc_1[tl_i19 / 128][tl_i19 % 128]));
+        for (int tl_i23 = 0; tl_i23 < 128; ++tl_i23) {
+          r_1[tl_i23 / 128][tl_i23 % 128] = tl_f2h((float)(acc_1[tl_i23 / 128][tl_i23 % 128]));
         }
         {
-          const int tl_c20 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-          const int tl_c21 = (((int)threadIdx.x - 128) % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 128) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 128) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 136) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 136) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 144) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 144) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 152) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 152) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 160) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 160) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 168) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 168) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 176) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 176) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 184) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 184) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 192) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 192) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 200) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 200) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 208) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 208) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 216) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 216) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 224) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 224) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 232) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 232) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 240) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 240) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 248) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 248) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
+          const int tl_c24 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+          const int tl_c25 = (((int)threadIdx.x - 128) % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 128) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 128) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 136) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 136) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 144) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 144) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 152) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 152) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 160) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 160) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 168) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 168) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 176) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 176) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 184) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 184) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 192) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 192) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 200) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 200) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 208) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 208) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 216) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 216) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 224) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 224) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 232) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 232) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 240) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 240) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -2934,6 +2966,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
+}
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
 }
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
@@ -3170,18 +3206,20 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 0u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 32u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 64u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 96u), 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
-            asm volatile("" : "+f"(acc[tl_i7 / 64][tl_i7 % 64]) :: "memory");
+          for (int tl_i9 = 0; tl_i9 < 64; ++tl_i9) {
+            asm volatile("" : "+f"(acc[tl_i9 / 64][tl_i9 % 64]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
@@ -3206,8 +3244,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i8 = 0; tl_i8 < 64; ++tl_i8) {
-          asm volatile("" : "+f"(acc[tl_i8 / 64][tl_i8 % 64]) :: "memory");
+        for (int tl_i10 = 0; tl_i10 < 64; ++tl_i10) {
+          asm volatile("" : "+f"(acc[tl_i10 / 64][tl_i10 % 64]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
@@ -3227,44 +3265,44 @@ tl_MatmulWGMMAV6(
         // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
         uint16_t r[1][64];
 #pragma unroll
-        for (int tl_i9 = 0; tl_i9 < 64; ++tl_i9) {
-          r[tl_i9 / 64][tl_i9 % 64] = tl_f2h((float)(acc[tl_i9 / 64][tl_i9 % 64]));
+        for (int tl_i11 = 0; tl_i11 < 64; ++tl_i11) {
+          r[tl_i11 / 64][tl_i11 % 64] = tl_f2h((float)(acc[tl_i11 / 64][tl_i11 % 64]));
         }
         {
-          const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-          const int tl_c11 = ((int)threadIdx.x % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+          const int tl_c12 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+          const int tl_c13 = ((int)threadIdx.x % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -3296,8 +3334,8 @@ tl_MatmulWGMMAV6(
     // %sc_1: shared bytes [81920, 98304)
     // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
-      const int tl_end12 = (num_m_4 * 32);
-      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+      const int tl_end14 = (num_m_4 * 32);
+      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
         // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
@@ -3328,10 +3366,10 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         float acc_1[1][64];
-        const float tl_v13 = 0.0f;
+        const float tl_v15 = 0.0f;
 #pragma unroll
-        for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
-          acc_1[tl_i14 / 64][tl_i14 % 64] = tl_v13;
+        for (int tl_i16 = 0; tl_i16 < 64; ++tl_i16) {
+          acc_1[tl_i16 / 64][tl_i16 % 64] = tl_v15;
         }
         // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
@@ -3347,20 +3385,22 @@ tl_MatmulWGMMAV6(
           const uint32_t sb_4 = 32768u + (uint32_t)(pipe_consumer_stage) * 16384u;
           const uint32_t sb_4_t = sb_4;  // transposed view
           {
-            const uint32_t tl_da15 = tl_smem + sa_4;
-            const uint32_t tl_db16 = tl_smem + sb_4_t;
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 0u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 32u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 64u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 96u), 1);
+            const uint32_t tl_da17 = tl_smem + sa_4;
+            const uint32_t tl_db18 = tl_smem + sb_4_t;
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i17 = 0; tl_i17 < 64; ++tl_i17) {
-            asm volatile("" : "+f"(acc_1[tl_i17 / 64][tl_i17 % 64]) :: "memory");
+          for (int tl_i21 = 0; tl_i21 < 64; ++tl_i21) {
+            asm volatile("" : "+f"(acc_1[tl_i21 / 64][tl_i21 % 64]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
@@ -3385,8 +3425,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i18 = 0; tl_i18 < 64; ++tl_i18) {
-          asm volatile("" : "+f"(acc_1[tl_i18 / 64][tl_i18 % 64]) :: "memory");
+        for (int tl_i22 = 0; tl_i22 < 64; ++tl_i22) {
+          asm volatile("" : "+f"(acc_1[tl_i22 / 64][tl_i22 % 64]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
@@ -3406,44 +3446,44 @@ tl_MatmulWGMMAV6(
         // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         uint16_t r_1[1][64];
 #pragma unroll
-        for (int tl_i19 = 0; tl_i19 < 64; ++tl_i19) {
-          r_1[tl_i19 / 64][tl_i19 % 64] = tl_f2h((float)(acc_1[tl_i19 / 64][tl_i19 % 64]));
+        for (int tl_i23 = 0; tl_i23 < 64; ++tl_i23) {
+          r_1[tl_i23 / 64][tl_i23 % 64] = tl_f2h((float)(acc_1[tl_i23 / 64][tl_i23 % 64]));
         }
         {
-          const int tl_c20 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-          const int tl_c21 = (((int)threadIdx.x - 128) % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+          const int tl_c24 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+          const int tl_c25 = (((int)threadIdx.x - 128) % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -3596,6 +3636,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
+}
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
 }
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n128k16, D f32 (64 registers per thread), A smem, B smem, trans 00.
@@ -3834,18 +3878,20 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 0u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 32u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 64u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 96u), 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i7 = 0; tl_i7 < 64; ++tl_i7) {
-            asm volatile("" : "+f"(acc[tl_i7 / 64][tl_i7 % 64]) :: "memory");
+          for (int tl_i9 = 0; tl_i9 < 64; ++tl_i9) {
+            asm volatile("" : "+f"(acc[tl_i9 / 64][tl_i9 % 64]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
@@ -3870,8 +3916,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i8 = 0; tl_i8 < 64; ++tl_i8) {
-          asm volatile("" : "+f"(acc[tl_i8 / 64][tl_i8 % 64]) :: "memory");
+        for (int tl_i10 = 0; tl_i10 < 64; ++tl_i10) {
+          asm volatile("" : "+f"(acc[tl_i10 / 64][tl_i10 % 64]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
@@ -3891,44 +3937,44 @@ tl_MatmulWGMMAV6(
         // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
         uint16_t r[1][64];
 #pragma unroll
-        for (int tl_i9 = 0; tl_i9 < 64; ++tl_i9) {
-          r[tl_i9 / 64][tl_i9 % 64] = tl_f2h((float)(acc[tl_i9 / 64][tl_i9 % 64]));
+        for (int tl_i11 = 0; tl_i11 < 64; ++tl_i11) {
+          r[tl_i11 / 64][tl_i11 % 64] = tl_f2h((float)(acc[tl_i11 / 64][tl_i11 % 64]));
         }
         {
-          const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-          const int tl_c11 = ((int)threadIdx.x % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+          const int tl_c12 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+          const int tl_c13 = ((int)threadIdx.x % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -3960,8 +4006,8 @@ tl_MatmulWGMMAV6(
     // %sc_1: shared bytes [114688, 131072)
     // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
-      const int tl_end12 = (num_m_4 * 32);
-      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+      const int tl_end14 = (num_m_4 * 32);
+      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
         // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
@@ -3992,10 +4038,10 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         float acc_1[1][64];
-        const float tl_v13 = 0.0f;
+        const float tl_v15 = 0.0f;
 #pragma unroll
-        for (int tl_i14 = 0; tl_i14 < 64; ++tl_i14) {
-          acc_1[tl_i14 / 64][tl_i14 % 64] = tl_v13;
+        for (int tl_i16 = 0; tl_i16 < 64; ++tl_i16) {
+          acc_1[tl_i16 / 64][tl_i16 % 64] = tl_v15;
         }
         // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
@@ -4011,20 +4057,22 @@ tl_MatmulWGMMAV6(
           const uint32_t sb_4 = 49152u + (uint32_t)(pipe_consumer_stage) * 16384u;
           const uint32_t sb_4_t = sb_4;  // transposed view
           {
-            const uint32_t tl_da15 = tl_smem + sa_4;
-            const uint32_t tl_db16 = tl_smem + sb_4_t;
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 0u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 32u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 64u), 1);
-            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 96u), 1);
+            const uint32_t tl_da17 = tl_smem + sa_4;
+            const uint32_t tl_db18 = tl_smem + sb_4_t;
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n128k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i17 = 0; tl_i17 < 64; ++tl_i17) {
-            asm volatile("" : "+f"(acc_1[tl_i17 / 64][tl_i17 % 64]) :: "memory");
+          for (int tl_i21 = 0; tl_i21 < 64; ++tl_i21) {
+            asm volatile("" : "+f"(acc_1[tl_i21 / 64][tl_i21 % 64]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
@@ -4049,8 +4097,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i18 = 0; tl_i18 < 64; ++tl_i18) {
-          asm volatile("" : "+f"(acc_1[tl_i18 / 64][tl_i18 % 64]) :: "memory");
+        for (int tl_i22 = 0; tl_i22 < 64; ++tl_i22) {
+          asm volatile("" : "+f"(acc_1[tl_i22 / 64][tl_i22 % 64]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
@@ -4070,44 +4118,44 @@ tl_MatmulWGMMAV6(
         // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         uint16_t r_1[1][64];
 #pragma unroll
-        for (int tl_i19 = 0; tl_i19 < 64; ++tl_i19) {
-          r_1[tl_i19 / 64][tl_i19 % 64] = tl_f2h((float)(acc_1[tl_i19 / 64][tl_i19 % 64]));
+        for (int tl_i23 = 0; tl_i23 < 64; ++tl_i23) {
+          r_1[tl_i23 / 64][tl_i23 % 64] = tl_f2h((float)(acc_1[tl_i23 / 64][tl_i23 % 64]));
         }
         {
-          const int tl_c20 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-          const int tl_c21 = (((int)threadIdx.x - 128) % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+          const int tl_c24 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+          const int tl_c25 = (((int)threadIdx.x - 128) % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -4260,6 +4308,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
+}
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
 }
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
@@ -4504,18 +4556,20 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 0u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 32u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 64u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 96u), 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
-            asm volatile("" : "+f"(acc[tl_i7 / 128][tl_i7 % 128]) :: "memory");
+          for (int tl_i9 = 0; tl_i9 < 128; ++tl_i9) {
+            asm volatile("" : "+f"(acc[tl_i9 / 128][tl_i9 % 128]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
@@ -4540,8 +4594,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i8 = 0; tl_i8 < 128; ++tl_i8) {
-          asm volatile("" : "+f"(acc[tl_i8 / 128][tl_i8 % 128]) :: "memory");
+        for (int tl_i10 = 0; tl_i10 < 128; ++tl_i10) {
+          asm volatile("" : "+f"(acc[tl_i10 / 128][tl_i10 % 128]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
@@ -4561,76 +4615,76 @@ tl_MatmulWGMMAV6(
         // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
         uint16_t r[1][128];
 #pragma unroll
-        for (int tl_i9 = 0; tl_i9 < 128; ++tl_i9) {
-          r[tl_i9 / 128][tl_i9 % 128] = tl_f2h((float)(acc[tl_i9 / 128][tl_i9 % 128]));
+        for (int tl_i11 = 0; tl_i11 < 128; ++tl_i11) {
+          r[tl_i11 / 128][tl_i11 % 128] = tl_f2h((float)(acc[tl_i11 / 128][tl_i11 % 128]));
         }
         {
-          const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-          const int tl_c11 = ((int)threadIdx.x % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
+          const int tl_c12 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+          const int tl_c13 = ((int)threadIdx.x % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 128) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 128) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 136) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 136) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 144) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 144) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 152) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 152) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 160) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 160) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 168) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 168) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 176) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 176) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 184) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 184) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 192) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 192) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 200) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 200) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 208) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 208) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 216) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 216) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 224) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 224) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 232) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 232) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 240) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 240) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -4664,8 +4718,8 @@ tl_MatmulWGMMAV6(
     // %sc_1: shared bytes [131072, 163840)
     // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
-      const int tl_end12 = (num_m_4 * 16);
-      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+      const int tl_end14 = (num_m_4 * 16);
+      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
         // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
@@ -4696,10 +4750,10 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         float acc_1[1][128];
-        const float tl_v13 = 0.0f;
+        const float tl_v15 = 0.0f;
 #pragma unroll
-        for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
-          acc_1[tl_i14 / 128][tl_i14 % 128] = tl_v13;
+        for (int tl_i16 = 0; tl_i16 < 128; ++tl_i16) {
+          acc_1[tl_i16 / 128][tl_i16 % 128] = tl_v15;
         }
         // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
@@ -4715,20 +4769,22 @@ tl_MatmulWGMMAV6(
           const uint32_t sb_4 = 32768u + (uint32_t)(pipe_consumer_stage) * 32768u;
           const uint32_t sb_4_t = sb_4;  // transposed view
           {
-            const uint32_t tl_da15 = tl_smem + sa_4;
-            const uint32_t tl_db16 = tl_smem + sb_4_t;
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 0u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 32u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 64u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 96u), 1);
+            const uint32_t tl_da17 = tl_smem + sa_4;
+            const uint32_t tl_db18 = tl_smem + sb_4_t;
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i17 = 0; tl_i17 < 128; ++tl_i17) {
-            asm volatile("" : "+f"(acc_1[tl_i17 / 128][tl_i17 % 128]) :: "memory");
+          for (int tl_i21 = 0; tl_i21 < 128; ++tl_i21) {
+            asm volatile("" : "+f"(acc_1[tl_i21 / 128][tl_i21 % 128]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
@@ -4753,8 +4809,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i18 = 0; tl_i18 < 128; ++tl_i18) {
-          asm volatile("" : "+f"(acc_1[tl_i18 / 128][tl_i18 % 128]) :: "memory");
+        for (int tl_i22 = 0; tl_i22 < 128; ++tl_i22) {
+          asm volatile("" : "+f"(acc_1[tl_i22 / 128][tl_i22 % 128]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
@@ -4774,76 +4830,76 @@ tl_MatmulWGMMAV6(
         // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         uint16_t r_1[1][128];
 #pragma unroll
-        for (int tl_i19 = 0; tl_i19 < 128; ++tl_i19) {
-          r_1[tl_i19 / 128][tl_i19 % 128] = tl_f2h((float)(acc_1[tl_i19 / 128][tl_i19 % 128]));
+        for (int tl_i23 = 0; tl_i23 < 128; ++tl_i23) {
+          r_1[tl_i23 / 128][tl_i23 % 128] = tl_f2h((float)(acc_1[tl_i23 / 128][tl_i23 % 128]));
         }
         {
-          const int tl_c20 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-          const int tl_c21 = (((int)threadIdx.x - 128) % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 128) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 128) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 136) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 136) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 144) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 144) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 152) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 152) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 160) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 160) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 168) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 168) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 176) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 176) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 184) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 184) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 192) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 192) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 200) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 200) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 208) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 208) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 216) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 216) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 224) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 224) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 232) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 232) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 240) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 240) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 248) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c21 + 248) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
+          const int tl_c24 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+          const int tl_c25 = (((int)threadIdx.x - 128) % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 128) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 128) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 136) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 136) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 144) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 144) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 152) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 152) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 160) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 160) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 168) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 168) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 176) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 176) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 184) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 184) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 192) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 192) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 200) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 200) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 208) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 208) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 216) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 216) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 224) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 224) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 232) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 232) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 240) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 240) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -4998,6 +5054,10 @@ __device__ __forceinline__ void tl_wgmma_wait_group() {
 // OR a shared-window address into precomputed upper fields (see KMajorTile.high_bits()).
 __device__ __forceinline__ uint64_t tl_wgmma_desc_with_addr(uint64_t high, uint32_t addr) {
   return high | (uint64_t)((addr >> 4) & 0x3FFFu);
+}
+// A descriptor from its high and low words (the low word: address and leading byte offset).
+__device__ __forceinline__ uint64_t tl_wgmma_desc_join(uint32_t hi, uint32_t lo) {
+  return ((uint64_t)hi << 32) | lo;
 }
 // PTX ISA 9.7.15.5.2 Asynchronous Multiply-and-Accumulate Instruction: wgmma.mma_async
 // m64n256k16, D f32 (128 registers per thread), A smem, B smem, trans 00.
@@ -5244,18 +5304,20 @@ tl_MatmulWGMMAV6(
           {
             const uint32_t tl_da5 = tl_smem + sa_3;
             const uint32_t tl_db6 = tl_smem + sb_3_t;
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 0u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 32u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 64u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6 + 96u), 1);
+            const uint32_t tl_qb7 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db6);
+            const uint32_t tl_qa8 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da5);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc[0], tl_wgmma_desc_join(0x40000040u, tl_qa8 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb7 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i7 = 0; tl_i7 < 128; ++tl_i7) {
-            asm volatile("" : "+f"(acc[tl_i7 / 128][tl_i7 % 128]) :: "memory");
+          for (int tl_i9 = 0; tl_i9 < 128; ++tl_i9) {
+            asm volatile("" : "+f"(acc[tl_i9 / 128][tl_i9 % 128]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_1 > 0)) {
@@ -5280,8 +5342,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i8 = 0; tl_i8 < 128; ++tl_i8) {
-          asm volatile("" : "+f"(acc[tl_i8 / 128][tl_i8 % 128]) :: "memory");
+        for (int tl_i10 = 0; tl_i10 < 128; ++tl_i10) {
+          asm volatile("" : "+f"(acc[tl_i10 / 128][tl_i10 % 128]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
@@ -5301,76 +5363,76 @@ tl_MatmulWGMMAV6(
         // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
         uint16_t r[1][128];
 #pragma unroll
-        for (int tl_i9 = 0; tl_i9 < 128; ++tl_i9) {
-          r[tl_i9 / 128][tl_i9 % 128] = tl_f2h((float)(acc[tl_i9 / 128][tl_i9 % 128]));
+        for (int tl_i11 = 0; tl_i11 < 128; ++tl_i11) {
+          r[tl_i11 / 128][tl_i11 % 128] = tl_f2h((float)(acc[tl_i11 / 128][tl_i11 % 128]));
         }
         {
-          const int tl_c10 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
-          const int tl_c11 = ((int)threadIdx.x % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 8) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 16) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 24) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 32) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 40) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 48) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 56) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 64) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 72) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 80) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 88) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 96) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 104) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 112) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 120) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 128) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 136) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 144) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 152) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 160) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 168) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 176) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 184) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 192) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 200) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 208) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 216) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 224) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 232) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 240) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c11 + 248) / 64) * 8192 + (tl_c10 + 8) * 128 + ((tl_c11 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
+          const int tl_c12 = (((int)threadIdx.x / 4) % 8) + ((int)threadIdx.x / 32) * 16;
+          const int tl_c13 = ((int)threadIdx.x % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][0] | ((uint32_t)r[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13) % 64) * 2))) = (uint32_t)r[0][2] | ((uint32_t)r[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][4] | ((uint32_t)r[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 8) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 8) % 64) * 2))) = (uint32_t)r[0][6] | ((uint32_t)r[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][8] | ((uint32_t)r[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 16) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 16) % 64) * 2))) = (uint32_t)r[0][10] | ((uint32_t)r[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][12] | ((uint32_t)r[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 24) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 24) % 64) * 2))) = (uint32_t)r[0][14] | ((uint32_t)r[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][16] | ((uint32_t)r[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 32) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 32) % 64) * 2))) = (uint32_t)r[0][18] | ((uint32_t)r[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][20] | ((uint32_t)r[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 40) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 40) % 64) * 2))) = (uint32_t)r[0][22] | ((uint32_t)r[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][24] | ((uint32_t)r[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 48) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 48) % 64) * 2))) = (uint32_t)r[0][26] | ((uint32_t)r[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][28] | ((uint32_t)r[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 56) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 56) % 64) * 2))) = (uint32_t)r[0][30] | ((uint32_t)r[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][32] | ((uint32_t)r[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 64) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 64) % 64) * 2))) = (uint32_t)r[0][34] | ((uint32_t)r[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][36] | ((uint32_t)r[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 72) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 72) % 64) * 2))) = (uint32_t)r[0][38] | ((uint32_t)r[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][40] | ((uint32_t)r[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 80) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 80) % 64) * 2))) = (uint32_t)r[0][42] | ((uint32_t)r[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][44] | ((uint32_t)r[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 88) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 88) % 64) * 2))) = (uint32_t)r[0][46] | ((uint32_t)r[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][48] | ((uint32_t)r[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 96) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 96) % 64) * 2))) = (uint32_t)r[0][50] | ((uint32_t)r[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][52] | ((uint32_t)r[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 104) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 104) % 64) * 2))) = (uint32_t)r[0][54] | ((uint32_t)r[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][56] | ((uint32_t)r[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 112) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 112) % 64) * 2))) = (uint32_t)r[0][58] | ((uint32_t)r[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 128) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 128) % 64) * 2))) = (uint32_t)r[0][64] | ((uint32_t)r[0][65] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 128) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 128) % 64) * 2))) = (uint32_t)r[0][66] | ((uint32_t)r[0][67] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 136) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 136) % 64) * 2))) = (uint32_t)r[0][68] | ((uint32_t)r[0][69] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 136) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 136) % 64) * 2))) = (uint32_t)r[0][70] | ((uint32_t)r[0][71] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 144) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 144) % 64) * 2))) = (uint32_t)r[0][72] | ((uint32_t)r[0][73] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 144) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 144) % 64) * 2))) = (uint32_t)r[0][74] | ((uint32_t)r[0][75] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 152) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 152) % 64) * 2))) = (uint32_t)r[0][76] | ((uint32_t)r[0][77] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 152) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 152) % 64) * 2))) = (uint32_t)r[0][78] | ((uint32_t)r[0][79] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 160) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 160) % 64) * 2))) = (uint32_t)r[0][80] | ((uint32_t)r[0][81] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 160) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 160) % 64) * 2))) = (uint32_t)r[0][82] | ((uint32_t)r[0][83] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 168) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 168) % 64) * 2))) = (uint32_t)r[0][84] | ((uint32_t)r[0][85] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 168) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 168) % 64) * 2))) = (uint32_t)r[0][86] | ((uint32_t)r[0][87] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 176) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 176) % 64) * 2))) = (uint32_t)r[0][88] | ((uint32_t)r[0][89] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 176) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 176) % 64) * 2))) = (uint32_t)r[0][90] | ((uint32_t)r[0][91] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 184) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 184) % 64) * 2))) = (uint32_t)r[0][92] | ((uint32_t)r[0][93] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 184) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 184) % 64) * 2))) = (uint32_t)r[0][94] | ((uint32_t)r[0][95] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 192) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 192) % 64) * 2))) = (uint32_t)r[0][96] | ((uint32_t)r[0][97] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 192) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 192) % 64) * 2))) = (uint32_t)r[0][98] | ((uint32_t)r[0][99] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 200) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 200) % 64) * 2))) = (uint32_t)r[0][100] | ((uint32_t)r[0][101] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 200) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 200) % 64) * 2))) = (uint32_t)r[0][102] | ((uint32_t)r[0][103] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 208) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 208) % 64) * 2))) = (uint32_t)r[0][104] | ((uint32_t)r[0][105] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 208) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 208) % 64) * 2))) = (uint32_t)r[0][106] | ((uint32_t)r[0][107] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 216) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 216) % 64) * 2))) = (uint32_t)r[0][108] | ((uint32_t)r[0][109] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 216) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 216) % 64) * 2))) = (uint32_t)r[0][110] | ((uint32_t)r[0][111] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 224) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 224) % 64) * 2))) = (uint32_t)r[0][112] | ((uint32_t)r[0][113] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 224) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 224) % 64) * 2))) = (uint32_t)r[0][114] | ((uint32_t)r[0][115] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 232) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 232) % 64) * 2))) = (uint32_t)r[0][116] | ((uint32_t)r[0][117] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 232) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 232) % 64) * 2))) = (uint32_t)r[0][118] | ((uint32_t)r[0][119] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 240) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 240) % 64) * 2))) = (uint32_t)r[0][120] | ((uint32_t)r[0][121] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 240) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 240) % 64) * 2))) = (uint32_t)r[0][122] | ((uint32_t)r[0][123] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
@@ -5404,8 +5466,8 @@ tl_MatmulWGMMAV6(
     // %sc_1: shared bytes [180224, 212992)
     // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
-      const int tl_end12 = (num_m_4 * 16);
-      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end12; tile_4 += 132) {
+      const int tl_end14 = (num_m_4 * 16);
+      for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
         // matmul_v4.py:107  def tile_coords(self, tile: int32, num_m: int32, num_n: int):
         int tile_5 = tile_4;
         int num_m_5 = num_m_4;
@@ -5436,10 +5498,10 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         float acc_1[1][128];
-        const float tl_v13 = 0.0f;
+        const float tl_v15 = 0.0f;
 #pragma unroll
-        for (int tl_i14 = 0; tl_i14 < 128; ++tl_i14) {
-          acc_1[tl_i14 / 128][tl_i14 % 128] = tl_v13;
+        for (int tl_i16 = 0; tl_i16 < 128; ++tl_i16) {
+          acc_1[tl_i16 / 128][tl_i16 % 128] = tl_v15;
         }
         // matmul_v5.py:63  prev_stage: int32 = 0
         int prev_stage_1 = 0;
@@ -5455,20 +5517,22 @@ tl_MatmulWGMMAV6(
           const uint32_t sb_4 = 49152u + (uint32_t)(pipe_consumer_stage) * 32768u;
           const uint32_t sb_4_t = sb_4;  // transposed view
           {
-            const uint32_t tl_da15 = tl_smem + sa_4;
-            const uint32_t tl_db16 = tl_smem + sb_4_t;
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 0u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 0u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 32u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 32u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 64u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 64u), 1);
-            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da15 + 96u), tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db16 + 96u), 1);
+            const uint32_t tl_da17 = tl_smem + sa_4;
+            const uint32_t tl_db18 = tl_smem + sb_4_t;
+            const uint32_t tl_qb19 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_db18);
+            const uint32_t tl_qa20 = (uint32_t)tl_wgmma_desc_with_addr(0x4000004000010000ull, tl_da17);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 0u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 0u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 2u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 2u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 4u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 4u), 1);
+            tl_wgmma_m64n256k16_f32_f16_ss(acc_1[0], tl_wgmma_desc_join(0x40000040u, tl_qa20 + 6u), tl_wgmma_desc_join(0x40000040u, tl_qb19 + 6u), 1);
           }
           // matmul_v5.py:68  self.wgmma.commit_group()
           tl_wgmma_commit_group();
           // matmul_v5.py:69  self.wgmma.wait_group(1)  # the group of the previous K tile has retired ...
           tl_wgmma_wait_group<1>();
 #pragma unroll
-          for (int tl_i17 = 0; tl_i17 < 128; ++tl_i17) {
-            asm volatile("" : "+f"(acc_1[tl_i17 / 128][tl_i17 % 128]) :: "memory");
+          for (int tl_i21 = 0; tl_i21 < 128; ++tl_i21) {
+            asm volatile("" : "+f"(acc_1[tl_i21 / 128][tl_i21 % 128]) :: "memory");
           }
           // matmul_v5.py:70  if offset_k > 0:
           if ((offset_k_2 > 0)) {
@@ -5493,8 +5557,8 @@ tl_MatmulWGMMAV6(
         // matmul_v5.py:74  self.wgmma.wait_group(0)
         tl_wgmma_wait_group<0>();
 #pragma unroll
-        for (int tl_i18 = 0; tl_i18 < 128; ++tl_i18) {
-          asm volatile("" : "+f"(acc_1[tl_i18 / 128][tl_i18 % 128]) :: "memory");
+        for (int tl_i22 = 0; tl_i22 < 128; ++tl_i22) {
+          asm volatile("" : "+f"(acc_1[tl_i22 / 128][tl_i22 % 128]) :: "memory");
         }
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
@@ -5514,76 +5578,76 @@ tl_MatmulWGMMAV6(
         // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         uint16_t r_1[1][128];
 #pragma unroll
-        for (int tl_i19 = 0; tl_i19 < 128; ++tl_i19) {
-          r_1[tl_i19 / 128][tl_i19 % 128] = tl_f2h((float)(acc_1[tl_i19 / 128][tl_i19 % 128]));
+        for (int tl_i23 = 0; tl_i23 < 128; ++tl_i23) {
+          r_1[tl_i23 / 128][tl_i23 % 128] = tl_f2h((float)(acc_1[tl_i23 / 128][tl_i23 % 128]));
         }
         {
-          const int tl_c20 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
-          const int tl_c21 = (((int)threadIdx.x - 128) % 4) * 2;
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 8) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 16) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 24) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 32) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 40) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 48) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 56) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 64) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 72) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 80) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 88) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 96) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 104) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 112) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 120) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 128) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 128) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 136) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 136) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 144) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 144) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 152) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 152) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 160) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 160) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 168) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 168) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 176) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 176) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 184) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 184) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 192) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 192) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 200) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 200) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 208) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 208) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 216) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 216) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 224) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 224) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 232) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 232) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 240) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 240) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 248) / 64) * 8192 + (tl_c20) * 128 + ((tl_c21 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
-          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c21 + 248) / 64) * 8192 + (tl_c20 + 8) * 128 + ((tl_c21 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
+          const int tl_c24 = ((((int)threadIdx.x - 128) / 4) % 8) + (((int)threadIdx.x - 128) / 32) * 16;
+          const int tl_c25 = (((int)threadIdx.x - 128) % 4) * 2;
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][0] | ((uint32_t)r_1[0][1] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25) % 64) * 2))) = (uint32_t)r_1[0][2] | ((uint32_t)r_1[0][3] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][4] | ((uint32_t)r_1[0][5] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 8) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 8) % 64) * 2))) = (uint32_t)r_1[0][6] | ((uint32_t)r_1[0][7] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][8] | ((uint32_t)r_1[0][9] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 16) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 16) % 64) * 2))) = (uint32_t)r_1[0][10] | ((uint32_t)r_1[0][11] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][12] | ((uint32_t)r_1[0][13] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 24) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 24) % 64) * 2))) = (uint32_t)r_1[0][14] | ((uint32_t)r_1[0][15] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][16] | ((uint32_t)r_1[0][17] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 32) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 32) % 64) * 2))) = (uint32_t)r_1[0][18] | ((uint32_t)r_1[0][19] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][20] | ((uint32_t)r_1[0][21] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 40) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 40) % 64) * 2))) = (uint32_t)r_1[0][22] | ((uint32_t)r_1[0][23] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][24] | ((uint32_t)r_1[0][25] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 48) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 48) % 64) * 2))) = (uint32_t)r_1[0][26] | ((uint32_t)r_1[0][27] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][28] | ((uint32_t)r_1[0][29] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 56) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 56) % 64) * 2))) = (uint32_t)r_1[0][30] | ((uint32_t)r_1[0][31] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][32] | ((uint32_t)r_1[0][33] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 64) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 64) % 64) * 2))) = (uint32_t)r_1[0][34] | ((uint32_t)r_1[0][35] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][36] | ((uint32_t)r_1[0][37] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 72) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 72) % 64) * 2))) = (uint32_t)r_1[0][38] | ((uint32_t)r_1[0][39] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][40] | ((uint32_t)r_1[0][41] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 80) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 80) % 64) * 2))) = (uint32_t)r_1[0][42] | ((uint32_t)r_1[0][43] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][44] | ((uint32_t)r_1[0][45] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 88) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 88) % 64) * 2))) = (uint32_t)r_1[0][46] | ((uint32_t)r_1[0][47] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][48] | ((uint32_t)r_1[0][49] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 96) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 96) % 64) * 2))) = (uint32_t)r_1[0][50] | ((uint32_t)r_1[0][51] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][52] | ((uint32_t)r_1[0][53] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 104) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 104) % 64) * 2))) = (uint32_t)r_1[0][54] | ((uint32_t)r_1[0][55] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][56] | ((uint32_t)r_1[0][57] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 112) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 112) % 64) * 2))) = (uint32_t)r_1[0][58] | ((uint32_t)r_1[0][59] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 128) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 128) % 64) * 2))) = (uint32_t)r_1[0][64] | ((uint32_t)r_1[0][65] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 128) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 128) % 64) * 2))) = (uint32_t)r_1[0][66] | ((uint32_t)r_1[0][67] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 136) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 136) % 64) * 2))) = (uint32_t)r_1[0][68] | ((uint32_t)r_1[0][69] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 136) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 136) % 64) * 2))) = (uint32_t)r_1[0][70] | ((uint32_t)r_1[0][71] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 144) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 144) % 64) * 2))) = (uint32_t)r_1[0][72] | ((uint32_t)r_1[0][73] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 144) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 144) % 64) * 2))) = (uint32_t)r_1[0][74] | ((uint32_t)r_1[0][75] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 152) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 152) % 64) * 2))) = (uint32_t)r_1[0][76] | ((uint32_t)r_1[0][77] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 152) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 152) % 64) * 2))) = (uint32_t)r_1[0][78] | ((uint32_t)r_1[0][79] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 160) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 160) % 64) * 2))) = (uint32_t)r_1[0][80] | ((uint32_t)r_1[0][81] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 160) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 160) % 64) * 2))) = (uint32_t)r_1[0][82] | ((uint32_t)r_1[0][83] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 168) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 168) % 64) * 2))) = (uint32_t)r_1[0][84] | ((uint32_t)r_1[0][85] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 168) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 168) % 64) * 2))) = (uint32_t)r_1[0][86] | ((uint32_t)r_1[0][87] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 176) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 176) % 64) * 2))) = (uint32_t)r_1[0][88] | ((uint32_t)r_1[0][89] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 176) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 176) % 64) * 2))) = (uint32_t)r_1[0][90] | ((uint32_t)r_1[0][91] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 184) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 184) % 64) * 2))) = (uint32_t)r_1[0][92] | ((uint32_t)r_1[0][93] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 184) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 184) % 64) * 2))) = (uint32_t)r_1[0][94] | ((uint32_t)r_1[0][95] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 192) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 192) % 64) * 2))) = (uint32_t)r_1[0][96] | ((uint32_t)r_1[0][97] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 192) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 192) % 64) * 2))) = (uint32_t)r_1[0][98] | ((uint32_t)r_1[0][99] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 200) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 200) % 64) * 2))) = (uint32_t)r_1[0][100] | ((uint32_t)r_1[0][101] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 200) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 200) % 64) * 2))) = (uint32_t)r_1[0][102] | ((uint32_t)r_1[0][103] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 208) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 208) % 64) * 2))) = (uint32_t)r_1[0][104] | ((uint32_t)r_1[0][105] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 208) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 208) % 64) * 2))) = (uint32_t)r_1[0][106] | ((uint32_t)r_1[0][107] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 216) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 216) % 64) * 2))) = (uint32_t)r_1[0][108] | ((uint32_t)r_1[0][109] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 216) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 216) % 64) * 2))) = (uint32_t)r_1[0][110] | ((uint32_t)r_1[0][111] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 224) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 224) % 64) * 2))) = (uint32_t)r_1[0][112] | ((uint32_t)r_1[0][113] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 224) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 224) % 64) * 2))) = (uint32_t)r_1[0][114] | ((uint32_t)r_1[0][115] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 232) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 232) % 64) * 2))) = (uint32_t)r_1[0][116] | ((uint32_t)r_1[0][117] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 232) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 232) % 64) * 2))) = (uint32_t)r_1[0][118] | ((uint32_t)r_1[0][119] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 240) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 240) % 64) * 2))) = (uint32_t)r_1[0][120] | ((uint32_t)r_1[0][121] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 240) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 240) % 64) * 2))) = (uint32_t)r_1[0][122] | ((uint32_t)r_1[0][123] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
+          *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
         }
         // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();

@@ -245,6 +245,19 @@ def wgmma_mma(ctx, inst, expr):
         ctx.emit(f"const uint32_t {pa} = tl_smem + {shared_offset(ctx, a)};")
     pb = ctx.fresh("db")
     ctx.emit(f"const uint32_t {pb} = tl_smem + {shared_offset(ctx, b)};")
+    # each K step's descriptor is the tile's plus the step's offset in 16-byte units, added to
+    # the low word only: the address field (14 bits, shared addresses < 256 KB) cannot carry,
+    # so ptxas adds a 32-bit constant instead of rebuilding the field (shift, mask, or) or
+    # adding 64 bits for every wgmma; the high word is a constant
+    qb = ctx.fresh("qb")
+    ctx.emit(
+        f"const uint32_t {qb} = (uint32_t)tl_wgmma_desc_with_addr({tb.high_bits():#x}ull, {pb});"
+    )
+    if not regs_a:
+        qa = ctx.fresh("qa")
+        ctx.emit(
+            f"const uint32_t {qa} = (uint32_t)tl_wgmma_desc_with_addr({ta.high_bits():#x}ull, {pa});"
+        )
     packed = {}
     if regs_a:
         # every step's A words are packed before the issues, then fenced: packing between two
@@ -263,12 +276,14 @@ def wgmma_mma(ctx, inst, expr):
         ctx.emit("tl_wgmma_fence();")
     for kk in range(k // ks):
         kob = tb.k_offset(ks * kk)
-        desc_b = f"tl_wgmma_desc_with_addr({tb.high_bits():#x}ull, {pb} + {kob}u)"
+        assert kob % 16 == 0, kob  # descriptors address 16-byte units
+        desc_b = f"tl_wgmma_desc_join({tb.high_bits() >> 32:#x}u, {qb} + {kob // 16}u)"
         for mt in range(m // 64):
             if regs_a:
                 a_arg = packed[kk, mt]
             else:
                 aoff = ta.row_offset(64 * mt) + ta.k_offset(ks * kk)
-                a_arg = f"tl_wgmma_desc_with_addr({ta.high_bits():#x}ull, {pa} + {aoff}u)"
+                assert aoff % 16 == 0, aoff
+                a_arg = f"tl_wgmma_desc_join({ta.high_bits() >> 32:#x}u, {qa} + {aoff // 16}u)"
             ctx.emit(f"{frag.name}({ctx.name(d)}[{mt}], {a_arg}, {desc_b}, 1);")
     ctx.close()

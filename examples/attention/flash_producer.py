@@ -1,0 +1,104 @@
+"""FlashAttention's producer warps: Q, then K and V of every KV tile into the ring by TMA."""
+
+from __future__ import annotations
+
+from flash_tiles import Ring
+
+from tilus import SharedTensor, int32, uint32
+
+
+class FlashProducer:
+    """The producer side of ``FlashAttention`` (a mixin of the kernel class)."""
+
+    def producer(self, what: str, num_q: int32, heads: int32, seq_kv: int32, total: int32, *args):
+        """A producer warp over its blocks (one, or persistent: every ``num_sms``-th), loading
+        ``what`` of Q, K and V."""
+        if self.persistent:
+            qphase: uint32 = 0
+            for t in self.range(self.blockIdx.x, total, self.num_sms):
+                bh, bkv, q_row, n_kv = self.coords(t, num_q, seq_kv)
+                self.produce(what, *args, qphase, bh, bkv, q_row, n_kv)
+                qphase ^= 1
+        else:
+            t: int32 = (self.blockIdx.z * heads + self.blockIdx.y) * num_q
+            bh, bkv, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
+            self.produce(what, *args, 0, bh, bkv, q_row, n_kv)
+
+    def produce(
+        self,
+        what: str,
+        ring: Ring,
+        kfull,
+        sq,
+        sk,
+        sv,
+        gq,
+        gk,
+        gv,
+        qbar,
+        qempty,
+        qphase: uint32,
+        bh: int32,
+        bkv: int32,
+        q_row: int32,
+        n_kv: int32,
+    ):
+        """A producer warp, for one block of query rows: Q (``"q" in what``; persistent: once
+        the consumers no longer read the previous one), then K and/or V of every KV tile into
+        the ring."""
+        if "q" in what:
+            if self.persistent:
+                self.mbarrier.wait(qempty, phase=qphase ^ 1, sem="relaxed")
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(qbar, transaction_bytes=sq.nbytes)
+            for g in self.range(self.consumers, unroll=self.consumers):
+                for h in self.panel_ids:
+                    self.tma.global_to_shared(
+                        src=gq,
+                        dst=sq[g, h],
+                        offsets=[bh, q_row + g * self.rows, h * self.panel],
+                        dims=[1, 2],
+                        mbarrier=qbar,
+                    )
+        stages = self.num_stages
+        for j in self.range(n_kv):
+            # K and V slots are released apart (K once S retired, V once P V did), so K of the
+            # next tile loads while the consumers still multiply by V of the last one
+            if "k" in what:
+                self.mbarrier.wait(kfull[stages + ring.stage], phase=ring.phase ^ 1, sem="relaxed")
+                with self.single_thread():
+                    self.mbarrier.arrive_and_expect_tx(
+                        kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
+                    )
+                self.load_kv(gk, sk[ring.stage], kfull[ring.stage], bkv, j)
+            if "v" in what:
+                self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
+                with self.single_thread():
+                    self.mbarrier.arrive_and_expect_tx(
+                        ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
+                    )
+                self.load_kv(gv, sv[ring.stage], ring.full[ring.stage], bkv, j)
+            ring.advance()
+
+    def load_kv(self, src, dst: SharedTensor, bar, bkv: int32, j: int32):
+        """KV tile ``j`` (its column panels) into ring slot ``dst``; in a cluster each block
+        loads one panel into both blocks' slot (and barrier)."""
+        if self.cluster_m == 1:
+            for h in self.panel_ids:
+                self.tma.global_to_shared(
+                    src=src,
+                    dst=dst[h],
+                    offsets=[bkv, j * self.block_n, h * self.panel],
+                    dims=[1, 2],
+                    mbarrier=bar,
+                )
+        else:
+            rank = self.cluster.blockRank
+            self.tma.global_to_shared(
+                src=src,
+                dst=dst[rank],
+                offsets=[bkv, j * self.block_n, rank * self.panel],
+                dims=[1, 2],
+                mbarrier=bar,
+                multicast_mask=0b11,
+            )

@@ -1,0 +1,86 @@
+"""FlashAttention's tile space per head dim, the SM count it tunes for, and its ring of KV slots."""
+
+from __future__ import annotations
+
+import tilus
+from tilus import int32, uint32
+
+#: dynamic shared memory of a Hopper block, less room for the barriers
+SMEM_BYTES = 227 * 1024 - 1024
+
+
+def sm_count() -> int:
+    """Streaming multiprocessors of the current CUDA device (132, an H200's, without one)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(
+                torch.cuda.current_device()
+            ).multi_processor_count
+    except ImportError:
+        pass
+    return 132
+
+
+class Ring(tilus.Class):
+    """A ring of ``num_stages`` slots: ``full[s]`` completes when slot ``s`` is loaded (one
+    arrival plus the bytes), ``empty[s]`` when its ``consumers`` warp groups are done with it."""
+
+    def __init__(self, num_stages: int, consumers: int = 2):
+        self.num_stages: int = num_stages
+        self.full = self.mbarrier.alloc([1] * num_stages)
+        self.empty = self.mbarrier.alloc([consumers] * num_stages)
+        self.stage: int32 = 0
+        self.phase: uint32 = 0
+        self.prev_stage: int32 = 0  # the slot (and its phase) before the current one
+        self.prev_phase: uint32 = 0
+
+    def advance(self):
+        """Move to the next slot, flipping the phase on wrap-around."""
+        self.prev_stage = self.stage
+        self.prev_phase = self.phase
+        self.stage += 1
+        if self.stage == self.num_stages:  # a compare and two selects (no division by 3)
+            self.stage = 0
+            self.phase ^= 1
+
+
+def default_tiles(dim: int, causal: bool = False) -> list[tuple]:
+    """(block_m, block_n, num_stages, consumers, pingpong, persistent, early_rescale, cluster)
+    candidates for a head dim (registers and shared memory): ``consumers`` warp groups of
+    ``block_m / consumers`` rows each, taking turns on the tensor cores when ``pingpong``;
+    ``persistent``: one block per SM loops over the blocks of query rows; ``early_rescale``: O
+    is rescaled while ``S = Q K^T`` runs; ``cluster`` 2: two blocks (neighbouring query rows)
+    share every KV tile, each loading half of it into both (TMA multicast)); a ninth field, if
+    any, holds more constructor arguments as (name, value) pairs."""
+    # measured on an H200 (bench/results/2026-12-01-h200-fa-variants-b.txt): without ping-pong,
+    # with split producers and all-thread arrivals; persistent wins at 128 but causal
+    fast = (("split_producer", True), ("all_arrive", True))
+    if dim <= 64:
+        return [
+            (192, 128, 4, 3, False, False, False, 1, fast),
+            (192, 128, 4, 3, True, False, True, 1, fast),
+            (128, 128, 4, 2, False, False, False, 1, fast),
+            (128, 128, 3, 2, True, True, True, 1, fast),
+        ]
+    if dim <= 128 and causal:
+        return [
+            (128, 128, 2, 2, True, False, True, 1, fast),
+            (128, 128, 3, 2, False, False, False, 1, fast),
+            (128, 128, 3, 2, False, False, False, 1),
+            (128, 128, 2, 2, True, True, True, 1, fast),
+        ]
+    if dim <= 128:
+        return [
+            (128, 128, 2, 2, False, True, False, 1, fast),
+            (128, 128, 3, 2, False, False, False, 1, fast),
+            (128, 128, 2, 2, True, True, True, 1, fast),
+            (128, 128, 2, 2, True, False, True, 1, fast),
+        ]
+    return [
+        (128, 80, 2, 2, True, False, True, 1),
+        (128, 64, 2, 2, True, False, False, 1),
+        (128, 64, 2, 2, False, False, False, 1, fast),
+        (128, 48, 3, 2, False, False, False, 1),
+    ]
