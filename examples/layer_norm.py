@@ -87,10 +87,9 @@ class LayerNorm(RowRing):
     (``stages`` 0), persistent blocks over a ring of shared-memory stages (``stages`` >= 2),
     or a ring of ``-stages`` stages each loaded into registers at once (``stages`` < 0)."""
 
-    def __init__(self, block, per_thread, stages, warps=0, max_blocks=None, min_blocks=0):
+    def __init__(self, block, per_thread, stages, warps=0, max_blocks=None):
         super().__init__()
         self.block, self.per_thread, self.stages = block, per_thread, abs(stages)
-        self.min_blocks = min_blocks  # > 0: whole rows with registers capped for that many blocks
         self.block_warps = warps  # > 0: the small-block ring form (see ``ring_plan``)
         self.hold = stages < 0  # the held-rows ring (``held_rows``)
         self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
@@ -169,8 +168,6 @@ class LayerNorm(RowRing):
         rows, warps = rows_and_warps(bn, self.block, self.per_thread)
         self.attrs.blocks = cdiv(m, rows)
         self.attrs.warps = warps
-        if self.min_blocks:  # registers capped so that this many blocks fit an SM
-            self.attrs.min_blocks = max(1, min(self.min_blocks, 2048 // (32 * warps)))
         row: int32 = self.blockIdx.x * rows
         x = self.cast(self.load_global(gx, offsets=[row, 0], shape=[rows, bn]), float32)
         xc, rstd = self.centered(x, n, bn)
