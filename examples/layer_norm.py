@@ -254,13 +254,15 @@ class LayerNorm(RowRing):
         self.attrs.blocks = min(groups, self.max_blocks or self.cuda.sm_count * per_sm)
         self.attrs.warps = warps
         ring = self.shared_tensor(dtype=float16, shape=[stages, chunks, rows, bk])
-        cols = self.register_tensor(dtype=int32, shape=[bk], init=lambda j: j)
-        # per column j of a chunk: how many of the row's columns j + c * bk (c < chunks) exist
-        cnt = self.register_tensor(dtype=float32, shape=[bk], init=float(chunks))
-        if n < bn:
-            cnt = self.register_tensor(dtype=float32, shape=[bk], init=0.0)
-            for c in self.range(chunks, unroll="all"):
-                self.assign(cnt, cnt + self.where(cols < n - c * bk, 1.0, 0.0))
+        cols = cnt = None  # only a stage of one chunk needs them (``stats_one_pass``)
+        if chunks == 1:
+            cols = self.register_tensor(dtype=int32, shape=[bk], init=lambda j: j)
+            # per column j of a chunk: how many of the row's columns j + c * bk exist
+            cnt = self.register_tensor(dtype=float32, shape=[bk], init=float(chunks))
+            if n < bn:
+                cnt = self.register_tensor(dtype=float32, shape=[bk], init=0.0)
+                for c in self.range(chunks, unroll="all"):
+                    self.assign(cnt, cnt + self.where(cols < n - c * bk, 1.0, 0.0))
         views = [gw, gb]
         shared = [v for v in (0, 1) if place[v] == "shared"]
         vs = None
