@@ -7,7 +7,9 @@ thread, and a summary (median and max seconds a config). Times are CPU seconds o
 (``time.process_time``), so a loaded machine inflates them less than wall time; ``--repeat K``
 keeps the least of K compiles. ``--sass`` adds the SASS of the hot loop (the longest loop of
 the kernel): its instruction count and that of its work (memory, floating point, shuffles),
-the numbers that must not grow when the emitted code changes for compile time. Run:
+the numbers that must not grow when the emitted code changes for compile time. It compiles
+the usual build, the one a call with 16-byte aligned tensors gets (``Function.pointer_align``);
+``--unaligned`` compiles the build for pointers of any alignment instead. Run:
 ``python bench/rowwise_compile_time.py [--n 8192 32000 1024] [--kernels LayerNorm] [--sass]``
 (needs NVRTC; ``--sass`` needs cuobjdump).
 """
@@ -32,6 +34,7 @@ import softmax  # noqa: E402
 
 import tilus  # noqa: E402
 from tilus.backends.cuda.codegen.build import NVRTC_OPTIONS, generate  # noqa: E402
+from tilus.ir.function import UNALIGNED_ARG  # noqa: E402
 from tilus.runtime.nvrtc import compile_cuda  # noqa: E402
 from tilus.target import buildable, building_for  # noqa: E402
 
@@ -44,9 +47,12 @@ KERNELS = [
 ]
 
 
-def one(cls, nptr: int, n: int, cfg: dict, repeat: int = 1, sass: bool = False) -> dict:
+def one(
+    cls, nptr: int, n: int, cfg: dict, repeat: int = 1, sass: bool = False, unaligned=False
+) -> dict:
     """Compile one config; its times (CPU seconds, the least of ``repeat``), source lines,
-    registers and (``sass``) hot-loop instruction counts."""
+    registers and (``sass``) hot-loop instruction counts; ``unaligned``: the build for
+    pointers of any alignment."""
     kernel = cls(**cfg)
     target = buildable("sm_90a")
     t_tilus = t_nvrtc = float("inf")
@@ -54,6 +60,8 @@ def one(cls, nptr: int, n: int, cfg: dict, repeat: int = 1, sass: bool = False) 
         with building_for(target):
             t0 = time.process_time()
             const_args, _ = kernel.bind((4096, n) + (None,) * nptr, {})
+            if unaligned:
+                const_args = {**const_args, UNALIGNED_ARG: True}
             ks = generate(kernel.program(cfg, const_args), smem_limit=227 * 1024)
             t1 = time.process_time()
         binary = compile_cuda(ks.source, arch="sm_90a", options=NVRTC_OPTIONS, name="k.cu")
@@ -110,6 +118,7 @@ def main() -> int:
     ap.add_argument("--kernels", nargs="+", default=None, help="class names (default: all)")
     ap.add_argument("--repeat", type=int, default=1, help="compiles a config, the least kept")
     ap.add_argument("--sass", action="store_true", help="hot-loop SASS counts (cuobjdump)")
+    ap.add_argument("--unaligned", action="store_true", help="the build for any alignment")
     a = ap.parse_args()
     totals, refused = [], 0
     for cls, nptr in KERNELS:
@@ -119,7 +128,7 @@ def main() -> int:
             for cfg in cls().configs:
                 label = ",".join(f"{k}={v}" for k, v in cfg.items())
                 try:
-                    r = one(cls, nptr, n, cfg, a.repeat, a.sass)
+                    r = one(cls, nptr, n, cfg, a.repeat, a.sass, a.unaligned)
                 except tilus.TilusError as e:
                     refused += 1
                     print(f"{cls.__name__:14s} n={n:<6d} {label:30s} refused: "

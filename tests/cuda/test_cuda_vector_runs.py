@@ -10,6 +10,7 @@ import tilus
 from tests.cuda.conftest import needs_nvrtc
 from tests.helpers_cpu_cuda import available, emulate
 from tilus import float16, int32
+from tilus.ir.function import UNALIGNED_ARG
 from tilus.utils import cdiv
 
 needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ for the CPU emulator")
@@ -61,19 +62,28 @@ class Shifted(tilus.Script):
         self.store_global(gy, x + 1.0, offsets=[0, k])
 
 
-def _source(kernel):
+def _source(kernel, const_args=None):
     from tilus.backends.cuda.codegen.kernel import generate
 
-    return generate(kernel.program(kernel.configs[0] if kernel.configs else {}, {})).source
+    cfg = kernel.configs[0] if kernel.configs else {}
+    return generate(kernel.program(cfg, const_args or {})).source
 
 
 def test_base_pointer_alignment_needs_a_known_multiple_offset():
     """With ``assume(k % 8 == 0)`` (and a compile-time row stride) a 16-byte run's alignment
     is checked on the view's base pointer alone; without it, on each run's address."""
-    with_fact, without = _source(Shifted(True)), _source(Shifted(False))
+    any_alignment = {UNALIGNED_ARG: True}  # the build for pointers of any alignment
+    with_fact, without = (
+        _source(Shifted(True), any_alignment),
+        _source(Shifted(False), any_alignment),
+    )
     assert "(((uint64_t)gx) & 15) == 0" in with_fact and "(((uint64_t)gy) & 15) == 0" in with_fact
     assert "(uint64_t)gx)" not in without and "(uint64_t)gy)" not in without
     assert "(((uint64_t)tl_vp" in without
+    # the usual build: the pointers are 16-byte aligned (checked at launch), so with the fact
+    # no address is tested at all; without it the runs still test their own addresses
+    assert "& 15" not in _source(Shifted(True))
+    assert "(((uint64_t)tl_vp" in _source(Shifted(False))
 
 
 @needs_nvrtc
@@ -122,7 +132,8 @@ class Bump(tilus.Script):
 
 def test_whole_runs_test_the_base_alignment_once():
     """Runs that are wholly in or out of a row test the base pointer's alignment once per
-    access, not once per run, and check no element's bounds (the slow path moves whole runs)."""
+    access, not once per run, and check no element's bounds (the slow path moves whole runs);
+    in the build for pointers of any alignment (the usual build tests nothing)."""
     for via_shared in (False, True):
         kernel = Bump(8, via_shared)
         src = generate_for(kernel, 40)
@@ -135,7 +146,7 @@ def generate_for(kernel, n):
     from tilus.backends.cuda.codegen.kernel import generate
 
     const_args, _ = kernel.bind((6, n, None, None), {})
-    return generate(kernel.program({}, const_args)).source
+    return generate(kernel.program({}, {**const_args, UNALIGNED_ARG: True})).source
 
 
 @needs_nvrtc

@@ -7,6 +7,14 @@ from dataclasses import dataclass
 from tilus.ir.expr import Expr, Var
 from tilus.ir.stmt import Stmt
 
+#: What a kernel may assume of its pointer arguments by default: addresses that are multiples
+#: of 16 bytes (every torch allocation is; a slice at an odd offset is not). The launch checks it.
+POINTER_ALIGN = 16
+
+#: The compile-time argument (never a Python identifier, so never a parameter's name) that asks
+#: for the build that assumes nothing of the pointers' alignment (``Function.pointer_align`` 1).
+UNALIGNED_ARG = "(unaligned pointers)"
+
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Function:
@@ -28,6 +36,10 @@ class Function:
         min_blocks: blocks an SM must hold at once (``self.attrs.min_blocks``): the CUDA
             compiler keeps registers a thread within ``65536 / (min_blocks * threads)``; the
             interpreter, which has no registers, ignores it.
+        pointer_align: bytes that every pointer argument's address is known to be a multiple
+            of (``POINTER_ALIGN``, checked at each launch; 1: nothing known). The CUDA backend
+            builds a kernel for 16-byte aligned pointers and, on a call with a misaligned one,
+            a second build for any alignment (``UNALIGNED_ARG``).
     """
 
     name: str
@@ -42,6 +54,7 @@ class Function:
     cluster: tuple[int, int, int] = (1, 1, 1)
     cluster_loc: object = None
     min_blocks: int = 1
+    pointer_align: int = 16
 
     @property
     def cluster_size(self) -> int:

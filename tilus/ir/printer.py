@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tilus.ir.enums import StrEnum
 from tilus.ir.expr import Binary, Call, Cast, Const, Expr, Select, TensorElement, Unary, Var
-from tilus.ir.function import Function
+from tilus.ir.function import POINTER_ALIGN, Function
 from tilus.ir.inst import Inst
 from tilus.ir.stmt import (
     AssignStmt,
@@ -144,6 +144,8 @@ class Printer:
             lines.append(f"  cluster_blocks [{', '.join(map(str, fn.cluster))}]")
         if fn.min_blocks > 1:
             lines.append(f"  min_blocks {fn.min_blocks}")
+        if fn.pointer_align != POINTER_ALIGN:  # the usual assumption is not printed
+            lines.append(f"  pointer_align {fn.pointer_align}")
         for cond, loc in fn.assumes:
             where = f"  # line {loc.line}" if loc is not None else ""
             lines.append(f"  assume {self.expr(cond)}{where}")

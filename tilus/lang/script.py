@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import operator
 import warnings
@@ -10,6 +11,7 @@ import numpy as np
 
 from tilus.dtypes import PointerType
 from tilus.errors import TilusArgumentError, TilusCompileError, TilusError, TilusProgramError
+from tilus.ir.function import POINTER_ALIGN, UNALIGNED_ARG
 from tilus.lang.autotune import expand_space
 from tilus.lang.instructions.atomics import AtomicInstructions
 from tilus.lang.instructions.cluster import ClusterInstructions
@@ -123,7 +125,11 @@ class InstantiatedScript:
         return obj
 
     def program(self, config: dict, const_args: dict):
-        """The lowered program of one config (transpiled and checked once, then cached)."""
+        """The lowered program of one config (transpiled and checked once, then cached).
+
+        ``const_args`` may hold ``UNALIGNED_ARG`` (the CUDA backend adds it for a call with a
+        pointer that is not 16-byte aligned): the program then assumes nothing of the
+        pointers' alignment (``Function.pointer_align``)."""
         from tilus.lang.frontend.kernel import transpile
         from tilus.passes.pipeline import lower
         from tilus.target import transpile_target
@@ -132,8 +138,11 @@ class InstantiatedScript:
         key = (_hashable(config), _hashable(const_args), transpile_target().arch)
         hit = self._programs.get(key)
         if hit is None:
+            args = dict(const_args)
+            align = 1 if args.pop(UNALIGNED_ARG, False) else POINTER_ALIGN
             try:
-                hit = lower(transpile(self.instance(config), const_args, config))
+                fn = transpile(self.instance(config), args, config)
+                hit = lower(dataclasses.replace(fn, pointer_align=align))
             except TilusProgramError as e:  # kept, so a failing config fails once and quickly
                 hit = e
                 self.record_failure(config, str(e))

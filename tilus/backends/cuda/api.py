@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 
 def compile(kernel, *args, target=None, config: dict | None = None, **kwargs):  # noqa: A001
     """Compile ``kernel`` for ``target`` through NVRTC, no GPU needed.
@@ -16,7 +18,10 @@ def compile(kernel, *args, target=None, config: dict | None = None, **kwargs):  
         kernel: an instantiated Script (``MyKernel(...)``).
         *args, **kwargs: the call's arguments: ints for compile-time ``int`` parameters; for
             the others anything (torch tensors of any device, "meta" included, NumPy arrays,
-            dtypes, numbers) since only the compile-time arguments shape the kernel.
+            dtypes, numbers) since only the compile-time arguments shape the kernel, and
+            whether every array's (torch or NumPy) address is a multiple of 16 bytes: the usual build
+            assumes so (and a launch checks it); a misaligned one gives the build that
+            assumes nothing of the pointers' alignment (``Function.pointer_align``).
         target: a ``tilus.target.Target`` or its name: "sm_80", "sm_86", "sm_89", "sm_90" or
             "sm_90a"; None: the current target if one is set (``tilus.target.scope``), else
             sm_90a.
@@ -44,10 +49,11 @@ def compile(kernel, *args, target=None, config: dict | None = None, **kwargs):  
 
 def _compile(kernel, *args, target, config: dict | None = None, **kwargs):
     """The body of :func:`compile`, inside ``building_for(target)``."""
-    from tilus.backends.cuda.launch import CUDA
+    from tilus.backends.cuda.launch import CUDA, with_alignment
 
     build = CUDA.build
-    const_args, _ = kernel.bind(args, kwargs)
+    const_args, runtime = kernel.bind(args, kwargs)
+    const_args = with_alignment(const_args, [_Address(v) for _, _, v in runtime if _has_address(v)])
     if config is not None:
         return build(kernel.program(dict(config), const_args), dict(config), arch=target)
     configs = kernel.configs
@@ -82,3 +88,21 @@ def _build_space(kernel, configs, const_args, target) -> list:
         failures = [(r.config, r.error, r.exception) for r in results]
         raise no_config_error(kernel.script_cls.__name__, failures)
     return out
+
+
+def _has_address(v) -> bool:
+    """Whether ``v`` is an array whose address decides the build (torch tensors, NumPy)."""
+    return isinstance(v, np.ndarray) or (
+        type(v).__module__.startswith("torch") and hasattr(v, "data_ptr")
+    )
+
+
+class _Address:
+    """``data_ptr()`` of a torch tensor or a NumPy array (``with_alignment`` reads it)."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def data_ptr(self) -> int:
+        v = self.v
+        return int(v.ctypes.data) if isinstance(v, np.ndarray) else int(v.data_ptr())

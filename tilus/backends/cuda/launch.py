@@ -9,7 +9,7 @@ import time
 from tilus import option as _option
 from tilus.backends.arguments import check_view_extents
 from tilus.backends.base import MISS
-from tilus.backends.cuda.launcher import Launcher, LaunchPlan
+from tilus.backends.cuda.launcher import MISALIGNED, Launcher, LaunchPlan
 from tilus.dtypes import DataType, PointerType, from_torch_dtype, int8, uint8
 from tilus.errors import (
     TilusArgumentError,
@@ -17,6 +17,17 @@ from tilus.errors import (
     TilusCompileError,
     TilusRuntimeError,
 )
+from tilus.ir.function import POINTER_ALIGN, UNALIGNED_ARG
+
+
+def with_alignment(const_args: dict, tensors) -> dict:
+    """``const_args``, plus ``UNALIGNED_ARG`` when a tensor's address is not a multiple of
+    ``POINTER_ALIGN``: such a call gets the build that assumes nothing of the alignment (the
+    usual build drops every misaligned path of its vector accesses; see
+    ``Function.pointer_align``)."""
+    if any(t.data_ptr() % POINTER_ALIGN for t in tensors):
+        return {**const_args, UNALIGNED_ARG: True}
+    return const_args
 
 
 def _const_key(const_args: dict):
@@ -192,6 +203,7 @@ class Dispatcher:
         self._entry_key = _entry_key(tuple(key_pos))
         self._full_pos = {n: i for i, n in enumerate(self.names)}
         self.entries: dict = {}  # (values, types) of the key positions -> Prepared
+        self.unaligned: dict = {}  # the same, of builds for pointers of any alignment
         self._preps: dict = {}  # (launcher id, scalars) -> Prepared
         self._launchers: dict = {}  # (compiled kernel id, device) -> (ck, Launcher)
         self.kernels: dict = {}  # compile-time arguments -> CompiledKernel (select_kernel)
@@ -218,18 +230,26 @@ class Dispatcher:
             prep = self.entries.get(self._entry_key(args))
         except TypeError:  # an unhashable argument: the checked path reports it
             return MISS
+        if prep is not None:
+            out = prep.fast(args)
+            if out is not MISALIGNED:
+                return out
+        prep = self.unaligned.get(self._entry_key(args))  # a call with a misaligned pointer
         if prep is None:
             return MISS
-        return prep.fast(args)
+        out = prep.fast(args)
+        return MISS if out is MISALIGNED else out
 
     # --- the checked path ----------------------------------------------------------------------
     def run(self, const_args: dict, runtime, raw_args=None):
         """Check the arguments, pick the config (tuning on a new key), launch, remember."""
         if self.epoch != _EPOCH[0]:  # an option changed: decide afresh
             self.entries.clear()
+            self.unaligned.clear()
             self._sync_options()
         params = [_Param(n, a) for n, a, _ in runtime]
         env, tensors, device = _check_values(self.kname, params, runtime)
+        const_args = with_alignment(const_args, tensors.values())
         index = device.index if device.index is not None else _current_device()
         values = {p.name: tensors[p] if p in tensors else env[p] for p in params}
         full = [const_args[n] if n in const_args else values[n] for n in self.names]
@@ -251,9 +271,12 @@ class Dispatcher:
         if raw_args is not None and len(raw_args) == self.n:
             try:
                 key = self._entry_key(raw_args)
-                if len(self.entries) > 4096:
-                    self.entries.clear()
-                self.entries[key] = prep
+                # a build for any alignment has its own table: it must not shadow the aligned
+                # build for the calls with aligned pointers
+                entries = self.unaligned if UNALIGNED_ARG in const_args else self.entries
+                if len(entries) > 4096:
+                    entries.clear()
+                entries[key] = prep
             except TypeError:
                 pass
         return None

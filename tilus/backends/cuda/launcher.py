@@ -34,6 +34,11 @@ CTYPES = {
 }
 
 
+#: What ``Prepared.fast`` returns for a pointer its kernel's build does not allow (the kernel
+#: assumes 16-byte aligned pointers, see ``Function.pointer_align``), or, for a build that
+#: assumes nothing, a call whose pointers are all aligned (the aligned build serves it better).
+MISALIGNED = object()
+
 #: The encoded tensor maps of every launch (tests replace it with a fake encoder).
 _TMAPS = TensorMapCache()
 
@@ -55,6 +60,7 @@ class LaunchPlan:
         self.blocks = list(fn.blocks)
         self.threads = int(fn.num_threads)
         self.smem = int(ks.smem_bytes)
+        self.pointer_align = int(fn.pointer_align)
         # hidden fast_divmod divisors, passed after the tensor maps (tilus/passes/fast_divmod.py)
         self.divisors = tuple(ks.divisors)
         # the global_tensor workspace, passed last (tilus/backends/cuda/workspace.py)
@@ -445,6 +451,8 @@ class Prepared:
         self.params = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
         self.params_addr = ctypes.addressof(self.params)
         self.checks = [(pos, n, name in bound.in_bytes) for pos, name, n, _ in bound.tensors]
+        # the address bits a pointer must have clear, e.g. 15 for 16-byte alignment
+        self.align_mask = launcher.plan.pointer_align - 1
         self.last = None  # the pointers the storage holds
         self.lock = threading.Lock()
 
@@ -487,6 +495,7 @@ class Prepared:
             for pos, n, nb in self.checks
         )
         ptrs = tuple(values[pos].data_ptr() for pos, _, _ in self.checks)
+        self._check_alignment(values, ptrs)
         if self.bound.empty:
             self._tchecks = tchecks
             return
@@ -500,13 +509,28 @@ class Prepared:
                 self._fill(ptrs, values)
             self._launch()
 
+    def _check_alignment(self, values, ptrs) -> None:
+        """Refuse a pointer that this build's alignment assumption does not allow (a launch
+        through the dispatcher never makes one: it picks the build for any alignment)."""
+        mask = self.align_mask
+        for (_, name, _, _), ptr in zip(self.bound.tensors, ptrs):
+            if ptr & mask:
+                raise TilusArgumentError(
+                    f"{self.bound.plan.kname}: argument {name!r} is at address {ptr:#x}, not a "
+                    f"multiple of {mask + 1} bytes, but this build of the kernel assumes "
+                    f"{mask + 1}-byte aligned pointers (calling the kernel picks the build for "
+                    "any alignment)"
+                )
+
     def fast(self, args):
-        """Launch with only cheap checks; ``MISS`` when the checked path is needed."""
+        """Launch with only cheap checks; ``MISS`` when the checked path is needed, and
+        ``MISALIGNED`` for a pointer alignment the build does not suit."""
         checks = self._tchecks
         if checks is None:
             return MISS
         dev = self.device
         ptrs = []
+        bits = 0
         for pos, need, ttype, dtype in checks:
             t = args[pos]
             if (
@@ -517,7 +541,12 @@ class Prepared:
                 or t.numel() < need
             ):
                 return MISS
-            ptrs.append(t.data_ptr())
+            p = t.data_ptr()
+            bits |= p
+            ptrs.append(p)
+        mask = self.align_mask
+        if (bits & mask) if mask else not bits & 15:
+            return MISALIGNED  # (a build for any alignment leaves aligned calls to the other)
         if self.bound.empty:
             return None
         ptrs = tuple(ptrs)

@@ -6,7 +6,7 @@ import math
 
 from tilus.backends.cuda.codegen.memory import _address, _shared_elem, shared_offset
 from tilus.backends.cuda.codegen.scalar import ctype
-from tilus.backends.cuda.codegen.vector import base_alignment, static_int
+from tilus.backends.cuda.codegen.vector import base_alignment, known_aligned, static_int
 from tilus.backends.cuda.ptx.cp_async import COPIES
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst_memory as M
@@ -55,7 +55,9 @@ def copy_async(ctx, inst, expr):
     # whole: the strides and the column offset are multiples of the chunk, and so is the row
     # length, so a chunk is wholly in or out of its row and only the base can misalign it
     whole = base is not None and ncols is not None and ncols % per == 0
-    if base is not None and (whole or not inst.check_bounds):
+    if base is not None and (whole or not inst.check_bounds) and known_aligned(ctx, base, size):
+        _chunks(ctx, inst, offs, base, whole, "fast")  # the launch checked the alignment
+    elif base is not None and (whole or not inst.check_bounds):
         ctx.open(f"if ((((uint64_t){base}) & {size - 1}u) == 0)")
         _chunks(ctx, inst, offs, base, whole, "fast")
         ctx.reopen()

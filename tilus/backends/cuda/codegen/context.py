@@ -42,6 +42,7 @@ class Context:
         self.last_loc = None  # (file, line) of the last source comment
         self.broadcasts: dict = {}  # element read of a tile spread over threads -> C name
         self.gview_info: dict = {}  # global TensorVar -> (C name, shape codes, stride codes)
+        self.aligned_bases: dict = {}  # C name of a view on a pointer argument -> its alignment
         self.shared_names: dict = {}  # shared view TensorVar -> C name of its byte offset
         self.blocks: list[int] = [0]  # ids of the open C blocks (for scope checks)
         self.block_seq = 0

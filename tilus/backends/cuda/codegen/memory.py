@@ -35,6 +35,10 @@ def global_view(ctx, inst, expr):
             acc = s if acc == "1" else f"{acc} * (int64_t)({s})"
         strides = [x if x == "1" else f"(int64_t)({x})" for x in reversed(strides)]
     ctx.gview_info[t] = (ctx.name(t), shape, strides)
+    if any(
+        inst.ptr is p for p in ctx.fn.params
+    ):  # a pointer argument: its launch-checked alignment
+        ctx.aligned_bases[ctx.name(t)] = ctx.fn.pointer_align
     ct = "uint8_t" if t.dtype.nbits % 8 else ctype(t.dtype)  # sub-byte: the packed bytes
     ctx.emit(f"{ct}* const {ctx.name(t)} = ({ct}*)({expr(inst.ptr)});")
 

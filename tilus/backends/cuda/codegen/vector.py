@@ -178,6 +178,12 @@ def whole_runs(base, ncols: str, w: int) -> bool:
     return base is not None and n is not None and n % w == 0
 
 
+def known_aligned(ctx, base, nbytes: int) -> bool:
+    """Whether view base ``base`` (``base_alignment``) is a pointer argument whose alignment,
+    checked at every launch (``Function.pointer_align``), is a multiple of ``nbytes``."""
+    return base is not None and ctx.aligned_bases.get(base, 1) % nbytes == 0
+
+
 def by_alignment(ctx, base, nbytes: int, whole: bool, body) -> None:
     """``body(path)`` for the runs of one access: ``body("either")`` (each run tests its own
     alignment: a vector access, else element by element with a bounds check on each) or, for
@@ -188,6 +194,9 @@ def by_alignment(ctx, base, nbytes: int, whole: bool, body) -> None:
     if not whole:
         body("either")
         return
+    if known_aligned(ctx, base, nbytes):  # the launch checked it: no misaligned path at all
+        body("fast")
+        return
     ctx.open(f"if ((((uint64_t){base}) & {nbytes - 1}) == 0)")
     body("fast")
     ctx.reopen()
@@ -195,7 +204,7 @@ def by_alignment(ctx, base, nbytes: int, whole: bool, body) -> None:
     ctx.close()
 
 
-def _run_cond(ok: str, col: str, ncols: str, w: int, p: str, esize: int, base, path: str) -> str:
+def _run_cond(ctx, ok, col: str, ncols: str, w: int, p: str, esize: int, base, path: str) -> str:
     """The C condition of a run's vector access: in bounds and aligned (on ``base`` when it
     alone decides, see ``base_alignment``: the run then starts at a multiple of ``w``, so with
     a column count that is one too only the run's first column needs checking); on the
@@ -205,7 +214,7 @@ def _run_cond(ok: str, col: str, ncols: str, w: int, p: str, esize: int, base, p
         cols = f"(uint32_t)({col}) < {n}u"
     else:
         cols = f"(uint32_t)({col}) + {w}u <= (uint32_t)({ncols})"
-    if path != "either":  # the base's alignment is tested once (by_alignment)
+    if path != "either" or known_aligned(ctx, base, w * esize):  # tested once, or at launch
         return f"{ok} && {cols}"
     return f"{ok} && {cols} && (((uint64_t){base or p}) & {w * esize - 1}) == 0"
 
@@ -222,7 +231,7 @@ def load_run(
     wt = word_type(nwords)
     p = ctx.fresh("vp")
     ctx.emit(f"const {ctype(out.dtype)}* const {p} = {ptr};")
-    cond = _run_cond(ok, col, ncols, w, p, esize, base, path)
+    cond = _run_cond(ctx, ok, col, ncols, w, p, esize, base, path)
     ctx.open(f"if ({cond})")
     if path == "slow":  # a whole run in bounds: plain element loads
         for k in range(w):
@@ -268,7 +277,7 @@ def store_run(
     wt = word_type(nwords)
     p = ctx.fresh("vp")
     ctx.emit(f"{ctype(src.dtype)}* const {p} = {ptr};")
-    cond = _run_cond(ok, col, ncols, w, p, esize, base, path)
+    cond = _run_cond(ctx, ok, col, ncols, w, p, esize, base, path)
     ctx.open(f"if ({cond})")
     if path == "slow":  # a whole run in bounds: plain element stores
         for k in range(w):
