@@ -161,7 +161,9 @@ def available() -> bool:
 
 def _kernel_text(source: str, name: str, params) -> str:
     body = source[source.index('extern "C" __global__') :]
-    body = re.sub(r'extern "C" __global__ void __launch_bounds__\(\d+, 1\)\n', "static void ", body)
+    body = re.sub(
+        r'extern "C" __global__ void __launch_bounds__\(\d+, \d+\)\n', "static void ", body
+    )
     body = body.replace("extern __shared__ __align__(1024) uint8_t tl_smem_raw[];", "")
     body = body.replace("tl_smem_raw", "tl_smem_base")
     return body
