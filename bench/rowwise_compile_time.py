@@ -9,7 +9,8 @@ keeps the least of K compiles. ``--sass`` adds the SASS of the hot loop (the lon
 the kernel): its instruction count and that of its work (memory, floating point, shuffles),
 the numbers that must not grow when the emitted code changes for compile time. It compiles
 the usual build, the one a call with 16-byte aligned tensors gets (``Function.pointer_align``);
-``--unaligned`` compiles the build for pointers of any alignment instead. Run:
+``--unaligned`` compiles the build for pointers of any alignment instead; ``--both`` compiles
+each config's other build right after it (a comparison under the same load). Run:
 ``python bench/rowwise_compile_time.py [--n 8192 32000 1024] [--kernels LayerNorm] [--sass]``
 (needs NVRTC; ``--sass`` needs cuobjdump).
 """
@@ -119,8 +120,11 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="compiles a config, the least kept")
     ap.add_argument("--sass", action="store_true", help="hot-loop SASS counts (cuobjdump)")
     ap.add_argument("--unaligned", action="store_true", help="the build for any alignment")
+    ap.add_argument(
+        "--both", action="store_true", help="each config's two builds in turn (usual, any)"
+    )
     a = ap.parse_args()
-    totals, refused = [], 0
+    totals, refused, other = [], 0, []
     for cls, nptr in KERNELS:
         if a.kernels and cls.__name__ not in a.kernels:
             continue
@@ -136,6 +140,10 @@ def main() -> int:
                     continue
                 totals.append(r["tilus"] + r["nvrtc"])
                 extra = f"  loop {r['loop']:5d}  work {r['work']:5d}" if a.sass else ""
+                if a.both:  # the other build, right after (the same load on the machine)
+                    u = one(cls, nptr, n, cfg, a.repeat, False, not a.unaligned)
+                    other.append(u["tilus"] + u["nvrtc"])
+                    extra += f"  | other build: nvrtc {u['nvrtc']:5.2f} s  {u['lines']:5d} lines"
                 print(f"{cls.__name__:14s} n={n:<6d} {label:30s} tilus {r['tilus']:5.2f} s  "
                       f"nvrtc {r['nvrtc']:5.2f} s  {r['lines']:5d} lines  {r['regs']} regs{extra}",
                       flush=True)  # fmt: skip
@@ -143,6 +151,12 @@ def main() -> int:
         print(
             f"{len(totals)} configs compiled, {refused} refused; seconds a config: median "
             f"{statistics.median(totals):.2f}, max {max(totals):.2f}, total {sum(totals):.1f}"
+        )
+    if other:
+        print(
+            f"the other build ({'usual' if a.unaligned else 'any alignment'}): median "
+            f"{statistics.median(other):.2f}, max {max(other):.2f}, total {sum(other):.1f}; "
+            f"over 0.5 s: {sum(t > 0.5 for t in totals)} against {sum(t > 0.5 for t in other)}"
         )
     return 0
 
