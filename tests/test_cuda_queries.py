@@ -122,7 +122,9 @@ def test_sm_count_without_a_driver_does_not_import_torch():
         "import sys\n"
         "from tilus.lang.instructions import cuda_queries as q\n"
         "from tilus.target import lookup\n"
-        "q._driver_present = lambda: False\n"
+        "import tilus.target as t\n"
+        "t._driver_present = lambda: False\n"
+        "assert t.sm_count() == 132 and t.sm_count('sm_80') == 108\n"
         "assert q.CudaQueries(lookup('sm_90a')).sm_count == 132\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 from dataclasses import dataclass
 
 from tilus.errors import TilusBackendError, TilusError
@@ -242,3 +244,52 @@ def building_for(target: Target):
         yield target
     finally:
         _building = saved
+
+
+def gpu_index() -> int | None:
+    """The current CUDA device's index, or None when there is no GPU (a process without a
+    CUDA driver learns that without importing torch, which takes seconds)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        if not _driver_present():
+            return None
+        try:
+            import torch
+        except ImportError:  # pragma: no cover - torch is a dependency
+            return None
+    return torch.cuda.current_device() if torch.cuda.is_available() else None
+
+
+@functools.cache
+def _driver_present() -> bool:
+    """Whether the CUDA driver library loads (always assumed off Linux, where it has another
+    name)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def sm_count(target: Target | str | None = None) -> int:
+    """Multiprocessors of the GPU that kernels for ``target`` run on, on the host (in a kernel:
+    ``self.cuda.sm_count``): the current CUDA device's own count when there is one (of the
+    target's compute capability, when a target is given or set), else the count of the GPU
+    the target implies (132 for sm_90/sm_90a, an H100/H200 SXM; 132 with neither).
+
+    Args:
+        target: a ``Target`` or its name; None: the current target (``scope``), if any.
+    """
+    t = lookup(target) if target is not None else _current
+    idx = gpu_index()
+    if idx is not None:
+        from tilus.runtime.driver import device_properties
+
+        p = device_properties(idx)
+        if t is None or (p["cc_major"], p["cc_minor"]) == t.compute_capability:
+            return int(p["sm_count"])
+    return (t or nvgpu_sm90a).properties.sm_count

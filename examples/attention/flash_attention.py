@@ -53,7 +53,9 @@ from attention_support import (  # noqa: E402
     reference,
 )
 from flash_producer import FlashProducer  # noqa: E402
-from flash_tiles import SMEM_BYTES, Ring, default_tiles, sm_count  # noqa: E402
+from flash_tiles import SMEM_BYTES, Ring, default_tiles  # noqa: E402
+
+from tilus.target import sm_count  # noqa: E402
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453

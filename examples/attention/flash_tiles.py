@@ -9,20 +9,6 @@ from tilus import int32, uint32
 SMEM_BYTES = 227 * 1024 - 1024
 
 
-def sm_count() -> int:
-    """Streaming multiprocessors of the current CUDA device (132, an H200's, without one)."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_properties(
-                torch.cuda.current_device()
-            ).multi_processor_count
-    except ImportError:
-        pass
-    return 132
-
-
 class Ring(tilus.Class):
     """A ring of ``num_stages`` slots: ``full[s]`` completes when slot ``s`` is loaded (one
     arrival plus the bytes), ``empty[s]`` when its ``consumers`` warp groups are done with it."""

@@ -29,21 +29,8 @@ from matmul_v5 import MatmulWGMMAV5
 
 import tilus
 from tilus import GlobalTensor, SharedTensor, float16, float32, int32
+from tilus.target import sm_count
 from tilus.utils import cdiv
-
-
-def sm_count() -> int:
-    """Streaming multiprocessors of the current CUDA device (132, an H100/H200's, without one)."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_properties(
-                torch.cuda.current_device()
-            ).multi_processor_count
-    except ImportError:
-        pass
-    return 132
 
 
 # V5's space (shared C tiles leave room for 3 stages of 128 x 256 x 64).

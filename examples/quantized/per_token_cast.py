@@ -39,6 +39,7 @@ from example_support import cuda_torch, gpu_time, print_table  # noqa: E402
 
 from tilus import bfloat16, float8_e4m3, float32, int32  # noqa: E402
 from tilus.ir.layout import local  # noqa: E402
+from tilus.target import sm_count  # noqa: E402
 from tilus.utils import cdiv  # noqa: E402
 
 FP8_MAX = 448.0
@@ -47,20 +48,6 @@ CPU_SIZES = [(37, 200), (5, 1000)]  # (m, n): ragged rows and row lengths
 GPU_SIZES = [(4096, 7168), (16384, 4096), (3000, 5000)]
 CPU_CONFIGS = [(1, 0, 1, 0, 16, 0), (2, 4, 1, 0, 8, 0), (1, 4, 1, 3, 16, 0), (1, 0, 2, 0, 8, 3),
                (2, 0, 1, 0, 8, 2)]  # see SPACE  # fmt: skip
-
-
-def sm_count() -> int:
-    """Streaming multiprocessors of the current CUDA device (132, an H200's, without one)."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_properties(
-                torch.cuda.current_device()
-            ).multi_processor_count
-    except ImportError:
-        pass
-    return 132
 
 
 def row_tile(n: int, granule: int) -> int:

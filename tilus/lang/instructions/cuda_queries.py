@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -13,7 +11,7 @@ from tilus.ir.layout import mma
 from tilus.ir.layout import register as rl
 from tilus.ir.layout.mma import mma_atom, supported_pairs
 from tilus.ir.layout.shared import SharedLayout, choose_swizzle
-from tilus.target import Target, transpile_target
+from tilus.target import Target, gpu_index, sm_count, transpile_target
 
 SMALL_TILE = 64  # tilus.backends.cuda.layout.inference.SMALL_TILE (a test keeps them equal)
 
@@ -84,39 +82,12 @@ class _Runtime:
         Raises:
             TilusError: "No GPU is available." without one.
         """
-        idx = _gpu_index()
+        idx = gpu_index()
         if idx is None:
             raise TilusError("No GPU is available.")
         from tilus.runtime.driver import device_properties
 
         return device_properties(idx if device_index is None else device_index)
-
-
-def _gpu_index() -> int | None:
-    torch = sys.modules.get("torch")
-    if torch is None:
-        if not _driver_present():
-            return None  # no driver, no GPU: importing torch to learn that took seconds
-        try:
-            import torch
-        except ImportError:  # pragma: no cover - torch is a dependency
-            return None
-    return torch.cuda.current_device() if torch.cuda.is_available() else None
-
-
-@functools.cache
-def _driver_present() -> bool:
-    """Whether the CUDA driver library loads (always assumed off Linux, where it has another
-    name)."""
-    if not sys.platform.startswith("linux"):
-        return True
-    import ctypes
-
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
 
 
 class CudaQueries:
@@ -157,14 +128,7 @@ class CudaQueries:
         """Multiprocessors: the GPU's own count when a GPU of the target's compute capability
         is present, else the count of the GPU the target implies (132 for sm_90/sm_90a, an
         H100/H200 SXM; 108 for sm_80, an A100; see ``tilus.target.TargetProperties``)."""
-        idx = _gpu_index()
-        if idx is not None:
-            from tilus.runtime.driver import device_properties
-
-            p = device_properties(idx)
-            if (p["cc_major"], p["cc_minor"]) == self.compute_capability:
-                return int(p["sm_count"])
-        return self.target.properties.sm_count
+        return sm_count(self.target)
 
     def resolve_dot_config(
         self, operand: DataType, acc: DataType, *, m: int, n: int, k: int, num_warps: int
