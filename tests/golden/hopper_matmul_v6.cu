@@ -195,17 +195,17 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
-  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
+  // matmul_v6.py:91  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
-  // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+  // matmul_v6.py:96  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
-  // matmul_v6.py:110  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+  // matmul_v6.py:97  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
   uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v6.py:111  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+  // matmul_v6.py:98  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
   uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v6.py:112  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
+  // matmul_v6.py:99  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
   // %sa: shared bytes [0, 32768)
-  // matmul_v6.py:113  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
+  // matmul_v6.py:100  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
   // %sb: shared bytes [32768, 65536)
   // matmul_v4.py:48  self.full = self.mbarrier.alloc([producer_arrivals] * num_stages)
   // 2 mbarrier(s) at shared offset 98304 (initialized at entry)
@@ -219,13 +219,13 @@ tl_MatmulWGMMAV6(
   int pipe_consumer_stage = 0;
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
-  // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
+  // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
-    // matmul_v6.py:117  self.setmaxnreg(40)
+    // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
-    // matmul_v6.py:118  with self.single_warp(0):
+    // matmul_v6.py:105  with self.single_warp(0):
     if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
-      // matmul_v6.py:119  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+      // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 32);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
@@ -249,7 +249,7 @@ tl_MatmulWGMMAV6(
             m_tile = pos;
             dn = 0;
           }
-          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+          // matmul_v6.py:107  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 2) + dn);
           // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
@@ -293,7 +293,7 @@ tl_MatmulWGMMAV6(
           }
         }
       }
-      // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
+      // matmul_v6.py:110  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 2; ++i) {
         // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 98320u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
@@ -307,15 +307,15 @@ tl_MatmulWGMMAV6(
       }
     }
   }
-  // matmul_v6.py:127  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
+  // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
   if (threadIdx.x < 128) {  // threads [0, 128)
-    // matmul_v6.py:128  self.setmaxnreg(232)
+    // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [65536, 81920)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end2 = (num_m_2 * 32);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
@@ -339,14 +339,14 @@ tl_MatmulWGMMAV6(
           m_tile_2 = pos_1;
           dn_1 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 2) + dn_1);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 128);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
         float acc[1][64];
         const float tl_v3 = 0.0f;
@@ -418,14 +418,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_2)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
         uint16_t r[1][64];
 #pragma unroll
@@ -468,35 +468,35 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 65536u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 65536u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
-  // matmul_v6.py:130  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
+  // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
-    // matmul_v6.py:131  self.setmaxnreg(232)
+    // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [81920, 98304)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end14 = (num_m_4 * 32);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
@@ -520,14 +520,14 @@ tl_MatmulWGMMAV6(
           m_tile_4 = pos_2;
           dn_2 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 2) + dn_2);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 128);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         float acc_1[1][64];
         const float tl_v15 = 0.0f;
@@ -599,14 +599,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_4)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         uint16_t r_1[1][64];
 #pragma unroll
@@ -649,23 +649,23 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 81920u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 81920u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
@@ -867,17 +867,17 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
-  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
+  // matmul_v6.py:91  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
-  // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+  // matmul_v6.py:96  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
-  // matmul_v6.py:110  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+  // matmul_v6.py:97  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
   uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v6.py:111  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+  // matmul_v6.py:98  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
   uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v6.py:112  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
+  // matmul_v6.py:99  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
   // %sa: shared bytes [0, 49152)
-  // matmul_v6.py:113  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
+  // matmul_v6.py:100  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
   // %sb: shared bytes [49152, 98304)
   // matmul_v4.py:48  self.full = self.mbarrier.alloc([producer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 131072 (initialized at entry)
@@ -891,13 +891,13 @@ tl_MatmulWGMMAV6(
   int pipe_consumer_stage = 0;
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
-  // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
+  // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
-    // matmul_v6.py:117  self.setmaxnreg(40)
+    // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
-    // matmul_v6.py:118  with self.single_warp(0):
+    // matmul_v6.py:105  with self.single_warp(0):
     if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
-      // matmul_v6.py:119  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+      // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 32);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
@@ -921,7 +921,7 @@ tl_MatmulWGMMAV6(
             m_tile = pos;
             dn = 0;
           }
-          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+          // matmul_v6.py:107  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 2) + dn);
           // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
@@ -965,7 +965,7 @@ tl_MatmulWGMMAV6(
           }
         }
       }
-      // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
+      // matmul_v6.py:110  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 3; ++i) {
         // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 131096u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
@@ -979,15 +979,15 @@ tl_MatmulWGMMAV6(
       }
     }
   }
-  // matmul_v6.py:127  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
+  // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
   if (threadIdx.x < 128) {  // threads [0, 128)
-    // matmul_v6.py:128  self.setmaxnreg(232)
+    // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [98304, 114688)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end2 = (num_m_2 * 32);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
@@ -1011,14 +1011,14 @@ tl_MatmulWGMMAV6(
           m_tile_2 = pos_1;
           dn_1 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 2) + dn_1);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 128);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
         float acc[1][64];
         const float tl_v3 = 0.0f;
@@ -1090,14 +1090,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_2)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
         uint16_t r[1][64];
 #pragma unroll
@@ -1140,35 +1140,35 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
-  // matmul_v6.py:130  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
+  // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
-    // matmul_v6.py:131  self.setmaxnreg(232)
+    // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [114688, 131072)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end14 = (num_m_4 * 32);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
@@ -1192,14 +1192,14 @@ tl_MatmulWGMMAV6(
           m_tile_4 = pos_2;
           dn_2 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 2) + dn_2);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 128);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         float acc_1[1][64];
         const float tl_v15 = 0.0f;
@@ -1271,14 +1271,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_4)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         uint16_t r_1[1][64];
 #pragma unroll
@@ -1321,23 +1321,23 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 114688u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 114688u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
@@ -1545,17 +1545,17 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
-  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
+  // matmul_v6.py:91  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
-  // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+  // matmul_v6.py:96  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
-  // matmul_v6.py:110  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+  // matmul_v6.py:97  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
   uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v6.py:111  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+  // matmul_v6.py:98  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
   uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v6.py:112  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
+  // matmul_v6.py:99  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
   // %sa: shared bytes [0, 32768)
-  // matmul_v6.py:113  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
+  // matmul_v6.py:100  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
   // %sb: shared bytes [32768, 98304)
   // matmul_v4.py:48  self.full = self.mbarrier.alloc([producer_arrivals] * num_stages)
   // 2 mbarrier(s) at shared offset 163840 (initialized at entry)
@@ -1569,13 +1569,13 @@ tl_MatmulWGMMAV6(
   int pipe_consumer_stage = 0;
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
-  // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
+  // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
-    // matmul_v6.py:117  self.setmaxnreg(40)
+    // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
-    // matmul_v6.py:118  with self.single_warp(0):
+    // matmul_v6.py:105  with self.single_warp(0):
     if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
-      // matmul_v6.py:119  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+      // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 16);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
@@ -1599,7 +1599,7 @@ tl_MatmulWGMMAV6(
             m_tile = pos;
             dn = 0;
           }
-          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+          // matmul_v6.py:107  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 2) + dn);
           // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
@@ -1643,7 +1643,7 @@ tl_MatmulWGMMAV6(
           }
         }
       }
-      // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
+      // matmul_v6.py:110  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 2; ++i) {
         // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 163856u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
@@ -1657,15 +1657,15 @@ tl_MatmulWGMMAV6(
       }
     }
   }
-  // matmul_v6.py:127  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
+  // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
   if (threadIdx.x < 128) {  // threads [0, 128)
-    // matmul_v6.py:128  self.setmaxnreg(232)
+    // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [98304, 131072)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end2 = (num_m_2 * 16);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
@@ -1689,14 +1689,14 @@ tl_MatmulWGMMAV6(
           m_tile_2 = pos_1;
           dn_1 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 2) + dn_1);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 256);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
         float acc[1][128];
         const float tl_v3 = 0.0f;
@@ -1768,14 +1768,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_2)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
         uint16_t r[1][128];
 #pragma unroll
@@ -1850,37 +1850,37 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 16384u, (int32_t)(offset_n_1) + 128, (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 24576u, (int32_t)(offset_n_1) + 192, (int32_t)(offset_m_1));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
-  // matmul_v6.py:130  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
+  // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
-    // matmul_v6.py:131  self.setmaxnreg(232)
+    // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [131072, 163840)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end14 = (num_m_4 * 16);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
@@ -1904,14 +1904,14 @@ tl_MatmulWGMMAV6(
           m_tile_4 = pos_2;
           dn_2 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 2) + dn_2);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 256);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         float acc_1[1][128];
         const float tl_v15 = 0.0f;
@@ -1983,14 +1983,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_4)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         uint16_t r_1[1][128];
 #pragma unroll
@@ -2065,25 +2065,25 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 131072u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 131072u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 131072u + 16384u, (int32_t)(offset_n_2) + 128, (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 131072u + 24576u, (int32_t)(offset_n_2) + 192, (int32_t)(offset_m_2));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
@@ -2293,17 +2293,17 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
-  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
+  // matmul_v6.py:91  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
-  // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+  // matmul_v6.py:96  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
-  // matmul_v6.py:110  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+  // matmul_v6.py:97  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
   uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v6.py:111  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+  // matmul_v6.py:98  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
   uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v6.py:112  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
+  // matmul_v6.py:99  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
   // %sa: shared bytes [0, 49152)
-  // matmul_v6.py:113  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
+  // matmul_v6.py:100  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
   // %sb: shared bytes [49152, 147456)
   // matmul_v4.py:48  self.full = self.mbarrier.alloc([producer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 212992 (initialized at entry)
@@ -2317,13 +2317,13 @@ tl_MatmulWGMMAV6(
   int pipe_consumer_stage = 0;
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
-  // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
+  // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
-    // matmul_v6.py:117  self.setmaxnreg(40)
+    // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
-    // matmul_v6.py:118  with self.single_warp(0):
+    // matmul_v6.py:105  with self.single_warp(0):
     if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
-      // matmul_v6.py:119  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+      // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 16);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
@@ -2347,7 +2347,7 @@ tl_MatmulWGMMAV6(
             m_tile = pos;
             dn = 0;
           }
-          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+          // matmul_v6.py:107  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 2) + dn);
           // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
@@ -2391,7 +2391,7 @@ tl_MatmulWGMMAV6(
           }
         }
       }
-      // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
+      // matmul_v6.py:110  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 3; ++i) {
         // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 213016u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
@@ -2405,15 +2405,15 @@ tl_MatmulWGMMAV6(
       }
     }
   }
-  // matmul_v6.py:127  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
+  // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
   if (threadIdx.x < 128) {  // threads [0, 128)
-    // matmul_v6.py:128  self.setmaxnreg(232)
+    // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [147456, 180224)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end2 = (num_m_2 * 16);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
@@ -2437,14 +2437,14 @@ tl_MatmulWGMMAV6(
           m_tile_2 = pos_1;
           dn_1 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 2) + dn_1);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 256);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
         float acc[1][128];
         const float tl_v3 = 0.0f;
@@ -2516,14 +2516,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_2)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
         uint16_t r[1][128];
 #pragma unroll
@@ -2598,37 +2598,37 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 147456u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 147456u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 147456u + 16384u, (int32_t)(offset_n_1) + 128, (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 147456u + 24576u, (int32_t)(offset_n_1) + 192, (int32_t)(offset_m_1));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
-  // matmul_v6.py:130  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
+  // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
-    // matmul_v6.py:131  self.setmaxnreg(232)
+    // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [180224, 212992)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end14 = (num_m_4 * 16);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
@@ -2652,14 +2652,14 @@ tl_MatmulWGMMAV6(
           m_tile_4 = pos_2;
           dn_2 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 2) + dn_2);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 256);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         float acc_1[1][128];
         const float tl_v15 = 0.0f;
@@ -2731,14 +2731,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_4)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         uint16_t r_1[1][128];
 #pragma unroll
@@ -2813,25 +2813,25 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 180224u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 180224u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 180224u + 16384u, (int32_t)(offset_n_2) + 128, (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 180224u + 24576u, (int32_t)(offset_n_2) + 192, (int32_t)(offset_m_2));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
@@ -3031,17 +3031,17 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
-  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
+  // matmul_v6.py:91  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
-  // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+  // matmul_v6.py:96  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
-  // matmul_v6.py:110  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+  // matmul_v6.py:97  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
   uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v6.py:111  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+  // matmul_v6.py:98  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
   uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v6.py:112  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
+  // matmul_v6.py:99  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
   // %sa: shared bytes [0, 32768)
-  // matmul_v6.py:113  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
+  // matmul_v6.py:100  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
   // %sb: shared bytes [32768, 65536)
   // matmul_v4.py:48  self.full = self.mbarrier.alloc([producer_arrivals] * num_stages)
   // 2 mbarrier(s) at shared offset 98304 (initialized at entry)
@@ -3055,13 +3055,13 @@ tl_MatmulWGMMAV6(
   int pipe_consumer_stage = 0;
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
-  // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
+  // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
-    // matmul_v6.py:117  self.setmaxnreg(40)
+    // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
-    // matmul_v6.py:118  with self.single_warp(0):
+    // matmul_v6.py:105  with self.single_warp(0):
     if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
-      // matmul_v6.py:119  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+      // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 32);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
@@ -3085,7 +3085,7 @@ tl_MatmulWGMMAV6(
             m_tile = pos;
             dn = 0;
           }
-          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+          // matmul_v6.py:107  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 8) + dn);
           // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
@@ -3129,7 +3129,7 @@ tl_MatmulWGMMAV6(
           }
         }
       }
-      // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
+      // matmul_v6.py:110  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 2; ++i) {
         // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 98320u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
@@ -3143,15 +3143,15 @@ tl_MatmulWGMMAV6(
       }
     }
   }
-  // matmul_v6.py:127  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
+  // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
   if (threadIdx.x < 128) {  // threads [0, 128)
-    // matmul_v6.py:128  self.setmaxnreg(232)
+    // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [65536, 81920)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end2 = (num_m_2 * 32);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
@@ -3175,14 +3175,14 @@ tl_MatmulWGMMAV6(
           m_tile_2 = pos_1;
           dn_1 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 8) + dn_1);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 128);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
         float acc[1][64];
         const float tl_v3 = 0.0f;
@@ -3254,14 +3254,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_2)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
         uint16_t r[1][64];
 #pragma unroll
@@ -3304,35 +3304,35 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(65536u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 65536u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 65536u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
-  // matmul_v6.py:130  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
+  // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
-    // matmul_v6.py:131  self.setmaxnreg(232)
+    // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [81920, 98304)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end14 = (num_m_4 * 32);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
@@ -3356,14 +3356,14 @@ tl_MatmulWGMMAV6(
           m_tile_4 = pos_2;
           dn_2 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 8) + dn_2);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 128);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         float acc_1[1][64];
         const float tl_v15 = 0.0f;
@@ -3435,14 +3435,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_4)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         uint16_t r_1[1][64];
 #pragma unroll
@@ -3485,23 +3485,23 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(81920u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 81920u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 81920u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
@@ -3703,17 +3703,17 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
-  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
+  // matmul_v6.py:91  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
-  // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+  // matmul_v6.py:96  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
-  // matmul_v6.py:110  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+  // matmul_v6.py:97  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
   uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v6.py:111  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+  // matmul_v6.py:98  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
   uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v6.py:112  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
+  // matmul_v6.py:99  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
   // %sa: shared bytes [0, 49152)
-  // matmul_v6.py:113  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
+  // matmul_v6.py:100  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
   // %sb: shared bytes [49152, 98304)
   // matmul_v4.py:48  self.full = self.mbarrier.alloc([producer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 131072 (initialized at entry)
@@ -3727,13 +3727,13 @@ tl_MatmulWGMMAV6(
   int pipe_consumer_stage = 0;
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
-  // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
+  // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
-    // matmul_v6.py:117  self.setmaxnreg(40)
+    // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
-    // matmul_v6.py:118  with self.single_warp(0):
+    // matmul_v6.py:105  with self.single_warp(0):
     if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
-      // matmul_v6.py:119  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+      // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 32);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
@@ -3757,7 +3757,7 @@ tl_MatmulWGMMAV6(
             m_tile = pos;
             dn = 0;
           }
-          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+          // matmul_v6.py:107  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 8) + dn);
           // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
@@ -3801,7 +3801,7 @@ tl_MatmulWGMMAV6(
           }
         }
       }
-      // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
+      // matmul_v6.py:110  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 3; ++i) {
         // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 131096u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
@@ -3815,15 +3815,15 @@ tl_MatmulWGMMAV6(
       }
     }
   }
-  // matmul_v6.py:127  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
+  // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
   if (threadIdx.x < 128) {  // threads [0, 128)
-    // matmul_v6.py:128  self.setmaxnreg(232)
+    // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [98304, 114688)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end2 = (num_m_2 * 32);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
@@ -3847,14 +3847,14 @@ tl_MatmulWGMMAV6(
           m_tile_2 = pos_1;
           dn_1 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 8) + dn_1);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 128);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
         float acc[1][64];
         const float tl_v3 = 0.0f;
@@ -3926,14 +3926,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_2)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r [64, 128]: wgmma_acc layout, 64 per thread, over threads [0, 128)
         uint16_t r[1][64];
 #pragma unroll
@@ -3976,35 +3976,35 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][60] | ((uint32_t)r[0][61] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 120) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 120) % 64) * 2))) = (uint32_t)r[0][62] | ((uint32_t)r[0][63] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
-  // matmul_v6.py:130  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
+  // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
-    // matmul_v6.py:131  self.setmaxnreg(232)
+    // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [114688, 131072)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end14 = (num_m_4 * 32);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
@@ -4028,14 +4028,14 @@ tl_MatmulWGMMAV6(
           m_tile_4 = pos_2;
           dn_2 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 8) + dn_2);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 128);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         float acc_1[1][64];
         const float tl_v15 = 0.0f;
@@ -4107,14 +4107,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_4)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r_1 [64, 128]: wgmma_acc layout, 64 per thread, over threads [128, 256)
         uint16_t r_1[1][64];
 #pragma unroll
@@ -4157,23 +4157,23 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][60] | ((uint32_t)r_1[0][61] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(114688u + ((tl_c25 + 120) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 120) % 64) * 2))) = (uint32_t)r_1[0][62] | ((uint32_t)r_1[0][63] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 114688u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 114688u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
@@ -4381,17 +4381,17 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
-  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
+  // matmul_v6.py:91  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
-  // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+  // matmul_v6.py:96  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
-  // matmul_v6.py:110  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+  // matmul_v6.py:97  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
   uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v6.py:111  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+  // matmul_v6.py:98  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
   uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v6.py:112  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
+  // matmul_v6.py:99  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
   // %sa: shared bytes [0, 32768)
-  // matmul_v6.py:113  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
+  // matmul_v6.py:100  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
   // %sb: shared bytes [32768, 98304)
   // matmul_v4.py:48  self.full = self.mbarrier.alloc([producer_arrivals] * num_stages)
   // 2 mbarrier(s) at shared offset 163840 (initialized at entry)
@@ -4405,13 +4405,13 @@ tl_MatmulWGMMAV6(
   int pipe_consumer_stage = 0;
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
-  // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
+  // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
-    // matmul_v6.py:117  self.setmaxnreg(40)
+    // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
-    // matmul_v6.py:118  with self.single_warp(0):
+    // matmul_v6.py:105  with self.single_warp(0):
     if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
-      // matmul_v6.py:119  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+      // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 16);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
@@ -4435,7 +4435,7 @@ tl_MatmulWGMMAV6(
             m_tile = pos;
             dn = 0;
           }
-          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+          // matmul_v6.py:107  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 8) + dn);
           // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
@@ -4479,7 +4479,7 @@ tl_MatmulWGMMAV6(
           }
         }
       }
-      // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
+      // matmul_v6.py:110  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 2; ++i) {
         // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 163856u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
@@ -4493,15 +4493,15 @@ tl_MatmulWGMMAV6(
       }
     }
   }
-  // matmul_v6.py:127  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
+  // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
   if (threadIdx.x < 128) {  // threads [0, 128)
-    // matmul_v6.py:128  self.setmaxnreg(232)
+    // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [98304, 131072)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end2 = (num_m_2 * 16);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
@@ -4525,14 +4525,14 @@ tl_MatmulWGMMAV6(
           m_tile_2 = pos_1;
           dn_1 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 8) + dn_1);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 256);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
         float acc[1][128];
         const float tl_v3 = 0.0f;
@@ -4604,14 +4604,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_2)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
         uint16_t r[1][128];
 #pragma unroll
@@ -4686,37 +4686,37 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(98304u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 16384u, (int32_t)(offset_n_1) + 128, (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 24576u, (int32_t)(offset_n_1) + 192, (int32_t)(offset_m_1));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
-  // matmul_v6.py:130  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
+  // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
-    // matmul_v6.py:131  self.setmaxnreg(232)
+    // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [131072, 163840)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end14 = (num_m_4 * 16);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
@@ -4740,14 +4740,14 @@ tl_MatmulWGMMAV6(
           m_tile_4 = pos_2;
           dn_2 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 8) + dn_2);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 256);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         float acc_1[1][128];
         const float tl_v15 = 0.0f;
@@ -4819,14 +4819,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_4)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         uint16_t r_1[1][128];
 #pragma unroll
@@ -4901,25 +4901,25 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(131072u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 131072u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 131072u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 131072u + 16384u, (int32_t)(offset_n_2) + 128, (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 131072u + 24576u, (int32_t)(offset_n_2) + 192, (int32_t)(offset_m_2));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
@@ -5129,17 +5129,17 @@ tl_MatmulWGMMAV6(
     tl_fence_mbarrier_init();
   }
   __syncthreads();
-  // matmul_v6.py:104  num_m = cdiv(m_size, block_m)
+  // matmul_v6.py:91  num_m = cdiv(m_size, block_m)
   int num_m = (((m_size + 128) - 1) / 128);
-  // matmul_v6.py:109  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
+  // matmul_v6.py:96  ga = self.global_view(a_ptr, dtype=float16, shape=[m_size, k_size])
   uint16_t* const ga = (uint16_t*)(a_ptr);
-  // matmul_v6.py:110  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
+  // matmul_v6.py:97  gb = self.global_view(b_ptr, dtype=float16, shape=[n_size, k_size])
   uint16_t* const gb = (uint16_t*)(b_ptr);
-  // matmul_v6.py:111  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+  // matmul_v6.py:98  gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
   uint16_t* const gc = (uint16_t*)(c_ptr);
-  // matmul_v6.py:112  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
+  // matmul_v6.py:99  sa = self.shared_tensor(dtype=float16, shape=[num_stages, 2, block_m // 2, block_k])
   // %sa: shared bytes [0, 49152)
-  // matmul_v6.py:113  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
+  // matmul_v6.py:100  sb = self.shared_tensor(dtype=float16, shape=[num_stages, block_n, block_k])
   // %sb: shared bytes [49152, 147456)
   // matmul_v4.py:48  self.full = self.mbarrier.alloc([producer_arrivals] * num_stages)
   // 3 mbarrier(s) at shared offset 212992 (initialized at entry)
@@ -5153,13 +5153,13 @@ tl_MatmulWGMMAV6(
   int pipe_consumer_stage = 0;
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
-  // matmul_v6.py:116  with self.warp_group(8, 4):  # producer warp group: threads 256-383
+  // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
   if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
-    // matmul_v6.py:117  self.setmaxnreg(40)
+    // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
-    // matmul_v6.py:118  with self.single_warp(0):
+    // matmul_v6.py:105  with self.single_warp(0):
     if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
-      // matmul_v6.py:119  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+      // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 16);
         for (int tile = (int)blockIdx.x; tile < tl_end1; tile += 132) {
@@ -5183,7 +5183,7 @@ tl_MatmulWGMMAV6(
             m_tile = pos;
             dn = 0;
           }
-          // matmul_v6.py:120  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+          // matmul_v6.py:107  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
           int m_tile_1 = m_tile;
           int n_tile = ((group * 8) + dn);
           // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
@@ -5227,7 +5227,7 @@ tl_MatmulWGMMAV6(
           }
         }
       }
-      // matmul_v6.py:123  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
+      // matmul_v6.py:110  for _ in self.range(min(num_stages, cdiv(k_size, block_k))):
       for (int i = 0; i < 3; ++i) {
         // matmul_v4.py:57  self.mbarrier.wait(self.empty[self.producer_stage], phase=self.producer_phase, sem="relaxed")
         tl_mbar_wait_parity_relaxed((tl_smem + 213016u + 8u * (uint32_t)(pipe_producer_stage)), (uint32_t)(pipe_producer_phase));
@@ -5241,15 +5241,15 @@ tl_MatmulWGMMAV6(
       }
     }
   }
-  // matmul_v6.py:127  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
+  // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
   if (threadIdx.x < 128) {  // threads [0, 128)
-    // matmul_v6.py:128  self.setmaxnreg(232)
+    // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_2 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc: shared bytes [147456, 180224)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end2 = (num_m_2 * 16);
       for (int tile_2 = (int)blockIdx.x; tile_2 < tl_end2; tile_2 += 132) {
@@ -5273,14 +5273,14 @@ tl_MatmulWGMMAV6(
           m_tile_2 = pos_1;
           dn_1 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_3 = m_tile_2;
         int n_tile_1 = ((group_1 * 8) + dn_1);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_1 = (m_tile_3 * 128);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_1 = (n_tile_1 * 256);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
         float acc[1][128];
         const float tl_v3 = 0.0f;
@@ -5352,14 +5352,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_2)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
         uint16_t r[1][128];
 #pragma unroll
@@ -5434,37 +5434,37 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][124] | ((uint32_t)r[0][125] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(147456u + ((tl_c13 + 248) / 64) * 8192 + (tl_c12 + 8) * 128 + ((tl_c13 + 248) % 64) * 2))) = (uint32_t)r[0][126] | ((uint32_t)r[0][127] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 147456u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 147456u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 147456u + 16384u, (int32_t)(offset_n_1) + 128, (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 147456u + 24576u, (int32_t)(offset_n_1) + 192, (int32_t)(offset_m_1));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
-  // matmul_v6.py:130  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
+  // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
   if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
-    // matmul_v6.py:131  self.setmaxnreg(232)
+    // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
-    // matmul_v6.py:61  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
+    // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
     int num_m_4 = num_m;
-    // matmul_v6.py:74  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
+    // matmul_v6.py:61  sc = self.shared_tensor(dtype=float16, shape=[block_m_half, self.block_n])
     // %sc_1: shared bytes [180224, 212992)
-    // matmul_v6.py:75  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
+    // matmul_v6.py:62  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
     {
       const int tl_end14 = (num_m_4 * 16);
       for (int tile_4 = (int)blockIdx.x; tile_4 < tl_end14; tile_4 += 132) {
@@ -5488,14 +5488,14 @@ tl_MatmulWGMMAV6(
           m_tile_4 = pos_2;
           dn_2 = 0;
         }
-        // matmul_v6.py:76  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
+        // matmul_v6.py:63  m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         int m_tile_5 = m_tile_4;
         int n_tile_2 = ((group_2 * 8) + dn_2);
-        // matmul_v6.py:77  offset_m: int32 = m_tile * self.block_m + half * block_m_half
+        // matmul_v6.py:64  offset_m: int32 = m_tile * self.block_m + half * block_m_half
         int offset_m_2 = ((m_tile_5 * 128) + 64);
-        // matmul_v6.py:78  offset_n: int32 = n_tile * self.block_n
+        // matmul_v6.py:65  offset_n: int32 = n_tile * self.block_n
         int offset_n_2 = (n_tile_2 * 256);
-        // matmul_v6.py:79  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
+        // matmul_v6.py:66  acc = self.register_tensor(dtype=float32, shape=[block_m_half, self.block_n], init=0.0)
         // %acc_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         float acc_1[1][128];
         const float tl_v15 = 0.0f;
@@ -5567,14 +5567,14 @@ tl_MatmulWGMMAV6(
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_4)));
         }
-        // matmul_v6.py:81  with self.single_thread():  # the same elected thread that issued the last store
+        // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:82  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
+          // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
-        // matmul_v6.py:83  self.sync()
+        // matmul_v6.py:70  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:84  self.store_shared(sc, self.cast(acc, dtype=float16))
+        // matmul_v6.py:71  self.store_shared(sc, self.cast(acc, dtype=float16))
         // %r_1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
         uint16_t r_1[1][128];
 #pragma unroll
@@ -5649,25 +5649,25 @@ tl_MatmulWGMMAV6(
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][124] | ((uint32_t)r_1[0][125] << 16);
           *((uint32_t*)(tl_smem_ptr + tl_swz<128>(180224u + ((tl_c25 + 248) / 64) * 8192 + (tl_c24 + 8) * 128 + ((tl_c25 + 248) % 64) * 2))) = (uint32_t)r_1[0][126] | ((uint32_t)r_1[0][127] << 16);
         }
-        // matmul_v6.py:85  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        // matmul_v6.py:72  self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         tl_fence_proxy_async();
-        // matmul_v6.py:86  self.sync()
+        // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
-        // matmul_v6.py:87  with self.single_thread():
+        // matmul_v6.py:74  with self.single_thread():
         if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-          // matmul_v6.py:88  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
+          // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 180224u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 180224u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 180224u + 16384u, (int32_t)(offset_n_2) + 128, (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 180224u + 24576u, (int32_t)(offset_n_2) + 192, (int32_t)(offset_m_2));
-          // matmul_v6.py:89  self.tma.commit_group()
+          // matmul_v6.py:76  self.tma.commit_group()
           tl_tma_store_commit();
         }
       }
     }
-    // matmul_v6.py:90  with self.single_thread():
+    // matmul_v6.py:77  with self.single_thread():
     if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
-      // matmul_v6.py:91  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
+      // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
