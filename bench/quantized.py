@@ -14,12 +14,13 @@ rounds:
 * ``fp8_cast``: ``examples/quantized/per_token_cast.py`` (bf16 -> e4m3 with per-row scales)
   beside ``copy_`` of the same number of bytes (the HBM ceiling) and torch eager: GB/s (bytes
   read + written) and the ratio to the copy.
-* ``w4a16``: ``examples/quantized/matmul_wx_a16.py`` (uint4b weights, group-128 fp16 scales,
-  tuned on first use) beside fp16 cuBLAS (``torch.matmul(x, w_fp16.T)``) at M = 1, 16, 4096
-  with N = K = 8192 and N = 28672, K = 4096, and the other weight types of ``WX_TYPES`` at
-  M = 1, N = K = 8192: GB/s of the weight read (packed codes and scales, or fp16) and the
-  ratio to cuBLAS; then the decode shapes (M <= 16) on ``matmul_wx_a16_mma.py`` (the
-  weights packed offline once into mma fragment order, tuned on first use).
+* ``w4a16``: ``matmul_wx_a16()`` of ``examples/quantized/matmul_wx_a16.py`` as a user calls
+  it: on weights made once by ``prepare_weights`` (uint4b, group-128 fp16 scales), the kernel
+  it picks for M with its default constructor tuned on first use, beside fp16 cuBLAS
+  (``torch.matmul(x, w_fp16.T)``) at M = 1, 16, 4096 with N = K = 8192 and N = 28672,
+  K = 4096, and the other weight types (``--wx-types``, default ``WX_TYPES``) at M = 1,
+  N = K = 8192: GB/s of the weight read (packed codes and scales, or fp16), the ratio to
+  cuBLAS, and below the table the kernel and tuned config of each tilus row.
 
 ``--dry-run`` needs no GPU: every case runs its tilus kernel on the interpreter at a tiny
 ragged size and checks it.
@@ -238,40 +239,67 @@ def w4a16_dry() -> bool:
         print(f"{name} {m}x{n}x{k} interpreter max rel err {err:.1e} {'ok' if ok else 'FAIL'}")
         ok_all &= ok
     import matmul_wx_a16_mma
+    import torch
 
     with tilus.option.scoped(interpret=True):
         err = matmul_wx_a16_mma.run_interp(tilus.uint4b, W4A16_GROUP, 3, 70, 384, block_m=8,
                                            split_k=2, unroll=2)  # fmt: skip
     ok = err < 1e-2
     print(f"w4a16 mma 3x70x384 interpreter max rel err {err:.1e} {'ok' if ok else 'FAIL'}")
-    return ok_all and ok
+    ok_all &= ok
+    # the user entry on prepared weights at both M regimes (the mma kernel, the pipelined one)
+    for m in (3, 21):
+        ok_all &= _w4a16_entry_dry(torch, tilus, m, 70, 384, tilus.uint4b)
+    return ok_all
+
+
+def _w4a16_entry_dry(torch, tilus, m: int, n: int, k: int, wdtype) -> bool:
+    """``matmul_wx_a16`` on prepared weights (CPU torch tensors: the interpreter) at one
+    size, NaN-poisoned, against torch float32; prints the kernel it picked."""
+    import matmul_wx_a16
+
+    x, w, s, w16 = matmul_wx_a16.torch_problem(torch, m, n, k, W4A16_GROUP, wdtype, "cpu")
+    weights = matmul_wx_a16.prepare_weights(w, s, wdtype=wdtype, group=W4A16_GROUP)
+    y = torch.full((m, n), float("nan"), dtype=torch.float16)
+    with tilus.option.scoped(interpret=True):
+        matmul_wx_a16.matmul_wx_a16(x, weights, out=y)
+    ref = x.float() @ w16.float().T
+    err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
+    ok = not torch.isnan(y).any() and err < 1e-2
+    name = matmul_wx_a16.pick_kernel(m, weights)[0].script_cls.__name__
+    print(f"w4a16 entry {wdtype} {m}x{n}x{k} ({name}) interpreter max rel err {err:.1e} "
+          f"{'ok' if ok else 'FAIL'}")  # fmt: skip
+    return ok
 
 
 def _w4a16_rows(torch, args, flush, m, n, k, wname):
-    """Check and time ``matmul_wx_a16`` (tuned on first use) with ``wname`` weights beside
-    ``torch.matmul(x, w_fp16.T)`` on the same dequantized weights."""
+    """Check and time ``matmul_wx_a16`` on weights made once by ``prepare_weights`` (the
+    kernel it picks for M, its default constructor tuned on first use), as a user calls it,
+    beside ``torch.matmul(x, w_fp16.T)`` on the same dequantized weights."""
     import matmul_wx_a16
+    from rowwise import winner
 
     import tilus
 
     g, wdtype = W4A16_GROUP, getattr(tilus, wname)
     x, w, s, w16 = matmul_wx_a16.torch_problem(torch, m, n, k, g, wdtype)
+    weights = matmul_wx_a16.prepare_weights(w, s, wdtype=wdtype, group=g)
     y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
-    matmul_wx_a16.matmul_wx_a16(x, w, s, wdtype=wdtype, group=g, out=y)  # compile + tune
+    matmul_wx_a16.matmul_wx_a16(x, weights, out=y)  # compile + tune
     ref = torch.matmul(x, w16.T).float()
     err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
     ok = not torch.isnan(y).any() and err < 1e-2
     if not ok:
         print(f"w4a16 {m}x{n}x{k} {wname}: max rel error {err:.2e} FAILS")
     del ref
+    kernel, wbytes = matmul_wx_a16.pick_kernel(m, weights)
+    config = f"{kernel.script_cls.__name__} {winner(kernel)}"
     tag = "tilus w4a16" if wname == "uint4b" else f"tilus {wname}"
     runs = {
-        tag: lambda t=(x, w, s, y): matmul_wx_a16.matmul_wx_a16(
-            *t[:3], wdtype=wdtype, group=g, out=t[3]
-        ),
+        tag: lambda t=(x, weights, y): matmul_wx_a16.matmul_wx_a16(t[0], t[1], out=t[2]),
         "cuBLAS fp16": lambda x=x, w16=w16: torch.matmul(x, w16.T),
     }
-    moved = {tag: w.numel() + 2 * s.numel(), "cuBLAS fp16": 2 * n * k}
+    moved = {tag: wbytes.numel() + 2 * s.numel(), "cuBLAS fp16": 2 * n * k}
     rounds = _interleaved(runs, torch, flush, args)
     base = statistics.median(rounds["cuBLAS fp16"])
     rows = []
@@ -279,64 +307,22 @@ def _w4a16_rows(torch, args, flush, m, n, k, wname):
         ms = statistics.median(ts)
         rows.append(dict(case="w4a16", impl=name, shape=f"{m}x{n}x{k}", ms=ms,
                          metric="GB/s", value=moved[name] / ms / 1e6, ratio=base / ms,
-                         rounds_ms=ts))  # fmt: skip
-    return rows, ok
-
-
-def _w4a16_mma_rows(torch, args, flush, m, n, k):
-    """Check and time the mma.sync decode kernel (weights packed offline once, tuned on
-    first use) beside ``torch.matmul(x, w_fp16.T)``."""
-    import matmul_wx_a16
-    import matmul_wx_a16_mma as mma
-
-    import tilus
-
-    g = W4A16_GROUP
-    x, w, s, w16 = matmul_wx_a16.torch_problem(torch, m, n, k, g, tilus.uint4b)
-    wp = mma.prepack_torch(torch, w, tilus.uint4b)
-    del w
-    y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
-    mma.matmul_prepacked(x, wp, s, n, group=g, out=y)  # compile + tune
-    ref = torch.matmul(x, w16.T).float()
-    err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
-    ok = not torch.isnan(y).any() and err < 1e-2
-    if not ok:
-        print(f"w4a16 mma {m}x{n}x{k}: max rel error {err:.2e} FAILS")
-    del ref
-    tag = "tilus w4a16 mma"
-    runs = {
-        tag: lambda t=(x, wp, s, y): mma.matmul_prepacked(t[0], t[1], t[2], n, group=g, out=t[3]),
-        "cuBLAS fp16": lambda x=x, w16=w16: torch.matmul(x, w16.T),
-    }
-    moved = {tag: wp.numel() + 2 * s.numel(), "cuBLAS fp16": 2 * n * k}
-    rounds = _interleaved(runs, torch, flush, args)
-    base = statistics.median(rounds["cuBLAS fp16"])
-    rows = []
-    for name, ts in rounds.items():
-        ms = statistics.median(ts)
-        rows.append(dict(case="w4a16", impl=name, shape=f"{m}x{n}x{k}", ms=ms,
-                         metric="GB/s", value=moved[name] / ms / 1e6, ratio=base / ms,
-                         rounds_ms=ts))  # fmt: skip
+                         rounds_ms=ts, config=config if name == tag else ""))  # fmt: skip
     return rows, ok
 
 
 def w4a16_bench(torch, args, flush):
-    """tilus W4A16 (uint4b, group 128, tuned on first use) vs ``torch.matmul(x, w_fp16.T)`` on
-    the same dequantized weights at ``W4A16_SHAPES``, then the ``WX_TYPES`` at decode; GB/s
-    of each one's weight read (packed codes and scales, or fp16), ratio = cuBLAS ms / tilus
-    ms."""
+    """tilus W4A16 (uint4b, group 128; ``matmul_wx_a16`` on prepared weights, tuned on first
+    use) vs ``torch.matmul(x, w_fp16.T)`` on the same dequantized weights at
+    ``W4A16_SHAPES``, then the ``--wx-types`` at decode; GB/s of each one's weight read
+    (packed codes and scales, or fp16), ratio = cuBLAS ms / tilus ms."""
     rows, ok_all = [], True
     cases = [(m, n, k, "uint4b") for m, n, k in W4A16_SHAPES]
-    cases += [(1, 8192, 8192, t) for t in WX_TYPES]
+    cases += [(1, 8192, 8192, t) for t in args.wx_types.split(",") if t]
     for m, n, k, wname in cases:
         r, ok = _w4a16_rows(torch, args, flush, m, n, k, wname)
         rows += r
         ok_all &= ok
-    for m, n, k in W4A16_SHAPES:  # the decode shapes on the prepacked tensor-core kernel
-        if m <= 16:
-            r, ok = _w4a16_mma_rows(torch, args, flush, m, n, k)
-            rows += r
-            ok_all &= ok
     return rows, ok_all
 
 
@@ -377,6 +363,9 @@ def bench(args) -> int:
         val = f"{r['value']:.0f} {r['metric']}"
         print(f"{r['case']:11s} {r['shape']:15s} {r['impl']:16s} {r['ms']:9.4f} {val:>13s} "
               f"{r['ratio']:6.2f}")  # fmt: skip
+    for r in results:
+        if r.get("config"):
+            print(f"{r['case']} {r['shape']} {r['impl']}: {r['config']}")
     print("ratio: fp8_matmul to cuBLAS with the same scales; fp8_cast to the copy; w4a16 to "
           "cuBLAS fp16 (GB/s: of the weight read)")  # fmt: skip
     meta = dict(
@@ -406,6 +395,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=",".join(c.name for c in CASES))
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=20, help="timed runs per kernel per round")
+    ap.add_argument("--wx-types", default=",".join(WX_TYPES),
+                    help="w4a16: the other weight types timed at M = 1 (comma-separated)")  # fmt: skip
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
     args = ap.parse_args(argv)

@@ -5,6 +5,9 @@
 against torch (NaN-poisoned output) and timed with the L2 flushed before each run (as
 ``bench/rowwise.py`` does); the table gives ms, GB/s of the weight read (packed codes and
 scales), the ratio to cuBLAS fp16 and the registers a thread. Used to pick the autotune space.
+``--configs tuned`` times the kernel's default constructor, tuned over its autotune space on
+first use at each shape (the config column then names the winner): the kernels side by side
+at a range of M set ``matmul_wx_a16.MMA_MAX_M``, the boundary of ``matmul_wx_a16()``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ for p in (REPO, REPO / "bench", REPO / "examples" / "quantized"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from rowwise import time_ms  # noqa: E402 - the shared timing helper
+from rowwise import time_ms, winner  # noqa: E402 - the shared timing helpers
 
 DECODE = "rows=1,reps=1,block_m=1;rows=2,reps=1,block_m=1;rows=1,reps=2,block_m=1;" \
          "rows=1,reps=1,block_m=1,warps=8"  # fmt: skip
@@ -93,9 +96,10 @@ def main(argv=None) -> int:
         cublas = [time_ms(cublas_fn, torch, flush, args.reps)]
         moved = w.numel() + 2 * s.numel()
         rows = []
-        for cfg in parse_configs(args.configs):
+        tuned = args.configs == "tuned"
+        for cfg in [{}] if tuned else parse_configs(args.configs):
             try:
-                kern = cls(wdtype, g, **pin(**cfg))
+                kern = cls(wdtype, g) if tuned else cls(wdtype, g, **pin(**cfg))
                 y.fill_(float("nan"))
                 kern(m, n, k, x, w, s, y)
                 torch.cuda.synchronize()
@@ -108,12 +112,15 @@ def main(argv=None) -> int:
                 print(f"{shape:22s} {str(cfg):40s} WRONG max rel err {err:.2e}")
                 status = 1
             regs = "?"
-            try:
-                ck = tilus.compile(kern, m, n, k, tilus.float16, tilus.uint8, tilus.float16,
-                                   tilus.float16)  # fmt: skip
-                regs = str((ck[0] if isinstance(ck, list) else ck).resources["registers"])
-            except Exception:  # noqa: BLE001 - the count is informative only
-                pass
+            if tuned:  # no register count: it would compile the whole space again
+                cfg = {"tuned": winner(kern)}
+            else:
+                try:
+                    ck = tilus.compile(kern, m, n, k, tilus.float16, tilus.uint8, tilus.float16,
+                                       tilus.float16)  # fmt: skip
+                    regs = str((ck[0] if isinstance(ck, list) else ck).resources["registers"])
+                except Exception:  # noqa: BLE001 - the count is informative only
+                    pass
             t = (m, n, k, x, w, s, y)
             rows.append((cfg, regs, lambda kern=kern, t=t: kern(*t)))
         rounds = {i: [] for i in range(len(rows))}

@@ -21,9 +21,11 @@ on a GPU also the CUDA kernel).
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
+import matmul_wx_a16_mma as mma
 import numpy as np
-from matmul_wx_a16_decode import MatmulWxA16Decode, zero_point
+from matmul_wx_a16_decode import WEIGHT_TYPES, MatmulWxA16Decode, zero_point
 from matmul_wx_a16_pipe import MatmulWxA16Pipe
 from split_k import SplitKParts
 
@@ -34,6 +36,8 @@ from tilus.utils import cdiv
 
 BLOCK_N = 64  # rows of W per block: the WGMMA M of one warp group
 DECODE_M = 2  # up to this many rows of X (4-bit weights), matmul_wx_a16() runs the decode kernel
+#: up to this many rows of X, prepared 4-bit weights run the mma.sync kernel
+MMA_MAX_M = 16
 
 
 @tilus.autotune("block_m", [16, 64, 128])
@@ -137,30 +141,129 @@ def check_args(x_shape, w_shape, s_shape, group: int) -> tuple[int, int, int]:
     return m, n, k
 
 
-def matmul_wx_a16(x, w_packed, scales, *, wdtype=tilus.uint4b, group: int = 128, out=None):
-    """``x @ dequant(w)^T`` on torch CUDA tensors: x fp16 [M, K], ``w_packed`` uint8
-    [N, K * bits / 8] (the codes of ``wdtype`` densely packed along K, code k at bit
-    ``k * bits``), scales fp16 [N, K / group]; returns (or fills ``out``) fp16 [M, N]. The
-    shapes are checked before anything runs. Up to ``DECODE_M`` rows of X (and every M for
-    types other than int4b/uint4b) run the memory-streaming decode kernel
-    (``matmul_wx_a16_decode.py``), more the pipelined tensor-core one
-    (``matmul_wx_a16_pipe.py``)."""
+def _weight_shape(w_packed, wdtype) -> tuple[int, int]:
+    """(N, K) of packed weight bytes uint8 [N, K * bits / 8]; a :class:`TilusArgumentError`
+    naming ``w_packed`` otherwise."""
+    nbits = wdtype.nbits
+    shape = list(w_packed.shape)
+    if len(shape) != 2 or shape[1] * 8 % nbits or str(w_packed.dtype) != "torch.uint8":
+        raise TilusArgumentError(
+            f"w_packed: {str(w_packed.dtype).replace('torch.', '')} {shape} is not uint8 "
+            f"[N, K * {nbits} / 8] bytes of {wdtype}"
+        )
+    return shape[0], shape[1] * 8 // nbits
+
+
+@dataclass(frozen=True)
+class WxA16Weights:
+    """X-bit weights made ready once for :func:`matmul_wx_a16` by :func:`prepare_weights`.
+
+    Attributes:
+        wdtype: the weight type (``uint4b``, ``int4b``, ... any of ``WEIGHT_TYPES``).
+        group: K of one scale.
+        n, k: the weight's shape [N, K].
+        w_packed: the plain packed bytes uint8 [N, K * bits / 8] (the decode and the
+            pipelined kernels read these).
+        scales: fp16 [N, K / group].
+        w_prepacked: the bytes in mma fragment order (``matmul_wx_a16_mma.prepack_torch``,
+            [N padded to 16, K / 2]) for 4-bit weights with a group that is a multiple of
+            128, else None.
+    """
+
+    wdtype: object
+    group: int
+    n: int
+    k: int
+    w_packed: object
+    scales: object
+    w_prepacked: object = None
+
+
+def prepare_weights(w_packed, scales, *, wdtype=tilus.uint4b, group: int = 128) -> WxA16Weights:
+    """The weights object of plain packed weights ``w_packed`` (uint8 [N, K * bits / 8], code
+    k of a row at bit ``k * bits``) and their fp16 ``scales`` [N, K / group], made once per
+    weight (on the weights' device, with torch): it checks the shapes (a
+    :class:`TilusArgumentError` naming the argument) and, for 4-bit types with a group that is
+    a multiple of 128, adds the mma fragment-order copy the decode-M kernel reads (so it
+    holds the 4-bit weights twice: the plain bytes serve the large-M kernel)."""
     import torch
 
-    nbits = wdtype.nbits
-    n, row_bytes = w_packed.shape if w_packed.dim() == 2 else (w_packed.shape[0], -1)
-    if row_bytes < 0 or row_bytes * 8 % nbits:
+    if wdtype not in WEIGHT_TYPES:
         raise TilusArgumentError(
-            f"w_packed: shape {list(w_packed.shape)} is not [N, K * {nbits} / 8] bytes of {wdtype}"
+            f"wdtype must be a 1-8-bit integer or sub-byte float, got {wdtype}"
         )
-    m, n, k = check_args(x.shape, (n, row_bytes * 8 // nbits), scales.shape, group)
-    y = torch.empty((m, n), dtype=torch.float16, device=x.device) if out is None else out
-    if m <= DECODE_M or wdtype not in (tilus.uint4b, tilus.int4b):
-        kernel = MatmulWxA16Decode(wdtype, group)
+    if not isinstance(group, int) or group <= 0:
+        raise TilusArgumentError(f"group must be a positive int, got {group!r}")
+    n, k = _weight_shape(w_packed, wdtype)
+    if k % group:
+        raise TilusArgumentError(f"w_packed: K = {k} is not a multiple of the scale group {group}")
+    if list(scales.shape) != [n, k // group] or scales.dtype != torch.float16:
+        raise TilusArgumentError(
+            f"scales: {str(scales.dtype).replace('torch.', '')} {list(scales.shape)}, expected "
+            f"float16 [N, K / group] = [{n}, {k // group}]"
+        )
+    pre = None
+    if wdtype in (tilus.uint4b, tilus.int4b) and group % mma.CHUNK == 0:
+        pre = mma.prepack_torch(torch, w_packed, wdtype)
+    return WxA16Weights(wdtype, group, n, k, w_packed, scales, pre)
+
+
+def pick_kernel(m: int, weights: WxA16Weights):
+    """(the kernel, the weight bytes it reads) for ``m`` rows of X: prepared 4-bit weights up
+    to ``MMA_MAX_M`` rows run the mma.sync kernel (``matmul_wx_a16_mma.py``); otherwise up to
+    ``DECODE_M`` rows (and every M for types other than int4b/uint4b) the memory-streaming
+    decode kernel (``matmul_wx_a16_decode.py``), more rows the pipelined WGMMA one
+    (``matmul_wx_a16_pipe.py``). Each is its default constructor, tuned on first use."""
+    wd, g = weights.wdtype, weights.group
+    if weights.w_prepacked is not None and m <= MMA_MAX_M:
+        return mma.MatmulWxA16Mma(wd, g), weights.w_prepacked
+    if m <= DECODE_M or wd not in (tilus.uint4b, tilus.int4b):
+        return MatmulWxA16Decode(wd, g), weights.w_packed
+    return MatmulWxA16Pipe(wd, g), weights.w_packed
+
+
+def matmul_wx_a16(x, w, scales=None, *, wdtype=None, group: int | None = None, out=None):
+    """``x @ dequant(w)^T`` on torch tensors (CUDA; CPU ones run on the interpreter): x fp16
+    [M, K]; ``w`` either a :class:`WxA16Weights` from :func:`prepare_weights` (the fastest
+    kernel for every M; ``scales``, ``wdtype`` and ``group`` then come from it: passing other
+    ones is refused) or plain packed bytes uint8 [N, K * bits / 8] with ``scales`` fp16
+    [N, K / group] (``wdtype`` uint4b and ``group`` 128 by default; the mma.sync kernel needs
+    the prepared copy, so decode M runs the decode kernel). Returns (or fills ``out``) fp16
+    [M, N]. Every shape is checked before anything runs (a :class:`TilusArgumentError` naming
+    the argument); :func:`pick_kernel` says which kernel runs."""
+    import torch
+
+    if isinstance(w, WxA16Weights):
+        if scales is not None:
+            raise TilusArgumentError("scales: the weights object holds its scales; pass none")
+        if wdtype is not None and wdtype != w.wdtype:
+            raise TilusArgumentError(f"wdtype: {wdtype} given, the weights are {w.wdtype}")
+        if group is not None and group != w.group:
+            raise TilusArgumentError(f"group: {group} given, the weights have group {w.group}")
+        weights = w
     else:
-        kernel = MatmulWxA16Pipe(wdtype, group)
-    kernel(m, n, k, x, w_packed, scales, y)
-    return y
+        if scales is None:
+            raise TilusArgumentError("scales: required with plain packed weights")
+        wdtype = tilus.uint4b if wdtype is None else wdtype
+        if wdtype not in WEIGHT_TYPES:
+            raise TilusArgumentError(
+                f"wdtype must be a 1-8-bit integer or sub-byte float, got {wdtype}"
+            )
+        group = 128 if group is None else group
+        n, k = _weight_shape(w, wdtype)
+        if len(x.shape) == 2:
+            check_args(x.shape, (n, k), scales.shape, group)
+        weights = WxA16Weights(wdtype, group, n, k, w, scales)
+    if len(x.shape) != 2 or x.shape[1] != weights.k:
+        raise TilusArgumentError(f"x: shape {list(x.shape)}, expected [M, K = {weights.k}]")
+    m, n = x.shape[0], weights.n
+    if out is None:
+        out = torch.empty((m, n), dtype=torch.float16, device=x.device)
+    elif list(out.shape) != [m, n]:
+        raise TilusArgumentError(f"out: shape {list(out.shape)}, expected [M, N] = [{m}, {n}]")
+    kernel, wbytes = pick_kernel(m, weights)
+    kernel(m, n, weights.k, x, wbytes, weights.scales, out)
+    return out
 
 
 def reference(x: np.ndarray, codes: np.ndarray, scales: np.ndarray, wdtype, group: int):
