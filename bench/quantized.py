@@ -239,7 +239,6 @@ def w4a16_dry() -> bool:
         print(f"{name} {m}x{n}x{k} interpreter max rel err {err:.1e} {'ok' if ok else 'FAIL'}")
         ok_all &= ok
     import matmul_wx_a16_mma
-    import torch
 
     with tilus.option.scoped(interpret=True):
         err = matmul_wx_a16_mma.run_interp(tilus.uint4b, W4A16_GROUP, 3, 70, 384, block_m=8,
@@ -248,28 +247,13 @@ def w4a16_dry() -> bool:
     print(f"w4a16 mma 3x70x384 interpreter max rel err {err:.1e} {'ok' if ok else 'FAIL'}")
     ok_all &= ok
     # the user entry on prepared weights at both M regimes (the mma kernel, the pipelined one)
-    for m in (3, 21):
-        ok_all &= _w4a16_entry_dry(torch, tilus, m, 70, 384, tilus.uint4b)
+    for m in (3, matmul_wx_a16.MMA_MAX_M + 5):
+        err, name = matmul_wx_a16.run_entry(tilus.uint4b, W4A16_GROUP, m, 70, 384)
+        ok = err < 1e-2
+        print(f"w4a16 entry {m}x70x384 ({name}) interpreter max rel err {err:.1e} "
+              f"{'ok' if ok else 'FAIL'}")  # fmt: skip
+        ok_all &= ok
     return ok_all
-
-
-def _w4a16_entry_dry(torch, tilus, m: int, n: int, k: int, wdtype) -> bool:
-    """``matmul_wx_a16`` on prepared weights (CPU torch tensors: the interpreter) at one
-    size, NaN-poisoned, against torch float32; prints the kernel it picked."""
-    import matmul_wx_a16
-
-    x, w, s, w16 = matmul_wx_a16.torch_problem(torch, m, n, k, W4A16_GROUP, wdtype, "cpu")
-    weights = matmul_wx_a16.prepare_weights(w, s, wdtype=wdtype, group=W4A16_GROUP)
-    y = torch.full((m, n), float("nan"), dtype=torch.float16)
-    with tilus.option.scoped(interpret=True):
-        matmul_wx_a16.matmul_wx_a16(x, weights, out=y)
-    ref = x.float() @ w16.float().T
-    err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
-    ok = not torch.isnan(y).any() and err < 1e-2
-    name = matmul_wx_a16.pick_kernel(m, weights)[0].script_cls.__name__
-    print(f"w4a16 entry {wdtype} {m}x{n}x{k} ({name}) interpreter max rel err {err:.1e} "
-          f"{'ok' if ok else 'FAIL'}")  # fmt: skip
-    return ok
 
 
 def _w4a16_rows(torch, args, flush, m, n, k, wname):

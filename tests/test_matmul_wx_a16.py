@@ -71,3 +71,67 @@ def test_every_config_builds_without_spills(wdtype, group):
         assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
         assert ck.resources["spill_load_bytes"] == 0, (cfg, ck.log)
         assert not ck.wgmma_serialized, cfg
+
+
+# --- the dispatching entry on prepared weights (CPU torch tensors: the interpreter) ----------
+
+
+def _entry_problem(m, n, k, group, wdtype):
+    torch = pytest.importorskip("torch")
+    x, w, s, w16 = ex.torch_problem(torch, m, n, k, group, wdtype, device="cpu")
+    return torch, x, w, s, torch.matmul(x.float(), w16.float().T)
+
+
+@pytest.mark.parametrize(
+    "wdtype, group, m, n, k, kernel",
+    [(tilus.uint4b, 128, 1, 37, 384, "MatmulWxA16Mma"),  # decode M: the mma kernel
+     (tilus.int4b, 256, 11, 70, 512, "MatmulWxA16Mma"),  # a ragged M tile, N padded to 16
+     (tilus.uint4b, 128, ex.MMA_MAX_M + 5, 70, 384, "MatmulWxA16Pipe"),  # past the boundary
+     (tilus.uint4b, 64, 2, 45, 192, "MatmulWxA16Decode"),  # group 64: no mma packing
+     (tilus.uint3b, 128, 3, 19, 256, "MatmulWxA16Decode")],  # another bit width
+    ids=str,
+)  # fmt: skip
+def test_entry_picks_a_kernel_and_matches_torch(wdtype, group, m, n, k, kernel):
+    torch, x, w, s, ref = _entry_problem(m, n, k, group, wdtype)
+    weights = ex.prepare_weights(w, s, wdtype=wdtype, group=group)
+    # the mma fragment-order copy: 4-bit weights, groups of whole 128-K chunks
+    assert (weights.w_prepacked is not None) == (wdtype.nbits == 4 and group % 128 == 0)
+    assert ex.pick_kernel(m, weights)[0].script_cls.__name__ == kernel
+    y = torch.full((m, n), float("nan"), dtype=torch.float16)
+    assert ex.matmul_wx_a16(x, weights, out=y) is y
+    assert not torch.isnan(y).any()
+    assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+
+def test_entry_on_plain_bytes_still_works():
+    torch, x, w, s, ref = _entry_problem(3, 40, 256, 128, tilus.int4b)
+    y = ex.matmul_wx_a16(x, w, s, wdtype=tilus.int4b, group=128)
+    assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+
+def test_entry_refuses_bad_input_naming_the_argument():
+    torch, x, w, s, _ref = _entry_problem(2, 40, 256, 128, tilus.uint4b)
+    weights = ex.prepare_weights(w, s)
+    E = tilus.TilusArgumentError
+    with pytest.raises(E, match=r"^wdtype: int4b given, the weights are uint4b$"):
+        ex.matmul_wx_a16(x, weights, wdtype=tilus.int4b)
+    with pytest.raises(E, match=r"^group: 64 given, the weights have group 128$"):
+        ex.matmul_wx_a16(x, weights, group=64)
+    with pytest.raises(E, match=r"^scales: the weights object holds its scales"):
+        ex.matmul_wx_a16(x, weights, s)
+    with pytest.raises(E, match=r"^x: shape \[2, 128\], expected \[M, K = 256\]$"):
+        ex.matmul_wx_a16(x[:, :128], weights)
+    with pytest.raises(E, match=r"^out: shape \[2, 39\], expected \[M, N\] = \[2, 40\]$"):
+        ex.matmul_wx_a16(x, weights, out=torch.empty(2, 39, dtype=torch.float16))
+    with pytest.raises(E, match=r"^scales: required with plain packed weights$"):
+        ex.matmul_wx_a16(x, w)
+    with pytest.raises(E, match=r"^w_packed: int32 \[40, 128\] is not uint8"):
+        ex.prepare_weights(w.int(), s)
+    with pytest.raises(E, match=r"^scales: float32 \[40, 2\], expected float16 \[N, K / group\]"):
+        ex.prepare_weights(w, s.float())
+    with pytest.raises(E, match=r"^scales: float16 \[40, 2\], expected .* = \[40, 4\]$"):
+        ex.prepare_weights(w, s, group=64)
+    with pytest.raises(E, match=r"^w_packed: K = 256 is not a multiple of the scale group 512$"):
+        ex.prepare_weights(w, s, group=512)
+    with pytest.raises(E, match=r"^wdtype must be"):
+        ex.prepare_weights(w, s, wdtype=tilus.float16)

@@ -1,5 +1,21 @@
 """W4A16 matmul: ``Y = X @ dequant(W)^T`` with fp16 X [M, K] and int4 weights W [N, K].
 
+How to call it: make the weights object once per weight, then call the entry with any M; it
+runs the fastest kernel for that M (``pick_kernel``), each its default constructor tuned on
+first use::
+
+    weights = prepare_weights(w_packed, scales, wdtype=tilus.uint4b, group=128)
+    y = matmul_wx_a16(x, weights)  # x fp16 [M, K] -> y fp16 [M, N]
+
+Up to ``MMA_MAX_M`` rows of X (the boundary measured on an H200) prepared 4-bit weights run
+the mma.sync kernel of ``matmul_wx_a16_mma.py`` on the copy ``prepare_weights`` packed in
+fragment order; more rows the pipelined WGMMA kernel of ``matmul_wx_a16_pipe.py``; other bit
+widths (1-8-bit integers, fp4/fp6 floats) and groups that are not whole 128-K chunks the
+memory-streaming kernel of ``matmul_wx_a16_decode.py`` at decode M. ``matmul_wx_a16(x,
+w_packed, scales, wdtype=, group=)`` on the plain bytes still works (without the mma kernel).
+The rest of this file is the simple one-warp-group WGMMA kernel ``MatmulWxA16`` and the
+shared checks, reference and random problems.
+
 The weights are 4-bit codes packed two to a byte along K (``int4b``, or ``uint4b`` with a zero
 point of 8), with one fp16 scale per ``group`` consecutive K of each row (``scales`` is
 [N, K / group]); ``dequant(W)[n, k] = (code - zero) * scales[n, k // group]``. Y is fp16.
@@ -14,8 +30,8 @@ the packed load the A fragment's layout, so the cast moves no data. Without it t
 is stored into shared memory and WGMMA reads it from there. X tiles go through shared memory
 (the B operand). The accumulator is Y^T; it is stored through a transposed global view of Y.
 
-Run ``python examples/quantized/matmul_wx_a16.py`` (interpreter self-check at ragged sizes;
-on a GPU also the CUDA kernel).
+Run ``python examples/quantized/matmul_wx_a16.py`` (interpreter self-check at ragged sizes,
+the entry at both M regimes among them).
 """
 
 from __future__ import annotations
@@ -330,6 +346,21 @@ def run_interp(wdtype, group: int, m: int, n: int, k: int, kernel=None, **cfg) -
     return float(err)
 
 
+def run_entry(wdtype, group: int, m: int, n: int, k: int) -> tuple[float, str]:
+    """:func:`matmul_wx_a16` on prepared weights (CPU torch tensors: the interpreter) into a
+    NaN-poisoned output; (the max relative error to torch float32, the kernel's name)."""
+    import torch
+
+    x, w, s, w16 = torch_problem(torch, m, n, k, group, wdtype, device="cpu")
+    weights = prepare_weights(w, s, wdtype=wdtype, group=group)
+    y = torch.full((m, n), float("nan"), dtype=torch.float16)
+    with tilus.option.scoped(interpret=True):
+        matmul_wx_a16(x, weights, out=y)
+    ref = x.float() @ w16.float().T
+    err = (y.float() - ref).abs().max() / ref.abs().max()
+    return float(err), pick_kernel(m, weights)[0].script_cls.__name__
+
+
 def main() -> int:
     """Interpreter self-check at ragged sizes; returns the exit status."""
     ok = True
@@ -343,6 +374,11 @@ def main() -> int:
         good = err < 1e-2
         ok &= good
         print(f"{wdtype} group {group} decode: max rel err {err:.2e}  {'ok' if good else 'FAIL'}")
+    for m in (3, MMA_MAX_M + 5):  # the entry on prepared weights: the mma kernel, the pipe one
+        err, name = run_entry(tilus.uint4b, 128, m, 70, 384)
+        good = err < 1e-2
+        ok &= good
+        print(f"matmul_wx_a16 M={m} ({name}): max rel err {err:.2e}  {'ok' if good else 'FAIL'}")
     return 0 if ok else 1
 
 
