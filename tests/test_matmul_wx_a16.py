@@ -86,6 +86,7 @@ def _entry_problem(m, n, k, group, wdtype):
     "wdtype, group, m, n, k, kernel",
     [(tilus.uint4b, 128, 1, 37, 384, "MatmulWxA16Mma"),  # decode M: the mma kernel
      (tilus.int4b, 256, 11, 70, 512, "MatmulWxA16Mma"),  # a ragged M tile, N padded to 16
+     (tilus.uint4b, 128, ex.MMA_MAX_M - 3, 20, 256, "MatmulWxA16Mma"),  # several M tiles
      (tilus.uint4b, 128, ex.MMA_MAX_M + 5, 70, 384, "MatmulWxA16Pipe"),  # past the boundary
      (tilus.uint4b, 64, 2, 45, 192, "MatmulWxA16Decode"),  # group 64: no mma packing
      (tilus.uint3b, 128, 3, 19, 256, "MatmulWxA16Decode")],  # another bit width

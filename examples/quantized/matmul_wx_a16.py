@@ -52,8 +52,12 @@ from tilus.utils import cdiv
 
 BLOCK_N = 64  # rows of W per block: the WGMMA M of one warp group
 DECODE_M = 2  # up to this many rows of X (4-bit weights), matmul_wx_a16() runs the decode kernel
-#: up to this many rows of X, prepared 4-bit weights run the mma.sync kernel
-MMA_MAX_M = 16
+#: up to this many rows of X, prepared 4-bit weights run the mma.sync kernel, more the pipelined
+#: WGMMA one: each tuned, on an H200 (2026-12-01, ms, mma / pipe) at N = K = 8192: M = 16
+#: 0.027 / 0.034, 32 0.059 / 0.082, 48 0.076 / 0.090, 64 0.077 / 0.090; at N = 28672,
+#: K = 4096: M = 16 0.042 / 0.057, 64 0.133 / 0.097 (the mma kernel re-reads the weights
+#: for each 16-row tile of X past 16 rows, so it loses as M grows; 32 is below both crossings)
+MMA_MAX_M = 32
 
 
 @tilus.autotune("block_m", [16, 64, 128])

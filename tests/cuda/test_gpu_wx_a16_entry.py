@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.gpu, needs_gpu]
     "wdtype, group, m, kernel",
     [(tilus.uint4b, 128, 1, "MatmulWxA16Mma"),
      (tilus.int4b, 256, 13, "MatmulWxA16Mma"),  # a ragged M tile
+     (tilus.uint4b, 128, ex.MMA_MAX_M - 3, "MatmulWxA16Mma"),  # several M tiles, ragged
      (tilus.uint4b, 128, ex.MMA_MAX_M + 3, "MatmulWxA16Pipe"),  # just past the boundary
      (tilus.uint4b, 128, 130, "MatmulWxA16Pipe"),  # several M tiles
      (tilus.uint4b, 64, 2, "MatmulWxA16Decode"),  # a group the mma packing cannot serve
