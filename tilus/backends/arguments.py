@@ -93,3 +93,25 @@ def check_cluster_grid(fn, grid, values: dict) -> None:
                 f"self.attrs.blocks must be a whole number of clusters"
                 + (f" ({at(fn.cluster_loc)})" if fn.cluster_loc is not None else "")
             )
+
+
+def check_pointer_alignment(kname: str, tensors, ptrs, mask: int) -> None:
+    """Refuse a pointer with any of ``mask``'s address bits set: the build of kernel ``kname``
+    assumes ``mask + 1``-byte aligned pointers (``Function.pointer_align``). ``tensors``: the
+    ``(position, name, elements, shape)`` of each pointer argument, ``ptrs`` their addresses. A
+    call through the dispatcher never trips it: it picks the build for any alignment."""
+    for (_, name, _, _), ptr in zip(tensors, ptrs):
+        if ptr & mask:
+            raise TilusArgumentError(
+                f"{kname}: argument {name!r} is at address {ptr:#x}, not a multiple of "
+                f"{mask + 1} bytes, but this build of the kernel assumes {mask + 1}-byte aligned "
+                "pointers (calling the kernel picks the build for any alignment)"
+            )
+
+
+def tma_error(kname: str, name: str, e) -> TilusArgumentError:
+    """The error for argument ``name`` of kernel ``kname`` that TMA cannot read (``e``: why)."""
+    return TilusArgumentError(
+        f"{kname}: argument {name!r} cannot be read by TMA: {e} (TMA needs 16-byte aligned data "
+        "and rows whose byte size is a multiple of 16)"
+    )

@@ -8,7 +8,12 @@ import math
 import os
 import threading
 
-from tilus.backends.arguments import check_assumptions, check_cluster_grid
+from tilus.backends.arguments import (
+    check_assumptions,
+    check_cluster_grid,
+    check_pointer_alignment,
+    tma_error,
+)
 from tilus.backends.base import MISS
 from tilus.dtypes import PointerType
 from tilus.errors import TilusArgumentError
@@ -34,9 +39,8 @@ CTYPES = {
 }
 
 
-#: What ``Prepared.fast`` returns for a pointer its kernel's build does not allow (the kernel
-#: assumes 16-byte aligned pointers, see ``Function.pointer_align``), or, for a build that
-#: assumes nothing, a call whose pointers are all aligned (the aligned build serves it better).
+#: ``Prepared.fast``'s answer to a pointer its build does not allow (``Function.pointer_align``),
+#: or, from the build for any alignment, to all-aligned pointers (the usual build serves those).
 MISALIGNED = object()
 
 #: The encoded tensor maps of every launch (tests replace it with a fake encoder).
@@ -189,14 +193,7 @@ class Bound:
                     swizzle=swz,
                 )
             except TilusArgumentError as e:
-                raise _tma_error(kname, name, e) from None
-
-
-def _tma_error(kname, name, e) -> TilusArgumentError:
-    return TilusArgumentError(
-        f"{kname}: argument {name!r} cannot be read by TMA: {e} (TMA needs 16-byte aligned data "
-        "and rows whose byte size is a multiple of 16)"
-    )
+                raise tma_error(kname, name, e) from None
 
 
 # --- the driver seams (tests replace these four) -----------------------------------------------
@@ -472,7 +469,7 @@ class Prepared:
                 )
             except TilusArgumentError as e:
                 self.last = None
-                raise _tma_error(self.bound.plan.kname, name, e) from None
+                raise tma_error(self.bound.plan.kname, name, e) from None
             ctypes.memmove(addr, blob, TMAP_BYTES)
         self.last = ptrs
 
@@ -495,7 +492,7 @@ class Prepared:
             for pos, n, nb in self.checks
         )
         ptrs = tuple(values[pos].data_ptr() for pos, _, _ in self.checks)
-        self._check_alignment(values, ptrs)
+        check_pointer_alignment(self.bound.plan.kname, self.bound.tensors, ptrs, self.align_mask)
         if self.bound.empty:
             self._tchecks = tchecks
             return
@@ -509,22 +506,8 @@ class Prepared:
                 self._fill(ptrs, values)
             self._launch()
 
-    def _check_alignment(self, values, ptrs) -> None:
-        """Refuse a pointer that this build's alignment assumption does not allow (a launch
-        through the dispatcher never makes one: it picks the build for any alignment)."""
-        mask = self.align_mask
-        for (_, name, _, _), ptr in zip(self.bound.tensors, ptrs):
-            if ptr & mask:
-                raise TilusArgumentError(
-                    f"{self.bound.plan.kname}: argument {name!r} is at address {ptr:#x}, not a "
-                    f"multiple of {mask + 1} bytes, but this build of the kernel assumes "
-                    f"{mask + 1}-byte aligned pointers (calling the kernel picks the build for "
-                    "any alignment)"
-                )
-
     def fast(self, args):
-        """Launch with only cheap checks; ``MISS`` when the checked path is needed, and
-        ``MISALIGNED`` for a pointer alignment the build does not suit."""
+        """Launch with cheap checks only; ``MISS`` (checked path) or ``MISALIGNED`` otherwise."""
         checks = self._tchecks
         if checks is None:
             return MISS
