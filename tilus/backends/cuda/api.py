@@ -19,9 +19,9 @@ def compile(kernel, *args, target=None, config: dict | None = None, **kwargs):  
         *args, **kwargs: the call's arguments: ints for compile-time ``int`` parameters; for
             the others anything (torch tensors of any device, "meta" included, NumPy arrays,
             dtypes, numbers) since only the compile-time arguments shape the kernel, and
-            whether every array's (torch or NumPy) address is a multiple of 16 bytes: the usual build
-            assumes so (and a launch checks it); a misaligned one gives the build that
-            assumes nothing of the pointers' alignment (``Function.pointer_align``).
+            whether every array's (torch or NumPy) address is a multiple of 16 bytes: the
+            usual build assumes so (a launch checks it); a misaligned one gives the build
+            that assumes nothing of the pointers' alignment (``Function.pointer_align``).
         target: a ``tilus.target.Target`` or its name: "sm_80", "sm_86", "sm_89", "sm_90" or
             "sm_90a"; None: the current target if one is set (``tilus.target.scope``), else
             sm_90a.
@@ -53,7 +53,7 @@ def _compile(kernel, *args, target, config: dict | None = None, **kwargs):
 
     build = CUDA.build
     const_args, runtime = kernel.bind(args, kwargs)
-    const_args = with_alignment(const_args, [_Address(v) for _, _, v in runtime if _has_address(v)])
+    const_args = with_alignment(const_args, [a for _, _, v in runtime if (a := _address(v))])
     if config is not None:
         return build(kernel.program(dict(config), const_args), dict(config), arch=target)
     configs = kernel.configs
@@ -90,19 +90,11 @@ def _build_space(kernel, configs, const_args, target) -> list:
     return out
 
 
-def _has_address(v) -> bool:
-    """Whether ``v`` is an array whose address decides the build (torch tensors, NumPy)."""
-    return isinstance(v, np.ndarray) or (
-        type(v).__module__.startswith("torch") and hasattr(v, "data_ptr")
-    )
-
-
-class _Address:
-    """``data_ptr()`` of a torch tensor or a NumPy array (``with_alignment`` reads it)."""
-
-    def __init__(self, v):
-        self.v = v
-
-    def data_ptr(self) -> int:
-        v = self.v
-        return int(v.ctypes.data) if isinstance(v, np.ndarray) else int(v.data_ptr())
+def _address(v) -> int | None:
+    """The address of a torch tensor or NumPy array argument (whose alignment picks the
+    build), else None."""
+    if isinstance(v, np.ndarray):
+        return int(v.ctypes.data)
+    if type(v).__module__.startswith("torch") and hasattr(v, "data_ptr"):
+        return int(v.data_ptr())
+    return None

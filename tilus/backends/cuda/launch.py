@@ -20,12 +20,12 @@ from tilus.errors import (
 from tilus.ir.function import POINTER_ALIGN, UNALIGNED_ARG
 
 
-def with_alignment(const_args: dict, tensors) -> dict:
-    """``const_args``, plus ``UNALIGNED_ARG`` when a tensor's address is not a multiple of
-    ``POINTER_ALIGN``: such a call gets the build that assumes nothing of the alignment (the
-    usual build drops every misaligned path of its vector accesses; see
+def with_alignment(const_args: dict, addresses) -> dict:
+    """``const_args``, plus ``UNALIGNED_ARG`` when an address (of a tensor argument) is not a
+    multiple of ``POINTER_ALIGN``: such a call gets the build that assumes nothing of the
+    alignment (the usual build drops every misaligned path of its vector accesses; see
     ``Function.pointer_align``)."""
-    if any(t.data_ptr() % POINTER_ALIGN for t in tensors):
+    if any(a % POINTER_ALIGN for a in addresses):
         return {**const_args, UNALIGNED_ARG: True}
     return const_args
 
@@ -227,14 +227,15 @@ class Dispatcher:
         if len(args) != self.n or _EPOCH[0] != self.epoch or self.interpret:
             return MISS
         try:
-            prep = self.entries.get(self._entry_key(args))
+            key = self._entry_key(args)
+            prep = self.entries.get(key)
         except TypeError:  # an unhashable argument: the checked path reports it
             return MISS
         if prep is not None:
             out = prep.fast(args)
             if out is not MISALIGNED:
                 return out
-        prep = self.unaligned.get(self._entry_key(args))  # a call with a misaligned pointer
+        prep = self.unaligned.get(key)  # a call with a misaligned pointer
         if prep is None:
             return MISS
         out = prep.fast(args)
@@ -249,7 +250,7 @@ class Dispatcher:
             self._sync_options()
         params = [_Param(n, a) for n, a, _ in runtime]
         env, tensors, device = _check_values(self.kname, params, runtime)
-        const_args = with_alignment(const_args, tensors.values())
+        const_args = with_alignment(const_args, (t.data_ptr() for t in tensors.values()))
         index = device.index if device.index is not None else _current_device()
         values = {p.name: tensors[p] if p in tensors else env[p] for p in params}
         full = [const_args[n] if n in const_args else values[n] for n in self.names]
