@@ -42,7 +42,7 @@ from softmax import (
     held_plan,
     pow2_at_least,
     refuse_long_rows,
-    reread_plan,
+    reread_setup,
     ring_plan,
     rows_and_warps,
 )
@@ -123,16 +123,13 @@ class LayerNorm(RowRing):
         one pass for the statistics (shifted by the first chunk, as ``stats_one_pass``), then
         the row read again (from the L2, where the first pass left it) to normalize. Few
         registers, so many blocks an SM keep loads in flight."""
-        bn, tile, chunks = reread_plan(n, self.per_thread, self.block_warps)
-        self.attrs.blocks = m
-        self.attrs.warps = self.block_warps
+        bn, tile, chunks, unroll = reread_setup(self, m, n, self.per_thread, self.block_warps)
         row: int32 = self.blockIdx.x
         cols = self.register_tensor(dtype=int32, shape=[tile], init=lambda j: j)
         # per column j of a chunk: how many of the row's columns j + c * tile exist
         cnt = self.register_tensor(dtype=float32, shape=[tile], init=float(chunks))
         if n < bn:
             cnt = self.where(cols < n % tile, float(n // tile + 1), float(n // tile))
-        unroll = "all" if chunks <= 4 else 4  # all: every load of the row in flight at once
         k0 = self.cast(self.load_global(gx, offsets=[row, 0], shape=[1, tile]), float32)
         s1 = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
         s2 = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)

@@ -33,7 +33,7 @@ from softmax import (
     RowRing,
     pow2_at_least,
     refuse_long_rows,
-    reread_plan,
+    reread_setup,
     ring_plan,
     rows_and_warps,
 )
@@ -71,12 +71,9 @@ class RMSNorm(RowRing):
         """A row a block of ``warps`` warps, in chunks of ``per_thread`` elements a thread: a
         pass for the sum of squares, then the row read again (from the L2, where the first
         pass left it) to normalize. Few registers, so many blocks an SM keep loads in flight."""
-        bn, tile, chunks = reread_plan(n, self.per_thread, self.block_warps)
-        self.attrs.blocks = m
-        self.attrs.warps = self.block_warps
+        bn, tile, chunks, unroll = reread_setup(self, m, n, self.per_thread, self.block_warps)
         row: int32 = self.blockIdx.x
         sq = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
-        unroll = "all" if chunks <= 4 else 4  # all: every load of the row in flight at once
         for c in self.range(chunks, unroll=unroll):  # the tail reads as 0: adds nothing
             x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
             self.assign(sq, sq + x * x)

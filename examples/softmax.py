@@ -22,6 +22,12 @@ row a stage (several short ones), many independent blocks an SM, so a reduction 
 most 4 warps (with one warp: shuffles only, no barrier) and a block waits for its own warps
 only; rows longer than 4096 elements a warp are refused.
 
+A fourth form (``stages`` 0, ``warps`` > 0) is the re-read form: a row a block of ``warps``
+warps in chunks of ``per_thread`` elements a thread, the row read three times (the maximum,
+the sum of the exponentials, the output; the last two reads hit the L1 or the L2). Few
+registers, so two 1024-thread blocks share an SM and one's exponentials overlap the other's
+loads.
+
 Run ``python examples/softmax.py``: on the tilus interpreter without a GPU (or with
 ``TILUS_INTERPRET=1``), on CUDA with one; the result is checked against NumPy float64.
 """
@@ -156,7 +162,11 @@ SPACE = [(b, t, 0, 0) for b, t in ROW_SPACE] + RING_SPACE + SMALL_SPACE
 #: The norms' re-read form (``stages`` 0, ``warps`` > 0: ``block`` unused): a row a block of
 #: ``warps`` warps, ``per_thread`` elements a thread a chunk, the row read twice (the second
 #: time from the L2): the form Triton's norms take (few registers, a full SM of blocks).
-REREAD_SPACE = [(0, t, 0, w) for w in (4, 8) for t in (8, 16)]
+#: 16 and 32 warps: the long rows' winners (32000: 1024 threads of 16, measured on an H200).
+REREAD_SPACE = [(0, t, 0, w) for w in (4, 8, 16, 32) for t in (8, 16)]
+
+#: Softmax's re-read configs: only long rows (32000) can win with three reads of a row.
+SOFTMAX_REREAD_SPACE = [(0, t, 0, w) for w in (16, 32) for t in (8, 16)]
 
 
 def reread_plan(n: int, per_thread: int, warps: int) -> tuple[int, int, int]:
@@ -165,6 +175,17 @@ def reread_plan(n: int, per_thread: int, warps: int) -> tuple[int, int, int]:
     bn = pow2_at_least(n)
     tile = min(bn, 32 * warps * per_thread)
     return bn, tile, bn // tile
+
+
+def reread_setup(script, m, n: int, per_thread: int, warps: int) -> tuple[int, int, int, str]:
+    """Set a re-read kernel's grid (a row a block) and warps; returns ``reread_plan``'s
+    ``(bn, tile, chunks)`` and the chunk loops' unroll."""
+    bn, tile, chunks = reread_plan(n, per_thread, warps)
+    script.attrs.blocks = m
+    script.attrs.warps = warps
+    if per_thread <= 16:  # few registers a thread: ask for a full SM of blocks
+        script.attrs.min_blocks = max(1, min(4, 2048 // (32 * warps)))
+    return bn, tile, chunks, "all" if chunks <= 4 else 4  # all: the row's loads in flight
 
 
 def refuse_long_rows(script, bn: int) -> None:
@@ -191,9 +212,11 @@ class RowRing(tilus.Script):
         self.copy_async_commit_group()
 
 
+@tilus.autotune("block, per_thread, stages, warps", SPACE + SOFTMAX_REREAD_SPACE)
 class Softmax(RowRing):
-    """Softmax in one of two forms, both in the autotune space: whole rows in registers
-    (``stages`` 0) or persistent blocks over a ring of shared-memory stages (``stages`` >= 2)."""
+    """Softmax in one of the forms of the autotune space: whole rows in registers (``stages``
+    0), persistent blocks over a ring of shared-memory stages (``stages`` >= 2), or a row a
+    block read three times (``stages`` 0, ``warps`` > 0)."""
 
     def __init__(self, block, per_thread, stages, warps=0, max_blocks=None):
         super().__init__()
@@ -206,8 +229,36 @@ class Softmax(RowRing):
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
         if self.stages:
             self.ring_rows(m, n, gx, gy)
+        elif self.block_warps:
+            self.reread_rows(m, n, gx, gy)
         else:
             self.whole_rows(m, n, gx, gy)
+
+    def reread_rows(self, m: int32, n: int, gx: GlobalTensor, gy: GlobalTensor):
+        """A row a block, in chunks of ``per_thread`` elements a thread: a pass for the
+        maximum, one for the sum of the exponentials, one that writes them scaled."""
+        bn, tile, chunks, unroll = reread_setup(self, m, n, self.per_thread, self.block_warps)
+        row: int32 = self.blockIdx.x
+        cols = self.register_tensor(dtype=int32, shape=[tile], init=lambda j: j)
+        acc = self.register_tensor(dtype=float32, shape=[1, tile], init=-float("inf"))
+        for c in self.range(chunks, unroll=unroll):  # max(x) * log2 e = max(x * log2 e)
+            x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
+            if n < bn:  # the ragged tail reads 0: it must not win the max
+                x = self.where(cols < n - c * tile, x, -float("inf"))
+            self.assign(acc, self.maximum(acc, x))
+        mx = self.max(acc, dim=1, keepdim=True) * LOG2E
+        tot = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
+        for c in self.range(chunks, unroll=unroll):
+            x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
+            e = self.exp2(x * LOG2E - mx)
+            if n < bn:  # nor add to the sum
+                e = self.where(cols < n - c * tile, e, 0.0)
+            self.assign(tot, tot + e)
+        inv = 1.0 / self.sum(tot, dim=1, keepdim=True)
+        for c in self.range(chunks, unroll=unroll):
+            x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
+            y = self.exp2(x * LOG2E - mx) * inv
+            self.store_global(gy, self.cast(y, float16), offsets=[row, c * tile])
 
     def whole_rows(self, m: int32, n: int, gx: GlobalTensor, gy: GlobalTensor):
         """Each block works on ``block // n`` whole rows held in registers (one pass)."""

@@ -188,7 +188,7 @@ def test_ring_form_every_config_gpu(ex, op):
             ref = xf * torch.rsqrt((xf * xf).mean(dim=1, keepdim=True) + 1e-6) * w.float()
         sm = ex["softmax"]
         held = [c for c in ex["layer_norm"].LN_SPACE if c[2] < 0] if op == "layer_norm" else []
-        reread = sm.REREAD_SPACE if op != "softmax" else []
+        reread = sm.REREAD_SPACE if op != "softmax" else sm.SOFTMAX_REREAD_SPACE
         for block, per_thread, stages, warps in sm.RING_SPACE + sm.SMALL_SPACE + held + reread:
             if warps and sm.ring_plan(n, block, per_thread, stages, 0, warps)[0] > 4096 * warps:
                 continue  # refused (test_small_form_refuses_long_rows)
