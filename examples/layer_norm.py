@@ -26,8 +26,9 @@ is worked on, so one stage beside w and b (in shared memory, not re-read from th
 row) is enough for rows of 32000; the math is the whole-rows form's.
 
 A fifth form (``stages`` 0, ``warps`` > 0) is the re-read form: a row a block of ``warps``
-warps, one pass over the row for the statistics and a second one, from the L2, to normalize,
-so a thread holds a chunk of ``per_thread`` elements and many blocks fit an SM.
+warps, three passes over the row (the mean, the variance about it, the output; the last two
+read it from the L1 or the L2), so a thread holds a chunk of ``per_thread`` elements and one
+accumulator, and two 1024-thread blocks fit an SM.
 
 Run ``python examples/layer_norm.py`` (interpreter without a GPU, CUDA with one); the result
 is checked against NumPy float64.
@@ -119,31 +120,26 @@ class LayerNorm(RowRing):
         gb: GlobalTensor,
         gy: GlobalTensor,
     ):
-        """A row a block of ``warps`` warps, in chunks of ``per_thread`` elements a thread:
-        one pass for the statistics (shifted by the first chunk, as ``stats_one_pass``), then
-        the row read again (from the L2, where the first pass left it) to normalize. Few
-        registers, so many blocks an SM keep loads in flight."""
+        """A row a block of ``warps`` warps, in chunks of ``per_thread`` elements a thread,
+        read three times (the last two hit the L1 or the L2): the mean, the variance about it
+        (two passes: exact at any mean), the output. One accumulator a pass, so few registers
+        and two 1024-thread blocks an SM."""
         bn, tile, chunks, unroll = reread_setup(self, m, n, self.per_thread, self.block_warps)
         row: int32 = self.blockIdx.x
         cols = self.register_tensor(dtype=int32, shape=[tile], init=lambda j: j)
-        # per column j of a chunk: how many of the row's columns j + c * tile exist
-        cnt = self.register_tensor(dtype=float32, shape=[tile], init=float(chunks))
-        if n < bn:
-            cnt = self.where(cols < n % tile, float(n // tile + 1), float(n // tile))
-        k0 = self.cast(self.load_global(gx, offsets=[row, 0], shape=[1, tile]), float32)
         s1 = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
+        for c in self.range(chunks, unroll=unroll):  # the tail reads as 0: adds nothing
+            x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
+            self.assign(s1, s1 + x)
+        mean = self.sum(s1, dim=1, keepdim=True) * (1.0 / n)
         s2 = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
-        for c in self.range(1, chunks, unroll=unroll):
+        for c in self.range(chunks, unroll=unroll):
             d = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
-            d = d - k0
-            if n < bn:  # 0 - k must not count
+            d = d - mean
+            if n < bn:  # 0 - mean must not count
                 d = self.where(cols < n - c * tile, d, 0.0)
-            self.assign(s1, s1 + d)
             self.assign(s2, s2 + d * d)
-        mean = self.sum(k0 * cnt + s1, dim=1, keepdim=True) * (1.0 / n)
-        dd = mean - k0
-        var = self.sum(s2 + dd * (cnt * dd - 2.0 * s1), dim=1, keepdim=True) * (1.0 / n)
-        rstd = self.rsqrt(var + EPS)
+        rstd = self.rsqrt(self.sum(s2, dim=1, keepdim=True) * (1.0 / n) + EPS)
         for c in self.range(chunks, unroll=unroll):
             x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
             w = self.cast(self.load_global(gw, offsets=[c * tile], shape=[tile]), float32)
