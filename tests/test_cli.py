@@ -154,6 +154,24 @@ def test_inspect_cuda_source_of_a_pinned_config(capsys, kernel_file):
     assert 'extern "C"' in out and "tl_Scale" in out
 
 
+def test_inspect_unaligned_build(capsys, kernel_file):
+    """``--unaligned``: the build a call with a misaligned pointer gets, with the alignment
+    tests that the usual build (16-byte aligned pointers, checked at launch) leaves out."""
+    base = ("inspect", f"{kernel_file}:Scale", "--config", "block=256", "--args", "width=4")
+    rc, out, err = _run(capsys, *base, "--ir", "--unaligned")
+    assert rc == 0, err
+    assert "pointer_align 1" in out
+    rc, out, err = _run(capsys, *base, "--ir")
+    assert rc == 0 and "pointer_align" not in out, err
+    rc, out, err = _run(capsys, *base, "--cuda", "--unaligned")
+    assert rc == 0 and "& 15) == 0" in out, err
+    rc, out, err = _run(capsys, *base, "--cuda")
+    assert rc == 0 and "& 15) == 0" not in out and "uint4" in out, err
+    if _nvrtc():
+        rc, out, err = _run(capsys, *base, "--unaligned", "--json")
+        assert rc == 0 and json.loads(out.splitlines()[-1])["registers"] > 0, err
+
+
 def test_inspect_layouts_names_the_moves_through_shared_memory(capsys):
     path = REPO / "tests" / "cuda" / "test_cuda_element.py"
     rc, out, err = _run(capsys, "inspect", f"{path}:SquareDot", "--layouts")

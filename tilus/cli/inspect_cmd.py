@@ -42,6 +42,11 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--all-configs", action="store_true", help="every config of the space, not the first"
     )
+    p.add_argument(
+        "--unaligned",
+        action="store_true",
+        help="the build a call with a pointer off 16-byte alignment gets (no alignment assumed)",
+    )
     what = p.add_mutually_exclusive_group()
     for flag, text in (
         ("--ir", "the tile IR after the passes (no NVRTC needed)"),
@@ -179,27 +184,23 @@ def run(args) -> int:
     for cfg in configs:
         print(f"// config {dict(kernel.kwargs, **cfg)}", file=out)
         if show == "ir":
-            const_args, _ = kernel.bind((), values)
-            print(kernel.program(cfg, const_args).text)
+            print(kernel.program(cfg, _const_args(kernel, values, args.unaligned)).text)
             continue
         if show == "layouts":
             from tilus.backends.cuda.layout import infer_layouts
             from tilus.backends.cuda.layout.report import layout_report
 
-            const_args, _ = kernel.bind((), values)
-            fn = kernel.program(cfg, const_args).fn
+            fn = kernel.program(cfg, _const_args(kernel, values, args.unaligned)).fn
             print(layout_report(fn, infer_layouts(fn)))
             continue
         if show == "cuda":
             from tilus.backends.cuda.codegen.kernel import generate
 
-            const_args, _ = kernel.bind((), values)
-            print(generate(kernel.program(cfg, const_args)).source)
+            program = kernel.program(cfg, _const_args(kernel, values, args.unaligned))
+            print(generate(program).source)
             continue
         with option.scoped(keep_ptx=show == "ptx"):
-            from tilus.backends.cuda.api import compile as tilus_compile
-
-            ck = tilus_compile(kernel, target=args.target, config=cfg, **values)
+            ck = _build(kernel, cfg, values, args.target, args.unaligned)
         if show == "ptx":
             print(ck.ptx)
         elif show == "sass":
@@ -220,3 +221,28 @@ def run(args) -> int:
                 for k, v in res.items():
                     print(f"{k:>{width}}: {v}")
     return 0
+
+
+def _const_args(kernel, values: dict, unaligned: bool) -> dict:
+    """The compile-time arguments of a call with ``values``; with ``unaligned`` those of a
+    call whose pointers are not all 16-byte aligned (the build that assumes nothing)."""
+    from tilus.ir.function import UNALIGNED_ARG
+
+    const_args, _ = kernel.bind((), values)
+    return {**const_args, UNALIGNED_ARG: True} if unaligned else const_args
+
+
+def _build(kernel, cfg: dict, values: dict, target: str, unaligned: bool):
+    """``tilus.compile`` of one config, or with ``unaligned`` the same for the other build."""
+    if not unaligned:
+        from tilus.backends.cuda.api import compile as tilus_compile
+
+        return tilus_compile(kernel, target=target, config=cfg, **values)
+    from tilus.backends.cuda.launch import CUDA
+    from tilus.target import buildable, building_for
+
+    arch = buildable(target)
+    with building_for(arch):  # self.cuda answers for the target, as in tilus.compile
+        return CUDA.build(
+            kernel.program(dict(cfg), _const_args(kernel, values, True)), cfg, arch=arch
+        )
