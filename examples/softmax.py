@@ -177,14 +177,14 @@ def reread_plan(n: int, per_thread: int, warps: int) -> tuple[int, int, int]:
     return bn, tile, bn // tile
 
 
-def reread_setup(script, m, n: int, per_thread: int, warps: int, full_sm: bool = True):
-    """Set a re-read kernel's grid (a row a block) and warps; returns ``reread_plan``'s
-    ``(bn, tile, chunks)`` and the chunk loops' unroll. ``full_sm``: cap the registers so
-    that 2048 threads fit an SM."""
+def reread_setup(script, m, n: int, per_thread: int, warps: int):
+    """Set a re-read kernel's grid (a row a block), warps and, for up to 16 elements a thread,
+    a register cap that fits 2048 threads an SM; returns ``reread_plan``'s ``(bn, tile,
+    chunks)`` and the chunk loops' unroll."""
     bn, tile, chunks = reread_plan(n, per_thread, warps)
     script.attrs.blocks = m
     script.attrs.warps = warps
-    if full_sm and per_thread <= 16:  # few registers a thread: ask for a full SM of blocks
+    if per_thread <= 16:  # few registers a thread: ask for a full SM of blocks
         script.attrs.min_blocks = max(1, min(4, 2048 // (32 * warps)))
     return bn, tile, chunks, "all" if chunks <= 4 else 4  # all: the row's loads in flight
 
