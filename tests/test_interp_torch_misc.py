@@ -344,7 +344,8 @@ def test_void_pointer_view_reinterprets_memory(dtype):
         VoidView(dtype)(a, out)
     except (tilus.TilusArgumentError, tilus.TilusRuntimeError):
         return  # refusing a view whose dtype differs from the array is fine too
-    want = np.trunc(a.view(dtype.np_storage)[:4].astype(np.float64))
+    with np.errstate(invalid="ignore"):  # fp16 views of random bits may hold NaNs
+        want = np.trunc(a.view(dtype.np_storage)[:4].astype(np.float64))
     want = np.where(np.isnan(want), 0, np.clip(want, -(2**31), 2**31 - 1))
     np.testing.assert_array_equal(out, want.astype(np.int64))
 
