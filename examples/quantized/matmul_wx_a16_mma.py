@@ -24,10 +24,11 @@ import numpy as np
 from split_k import SplitKParts
 
 import tilus
-from tilus import float16, float32, int32, void_p
+from tilus import float16, float32, int32, uint8, void_p
 from tilus.errors import TilusArgumentError
 from tilus.ir.layout import reduce, shared_row_major_swizzle
 from tilus.ir.layout import reshape as reshape_layout
+from tilus.ir.layout.derived import view_layout
 from tilus.ir.layout.register import mma_a, mma_c
 from tilus.utils import cdiv
 
@@ -94,7 +95,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 8, split_k: int = 4,
         unroll: int = 2, warps: int = 4, stages: int = 3, min_blocks: int = 4,
-        unroll_steps: int | None = None,
+        unroll_steps: int | None = None, prefetch: int = 0,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -112,6 +113,13 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         self.min_blocks = min_blocks  # blocks an SM holds at once: caps the registers
         # steps of the main loop unrolled (the next step's weight loads issued early)
         self.unroll_steps = unroll_steps
+        # the weights of the ``prefetch`` next steps loaded into registers before this step's
+        # products (their latency hidden behind that many steps' work); 0: each step loads
+        # its own at its top
+        if prefetch not in (0, 1, 2):
+            raise TilusArgumentError(f"prefetch must be 0, 1 or 2 steps, got {prefetch}")
+        self.prefetch = prefetch
+        self.ahead = list(range(prefetch))  # a host list: the register buffers, oldest first
         self.x_prologue = list(range(stages - 1))
         self.chunks = list(range(unroll))  # a host list: the chunks of a step, unrolled
 
@@ -155,6 +163,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         # the packed chunk as loaded: the A fragment's layout seen through the 8-d view's
         # index, so each lane's registers (s, h, rh, e) are its 64 contiguous packed codes
         w_layout = reshape_layout(mma_a(bn, CHUNK, nw, 1, nw), [nw, 2, 8, 1, 8, 2, 4, 2])
+        b_layout = view_layout(w_layout, 4, 8, [nw, 2, 8, 1, 8, 2, 4, 1])  # as bytes
         if part < split:
             # X tiles through a cp.async ring (ns - 1 steps ahead), read as B fragments with
             # ldmatrix; X chunk-major: [K / 128, M, 128]
@@ -167,13 +176,36 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             for i in self.x_prologue:
                 self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc)
             acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
+            # with prefetch: the next steps' codes (buffer j: step st + j), seen as bytes (a
+            # code pair a byte)
+            wbuf = []
+            for j in self.ahead:
+                row = []
+                k_pre: int32 = (s_lo + j) * u
+                if s_lo + j >= s_hi:
+                    k_pre = kc  # past the part: nothing read
+                for c0 in self.chunks:
+                    row.append(self.wbytes(gw, on, k_pre + c0, b_layout))
+                wbuf.append(row)
             for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
                 t: int32 = st - s_lo
                 ws_, ss = [], []
+                k_next: int32 = (st + self.prefetch) * u
+                if st + self.prefetch >= s_hi:
+                    k_next = kc  # past the part: nothing read
                 for c in self.chunks:  # the weight and scale loads of the step first
-                    wq = self.load_global(gw, offsets=[on // 16, 0, 0, st * u + c, 0, 0, 0, 0],
-                                          shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
-                    ws_.append(wq)
+                    if self.prefetch:
+                        cur = self.register_tensor(dtype=uint8, shape=[nw, 2, 8, 1, 8, 2, 4, 1],
+                                                   layout=b_layout)  # fmt: skip
+                        self.assign(cur, wbuf[0][c])
+                        ws_.append(cur)
+                        for j in self.ahead[1:]:  # the buffers move up a step
+                            self.assign(wbuf[j - 1][c], wbuf[j][c])
+                        self.assign(wbuf[-1][c], self.wbytes(gw, on, k_next + c, b_layout))
+                    else:
+                        wq = self.load_global(gw, offsets=[on // 16, 0, 0, st * u + c, 0, 0, 0, 0],
+                                              shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
+                        ws_.append(wq)
                     sc = self.load_global(gs, offsets=[on, (st * u + c) * CHUNK // g],
                                           shape=[bn, 1])  # fmt: skip
                     self.annotate_layout(sc, s_layout)  # the accumulator's rows
@@ -182,7 +214,11 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 self.sync()  # everyone's did, and everyone is done with the slot refilled next
                 self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc)
                 for c in self.chunks:
-                    w16 = self.cast(ws_[c], float16)
+                    if self.prefetch:
+                        w16 = self.cast(self.view(ws_[c], dtype=tilus.int4b, layout=w_layout),
+                                        float16)  # fmt: skip
+                    else:
+                        w16 = self.cast(ws_[c], float16)
                     self.annotate_layout(w16, w_layout)
                     w16 = self.reshape(w16, [bn, CHUNK])
                     x = self.load_shared(sx[t % ns, c])
@@ -195,6 +231,14 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     store = self.add_parts(acc, ws, cnt, self.blockIdx.x, part, split)
             if store == 1:
                 self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
+
+    def wbytes(self, gw, on: int32, chunk: int32, b_layout):
+        """The packed codes of chunk ``chunk`` of the block's rows (each lane's 32 contiguous
+        bytes, two 16-byte loads) seen as uint8 (a code pair a byte) to be kept in registers."""
+        nw = self.warps
+        q = self.load_global(gw, offsets=[on // 16, 0, 0, chunk, 0, 0, 0, 0],
+                             shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
+        return self.view(q, dtype=uint8, layout=b_layout)
 
     def fill_x(self, gxk, sx, step: int32, slot: int32, s_hi: int32, om: int32, kc: int):
         """Start copying the X chunks of step ``step`` into ring slot ``slot`` (one commit
