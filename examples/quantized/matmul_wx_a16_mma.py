@@ -95,7 +95,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 8, split_k: int = 4,
         unroll: int = 2, warps: int = 4, stages: int = 3, min_blocks: int = 4,
-        unroll_steps: int | None = None, prefetch: int = 0,
+        unroll_steps: int | None = None, prefetch: int = 0, x_steps: int = 0,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -120,6 +120,11 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             raise TilusArgumentError(f"prefetch must be 0, 1 or 2 steps, got {prefetch}")
         self.prefetch = prefetch
         self.ahead = list(range(prefetch))  # a host list: the register buffers, oldest first
+        # X through windows of ``x_steps`` steps (copied whole at each window's start: no
+        # barrier a step) rather than the ``stages`` ring (a barrier a step); 0: the ring
+        if not isinstance(x_steps, int) or x_steps < 0:
+            raise TilusArgumentError(f"x_steps must be an int >= 0, got {x_steps!r}")
+        self.x_steps = x_steps
         self.x_prologue = list(range(stages - 1))
         self.chunks = list(range(unroll))  # a host list: the chunks of a step, unrolled
 
@@ -170,11 +175,11 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             ns = self.stages
             gxk = self.global_view(x_ptr, dtype=float16, shape=[kc, m_size, CHUNK],
                                    strides=[CHUNK, k_size, 1])  # fmt: skip
-            sx = self.shared_tensor(dtype=float16, shape=[ns, u, bm, CHUNK])
-            # 16-byte chunks XOR-ed with the row: the 8 rows an ldmatrix reads hit all banks
-            self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
-            for i in self.x_prologue:
-                self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc)
+            sx = None
+            if not self.x_steps:
+                sx = self.shared_tensor(dtype=float16, shape=[ns, u, bm, CHUNK])
+                # 16-byte chunks XOR-ed with the row: the 8 rows an ldmatrix reads hit all banks
+                self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
             acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
             # with prefetch: the next steps' codes (buffer j: step st + j), seen as bytes (a
             # code pair a byte)
@@ -187,43 +192,42 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 for c0 in self.chunks:
                     row.append(self.wbytes(gw, on, k_pre + c0, b_layout))
                 wbuf.append(row)
-            for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
-                t: int32 = st - s_lo
-                ws_, ss = [], []
-                k_next: int32 = (st + self.prefetch) * u
-                if st + self.prefetch >= s_hi:
-                    k_next = kc  # past the part: nothing read
-                for c in self.chunks:  # the weight and scale loads of the step first
-                    if self.prefetch:
-                        cur = self.register_tensor(dtype=uint8, shape=[nw, 2, 8, 1, 8, 2, 4, 1],
-                                                   layout=b_layout)  # fmt: skip
-                        self.assign(cur, wbuf[0][c])
-                        ws_.append(cur)
-                        for j in self.ahead[1:]:  # the buffers move up a step
-                            self.assign(wbuf[j - 1][c], wbuf[j][c])
-                        self.assign(wbuf[-1][c], self.wbytes(gw, on, k_next + c, b_layout))
-                    else:
-                        wq = self.load_global(gw, offsets=[on // 16, 0, 0, st * u + c, 0, 0, 0, 0],
-                                              shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
-                        ws_.append(wq)
-                    sc = self.load_global(gs, offsets=[on, (st * u + c) * CHUNK // g],
-                                          shape=[bn, 1])  # fmt: skip
-                    self.annotate_layout(sc, s_layout)  # the accumulator's rows
-                    ss.append(sc)
-                self.copy_async_wait_group(ns - 2)  # this thread's X copies of step t landed
-                self.sync()  # everyone's did, and everyone is done with the slot refilled next
-                self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc)
-                for c in self.chunks:
-                    if self.prefetch:
-                        w16 = self.cast(self.view(ws_[c], dtype=tilus.int4b, layout=w_layout),
-                                        float16)  # fmt: skip
-                    else:
-                        w16 = self.cast(ws_[c], float16)
-                    self.annotate_layout(w16, w_layout)
-                    w16 = self.reshape(w16, [bn, CHUNK])
-                    x = self.load_shared(sx[t % ns, c])
-                    p = self.dot(w16, self.transpose(x), acc_dtype=float32)
-                    acc += p * self.cast(ss[c], float32)
+            if self.x_steps:
+                # X in windows of x_steps steps, each copied whole at its start: no barrier
+                # in the steps (at decode a part is one window)
+                wx = self.x_steps
+                sxa = self.shared_tensor(dtype=float16, shape=[wx * u, bm, CHUNK])
+                self.annotate_layout(sxa, shared_row_major_swizzle([wx * u, bm, CHUNK], 2))
+                for w0 in self.range(s_lo, s_hi, wx):
+                    self.copy_async(gxk, sxa, offsets=[w0 * u, om, 0])
+                    self.copy_async_commit_group()
+                    self.copy_async_wait_all()
+                    self.sync()
+                    w_end: int32 = w0 + wx
+                    if w_end > s_hi:
+                        w_end = s_hi
+                    for st in self.range(w0, w_end, unroll=self.unroll_steps):
+                        ws_, ss = self.step_weights(gw, gs, st, s_hi, kc, on, wbuf, b_layout,
+                                                    s_layout)  # fmt: skip
+                        xs = []
+                        for c in self.chunks:
+                            xs.append(sxa[(st - w0) * u + c])
+                        self.products(ws_, ss, xs, acc, w_layout)
+                    self.sync()  # every warp is done with the window before it is refilled
+            else:
+                for i in self.x_prologue:
+                    self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc)
+                for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
+                    t: int32 = st - s_lo
+                    ws_, ss = self.step_weights(gw, gs, st, s_hi, kc, on, wbuf, b_layout,
+                                                s_layout)  # fmt: skip
+                    self.copy_async_wait_group(ns - 2)  # this thread's X copies of step t landed
+                    self.sync()  # everyone's did, and everyone is done with the slot refilled
+                    self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc)
+                    xs = []
+                    for c in self.chunks:
+                        xs.append(sx[t % ns, c])
+                    self.products(ws_, ss, xs, acc, w_layout)
             self.copy_async_wait_all()  # the zero-filled copies past the end
             store: int32 = 1
             if self.split_k > 1:
@@ -231,6 +235,46 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     store = self.add_parts(acc, ws, cnt, self.blockIdx.x, part, split)
             if store == 1:
                 self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
+
+    def step_weights(self, gw, gs, st: int32, s_hi: int32, kc: int, on: int32, wbuf, b_layout,
+                     s_layout):  # fmt: skip
+        """The weight codes and scales of step ``st``, per chunk: loaded now, or with
+        prefetch taken from the register buffers, which then load step ``st + prefetch``."""
+        u, nw, g = self.unroll, self.warps, self.group
+        ws_, ss = [], []
+        k_next: int32 = (st + self.prefetch) * u
+        if st + self.prefetch >= s_hi:
+            k_next = kc  # past the part: nothing read
+        for c in self.chunks:
+            if self.prefetch:
+                cur = self.register_tensor(dtype=uint8, shape=[nw, 2, 8, 1, 8, 2, 4, 1],
+                                           layout=b_layout)  # fmt: skip
+                self.assign(cur, wbuf[0][c])
+                ws_.append(cur)
+                for j in self.ahead[1:]:  # the buffers move up a step
+                    self.assign(wbuf[j - 1][c], wbuf[j][c])
+                self.assign(wbuf[-1][c], self.wbytes(gw, on, k_next + c, b_layout))
+            else:
+                ws_.append(self.load_global(gw, offsets=[on // 16, 0, 0, st * u + c, 0, 0, 0, 0],
+                                            shape=[nw, 2, 8, 1, 8, 2, 4, 2]))  # fmt: skip
+            sc = self.load_global(gs, offsets=[on, (st * u + c) * CHUNK // g], shape=[16 * nw, 1])
+            self.annotate_layout(sc, s_layout)  # the accumulator's rows
+            ss.append(sc)
+        return ws_, ss
+
+    def products(self, ws_, ss, xs, acc, w_layout):
+        """``acc += scale * (W chunk @ X chunk^T)`` for the chunks of a step: their codes or
+        bytes ``ws_``, scales ``ss`` and X tiles in shared memory ``xs``."""
+        bn = 16 * self.warps
+        for c in self.chunks:
+            if self.prefetch:
+                w16 = self.cast(self.view(ws_[c], dtype=tilus.int4b, layout=w_layout), float16)
+            else:
+                w16 = self.cast(ws_[c], float16)
+            self.annotate_layout(w16, w_layout)
+            w16 = self.reshape(w16, [bn, CHUNK])
+            p = self.dot(w16, self.transpose(self.load_shared(xs[c])), acc_dtype=float32)
+            acc += p * self.cast(ss[c], float32)
 
     def wbytes(self, gw, on: int32, chunk: int32, b_layout):
         """The packed codes of chunk ``chunk`` of the block's rows (each lane's 32 contiguous
