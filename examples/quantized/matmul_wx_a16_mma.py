@@ -24,11 +24,10 @@ import numpy as np
 from split_k import SplitKParts
 
 import tilus
-from tilus import float16, float32, int32, uint8, void_p
+from tilus import float16, float32, int32, void_p
 from tilus.errors import TilusArgumentError
 from tilus.ir.layout import reduce, shared_row_major_swizzle
 from tilus.ir.layout import reshape as reshape_layout
-from tilus.ir.layout.derived import view_layout
 from tilus.ir.layout.register import mma_a, mma_c
 from tilus.utils import cdiv
 
@@ -168,7 +167,6 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         # the packed chunk as loaded: the A fragment's layout seen through the 8-d view's
         # index, so each lane's registers (s, h, rh, e) are its 64 contiguous packed codes
         w_layout = reshape_layout(mma_a(bn, CHUNK, nw, 1, nw), [nw, 2, 8, 1, 8, 2, 4, 2])
-        b_layout = view_layout(w_layout, 4, 8, [nw, 2, 8, 1, 8, 2, 4, 1])  # as bytes
         if part < split:
             # X tiles through a cp.async ring (ns - 1 steps ahead), read as B fragments with
             # ldmatrix; X chunk-major: [K / 128, M, 128]
@@ -181,8 +179,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 # 16-byte chunks XOR-ed with the row: the 8 rows an ldmatrix reads hit all banks
                 self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
             acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-            # with prefetch: the next steps' codes (buffer j: step st + j), seen as bytes (a
-            # code pair a byte)
+            # with prefetch: the next steps' codes in registers (buffer j: step st + j)
             wbuf = []
             for j in self.ahead:
                 row = []
@@ -190,7 +187,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 if s_lo + j >= s_hi:
                     k_pre = kc  # past the part: nothing read
                 for c0 in self.chunks:
-                    row.append(self.wbytes(gw, on, k_pre + c0, b_layout))
+                    row.append(self.wcodes(gw, on, k_pre + c0))
                 wbuf.append(row)
             if self.x_steps:
                 # X in windows of x_steps steps, each copied whole at its start: no barrier
@@ -207,7 +204,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     if w_end > s_hi:
                         w_end = s_hi
                     for st in self.range(w0, w_end, unroll=self.unroll_steps):
-                        ws_, ss = self.step_weights(gw, gs, st, s_hi, kc, on, wbuf, b_layout,
+                        ws_, ss = self.step_weights(gw, gs, st, s_hi, kc, on, wbuf,
                                                     s_layout)  # fmt: skip
                         xs = []
                         for c in self.chunks:
@@ -219,7 +216,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc)
                 for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
                     t: int32 = st - s_lo
-                    ws_, ss = self.step_weights(gw, gs, st, s_hi, kc, on, wbuf, b_layout,
+                    ws_, ss = self.step_weights(gw, gs, st, s_hi, kc, on, wbuf,
                                                 s_layout)  # fmt: skip
                     self.copy_async_wait_group(ns - 2)  # this thread's X copies of step t landed
                     self.sync()  # everyone's did, and everyone is done with the slot refilled
@@ -236,7 +233,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             if store == 1:
                 self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
 
-    def step_weights(self, gw, gs, st: int32, s_hi: int32, kc: int, on: int32, wbuf, b_layout,
+    def step_weights(self, gw, gs, st: int32, s_hi: int32, kc: int, on: int32, wbuf,
                      s_layout):  # fmt: skip
         """The weight codes and scales of step ``st``, per chunk: loaded now, or with
         prefetch taken from the register buffers, which then load step ``st + prefetch``."""
@@ -247,16 +244,14 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             k_next = kc  # past the part: nothing read
         for c in self.chunks:
             if self.prefetch:
-                cur = self.register_tensor(dtype=uint8, shape=[nw, 2, 8, 1, 8, 2, 4, 1],
-                                           layout=b_layout)  # fmt: skip
+                cur = self.register_tensor(dtype=tilus.int4b, shape=[nw, 2, 8, 1, 8, 2, 4, 2])
                 self.assign(cur, wbuf[0][c])
                 ws_.append(cur)
                 for j in self.ahead[1:]:  # the buffers move up a step
                     self.assign(wbuf[j - 1][c], wbuf[j][c])
-                self.assign(wbuf[-1][c], self.wbytes(gw, on, k_next + c, b_layout))
+                self.assign(wbuf[-1][c], self.wcodes(gw, on, k_next + c))
             else:
-                ws_.append(self.load_global(gw, offsets=[on // 16, 0, 0, st * u + c, 0, 0, 0, 0],
-                                            shape=[nw, 2, 8, 1, 8, 2, 4, 2]))  # fmt: skip
+                ws_.append(self.wcodes(gw, on, st * u + c))
             sc = self.load_global(gs, offsets=[on, (st * u + c) * CHUNK // g], shape=[16 * nw, 1])
             self.annotate_layout(sc, s_layout)  # the accumulator's rows
             ss.append(sc)
@@ -267,22 +262,18 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         bytes ``ws_``, scales ``ss`` and X tiles in shared memory ``xs``."""
         bn = 16 * self.warps
         for c in self.chunks:
-            if self.prefetch:
-                w16 = self.cast(self.view(ws_[c], dtype=tilus.int4b, layout=w_layout), float16)
-            else:
-                w16 = self.cast(ws_[c], float16)
+            w16 = self.cast(ws_[c], float16)
             self.annotate_layout(w16, w_layout)
             w16 = self.reshape(w16, [bn, CHUNK])
             p = self.dot(w16, self.transpose(self.load_shared(xs[c])), acc_dtype=float32)
             acc += p * self.cast(ss[c], float32)
 
-    def wbytes(self, gw, on: int32, chunk: int32, b_layout):
+    def wcodes(self, gw, on: int32, chunk: int32):
         """The packed codes of chunk ``chunk`` of the block's rows (each lane's 32 contiguous
-        bytes, two 16-byte loads) seen as uint8 (a code pair a byte) to be kept in registers."""
+        bytes: two 16-byte loads) as int4b registers."""
         nw = self.warps
-        q = self.load_global(gw, offsets=[on // 16, 0, 0, chunk, 0, 0, 0, 0],
-                             shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
-        return self.view(q, dtype=uint8, layout=b_layout)
+        return self.load_global(gw, offsets=[on // 16, 0, 0, chunk, 0, 0, 0, 0],
+                                shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
 
     def fill_x(self, gxk, sx, step: int32, slot: int32, s_hi: int32, om: int32, kc: int):
         """Start copying the X chunks of step ``step`` into ring slot ``slot`` (one commit

@@ -28,6 +28,7 @@ _ALLOWED = (
     I.StoreGlobal,
     I.CastTensor,
     I.AllocRegister,
+    I.AssignTensor,  # the same packed words
     L.ViewTensor,
     I.PrintTensor,  # decoded element by element
 )
@@ -54,8 +55,8 @@ def _tensors(inst):
 def check_program(fn) -> None:
     """Refuse, at its line, the first use of a dtype the CUDA backend cannot lower: a dtype
     with no C type, or a sub-byte tile in an instruction other than global views, global
-    loads/stores, casts, ``view``, ``print_tensor`` and uninitialized allocation, or in shared
-    memory.
+    loads/stores, casts, ``view``, ``print_tensor``, ``assign`` and uninitialized allocation,
+    or in shared memory.
 
     Raises:
         TilusCompileError: names the dtype, the tile and what to do instead.

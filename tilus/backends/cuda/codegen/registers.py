@@ -371,7 +371,14 @@ def _at_loop(ctx, x, i, e, pre):
 def assign(ctx, inst, expr):
     """Copy a tile into another of the same layout."""
     layout = check_same(ctx, inst.out, inst.src)
-    i = unrolled(ctx, layout.local_size)
+    n = layout.local_size
+    if inst.out.dtype.nbits % 8:  # sub-byte: the same packed words
+        n = max(1, -(-n * inst.out.dtype.nbits // 32))
+        i = unrolled(ctx, n)
+        ctx.emit(f"{ctx.name(inst.out)}[{i}] = {ctx.name(inst.src)}[{i}];")
+        ctx.close()
+        return
+    i = unrolled(ctx, n)
     ctx.emit(f"{elem(ctx, inst.out, i)} = {elem(ctx, inst.src, i)};")
     ctx.close()
 
