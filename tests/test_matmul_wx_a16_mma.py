@@ -47,7 +47,12 @@ def test_prepack_puts_each_lanes_fragment_codes_in_its_32_bytes():
     "wdtype, group, m, n, k, cfg",
     [(tilus.uint4b, 128, 1, 37, 640, dict(block_m=8, split_k=3, unroll=2)),  # a ragged last step
      (tilus.int4b, 256, 13, 70, 1024, dict(block_m=16, split_k=2, unroll=2)),
-     (tilus.uint4b, 128, 19, 20, 384, dict(block_m=16, split_k=4, unroll=1))],  # two M tiles
+     (tilus.uint4b, 128, 19, 20, 384, dict(block_m=16, split_k=4, unroll=1)),  # two M tiles
+     # the weights a step or two ahead in registers, X a window at a time (parts of several
+     # windows, a last one cut short; two M tiles: one part of several windows)
+     (tilus.uint4b, 128, 1, 37, 640, dict(block_m=8, split_k=2, unroll=1, prefetch=2, x_steps=2)),
+     (tilus.int4b, 256, 13, 70, 1024, dict(block_m=16, split_k=3, unroll=2, prefetch=1)),
+     (tilus.uint4b, 128, 19, 20, 640, dict(block_m=8, split_k=2, unroll=2, prefetch=2, x_steps=2))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
     assert mma.run_interp(wdtype, group, m, n, k, **cfg) < 1e-2
@@ -69,7 +74,8 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
 @pytest.mark.parametrize(
     "kw, what",
     [(dict(wdtype=tilus.int8), "wdtype"), (dict(group=64), "group"),
-     (dict(block_m=4), "block_m"), (dict(warps=8), "warps")],
+     (dict(block_m=4), "block_m"), (dict(warps=8), "warps"), (dict(prefetch=3), "prefetch"),
+     (dict(x_steps=-1), "x_steps")],
 )  # fmt: skip
 def test_unsupported_arguments_are_refused(kw, what):
     m, n, k = 1, 16, 256

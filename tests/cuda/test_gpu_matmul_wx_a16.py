@@ -94,6 +94,28 @@ def test_every_mma_config_matches_the_reference(wdtype, group, m):
         _close(y, x, codes, scales, wdtype, group)
 
 
+#: mma configs outside the autotune space: the weights one or two steps ahead in registers, X
+#: a window at a time (one window a part, several, a part cut short)
+MMA_EXTRA = [dict(block_m=8, split_k=4, unroll=2, prefetch=1),
+             dict(block_m=8, split_k=3, unroll=1, prefetch=2, x_steps=16),
+             dict(block_m=8, split_k=2, unroll=2, prefetch=2, x_steps=2),
+             dict(block_m=16, split_k=4, unroll=1, prefetch=2, x_steps=3)]  # fmt: skip
+
+
+@pytest.mark.parametrize("m", [1, 13, 19])  # one row, ragged, two M tiles (one part)
+def test_mma_prefetch_and_x_window_configs_match_the_reference(m):
+    import torch
+
+    wdtype, group, n, k = tilus.uint4b, 128, 203, 1536
+    x, codes, scales, _packed = ex.random_problem(np.random.default_rng(), m, n, k, group)
+    dev = [torch.from_numpy(a.copy()).cuda() for a in (x, mma.prepack(codes, wdtype), scales)]
+    y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+    for cfg in MMA_EXTRA:
+        y.fill_(float("nan"))
+        mma.MatmulWxA16Mma(wdtype, group, **cfg)(m, n, k, *dev, y)
+        _close(y, x, codes, scales, wdtype, group)
+
+
 def test_mma_prepack_on_the_gpu_matches_the_host_one():
     import torch
 

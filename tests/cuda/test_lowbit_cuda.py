@@ -84,6 +84,35 @@ def test_int4_to_f16_uses_the_magic_number_path_and_vector_loads():
     assert not ops.get("LDL") and not ops.get("STL")
 
 
+class CarryPacked(tilus.Script):
+    """int4b [64, 64] -> fp16: the first 32 columns loaded, copied into a register tile with
+    ``assign``, then the next 32 loaded over the source; the copy is cast and stored."""
+
+    def __call__(self, w_ptr: ~uint8, out_ptr: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 2
+        g = self.global_view(w_ptr, dtype=int4b, shape=[64, 64])
+        go = self.global_view(out_ptr, dtype=float16, shape=[64, 64])
+        t = self.load_global(g, offsets=[0, 0], shape=[64, 32])
+        keep = self.register_tensor(dtype=int4b, shape=[64, 32])
+        self.assign(keep, t)
+        self.assign(t, self.load_global(g, offsets=[0, 32], shape=[64, 32]))
+        self.store_global(go, self.cast(keep, float16), offsets=[0, 0])
+        self.store_global(go, self.cast(t, float16), offsets=[0, 32])
+
+
+@needs_nvrtc
+@needs_gxx
+def test_assign_of_a_packed_tile_copies_its_words():
+    raw = pack(codes(rng, int4b, (64, 64)), 4).reshape(64, 32)
+    got = np.full((64, 64), np.nan, np.float16)
+    want = got.copy()
+    emulate(CarryPacked(), (raw, got), [1])
+    CarryPacked()(raw, want)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    assert not np.isnan(want).any()
+
+
 class AddOnPacked(tilus.Script):
     def __call__(self, w_ptr: ~uint8):
         self.attrs.blocks = [1]
