@@ -301,7 +301,8 @@ def w4a16_bench(torch, args, flush):
     ``W4A16_SHAPES``, then the ``--wx-types`` at decode; GB/s of each one's weight read
     (packed codes and scales, or fp16), ratio = cuBLAS ms / tilus ms."""
     rows, ok_all = [], True
-    cases = [(m, n, k, "uint4b") for m, n, k in W4A16_SHAPES]
+    keep = {int(m) for m in args.w4a16_m.split(",") if m} if args.w4a16_m else None
+    cases = [(m, n, k, "uint4b") for m, n, k in W4A16_SHAPES if keep is None or m in keep]
     cases += [(1, 8192, 8192, t) for t in args.wx_types.split(",") if t]
     for m, n, k, wname in cases:
         r, ok = _w4a16_rows(torch, args, flush, m, n, k, wname)
@@ -381,6 +382,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=20, help="timed runs per kernel per round")
     ap.add_argument("--wx-types", default=",".join(WX_TYPES),
                     help="w4a16: the other weight types timed at M = 1 (comma-separated)")  # fmt: skip
+    ap.add_argument("--w4a16-m", default="",
+                    help="w4a16: only these M of W4A16_SHAPES (comma-separated; default all)")  # fmt: skip
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
     args = ap.parse_args(argv)
