@@ -29,6 +29,7 @@ HEADER = r"""
 #include <map>
 #include <mutex>
 #define __device__
+#define __constant__
 #define __forceinline__ inline
 #define __restrict__
 #define __builtin_assume(x) ((void)0)

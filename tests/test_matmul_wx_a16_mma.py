@@ -62,7 +62,7 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     m, n, k = 1, 16, 384
     x, codes, _s, _packed = ex.random_problem(np.random.default_rng(), m, n, k, 128)
     y = np.full((m, n), np.nan, np.float16)
-    kernel = mma.MatmulWxA16Mma(tilus.uint4b, 256, block_m=8, split_k=1, unroll=1)
+    kernel = mma.MatmulWxA16Mma(tilus.uint4b, 256, **mma.pinned(block_m=8, split_k=1, unroll=1))
     with pytest.raises(tilus.TilusProgramError, match="K = 384 is not a multiple") as info:
         kernel(m, n, k, x, mma.prepack(codes), np.ones((n, 2), np.float16), y)
     err = info.value
@@ -81,7 +81,7 @@ def test_unsupported_arguments_are_refused(kw, what):
     m, n, k = 1, 16, 256
     x, codes, s, _packed = ex.random_problem(np.random.default_rng(), m, n, k, 128)
     y = np.full((m, n), np.nan, np.float16)
-    cfg = dict(block_m=8, split_k=1, unroll=1)
+    cfg = mma.pinned(block_m=8, split_k=1, unroll=1)
     cfg.update(kw)
     with pytest.raises(tilus.TilusArgumentError, match=what):
         mma.MatmulWxA16Mma(**cfg)(m, n, k, x, mma.prepack(codes), s, y)

@@ -78,15 +78,22 @@ def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
     return (c[:, 0] | (c[:, 1] << 4)).reshape(rows, kb).contiguous()
 
 
-#: (block_m, split_k, unroll): one X tile of 8 or 16 rows, the K range split in 4 (8192^2: 512
-#: blocks, one wave at 4 blocks an SM) or 2 (28672 x 4096), two 128-K chunks a step; with the
-#: default min_blocks = 4 (128 registers) this measured on an H200 (2026-12-01) 2.12x / 1.96x
-#: fp16 cuBLAS at M = 1 and 1.59x / 1.68x at M = 16 on the two decode shapes (split 1, 4
-#: chunks a step and 168 registers were slower)
-MMA_SPACE = [(8, 4, 2), (8, 2, 2), (16, 4, 2), (16, 2, 2)]
+#: (block_m, split_k, unroll, prefetch, x_steps): one X tile of 8 or 16 rows, the K range split
+#: in 4 (8192^2: 512 blocks, one wave at 4 blocks an SM) or 2 (28672 x 4096), two 128-K chunks
+#: a step through the X ring (the H200 winners of 2026-12-01: 2.12x / 1.96x fp16 cuBLAS at
+#: M = 1, 1.59x / 1.68x at M = 16 on the two decode shapes), or one chunk a step with the
+#: weights two steps ahead in registers and X copied a window at a time
+MMA_SPACE = [(8, 4, 2, 0, 0), (8, 2, 2, 0, 0), (16, 4, 2, 0, 0), (16, 2, 2, 0, 0),
+             (8, 4, 1, 2, 16), (8, 2, 1, 2, 16), (16, 4, 1, 2, 8)]  # fmt: skip
 
 
-@tilus.autotune("block_m, split_k, unroll", MMA_SPACE)
+def pinned(**cfg) -> dict:
+    """A config of :class:`MatmulWxA16Mma` with its whole autotune group given: ``prefetch``
+    and ``x_steps`` 0 (each step loads its own weights, X through the ring) unless set."""
+    return {"prefetch": 0, "x_steps": 0, **cfg}
+
+
+@tilus.autotune("block_m, split_k, unroll, prefetch, x_steps", MMA_SPACE)
 class MatmulWxA16Mma(SplitKParts, tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` for M <= ``block_m`` with prepacked
     4-bit weights (:func:`prepack`) and group-``group`` fp16 scales [N, K / group]."""
@@ -185,7 +192,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 row = []
                 k_pre: int32 = (s_lo + j) * u
                 if s_lo + j >= s_hi:
-                    k_pre = kc  # past the part: nothing read
+                    k_pre = (s_hi - 1) * u  # past the part: its last step again (cached)
                 for c0 in self.chunks:
                     row.append(self.wcodes(gw, on, k_pre + c0))
                 wbuf.append(row)
@@ -204,7 +211,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     if w_end > s_hi:
                         w_end = s_hi
                     for st in self.range(w0, w_end, unroll=self.unroll_steps):
-                        ws_, ss = self.step_weights(gw, gs, st, s_hi, kc, on, wbuf,
+                        ws_, ss = self.step_weights(gw, gs, st, s_hi, on, wbuf,
                                                     s_layout)  # fmt: skip
                         xs = []
                         for c in self.chunks:
@@ -216,7 +223,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc)
                 for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
                     t: int32 = st - s_lo
-                    ws_, ss = self.step_weights(gw, gs, st, s_hi, kc, on, wbuf,
+                    ws_, ss = self.step_weights(gw, gs, st, s_hi, on, wbuf,
                                                 s_layout)  # fmt: skip
                     self.copy_async_wait_group(ns - 2)  # this thread's X copies of step t landed
                     self.sync()  # everyone's did, and everyone is done with the slot refilled
@@ -233,7 +240,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             if store == 1:
                 self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
 
-    def step_weights(self, gw, gs, st: int32, s_hi: int32, kc: int, on: int32, wbuf,
+    def step_weights(self, gw, gs, st: int32, s_hi: int32, on: int32, wbuf,
                      s_layout):  # fmt: skip
         """The weight codes and scales of step ``st``, per chunk: loaded now, or with
         prefetch taken from the register buffers, which then load step ``st + prefetch``."""
@@ -241,7 +248,9 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         ws_, ss = [], []
         k_next: int32 = (st + self.prefetch) * u
         if st + self.prefetch >= s_hi:
-            k_next = kc  # past the part: nothing read
+            # past the part: its last step again (in cache; a chunk past K would take the
+            # bounds-checked element path)
+            k_next = (s_hi - 1) * u
         for c in self.chunks:
             if self.prefetch:
                 cur = self.register_tensor(dtype=tilus.int4b, shape=[nw, 2, 8, 1, 8, 2, 4, 2])
@@ -317,7 +326,7 @@ def run_interp(wdtype, group: int, m: int, n: int, k: int, **cfg) -> float:
     rng = np.random.default_rng()
     x, codes, scales, _packed = ex.random_problem(rng, m, n, k, group, wdtype)
     y = np.full((m, n), np.nan, np.float16)
-    MatmulWxA16Mma(wdtype, group, **cfg)(m, n, k, x, prepack(codes, wdtype), scales, y)
+    MatmulWxA16Mma(wdtype, group, **pinned(**cfg))(m, n, k, x, prepack(codes, wdtype), scales, y)
     ref = ex.reference(x, codes, scales, wdtype, group)
     return float(np.abs(y.astype(np.float32) - ref).max() / (np.abs(ref).max() + 1e-6))
 

@@ -112,7 +112,7 @@ def test_mma_prefetch_and_x_window_configs_match_the_reference(m):
     y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
     for cfg in MMA_EXTRA:
         y.fill_(float("nan"))
-        mma.MatmulWxA16Mma(wdtype, group, **cfg)(m, n, k, *dev, y)
+        mma.MatmulWxA16Mma(wdtype, group, **mma.pinned(**cfg))(m, n, k, *dev, y)
         _close(y, x, codes, scales, wdtype, group)
 
 

@@ -203,8 +203,8 @@ def _int4_to_f16(ctx, src, out, n):
     flips the nibbles' sign bits of an i4 (biasing it by 8); then one f16x2 fma by (1, 1/16)
     plus (-1024, -64), or (-1032, -72) for an i4, gives both values exactly."""
     signed = src.dtype.name == "int4b"
-    key = 0x64006400 ^ (0x00800008 if signed else 0)
-    bias = "0xd480e408u" if signed else "0xd400e400u"
+    # the constants from constant memory (``tl_i4k``): one constant-bank operand each
+    key, bias = ("tl_i4k.key_s", "tl_i4k.bias_s") if signed else ("tl_i4k.key_u", "tl_i4k.bias_u")
     for k in range(n // 8):
         word = ctx.fresh("w")
         ctx.emit(f"const uint32_t {word} = {ctx.name(src)}[{k}];")
@@ -212,8 +212,8 @@ def _int4_to_f16(ctx, src, out, n):
             h = ctx.fresh("h")
             sel = (4 << 12) | (i << 8) | (4 << 4) | i  # byte i to bytes 0 and 2, zeros between
             ctx.emit(
-                f"const uint32_t {h} = tl_hfma2((tl_prmt({word}, 0u, {sel:#06x}u) & 0x00f0000fu) ^ "
-                f"{key:#010x}u, 0x2c003c00u, {bias});"
+                f"const uint32_t {h} = tl_hfma2((tl_prmt({word}, 0u, {sel:#06x}u) & tl_i4k.mask) ^ "
+                f"{key}, tl_i4k.mul, {bias});"
             )
             ctx.emit(f"{R.elem(ctx, out, 8 * k + 2 * i)} = (uint16_t)({h} & 0xffffu);")
             ctx.emit(f"{R.elem(ctx, out, 8 * k + 2 * i + 1)} = (uint16_t)({h} >> 16);")

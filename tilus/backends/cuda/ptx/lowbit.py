@@ -114,6 +114,19 @@ HSUB2 = register(FAMILY, "tl_hsub2", _f16x2_op("tl_hsub2", "sub", "-"))
 #: Two f16 multiplications in one instruction (sub-byte float -> f16 by a power of two).
 HMUL2 = register(FAMILY, "tl_hmul2", _f16x2_op("tl_hmul2", "mul", "*"))
 
+#: The u4/i4 -> f16 cast's 32-bit constants (``_int4_to_f16``: the nibble mask, the exponent
+#: key of an unsigned and a signed code, the (1, 1/16) multiplier, the two biases) in constant
+#: memory: each instruction reads one as a constant-bank operand, where ptxas would otherwise
+#: rematerialize the second immediate of every logic op and fma into a register first.
+I4_CONSTANTS = register(
+    FAMILY,
+    "tl_i4k",
+    r"""
+__constant__ struct tl_i4k { uint32_t mask, key_u, key_s, mul, bias_u, bias_s; } tl_i4k = {
+    0x00f0000fu, 0x64006400u, 0x64806408u, 0x2c003c00u, 0xd400e400u, 0xd480e408u};
+""",
+)
+
 #: Two f16 fused multiply-adds in one instruction (``fma.rn.f16x2``; the u4/i4 -> f16 cast of
 #: a byte's two codes, whose products and sums are exact, so the emulator's float is too).
 HFMA2 = register(
