@@ -12,6 +12,13 @@ in registers. Each warp owns 16 rows; ``split_k`` blocks share the K range of a 
 meet in an fp32 workspace (as in ``matmul_wx_a16.py``). At M = 1 the tensor cores do 8x the
 needed products for free; what counts is the instructions a weight byte: a few per code.
 
+A step is ``unroll`` chunks. By default each step loads its weights at its top and X comes
+through a ``stages``-deep cp.async ring (a barrier a step). ``prefetch`` = 1 or 2 keeps the
+next steps' codes in registers (loaded before this step's products, so their latency hides
+behind a step's work); ``x_steps`` copies X a window of that many steps at a time (one copy
+and barrier a window: a decode part is one window); ``unroll_steps`` = 2 lets the compiler
+rename the prefetch buffer instead of copying it.
+
 Run ``python examples/quantized/matmul_wx_a16_mma.py`` (interpreter self-check at ragged
 sizes).
 """
