@@ -90,10 +90,11 @@ def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
 #: two 128-K chunks a step through the X ring (the H200 winners of 2026-12-01: 2.12x / 1.96x
 #: fp16 cuBLAS at M = 1, 1.59x / 1.68x at M = 16 on the two decode shapes), or one chunk a
 #: step with the weights one or two steps ahead in registers and X copied a window at a time
-#: (two steps unrolled: the register buffer renamed rather than copied)
+#: (two steps unrolled: the register buffer renamed rather than copied; unsplit for
+#: 28672 x 4096, whose 448 row tiles nearly fill the 528 block slots)
 MMA_SPACE = [(8, 4, 2, 0, 0, None), (8, 2, 2, 0, 0, None), (16, 4, 2, 0, 0, None),
              (16, 2, 2, 0, 0, None), (8, 4, 1, 1, 16, 2), (8, 2, 1, 1, 16, 2),
-             (16, 4, 1, 1, 8, 2)]  # fmt: skip
+             (16, 4, 1, 1, 8, 2), (8, 1, 1, 1, 16, 2), (16, 2, 1, 1, 8, 2)]  # fmt: skip
 
 
 def pinned(**cfg) -> dict:

@@ -96,8 +96,7 @@ def test_every_mma_config_matches_the_reference(wdtype, group, m):
 
 #: mma configs outside the autotune space: the weights one or two steps ahead in registers, X
 #: a window at a time (one window a part, several, a part cut short)
-MMA_EXTRA = [dict(block_m=8, split_k=4, unroll=2, prefetch=1),
-             dict(block_m=8, split_k=3, unroll=1, prefetch=2, x_steps=16),
+MMA_EXTRA = [dict(block_m=8, split_k=3, unroll=1, prefetch=2, x_steps=16),
              dict(block_m=8, split_k=2, unroll=2, prefetch=2, x_steps=2),
              dict(block_m=16, split_k=4, unroll=1, prefetch=2, x_steps=3)]  # fmt: skip
 
