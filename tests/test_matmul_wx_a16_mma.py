@@ -52,7 +52,10 @@ def test_prepack_puts_each_lanes_fragment_codes_in_its_32_bytes():
      # windows, a last one cut short; two M tiles: one part of several windows)
      (tilus.uint4b, 128, 1, 37, 640, dict(block_m=8, split_k=2, unroll=1, prefetch=2, x_steps=2)),
      (tilus.int4b, 256, 13, 70, 1024, dict(block_m=16, split_k=3, unroll=2, prefetch=1)),
-     (tilus.uint4b, 128, 19, 20, 640, dict(block_m=8, split_k=2, unroll=2, prefetch=2, x_steps=2))],
+     (tilus.uint4b, 128, 19, 20, 640, dict(block_m=8, split_k=2, unroll=2, prefetch=2, x_steps=2)),
+     # two chunks in four parts: two parts empty (their prefetch reads nothing useful)
+     (tilus.uint4b, 128, 1, 45, 256,
+      dict(block_m=8, split_k=4, unroll=1, prefetch=1, x_steps=16, unroll_steps=2))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
     assert mma.run_interp(wdtype, group, m, n, k, **cfg) < 1e-2
