@@ -93,7 +93,7 @@ def test_unsupported_arguments_are_refused(kw, what):
 @needs_nvrtc
 def test_configs_build_without_spills():
     space = mma.MatmulWxA16Mma().configs
-    for cfg in [space[0], space[4], space[6]]:  # the ring; the prefetch ones
+    for cfg in [space[0], space[4], space[6], space[-1]]:  # the ring; the prefetch ones
         ck = tilus.compile(mma.MatmulWxA16Mma(tilus.uint4b, 128, **cfg), 1, 100, 1024, F16,
                            tilus.uint8, F16, F16)  # fmt: skip
         ck = ck[0] if isinstance(ck, list) else ck

@@ -85,26 +85,28 @@ def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
     return (c[:, 0] | (c[:, 1] << 4)).reshape(rows, kb).contiguous()
 
 
-#: (block_m, split_k, unroll, prefetch, x_steps, unroll_steps): one X tile of 8 or 16 rows, the
-#: K range split in 4 (8192^2: 512 blocks, one wave at 4 blocks an SM) or 2 (28672 x 4096),
-#: two 128-K chunks a step through the X ring (the H200 winners of 2026-12-01: 2.12x / 1.96x
-#: fp16 cuBLAS at M = 1, 1.59x / 1.68x at M = 16 on the two decode shapes), or one chunk a
-#: step with the weights one or two steps ahead in registers and X copied a window at a time
-#: (two steps unrolled: the register buffer renamed rather than copied; unsplit for
-#: 28672 x 4096, whose 448 row tiles nearly fill the 528 block slots)
-MMA_SPACE = [(8, 4, 2, 0, 0, None), (8, 2, 2, 0, 0, None), (16, 4, 2, 0, 0, None),
-             (16, 2, 2, 0, 0, None), (8, 4, 1, 1, 16, 2), (8, 2, 1, 1, 16, 2),
-             (16, 4, 1, 1, 8, 2), (8, 1, 1, 1, 16, 2), (16, 2, 1, 1, 8, 2)]  # fmt: skip
+#: (block_m, split_k, unroll, prefetch, x_steps, unroll_steps, min_blocks): one X tile of 8
+#: or 16 rows, the K range split in 4 (8192^2: 512 blocks, one wave at 4 blocks an SM) or 2
+#: (28672 x 4096), two 128-K chunks a step through the X ring (the H200 winners of 2026-12-01:
+#: 2.12x / 1.96x fp16 cuBLAS at M = 1, 1.59x / 1.68x at M = 16 on the two decode shapes), or
+#: one chunk a step with the weights one step ahead in registers and X copied a window at a
+#: time (two steps unrolled: the register buffer renamed rather than copied; unsplit for
+#: 28672 x 4096, whose 448 row tiles nearly fill the 528 block slots; split 5 at 96 registers:
+#: 640 blocks at 5 an SM)
+MMA_SPACE = [(8, 4, 2, 0, 0, None, 4), (8, 2, 2, 0, 0, None, 4), (16, 4, 2, 0, 0, None, 4),
+             (16, 2, 2, 0, 0, None, 4), (8, 4, 1, 1, 16, 2, 4), (8, 2, 1, 1, 16, 2, 4),
+             (16, 4, 1, 1, 8, 2, 4), (8, 1, 1, 1, 16, 2, 4), (16, 2, 1, 1, 8, 2, 4),
+             (8, 5, 1, 1, 16, None, 5)]  # fmt: skip
 
 
 def pinned(**cfg) -> dict:
     """A config of :class:`MatmulWxA16Mma` with its whole autotune group given: ``prefetch``
-    and ``x_steps`` 0 (each step loads its own weights, X through the ring) and
-    ``unroll_steps`` None unless set."""
-    return {"prefetch": 0, "x_steps": 0, "unroll_steps": None, **cfg}
+    and ``x_steps`` 0 (each step loads its own weights, X through the ring), ``unroll_steps``
+    None and ``min_blocks`` 4 unless set."""
+    return {"prefetch": 0, "x_steps": 0, "unroll_steps": None, "min_blocks": 4, **cfg}
 
 
-@tilus.autotune("block_m, split_k, unroll, prefetch, x_steps, unroll_steps", MMA_SPACE)
+@tilus.autotune("block_m, split_k, unroll, prefetch, x_steps, unroll_steps, min_blocks", MMA_SPACE)
 class MatmulWxA16Mma(SplitKParts, tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` for M <= ``block_m`` with prepacked
     4-bit weights (:func:`prepack`) and group-``group`` fp16 scales [N, K / group]."""
