@@ -73,7 +73,6 @@ def main(argv=None) -> int:
         import matmul_wx_a16_mma as mod
 
         cls = mod.MatmulWxA16Mma
-        pin = mod.pinned
     else:
         import matmul_wx_a16 as mod
 

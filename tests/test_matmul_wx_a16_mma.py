@@ -65,7 +65,7 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     m, n, k = 1, 16, 384
     x, codes, _s, _packed = ex.random_problem(np.random.default_rng(), m, n, k, 128)
     y = np.full((m, n), np.nan, np.float16)
-    kernel = mma.MatmulWxA16Mma(tilus.uint4b, 256, **mma.pinned(block_m=8, split_k=1, unroll=1))
+    kernel = mma.MatmulWxA16Mma(tilus.uint4b, 256, block_m=8, split_k=1, unroll=1)
     with pytest.raises(tilus.TilusProgramError, match="K = 384 is not a multiple") as info:
         kernel(m, n, k, x, mma.prepack(codes), np.ones((n, 2), np.float16), y)
     err = info.value
@@ -84,7 +84,7 @@ def test_unsupported_arguments_are_refused(kw, what):
     m, n, k = 1, 16, 256
     x, codes, s, _packed = ex.random_problem(np.random.default_rng(), m, n, k, 128)
     y = np.full((m, n), np.nan, np.float16)
-    cfg = mma.pinned(block_m=8, split_k=1, unroll=1)
+    cfg = dict(block_m=8, split_k=1, unroll=1)
     cfg.update(kw)
     with pytest.raises(tilus.TilusArgumentError, match=what):
         mma.MatmulWxA16Mma(**cfg)(m, n, k, x, mma.prepack(codes), s, y)
@@ -93,7 +93,9 @@ def test_unsupported_arguments_are_refused(kw, what):
 @needs_nvrtc
 def test_configs_build_without_spills():
     space = mma.MatmulWxA16Mma().configs
-    for cfg in [space[0], space[4], space[6], space[-1]]:  # the ring; the prefetch ones
+    extra = [dict(split_k=4, prefetch=1, x_steps=16, unroll_steps=2),
+             dict(split_k=5, prefetch=1, x_steps=16, min_blocks=5)]  # fmt: skip
+    for cfg in space[:2] + [dict(block_m=8, unroll=1, **e) for e in extra]:
         ck = tilus.compile(mma.MatmulWxA16Mma(tilus.uint4b, 128, **cfg), 1, 100, 1024, F16,
                            tilus.uint8, F16, F16)  # fmt: skip
         ck = ck[0] if isinstance(ck, list) else ck

@@ -17,7 +17,8 @@ through a ``stages``-deep cp.async ring (a barrier a step). ``prefetch`` = 1 or 
 next steps' codes in registers (loaded before this step's products, so their latency hides
 behind a step's work); ``x_steps`` copies X a window of that many steps at a time (one copy
 and barrier a window: a decode part is one window); ``unroll_steps`` = 2 lets the compiler
-rename the prefetch buffer instead of copying it.
+rename the prefetch buffer instead of copying it. On an H200 these were no faster than the
+default (see ``MMA_SPACE``), which the autotune space keeps.
 
 Run ``python examples/quantized/matmul_wx_a16_mma.py`` (interpreter self-check at ragged
 sizes).
@@ -85,28 +86,20 @@ def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
     return (c[:, 0] | (c[:, 1] << 4)).reshape(rows, kb).contiguous()
 
 
-#: (block_m, split_k, unroll, prefetch, x_steps, unroll_steps, min_blocks): one X tile of 8
-#: or 16 rows, the K range split in 4 (8192^2: 512 blocks, one wave at 4 blocks an SM) or 2
-#: (28672 x 4096), two 128-K chunks a step through the X ring (the H200 winners of 2026-12-01:
-#: 2.12x / 1.96x fp16 cuBLAS at M = 1, 1.59x / 1.68x at M = 16 on the two decode shapes), or
-#: one chunk a step with the weights one step ahead in registers and X copied a window at a
-#: time (two steps unrolled: the register buffer renamed rather than copied; unsplit for
-#: 28672 x 4096, whose 448 row tiles nearly fill the 528 block slots; split 5 at 96 registers:
-#: 640 blocks at 5 an SM)
-MMA_SPACE = [(8, 4, 2, 0, 0, None, 4), (8, 2, 2, 0, 0, None, 4), (16, 4, 2, 0, 0, None, 4),
-             (16, 2, 2, 0, 0, None, 4), (8, 4, 1, 1, 16, 2, 4), (8, 2, 1, 1, 16, 2, 4),
-             (16, 4, 1, 1, 8, 2, 4), (8, 1, 1, 1, 16, 2, 4), (16, 2, 1, 1, 8, 2, 4),
-             (8, 5, 1, 1, 16, None, 5)]  # fmt: skip
+#: (block_m, split_k, unroll): one X tile of 8 or 16 rows, the K range split in 4 (8192^2: 512
+#: blocks, one wave at 4 blocks an SM) or 2 (28672 x 4096), two 128-K chunks a step; with the
+#: default min_blocks = 4 (128 registers) this measured on an H200 (2026-12-02, the cast's
+#: constants in constant memory) 2.16x / 1.90x fp16 cuBLAS at M = 1 and 1.66x / 1.74x at
+#: M = 16 on the two decode shapes, tuned through the entry. Split 1, 4 chunks a step and 168
+#: registers were slower; so were the prefetch configs (one chunk a step, the weights one or
+#: two steps ahead in registers, X a window at a time, split 5 at 96 registers): 1.93x-2.08x
+#: at 1 x 8192 x 8192, with a quarter fewer instructions but a longer wait a step (ncu: 59%
+#: of cycles with no eligible warp, 6.6M instructions against 8.7M). The kernel waits on
+#: memory with 16-32 KB in flight an SM; more needs the weights staged in shared memory.
+MMA_SPACE = [(8, 4, 2), (8, 2, 2), (16, 4, 2), (16, 2, 2)]
 
 
-def pinned(**cfg) -> dict:
-    """A config of :class:`MatmulWxA16Mma` with its whole autotune group given: ``prefetch``
-    and ``x_steps`` 0 (each step loads its own weights, X through the ring), ``unroll_steps``
-    None and ``min_blocks`` 4 unless set."""
-    return {"prefetch": 0, "x_steps": 0, "unroll_steps": None, "min_blocks": 4, **cfg}
-
-
-@tilus.autotune("block_m, split_k, unroll, prefetch, x_steps, unroll_steps, min_blocks", MMA_SPACE)
+@tilus.autotune("block_m, split_k, unroll", MMA_SPACE)
 class MatmulWxA16Mma(SplitKParts, tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` for M <= ``block_m`` with prepacked
     4-bit weights (:func:`prepack`) and group-``group`` fp16 scales [N, K / group]."""
@@ -339,7 +332,7 @@ def run_interp(wdtype, group: int, m: int, n: int, k: int, **cfg) -> float:
     rng = np.random.default_rng()
     x, codes, scales, _packed = ex.random_problem(rng, m, n, k, group, wdtype)
     y = np.full((m, n), np.nan, np.float16)
-    MatmulWxA16Mma(wdtype, group, **pinned(**cfg))(m, n, k, x, prepack(codes, wdtype), scales, y)
+    MatmulWxA16Mma(wdtype, group, **cfg)(m, n, k, x, prepack(codes, wdtype), scales, y)
     ref = ex.reference(x, codes, scales, wdtype, group)
     return float(np.abs(y.astype(np.float32) - ref).max() / (np.abs(ref).max() + 1e-6))
 

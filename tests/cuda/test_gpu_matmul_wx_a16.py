@@ -95,8 +95,10 @@ def test_every_mma_config_matches_the_reference(wdtype, group, m):
 
 
 #: mma configs outside the autotune space: the weights one or two steps ahead in registers, X
-#: a window at a time (one window a part, several, a part cut short)
+#: a window at a time (one window a part, several, a part cut short; 96 registers)
 MMA_EXTRA = [dict(block_m=8, split_k=3, unroll=1, prefetch=2, x_steps=16),
+             dict(block_m=8, split_k=5, unroll=1, prefetch=1, x_steps=16, unroll_steps=2,
+                  min_blocks=5),
              dict(block_m=8, split_k=2, unroll=2, prefetch=2, x_steps=2),
              dict(block_m=16, split_k=4, unroll=1, prefetch=2, x_steps=3)]  # fmt: skip
 
@@ -111,7 +113,7 @@ def test_mma_prefetch_and_x_window_configs_match_the_reference(m):
     y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
     for cfg in MMA_EXTRA:
         y.fill_(float("nan"))
-        mma.MatmulWxA16Mma(wdtype, group, **mma.pinned(**cfg))(m, n, k, *dev, y)
+        mma.MatmulWxA16Mma(wdtype, group, **cfg)(m, n, k, *dev, y)
         _close(y, x, codes, scales, wdtype, group)
 
 
