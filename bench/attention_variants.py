@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -59,6 +60,11 @@ VARIANTS = {
         (128, 128, 2, 2, True, False, True, 1, SPAA),
         (128, 128, 2, 2, False, True, False, 1, SPAA),
         (128, 128, 2, 2, True, True, True, 1, SPAA),
+        # persistent: fewer arrivals, early rescale, three stages (O stored from registers)
+        (128, 128, 2, 2, False, True, False, 1),
+        (128, 128, 2, 2, False, True, False, 1, SPLIT),
+        (128, 128, 2, 2, False, True, True, 1, SPAA),
+        (128, 128, 3, 2, False, True, False, 1, SPAA),
     ],
     (128, True): [
         (128, 128, 3, 2, False, False, False, 1),
@@ -249,7 +255,6 @@ def loop_opcodes(args) -> int:
     """Print the NVRTC version and, for each loop of the variant's SASS that issues wgmma
     (a backward branch over an HGMMA), its length and most frequent opcodes."""
     import collections
-    import re
 
     import tilus
     from tilus.runtime.nvrtc import nvrtc_version
@@ -315,6 +320,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=10, help="timed runs per kernel per round")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="compile processes")
+    ap.add_argument("--only", metavar="REGEX", help="only the variants whose label matches")
     ap.add_argument("--list", action="store_true", help="print the variants and exit")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: registers and spills")
     ap.add_argument(
@@ -331,6 +337,9 @@ def main(argv=None) -> int:
         help="run one variant (its --list label, or 'cudnn') 3 times at the first shape, for ncu",
     )
     args = ap.parse_args(argv)
+    if args.only:
+        for key, vs in VARIANTS.items():
+            VARIANTS[key] = [v for v in vs if re.search(args.only, label(v))]
     if args.profile:
         return profile(args)
     if args.sass:
