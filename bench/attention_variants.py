@@ -32,6 +32,7 @@ SPLIT = (("split_producer", True),)  # warp 0 of the producer loads Q and K, war
 PSH = (("p_shared", True),)  # P through shared memory (frees registers for 3 consumers)
 SPAA = SPLIT + (("all_arrive", True),)  # every consumer thread arrives on the empty barriers
 LATE = (("late_p", True),)  # P converted while the next S runs
+OV = (("overlap", True),)  # persistent: the next tile's first S runs during this one's epilogue
 
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
 #: early_rescale, cluster)
@@ -42,6 +43,7 @@ VARIANTS = {
         (128, 128, 4, 2, True, False, True, 1, SPAA),
         (128, 128, 4, 2, False, False, True, 1, SPAA + LATE),
         (128, 128, 3, 2, True, True, True, 1, SPAA),
+        (128, 128, 4, 2, False, True, False, 1, SPAA + OV),
         (192, 128, 4, 3, True, False, True, 1),
         (192, 128, 4, 3, True, False, True, 1, SPAA),
         (192, 128, 4, 3, False, False, False, 1, SPAA),
@@ -65,6 +67,10 @@ VARIANTS = {
         (128, 128, 2, 2, False, True, False, 1, SPLIT),
         (128, 128, 2, 2, False, True, True, 1, SPAA),
         (128, 128, 3, 2, False, True, False, 1, SPAA),
+        (128, 128, 2, 2, False, True, False, 1, OV),
+        (128, 128, 2, 2, False, True, False, 1, SPLIT + OV),
+        (128, 128, 2, 2, False, True, False, 1, SPAA + OV),
+        (128, 128, 2, 2, False, True, True, 1, SPAA + OV),
     ],
     (128, True): [
         (128, 128, 3, 2, False, False, False, 1),
@@ -72,6 +78,7 @@ VARIANTS = {
         (128, 128, 2, 2, True, False, True, 1, SPAA),
         (128, 128, 2, 2, False, True, False, 1, SPAA),
         (128, 128, 2, 2, True, True, True, 1, SPAA),
+        (128, 128, 2, 2, False, True, False, 1, SPAA + OV),
     ],
     (256, False): [
         (128, 80, 2, 2, True, False, True, 1),
@@ -84,7 +91,13 @@ VARIANTS = {
 
 #: a variant's optional ninth field: more constructor arguments ((name, value) pairs), shown in
 #: its label by these
-EXTRA = {"split_producer": "sp", "p_shared": "psh", "all_arrive": "aa", "late_p": "lp"}
+EXTRA = {
+    "split_producer": "sp",
+    "p_shared": "psh",
+    "all_arrive": "aa",
+    "late_p": "lp",
+    "overlap": "ov",
+}
 
 
 def label(v) -> str:
