@@ -19,10 +19,12 @@ issues ``S_j`` with ``P_{j-1} V_{j-1}`` and runs the softmax of ``S_j`` while th
 runs; with ``pingpong`` the groups also take turns issuing (named barriers), so one group's
 softmax overlaps the other's GEMMs. ``persistent`` launches one block per SM that loops over
 the blocks of query rows (the output staged apart from Q, so the next Q loads meanwhile, or,
-where the ring leaves no room, stored from registers). ``cluster=2`` pairs the blocks of
-neighbouring query rows: each loads one column panel of every K and V tile into both blocks
-(TMA multicast), halving the L2 traffic, and a slot is refilled once both blocks' consumers
-freed it (causal: both read the upper block's tiles; measured slower on an H200, whose L2 is
+where the ring leaves no room, stored from registers; ``overlap``: two Q buffers, each tile's
+first ``S`` issued with the last ``P V`` of the tile before and running during its epilogue, O
+staged in the tile's own Q buffer and stored by a storer thread, see flash_epilogue.py).
+``cluster=2`` pairs the blocks of neighbouring query rows: each loads one column panel of
+every K and V tile into both blocks (TMA multicast), halving the L2 traffic, and a slot is
+refilled once both blocks' consumers freed it (causal: both read the upper block's tiles; measured slower on an H200, whose L2 is
 not the limit). ``split_producer`` gives K and V a producer warp each (neither waits for the
 other's free slot), ``all_arrive`` has every consumer thread arrive on the empty barriers (no
 elected thread, no branch), ``p_shared`` stages P in shared memory, ``late_p`` converts P while
