@@ -33,6 +33,7 @@ PSH = (("p_shared", True),)  # P through shared memory (frees registers for 3 co
 SPAA = SPLIT + (("all_arrive", True),)  # every consumer thread arrives on the empty barriers
 LATE = (("late_p", True),)  # P converted while the next S runs
 OV = (("overlap", True),)  # persistent: the next tile's first S runs during this one's epilogue
+OV2 = (("overlap", 2),)  # and its softmax during this one's last P V
 
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
 #: early_rescale, cluster)
@@ -44,6 +45,7 @@ VARIANTS = {
         (128, 128, 4, 2, False, False, True, 1, SPAA + LATE),
         (128, 128, 3, 2, True, True, True, 1, SPAA),
         (128, 128, 4, 2, False, True, False, 1, SPAA + OV),
+        (128, 128, 4, 2, False, True, False, 1, SPAA + OV2),
         (192, 128, 4, 3, True, False, True, 1),
         (192, 128, 4, 3, True, False, True, 1, SPAA),
         (192, 128, 4, 3, False, False, False, 1, SPAA),
@@ -71,6 +73,9 @@ VARIANTS = {
         (128, 128, 2, 2, False, True, False, 1, SPLIT + OV),
         (128, 128, 2, 2, False, True, False, 1, SPAA + OV),
         (128, 128, 2, 2, False, True, True, 1, SPAA + OV),
+        (128, 128, 2, 2, False, True, False, 1, OV2),
+        (128, 128, 2, 2, False, True, False, 1, SPLIT + OV2),
+        (128, 128, 2, 2, False, True, False, 1, SPAA + OV2),
     ],
     (128, True): [
         (128, 128, 3, 2, False, False, False, 1),
@@ -79,6 +84,7 @@ VARIANTS = {
         (128, 128, 2, 2, False, True, False, 1, SPAA),
         (128, 128, 2, 2, True, True, True, 1, SPAA),
         (128, 128, 2, 2, False, True, False, 1, SPAA + OV),
+        (128, 128, 2, 2, False, True, False, 1, SPAA + OV2),
     ],
     (256, False): [
         (128, 80, 2, 2, True, False, True, 1),
@@ -105,7 +111,9 @@ def label(v) -> str:
     flags = "".join(
         f" {f}" for f, on in (("pp", pp), ("pers", ps), ("er", er), ("cl2", cl > 1)) if on
     )
-    flags += "".join(f" {EXTRA[k]}" for k, on in (v[8] if len(v) > 8 else ()) if on)
+    flags += "".join(
+        f" {EXTRA[k]}{'' if on == 1 else on}" for k, on in (v[8] if len(v) > 8 else ()) if on
+    )
     return f"{bm}x{bn}x{st} cg{cg}{flags}"
 
 

@@ -125,12 +125,6 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
             self.early_rescale = True
             if self.p_shared:
                 raise tilus.TilusArgumentError("late_p needs P in registers (p_shared=False)")
-        # overlap: the next tile's first S runs during this one's epilogue (flash_epilogue.py)
-        self.overlap = bool(more.get("overlap", 0) if overlap is None else overlap)
-        if self.overlap and (not self.persistent or self.pingpong or self.cluster_m != 1):
-            raise tilus.TilusArgumentError(
-                "overlap needs persistent=True, pingpong=False and cluster=1"
-            )
         if self.all_arrive and self.cluster_m == 2:
             raise tilus.TilusArgumentError("all_arrive needs cluster=1")
         if self.cluster_m not in (1, 2):
@@ -147,11 +141,19 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         tile = self.block_m * dim * 2
         ring = 2 * self.num_stages * self.block_n * dim * 2
         self.direct_o = self.persistent and 2 * tile + ring > SMEM_BYTES
-        if self.overlap and self.direct_o:
+        # overlap: the next tile's first S runs during this one's epilogue (flash_epilogue.py);
+        # a tile's overlap gives way to arguments it does not fit (as its all_arrive)
+        ok = self.persistent and not self.pingpong and self.cluster_m == 1 and not self.direct_o
+        self.overlap = int(more.get("overlap", 0) * ok if overlap is None else overlap)
+        if self.overlap and not ok:
+            room = f": {self.num_stages} stages of {self.block_n} keys leave no room"
             raise tilus.TilusArgumentError(
-                f"overlap needs two Q tiles beside the ring: {self.num_stages} stages of "
-                f"{self.block_n} keys leave no room"
+                "overlap needs persistent=True, pingpong=False, cluster=1 and two Q tiles beside "
+                f"the ring{room if self.direct_o else ''}"
             )
+        if self.overlap not in (0, 1, 2) or self.overlap == 2 and (self.late_p or self.p_shared):
+            raise tilus.TilusArgumentError(f"overlap must be 0, 1 or 2 (not with late_p or "
+                                           f"p_shared), got {overlap!r}")  # fmt: skip
 
     def softmax(
         self,
@@ -280,17 +282,6 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
                 if self.cluster_m == 2:
                     self.mbarrier.arrive(peer[i], sem="relaxed", scope="cluster")
 
-    def take_turn(self, g: int):
-        """Ping-pong: wait until the previous consumer group has issued its GEMMs (named
-        barrier ``1 + g``), so that the groups' softmaxes run while the others' GEMMs do."""
-        if self.pingpong:
-            self.sync_named(1 + g, 256)
-
-    def pass_turn(self, g: int):
-        """Ping-pong: let the next consumer group (cyclically) issue its GEMMs."""
-        if self.pingpong:
-            self.arrive_named(1 + (g + 1) % self.consumers, 256)
-
     def consume(
         self,
         half: int,
@@ -336,17 +327,21 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
             self.take_turn(half)
             self.first_s(half, ring, kfull, sq[half], sk, s)
             self.pass_turn(half)
+        if nxt is not None and self.overlap == 2:  # S_0's softmax ran in the block before
+            m, lsum, pa = nxt[8]
+            pf = pa
         else:
-            s = nxt[0]  # issued by the block's previous tile
-        self.wgmma.wait_group(0)
-        self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
-        p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
-        pa = self.cast(p, self.dtype)
-        pf = p  # late_p: P in float32, converted while the next S runs
-        if self.p_shared:
-            self.stage_p(pa, sp[half])
-            pa = sp[half]
-        ring.advance()
+            if nxt is not None:
+                s = nxt[0]  # issued by the block's previous tile
+            self.wgmma.wait_group(0)
+            self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
+            p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
+            pa = self.cast(p, self.dtype)
+            pf = p  # late_p: P in float32, converted while the next S runs
+            if self.p_shared:
+                self.stage_p(pa, sp[half])
+                pa = sp[half]
+            ring.advance()
         # tiles every row of this group sees whole, then the ragged / diagonal ones, masked
         n_full: int32 = max(min(n_kv, seq_kv // bn), 1)
         if self.causal:
@@ -388,11 +383,12 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
             self.mma_pv(pa, sv[ring.prev_stage], o)
             self.wgmma.commit_group()
             self.wgmma.wait_group(0)
+            self.release(ring.empty, peers[1], ring.prev_stage)
+            inv = 1.0 / lsum
+            lse = (m + self.log2(lsum)) * LN2
         else:  # with the next tile's first S
-            self.overlap_end(half, ring, kfull, sk, pa, sv, o, nxt)
-        self.release(ring.empty, peers[1], ring.prev_stage)
-        inv = 1.0 / lsum
-        lse = (m + self.log2(lsum)) * LN2
+            inv, lse = self.overlap_end(half, ring, kfull, sk, pa, sv, o, m, lsum, peers, seq_kv,
+                                        scale_log2, nxt)  # fmt: skip
         if nxt is not None:  # O into the tile's Q buffer, stored by the storer warp
             self.epilogue_overlap(half, o, inv, nxt[4][nxt[5]], nxt[6][nxt[5]])
         elif self.direct_o:  # no shared tile left for O: stored from registers
@@ -464,7 +460,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
 
         # every tile in column panels of the head dim (two in a cluster: one from each block)
         npan, pw = len(self.panel_ids), self.panel
-        ov = self.overlap  # two Q buffers (a tile's O staged in its own)
+        ov = int(self.overlap > 0)  # two Q buffers (a tile's O staged in its own)
         sq = self.shared_tensor(dtype=dt, shape=[2, ncg, npan, bmh, pw][1 - ov :])
         so = sq
         if self.persistent and not self.direct_o and not ov:

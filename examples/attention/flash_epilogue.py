@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from tilus import RegisterTensor, float32, int32
 
+LN2 = 0.6931471805599453
+
 
 class FlashEpilogue:
     """The output side of ``FlashAttention`` (a mixin of the kernel class).
@@ -49,38 +51,78 @@ class FlashEpilogue:
 
     def consumer_overlap(self, g: int, num_q: int32, seq_kv: int32, total: int32, *args):
         """``overlap``: consumer group ``g`` over its blocks (every ``num_sms``-th), each block's
-        first S issued by the block before (the first one's here)."""
+        first S issued by the block before (the first one's here; ``overlap=2``: its softmax
+        too, P and the row statistics carried into the block)."""
         ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2 = args
         ofull = qempty  # overlap: [2] barriers, the tile's O is in its Q buffer
-        s0 = self.register_tensor(dtype=float32, shape=[self.rows, self.block_n], init=0.0)
+        bmh, bn = self.rows, self.block_n
+        s0 = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
+        m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
+        lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
+        pa = None
         self.mbarrier.wait(qbar[0], phase=0)
         self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
-        self.first_s(g, ring, kfull, sq[0, g], sk, s0)
+        self.wgmma.fence()
+        self.mma_s(sq[0, g], sk[ring.stage], s0)
+        self.wgmma.commit_group()
+        if self.overlap == 2:
+            _, _, q_row, _ = self.coords(self.blockIdx.x, num_q, seq_kv)
+            self.wgmma.wait_group(0)
+            self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
+            p, _ = self.softmax(s0, m, lsum, True, 0, q_row + g * bmh, seq_kv, scale_log2)
+            pa = self.cast(p, self.dtype)
+            ring.advance()
         i: int32 = 0  # the block's tiles so far: Q buffer i & 1, its phase (i >> 1) & 1
         for t in self.range(self.blockIdx.x, total, self.num_sms):
             bh, _, q_row, n_kv = self.coords(t, num_q, seq_kv)
+            _, _, q_next, _ = self.coords(t + self.num_sms, num_q, seq_kv)
             b: int32 = i & 1
-            nxt = (s0, t + self.num_sms < total, qbar[1 - b], ((i + 1) >> 1) & 1, sq, b, ofull)
+            nxt = (s0, t + self.num_sms < total, qbar[1 - b], ((i + 1) >> 1) & 1, sq, b, ofull,
+                   q_next + g * bmh, (m, lsum, pa))  # fmt: skip
             self.consume(g, ring, kfull, sq[b], sk, sv, peers, go, glse, qbar, qempty, 0, so, sp,
                          bh, q_row, seq_kv, n_kv, scale_log2, nxt=nxt)  # fmt: skip
             i += 1
         self.wgmma.wait_group(0)  # the S issued after the last tile
 
-    def overlap_end(self, half: int, ring, kfull, sk, pa, sv, o: list, nxt):
+    def overlap_end(self, half: int, ring, kfull, sk, pa, sv, o: list, m, lsum, peers,
+                    seq_kv: int32, scale_log2: float32, nxt):  # fmt: skip
         """``overlap``: the last ``P V`` of a tile and the first S of the block's next tile;
-        returns once that ``P V`` has retired (the S may still run). The waits come before the
-        issues, and the S is issued even after the block's last tile (on stale tiles, never
-        read): a branch or a wait loop while a wgmma is in flight serializes every wgmma."""
-        s0, has_next, qbar_next, qphase_next, sq, b, _ = nxt
+        returns this tile's ``1 / rowsum`` and log-sum-exp once that ``P V`` has retired (the S
+        may still run; ``overlap=2``: the S is issued first, and its softmax runs during the
+        ``P V``, leaving the next tile's P in ``pa`` and its statistics in ``m``, ``lsum``). The
+        waits come before the issues, and the S is issued even after the block's last tile (on
+        stale tiles, never read): a branch or a wait loop while a wgmma is in flight serializes
+        every wgmma."""
+        s0, has_next, qbar_next, qphase_next, sq, b, _, row0_next, _ = nxt
         if has_next:
             self.mbarrier.wait(qbar_next, phase=qphase_next)
             self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+        self.assign(s0, self.register_tensor(dtype=float32, shape=s0.shape, init=0.0))
         self.wgmma.fence()
+        if self.overlap == 2:
+            self.mma_s(sq[1 - b, half], sk[ring.stage], s0)
+            self.wgmma.commit_group()
         self.mma_pv(pa, sv[ring.prev_stage], o)
         self.wgmma.commit_group()
-        self.assign(s0, self.register_tensor(dtype=float32, shape=s0.shape, init=0.0))
-        self.first_s(half, ring, kfull, sq[1 - b, half], sk, s0)
+        if self.overlap == 1:
+            self.mma_s(sq[1 - b, half], sk[ring.stage], s0)
+            self.wgmma.commit_group()
         self.wgmma.wait_group(1)
+        inv = 1.0 / lsum
+        lse = (m + self.log2(lsum)) * LN2
+        if self.overlap == 2:  # S of the next tile has landed; P V may still run
+            self.release(kfull, peers[0], self.num_stages + ring.stage)
+            self.assign(m, self.register_tensor(dtype=float32, shape=m.shape, init=-float("inf")))
+            self.assign(lsum, self.register_tensor(dtype=float32, shape=m.shape, init=0.0))
+            p, _ = self.softmax(s0, m, lsum, True, 0, row0_next, seq_kv, scale_log2)
+            pn = self.cast(p, self.dtype)
+            self.wgmma.wait_group(0)
+            self.release(ring.empty, peers[1], ring.prev_stage)
+            self.assign(pa, pn)
+            ring.advance()
+        else:
+            self.release(ring.empty, peers[1], ring.prev_stage)
+        return inv, lse
 
     def storer(self, num_q: int32, seq_kv: int32, total: int32, sq, gq, go, qbar, ofull):
         """``overlap``: one thread loads each tile's Q into the buffer of its parity and stores

@@ -9,8 +9,19 @@ from tilus.utils import cdiv
 
 
 class FlashProducer:
-    """The producer side of ``FlashAttention`` (a mixin of the kernel class), and the order
-    of its blocks."""
+    """The producer side of ``FlashAttention`` (a mixin of the kernel class), the order of
+    its blocks and the consumer groups' turns."""
+
+    def take_turn(self, g: int):
+        """Ping-pong: wait until the previous consumer group has issued its GEMMs (named
+        barrier ``1 + g``), so that the groups' softmaxes run while the others' GEMMs do."""
+        if self.pingpong:
+            self.sync_named(1 + g, 256)
+
+    def pass_turn(self, g: int):
+        """Ping-pong: let the next consumer group (cyclically) issue its GEMMs."""
+        if self.pingpong:
+            self.arrive_named(1 + (g + 1) % self.consumers, 256)
 
     def kv_tiles(self, q_row: int32, seq_kv: int32):
         """How many KV tiles the block at query row ``q_row`` reads (causal: up to the diagonal)."""
