@@ -33,7 +33,7 @@ PSH = (("p_shared", True),)  # P through shared memory (frees registers for 3 co
 SPAA = SPLIT + (("all_arrive", True),)  # every consumer thread arrives on the empty barriers
 LATE = (("late_p", True),)  # P converted while the next S runs
 OV = (("overlap", True),)  # persistent: the next tile's first S runs during this one's epilogue
-OV2 = (("overlap", 2),)  # and its softmax during this one's last P V
+OV2 = (("overlap", 2),)  # and its softmax during this one's last P V (measured slower)
 
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
 #: early_rescale, cluster)
