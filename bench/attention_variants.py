@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -31,6 +32,8 @@ SPLIT = (("split_producer", True),)  # warp 0 of the producer loads Q and K, war
 PSH = (("p_shared", True),)  # P through shared memory (frees registers for 3 consumers)
 SPAA = SPLIT + (("all_arrive", True),)  # every consumer thread arrives on the empty barriers
 LATE = (("late_p", True),)  # P converted while the next S runs
+OV = (("overlap", True),)  # persistent: the next tile's first S runs during this one's epilogue
+OV2 = (("overlap", 2),)  # and its softmax during this one's last P V (measured slower)
 
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
 #: early_rescale, cluster)
@@ -41,6 +44,8 @@ VARIANTS = {
         (128, 128, 4, 2, True, False, True, 1, SPAA),
         (128, 128, 4, 2, False, False, True, 1, SPAA + LATE),
         (128, 128, 3, 2, True, True, True, 1, SPAA),
+        (128, 128, 4, 2, False, True, False, 1, SPAA + OV),
+        (128, 128, 4, 2, False, True, False, 1, SPAA + OV2),
         (192, 128, 4, 3, True, False, True, 1),
         (192, 128, 4, 3, True, False, True, 1, SPAA),
         (192, 128, 4, 3, False, False, False, 1, SPAA),
@@ -59,6 +64,18 @@ VARIANTS = {
         (128, 128, 2, 2, True, False, True, 1, SPAA),
         (128, 128, 2, 2, False, True, False, 1, SPAA),
         (128, 128, 2, 2, True, True, True, 1, SPAA),
+        # persistent: fewer arrivals, early rescale, three stages (O stored from registers)
+        (128, 128, 2, 2, False, True, False, 1),
+        (128, 128, 2, 2, False, True, False, 1, SPLIT),
+        (128, 128, 2, 2, False, True, True, 1, SPAA),
+        (128, 128, 3, 2, False, True, False, 1, SPAA),
+        (128, 128, 2, 2, False, True, False, 1, OV),
+        (128, 128, 2, 2, False, True, False, 1, SPLIT + OV),
+        (128, 128, 2, 2, False, True, False, 1, SPAA + OV),
+        (128, 128, 2, 2, False, True, True, 1, SPAA + OV),
+        (128, 128, 2, 2, False, True, False, 1, OV2),
+        (128, 128, 2, 2, False, True, False, 1, SPLIT + OV2),
+        (128, 128, 2, 2, False, True, False, 1, SPAA + OV2),
     ],
     (128, True): [
         (128, 128, 3, 2, False, False, False, 1),
@@ -66,6 +83,8 @@ VARIANTS = {
         (128, 128, 2, 2, True, False, True, 1, SPAA),
         (128, 128, 2, 2, False, True, False, 1, SPAA),
         (128, 128, 2, 2, True, True, True, 1, SPAA),
+        (128, 128, 2, 2, False, True, False, 1, SPAA + OV),
+        (128, 128, 2, 2, False, True, False, 1, SPAA + OV2),
     ],
     (256, False): [
         (128, 80, 2, 2, True, False, True, 1),
@@ -78,7 +97,13 @@ VARIANTS = {
 
 #: a variant's optional ninth field: more constructor arguments ((name, value) pairs), shown in
 #: its label by these
-EXTRA = {"split_producer": "sp", "p_shared": "psh", "all_arrive": "aa", "late_p": "lp"}
+EXTRA = {
+    "split_producer": "sp",
+    "p_shared": "psh",
+    "all_arrive": "aa",
+    "late_p": "lp",
+    "overlap": "ov",
+}
 
 
 def label(v) -> str:
@@ -86,7 +111,9 @@ def label(v) -> str:
     flags = "".join(
         f" {f}" for f, on in (("pp", pp), ("pers", ps), ("er", er), ("cl2", cl > 1)) if on
     )
-    flags += "".join(f" {EXTRA[k]}" for k, on in (v[8] if len(v) > 8 else ()) if on)
+    flags += "".join(
+        f" {EXTRA[k]}{'' if on == 1 else on}" for k, on in (v[8] if len(v) > 8 else ()) if on
+    )
     return f"{bm}x{bn}x{st} cg{cg}{flags}"
 
 
@@ -249,7 +276,6 @@ def loop_opcodes(args) -> int:
     """Print the NVRTC version and, for each loop of the variant's SASS that issues wgmma
     (a backward branch over an HGMMA), its length and most frequent opcodes."""
     import collections
-    import re
 
     import tilus
     from tilus.runtime.nvrtc import nvrtc_version
@@ -315,6 +341,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=10, help="timed runs per kernel per round")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="compile processes")
+    ap.add_argument("--only", metavar="REGEX", help="only the variants whose label matches")
     ap.add_argument("--list", action="store_true", help="print the variants and exit")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: registers and spills")
     ap.add_argument(
@@ -331,6 +358,9 @@ def main(argv=None) -> int:
         help="run one variant (its --list label, or 'cudnn') 3 times at the first shape, for ncu",
     )
     args = ap.parse_args(argv)
+    if args.only:
+        for key, vs in VARIANTS.items():
+            VARIANTS[key] = [v for v in vs if re.search(args.only, label(v))]
     if args.profile:
         return profile(args)
     if args.sass:

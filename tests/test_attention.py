@@ -114,6 +114,49 @@ def test_late_p_forward_on_the_interpreter(seed):
     _check_forward(q, k, v, True, o, lse, scale=0.3)
 
 
+OVERLAP = [  # (b, h, hkv, sq, skv, d, dtype, causal, kernel arguments)
+    (2, 2, 2, 270, 330, 128, "bfloat16", False, dict()),
+    (2, 2, 1, 200, 200, 64, "float16", True, dict(block_m=128, consumers=2, num_stages=2)),
+]
+
+
+@pytest.mark.parametrize("seed", [None, 5], ids=["in-order", "shuffled"])
+@pytest.mark.parametrize("mode", [1, 2])
+@pytest.mark.parametrize("case", OVERLAP, ids=lambda c: f"d{c[5]}-causal{c[7]}")
+def test_overlap_forward_on_the_interpreter(case, mode, seed):
+    # persistent over three "SMs", each with 3 or 4 blocks of query rows: two Q buffers, every
+    # block's first S issued by the one before (after the last, on stale tiles; mode 2: its
+    # softmax too), O stored and the Q after next loaded by the storer thread
+    b, h, hkv, sq, skv, d, dt, causal, kw = case
+    q, k, v = S.random_qkv(torch, b, h, hkv, sq, skv, d, dt)
+    kernel = FlashAttention(tile=0, dim=d, dtype=dt, causal=causal, group=h // hkv, num_sms=3,
+                            persistent=True, pingpong=False, overlap=mode, **kw)  # fmt: skip
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=causal, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, causal, o, lse, scale=0.3)
+
+
+@pytest.mark.parametrize(
+    "kw, fragment",
+    [
+        (dict(overlap=True, persistent=False), "overlap needs persistent=True, pingpong=False"),
+        (dict(overlap=True, persistent=True, pingpong=True), "overlap needs .* beside the ring$"),
+        (dict(overlap=True, persistent=True, pingpong=False, block_m=128, consumers=2,
+              num_stages=3, dim=128), "beside the ring: 3 stages of 128 keys leave no room"),
+        (dict(overlap=3, persistent=True), "overlap must be 0, 1 or 2 .*got 3"),
+        (dict(overlap=2, persistent=True, late_p=True), "overlap must be 0, 1 or 2 .*got 2"),
+    ],
+)  # fmt: skip
+def test_bad_overlap_arguments_are_refused(kw, fragment):
+    kw = dict(dict(dim=64), **kw)
+    q, k, v = S.random_qkv(torch, 1, 2, 1, 40, 40, kw["dim"], "float16")
+    kernel = FlashAttention(tile=0, group=2, **kw)
+    with pytest.raises(tilus.TilusArgumentError, match=fragment):
+        with tilus.option.scoped(interpret=True):
+            flash_attention(q, k, v, kernel=kernel)
+
+
 @pytest.mark.parametrize("seed", [None, 4], ids=["in-order", "shuffled"])
 def test_cluster_forward_on_the_interpreter(seed):
     # clusters of two blocks, each loading one column panel of every KV tile into both; three
@@ -302,7 +345,8 @@ def test_gpu_forward_every_config(d, dtype, causal):
     scale = S.default_scale(d, None)
     ro, rl = _gpu_reference(q, k, v, causal, scale)
     for tile in range(len(FlashAttention(dim=d).configs)):
-        kernel = FlashAttention(tile=tile, dim=d, dtype=dtype, causal=causal, group=2)
+        # persistent tiles on 7 SMs: several blocks of query rows each
+        kernel = FlashAttention(tile=tile, dim=d, dtype=dtype, causal=causal, group=2, num_sms=7)
         o = torch.full_like(q, float("nan"))
         o, lse = flash_attention(q, k, v, causal=causal, kernel=kernel, out=o)
         torch.cuda.synchronize()
@@ -322,6 +366,15 @@ GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variant
     dict(dim=128, cluster=2, causal=True),
     dict(dim=128, num_stages=3, pingpong=False, split_producer=True, all_arrive=True),
     dict(dim=64, num_stages=4, pingpong=False, split_producer=True, all_arrive=True, late_p=True),
+    # overlap on 5 SMs (several blocks of query rows each); tile 0 at head dim 128 is
+    # persistent without ping-pong
+    dict(dim=128, overlap=True, num_sms=5),
+    dict(dim=128, overlap=True, split_producer=False, all_arrive=False, early_rescale=True),
+    dict(dim=128, causal=True, persistent=True, pingpong=False, overlap=True, num_sms=5),
+    dict(dim=64, block_m=128, consumers=2, persistent=True, overlap=True, num_sms=5),
+    dict(dim=128, overlap=2, num_sms=5),
+    dict(dim=128, causal=True, persistent=True, pingpong=False, overlap=2, num_sms=5),
+    dict(dim=64, block_m=128, consumers=2, persistent=True, overlap=2, num_sms=5),
 ]
 
 

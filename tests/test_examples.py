@@ -53,6 +53,7 @@ HELPERS = [
     "attention/attention_support.py",
     "attention/flash_tiles.py",
     "attention/flash_producer.py",
+    "attention/flash_epilogue.py",
     "quantized/matmul_wx_a16_decode.py",
     "quantized/matmul_wx_a16_pipe.py",
     "quantized/split_k.py",

@@ -19,10 +19,12 @@ issues ``S_j`` with ``P_{j-1} V_{j-1}`` and runs the softmax of ``S_j`` while th
 runs; with ``pingpong`` the groups also take turns issuing (named barriers), so one group's
 softmax overlaps the other's GEMMs. ``persistent`` launches one block per SM that loops over
 the blocks of query rows (the output staged apart from Q, so the next Q loads meanwhile, or,
-where the ring leaves no room, stored from registers). ``cluster=2`` pairs the blocks of
-neighbouring query rows: each loads one column panel of every K and V tile into both blocks
-(TMA multicast), halving the L2 traffic, and a slot is refilled once both blocks' consumers
-freed it (causal: both read the upper block's tiles; measured slower on an H200, whose L2 is
+where the ring leaves no room, stored from registers; ``overlap``: two Q buffers, each tile's
+first ``S`` issued with the last ``P V`` of the tile before and running during its epilogue, O
+staged in the tile's own Q buffer and stored by a storer thread, see flash_epilogue.py).
+``cluster=2`` pairs the blocks of neighbouring query rows: each loads one column panel of
+every K and V tile into both blocks (TMA multicast), halving the L2 traffic, and a slot is
+refilled once both blocks' consumers freed it (causal: both read the upper block's tiles; measured slower on an H200, whose L2 is
 not the limit). ``split_producer`` gives K and V a producer warp each (neither waits for the
 other's free slot), ``all_arrive`` has every consumer thread arrive on the empty barriers (no
 elected thread, no branch), ``p_shared`` stages P in shared memory, ``late_p`` converts P while
@@ -52,6 +54,7 @@ from attention_support import (  # noqa: E402
     random_qkv,
     reference,
 )
+from flash_epilogue import FlashEpilogue  # noqa: E402
 from flash_producer import FlashProducer  # noqa: E402
 from flash_tiles import SMEM_BYTES, Ring, default_tiles  # noqa: E402
 
@@ -62,7 +65,7 @@ LN2 = 0.6931471805599453
 
 
 @tilus.autotune("tile", [0, 1, 2, 3])
-class FlashAttention(FlashProducer, tilus.Script):
+class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
     """The forward kernel for one dtype, head dim, causality and head grouping; ``tile`` picks
     one of the head dim's ``default_tiles`` (or pass ``block_m``/``block_n``/``num_stages``/
     ``consumers``/``pingpong``)."""
@@ -87,6 +90,7 @@ class FlashAttention(FlashProducer, tilus.Script):
         p_shared=None,
         all_arrive=None,
         late_p=None,
+        overlap=None,
     ):
         super().__init__()
         tiles = default_tiles(dim, causal)
@@ -137,13 +141,19 @@ class FlashAttention(FlashProducer, tilus.Script):
         tile = self.block_m * dim * 2
         ring = 2 * self.num_stages * self.block_n * dim * 2
         self.direct_o = self.persistent and 2 * tile + ring > SMEM_BYTES
-
-    def kv_tiles(self, q_row: int32, seq_kv: int32):
-        """How many KV tiles the block at query row ``q_row`` reads (causal: up to the diagonal)."""
-        n = cdiv(seq_kv, self.block_n)
-        if self.causal:
-            n = min(n, cdiv(q_row + self.block_m, self.block_n))
-        return n
+        # overlap: the next tile's first S runs during this one's epilogue (flash_epilogue.py);
+        # a tile's overlap gives way to arguments it does not fit (as its all_arrive)
+        ok = self.persistent and not self.pingpong and self.cluster_m == 1 and not self.direct_o
+        self.overlap = int(more.get("overlap", 0) * ok if overlap is None else overlap)
+        if self.overlap and not ok:
+            room = f": {self.num_stages} stages of {self.block_n} keys leave no room"
+            raise tilus.TilusArgumentError(
+                "overlap needs persistent=True, pingpong=False, cluster=1 and two Q tiles beside "
+                f"the ring{room if self.direct_o else ''}"
+            )
+        if self.overlap not in (0, 1, 2) or self.overlap == 2 and (self.late_p or self.p_shared):
+            raise tilus.TilusArgumentError(f"overlap must be 0, 1 or 2 (not with late_p or "
+                                           f"p_shared), got {overlap!r}")  # fmt: skip
 
     def softmax(
         self,
@@ -272,17 +282,6 @@ class FlashAttention(FlashProducer, tilus.Script):
                 if self.cluster_m == 2:
                     self.mbarrier.arrive(peer[i], sem="relaxed", scope="cluster")
 
-    def take_turn(self, g: int):
-        """Ping-pong: wait until the previous consumer group has issued its GEMMs (named
-        barrier ``1 + g``), so that the groups' softmaxes run while the others' GEMMs do."""
-        if self.pingpong:
-            self.sync_named(1 + g, 256)
-
-    def pass_turn(self, g: int):
-        """Ping-pong: let the next consumer group (cyclically) issue its GEMMs."""
-        if self.pingpong:
-            self.arrive_named(1 + (g + 1) % self.consumers, 256)
-
     def consume(
         self,
         half: int,
@@ -304,12 +303,14 @@ class FlashAttention(FlashProducer, tilus.Script):
         seq_kv: int32,
         n_kv: int32,
         scale_log2: float32,
+        nxt=None,
     ):
         """Consumer warp group ``half``: rows ``[q_row + half * rows, ...)`` of a block.
 
         Software-pipelined over the KV tiles: while the softmax of tile ``j`` runs on the CUDA
         cores, the tensor cores compute ``P_{j-1} V_{j-1}`` (issued with ``S_j = Q K_j^T``);
-        the output is rescaled once that group has retired."""
+        the output is rescaled once that group has retired. ``nxt`` (``overlap``): the first S
+        was issued by the tile before, this tile issues the next one's."""
         bmh, bn = self.rows, self.block_n
         row0: int32 = q_row + half * bmh
         o = [
@@ -318,24 +319,29 @@ class FlashAttention(FlashProducer, tilus.Script):
         ]
         m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
         lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
-        self.mbarrier.wait(qbar, phase=qphase)
-        # tile 0: S, its softmax and P (n_kv >= 1: every row has a first key)
-        s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
-        self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
-        self.take_turn(half)
-        self.wgmma.fence()
-        self.mma_s(sq[half], sk[ring.stage], s)
-        self.wgmma.commit_group()
-        self.pass_turn(half)
-        self.wgmma.wait_group(0)
-        self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
-        p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
-        pa = self.cast(p, self.dtype)
-        pf = p  # late_p: P in float32, converted while the next S runs
-        if self.p_shared:
-            self.stage_p(pa, sp[half])
-            pa = sp[half]
-        ring.advance()
+        if nxt is None:
+            self.mbarrier.wait(qbar, phase=qphase)
+            # tile 0: S, its softmax and P (n_kv >= 1: every row has a first key)
+            s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
+            self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+            self.take_turn(half)
+            self.first_s(half, ring, kfull, sq[half], sk, s)
+            self.pass_turn(half)
+        if nxt is not None and self.overlap == 2:  # S_0's softmax ran in the block before
+            m, lsum, pa = nxt[8]
+            pf = pa
+        else:
+            if nxt is not None:
+                s = nxt[0]  # issued by the block's previous tile
+            self.wgmma.wait_group(0)
+            self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
+            p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
+            pa = self.cast(p, self.dtype)
+            pf = p  # late_p: P in float32, converted while the next S runs
+            if self.p_shared:
+                self.stage_p(pa, sp[half])
+                pa = sp[half]
+            ring.advance()
         # tiles every row of this group sees whole, then the ragged / diagonal ones, masked
         n_full: int32 = max(min(n_kv, seq_kv // bn), 1)
         if self.causal:
@@ -363,7 +369,7 @@ class FlashAttention(FlashProducer, tilus.Script):
             self.step(False, j, *args)
         for j in self.range(n_full, n_kv):
             self.step(True, j, *args)
-        if self.persistent:  # the last S has retired: the next Q may land during P V
+        if self.persistent and nxt is None:  # the last S retired: the next Q may land
             with self.single_thread():
                 self.mbarrier.arrive(qempty)
         self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
@@ -372,14 +378,20 @@ class FlashAttention(FlashProducer, tilus.Script):
                 self.assign(oh, oh * scale_o)
         if self.late_p:
             self.assign(pa, self.cast(pf, self.dtype))
-        self.wgmma.fence()
-        self.mma_pv(pa, sv[ring.prev_stage], o)
-        self.wgmma.commit_group()
-        self.wgmma.wait_group(0)
-        self.release(ring.empty, peers[1], ring.prev_stage)
-        inv = 1.0 / lsum
-        lse = (m + self.log2(lsum)) * LN2
-        if self.direct_o:  # no shared tile left for O: stored from registers
+        if nxt is None:
+            self.wgmma.fence()
+            self.mma_pv(pa, sv[ring.prev_stage], o)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            self.release(ring.empty, peers[1], ring.prev_stage)
+            inv = 1.0 / lsum
+            lse = (m + self.log2(lsum)) * LN2
+        else:  # with the next tile's first S
+            inv, lse = self.overlap_end(half, ring, kfull, sk, pa, sv, o, m, lsum, peers, seq_kv,
+                                        scale_log2, nxt)  # fmt: skip
+        if nxt is not None:  # O into the tile's Q buffer, stored by the storer warp
+            self.epilogue_overlap(half, o, inv, nxt[4][nxt[5]], nxt[6][nxt[5]])
+        elif self.direct_o:  # no shared tile left for O: stored from registers
             for h in self.panel_ids:
                 out = self.cast(o[h] * inv, self.dtype)
                 self.store_global(go, out, offsets=[bh, row0, h * self.panel], dims=[1, 2])
@@ -390,43 +402,14 @@ class FlashAttention(FlashProducer, tilus.Script):
             with self.single_thread():
                 self.tma.wait_group(0, read=True)
 
-    def epilogue_staged(self, half: int, o: list, inv, so, go, bh: int32, row0: int32):
-        """O through shared memory, then one TMA store (in Q's tile unless persistent: the next
-        Q may land there while this tile's output is stored)."""
-        if self.persistent:
-            with self.single_thread():  # the thread that issued the previous tile's store
-                self.tma.wait_group(0, read=True)  # it has read the staging tile
-        self.sync()
-        for h in self.panel_ids:
-            self.store_shared(so[half, h], self.cast(o[h] * inv, self.dtype))
-        self.fence.proxy_async(space="shared")
-        self.sync()
-        with self.single_thread():
-            for c in self.panel_ids:
-                self.tma.shared_to_global(
-                    so[half, c], go, offsets=[bh, row0, c * self.panel], dims=[1, 2]
-                )
-            self.tma.commit_group()
-
-    def coords(self, t: int32, num_q: int32, seq_kv: int32):
-        """Block ``t`` of the grid (q-tiles fastest, then heads and batch): its (batch x head)
-        index, KV head, first query row and KV tile count; causal: the longest rows first."""
-        q_tile: int32 = t % num_q
-        if self.causal:
-            q_tile = num_q - 1 - q_tile
-        bh: int32 = t // num_q
-        q_row: int32 = q_tile * self.block_m
-        # a cluster's blocks (q tiles 2c and 2c + 1) read the same KV tiles: causal, the lower
-        # one reads the upper one's last tile too, wholly masked for its rows
-        last: int32 = (q_tile | (self.cluster_m - 1)) * self.block_m
-        return bh, bh // self.group, q_row, self.kv_tiles(last, seq_kv)
-
     def consumer(self, g: int, num_q: int32, heads: int32, seq_kv: int32, total: int32, *args):
         """Consumer group ``g`` over its blocks (one, or persistent: every ``num_sms``-th)."""
         ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2 = args
         if g == self.consumers - 1:
             self.pass_turn(g)  # group 0 takes the first turn
-        if self.persistent:
+        if self.overlap:
+            self.consumer_overlap(g, num_q, seq_kv, total, *args)
+        elif self.persistent:
             qphase: uint32 = 0
             for t in self.range(self.blockIdx.x, total, self.num_sms):
                 bh, _, q_row, n_kv = self.coords(t, num_q, seq_kv)
@@ -477,14 +460,17 @@ class FlashAttention(FlashProducer, tilus.Script):
 
         # every tile in column panels of the head dim (two in a cluster: one from each block)
         npan, pw = len(self.panel_ids), self.panel
-        sq = self.shared_tensor(dtype=dt, shape=[ncg, npan, bmh, pw])
+        ov = int(self.overlap > 0)  # two Q buffers (a tile's O staged in its own)
+        sq = self.shared_tensor(dtype=dt, shape=[2, ncg, npan, bmh, pw][1 - ov :])
         so = sq
-        if self.persistent and not self.direct_o:
+        if self.persistent and not self.direct_o and not ov:
             so = self.shared_tensor(dtype=dt, shape=[ncg, npan, bmh, pw])
         sk = self.shared_tensor(dtype=dt, shape=[stages, npan, bn, pw])
         sv = self.shared_tensor(dtype=dt, shape=[stages, npan, bn, pw])
-        qbar = self.mbarrier.alloc([1])
-        qempty = self.mbarrier.alloc([ncg])  # persistent: the consumers are done with Q
+        qbar = self.mbarrier.alloc([1] * (1 + ov))
+        # persistent: the consumers are done with Q (overlap: every consumer thread wrote O)
+        qempty = self.mbarrier.alloc([ncg * 128] * 2 if ov else [ncg])
+        qbar, qempty = (qbar, qempty) if ov else (qbar[0], qempty[0])
         # K's barriers: [0, stages) full (loaded), [stages, 2 stages) empty (read by every group
         # of the cluster)
         cm = self.cluster_m
@@ -505,19 +491,24 @@ class FlashAttention(FlashProducer, tilus.Script):
         low, high = (24, 240) if ncg == 2 else (32, 160)
         with self.warp_group(4 * ncg, 4):  # producer warp group
             self.setmaxnreg(low)
-            pargs = (ring, kfull, sq, sk, sv, gq, gk, gv, qbar[0], qempty[0])
+            pargs = (ring, kfull, sq, sk, sv, gq, gk, gv, qbar, qempty)
+            q = "" if ov else "q"  # overlap: warp 2 loads Q and stores O
             if self.split_producer:  # warp 0 loads Q and K, warp 1 V: neither waits for the other
                 with self.single_warp(0):
-                    self.producer("qk", num_q, heads, seq_kv, total, *pargs)
+                    self.producer(q + "k", num_q, heads, seq_kv, total, *pargs)
                 with self.single_warp(1):
                     self.producer("v", num_q, heads, seq_kv, total, *pargs)
             else:
                 with self.single_warp(0):
-                    self.producer("qkv", num_q, heads, seq_kv, total, *pargs)
+                    self.producer(q + "kv", num_q, heads, seq_kv, total, *pargs)
+            if ov:
+                with self.single_warp(2):
+                    with self.single_thread():
+                        self.storer(num_q, seq_kv, total, sq, gq, go, qbar, qempty)
         sp = None  # P goes from registers straight into the P V WGMMA, or through shared
         if self.p_shared:
             sp = self.shared_tensor(dtype=dt, shape=[ncg, bmh, bn])
-        args = (ring, kfull, sq, sk, sv, peers, go, glse, qbar[0], qempty[0], so, sp, scale_log2)
+        args = (ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2)
         with self.warp_group(0, 4):
             self.setmaxnreg(high)
             self.consumer(0, num_q, heads, seq_kv, total, *args)

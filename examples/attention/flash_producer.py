@@ -5,10 +5,43 @@ from __future__ import annotations
 from flash_tiles import Ring
 
 from tilus import SharedTensor, int32, uint32
+from tilus.utils import cdiv
 
 
 class FlashProducer:
-    """The producer side of ``FlashAttention`` (a mixin of the kernel class)."""
+    """The producer side of ``FlashAttention`` (a mixin of the kernel class), the order of
+    its blocks and the consumer groups' turns."""
+
+    def take_turn(self, g: int):
+        """Ping-pong: wait until the previous consumer group has issued its GEMMs (named
+        barrier ``1 + g``), so that the groups' softmaxes run while the others' GEMMs do."""
+        if self.pingpong:
+            self.sync_named(1 + g, 256)
+
+    def pass_turn(self, g: int):
+        """Ping-pong: let the next consumer group (cyclically) issue its GEMMs."""
+        if self.pingpong:
+            self.arrive_named(1 + (g + 1) % self.consumers, 256)
+
+    def kv_tiles(self, q_row: int32, seq_kv: int32):
+        """How many KV tiles the block at query row ``q_row`` reads (causal: up to the diagonal)."""
+        n = cdiv(seq_kv, self.block_n)
+        if self.causal:
+            n = min(n, cdiv(q_row + self.block_m, self.block_n))
+        return n
+
+    def coords(self, t: int32, num_q: int32, seq_kv: int32):
+        """Block ``t`` of the grid (q-tiles fastest, then heads and batch): its (batch x head)
+        index, KV head, first query row and KV tile count; causal: the longest rows first."""
+        q_tile: int32 = t % num_q
+        if self.causal:
+            q_tile = num_q - 1 - q_tile
+        bh: int32 = t // num_q
+        q_row: int32 = q_tile * self.block_m
+        # a cluster's blocks (q tiles 2c and 2c + 1) read the same KV tiles: causal, the lower
+        # one reads the upper one's last tile too, wholly masked for its rows
+        last: int32 = (q_tile | (self.cluster_m - 1)) * self.block_m
+        return bh, bh // self.group, q_row, self.kv_tiles(last, seq_kv)
 
     def producer(self, what: str, num_q: int32, heads: int32, seq_kv: int32, total: int32, *args):
         """A producer warp over its blocks (one, or persistent: every ``num_sms``-th), loading

@@ -40,8 +40,9 @@ def default_tiles(dim: int, causal: bool = False) -> list[tuple]:
     is rescaled while ``S = Q K^T`` runs; ``cluster`` 2: two blocks (neighbouring query rows)
     share every KV tile, each loading half of it into both (TMA multicast)); a ninth field, if
     any, holds more constructor arguments as (name, value) pairs."""
-    # measured on an H200 (bench/results/2026-12-01-h200-fa-variants-b.txt): without ping-pong,
-    # with split producers and all-thread arrivals; persistent wins at 128 but causal
+    # measured on an H200 (bench/results/2026-12-01-h200-fa-variants-b.txt, and
+    # 2026-12-02-h200-fa-overlap(-b).txt for head dim 128): without ping-pong, with split producers
+    # and all-thread arrivals; persistent wins at 128 but causal
     fast = (("split_producer", True), ("all_arrive", True))
     if dim <= 64:
         return [
@@ -57,12 +58,12 @@ def default_tiles(dim: int, causal: bool = False) -> list[tuple]:
             (128, 128, 3, 2, False, False, False, 1),
             (128, 128, 2, 2, True, True, True, 1, fast),
         ]
-    if dim <= 128:
+    if dim <= 128:  # persistent, the next tile's first S overlapped with the epilogue
         return [
+            (128, 128, 2, 2, False, True, False, 1, fast + (("overlap", 1),)),
             (128, 128, 2, 2, False, True, False, 1, fast),
+            (128, 128, 2, 2, False, True, False, 1, (("split_producer", True), ("overlap", 1))),
             (128, 128, 3, 2, False, False, False, 1, fast),
-            (128, 128, 2, 2, True, True, True, 1, fast),
-            (128, 128, 2, 2, True, False, True, 1, fast),
         ]
     return [
         (128, 80, 2, 2, True, False, True, 1),
