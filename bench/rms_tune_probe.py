@@ -3,7 +3,8 @@
 ``python3 bench/rms_tune_probe.py [--rounds 9]`` (H200): interleaved rounds of copy_,
 torch.compile and pinned configs under the benchmark's timing (bench/rowwise.py ``time_ms``) and
 the tuner's (``tilus.tune.timing.benchmark``), each with the dirty (``zero_``) and a clean
-(write, then read of another buffer) L2 flush; then the tuner run three times from an empty cache.
+(write, then read of another buffer) L2 flush; then the tuner run four times from an empty cache (with and without
+the extra final rounds).
 """
 
 import argparse
@@ -78,7 +79,11 @@ def main() -> int:
         comp_meds = [statistics.median(table[p]["torch.compile"]) for p in protocols]
         ratios = " ".join(f"{c / v:5.3f}" for c, v in zip(comp_meds, meds))
         print(f"{name:16s}" + "".join(f"{v:14.4f}" for v in meds) + f"   {ratios}")
-    for i in range(3):
+    from tilus.tune import tuner
+
+    extra = tuner.FINAL_MAX_ROUNDS
+    for i in range(4):
+        tuner.FINAL_MAX_ROUNDS = extra if i % 2 == 0 else tuner.FINAL_ROUNDS
         with tempfile.TemporaryDirectory() as d:
             tilus.option.cache_dir(d)
             k = RMSNorm()
@@ -86,7 +91,9 @@ def main() -> int:
             y.fill_(float("nan"))
             k(m, n, x, w, y)
             torch.cuda.synchronize()
-            print(f"tuner run {i}: winner {winner(k)} ({time.perf_counter() - t0:.1f} s)")
+            print(
+                f"tuner run {i} (max rounds {tuner.FINAL_MAX_ROUNDS}): winner {winner(k)} ({time.perf_counter() - t0:.1f} s)"
+            )
             for rep in Path(d).rglob("dispatch/*.txt"):
                 print("   " + "\n   ".join(rep.read_text().splitlines()[:30]))
     return 0
