@@ -15,16 +15,23 @@ export TILUS_SEED_KERNELS=${TILUS_SEED_KERNELS:-$PWD/.seed_kernels}
 cat "$OUT/machine.txt"
 start=$(date +%s)
 # The tier in SHARDS pytest processes at once (default 4): the tests are quick on the GPU and
-# most of their time is NVRTC on the host's cores. Each shard takes every SHARDS-th test file.
+# most of their time is NVRTC on the host's cores. The GPU tests are collected once and dealt
+# out one by one (a shard takes every SHARDS-th test), so one slow file does not hold up the run.
 SHARDS=${SHARDS:-4}
 if [ "${SKIP_TIER:-0}" != 1 ]; then
   files=$(grep -rlE "pytest.mark.gpu|pytestmark = pytest.mark.gpu" tests --include="test_*.py" | sort)
+  # shellcheck disable=SC2086
+  python3 -m pytest -q -m gpu -p no:cacheprovider --collect-only $files 2>/dev/null \
+    | grep "::" > "$OUT/gpu-test-ids.txt"
+  echo "gpu tier: $(wc -l < "$OUT/gpu-test-ids.txt") tests in $SHARDS shards"
   for i in $(seq 0 $((SHARDS - 1))); do
-    part=$(echo "$files" | awk -v n="$SHARDS" -v i="$i" 'NR % n == i')
-    # shellcheck disable=SC2086
-    python3 -m pytest -q -m gpu -p no:cacheprovider -rfE $part > "$OUT/gpu-tests-$i.txt" 2>&1 &
+    awk -v n="$SHARDS" -v i="$i" 'NR % n == i' "$OUT/gpu-test-ids.txt" > "$OUT/gpu-ids-$i.txt"
+    # one id a line (ids may hold spaces): xargs hands them over as they are
+    tr '\n' '\0' < "$OUT/gpu-ids-$i.txt" | xargs -0 python3 -m pytest -q -m gpu \
+      -p no:cacheprovider -rfE > "$OUT/gpu-tests-$i.txt" 2>&1 &
   done
   wait
+  rm -f "$OUT"/gpu-ids-*.txt "$OUT/gpu-test-ids.txt"
   cat "$OUT"/gpu-tests-*.txt | sed "s#$PWD/##g" > "$OUT/gpu-tests.txt"
   rm -f "$OUT"/gpu-tests-*.txt
   tot=$(grep -hE "^[0-9]+ (passed|failed)|^=+ .*(passed|failed)" "$OUT/gpu-tests.txt" | tr '\n' ' ')

@@ -201,6 +201,38 @@ def test_close_candidates_are_retimed_in_interleaved_rounds(monkeypatch):
     assert calls[3:5] == ["slow", "fast"] and calls[5:7] == ["fast", "slow"]
 
 
+def test_close_finalists_get_more_rounds_on_a_gpu(monkeypatch):
+    # two configs 0.5% apart under noise that favours the slower one in the first three rounds:
+    # on a GPU the finalists still within 1% get more rounds, and the truly faster one wins;
+    # one 5% behind stops after three rounds; the interpreter (host timing) keeps three
+    from tilus.tune import tuner
+    from tilus.tune.timing import Timing
+
+    noise = {"a": [1.01, 1.012, 1.012] + [1.0] * 9, "b": [1.0] * 12, "c": [1.0] * 12}
+    base = {"a": 1.000, "b": 1.005, "c": 1.05}
+    calls, ran = [], []
+
+    def noisy(fn, **kw):
+        fn()
+        name = ran[-1]
+        calls.append(name)
+        return Timing.of([base[name] * noise[name][calls.count(name) - 1]])
+
+    def runner_of(name):
+        return lambda *args: ran.append(name)
+
+    monkeypatch.setattr(tuner, "benchmark", noisy)
+    cands = [({"c": name}, runner_of(name)) for name in ("a", "b", "c")]
+    res = tune(cands, lambda: [], outputs=[], check=False, cuda=True)
+    assert res.winner == {"c": "a"}
+    finals = calls[3:]
+    assert finals.count("c") == tuner.FINAL_ROUNDS
+    assert finals.count("a") == finals.count("b") == tuner.FINAL_MAX_ROUNDS
+    calls.clear()
+    res = tune(cands, lambda: [], outputs=[], check=False, cuda=False)
+    assert res.winner == {"c": "b"} and len(calls) == 3 + 3 * tuner.FINAL_ROUNDS
+
+
 def test_finalists_are_timed_after_a_rest_on_a_gpu(monkeypatch):
     # with `tune_rest` > 0 configs are ranked from idle: on a GPU screening runs short bursts
     # with pauses three times as long, and every final timing follows a pause ten times its
@@ -221,6 +253,7 @@ def test_finalists_are_timed_after_a_rest_on_a_gpu(monkeypatch):
     monkeypatch.setattr(tuner.time, "sleep", slept.append)
     monkeypatch.setattr(tuner.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(tuner, "benchmark", bench)
+    monkeypatch.setattr(tuner, "FINAL_MAX_ROUNDS", tuner.FINAL_ROUNDS)  # tied: no extra rounds
     cands = [({"c": i}, lambda *a: None) for i in range(3)]
     finals = 3 * tuner.FINAL_ROUNDS
     burst = [0.03]  # a big matmul: 30 ms per screening timing of 10 runs

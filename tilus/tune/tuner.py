@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 import warnings
@@ -217,9 +218,10 @@ def tune(
     3. Every remaining candidate is screened with ``benchmark`` on fresh arguments (a fifth of
        the runs; on a GPU each burst is followed by an idle pause, so the GPU stays below its
        power cap). The candidates within ``FINAL_MARGIN`` of the best are timed again in
-       interleaved rounds with all the runs, each after an idle pause on a GPU (ten times
-       its expected length, at most ``tune_rest``); the smallest median wins (ties: smallest
-       minimum, then the earlier candidate). A single remaining candidate wins without timing.
+       interleaved rounds with all the runs (on a GPU, those still within ``FINAL_CLOSE`` of
+       the best get more rounds, up to ``FINAL_MAX_ROUNDS``; with ``tune_rest`` > 0 each
+       timing follows an idle pause, ten times its expected length, at most ``tune_rest``);
+       the smallest median round wins (ties: smallest minimum, then the earlier candidate). A single remaining candidate wins without timing.
     4. With ``table`` and ``key`` the decision is recorded (merged into the file).
 
     Args:
@@ -295,6 +297,11 @@ def tune(
 FINAL_MARGIN = 1.10
 #: At most this many finalists; ``FINAL_ROUNDS`` interleaved rounds time each once.
 FINAL_MAX, FINAL_ROUNDS = 6, 3
+#: On a GPU, while finalists are within ``FINAL_CLOSE`` of the best after those rounds, they
+#: get more rounds (at most ``FINAL_MAX_ROUNDS`` in all, and none started after
+#: ``FINAL_EXTRA_S`` seconds of final timing): memory-bound configs often lie within half a
+#: percent of each other, where three rounds leave the order to chance.
+FINAL_CLOSE, FINAL_MAX_ROUNDS, FINAL_EXTRA_S = 0.01, 9, 2.0
 #: Screening times each candidate with this fraction of the runs of a final timing ...
 SCREEN_FRACTION, SCREEN_MIN_REPEAT = 5, 5
 #: ... and on a GPU idles this many times as long as the timing took (at most ``tune_rest``).
@@ -369,8 +376,12 @@ def _final_rounds(candidates, alive, timings, make_args, bench, cuda, failures, 
     if cuda:  # a final timing has about SCREEN_FRACTION times the runs of a screening one
         busy = SCREEN_FRACTION * max(spent.get(i, 0.0) for i in close)
         rest = min(float(get_option("tune_rest")), FINAL_COOL_FACTOR * busy)
-    for r in range(FINAL_ROUNDS):
-        order = close[r % len(close) :] + close[: r % len(close)]
+    t0 = time.perf_counter()
+    for r in range(FINAL_MAX_ROUNDS if cuda else FINAL_ROUNDS):
+        pool = close if r < FINAL_ROUNDS else _still_close(close, rounds, alive)
+        if r >= FINAL_ROUNDS and (len(pool) < 2 or time.perf_counter() - t0 > FINAL_EXTRA_S):
+            break
+        order = pool[r % len(pool) :] + pool[: r % len(pool)]
         for i in order:
             if i not in alive:
                 continue
@@ -386,6 +397,15 @@ def _final_rounds(candidates, alive, timings, make_args, bench, cuda, failures, 
     # win: the finalists' times come from later rounds, under other clocks
     finalists = [i for i in close if i in alive and rounds[i]]
     return finalists or alive
+
+
+def _still_close(close, rounds, alive) -> list:
+    """The finalists whose median round so far is within ``FINAL_CLOSE`` of the best one's."""
+    meds = {i: statistics.median(rounds[i]) for i in close if i in alive and rounds[i]}
+    if not meds:
+        return []
+    best = min(meds.values())
+    return [i for i in close if i in meds and meds[i] <= best * (1 + FINAL_CLOSE)]
 
 
 def _on_cuda(x) -> bool:
