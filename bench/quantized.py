@@ -148,14 +148,13 @@ def fp8_cast_dry() -> bool:
     import tilus
 
     ok_all = True
-    for r, w, p, b, v, st in per_token_cast.CPU_CONFIGS:
+    for c in per_token_cast.CPU_CONFIGS:
+        cfg = dict(zip(per_token_cast.KEYS, c))
         with tilus.option.scoped(interpret=True):
-            kernel = per_token_cast.PerTokenCast(rows=r, warps=w, per_thread=p, blocks_per_sm=b,
-                                                 vector=v, stages=st, num_sms=2)  # fmt: skip
+            kernel = per_token_cast.PerTokenCast(**cfg, num_sms=2)
             ok, note, *_ = per_token_cast.run_once(kernel, torch, 7, 300, "cpu")
-        print(f"fp8_cast rows={r} warps={w} per_thread={p} blocks_per_sm={b} vector={v} "
-              f"stages={st} 7x300 "
-              f"interpreter {note} {'ok' if ok else 'FAIL'}")  # fmt: skip
+        label = " ".join(f"{k}={v}" for k, v in cfg.items())
+        print(f"fp8_cast {label} 7x300 interpreter {note} {'ok' if ok else 'FAIL'}")
         ok_all &= ok
     return ok_all
 

@@ -216,10 +216,21 @@ def matmul_case(torch, flush, reps, rows):
 
 
 #: PerTokenCast configs timed beside its tuned space (rows, warps, per_thread, blocks_per_sm,
-#: vector, stages): other ring depths and widths
-CAST_KEYS = ("rows", "warps", "per_thread", "blocks_per_sm", "vector", "stages")
-CAST_PROBES = [(1, 0, 1, 0, 8, 2), (1, 0, 2, 3, 8, 3), (2, 0, 2, 0, 8, 3), (1, 0, 2, 0, 8, 0),
-               (1, 4, 1, 0, 8, 0), (1, 0, 4, 0, 16, 2), (2, 0, 1, 0, 16, 0)]  # fmt: skip
+#: vector, stages, passes, min_blocks): other ring depths and widths, fixed warps a row with
+#: and without a register cap, and the re-read form (passes=2)
+CAST_KEYS = ("rows", "warps", "per_thread", "blocks_per_sm", "vector", "stages", "passes",
+             "min_blocks")  # fmt: skip
+CAST_PROBES = [
+    (1, 0, 1, 0, 8, 2, 1, 0), (1, 0, 2, 3, 8, 3, 1, 0), (2, 0, 2, 0, 8, 3, 1, 0),
+    (1, 0, 2, 0, 8, 0, 1, 0), (1, 0, 4, 0, 16, 2, 1, 0), (2, 0, 1, 0, 16, 0, 1, 0),
+    (1, 4, 1, 0, 8, 0, 1, 0), (1, 4, 1, 0, 8, 0, 1, 6), (1, 4, 1, 0, 8, 0, 1, 8),
+    (1, 8, 1, 0, 8, 0, 1, 0), (1, 8, 1, 0, 8, 0, 1, 4), (1, 16, 1, 0, 8, 0, 1, 0),
+    (1, 16, 1, 0, 8, 0, 1, 2), (1, 0, 1, 0, 8, 0, 1, 0), (1, 0, 1, 0, 8, 0, 1, 2),
+    (1, 2, 1, 0, 8, 0, 2, 8), (1, 2, 2, 0, 8, 0, 2, 8), (1, 4, 1, 0, 8, 0, 2, 4),
+    (1, 4, 2, 0, 8, 0, 2, 4), (1, 4, 1, 0, 16, 0, 2, 4), (1, 8, 1, 0, 8, 0, 2, 4),
+    (1, 8, 2, 0, 8, 0, 2, 4), (1, 8, 1, 0, 16, 0, 2, 4), (1, 16, 1, 0, 8, 0, 2, 2),
+    (1, 16, 2, 0, 8, 0, 2, 2), (1, 32, 1, 0, 8, 0, 2, 2),
+]  # fmt: skip
 
 #: (block, warps, vector, per_sm) of the packed-cast probe: the tuned space of
 #: tilus.kernels.cast, then other block sizes, vectors and persistent grids
