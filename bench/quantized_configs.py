@@ -233,10 +233,11 @@ CAST_PROBES = [
 ]  # fmt: skip
 
 #: (block, warps, vector, per_sm) of the packed-cast probe: the tuned space of
-#: tilus.kernels.cast, then other block sizes, vectors and persistent grids
+#: tilus.kernels.cast, then other block sizes, vectors (32: 16-byte narrow stores) and
+#: persistent grids
 LOWBIT_SPACE = [tuple(c.values()) for c in _cast_space()] + [
     (1024, 4, 8, 0), (4096, 8, 16, 0), (8192, 8, 16, 0), (2048, 2, 8, 0), (8192, 4, 16, 0),
-    (4096, 4, 8, 8),
+    (4096, 4, 8, 8), (4096, 4, 32, 0), (8192, 8, 32, 0), (2048, 2, 16, 0), (1024, 1, 16, 0),
 ]  # fmt: skip
 
 
