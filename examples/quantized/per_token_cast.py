@@ -88,7 +88,15 @@ SPACE = [
     (2, 0, 2, 0, 8, 2, 1, 0),
     (1, 0, 2, 0, 16, 3, 1, 0),
 ]
-PERSISTENT = [(1, 4, 1, 3, 8, 0), (1, 8, 1, 2, 16, 0)]
+PERSISTENT = [(1, 4, 1, 3, 8, 0, 1, 0), (1, 8, 1, 2, 16, 0, 1, 0)]
+DEFAULTS = dict(per_thread=1, blocks_per_sm=0, vector=8, stages=0, passes=1, min_blocks=0)
+
+
+def pinned(**config) -> dict:
+    """A whole config (every key of ``KEYS``, as the autotuner wants it pinned): ``config``
+    over ``DEFAULTS``."""
+    return {k: {**DEFAULTS, **config}[k] for k in KEYS}
+
 
 #: Shared memory one block may use (the per-block limit less the launch's alignment slack),
 #: an SM's shared memory, and the blocks and threads an SM holds (Hopper).
