@@ -9,14 +9,16 @@ threads covers; the ragged tail reads as zero and is never stored): one max-redu
 row, one reciprocal per row, then a multiply and a conversion per element. Each thread holds
 ``vector`` contiguous elements (8: 16-byte loads; 16: 16-byte fp8 stores too).
 
-Three forms share the autotune space: a block per row group (``blocks_per_sm=0``), or
+Four forms share the autotune space: a block per row group (``blocks_per_sm=0``), or
 persistent blocks (``blocks_per_sm`` an SM) looping over the row groups with the *next*
 group's loads issued before the current group's reduction, so that HBM always has loads in
 flight while a block reduces and stores (a block per row group has none in flight between its
 loads and its stores); or (``stages`` >= 2) persistent blocks whose row groups stream into a
 ring of shared-memory stages by ``copy_async``, ``stages - 1`` groups ahead of the one being
 quantized (read back with 16-byte shared loads; rows past ``m`` and columns past ``n`` land
-as zeros, which add nothing to the max).
+as zeros, which add nothing to the max); or (``passes=2``) a row a block read twice, in
+chunks: a pass for the max, then the chunks again from the L2 to scale and store (few
+registers a thread, whatever the row length). ``min_blocks`` caps a thread's registers.
 
 Run ``python examples/quantized/per_token_cast.py`` (the interpreter on CPU torch tensors
 without a GPU; CUDA with one). Results are checked against torch float32 computing the same
@@ -57,7 +59,8 @@ def row_tile(n: int, granule: int) -> int:
     return cdiv(n, granule) * granule
 
 
-# (rows, warps, per_thread, blocks_per_sm, vector, stages). warps = 0 sizes the block by the
+# (rows, warps, per_thread, blocks_per_sm, vector, stages, passes, min_blocks), as KEYS names
+# them. warps = 0 sizes the block by the
 # row: as many warps as give each thread `per_thread` vectors (at most 32 warps), so a row of
 # n elements pads to a multiple of 32 * vector * per_thread at most (7168 and 4096: none;
 # 5000: 120 elements) and a thread holds few registers. vector: contiguous elements a thread
@@ -69,24 +72,29 @@ def row_tile(n: int, granule: int) -> int:
 # and shared memory allow) whose row groups go through a ring of `stages` shared-memory
 # stages filled by copy_async (16-byte cp.async): `stages - 1` groups in flight a block while
 # it reduces and stores the current one, read from the stage with 16-byte shared loads.
-# Measured on the H200 (bench/quantized_configs.py), of copy_: a block a row of 16 elements a
-# thread (16-byte fp8 stores) wins at 4096x7168 (0.80) and 16384x4096 (0.92; 8 fixed warps
-# 0.91, two rows a stage in the ring 0.91); the ring of 2-3 stages at 3000x5000 (0.87, where
-# a block a row reaches 0.80 and 16-element configs 0.40-0.45: 5000 pads to 5120 or more).
+# Measured on the H200 (bench/quantized_configs.py, r46), of copy_ at 4096x7168, 16384x4096,
+# 3000x5000: a row a block of 4 warps, 8 elements a thread (16-byte loads, 8-byte stores)
+# 0.95 / 0.97 / 1.10 (64 registers at most: 0.90 / 0.97 / 1.13; 8 warps 0.94 / 0.95 / 1.09);
+# two rows a block, sized by the row, 16 a thread 0.89 / 0.99 / 0.46 (16-byte stores: a row
+# of 5000 codes is not 16-byte aligned); the re-read form 0.90 / 0.96 / 1.06 (4 warps), kept
+# for long rows (a whole row of 4 warps holds n / 128 elements a thread), as are a ring and
+# the sized-by-row 16-element form (0.93 / 0.97 / 0.40). Dropped: the other rings (0.78-0.84
+# at 4096x7168) and one row of 16 a thread sized by the row (0.82 / 0.93 / 0.40).
 # passes = 2: the re-read form (a row a block of `warps` warps, in chunks of `per_thread`
 # vectors a thread: a pass for |x|'s max, then the row read again, from the L2 where the first
 # pass left it, to scale and store; few registers, so many blocks an SM keep loads in flight).
 # min_blocks > 0: blocks an SM the compiler must fit (a register cap, any form).
 KEYS = ("rows", "warps", "per_thread", "blocks_per_sm", "vector", "stages", "passes", "min_blocks")
 SPACE = [
-    (1, 0, 1, 0, 16, 0, 1, 0),
-    (1, 8, 1, 0, 16, 0, 1, 0),
+    (1, 4, 1, 0, 8, 0, 1, 0),
+    (1, 8, 1, 0, 8, 0, 1, 0),
+    (1, 4, 1, 0, 8, 0, 1, 8),
+    (2, 0, 1, 0, 16, 0, 1, 0),
     (1, 0, 2, 0, 16, 0, 1, 0),
-    (1, 0, 2, 0, 8, 2, 1, 0),
+    (1, 8, 1, 0, 16, 0, 1, 0),
+    (1, 4, 1, 0, 8, 0, 2, 4),
+    (1, 8, 1, 0, 8, 0, 2, 4),
     (1, 0, 2, 0, 8, 3, 1, 0),
-    (1, 0, 4, 0, 8, 3, 1, 0),
-    (2, 0, 2, 0, 8, 2, 1, 0),
-    (1, 0, 2, 0, 16, 3, 1, 0),
 ]
 PERSISTENT = [(1, 4, 1, 3, 8, 0, 1, 0), (1, 8, 1, 2, 16, 0, 1, 0)]
 DEFAULTS = dict(per_thread=1, blocks_per_sm=0, vector=8, stages=0, passes=1, min_blocks=0)
