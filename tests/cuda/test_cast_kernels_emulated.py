@@ -37,6 +37,8 @@ PAIRS = [
     (tilus.float16, tilus.int4b),
     (tilus.float16, tilus.float6_e3m2),
     (tilus.float16, tilus.float6_e2m3),
+    (tilus.float16, tilus.float5_e2m2),  # the two-exponent-bit encode at every mantissa width
+    (tilus.float16, tilus.float7_e2m4),
 ]
 
 
