@@ -3,7 +3,8 @@
 ``python bench/lowbit_casts.py [--out results.json]`` runs each case of ``CASES`` on a Hopper GPU
 in the same process: the casts of ``tilus.kernels.cast`` (the kernel behind
 ``tilus.Tensor.to``) between packed sub-byte types and float16, against ``dst.copy_(src)`` of
-the same bytes (the HBM ceiling). Each row gives the time (median of CUDA-event timings with
+the same bytes (the HBM ceiling), and three byte-sized casts of the same kernel (f16 to and
+from float8_e4m3, f16 to uint8). Each row gives the time (median of CUDA-event timings with
 a cold L2), GB/s (bytes read + written / time) and the ratio to the copy. Every kernel is first
 checked bit for bit against the interpreter at a small ragged size. ``--dry-run`` needs no
 GPU: only those checks, on the interpreter.
@@ -37,6 +38,9 @@ CASTS = [
     (tilus.float6_e3m2, tilus.float16),
     (tilus.float16, tilus.int4b),
     (tilus.float16, tilus.float4_e2m1),
+    (tilus.float16, tilus.float8_e4m3),  # byte-sized casts of the same kernel
+    (tilus.float8_e4m3, tilus.float16),
+    (tilus.float16, tilus.uint8),
 ]
 NUMEL = 1 << 28  # elements per cast (128 MB of int4b, 512 MB of float16)
 
