@@ -100,8 +100,10 @@ def fp8_matmul_dry() -> bool:
 
 
 def fp8_matmul_bench(torch, args, flush):
-    """tilus fp8 matmul vs torch._scaled_mm, per-tensor and per-row scales."""
+    """tilus fp8 matmul vs torch._scaled_mm, per-tensor and per-row scales (the tuned config
+    of each tilus row listed below the table)."""
     import matmul_fp8
+    from rowwise import winner
 
     rows, ok_all = [], True
     kernels = {True: matmul_fp8.MatmulFP8(), False: matmul_fp8.MatmulFP8(row_scales=False)}
@@ -128,12 +130,15 @@ def fp8_matmul_bench(torch, args, flush):
                 a8, b8.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16
             )
         rounds = _interleaved(runs, torch, flush, args)
+        configs = {f"tilus ({'row' if rs else 'tensor'})": winner(kern)
+                   for rs, kern in kernels.items()}  # fmt: skip
         for name, ts in rounds.items():
             ms = statistics.median(ts)
             base = "cuBLAS (row)" if "(row)" in name else "cuBLAS (tensor)"
             rows.append(dict(case="fp8_matmul", impl=name, shape=f"{m}x{n}x{k}", ms=ms,
                              metric="TFLOPS", value=2 * m * n * k / ms / 1e9,
-                             ratio=statistics.median(rounds[base]) / ms, rounds_ms=ts))  # fmt: skip
+                             ratio=statistics.median(rounds[base]) / ms, rounds_ms=ts,
+                             config=configs.get(name, "")))  # fmt: skip
     return rows, ok_all
 
 
@@ -160,8 +165,10 @@ def fp8_cast_dry() -> bool:
 
 
 def fp8_cast_bench(torch, args, flush):
-    """tilus per-token cast vs copy_ of the same bytes and torch eager."""
+    """tilus per-token cast vs copy_ of the same bytes and torch eager (the tuned config
+    listed below the table)."""
     import per_token_cast
+    from rowwise import winner
 
     rows, ok_all = [], True
     kernel = per_token_cast.PerTokenCast()
@@ -180,11 +187,12 @@ def fp8_cast_bench(torch, args, flush):
         }
         rounds = _interleaved(runs, torch, flush, args)
         copy_ms = statistics.median(rounds["copy"])
+        tuned = winner(kernel)
         for name, ts in rounds.items():
             ms = statistics.median(ts)
             rows.append(dict(case="fp8_cast", impl=name, shape=f"{m}x{n}", ms=ms,
                              metric="GB/s", value=moved / ms / 1e6, ratio=copy_ms / ms,
-                             rounds_ms=ts))  # fmt: skip
+                             rounds_ms=ts, config=tuned if name == "tilus" else ""))  # fmt: skip
     return rows, ok_all
 
 

@@ -174,14 +174,6 @@ def matmul_kernels(mf) -> list:
             out.append((cls, dict(cfg)))
             if cls in clustered and not EXTRA:
                 out.append((cls, dict(cfg, num_sms=mf.sm_count() - 12)))
-    # 192-wide tiles: 8192 / 192 makes 43 N tiles, 2752 tiles in 20.8 waves of 132 SMs
-    # (128 x 256 tiles: 2048 in 15.5 waves, 128 x 128: 4096 in 31.03, the last nearly idle)
-    for cls in (mf.MatmulFP8, mf.MatmulFP8Cluster):
-        if ONLY_CLASSES and cls.__name__ not in ONLY_CLASSES:
-            continue
-        for swizzle in (4, 8):
-            out.append((cls, dict(num_stages=4, block_m=128, block_n=192, block_k=128,
-                                  swizzle=swizzle)))  # fmt: skip
     return out
 
 

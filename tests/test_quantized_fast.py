@@ -63,6 +63,16 @@ def test_per_token_cast_min_blocks_beyond_an_sm():
 
 
 @pytest.mark.parametrize("row_scales", [True, False])
+def test_fp8_matmul_192_wide_tiles_ragged(row_scales):
+    # 3 N tiles of 192, the last one a third full; 2 M tiles, 3 K tiles; several tiles a block
+    cfg = dict(block_m=128, block_n=192, num_stages=4, swizzle=8, block_k=128)
+    kernel = matmul_fp8.MatmulFP8(**cfg, num_sms=2, row_scales=row_scales)
+    with tilus.option.scoped(interpret=True):
+        ok, err, note, *_ = matmul_fp8.run_once(kernel, torch, 200, 450, 384, "cpu", row_scales)
+    assert ok, (err, note)
+
+
+@pytest.mark.parametrize("row_scales", [True, False])
 def test_pingpong_fp8_matmul_ragged(row_scales):
     cfg = dict(block_m=64, block_n=256, num_stages=4, swizzle=4, block_k=128)
     kernel = matmul_fp8.MatmulFP8PingPong(**cfg, num_sms=2, row_scales=row_scales)
