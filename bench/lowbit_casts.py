@@ -100,7 +100,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the rows as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="interpreter checks only (no GPU)")
+    ap.add_argument("--only", default="", help="only these cases (SRC->DST,...; default all)")
     args = ap.parse_args(argv)
+    only = [c for c in args.only.split(",") if c]
     if args.dry_run:
         for s, d in CASTS:
             _check(s, d, "cpu")
@@ -108,7 +110,9 @@ def main(argv=None):
         return []
     rows = []
     print(f"{'case':36s} {'ms':>9s} {'GB/s':>8s} {'copy ms':>9s} {'vs copy':>8s}")
-    for _group, _label, fn in CASES:
+    for _group, label, fn in CASES:
+        if only and label not in only:
+            continue
         r = fn()
         rows.append(r)
         print(

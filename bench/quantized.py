@@ -107,7 +107,8 @@ def fp8_matmul_bench(torch, args, flush):
 
     rows, ok_all = [], True
     kernels = {True: matmul_fp8.MatmulFP8(), False: matmul_fp8.MatmulFP8(row_scales=False)}
-    for m, n, k in MATMUL_SHAPES:
+    shapes = MATMUL_SHAPES[: args.fp8_matmul_shapes or None]
+    for m, n, k in shapes:
         a8, b8, sa, sb, scale = matmul_fp8.quantized_inputs(torch, m, n, k, "cuda")
         one = torch.ones((), device="cuda")
         runs = {}
@@ -391,6 +392,8 @@ def main(argv=None) -> int:
                     help="w4a16: the other weight types timed at M = 1 (comma-separated)")  # fmt: skip
     ap.add_argument("--w4a16-m", default="",
                     help="w4a16: only these M of W4A16_SHAPES (comma-separated; default all)")  # fmt: skip
+    ap.add_argument("--fp8-matmul-shapes", type=int, default=0,
+                    help="fp8_matmul: only the first this many of MATMUL_SHAPES (0: all)")  # fmt: skip
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
     args = ap.parse_args(argv)
