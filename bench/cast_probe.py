@@ -1,7 +1,7 @@
 """Launch one pinned cast kernel a few times (for a profiler such as ncu), H200.
 
 ``python bench/cast_probe.py per_token M N K=V ...`` runs ``PerTokenCast`` pinned to the
-config ``K=V ...`` on a bf16 ``[M, N]``; ``python bench/cast_probe.py cast SRC DST K=V ...``
+config ``K=V ...`` (the keys left out take ``per_token_cast.DEFAULTS``) on a bf16 ``[M, N]``; ``python bench/cast_probe.py cast SRC DST K=V ...``
 runs ``tilus.kernels.cast.Cast`` from dtype ``SRC`` to ``DST`` over 2^28 elements. Each
 kernel runs 3 times (compile and first launch, then two more), nothing is timed or checked:
 ``bench/quantized_configs.py`` checks and times every config.
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
         import per_token_cast as ptc
 
         m, n = int(argv[1]), int(argv[2])
-        k = ptc.PerTokenCast(**_config(argv[3:]))
+        k = ptc.PerTokenCast(**ptc.pinned(**_config(argv[3:])))
         x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
         q = torch.empty(m, n, dtype=torch.float8_e4m3fn, device="cuda")
         s = torch.empty(m, dtype=torch.float32, device="cuda")

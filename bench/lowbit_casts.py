@@ -3,7 +3,8 @@
 ``python bench/lowbit_casts.py [--out results.json]`` runs each case of ``CASES`` on a Hopper GPU
 in the same process: the casts of ``tilus.kernels.cast`` (the kernel behind
 ``tilus.Tensor.to``) between packed sub-byte types and float16, against ``dst.copy_(src)`` of
-the same bytes (the HBM ceiling). Each row gives the time (median of CUDA-event timings with
+the same bytes (the HBM ceiling), and three byte-sized casts of the same kernel (f16 to and
+from float8_e4m3, f16 to uint8). Each row gives the time (median of CUDA-event timings with
 a cold L2), GB/s (bytes read + written / time) and the ratio to the copy. Every kernel is first
 checked bit for bit against the interpreter at a small ragged size. ``--dry-run`` needs no
 GPU: only those checks, on the interpreter.
@@ -37,6 +38,9 @@ CASTS = [
     (tilus.float6_e3m2, tilus.float16),
     (tilus.float16, tilus.int4b),
     (tilus.float16, tilus.float4_e2m1),
+    (tilus.float16, tilus.float8_e4m3),  # byte-sized casts of the same kernel
+    (tilus.float8_e4m3, tilus.float16),
+    (tilus.float16, tilus.uint8),
 ]
 NUMEL = 1 << 28  # elements per cast (128 MB of int4b, 512 MB of float16)
 
@@ -96,7 +100,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the rows as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="interpreter checks only (no GPU)")
+    ap.add_argument("--only", default="", help="only these cases (SRC->DST,...; default all)")
     args = ap.parse_args(argv)
+    only = [c for c in args.only.split(",") if c]
     if args.dry_run:
         for s, d in CASTS:
             _check(s, d, "cpu")
@@ -104,7 +110,9 @@ def main(argv=None):
         return []
     rows = []
     print(f"{'case':36s} {'ms':>9s} {'GB/s':>8s} {'copy ms':>9s} {'vs copy':>8s}")
-    for _group, _label, fn in CASES:
+    for _group, label, fn in CASES:
+        if only and label not in only:
+            continue
         r = fn()
         rows.append(r)
         print(

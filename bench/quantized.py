@@ -100,12 +100,15 @@ def fp8_matmul_dry() -> bool:
 
 
 def fp8_matmul_bench(torch, args, flush):
-    """tilus fp8 matmul vs torch._scaled_mm, per-tensor and per-row scales."""
+    """tilus fp8 matmul vs torch._scaled_mm, per-tensor and per-row scales (the tuned config
+    of each tilus row listed below the table)."""
     import matmul_fp8
+    from rowwise import winner
 
     rows, ok_all = [], True
     kernels = {True: matmul_fp8.MatmulFP8(), False: matmul_fp8.MatmulFP8(row_scales=False)}
-    for m, n, k in MATMUL_SHAPES:
+    shapes = MATMUL_SHAPES[: args.fp8_matmul_shapes or None]
+    for m, n, k in shapes:
         a8, b8, sa, sb, scale = matmul_fp8.quantized_inputs(torch, m, n, k, "cuda")
         one = torch.ones((), device="cuda")
         runs = {}
@@ -128,12 +131,15 @@ def fp8_matmul_bench(torch, args, flush):
                 a8, b8.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16
             )
         rounds = _interleaved(runs, torch, flush, args)
+        configs = {f"tilus ({'row' if rs else 'tensor'})": winner(kern)
+                   for rs, kern in kernels.items()}  # fmt: skip
         for name, ts in rounds.items():
             ms = statistics.median(ts)
             base = "cuBLAS (row)" if "(row)" in name else "cuBLAS (tensor)"
             rows.append(dict(case="fp8_matmul", impl=name, shape=f"{m}x{n}x{k}", ms=ms,
                              metric="TFLOPS", value=2 * m * n * k / ms / 1e9,
-                             ratio=statistics.median(rounds[base]) / ms, rounds_ms=ts))  # fmt: skip
+                             ratio=statistics.median(rounds[base]) / ms, rounds_ms=ts,
+                             config=configs.get(name, "")))  # fmt: skip
     return rows, ok_all
 
 
@@ -148,21 +154,22 @@ def fp8_cast_dry() -> bool:
     import tilus
 
     ok_all = True
-    for r, w, p, b, v, st in per_token_cast.CPU_CONFIGS:
+    for c in per_token_cast.CPU_CONFIGS:
+        cfg = dict(zip(per_token_cast.KEYS, c))
         with tilus.option.scoped(interpret=True):
-            kernel = per_token_cast.PerTokenCast(rows=r, warps=w, per_thread=p, blocks_per_sm=b,
-                                                 vector=v, stages=st, num_sms=2)  # fmt: skip
+            kernel = per_token_cast.PerTokenCast(**cfg, num_sms=2)
             ok, note, *_ = per_token_cast.run_once(kernel, torch, 7, 300, "cpu")
-        print(f"fp8_cast rows={r} warps={w} per_thread={p} blocks_per_sm={b} vector={v} "
-              f"stages={st} 7x300 "
-              f"interpreter {note} {'ok' if ok else 'FAIL'}")  # fmt: skip
+        label = " ".join(f"{k}={v}" for k, v in cfg.items())
+        print(f"fp8_cast {label} 7x300 interpreter {note} {'ok' if ok else 'FAIL'}")
         ok_all &= ok
     return ok_all
 
 
 def fp8_cast_bench(torch, args, flush):
-    """tilus per-token cast vs copy_ of the same bytes and torch eager."""
+    """tilus per-token cast vs copy_ of the same bytes and torch eager (the tuned config
+    listed below the table)."""
     import per_token_cast
+    from rowwise import winner
 
     rows, ok_all = [], True
     kernel = per_token_cast.PerTokenCast()
@@ -181,11 +188,12 @@ def fp8_cast_bench(torch, args, flush):
         }
         rounds = _interleaved(runs, torch, flush, args)
         copy_ms = statistics.median(rounds["copy"])
+        tuned = winner(kernel)
         for name, ts in rounds.items():
             ms = statistics.median(ts)
             rows.append(dict(case="fp8_cast", impl=name, shape=f"{m}x{n}", ms=ms,
                              metric="GB/s", value=moved / ms / 1e6, ratio=copy_ms / ms,
-                             rounds_ms=ts))  # fmt: skip
+                             rounds_ms=ts, config=tuned if name == "tilus" else ""))  # fmt: skip
     return rows, ok_all
 
 
@@ -384,6 +392,8 @@ def main(argv=None) -> int:
                     help="w4a16: the other weight types timed at M = 1 (comma-separated)")  # fmt: skip
     ap.add_argument("--w4a16-m", default="",
                     help="w4a16: only these M of W4A16_SHAPES (comma-separated; default all)")  # fmt: skip
+    ap.add_argument("--fp8-matmul-shapes", type=int, default=0,
+                    help="fp8_matmul: only the first this many of MATMUL_SHAPES (0: all)")  # fmt: skip
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
     args = ap.parse_args(argv)

@@ -104,10 +104,17 @@ def precompile(pool, jobs) -> list:
             for mod, cls, args, kw, call in jobs]  # fmt: skip
 
 
+SKIP_REGS = False  # --no-regs: leave the registers column out (each lookup re-transpiles)
+ONLY_CASTS: list = []  # --lowbit-casts: the packed casts timed (default: bench/lowbit_casts.py's)
+ONLY_CLASSES: list = []  # --matmul-classes: the fp8 matmul classes timed (default: all four)
+
+
 def _registers(kernel, *args) -> int | str:
     """Registers per thread of a pinned kernel (compiled already: a cache hit)."""
     import tilus
 
+    if SKIP_REGS:
+        return "-"
     try:
         return tilus.compile(kernel, *args).resources.get("registers", "?")
     except Exception:  # noqa: BLE001 - only a column of the table
@@ -161,6 +168,8 @@ def matmul_kernels(mf) -> list:
     out = []
     clustered = (mf.MatmulFP8Cluster, mf.MatmulFP8ClusterM)
     for cls in (mf.MatmulFP8PingPong, *clustered, mf.MatmulFP8):
+        if ONLY_CLASSES and cls.__name__ not in ONLY_CLASSES:
+            continue
         for cfg in cls().configs:
             out.append((cls, dict(cfg)))
             if cls in clustered and not EXTRA:
@@ -216,16 +225,26 @@ def matmul_case(torch, flush, reps, rows):
 
 
 #: PerTokenCast configs timed beside its tuned space (rows, warps, per_thread, blocks_per_sm,
-#: vector, stages): other ring depths and widths
-CAST_KEYS = ("rows", "warps", "per_thread", "blocks_per_sm", "vector", "stages")
-CAST_PROBES = [(1, 0, 1, 0, 8, 2), (1, 0, 2, 3, 8, 3), (2, 0, 2, 0, 8, 3), (1, 0, 2, 0, 8, 0),
-               (1, 4, 1, 0, 8, 0), (1, 0, 4, 0, 16, 2), (2, 0, 1, 0, 16, 0)]  # fmt: skip
+#: vector, stages, passes, min_blocks): other ring depths and widths, fixed warps a row with
+#: and without a register cap, and the re-read form (passes=2)
+CAST_KEYS = ("rows", "warps", "per_thread", "blocks_per_sm", "vector", "stages", "passes",
+             "min_blocks")  # fmt: skip
+CAST_PROBES = [
+    (2, 0, 2, 0, 8, 3, 1, 0), (1, 0, 2, 0, 8, 0, 1, 0), (2, 0, 1, 0, 16, 0, 1, 0),
+    (1, 4, 1, 0, 8, 0, 1, 0), (1, 4, 1, 0, 8, 0, 1, 8), (1, 8, 1, 0, 8, 0, 1, 0),
+    (1, 8, 1, 0, 8, 0, 1, 4), (1, 16, 1, 0, 8, 0, 1, 0), (1, 0, 1, 0, 8, 0, 1, 0),
+    (1, 0, 1, 0, 8, 0, 1, 2), (1, 2, 1, 0, 8, 0, 2, 8), (1, 4, 1, 0, 8, 0, 2, 4),
+    (1, 4, 2, 0, 8, 0, 2, 4), (1, 4, 1, 0, 16, 0, 2, 4), (1, 8, 1, 0, 8, 0, 2, 4),
+    (1, 8, 2, 0, 8, 0, 2, 4), (1, 8, 1, 0, 16, 0, 2, 4), (1, 16, 1, 0, 8, 0, 2, 2),
+    (1, 32, 1, 0, 8, 0, 2, 2),
+]  # fmt: skip
 
 #: (block, warps, vector, per_sm) of the packed-cast probe: the tuned space of
-#: tilus.kernels.cast, then other block sizes, vectors and persistent grids
+#: tilus.kernels.cast, then other block sizes, vectors (32: 16-byte narrow stores) and
+#: persistent grids
 LOWBIT_SPACE = [tuple(c.values()) for c in _cast_space()] + [
     (1024, 4, 8, 0), (4096, 8, 16, 0), (8192, 8, 16, 0), (2048, 2, 8, 0), (8192, 4, 16, 0),
-    (4096, 4, 8, 8),
+    (4096, 4, 8, 8), (4096, 4, 32, 0), (8192, 8, 32, 0), (2048, 2, 16, 0), (1024, 1, 16, 0),
 ]  # fmt: skip
 
 
@@ -240,7 +259,7 @@ def lowbit_case(torch, flush, reps, rows):
     from tilus.packing import unpack
 
     n = LOWBIT_NUMEL
-    for src, dst in lc.CASTS:
+    for src, dst in _lowbit_casts(lc):
         x = tilus.Tensor(src, [n], torch.randint(0, 256, ((n * src.nbits + 7) // 8,),
                                                  dtype=torch.uint8, device=DEV))  # fmt: skip
         y = tilus.empty([n], dst, device=DEV)
@@ -282,6 +301,13 @@ def lowbit_case(torch, flush, reps, rows):
                  registers=_registers(k, n, xs, ys))  # fmt: skip
 
 
+def _lowbit_casts(lc) -> list:
+    """The (src, dst) pairs of the packed-cast probe: ``--lowbit-casts`` or every cast."""
+    if not ONLY_CASTS:
+        return lc.CASTS
+    return [(s, d) for s, d in lc.CASTS if f"{s}->{d}" in ONLY_CASTS]
+
+
 def jobs(name: str) -> list:
     """The compile jobs of case ``name`` (see :func:`precompile`)."""
     if name == "cast":
@@ -300,7 +326,7 @@ def jobs(name: str) -> list:
 
     return [("tilus.kernels.cast", "Cast", [s, d], dict(block=b, warps=w, vector=v, per_sm=p),
              [LOWBIT_NUMEL, None, None])
-            for s, d in lc.CASTS for b, w, v, p in LOWBIT_SPACE]  # fmt: skip
+            for s, d in _lowbit_casts(lc) for b, w, v, p in LOWBIT_SPACE]  # fmt: skip
 
 
 CASES = {"cast": cast_case, "matmul": matmul_case, "lowbit": lowbit_case}
@@ -313,7 +339,14 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default=None)
     ap.add_argument("--dry-run", action="store_true", help="the interpreter at tiny sizes")
+    ap.add_argument("--no-regs", action="store_true", help="no registers column (faster)")
+    ap.add_argument("--lowbit-casts", default="", help="only these packed casts (SRC->DST,...)")
+    ap.add_argument("--matmul-classes", default="", help="only these fp8 matmul classes (,...)")
     args = ap.parse_args(argv)
+    global SKIP_REGS, ONLY_CASTS, ONLY_CLASSES
+    SKIP_REGS = args.no_regs
+    ONLY_CASTS = [c for c in args.lowbit_casts.split(",") if c]
+    ONLY_CLASSES = [c for c in args.matmul_classes.split(",") if c]
     import torch
 
     if args.dry_run:

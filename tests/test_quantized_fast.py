@@ -37,6 +37,41 @@ def test_every_per_token_cast_config(cfg):
             assert ok, (m, n, note)
 
 
+@pytest.mark.parametrize(
+    "cfg",
+    [dict(rows=2, warps=4), dict(rows=1, warps=0), dict(rows=1, warps=4, stages=2),
+     dict(rows=1, warps=4, blocks_per_sm=2)],
+    ids=str,
+)  # fmt: skip
+def test_per_token_cast_reread_refuses_other_forms(cfg):
+    # the config is built (and refused) when the kernel is first called
+    bad = [(r"re-read form \(passes=2\) takes rows=1, warps >= 1", dict(cfg, passes=2)),
+           ("passes must be 1 or 2, got 3", dict(rows=1, warps=4, passes=3))]  # fmt: skip
+    for match, c in bad:
+        kernel = per_token_cast.PerTokenCast(**per_token_cast.pinned(**c))
+        with tilus.option.scoped(interpret=True), pytest.raises(ValueError, match=match):
+            per_token_cast.run_once(kernel, torch, 3, 300, "cpu")
+
+
+def test_per_token_cast_min_blocks_beyond_an_sm():
+    # 32 warps a block: two blocks fill an SM, so a cap of 4 blocks cannot be honoured
+    cfg = per_token_cast.pinned(rows=1, warps=32, passes=2, min_blocks=4)
+    kernel = per_token_cast.PerTokenCast(**cfg, num_sms=2)
+    with tilus.option.scoped(interpret=True):
+        with pytest.raises(tilus.TilusProgramError, match="min_blocks = 4 blocks of 1024 threads"):
+            per_token_cast.run_once(kernel, torch, 3, 300, "cpu")
+
+
+@pytest.mark.parametrize("row_scales", [True, False])
+def test_fp8_matmul_192_wide_tiles_ragged(row_scales):
+    # 3 N tiles of 192, the last one a third full; 2 M tiles, 3 K tiles; several tiles a block
+    cfg = dict(block_m=128, block_n=192, num_stages=4, swizzle=8, block_k=128)
+    kernel = matmul_fp8.MatmulFP8(**cfg, num_sms=2, row_scales=row_scales)
+    with tilus.option.scoped(interpret=True):
+        ok, err, note, *_ = matmul_fp8.run_once(kernel, torch, 200, 450, 384, "cpu", row_scales)
+    assert ok, (err, note)
+
+
 @pytest.mark.parametrize("row_scales", [True, False])
 def test_pingpong_fp8_matmul_ragged(row_scales):
     cfg = dict(block_m=64, block_n=256, num_stages=4, swizzle=4, block_k=128)

@@ -9,14 +9,16 @@ threads covers; the ragged tail reads as zero and is never stored): one max-redu
 row, one reciprocal per row, then a multiply and a conversion per element. Each thread holds
 ``vector`` contiguous elements (8: 16-byte loads; 16: 16-byte fp8 stores too).
 
-Three forms share the autotune space: a block per row group (``blocks_per_sm=0``), or
+Four forms share the autotune space: a block per row group (``blocks_per_sm=0``), or
 persistent blocks (``blocks_per_sm`` an SM) looping over the row groups with the *next*
 group's loads issued before the current group's reduction, so that HBM always has loads in
 flight while a block reduces and stores (a block per row group has none in flight between its
 loads and its stores); or (``stages`` >= 2) persistent blocks whose row groups stream into a
 ring of shared-memory stages by ``copy_async``, ``stages - 1`` groups ahead of the one being
 quantized (read back with 16-byte shared loads; rows past ``m`` and columns past ``n`` land
-as zeros, which add nothing to the max).
+as zeros, which add nothing to the max); or (``passes=2``) a row a block read twice, in
+chunks: a pass for the max, then the chunks again from the L2 to scale and store (few
+registers a thread, whatever the row length). ``min_blocks`` caps a thread's registers.
 
 Run ``python examples/quantized/per_token_cast.py`` (the interpreter on CPU torch tensors
 without a GPU; CUDA with one). Results are checked against torch float32 computing the same
@@ -46,8 +48,9 @@ FP8_MAX = 448.0
 MIN_AMAX = 1e-10  # an all-zero row quantizes to zeros with a tiny (finite) scale
 CPU_SIZES = [(37, 200), (5, 1000)]  # (m, n): ragged rows and row lengths
 GPU_SIZES = [(4096, 7168), (16384, 4096), (3000, 5000)]
-CPU_CONFIGS = [(1, 0, 1, 0, 16, 0), (2, 4, 1, 0, 8, 0), (1, 4, 1, 3, 16, 0), (1, 0, 2, 0, 8, 3),
-               (2, 0, 1, 0, 8, 2)]  # see SPACE  # fmt: skip
+CPU_CONFIGS = [(1, 0, 1, 0, 16, 0, 1, 0), (2, 4, 1, 0, 8, 0, 1, 2), (1, 4, 1, 3, 16, 0, 1, 0),
+               (1, 0, 2, 0, 8, 3, 1, 0), (2, 0, 1, 0, 8, 2, 1, 0),
+               (1, 2, 1, 0, 8, 0, 2, 4)]  # see SPACE and KEYS  # fmt: skip
 
 
 def row_tile(n: int, granule: int) -> int:
@@ -56,7 +59,8 @@ def row_tile(n: int, granule: int) -> int:
     return cdiv(n, granule) * granule
 
 
-# (rows, warps, per_thread, blocks_per_sm, vector, stages). warps = 0 sizes the block by the
+# (rows, warps, per_thread, blocks_per_sm, vector, stages, passes, min_blocks), as KEYS names
+# them. warps = 0 sizes the block by the
 # row: as many warps as give each thread `per_thread` vectors (at most 32 warps), so a row of
 # n elements pads to a multiple of 32 * vector * per_thread at most (7168 and 4096: none;
 # 5000: 120 elements) and a thread holds few registers. vector: contiguous elements a thread
@@ -68,39 +72,78 @@ def row_tile(n: int, granule: int) -> int:
 # and shared memory allow) whose row groups go through a ring of `stages` shared-memory
 # stages filled by copy_async (16-byte cp.async): `stages - 1` groups in flight a block while
 # it reduces and stores the current one, read from the stage with 16-byte shared loads.
-# Measured on the H200 (bench/quantized_configs.py), of copy_: a block a row of 16 elements a
-# thread (16-byte fp8 stores) wins at 4096x7168 (0.80) and 16384x4096 (0.92; 8 fixed warps
-# 0.91, two rows a stage in the ring 0.91); the ring of 2-3 stages at 3000x5000 (0.87, where
-# a block a row reaches 0.80 and 16-element configs 0.40-0.45: 5000 pads to 5120 or more).
+# Measured on the H200 (bench/quantized_configs.py, r46), of copy_ at 4096x7168, 16384x4096,
+# 3000x5000: a row a block of 4 warps, 8 elements a thread (16-byte loads, 8-byte stores)
+# 0.95 / 0.97 / 1.10 (64 registers at most: 0.90 / 0.97 / 1.13; 8 warps 0.94 / 0.95 / 1.09);
+# two rows a block, sized by the row, 16 a thread 0.89 / 0.99 / 0.46 (16-byte stores: a row
+# of 5000 codes is not 16-byte aligned); the re-read form 0.90 / 0.96 / 1.06 (4 warps), kept
+# for long rows (a whole row of 4 warps holds n / 128 elements a thread), as are a ring and
+# the sized-by-row 16-element form (0.93 / 0.97 / 0.40). Dropped: the other rings (0.78-0.84
+# at 4096x7168) and one row of 16 a thread sized by the row (0.82 / 0.93 / 0.40).
+# passes = 2: the re-read form (a row a block of `warps` warps, in chunks of `per_thread`
+# vectors a thread: a pass for |x|'s max, then the row read again, from the L2 where the first
+# pass left it, to scale and store; few registers, so many blocks an SM keep loads in flight).
+# min_blocks > 0: blocks an SM the compiler must fit (a register cap, any form).
+KEYS = ("rows", "warps", "per_thread", "blocks_per_sm", "vector", "stages", "passes", "min_blocks")
 SPACE = [
-    (1, 0, 1, 0, 16, 0),
-    (1, 8, 1, 0, 16, 0),
-    (1, 0, 2, 0, 16, 0),
-    (1, 0, 2, 0, 8, 2),
-    (1, 0, 2, 0, 8, 3),
-    (1, 0, 4, 0, 8, 3),
-    (2, 0, 2, 0, 8, 2),
-    (1, 0, 2, 0, 16, 3),
+    (1, 4, 1, 0, 8, 0, 1, 0),
+    (1, 8, 1, 0, 8, 0, 1, 0),
+    (1, 4, 1, 0, 8, 0, 1, 8),
+    (2, 0, 1, 0, 16, 0, 1, 0),
+    (1, 0, 2, 0, 16, 0, 1, 0),
+    (1, 8, 1, 0, 16, 0, 1, 0),
+    (1, 4, 1, 0, 8, 0, 2, 4),
+    (1, 8, 1, 0, 8, 0, 2, 4),
+    (1, 0, 2, 0, 8, 3, 1, 0),
 ]
-PERSISTENT = [(1, 4, 1, 3, 8, 0), (1, 8, 1, 2, 16, 0)]
+PERSISTENT = [(1, 4, 1, 3, 8, 0, 1, 0), (1, 8, 1, 2, 16, 0, 1, 0)]
+DEFAULTS = dict(per_thread=1, blocks_per_sm=0, vector=8, stages=0, passes=1, min_blocks=0)
+
+
+def pinned(**config) -> dict:
+    """A whole config (every key of ``KEYS``, as the autotuner wants it pinned): ``config``
+    over ``DEFAULTS``."""
+    return {k: {**DEFAULTS, **config}[k] for k in KEYS}
+
 
 #: Shared memory one block may use (the per-block limit less the launch's alignment slack),
 #: an SM's shared memory, and the blocks and threads an SM holds (Hopper).
 BLOCK_SMEM, SM_SMEM, SM_BLOCKS, SM_THREADS = 227 * 1024 - 1024, 228 * 1024, 32, 2048
 
 
-@tilus.autotune("rows, warps, per_thread, blocks_per_sm, vector, stages", SPACE)
+@tilus.autotune(", ".join(KEYS), SPACE)
 class PerTokenCast(tilus.Script):
     """bf16 rows to e4m3 with one float32 scale per row; ``num_sms`` (default: the GPU's SM
     count) sizes the persistent grid."""
 
     def __init__(
-        self, rows, warps, per_thread=1, blocks_per_sm=0, vector=8, stages=0, num_sms=None
+        self,
+        rows,
+        warps,
+        per_thread=1,
+        blocks_per_sm=0,
+        vector=8,
+        stages=0,
+        passes=1,
+        min_blocks=0,
+        num_sms=None,
     ):
         """``warps``: warps a block (0: sized by the row, ``per_thread`` vectors a thread);
         ``vector``: contiguous elements a thread holds; ``blocks_per_sm`` > 0: persistent;
-        ``stages`` >= 2: the ring form (persistent, row groups staged in shared memory)."""
+        ``stages`` >= 2: the ring form (persistent, row groups staged in shared memory);
+        ``passes`` = 2: the re-read form (a row a block of ``warps`` warps, read twice);
+        ``min_blocks`` > 0: blocks an SM must hold at once (caps a thread's registers)."""
         super().__init__()
+        if passes not in (1, 2):
+            raise ValueError(f"PerTokenCast: passes must be 1 or 2, got {passes}")
+        if passes == 2 and (rows != 1 or warps < 1 or blocks_per_sm or stages):
+            raise ValueError(
+                "PerTokenCast: the re-read form (passes=2) takes rows=1, warps >= 1, "
+                f"blocks_per_sm=0 and stages=0, got rows={rows}, warps={warps}, "
+                f"blocks_per_sm={blocks_per_sm}, stages={stages}"
+            )
+        self.passes = passes
+        self.min_blocks = min_blocks
         self.rows = rows
         self.warps = warps
         self.per_thread = per_thread
@@ -124,9 +167,10 @@ class PerTokenCast(tilus.Script):
         self.annotate_layout(x, local(1, reps).spatial(self.rows, threads).local(1, self.vector))
         return x
 
-    def load_rows(self, gx, row, bn: int, warps: int):
-        """The bf16 tile ``[rows, bn]`` at ``row``, ``vector`` contiguous elements a thread."""
-        x = self.load_global(gx, offsets=[row, 0], shape=[self.rows, bn])
+    def load_rows(self, gx, row, bn: int, warps: int, col=0):
+        """The bf16 tile ``[rows, bn]`` at ``(row, col)``, ``vector`` contiguous elements a
+        thread."""
+        x = self.load_global(gx, offsets=[row, col], shape=[self.rows, bn])
         return self.layout_rows(x, bn, warps)
 
     def quantize(self, x, gq, gs, row: int32):
@@ -144,10 +188,14 @@ class PerTokenCast(tilus.Script):
         bn = row_tile(n, self.vector * 32 * warps // rows)
         num_tiles = cdiv(m, rows)
         self.attrs.warps = warps
+        if self.min_blocks:
+            self.attrs.min_blocks = self.min_blocks
         gx = self.global_view(x_ptr, dtype=bfloat16, shape=[m, n])
         gq = self.global_view(q_ptr, dtype=float8_e4m3, shape=[m, n])
         gs = self.global_view(s_ptr, dtype=float32, shape=[m, 1])
-        if self.stages:
+        if self.passes == 2:
+            self.reread(m, n, warps, gx, gq, gs)
+        elif self.stages:
             self.ring(num_tiles, bn, warps, gx, gq, gs)
         elif self.blocks_per_sm == 0:
             self.attrs.blocks = num_tiles
@@ -162,6 +210,28 @@ class PerTokenCast(tilus.Script):
                 nxt = self.load_rows(gx, (tile + grid) * rows, bn, warps)
                 self.quantize(x, gq, gs, tile * rows)
                 x = nxt
+
+    def reread(self, m: int32, n: int, warps: int, gx, gq, gs):
+        """A row a block in chunks of ``per_thread`` vectors a thread: a pass for the row's
+        max |x| (kept elementwise, reduced once), then a second read of each chunk (an L2
+        hit) to scale, round and store it. The tail past ``n`` reads as zero, is not stored."""
+        tile = 32 * warps * self.vector * self.per_thread
+        chunks = cdiv(n, tile)
+        unroll = "all" if chunks <= 8 else 4  # all: the row's loads in flight at once
+        self.attrs.blocks = m
+        row: int32 = self.blockIdx.x
+        acc = self.layout_rows(
+            self.register_tensor(dtype=float32, shape=[1, tile], init=0.0), tile, warps
+        )
+        for c in self.range(chunks, unroll=unroll):
+            xf = self.cast(self.load_rows(gx, row, tile, warps, c * tile), float32)
+            self.maximum(acc, self.maximum(xf, -xf), out=acc)
+        amax = self.maximum(self.max(acc, dim=1, keepdim=True), MIN_AMAX)
+        inv = FP8_MAX / amax
+        for c in self.range(chunks, unroll=unroll):
+            xf = self.cast(self.load_rows(gx, row, tile, warps, c * tile), float32)
+            self.store_global(gq, self.cast(xf * inv, float8_e4m3), offsets=[row, c * tile])
+        self.store_global(gs, amax * (1.0 / FP8_MAX), offsets=[row, 0])
 
     def ring_blocks_per_sm(self, bn: int, warps: int) -> int:
         """Persistent ring blocks an SM: ``blocks_per_sm``, at most what threads and shared
@@ -251,10 +321,9 @@ def main() -> int:
     rows, status = [], 0
     if gpu is None:
         kernels = [  # a block per row group, and persistent blocks (2 "SMs": several rows each)
-            (f"rows={r} warps={w} per_thread={p} blocks_per_sm={b} vector={v} stages={st}",
-             PerTokenCast(rows=r, warps=w, per_thread=p, blocks_per_sm=b, vector=v, stages=st,
-                          num_sms=2))
-            for r, w, p, b, v, st in CPU_CONFIGS
+            (" ".join(f"{k}={v}" for k, v in zip(KEYS, c)),
+             PerTokenCast(**dict(zip(KEYS, c)), num_sms=2))
+            for c in CPU_CONFIGS
         ]  # fmt: skip
         sizes, device = CPU_SIZES, "cpu"
     else:

@@ -37,6 +37,8 @@ PAIRS = [
     (tilus.float16, tilus.int4b),
     (tilus.float16, tilus.float6_e3m2),
     (tilus.float16, tilus.float6_e2m3),
+    (tilus.float16, tilus.float5_e2m2),  # the two-exponent-bit encode at every mantissa width
+    (tilus.float16, tilus.float7_e2m4),
 ]
 
 
@@ -82,9 +84,16 @@ def test_cast_configs_match_the_interpreter(src, dst, cfg):
 
 
 RING = [c for c in ptc.PerTokenCast().configs if c["stages"] or c["blocks_per_sm"]]
+#: the re-read form (a row a block, one chunk and several, a ragged tail) and a register cap
+REREAD = [dict(zip(ptc.KEYS, c)) for c in [(1, 2, 1, 0, 8, 0, 2, 4), (1, 1, 2, 0, 8, 0, 2, 0),
+                                           (1, 4, 1, 0, 8, 0, 1, 2)]]  # fmt: skip
 
 
-@pytest.mark.parametrize("cfg, m, n", [(c, 9, 1000) for c in RING] + [(RING[0], 5, 328)], ids=str)
+@pytest.mark.parametrize(
+    "cfg, m, n",
+    [(c, 9, 1000) for c in RING + REREAD] + [(RING[0], 5, 328), (REREAD[0], 3, 328)],
+    ids=str,
+)
 def test_per_token_cast_ring_matches_the_interpreter(cfg, m, n):
     x = (torch.randn(m, n) * torch.rand(m, 1) * 10).to(torch.bfloat16)
     x[m // 2] = 0  # an all-zero row
@@ -93,8 +102,14 @@ def test_per_token_cast_ring_matches_the_interpreter(cfg, m, n):
     s = np.full(m, np.nan, np.float32)
     xs = x.view(torch.int16).numpy().view(np.uint16)
     groups = -(-m // cfg["rows"])
-    # the ring strides by gridDim (2 blocks here); the register form by its fixed grid
-    grid = 2 if cfg["stages"] else min(groups, cfg["blocks_per_sm"])
+    # the ring strides by gridDim (2 blocks here); the register form by its fixed grid; the
+    # re-read form and a block per row group take a block a group
+    if cfg["stages"]:
+        grid = 2
+    elif cfg["blocks_per_sm"]:
+        grid = min(groups, cfg["blocks_per_sm"])
+    else:
+        grid = groups
     emulate(k, (m, n, xs, q, s), [grid], config=cfg)
     q_ref = torch.full((m, n), 0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn)
     s_ref = torch.full((m,), float("nan"))

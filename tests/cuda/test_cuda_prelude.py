@@ -205,7 +205,8 @@ USES = {
   out2[threadIdx.x + 32] = tl_enc_sfn<2, 1>(x) | tl_hmul2(out2[3], out2[4]) |
       tl_enc_h2sf<3, 2>(out2[threadIdx.x + 96]) | tl_hmin2(out2[5], out2[6]) |
       tl_hadd2(out2[7], out2[8]) | tl_lanes_of_bit15(out2[9]) |
-      tl_prmt(out2[10], out2[11], out2[12]) | tl_hfma2(out2[13], out2[14], out2[15]);
+      tl_prmt(out2[10], out2[11], out2[12]) | tl_hfma2(out2[13], out2[14], out2[15]) |
+      tl_enc_h2e2<1>(out2[threadIdx.x + 128]);
 """,
         {"ATOM", "HFMA2", "HMNMX2", "PRMT"},  # f16x2 subtraction: an HFMA2 (x * 1 - y) here
     ),

@@ -211,9 +211,9 @@ def test_every_matmul_fp8_config_ragged(cls, cfg):
 
 
 def _persistent():
-    keys = ("rows", "warps", "per_thread", "blocks_per_sm", "vector", "stages")
-    return [pytest.param("PerTokenCast", dict(zip(keys, c)), id=f"persistent-{i}")
-            for i, c in enumerate(_example("per_token_cast").PERSISTENT)]  # fmt: skip
+    mod = _example("per_token_cast")
+    return [pytest.param("PerTokenCast", dict(zip(mod.KEYS, c)), id=f"persistent-{i}")
+            for i, c in enumerate(mod.PERSISTENT)]  # fmt: skip
 
 
 @pytest.mark.parametrize("cls, cfg", _space("per_token_cast", "PerTokenCast") + _persistent())

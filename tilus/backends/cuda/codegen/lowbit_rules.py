@@ -298,21 +298,20 @@ def _f16_to_small_float(sd, dd) -> bool:
 
 
 def _f16_pairs_to_small_float(ctx, src, out, n) -> int:
-    """Pairs of f16 registers to sub-byte float codes by ``tl_enc_h2sf`` (both halves of a
+    """Pairs of f16 registers to sub-byte float codes by ``tl_enc_h2sf`` or ``tl_enc_h2e2`` (both halves of a
     word at once); the two codes are packed side by side into the output's words. Returns
     the registers done (an odd last one is left to the element path)."""
     dt = out.dtype
     nb, e, mb = dt.nbits, dt.exponent_bits, dt.mantissa_bits
+    # two exponent bits (e2m1 ...): three fma pieces and two mins (``tl_enc_h2e2``)
+    enc = f"tl_enc_h2e2<{mb}>" if e == 2 else f"tl_enc_h2sf<{e}, {mb}>"
     if nb == 4 and n % 8 == 0:  # a word of 8 codes from 4 pairs: a byte each, 3 prmt
         for k in range(n // 8):
             ts = []
             for j in range(4):
                 i, t = 8 * k + 2 * j, ctx.fresh("t")
                 lo, hi = R.elem(ctx, src, i), R.elem(ctx, src, i + 1)
-                ctx.emit(
-                    f"const uint32_t {t}c = tl_enc_h2sf<{e}, {mb}>((uint32_t){lo} | "
-                    f"((uint32_t){hi} << 16));"
-                )
+                ctx.emit(f"const uint32_t {t}c = {enc}((uint32_t){lo} | ((uint32_t){hi} << 16));")
                 ctx.emit(f"const uint32_t {t} = {t}c | ({t}c >> 12);")  # both codes in byte 0
                 ts.append(t)
             lo2 = f"tl_prmt({ts[0]}, {ts[1]}, 0x40u)"
@@ -322,6 +321,6 @@ def _f16_pairs_to_small_float(ctx, src, out, n) -> int:
     for i in range(0, n - 1, 2):
         c = ctx.fresh("c")
         w = f"((uint32_t){R.elem(ctx, src, i)} | ((uint32_t){R.elem(ctx, src, i + 1)} << 16))"
-        ctx.emit(f"const uint32_t {c} = tl_enc_h2sf<{e}, {mb}>({w});")
+        ctx.emit(f"const uint32_t {c} = {enc}({w});")
         B.put_bits(ctx, ctx.name(out), i * nb, 2 * nb, f"{c} | ({c} >> {16 - nb})")
     return n - n % 2

@@ -244,3 +244,42 @@ template <int E, int M> __device__ __forceinline__ uint32_t tl_enc_h2sf(uint32_t
 }
 """,
 )
+
+#: Two f16 codes to codes of a sub-byte float with 2 exponent bits (e2m1, e2m2, e2m3, e2m4),
+#: equal to ``tl_enc_h2sf<2, M>`` in fewer instructions: the format's three binades (the
+#: subnormals share the first one's quantum) are the pieces of a concave map of |x| onto the
+#: codes, ``code = min(2^M a, 2^(M-1) a + 2^M, 2^(M-2) a + 2^(M+1))`` (slopes halving, the
+#: pieces meeting at 2 and 4), and each piece is rounded to an integer by one ``fma.rn.f16x2``
+#: landing in [1024, 2048), where an f16's ulp is 1 (round to nearest even once: the even code
+#: is the format's even mantissa); rounding is monotonic, so the min of the rounded pieces is
+#: the rounded min. |x| is clamped to the largest value first (NaN -> the number, its sign
+#: dropped, as ``tl_enc_h2sf``). The CPU emulator rounds each half's piece with ``rint``.
+ENCODE_F16X2_E2 = register(
+    FAMILY,
+    "tl_enc_h2e2",
+    r"""
+template <int M> __device__ __forceinline__ uint32_t tl_enc_h2e2(uint32_t w) {
+  constexpr uint32_t X2 = 0x10001u;
+  constexpr uint32_t MAXH = 17u << 10 | (((1u << M) - 1u) << (10 - M));  // 2^2 (2 - 2^-M)
+  constexpr uint32_t K = 0x6400u;  // 1024.0: the codes land in its binade
+  const uint32_t a0 = w & 0x7fff7fffu;
+  const uint32_t sign = (w & ~(a0 + 0x03ff * X2)) & 0x80008000u;  // NaN halves: no sign
+  const uint32_t a = tl_hmin2(a0, MAXH * X2);
+#ifdef __CUDA_ARCH__
+  const uint32_t c1 = tl_hfma2(a, ((15u + M) << 10) * X2, K * X2);
+  const uint32_t c2 = tl_hfma2(a, ((14u + M) << 10) * X2, (K + (1u << M)) * X2);
+  const uint32_t c3 = tl_hfma2(a, ((13u + M) << 10) * X2, (K + (2u << M)) * X2);
+  const uint32_t c = tl_hmin2(tl_hmin2(c1, c2), c3) & (((4u << M) - 1u) * X2);
+#else
+  uint32_t c = 0u;
+  for (int h = 0; h < 2; ++h) {
+    const double v = (double)tl_h2f((uint16_t)(a >> (16 * h)));
+    const double k1 = rint(v * (double)(1 << M)), k2 = rint(v * (double)(1 << M) / 2) + (1 << M),
+                 k3 = rint(v * (double)(1 << M) / 4) + (2 << M);
+    c |= (uint32_t)fmin(fmin(k1, k2), k3) << (16 * h);
+  }
+#endif
+  return (sign >> (13 - M)) | c;
+}
+""",
+)
