@@ -34,6 +34,7 @@ SPAA = SPLIT + (("all_arrive", True),)  # every consumer thread arrives on the e
 LATE = (("late_p", True),)  # P converted while the next S runs
 OV = (("overlap", True),)  # persistent: the next tile's first S runs during this one's epilogue
 OV2 = (("overlap", 2),)  # and its softmax during this one's last P V (measured slower)
+ES1 = (("early_s1", True),)  # with OV: a tile's second S issued before its first softmax
 
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
 #: early_rescale, cluster)
@@ -76,6 +77,9 @@ VARIANTS = {
         (128, 128, 2, 2, False, True, False, 1, OV2),
         (128, 128, 2, 2, False, True, False, 1, SPLIT + OV2),
         (128, 128, 2, 2, False, True, False, 1, SPAA + OV2),
+        (128, 128, 2, 2, False, True, False, 1, SPAA + OV + ES1),
+        (128, 128, 2, 2, False, True, False, 1, SPLIT + OV + ES1),
+        (128, 128, 2, 2, False, True, False, 1, OV + ES1),
     ],
     (128, True): [
         (128, 128, 3, 2, False, False, False, 1),
@@ -103,6 +107,7 @@ EXTRA = {
     "all_arrive": "aa",
     "late_p": "lp",
     "overlap": "ov",
+    "early_s1": "es",
 }
 
 

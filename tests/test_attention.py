@@ -120,14 +120,27 @@ OVERLAP = [  # (b, h, hkv, sq, skv, d, dtype, causal, kernel arguments)
 ]
 
 
+OVERLAP_ES1 = [  # early_s1: blocks of one KV tile read a second one, wholly masked
+    (1, 2, 2, 300, 100, 128, "float16", False, dict(early_s1=True)),  # ragged, one KV tile
+    (1, 2, 1, 130, 130, 128, "float16", True, dict(early_s1=True)),
+]
+
+
 @pytest.mark.parametrize("seed", [None, 5], ids=["in-order", "shuffled"])
-@pytest.mark.parametrize("mode", [1, 2])
-@pytest.mark.parametrize("case", OVERLAP, ids=lambda c: f"d{c[5]}-causal{c[7]}")
+@pytest.mark.parametrize("mode", [1, 2, "1es"])
+@pytest.mark.parametrize(
+    "case", OVERLAP + OVERLAP_ES1, ids=lambda c: f"d{c[5]}-causal{c[7]}-skv{c[4]}"
+)
 def test_overlap_forward_on_the_interpreter(case, mode, seed):
     # persistent over three "SMs", each with 3 or 4 blocks of query rows: two Q buffers, every
     # block's first S issued by the one before (after the last, on stale tiles; mode 2: its
-    # softmax too), O stored and the Q after next loaded by the storer thread
+    # softmax too; 1es: its second S issued before its first softmax), O stored and the Q after
+    # next loaded by the storer thread
     b, h, hkv, sq, skv, d, dt, causal, kw = case
+    if kw.get("early_s1") and mode != 1:
+        pytest.skip("early_s1 runs with overlap=1")
+    if mode == "1es":
+        mode, kw = 1, dict(kw, early_s1=True)
     q, k, v = S.random_qkv(torch, b, h, hkv, sq, skv, d, dt)
     kernel = FlashAttention(tile=0, dim=d, dtype=dt, causal=causal, group=h // hkv, num_sms=3,
                             persistent=True, pingpong=False, overlap=mode, **kw)  # fmt: skip
@@ -146,6 +159,9 @@ def test_overlap_forward_on_the_interpreter(case, mode, seed):
               num_stages=3, dim=128), "beside the ring: 3 stages of 128 keys leave no room"),
         (dict(overlap=3, persistent=True), "overlap must be 0, 1 or 2 .*got 3"),
         (dict(overlap=2, persistent=True, late_p=True), "overlap must be 0, 1 or 2 .*got 2"),
+        (dict(overlap=2, persistent=True, pingpong=False, early_s1=True),
+         "early_s1 needs overlap=1 \\(got 2\\)"),
+        (dict(persistent=False, early_s1=True), "early_s1 needs overlap=1 \\(got 0\\)"),
     ],
 )  # fmt: skip
 def test_bad_overlap_arguments_are_refused(kw, fragment):
@@ -375,6 +391,11 @@ GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variant
     dict(dim=128, overlap=2, num_sms=5),
     dict(dim=128, causal=True, persistent=True, pingpong=False, overlap=2, num_sms=5),
     dict(dim=64, block_m=128, consumers=2, persistent=True, overlap=2, num_sms=5),
+    dict(dim=128, overlap=1, early_s1=True, num_sms=5),
+    dict(dim=128, overlap=1, early_s1=True, all_arrive=False, num_sms=5),
+    dict(
+        dim=128, causal=True, persistent=True, pingpong=False, overlap=1, early_s1=True, num_sms=5
+    ),
 ]
 
 

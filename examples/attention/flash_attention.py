@@ -91,6 +91,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         all_arrive=None,
         late_p=None,
         overlap=None,
+        early_s1=None,
     ):
         super().__init__()
         tiles = default_tiles(dim, causal)
@@ -154,6 +155,15 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         if self.overlap not in (0, 1, 2) or self.overlap == 2 and (self.late_p or self.p_shared):
             raise tilus.TilusArgumentError(f"overlap must be 0, 1 or 2 (not with late_p or "
                                            f"p_shared), got {overlap!r}")  # fmt: skip
+        # early_s1 (overlap=1): a tile's second S is issued before its first softmax, which then
+        # runs while the tensor cores compute it; every block reads at least two KV tiles (the
+        # second of a one-tile block wholly masked), so that S is always issued without a branch
+        self.early_s1 = bool(more.get("early_s1", 0) * (self.overlap == 1)
+                             if early_s1 is None else early_s1)  # fmt: skip
+        if self.early_s1 and (self.overlap != 1 or self.late_p or self.p_shared):
+            raise tilus.TilusArgumentError(
+                f"early_s1 needs overlap=1 (got {self.overlap}) without late_p or p_shared"
+            )
 
     def softmax(
         self,
@@ -210,22 +220,27 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         row0: int32,
         seq_kv: int32,
         scale_log2: float32,
+        issued: bool = False,
+        s=None,
     ):
         """KV tile ``j >= 1``: issue ``S_j = Q K_j^T`` and ``O += P_{j-1} V_{j-1}``, run the
         softmax of ``S_j`` while the second one runs, then rescale O and stage ``P_j``
         (``early_rescale``: O is rescaled by ``scale_o`` while ``S_j`` runs instead, as
-        FlashAttention-3 does, before ``P_{j-1} V_{j-1}`` is issued)."""
-        bmh, bn = self.rows, self.block_n
+        FlashAttention-3 does, before ``P_{j-1} V_{j-1}`` is issued). ``issued``: ``S_j`` was
+        issued into ``s`` already (``early_s1``; K_j and V_{j-1} have landed)."""
         stage = ring.stage
-        s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
-        self.mbarrier.wait(kfull[stage], phase=ring.phase)
-        # both waits before the issue: a wait loop between two wgmma issues makes ptxas
-        # serialize every wgmma of the kernel
-        self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
-        self.take_turn(half)
-        self.wgmma.fence()
-        self.mma_s(sq[half], sk[stage], s)
-        self.wgmma.commit_group()
+        if not issued:
+            s = self.register_tensor(dtype=float32, shape=[self.rows, self.block_n], init=0.0)
+            self.mbarrier.wait(kfull[stage], phase=ring.phase)
+            # both waits before the issue: a wait loop between two wgmma issues makes ptxas
+            # serialize every wgmma of the kernel
+            self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+            self.take_turn(half)
+            self.wgmma.fence()
+            self.mma_s(sq[half], sk[stage], s)
+            self.wgmma.commit_group()
+        else:
+            self.wgmma.fence()  # P's (and O's zero) registers were written
         if self.early_rescale:
             for oh in o:
                 self.assign(oh, oh * scale_o)
@@ -252,6 +267,13 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         else:
             self.assign(pa, self.cast(p, self.dtype))
         ring.advance()
+
+    def zero_o(self) -> list:
+        """The output accumulator, zero: one ``[rows, panel]`` tile per column panel."""
+        return [
+            self.register_tensor(dtype=float32, shape=[self.rows, self.panel], init=0.0)
+            for _ in self.panel_ids
+        ]
 
     def mma_s(self, sq: SharedTensor, sk: SharedTensor, s: RegisterTensor):
         """``s += Q K^T``, one WGMMA chain per column panel of the head dim."""
@@ -313,10 +335,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         was issued by the tile before, this tile issues the next one's."""
         bmh, bn = self.rows, self.block_n
         row0: int32 = q_row + half * bmh
-        o = [
-            self.register_tensor(dtype=float32, shape=[bmh, self.panel], init=0.0)
-            for _ in self.panel_ids
-        ]
+        o = [] if self.early_s1 else self.zero_o()
         m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
         lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
         if nxt is None:
@@ -330,6 +349,20 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         if nxt is not None and self.overlap == 2:  # S_0's softmax ran in the block before
             m, lsum, pa = nxt[8]
             pf = pa
+        elif self.early_s1:  # S_1 issued before S_0's softmax, which runs while S_1 does
+            s = nxt[0]
+            self.wgmma.wait_group(0)
+            self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
+            s1 = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
+            # the waits of step 1 before its S: no wait loop while a wgmma is in flight
+            ring.advance()
+            self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+            self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+            self.first_s(half, ring, kfull, sq[half], sk, s1)
+            p, _ = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
+            pa = self.cast(p, self.dtype)
+            pf = p
+            o += self.zero_o()  # O's registers are live from here on, not during that softmax
         else:
             if nxt is not None:
                 s = nxt[0]  # issued by the block's previous tile
@@ -365,9 +398,12 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
             seq_kv,
             scale_log2,
         )
-        for j in self.range(1, n_full):
+        first = 2 if self.early_s1 else 1
+        if self.early_s1:  # step 1 with its S issued (masked: it may be the ragged tile)
+            self.step(True, 1, *args, issued=True, s=s1)
+        for j in self.range(first, n_full):
             self.step(False, j, *args)
-        for j in self.range(n_full, n_kv):
+        for j in self.range(max(n_full, first), n_kv):
             self.step(True, j, *args)
         if self.persistent and nxt is None:  # the last S retired: the next Q may land
             with self.single_thread():

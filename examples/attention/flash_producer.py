@@ -28,6 +28,8 @@ class FlashProducer:
         n = cdiv(seq_kv, self.block_n)
         if self.causal:
             n = min(n, cdiv(q_row + self.block_m, self.block_n))
+        if self.early_s1:  # the second S is issued unconditionally: a tile past the end, masked
+            n = max(n, 2)
         return n
 
     def coords(self, t: int32, num_q: int32, seq_kv: int32):
