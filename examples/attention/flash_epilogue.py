@@ -155,16 +155,3 @@ class FlashEpilogue:
                 )
         self.tma.commit_group()
         self.tma.wait_group(0, read=True)
-
-    def load_q(self, sqb, gq, bar, bh: int32, q_row: int32):
-        """The Q tile at ``q_row`` of head ``bh`` into shared buffer ``sqb`` (barrier ``bar``)."""
-        self.mbarrier.arrive_and_expect_tx(bar, transaction_bytes=sqb.nbytes)
-        for g in self.range(self.consumers, unroll=self.consumers):
-            for h in self.panel_ids:
-                self.tma.global_to_shared(
-                    src=gq,
-                    dst=sqb[g, h],
-                    offsets=[bh, q_row + g * self.rows, h * self.panel],
-                    dims=[1, 2],
-                    mbarrier=bar,
-                )
