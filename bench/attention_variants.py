@@ -50,6 +50,8 @@ VARIANTS = {
         (192, 128, 4, 3, True, False, True, 1),
         (192, 128, 4, 3, True, False, True, 1, SPAA),
         (192, 128, 4, 3, False, False, False, 1, SPAA),
+        (192, 128, 4, 3, False, True, False, 1, SPAA),
+        (192, 128, 4, 3, False, True, False, 1, SPAA + OV),
         (192, 128, 3, 3, True, False, True, 1, SPAA + PSH),
         (192, 128, 4, 3, True, False, True, 1, SPAA + PSH),
     ],
