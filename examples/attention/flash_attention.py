@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 
 import tilus
-from tilus import RegisterTensor, SharedTensor, bfloat16, float16, float32, int32, uint32, void_p
+from tilus import RegisterTensor, bfloat16, float16, float32, int32, uint32, void_p
 from tilus.utils import cdiv
 
 if str(Path(__file__).resolve().parent) not in sys.path:
@@ -55,6 +55,7 @@ from attention_support import (  # noqa: E402
     reference,
 )
 from flash_epilogue import FlashEpilogue  # noqa: E402
+from flash_gemms import FlashGemms  # noqa: E402
 from flash_producer import FlashProducer  # noqa: E402
 from flash_tiles import SMEM_BYTES, Ring, default_tiles  # noqa: E402
 
@@ -65,7 +66,7 @@ LN2 = 0.6931471805599453
 
 
 @tilus.autotune("tile", [0, 1, 2, 3])
-class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
+class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
     """The forward kernel for one dtype, head dim, causality and head grouping; ``tile`` picks
     one of the head dim's ``default_tiles`` (or pass ``block_m``/``block_n``/``num_stages``/
     ``consumers``/``pingpong``)."""
@@ -267,42 +268,6 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         else:
             self.assign(pa, self.cast(p, self.dtype))
         ring.advance()
-
-    def zero_o(self) -> list:
-        """The output accumulator, zero: one ``[rows, panel]`` tile per column panel."""
-        return [
-            self.register_tensor(dtype=float32, shape=[self.rows, self.panel], init=0.0)
-            for _ in self.panel_ids
-        ]
-
-    def mma_s(self, sq: SharedTensor, sk: SharedTensor, s: RegisterTensor):
-        """``s += Q K^T``, one WGMMA chain per column panel of the head dim."""
-        for h in self.panel_ids:
-            self.wgmma.mma(sq[h], sk[h].transpose(), s)
-
-    def stage_p(self, p: RegisterTensor, sp: SharedTensor):
-        """P into shared memory for a shared-operand P V (``p_shared``: frees its registers)."""
-        self.store_shared(sp, p)
-        self.fence.proxy_async(space="shared")  # generic writes, then WGMMA reads
-        self.sync()
-
-    def mma_pv(self, pa, sv: SharedTensor, o: list):
-        """``O += P V``: panel ``h`` of V into O's panel ``h``."""
-        for h in self.panel_ids:
-            self.wgmma.mma(pa, sv[h], o[h])
-
-    def release(self, bars, peer, i: int32):
-        """One thread arrives on barrier ``i`` of ``bars`` (in a cluster on the peer's too: its
-        producer loads into this block's slots). Relaxed at cluster scope: the WGMMAs that read
-        the slot have retired, and a release fence there would sit on the critical path.
-        ``all_arrive``: every thread of the group arrives (one instruction a warp, no branch)."""
-        if self.all_arrive:
-            self.mbarrier.arrive(bars[i])
-        else:
-            with self.single_thread():
-                self.mbarrier.arrive(bars[i])
-                if self.cluster_m == 2:
-                    self.mbarrier.arrive(peer[i], sem="relaxed", scope="cluster")
 
     def consume(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilus import RegisterTensor, float32, int32
+from tilus import float32, int32
 
 LN2 = 0.6931471805599453
 
@@ -42,12 +42,6 @@ class FlashEpilogue:
             self.store_shared(sqb[half, h], self.cast(o[h] * inv, self.dtype))
         self.fence.proxy_async(space="shared")
         self.mbarrier.arrive(ofull)
-
-    def first_s(self, half: int, ring, kfull, sqh, sk, s: RegisterTensor):
-        """Issue ``s = Q K^T`` of a tile's first KV tile (Q and K have landed)."""
-        self.wgmma.fence()
-        self.mma_s(sqh, sk[ring.stage], s)
-        self.wgmma.commit_group()
 
     def consumer_overlap(self, g: int, num_q: int32, seq_kv: int32, total: int32, *args):
         """``overlap``: consumer group ``g`` over its blocks (every ``num_sms``-th), each block's
