@@ -35,6 +35,7 @@ LATE = (("late_p", True),)  # P converted while the next S runs
 OV = (("overlap", True),)  # persistent: the next tile's first S runs during this one's epilogue
 OV2 = (("overlap", 2),)  # and its softmax during this one's last P V (measured slower)
 ES1 = (("early_s1", True),)  # with OV: a tile's second S issued before its first softmax
+SE = (("skip_empty", True),)  # groups past the last query row (the ragged block) run no GEMM
 
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
 #: early_rescale, cluster)
@@ -52,6 +53,8 @@ VARIANTS = {
         (192, 128, 4, 3, False, False, False, 1, SPAA),
         (192, 128, 4, 3, False, True, False, 1, SPAA),
         (192, 128, 4, 3, False, True, False, 1, SPAA + OV),
+        (192, 128, 4, 3, False, False, False, 1, SPAA + SE),
+        (192, 128, 4, 3, True, False, True, 1, SPAA + SE),
         (192, 128, 3, 3, True, False, True, 1, SPAA + PSH),
         (192, 128, 4, 3, True, False, True, 1, SPAA + PSH),
     ],
@@ -110,6 +113,7 @@ EXTRA = {
     "late_p": "lp",
     "overlap": "ov",
     "early_s1": "es",
+    "skip_empty": "se",
 }
 
 

@@ -150,9 +150,36 @@ def test_overlap_forward_on_the_interpreter(case, mode, seed):
     _check_forward(q, k, v, causal, o, lse, scale=0.3)
 
 
+SKIP_EMPTY = [  # (causal, kernel arguments): 200 query rows, the second block's last groups empty
+    (False, dict(block_m=192, consumers=3, num_stages=4, pingpong=False)),
+    (True, dict(block_m=192, consumers=3, num_stages=4, pingpong=True, early_rescale=True)),
+    (True, dict(block_m=192, consumers=3, num_stages=3, pingpong=True, persistent=True, num_sms=3)),
+    (
+        False,
+        dict(block_m=128, consumers=2, num_stages=3, pingpong=False, persistent=True, num_sms=3),
+    ),
+]
+
+
+@pytest.mark.parametrize("seed", [None, 7], ids=["in-order", "shuffled"])
+@pytest.mark.parametrize("causal, kw", SKIP_EMPTY)
+def test_skip_empty_forward_on_the_interpreter(causal, kw, seed):
+    # a group whose rows all lie past the end only waits for and frees the ring's slots (and
+    # passes its ping-pong turns on); the other groups and the next blocks go on unchanged
+    q, k, v = S.random_qkv(torch, 2, 2, 1, 200, 200 if causal else 333, 64, "float16")
+    kernel = FlashAttention(tile=0, dim=64, group=2, causal=causal, split_producer=True,
+                            all_arrive=True, skip_empty=True, **kw)  # fmt: skip
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=causal, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, causal, o, lse, scale=0.3)
+
+
 @pytest.mark.parametrize(
     "kw, fragment",
     [
+        (dict(overlap=True, persistent=True, pingpong=False, skip_empty=True),
+         "skip_empty needs overlap=0"),
         (dict(overlap=True, persistent=False), "overlap needs persistent=True, pingpong=False"),
         (dict(overlap=True, persistent=True, pingpong=True), "overlap needs .* beside the ring$"),
         (dict(overlap=True, persistent=True, pingpong=False, block_m=128, consumers=2,
@@ -397,10 +424,15 @@ GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variant
         dim=128, causal=True, persistent=True, pingpong=False, overlap=1, early_s1=True, num_sms=5
     ),
 ]
+GPU_SKIP_EMPTY = [  # run at 1000 query rows: the last block of 192 rows has 40, group 0's
+    dict(dim=64, skip_empty=True),
+    dict(dim=64, skip_empty=True, pingpong=True, early_rescale=True),
+    dict(dim=64, skip_empty=True, causal=True),
+]
 
 
 @pytest.mark.parametrize(
-    "kw", GPU_VARIANTS, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items())
+    "kw", GPU_VARIANTS + GPU_SKIP_EMPTY, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items())
 )
 def test_gpu_variants_are_valid_kernels(kw):
     """Each GPU variant's arguments fit together with tile 0 of its space (a conflict is a
@@ -425,6 +457,25 @@ def test_gpu_forward_variants(kw, dtype):
     scale = S.default_scale(d, None)
     ro, rl = _gpu_reference(q, k, v, causal, scale)
     kernel = FlashAttention(tile=0, dtype=dtype, group=2, **kw)
+    o = torch.full_like(q, float("nan"))
+    o, lse = flash_attention(q, k, v, causal=causal, kernel=kernel, out=o)
+    torch.cuda.synchronize()
+    assert not o.isnan().any()
+    err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
+    assert err < 2e-2, f"max error {err}"
+    assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3)
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "kw", GPU_SKIP_EMPTY, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items())
+)
+def test_gpu_skip_empty(kw):
+    d, causal = kw["dim"], kw.get("causal", False)
+    q, k, v = S.random_qkv(torch, 2, 4, 2, 1000, 1000 if causal else 1234, d, "float16", "cuda")
+    ro, rl = _gpu_reference(q, k, v, causal, S.default_scale(d, None))
+    kernel = FlashAttention(tile=0, group=2, **kw)
     o = torch.full_like(q, float("nan"))
     o, lse = flash_attention(q, k, v, causal=causal, kernel=kernel, out=o)
     torch.cuda.synchronize()

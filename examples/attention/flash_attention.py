@@ -93,6 +93,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         late_p=None,
         overlap=None,
         early_s1=None,
+        skip_empty=None,
     ):
         super().__init__()
         tiles = default_tiles(dim, causal)
@@ -161,6 +162,11 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         # second of a one-tile block wholly masked), so that S is always issued without a branch
         self.early_s1 = bool(more.get("early_s1", 0) * (self.overlap == 1)
                              if early_s1 is None else early_s1)  # fmt: skip
+        # skip_empty: a consumer group whose rows all lie past the last query row (the ragged
+        # last block) runs no GEMM, it only frees the slots it would read
+        self.skip_empty = bool(more.get("skip_empty", 0) if skip_empty is None else skip_empty)
+        if self.skip_empty and self.overlap:
+            raise tilus.TilusArgumentError("skip_empty needs overlap=0")
         if self.early_s1 and (self.overlap != 1 or self.late_p or self.p_shared):
             raise tilus.TilusArgumentError(
                 f"early_s1 needs overlap=1 (got {self.overlap}) without late_p or p_shared"
@@ -405,7 +411,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
 
     def consumer(self, g: int, num_q: int32, heads: int32, seq_kv: int32, total: int32, *args):
         """Consumer group ``g`` over its blocks (one, or persistent: every ``num_sms``-th)."""
-        ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2 = args
+        ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2, seq_q = args
         if g == self.consumers - 1:
             self.pass_turn(g)  # group 0 takes the first turn
         if self.overlap:
@@ -414,8 +420,9 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
             qphase: uint32 = 0
             for t in self.range(self.blockIdx.x, total, self.num_sms):
                 bh, _, q_row, n_kv = self.coords(t, num_q, seq_kv)
-                self.consume(g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, qphase,
-                             so, sp, bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
+                self.consume_or_drain(seq_q, g, ring, kfull, sq, sk, sv, peers, go, glse, qbar,
+                                      qempty, qphase, so, sp, bh, q_row, seq_kv, n_kv,
+                                      scale_log2)  # fmt: skip
                 qphase ^= 1
             if not self.direct_o:
                 with self.single_thread():
@@ -423,8 +430,8 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         else:
             t: int32 = (self.blockIdx.z * heads + self.blockIdx.y) * num_q
             bh, _, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
-            self.consume(g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, 0, so, sp,
-                         bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
+            self.consume_or_drain(seq_q, g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty,
+                                  0, so, sp, bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
 
     def __call__(
         self,
@@ -509,7 +516,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         sp = None  # P goes from registers straight into the P V WGMMA, or through shared
         if self.p_shared:
             sp = self.shared_tensor(dtype=dt, shape=[ncg, bmh, bn])
-        args = (ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2)
+        args = (ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2, seq_q)
         with self.warp_group(0, 4):
             self.setmaxnreg(high)
             self.consumer(0, num_q, heads, seq_kv, total, *args)

@@ -47,7 +47,7 @@ class FlashEpilogue:
         """``overlap``: consumer group ``g`` over its blocks (every ``num_sms``-th), each block's
         first S issued by the block before (the first one's here; ``overlap=2``: its softmax
         too, P and the row statistics carried into the block)."""
-        ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2 = args
+        ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2, _ = args
         ofull = qempty  # overlap: [2] barriers, the tile's O is in its Q buffer
         bmh, bn = self.rows, self.block_n
         s0 = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)

@@ -1,4 +1,4 @@
-"""FlashAttention's consumer GEMMs (``S = Q K^T``, ``O += P V`` by WGMMA) and slot releases."""
+"""FlashAttention's consumer GEMMs (``S = Q K^T``, ``O += P V`` by WGMMA), slot releases, drains."""
 
 from __future__ import annotations
 
@@ -50,3 +50,28 @@ class FlashGemms:
                 self.mbarrier.arrive(bars[i])
                 if self.cluster_m == 2:
                     self.mbarrier.arrive(peer[i], sem="relaxed", scope="cluster")
+
+    def consume_or_drain(self, seq_q: int32, *cargs):
+        """``consume(*cargs)``, or with ``skip_empty``, for a group whose rows all lie past
+        ``seq_q``, only the waits and releases of every slot it would read (the ping-pong turns
+        too), so that the producer and the other groups go on as if it had computed."""
+        if self.skip_empty:
+            half, ring, kfull, peers, qempty, q_row, n_kv = (
+                cargs[0], cargs[1], cargs[2], cargs[6], cargs[10], cargs[15], cargs[17]
+            )  # fmt: skip
+            if q_row + half * self.rows < seq_q:
+                self.consume(*cargs)
+            else:
+                for _ in self.range(n_kv):
+                    self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+                    self.take_turn(half)
+                    self.pass_turn(half)
+                    self.release(kfull, peers[0], self.num_stages + ring.stage)
+                    self.mbarrier.wait(ring.full[ring.stage], phase=ring.phase)
+                    self.release(ring.empty, peers[1], ring.stage)
+                    ring.advance()
+                if self.persistent:  # the next Q may land
+                    with self.single_thread():
+                        self.mbarrier.arrive(qempty)
+        else:
+            self.consume(*cargs)
