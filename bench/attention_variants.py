@@ -259,27 +259,31 @@ def bench(args) -> int:
 
 
 def check_ragged(torch, res: dict, shapes) -> int:
-    """Every compiled variant once more at ragged lengths (q 333 rows, KV 333 causal / 517),
-    against a float32 reference with a poisoned output; one line per variant."""
+    """Every compiled variant once more at ragged lengths (q 333 rows, KV 333 causal / 517; then
+    q 200 rows: a block of 192 rows past the end but for 8), against a float32 reference with a
+    poisoned output; one line per variant and length."""
     from attention_support import random_qkv
     from flash_attention import forward_launcher
 
     F = torch.nn.functional
     status = 0
     for d, causal in sorted({(d, c) for _, _, _, d, c in shapes}):
-        q, k, v = random_qkv(torch, 2, 4, 4, 333, 333 if causal else 517, d, "float16", "cuda")
-        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
-        for var in VARIANTS[(d, causal)]:
-            if "error" in res[(var, d, causal)]:
-                continue
-            o = torch.full_like(q, float("nan"))
-            forward_launcher(q, k, v, causal=causal, kernel=kernel_of(var, d, causal), out=o)()
-            torch.cuda.synchronize()
-            err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
-            ok = err < 2e-2
-            status |= not ok
-            print(f"ragged d{d}{' causal' if causal else ''} {label(var):26s} "
-                  f"max error {err:.2e} {'ok' if ok else 'WRONG'}")  # fmt: skip
+        for sq in (333, 200):
+            skv = sq if causal else 517
+            q, k, v = random_qkv(torch, 2, 4, 4, sq, skv, d, "float16", "cuda")
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+            for var in VARIANTS[(d, causal)]:
+                if "error" in res[(var, d, causal)]:
+                    continue
+                o = torch.full_like(q, float("nan"))
+                kern = kernel_of(var, d, causal)
+                forward_launcher(q, k, v, causal=causal, kernel=kern, out=o)()
+                torch.cuda.synchronize()
+                err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
+                ok = err < 2e-2
+                status |= not ok
+                print(f"ragged {sq}x{skv} d{d}{' causal' if causal else ''} {label(var):26s} "
+                      f"max error {err:.2e} {'ok' if ok else 'WRONG'}")  # fmt: skip
     return status
 
 
