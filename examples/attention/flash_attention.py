@@ -21,16 +21,18 @@ softmax overlaps the other's GEMMs. ``persistent`` launches one block per SM tha
 the blocks of query rows (the output staged apart from Q, so the next Q loads meanwhile, or,
 where the ring leaves no room, stored from registers; ``overlap``: two Q buffers, each tile's
 first ``S`` issued with the last ``P V`` of the tile before and running during its epilogue, O
-staged in the tile's own Q buffer and stored by a storer thread, see flash_epilogue.py).
-``cluster=2`` pairs the blocks of neighbouring query rows: each loads one column panel of
-every K and V tile into both blocks (TMA multicast), halving the L2 traffic, and a slot is
-refilled once both blocks' consumers freed it (causal: both read the upper block's tiles; measured slower on an H200, whose L2 is
-not the limit). ``split_producer`` gives K and V a producer warp each (neither waits for the
-other's free slot), ``all_arrive`` has every consumer thread arrive on the empty barriers (no
-elected thread, no branch), ``p_shared`` stages P in shared memory, ``late_p`` converts P while
-the next S runs. Only the tiles a block needs are loaded: with ``causal`` the tiles right of the
-diagonal are skipped (the longest rows first), and only the diagonal tile and the ragged last
-tile are masked.
+staged in the tile's own Q buffer and stored by a storer thread, see flash_epilogue.py; with
+``early_s1`` a tile's second S is issued before its first softmax, which then runs during it).
+``cluster=2`` pairs the blocks of neighbouring query rows: each loads one column panel of every
+K and V tile into both blocks (TMA multicast), halving the L2 traffic, and a slot is refilled
+once both blocks' consumers freed it (causal: both read the upper block's tiles; measured slower
+on an H200, whose L2 is not the limit). ``split_producer`` gives K and V a producer warp each
+(neither waits for the other's free slot), ``all_arrive`` has every consumer thread arrive on
+the empty barriers (no elected thread, no branch), ``p_shared`` stages P in shared memory,
+``late_p`` converts P while the next S runs, ``skip_empty`` lets a group whose rows all lie past
+the last query row (in the ragged last block) skip its GEMMs. Only the tiles a block needs are
+loaded: with ``causal`` the tiles right of the diagonal are skipped (the longest rows first),
+and only the diagonal tile and the ragged last tile are masked.
 
 Run ``python examples/attention/flash_attention.py``: on the tilus interpreter without a GPU,
 on CUDA with one (every result checked against a float32 reference).
@@ -157,13 +159,11 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         if self.overlap not in (0, 1, 2) or self.overlap == 2 and (self.late_p or self.p_shared):
             raise tilus.TilusArgumentError(f"overlap must be 0, 1 or 2 (not with late_p or "
                                            f"p_shared), got {overlap!r}")  # fmt: skip
-        # early_s1 (overlap=1): a tile's second S is issued before its first softmax, which then
-        # runs while the tensor cores compute it; every block reads at least two KV tiles (the
-        # second of a one-tile block wholly masked), so that S is always issued without a branch
+        # early_s1 (overlap=1): a tile's second S runs during its first softmax; every block reads
+        # two KV tiles or more (a one-tile block's second wholly masked): that S has no branch
         self.early_s1 = bool(more.get("early_s1", 0) * (self.overlap == 1)
                              if early_s1 is None else early_s1)  # fmt: skip
-        # skip_empty: a consumer group whose rows all lie past the last query row (the ragged
-        # last block) runs no GEMM, it only frees the slots it would read
+        # skip_empty: a group whose rows all lie past the last query row only frees the slots
         self.skip_empty = bool(more.get("skip_empty", 0) if skip_empty is None else skip_empty)
         if self.skip_empty and self.overlap:
             raise tilus.TilusArgumentError("skip_empty needs overlap=0")
