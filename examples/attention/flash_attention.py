@@ -161,13 +161,13 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
                                            f"p_shared), got {overlap!r}")  # fmt: skip
         # early_s1 (overlap=1): a tile's second S runs during its first softmax; every block reads
         # two KV tiles or more (a one-tile block's second wholly masked): that S has no branch
-        self.early_s1 = bool(more.get("early_s1", 0) * (self.overlap == 1)
-                             if early_s1 is None else early_s1)  # fmt: skip
-        # skip_empty: a group whose rows all lie past the last query row only frees the slots
-        self.skip_empty = bool(more.get("skip_empty", 0) if skip_empty is None else skip_empty)
+        fits = self.overlap == 1 and not (self.late_p or self.p_shared)
+        self.early_s1 = bool(more.get("early_s1", 0) * fits if early_s1 is None else early_s1)
+        se = more.get("skip_empty", 0) * (not self.overlap)  # empty groups only free the slots
+        self.skip_empty = bool(se if skip_empty is None else skip_empty)
         if self.skip_empty and self.overlap:
             raise tilus.TilusArgumentError("skip_empty needs overlap=0")
-        if self.early_s1 and (self.overlap != 1 or self.late_p or self.p_shared):
+        if self.early_s1 and not fits:
             raise tilus.TilusArgumentError(
                 f"early_s1 needs overlap=1 (got {self.overlap}) without late_p or p_shared"
             )
