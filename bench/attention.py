@@ -20,7 +20,7 @@ timings, the L2 flushed before each run; the median of the rounds is reported):
 ``--flush dirty`` (the default) flushes the L2 by zeroing 256 MiB, which leaves it full of
 dirty lines that the timed kernel then writes back; ``--flush clean`` reads another 256 MiB
 after that write, so the timed kernel finds clean lines only (as after a serving loop's earlier
-kernels, which leave few dirty lines).
+kernels, which leave few dirty lines); ``--flush both`` times every shape under each.
 
 ``--per-config`` adds a row for each pinned config of the decode kernels (their registers in the
 ``impl`` column), to pick the autotune space, and one (``+combine``) of the tuned kernel with its
@@ -351,21 +351,26 @@ def bench(args) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU: use --dry-run for the CPU checks")
         return 1
-    if args.flush == "clean":
-        flush = CleanFlush(torch, 256 << 20)
-    else:
-        flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     status, results = [0], []
     print(f"{'kind':8s} {'shape':22s} {'impl':24s} {'ms':>8s} {'rate':>13s} {'x best sdpa':>11s}"
           f" {'x contig':>8s}")  # fmt: skip
     print("-" * 100)
     work = [(bench_forward, args.forward), (bench_decode, args.decode), (bench_paged, args.paged)]
-    for fn, shapes in work:
-        for shape in filter(None, shapes.split(",")):
-            rows = fn(torch, shape, flush, args, status)
-            _print_rows(rows)  # as each shape finishes: a run cut short still shows them
-            results += rows
-            torch.cuda.empty_cache()
+    modes = ["dirty", "clean"] if args.flush == "both" else [args.flush]
+    for mode in modes:  # both: every shape after the dirty flush, then after the clean one
+        if mode == "clean":
+            flush = CleanFlush(torch, 256 << 20)
+        else:
+            flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        if len(modes) > 1:
+            print(f"## L2 flush: {mode}")
+        for fn, shapes in work:
+            for shape in filter(None, shapes.split(",")):
+                rows = [dict(r, flush=mode) for r in fn(torch, shape, flush, args, status)]
+                _print_rows(rows)  # as each shape finishes: a run cut short still shows them
+                results += rows
+                torch.cuda.empty_cache()
+        del flush
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         gpu=torch.cuda.get_device_name(),
@@ -389,9 +394,9 @@ def main(argv=None) -> int:
     ap.add_argument("--per-config", action="store_true", help="also each decode kernel config")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=10, help="timed runs per kernel per round")
-    ap.add_argument("--flush", choices=("dirty", "clean"), default="dirty",
-                    help="L2 flush before each timed run: dirty (zero 256 MiB) or clean (then "
-                         "read another 256 MiB)")  # fmt: skip
+    ap.add_argument("--flush", choices=("dirty", "clean", "both"), default="dirty",
+                    help="L2 flush before each timed run: dirty (zero 256 MiB), clean (then read "
+                         "another 256 MiB) or both (every shape under each)")  # fmt: skip
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
     args = ap.parse_args(argv)
