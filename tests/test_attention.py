@@ -158,6 +158,7 @@ SKIP_EMPTY = [  # (causal, kernel arguments): 200 query rows, the second block's
         False,
         dict(block_m=128, consumers=2, num_stages=3, pingpong=False, persistent=True, num_sms=3),
     ),
+    (False, dict(block_m=192, consumers=3, cluster=2, all_arrive=False)),  # and the peer's slots
 ]
 
 
@@ -167,8 +168,8 @@ def test_skip_empty_forward_on_the_interpreter(causal, kw, seed):
     # a group whose rows all lie past the end only waits for and frees the ring's slots (and
     # passes its ping-pong turns on); the other groups and the next blocks go on unchanged
     q, k, v = S.random_qkv(torch, 2, 2, 1, 200, 200 if causal else 333, 64, "float16")
-    kernel = FlashAttention(tile=0, dim=64, group=2, causal=causal, split_producer=True,
-                            all_arrive=True, skip_empty=True, **kw)  # fmt: skip
+    kw = dict(dict(split_producer=True, all_arrive=True), **kw)
+    kernel = FlashAttention(tile=0, dim=64, group=2, causal=causal, skip_empty=True, **kw)
     o = torch.full_like(q, float("nan"))
     with tilus.option.scoped(interpret=True, schedule_seed=seed):
         o, lse = flash_attention(q, k, v, causal=causal, out=o, scale=0.3, kernel=kernel)
