@@ -34,7 +34,7 @@ SPAA = SPLIT + (("all_arrive", True),)  # every consumer thread arrives on the e
 LATE = (("late_p", True),)  # P converted while the next S runs
 OV = (("overlap", True),)  # persistent: the next tile's first S runs during this one's epilogue
 OV2 = (("overlap", 2),)  # and its softmax during this one's last P V (measured slower)
-ES1 = (("early_s1", True),)  # with OV: a tile's second S issued before its first softmax
+ES1 = (("early_s1", True),)  # with OV: a tile's second S before its first softmax (slower)
 SE = (("skip_empty", True),)  # groups past the last query row (the ragged block) run no GEMM
 
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,

@@ -22,7 +22,7 @@ the blocks of query rows (the output staged apart from Q, so the next Q loads me
 where the ring leaves no room, stored from registers; ``overlap``: two Q buffers, each tile's
 first ``S`` issued with the last ``P V`` of the tile before and running during its epilogue, O
 staged in the tile's own Q buffer and stored by a storer thread, see flash_epilogue.py; with
-``early_s1`` a tile's second S is issued before its first softmax, which then runs during it).
+``early_s1`` a tile's second S is issued before its first softmax, which runs during it: slower).
 ``cluster=2`` pairs the blocks of neighbouring query rows: each loads one column panel of every
 K and V tile into both blocks (TMA multicast), halving the L2 traffic, and a slot is refilled
 once both blocks' consumers freed it (causal: both read the upper block's tiles; measured slower
