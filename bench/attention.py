@@ -17,6 +17,11 @@ timings, the L2 flushed before each run; the median of the rounds is reported):
   and each SDPA backend on the contiguous cache; GB/s, the ratio to the fastest SDPA backend and
   to the contiguous kernel (``x contig``).
 
+``--flush dirty`` (the default) flushes the L2 by zeroing 256 MiB, which leaves it full of
+dirty lines that the timed kernel then writes back; ``--flush clean`` reads another 256 MiB
+after that write, so the timed kernel finds clean lines only (as after a serving loop's earlier
+kernels, which leave few dirty lines); ``--flush both`` times every shape under each.
+
 ``--per-config`` adds a row for each pinned config of the decode kernels (their registers in the
 ``impl`` column), to pick the autotune space, and one (``+combine``) of the tuned kernel with its
 splits merged by ``DecodeCombine`` even when there is one split (else the split kernel writes
@@ -49,6 +54,20 @@ FORWARD = (
 DECODE = "16x32x8x4096x128,16x32x8x32768x128,64x32x8x4096x128,64x32x8x16384x128"
 PAGED = "16x32x8x4096x128x64,16x32x8x32768x128x128,64x32x8x4096x128x128,64x32x8x16384x128x64"
 BACKENDS = ("flash", "cudnn", "efficient")
+
+
+class CleanFlush:
+    """An L2 flush that leaves clean lines: the write of ``buf``, then a read of ``other``."""
+
+    def __init__(self, torch, nbytes):
+        self.buf = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        # int64 and max: a reduction in the tensor's own dtype reads it in place (an int32 sum
+        # first writes an int64 copy, leaving the L2 dirty again)
+        self.other = torch.ones(nbytes // 8, dtype=torch.int64, device="cuda")
+
+    def zero_(self):
+        self.buf.zero_()
+        self.other.max()  # evicts the dirty lines: written back here, not in the timed kernel
 
 
 def sdpa_runs(torch, q, k, v, causal):
@@ -334,24 +353,33 @@ def bench(args) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU: use --dry-run for the CPU checks")
         return 1
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     status, results = [0], []
     print(f"{'kind':8s} {'shape':22s} {'impl':24s} {'ms':>8s} {'rate':>13s} {'x best sdpa':>11s}"
           f" {'x contig':>8s}")  # fmt: skip
     print("-" * 100)
     work = [(bench_forward, args.forward), (bench_decode, args.decode), (bench_paged, args.paged)]
-    for fn, shapes in work:
-        for shape in filter(None, shapes.split(",")):
-            rows = fn(torch, shape, flush, args, status)
-            _print_rows(rows)  # as each shape finishes: a run cut short still shows them
-            results += rows
-            torch.cuda.empty_cache()
+    modes = ["dirty", "clean"] if args.flush == "both" else [args.flush]
+    for mode in modes:  # both: every shape after the dirty flush, then after the clean one
+        if mode == "clean":
+            flush = CleanFlush(torch, 256 << 20)
+        else:
+            flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        if len(modes) > 1:
+            print(f"## L2 flush: {mode}")
+        for fn, shapes in work:
+            for shape in filter(None, shapes.split(",")):
+                rows = [dict(r, flush=mode) for r in fn(torch, shape, flush, args, status)]
+                _print_rows(rows)  # as each shape finishes: a run cut short still shows them
+                results += rows
+                torch.cuda.empty_cache()
+        del flush
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         gpu=torch.cuda.get_device_name(),
         commit=git_commit(),
         command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         torch=torch.__version__,
+        flush=args.flush,
     )
     if args.out:
         Path(args.out).write_text(json.dumps(dict(meta=meta, results=results), indent=1) + "\n")
@@ -368,6 +396,9 @@ def main(argv=None) -> int:
     ap.add_argument("--per-config", action="store_true", help="also each decode kernel config")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=10, help="timed runs per kernel per round")
+    ap.add_argument("--flush", choices=("dirty", "clean", "both"), default="dirty",
+                    help="L2 flush before each timed run: dirty (zero 256 MiB), clean (then read "
+                         "another 256 MiB) or both (every shape under each)")  # fmt: skip
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
     args = ap.parse_args(argv)

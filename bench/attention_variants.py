@@ -34,6 +34,8 @@ SPAA = SPLIT + (("all_arrive", True),)  # every consumer thread arrives on the e
 LATE = (("late_p", True),)  # P converted while the next S runs
 OV = (("overlap", True),)  # persistent: the next tile's first S runs during this one's epilogue
 OV2 = (("overlap", 2),)  # and its softmax during this one's last P V (measured slower)
+ES1 = (("early_s1", True),)  # with OV: a tile's second S before its first softmax (slower)
+SE = (("skip_empty", True),)  # groups past the last query row (the ragged block) run no GEMM
 
 #: (head dim, causal) -> variants (block_m, block_n, num_stages, consumers, pingpong, persistent,
 #: early_rescale, cluster)
@@ -49,6 +51,10 @@ VARIANTS = {
         (192, 128, 4, 3, True, False, True, 1),
         (192, 128, 4, 3, True, False, True, 1, SPAA),
         (192, 128, 4, 3, False, False, False, 1, SPAA),
+        (192, 128, 4, 3, False, True, False, 1, SPAA),
+        (192, 128, 4, 3, False, True, False, 1, SPAA + OV),
+        (192, 128, 4, 3, False, False, False, 1, SPAA + SE),
+        (192, 128, 4, 3, True, False, True, 1, SPAA + SE),
         (192, 128, 3, 3, True, False, True, 1, SPAA + PSH),
         (192, 128, 4, 3, True, False, True, 1, SPAA + PSH),
     ],
@@ -76,6 +82,9 @@ VARIANTS = {
         (128, 128, 2, 2, False, True, False, 1, OV2),
         (128, 128, 2, 2, False, True, False, 1, SPLIT + OV2),
         (128, 128, 2, 2, False, True, False, 1, SPAA + OV2),
+        (128, 128, 2, 2, False, True, False, 1, SPAA + OV + ES1),
+        (128, 128, 2, 2, False, True, False, 1, SPLIT + OV + ES1),
+        (128, 128, 2, 2, False, True, False, 1, OV + ES1),
     ],
     (128, True): [
         (128, 128, 3, 2, False, False, False, 1),
@@ -103,6 +112,8 @@ EXTRA = {
     "all_arrive": "aa",
     "late_p": "lp",
     "overlap": "ov",
+    "early_s1": "es",
+    "skip_empty": "se",
 }
 
 
@@ -248,27 +259,31 @@ def bench(args) -> int:
 
 
 def check_ragged(torch, res: dict, shapes) -> int:
-    """Every compiled variant once more at ragged lengths (q 333 rows, KV 333 causal / 517),
-    against a float32 reference with a poisoned output; one line per variant."""
+    """Every compiled variant once more at ragged lengths (q 333 rows, KV 333 causal / 517; then
+    q 200 rows: a block of 192 rows past the end but for 8), against a float32 reference with a
+    poisoned output; one line per variant and length."""
     from attention_support import random_qkv
     from flash_attention import forward_launcher
 
     F = torch.nn.functional
     status = 0
     for d, causal in sorted({(d, c) for _, _, _, d, c in shapes}):
-        q, k, v = random_qkv(torch, 2, 4, 4, 333, 333 if causal else 517, d, "float16", "cuda")
-        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
-        for var in VARIANTS[(d, causal)]:
-            if "error" in res[(var, d, causal)]:
-                continue
-            o = torch.full_like(q, float("nan"))
-            forward_launcher(q, k, v, causal=causal, kernel=kernel_of(var, d, causal), out=o)()
-            torch.cuda.synchronize()
-            err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
-            ok = err < 2e-2
-            status |= not ok
-            print(f"ragged d{d}{' causal' if causal else ''} {label(var):26s} "
-                  f"max error {err:.2e} {'ok' if ok else 'WRONG'}")  # fmt: skip
+        for sq in (333, 200):
+            skv = sq if causal else 517
+            q, k, v = random_qkv(torch, 2, 4, 4, sq, skv, d, "float16", "cuda")
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+            for var in VARIANTS[(d, causal)]:
+                if "error" in res[(var, d, causal)]:
+                    continue
+                o = torch.full_like(q, float("nan"))
+                kern = kernel_of(var, d, causal)
+                forward_launcher(q, k, v, causal=causal, kernel=kern, out=o)()
+                torch.cuda.synchronize()
+                err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
+                ok = err < 2e-2
+                status |= not ok
+                print(f"ragged {sq}x{skv} d{d}{' causal' if causal else ''} {label(var):26s} "
+                      f"max error {err:.2e} {'ok' if ok else 'WRONG'}")  # fmt: skip
     return status
 
 

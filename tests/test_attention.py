@@ -120,14 +120,27 @@ OVERLAP = [  # (b, h, hkv, sq, skv, d, dtype, causal, kernel arguments)
 ]
 
 
+OVERLAP_ES1 = [  # early_s1: blocks of one KV tile read a second one, wholly masked
+    (1, 2, 2, 300, 100, 128, "float16", False, dict(early_s1=True)),  # ragged, one KV tile
+    (1, 2, 1, 130, 130, 128, "float16", True, dict(early_s1=True)),
+]
+
+
 @pytest.mark.parametrize("seed", [None, 5], ids=["in-order", "shuffled"])
-@pytest.mark.parametrize("mode", [1, 2])
-@pytest.mark.parametrize("case", OVERLAP, ids=lambda c: f"d{c[5]}-causal{c[7]}")
+@pytest.mark.parametrize("mode", [1, 2, "1es"])
+@pytest.mark.parametrize(
+    "case", OVERLAP + OVERLAP_ES1, ids=lambda c: f"d{c[5]}-causal{c[7]}-skv{c[4]}"
+)
 def test_overlap_forward_on_the_interpreter(case, mode, seed):
     # persistent over three "SMs", each with 3 or 4 blocks of query rows: two Q buffers, every
     # block's first S issued by the one before (after the last, on stale tiles; mode 2: its
-    # softmax too), O stored and the Q after next loaded by the storer thread
+    # softmax too; 1es: its second S issued before its first softmax), O stored and the Q after
+    # next loaded by the storer thread
     b, h, hkv, sq, skv, d, dt, causal, kw = case
+    if kw.get("early_s1") and mode != 1:
+        pytest.skip("early_s1 runs with overlap=1")
+    if mode == "1es":
+        mode, kw = 1, dict(kw, early_s1=True)
     q, k, v = S.random_qkv(torch, b, h, hkv, sq, skv, d, dt)
     kernel = FlashAttention(tile=0, dim=d, dtype=dt, causal=causal, group=h // hkv, num_sms=3,
                             persistent=True, pingpong=False, overlap=mode, **kw)  # fmt: skip
@@ -137,15 +150,46 @@ def test_overlap_forward_on_the_interpreter(case, mode, seed):
     _check_forward(q, k, v, causal, o, lse, scale=0.3)
 
 
+SKIP_EMPTY = [  # (causal, kernel arguments): 200 query rows, the second block's last groups empty
+    (False, dict(block_m=192, consumers=3, num_stages=4, pingpong=False)),
+    (True, dict(block_m=192, consumers=3, num_stages=4, pingpong=True, early_rescale=True)),
+    (True, dict(block_m=192, consumers=3, num_stages=3, pingpong=True, persistent=True, num_sms=3)),
+    (
+        False,
+        dict(block_m=128, consumers=2, num_stages=3, pingpong=False, persistent=True, num_sms=3),
+    ),
+    (False, dict(block_m=192, consumers=3, cluster=2, all_arrive=False)),  # and the peer's slots
+]
+
+
+@pytest.mark.parametrize("seed", [None, 7], ids=["in-order", "shuffled"])
+@pytest.mark.parametrize("causal, kw", SKIP_EMPTY)
+def test_skip_empty_forward_on_the_interpreter(causal, kw, seed):
+    # a group whose rows all lie past the end only waits for and frees the ring's slots (and
+    # passes its ping-pong turns on); the other groups and the next blocks go on unchanged
+    q, k, v = S.random_qkv(torch, 2, 2, 1, 200, 200 if causal else 333, 64, "float16")
+    kw = dict(dict(split_producer=True, all_arrive=True), **kw)
+    kernel = FlashAttention(tile=0, dim=64, group=2, causal=causal, skip_empty=True, **kw)
+    o = torch.full_like(q, float("nan"))
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        o, lse = flash_attention(q, k, v, causal=causal, out=o, scale=0.3, kernel=kernel)
+    _check_forward(q, k, v, causal, o, lse, scale=0.3)
+
+
 @pytest.mark.parametrize(
     "kw, fragment",
     [
+        (dict(overlap=True, persistent=True, pingpong=False, skip_empty=True),
+         "skip_empty needs overlap=0"),
         (dict(overlap=True, persistent=False), "overlap needs persistent=True, pingpong=False"),
         (dict(overlap=True, persistent=True, pingpong=True), "overlap needs .* beside the ring$"),
         (dict(overlap=True, persistent=True, pingpong=False, block_m=128, consumers=2,
               num_stages=3, dim=128), "beside the ring: 3 stages of 128 keys leave no room"),
         (dict(overlap=3, persistent=True), "overlap must be 0, 1 or 2 .*got 3"),
         (dict(overlap=2, persistent=True, late_p=True), "overlap must be 0, 1 or 2 .*got 2"),
+        (dict(overlap=2, persistent=True, pingpong=False, early_s1=True),
+         "early_s1 needs overlap=1 \\(got 2\\)"),
+        (dict(persistent=False, early_s1=True), "early_s1 needs overlap=1 \\(got 0\\)"),
     ],
 )  # fmt: skip
 def test_bad_overlap_arguments_are_refused(kw, fragment):
@@ -375,11 +419,21 @@ GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variant
     dict(dim=128, overlap=2, num_sms=5),
     dict(dim=128, causal=True, persistent=True, pingpong=False, overlap=2, num_sms=5),
     dict(dim=64, block_m=128, consumers=2, persistent=True, overlap=2, num_sms=5),
+    dict(dim=128, overlap=1, early_s1=True, num_sms=5),
+    dict(dim=128, overlap=1, early_s1=True, all_arrive=False, num_sms=5),
+    dict(
+        dim=128, causal=True, persistent=True, pingpong=False, overlap=1, early_s1=True, num_sms=5
+    ),
+]
+GPU_SKIP_EMPTY = [  # run at 1000 query rows: the last block of 192 rows has 40, group 0's
+    dict(dim=64, skip_empty=True),
+    dict(dim=64, skip_empty=True, pingpong=True, early_rescale=True),
+    dict(dim=64, skip_empty=True, causal=True),
 ]
 
 
 @pytest.mark.parametrize(
-    "kw", GPU_VARIANTS, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items())
+    "kw", GPU_VARIANTS + GPU_SKIP_EMPTY, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items())
 )
 def test_gpu_variants_are_valid_kernels(kw):
     """Each GPU variant's arguments fit together with tile 0 of its space (a conflict is a
@@ -404,6 +458,44 @@ def test_gpu_forward_variants(kw, dtype):
     scale = S.default_scale(d, None)
     ro, rl = _gpu_reference(q, k, v, causal, scale)
     kernel = FlashAttention(tile=0, dtype=dtype, group=2, **kw)
+    o = torch.full_like(q, float("nan"))
+    o, lse = flash_attention(q, k, v, causal=causal, kernel=kernel, out=o)
+    torch.cuda.synchronize()
+    assert not o.isnan().any()
+    err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
+    assert err < 2e-2, f"max error {err}"
+    assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3)
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("skv", [100, 128, 129])
+def test_gpu_early_s1_short_kv(skv):
+    # one or two KV tiles: the second S reads a tile past the end (TMA fills it with zeros and
+    # still completes the barrier), wholly masked
+    q, k, v = S.random_qkv(torch, 2, 4, 2, 300, skv, 128, "float16", "cuda")
+    ro, rl = _gpu_reference(q, k, v, False, S.default_scale(128, None))
+    kernel = FlashAttention(tile=0, dtype="float16", group=2, dim=128, overlap=1, early_s1=True,
+                            num_sms=5)  # fmt: skip
+    o = torch.full_like(q, float("nan"))
+    o, lse = flash_attention(q, k, v, kernel=kernel, out=o)
+    torch.cuda.synchronize()
+    assert not o.isnan().any()
+    err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
+    assert err < 2e-2, f"max error {err}"
+    assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3)
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "kw", GPU_SKIP_EMPTY, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items())
+)
+def test_gpu_skip_empty(kw):
+    d, causal = kw["dim"], kw.get("causal", False)
+    q, k, v = S.random_qkv(torch, 2, 4, 2, 1000, 1000 if causal else 1234, d, "float16", "cuda")
+    ro, rl = _gpu_reference(q, k, v, causal, S.default_scale(d, None))
+    kernel = FlashAttention(tile=0, group=2, **kw)
     o = torch.full_like(q, float("nan"))
     o, lse = flash_attention(q, k, v, causal=causal, kernel=kernel, out=o)
     torch.cuda.synchronize()

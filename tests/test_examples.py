@@ -54,6 +54,7 @@ HELPERS = [
     "attention/flash_tiles.py",
     "attention/flash_producer.py",
     "attention/flash_epilogue.py",
+    "attention/flash_gemms.py",
     "quantized/matmul_wx_a16_decode.py",
     "quantized/matmul_wx_a16_pipe.py",
     "quantized/split_k.py",

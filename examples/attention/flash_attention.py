@@ -21,16 +21,18 @@ softmax overlaps the other's GEMMs. ``persistent`` launches one block per SM tha
 the blocks of query rows (the output staged apart from Q, so the next Q loads meanwhile, or,
 where the ring leaves no room, stored from registers; ``overlap``: two Q buffers, each tile's
 first ``S`` issued with the last ``P V`` of the tile before and running during its epilogue, O
-staged in the tile's own Q buffer and stored by a storer thread, see flash_epilogue.py).
-``cluster=2`` pairs the blocks of neighbouring query rows: each loads one column panel of
-every K and V tile into both blocks (TMA multicast), halving the L2 traffic, and a slot is
-refilled once both blocks' consumers freed it (causal: both read the upper block's tiles; measured slower on an H200, whose L2 is
-not the limit). ``split_producer`` gives K and V a producer warp each (neither waits for the
-other's free slot), ``all_arrive`` has every consumer thread arrive on the empty barriers (no
-elected thread, no branch), ``p_shared`` stages P in shared memory, ``late_p`` converts P while
-the next S runs. Only the tiles a block needs are loaded: with ``causal`` the tiles right of the
-diagonal are skipped (the longest rows first), and only the diagonal tile and the ragged last
-tile are masked.
+staged in the tile's own Q buffer and stored by a storer thread, see flash_epilogue.py; with
+``early_s1`` a tile's second S is issued before its first softmax, which runs during it: slower).
+``cluster=2`` pairs the blocks of neighbouring query rows: each loads one column panel of every
+K and V tile into both blocks (TMA multicast), halving the L2 traffic, and a slot is refilled
+once both blocks' consumers freed it (causal: both read the upper block's tiles; measured slower
+on an H200, whose L2 is not the limit). ``split_producer`` gives K and V a producer warp each
+(neither waits for the other's free slot), ``all_arrive`` has every consumer thread arrive on
+the empty barriers (no elected thread, no branch), ``p_shared`` stages P in shared memory,
+``late_p`` converts P while the next S runs, ``skip_empty`` lets a group whose rows all lie past
+the last query row (in the ragged last block) skip its GEMMs. Only the tiles a block needs are
+loaded: with ``causal`` the tiles right of the diagonal are skipped (the longest rows first),
+and only the diagonal tile and the ragged last tile are masked.
 
 Run ``python examples/attention/flash_attention.py``: on the tilus interpreter without a GPU,
 on CUDA with one (every result checked against a float32 reference).
@@ -42,7 +44,7 @@ import sys
 from pathlib import Path
 
 import tilus
-from tilus import RegisterTensor, SharedTensor, bfloat16, float16, float32, int32, uint32, void_p
+from tilus import RegisterTensor, bfloat16, float16, float32, int32, uint32, void_p
 from tilus.utils import cdiv
 
 if str(Path(__file__).resolve().parent) not in sys.path:
@@ -55,6 +57,7 @@ from attention_support import (  # noqa: E402
     reference,
 )
 from flash_epilogue import FlashEpilogue  # noqa: E402
+from flash_gemms import FlashGemms  # noqa: E402
 from flash_producer import FlashProducer  # noqa: E402
 from flash_tiles import SMEM_BYTES, Ring, default_tiles  # noqa: E402
 
@@ -65,7 +68,7 @@ LN2 = 0.6931471805599453
 
 
 @tilus.autotune("tile", [0, 1, 2, 3])
-class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
+class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
     """The forward kernel for one dtype, head dim, causality and head grouping; ``tile`` picks
     one of the head dim's ``default_tiles`` (or pass ``block_m``/``block_n``/``num_stages``/
     ``consumers``/``pingpong``)."""
@@ -91,6 +94,8 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         all_arrive=None,
         late_p=None,
         overlap=None,
+        early_s1=None,
+        skip_empty=None,
     ):
         super().__init__()
         tiles = default_tiles(dim, causal)
@@ -154,6 +159,18 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         if self.overlap not in (0, 1, 2) or self.overlap == 2 and (self.late_p or self.p_shared):
             raise tilus.TilusArgumentError(f"overlap must be 0, 1 or 2 (not with late_p or "
                                            f"p_shared), got {overlap!r}")  # fmt: skip
+        # early_s1 (overlap=1): a tile's second S runs during its first softmax; every block reads
+        # two KV tiles or more (a one-tile block's second wholly masked): that S has no branch
+        fits = self.overlap == 1 and not (self.late_p or self.p_shared)
+        self.early_s1 = bool(more.get("early_s1", 0) * fits if early_s1 is None else early_s1)
+        se = more.get("skip_empty", 0) * (not self.overlap)  # empty groups only free the slots
+        self.skip_empty = bool(se if skip_empty is None else skip_empty)
+        if self.skip_empty and self.overlap:
+            raise tilus.TilusArgumentError("skip_empty needs overlap=0")
+        if self.early_s1 and not fits:
+            raise tilus.TilusArgumentError(
+                f"early_s1 needs overlap=1 (got {self.overlap}) without late_p or p_shared"
+            )
 
     def softmax(
         self,
@@ -210,22 +227,27 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         row0: int32,
         seq_kv: int32,
         scale_log2: float32,
+        issued: bool = False,
+        s=None,
     ):
         """KV tile ``j >= 1``: issue ``S_j = Q K_j^T`` and ``O += P_{j-1} V_{j-1}``, run the
         softmax of ``S_j`` while the second one runs, then rescale O and stage ``P_j``
         (``early_rescale``: O is rescaled by ``scale_o`` while ``S_j`` runs instead, as
-        FlashAttention-3 does, before ``P_{j-1} V_{j-1}`` is issued)."""
-        bmh, bn = self.rows, self.block_n
+        FlashAttention-3 does, before ``P_{j-1} V_{j-1}`` is issued). ``issued``: ``S_j`` was
+        issued into ``s`` already (``early_s1``; K_j and V_{j-1} have landed)."""
         stage = ring.stage
-        s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
-        self.mbarrier.wait(kfull[stage], phase=ring.phase)
-        # both waits before the issue: a wait loop between two wgmma issues makes ptxas
-        # serialize every wgmma of the kernel
-        self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
-        self.take_turn(half)
-        self.wgmma.fence()
-        self.mma_s(sq[half], sk[stage], s)
-        self.wgmma.commit_group()
+        if not issued:
+            s = self.register_tensor(dtype=float32, shape=[self.rows, self.block_n], init=0.0)
+            self.mbarrier.wait(kfull[stage], phase=ring.phase)
+            # both waits before the issue: a wait loop between two wgmma issues makes ptxas
+            # serialize every wgmma of the kernel
+            self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+            self.take_turn(half)
+            self.wgmma.fence()
+            self.mma_s(sq[half], sk[stage], s)
+            self.wgmma.commit_group()
+        else:
+            self.wgmma.fence()  # P's (and O's zero) registers were written
         if self.early_rescale:
             for oh in o:
                 self.assign(oh, oh * scale_o)
@@ -252,35 +274,6 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         else:
             self.assign(pa, self.cast(p, self.dtype))
         ring.advance()
-
-    def mma_s(self, sq: SharedTensor, sk: SharedTensor, s: RegisterTensor):
-        """``s += Q K^T``, one WGMMA chain per column panel of the head dim."""
-        for h in self.panel_ids:
-            self.wgmma.mma(sq[h], sk[h].transpose(), s)
-
-    def stage_p(self, p: RegisterTensor, sp: SharedTensor):
-        """P into shared memory for a shared-operand P V (``p_shared``: frees its registers)."""
-        self.store_shared(sp, p)
-        self.fence.proxy_async(space="shared")  # generic writes, then WGMMA reads
-        self.sync()
-
-    def mma_pv(self, pa, sv: SharedTensor, o: list):
-        """``O += P V``: panel ``h`` of V into O's panel ``h``."""
-        for h in self.panel_ids:
-            self.wgmma.mma(pa, sv[h], o[h])
-
-    def release(self, bars, peer, i: int32):
-        """One thread arrives on barrier ``i`` of ``bars`` (in a cluster on the peer's too: its
-        producer loads into this block's slots). Relaxed at cluster scope: the WGMMAs that read
-        the slot have retired, and a release fence there would sit on the critical path.
-        ``all_arrive``: every thread of the group arrives (one instruction a warp, no branch)."""
-        if self.all_arrive:
-            self.mbarrier.arrive(bars[i])
-        else:
-            with self.single_thread():
-                self.mbarrier.arrive(bars[i])
-                if self.cluster_m == 2:
-                    self.mbarrier.arrive(peer[i], sem="relaxed", scope="cluster")
 
     def consume(
         self,
@@ -313,10 +306,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         was issued by the tile before, this tile issues the next one's."""
         bmh, bn = self.rows, self.block_n
         row0: int32 = q_row + half * bmh
-        o = [
-            self.register_tensor(dtype=float32, shape=[bmh, self.panel], init=0.0)
-            for _ in self.panel_ids
-        ]
+        o = [] if self.early_s1 else self.zero_o()
         m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
         lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
         if nxt is None:
@@ -330,6 +320,20 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         if nxt is not None and self.overlap == 2:  # S_0's softmax ran in the block before
             m, lsum, pa = nxt[8]
             pf = pa
+        elif self.early_s1:  # S_1 issued before S_0's softmax, which runs while S_1 does
+            s = nxt[0]
+            self.wgmma.wait_group(0)
+            self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
+            s1 = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
+            # the waits of step 1 before its S: no wait loop while a wgmma is in flight
+            ring.advance()
+            self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+            self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+            self.first_s(half, ring, kfull, sq[half], sk, s1)
+            p, _ = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
+            pa = self.cast(p, self.dtype)
+            pf = p
+            o += self.zero_o()  # O's registers are live from here on, not during that softmax
         else:
             if nxt is not None:
                 s = nxt[0]  # issued by the block's previous tile
@@ -365,9 +369,12 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
             seq_kv,
             scale_log2,
         )
-        for j in self.range(1, n_full):
+        first = 2 if self.early_s1 else 1
+        if self.early_s1:  # step 1 with its S issued (masked: it may be the ragged tile)
+            self.step(True, 1, *args, issued=True, s=s1)
+        for j in self.range(first, n_full):
             self.step(False, j, *args)
-        for j in self.range(n_full, n_kv):
+        for j in self.range(max(n_full, first), n_kv):
             self.step(True, j, *args)
         if self.persistent and nxt is None:  # the last S retired: the next Q may land
             with self.single_thread():
@@ -404,7 +411,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
 
     def consumer(self, g: int, num_q: int32, heads: int32, seq_kv: int32, total: int32, *args):
         """Consumer group ``g`` over its blocks (one, or persistent: every ``num_sms``-th)."""
-        ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2 = args
+        ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2, seq_q = args
         if g == self.consumers - 1:
             self.pass_turn(g)  # group 0 takes the first turn
         if self.overlap:
@@ -413,8 +420,9 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
             qphase: uint32 = 0
             for t in self.range(self.blockIdx.x, total, self.num_sms):
                 bh, _, q_row, n_kv = self.coords(t, num_q, seq_kv)
-                self.consume(g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, qphase,
-                             so, sp, bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
+                self.consume_or_drain(seq_q, g, ring, kfull, sq, sk, sv, peers, go, glse, qbar,
+                                      qempty, qphase, so, sp, bh, q_row, seq_kv, n_kv,
+                                      scale_log2)  # fmt: skip
                 qphase ^= 1
             if not self.direct_o:
                 with self.single_thread():
@@ -422,8 +430,8 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         else:
             t: int32 = (self.blockIdx.z * heads + self.blockIdx.y) * num_q
             bh, _, q_row, n_kv = self.coords(t + self.blockIdx.x, num_q, seq_kv)
-            self.consume(g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, 0, so, sp,
-                         bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
+            self.consume_or_drain(seq_q, g, ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty,
+                                  0, so, sp, bh, q_row, seq_kv, n_kv, scale_log2)  # fmt: skip
 
     def __call__(
         self,
@@ -508,7 +516,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, tilus.Script):
         sp = None  # P goes from registers straight into the P V WGMMA, or through shared
         if self.p_shared:
             sp = self.shared_tensor(dtype=dt, shape=[ncg, bmh, bn])
-        args = (ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2)
+        args = (ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2, seq_q)
         with self.warp_group(0, 4):
             self.setmaxnreg(high)
             self.consumer(0, num_q, heads, seq_kv, total, *args)

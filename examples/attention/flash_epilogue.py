@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilus import RegisterTensor, float32, int32
+from tilus import float32, int32
 
 LN2 = 0.6931471805599453
 
@@ -43,17 +43,11 @@ class FlashEpilogue:
         self.fence.proxy_async(space="shared")
         self.mbarrier.arrive(ofull)
 
-    def first_s(self, half: int, ring, kfull, sqh, sk, s: RegisterTensor):
-        """Issue ``s = Q K^T`` of a tile's first KV tile (Q and K have landed)."""
-        self.wgmma.fence()
-        self.mma_s(sqh, sk[ring.stage], s)
-        self.wgmma.commit_group()
-
     def consumer_overlap(self, g: int, num_q: int32, seq_kv: int32, total: int32, *args):
         """``overlap``: consumer group ``g`` over its blocks (every ``num_sms``-th), each block's
         first S issued by the block before (the first one's here; ``overlap=2``: its softmax
         too, P and the row statistics carried into the block)."""
-        ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2 = args
+        ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty, so, sp, scale_log2, _ = args
         ofull = qempty  # overlap: [2] barriers, the tile's O is in its Q buffer
         bmh, bn = self.rows, self.block_n
         s0 = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
@@ -155,16 +149,3 @@ class FlashEpilogue:
                 )
         self.tma.commit_group()
         self.tma.wait_group(0, read=True)
-
-    def load_q(self, sqb, gq, bar, bh: int32, q_row: int32):
-        """The Q tile at ``q_row`` of head ``bh`` into shared buffer ``sqb`` (barrier ``bar``)."""
-        self.mbarrier.arrive_and_expect_tx(bar, transaction_bytes=sqb.nbytes)
-        for g in self.range(self.consumers, unroll=self.consumers):
-            for h in self.panel_ids:
-                self.tma.global_to_shared(
-                    src=gq,
-                    dst=sqb[g, h],
-                    offsets=[bh, q_row + g * self.rows, h * self.panel],
-                    dims=[1, 2],
-                    mbarrier=bar,
-                )

@@ -28,6 +28,8 @@ class FlashProducer:
         n = cdiv(seq_kv, self.block_n)
         if self.causal:
             n = min(n, cdiv(q_row + self.block_m, self.block_n))
+        if self.early_s1:  # the second S is issued unconditionally: a tile past the end, masked
+            n = max(n, 2)
         return n
 
     def coords(self, t: int32, num_q: int32, seq_kv: int32):
@@ -82,17 +84,7 @@ class FlashProducer:
         if "q" in what:
             if self.persistent:
                 self.mbarrier.wait(qempty, phase=qphase ^ 1, sem="relaxed")
-            with self.single_thread():
-                self.mbarrier.arrive_and_expect_tx(qbar, transaction_bytes=sq.nbytes)
-            for g in self.range(self.consumers, unroll=self.consumers):
-                for h in self.panel_ids:
-                    self.tma.global_to_shared(
-                        src=gq,
-                        dst=sq[g, h],
-                        offsets=[bh, q_row + g * self.rows, h * self.panel],
-                        dims=[1, 2],
-                        mbarrier=qbar,
-                    )
+            self.load_q(sq, gq, qbar, bh, q_row, elect=True)
         stages = self.num_stages
         for j in self.range(n_kv):
             # K and V slots are released apart (K once S retired, V once P V did), so K of the
@@ -112,6 +104,25 @@ class FlashProducer:
                     )
                 self.load_kv(gv, sv[ring.stage], ring.full[ring.stage], bkv, j)
             ring.advance()
+
+    def load_q(self, sqb, gq, bar, bh: int32, q_row: int32, elect: bool = False):
+        """The Q tile at ``q_row`` of head ``bh`` into shared buffer ``sqb`` (barrier ``bar``),
+        one copy per consumer group and column panel; ``elect``: a warp calls it, one of its
+        threads arrives (the storer thread calls it alone)."""
+        if elect:
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(bar, transaction_bytes=sqb.nbytes)
+        else:
+            self.mbarrier.arrive_and_expect_tx(bar, transaction_bytes=sqb.nbytes)
+        for g in self.range(self.consumers, unroll=self.consumers):
+            for h in self.panel_ids:
+                self.tma.global_to_shared(
+                    src=gq,
+                    dst=sqb[g, h],
+                    offsets=[bh, q_row + g * self.rows, h * self.panel],
+                    dims=[1, 2],
+                    mbarrier=bar,
+                )
 
     def load_kv(self, src, dst: SharedTensor, bar, bkv: int32, j: int32):
         """KV tile ``j`` (its column panels) into ring slot ``dst``; in a cluster each block
