@@ -8,7 +8,7 @@ scales), the ratio to cuBLAS fp16 and the registers a thread. Used to pick the a
 ``--configs tuned`` times the kernel's default constructor, tuned over its autotune space on
 first use at each shape (the config column then names the winner): the kernels side by side
 at a range of M set ``matmul_wx_a16.MMA_MAX_M``, the boundary of ``matmul_wx_a16()``.
-``--flush dirty|clean|both`` picks the L2 flush protocol(s) (``bench/quantized.py``'s
+A config written ``@MxNxK cfg`` runs at that shape only. ``--flush dirty|clean|both`` picks the L2 flush protocol(s) (``bench/quantized.py``'s
 ``--flush``; with ``both`` each row is timed under each, interleaved, in one table); ``--floor``
 adds the floor rows: an (almost) empty kernel and a read of the kernel's weight bytes and of
 cuBLAS's (a sum of an int32 tensor of that size).
@@ -33,10 +33,16 @@ DECODE = "rows=1,reps=1,block_m=1;rows=2,reps=1,block_m=1;rows=1,reps=2,block_m=
          "rows=1,reps=1,block_m=1,warps=8"  # fmt: skip
 
 
-def parse_configs(text: str) -> list[dict]:
-    """``'a=1,b=2;a=3'`` -> [{'a': 1, 'b': 2}, {'a': 3}] (ints and True/False)."""
+def parse_configs(text: str, shape: str | None = None) -> list[dict]:
+    """``'a=1,b=2;a=3'`` -> [{'a': 1, 'b': 2}, {'a': 3}] (ints and True/False); a config
+    written ``@MxNxK a=1,...`` is kept only for that ``shape``."""
     out = []
     for part in text.split(";"):
+        part = part.strip()
+        if part.startswith("@"):
+            only, _, part = part[1:].partition(" ")
+            if shape is not None and only != shape:
+                continue
         cfg = {}
         for kv in filter(None, part.split(",")):
             k, v = kv.split("=")
@@ -107,7 +113,7 @@ def main(argv=None) -> int:
         if args.floor:
             rows += floor_rows(torch, moved, 2 * n * k)
         tuned = args.configs == "tuned"
-        for cfg in [{}] if tuned else parse_configs(args.configs):
+        for cfg in [{}] if tuned else parse_configs(args.configs, shape.split(":")[0]):
             try:
                 kern = cls(wdtype, g) if tuned else cls(wdtype, g, **pin(**cfg))
                 y.fill_(float("nan"))

@@ -192,16 +192,21 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 # 16-byte chunks XOR-ed with the row: the 8 rows an ldmatrix reads hit all banks
                 self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
             acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-            # with prefetch: the next steps' codes in registers (buffer j: step st + j)
+            # with prefetch: the next steps' codes and scales in registers (buffer j: step
+            # st + j); the scales too, else each step still waits a load's latency for them
             wbuf = []
+            sbuf = []
             for j in self.ahead:
                 row = []
+                srow = []
                 k_pre: int32 = (s_lo + j) * u
                 if s_lo + j >= s_hi:
                     k_pre = (s_hi - 1) * u  # past the part: its last step again (cached)
                 for c0 in self.chunks:
                     row.append(self.wcodes(gw, on, k_pre + c0))
+                    srow.append(self.wscales(gs, on, k_pre + c0, s_layout))
                 wbuf.append(row)
+                sbuf.append(srow)
             if self.x_steps:
                 # X in windows of x_steps steps, each copied whole at its start: no barrier
                 # in the steps (at decode a part is one window)
@@ -218,7 +223,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                         w_end = s_hi
                     for st in self.range(w0, w_end, unroll=self.unroll_steps):
                         ws_, ss = self.step_weights(gw, gs, st, s_hi, on, wbuf,
-                                                    s_layout)  # fmt: skip
+                                                    sbuf, s_layout)  # fmt: skip
                         xs = []
                         for c in self.chunks:
                             xs.append(sxa[(st - w0) * u + c])
@@ -230,7 +235,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
                     t: int32 = st - s_lo
                     ws_, ss = self.step_weights(gw, gs, st, s_hi, on, wbuf,
-                                                s_layout)  # fmt: skip
+                                                sbuf, s_layout)  # fmt: skip
                     self.copy_async_wait_group(ns - 2)  # this thread's X copies of step t landed
                     self.sync()  # everyone's did, and everyone is done with the slot refilled
                     self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc)
@@ -246,11 +251,11 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             if store == 1:
                 self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
 
-    def step_weights(self, gw, gs, st: int32, s_hi: int32, on: int32, wbuf,
+    def step_weights(self, gw, gs, st: int32, s_hi: int32, on: int32, wbuf, sbuf,
                      s_layout):  # fmt: skip
         """The weight codes and scales of step ``st``, per chunk: loaded now, or with
         prefetch taken from the register buffers, which then load step ``st + prefetch``."""
-        u, nw, g = self.unroll, self.warps, self.group
+        u, nw = self.unroll, self.warps
         ws_, ss = [], []
         k_next: int32 = (st + self.prefetch) * u
         if st + self.prefetch >= s_hi:
@@ -265,12 +270,24 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 for j in self.ahead[1:]:  # the buffers move up a step
                     self.assign(wbuf[j - 1][c], wbuf[j][c])
                 self.assign(wbuf[-1][c], self.wcodes(gw, on, k_next + c))
+                sc = self.register_tensor(dtype=float16, shape=[16 * nw, 1])
+                self.annotate_layout(sc, s_layout)
+                self.assign(sc, sbuf[0][c])
+                for j in self.ahead[1:]:
+                    self.assign(sbuf[j - 1][c], sbuf[j][c])
+                self.assign(sbuf[-1][c], self.wscales(gs, on, k_next + c, s_layout))
+                ss.append(sc)
             else:
                 ws_.append(self.wcodes(gw, on, st * u + c))
-            sc = self.load_global(gs, offsets=[on, (st * u + c) * CHUNK // g], shape=[16 * nw, 1])
-            self.annotate_layout(sc, s_layout)  # the accumulator's rows
-            ss.append(sc)
+                ss.append(self.wscales(gs, on, st * u + c, s_layout))
         return ws_, ss
+
+    def wscales(self, gs, on: int32, chunk: int32, s_layout):
+        """The block's rows' scales of chunk ``chunk``, in the accumulator's row layout."""
+        sc = self.load_global(gs, offsets=[on, chunk * CHUNK // self.group],
+                              shape=[16 * self.warps, 1])  # fmt: skip
+        self.annotate_layout(sc, s_layout)  # the accumulator's rows
+        return sc
 
     def products(self, ws_, ss, xs, acc, w_layout):
         """``acc += scale * (W chunk @ X chunk^T)`` for the chunks of a step: their codes or
