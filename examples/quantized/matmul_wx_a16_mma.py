@@ -32,9 +32,9 @@ import numpy as np
 from split_k import SplitKParts
 
 import tilus
-from tilus import float16, float32, int32, void_p
+from tilus import float16, float32, int32, uint8, uint32, void_p
 from tilus.errors import TilusArgumentError
-from tilus.ir.layout import reduce, shared_row_major_swizzle
+from tilus.ir.layout import reduce, shared_row_major_swizzle, spatial
 from tilus.ir.layout import reshape as reshape_layout
 from tilus.ir.layout.register import mma_a, mma_c
 from tilus.utils import cdiv
@@ -108,6 +108,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 8, split_k: int = 4,
         unroll: int = 2, warps: int = 4, stages: int = 3, min_blocks: int = 4,
         unroll_steps: int | None = None, prefetch: int = 0, x_steps: int = 0,
+        w_ring: bool = False,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -137,6 +138,12 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         if not isinstance(x_steps, int) or x_steps < 0:
             raise TilusArgumentError(f"x_steps must be an int >= 0, got {x_steps!r}")
         self.x_steps = x_steps
+        # the weights through the X ring's cp.async copies (``stages`` deep, in shared memory)
+        # rather than loaded into registers at each step; ``prefetch`` then moves the scales
+        # only
+        if w_ring and x_steps:
+            raise TilusArgumentError("w_ring needs the X ring (x_steps=0): the weights share it")
+        self.w_ring = bool(w_ring)
         self.x_prologue = list(range(stages - 1))
         self.chunks = list(range(unroll))  # a host list: the chunks of a step, unrolled
 
@@ -160,6 +167,12 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             shape=[cdiv(n_size, 16), 2, 8, kc, 8, 2, 4, 2],
             strides=[kc * 2048, 2, 256, 2048, 8, 4, 64, 1],
         )  # fmt: skip
+        # the same bytes as 32-bit words [G, R, 256]: a chunk of a row tile is 1 KB, 32 bytes
+        # a lane (the w_ring copies)
+        gw32 = None
+        if self.w_ring:
+            gw32 = self.global_view(w_ptr, dtype=uint32, shape=[kc, cdiv(n_size, 16), 256],
+                                    strides=[256, kc * 256, 1])  # fmt: skip
         gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, k_size // g])
         gyt = self.global_view(y_ptr, dtype=float16, shape=[n_size, m_size], strides=[1, n_size])
         split: int32 = 1
@@ -187,10 +200,13 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             gxk = self.global_view(x_ptr, dtype=float16, shape=[kc, m_size, CHUNK],
                                    strides=[CHUNK, k_size, 1])  # fmt: skip
             sx = None
+            sw = None
             if not self.x_steps:
                 sx = self.shared_tensor(dtype=float16, shape=[ns, u, bm, CHUNK])
                 # 16-byte chunks XOR-ed with the row: the 8 rows an ldmatrix reads hit all banks
                 self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
+                if self.w_ring:
+                    sw = self.shared_tensor(dtype=uint32, shape=[ns, u, nw, 256])
             acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
             # with prefetch: the next steps' codes and scales in registers (buffer j: step
             # st + j); the scales too, else each step still waits a load's latency for them
@@ -203,7 +219,8 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 if s_lo + j >= s_hi:
                     k_pre = (s_hi - 1) * u  # past the part: its last step again (cached)
                 for c0 in self.chunks:
-                    row.append(self.wcodes(gw, on, k_pre + c0))
+                    if not self.w_ring:
+                        row.append(self.wcodes(gw, on, k_pre + c0))
                     srow.append(self.wscales(gs, on, k_pre + c0, s_layout))
                 wbuf.append(row)
                 sbuf.append(srow)
@@ -231,17 +248,20 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     self.sync()  # every warp is done with the window before it is refilled
             else:
                 for i in self.x_prologue:
-                    self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc)
+                    self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc, gw32, sw, on)
                 for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
                     t: int32 = st - s_lo
                     ws_, ss = self.step_weights(gw, gs, st, s_hi, on, wbuf,
                                                 sbuf, s_layout)  # fmt: skip
                     self.copy_async_wait_group(ns - 2)  # this thread's X copies of step t landed
                     self.sync()  # everyone's did, and everyone is done with the slot refilled
-                    self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc)
+                    self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc, gw32, sw,
+                                on)  # fmt: skip
                     xs = []
                     for c in self.chunks:
                         xs.append(sx[t % ns, c])
+                        if self.w_ring:
+                            ws_.append(self.ring_codes(sw[t % ns, c]))
                     self.products(ws_, ss, xs, acc, w_layout)
             self.copy_async_wait_all()  # the zero-filled copies past the end
             store: int32 = 1
@@ -264,12 +284,13 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             k_next = (s_hi - 1) * u
         for c in self.chunks:
             if self.prefetch:
-                cur = self.register_tensor(dtype=tilus.int4b, shape=[nw, 2, 8, 1, 8, 2, 4, 2])
-                self.assign(cur, wbuf[0][c])
-                ws_.append(cur)
-                for j in self.ahead[1:]:  # the buffers move up a step
-                    self.assign(wbuf[j - 1][c], wbuf[j][c])
-                self.assign(wbuf[-1][c], self.wcodes(gw, on, k_next + c))
+                if not self.w_ring:
+                    cur = self.register_tensor(dtype=tilus.int4b, shape=[nw, 2, 8, 1, 8, 2, 4, 2])
+                    self.assign(cur, wbuf[0][c])
+                    ws_.append(cur)
+                    for j in self.ahead[1:]:  # the buffers move up a step
+                        self.assign(wbuf[j - 1][c], wbuf[j][c])
+                    self.assign(wbuf[-1][c], self.wcodes(gw, on, k_next + c))
                 sc = self.register_tensor(dtype=float16, shape=[16 * nw, 1])
                 self.annotate_layout(sc, s_layout)
                 self.assign(sc, sbuf[0][c])
@@ -278,7 +299,8 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 self.assign(sbuf[-1][c], self.wscales(gs, on, k_next + c, s_layout))
                 ss.append(sc)
             else:
-                ws_.append(self.wcodes(gw, on, st * u + c))
+                if not self.w_ring:
+                    ws_.append(self.wcodes(gw, on, st * u + c))
                 ss.append(self.wscales(gs, on, st * u + c, s_layout))
         return ws_, ss
 
@@ -294,9 +316,12 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         bytes ``ws_``, scales ``ss`` and X tiles in shared memory ``xs``."""
         bn = 16 * self.warps
         for c in self.chunks:
-            w16 = self.cast(ws_[c], float16)
-            self.annotate_layout(w16, w_layout)
-            w16 = self.reshape(w16, [bn, CHUNK])
+            if self.w_ring:
+                w16 = ws_[c]  # cast already, [bn, CHUNK]
+            else:
+                w16 = self.cast(ws_[c], float16)
+                self.annotate_layout(w16, w_layout)
+                w16 = self.reshape(w16, [bn, CHUNK])
             p = self.dot(w16, self.transpose(self.load_shared(xs[c])), acc_dtype=float32)
             acc += p * self.cast(ss[c], float32)
 
@@ -307,14 +332,31 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         return self.load_global(gw, offsets=[on // 16, 0, 0, chunk, 0, 0, 0, 0],
                                 shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
 
-    def fill_x(self, gxk, sx, step: int32, slot: int32, s_hi: int32, om: int32, kc: int):
-        """Start copying the X chunks of step ``step`` into ring slot ``slot`` (one commit
-        group); a step past the part's last reads nothing (zero-filled)."""
+    def fill_x(self, gxk, sx, step: int32, slot: int32, s_hi: int32, om: int32, kc: int,
+               gw32, sw, on: int32):  # fmt: skip
+        """Start copying the X chunks of step ``step`` (and with ``w_ring`` its weight chunks)
+        into ring slot ``slot`` (one commit group); a step past the part's last reads nothing
+        (zero-filled)."""
         k0: int32 = step * self.unroll
         if step >= s_hi:
             k0 = kc
         self.copy_async(gxk, sx[slot], offsets=[k0, om, 0])
+        if self.w_ring:
+            self.copy_async(gw32, sw[slot], offsets=[k0, on // 16, 0])
         self.copy_async_commit_group()
+
+    def ring_codes(self, sw_c):
+        """A chunk's weights from the ring (uint32 [warps, 256]: a lane's 32 bytes) as the fp16
+        A tile [16 * warps, CHUNK]: two 16-byte shared loads a lane, the bits seen as the
+        lane's codes in PACK_ORDER, cast, then the dims permuted to rows x K (no register
+        moves)."""
+        nw = self.warps
+        raw = self.load_shared(sw_c)
+        self.annotate_layout(raw, spatial(nw, 32).local(1, 8))  # lane l: words 8l .. 8l + 7
+        r = self.reshape(raw, [nw, 8, 4, 8])  # [warp, g, q, s]
+        b = self.reshape(self.view(r, dtype=uint8), [nw, 8, 4, 8, 2, 2, 1])  # [.., s, h, rh, 1]
+        w16 = self.cast(self.view(b, dtype=tilus.int4b), float16)  # [w, g, q, s, h, rh, e]
+        return self.reshape(w16.permute(0, 5, 1, 3, 4, 2, 6), [16 * nw, CHUNK])
 
 
 def matmul_prepacked(x, w_prepacked, scales, n: int, *, wdtype=tilus.uint4b, group: int = 128,
