@@ -95,12 +95,19 @@ def test_every_mma_config_matches_the_reference(wdtype, group, m):
 
 
 #: mma configs outside the autotune space: the weights one or two steps ahead in registers, X
-#: a window at a time (one window a part, several, a part cut short; 96 registers)
+#: a window at a time (one window a part, several, a part cut short; 96 registers), or the
+#: weights through the cp.async ring
 MMA_EXTRA = [dict(block_m=8, split_k=3, unroll=1, prefetch=2, x_steps=16),
              dict(block_m=8, split_k=5, unroll=1, prefetch=1, x_steps=16, unroll_steps=2,
                   min_blocks=5),
              dict(block_m=8, split_k=2, unroll=2, prefetch=2, x_steps=2),
-             dict(block_m=16, split_k=4, unroll=1, prefetch=2, x_steps=3)]  # fmt: skip
+             dict(block_m=16, split_k=4, unroll=1, prefetch=2, x_steps=3),
+             # the weights through the cp.async ring, the scales a step or two ahead
+             dict(block_m=8, split_k=3, unroll=2, w_ring=True),
+             dict(block_m=8, split_k=4, unroll=2, w_ring=True, prefetch=1, stages=4),
+             dict(block_m=8, split_k=8, unroll=1, w_ring=True, prefetch=2, stages=4,
+                  min_blocks=8),
+             dict(block_m=16, split_k=2, unroll=2, w_ring=True, prefetch=1)]  # fmt: skip
 
 
 @pytest.mark.parametrize("m", [1, 13, 19])  # one row, ragged, two M tiles (one part)
