@@ -17,8 +17,14 @@ through a ``stages``-deep cp.async ring (a barrier a step). ``prefetch`` = 1 or 
 next steps' codes in registers (loaded before this step's products, so their latency hides
 behind a step's work); ``x_steps`` copies X a window of that many steps at a time (one copy
 and barrier a window: a decode part is one window); ``unroll_steps`` = 2 lets the compiler
-rename the prefetch buffer instead of copying it. On an H200 these were no faster than the
-default (see ``MMA_SPACE``), which the autotune space keeps.
+rename the prefetch buffer instead of copying it (the scales come ahead with the codes).
+On an H200 these were no faster than the default (see ``MMA_SPACE``), which the autotune
+space keeps. ``w_ring`` sends the weights through the X ring instead: each slot also holds
+the step's packed chunks, copied by cp.async as 32-bit words (1 KB a warp a chunk, a lane's
+32 bytes contiguous) ``stages - 1`` steps ahead, so the bytes in flight cost no registers; a
+lane reads its 32 bytes with two 16-byte shared loads, and ``view``/``reshape`` see them as
+its codes in ``PACK_ORDER`` ([warp, g, q, s, h, rh, e]), cast to fp16 and permuted to the
+A tile's rows x K (registers stay where they are); ``prefetch`` then moves only the scales.
 
 Run ``python examples/quantized/matmul_wx_a16_mma.py`` (interpreter self-check at ragged
 sizes).
