@@ -25,6 +25,8 @@ the step's packed chunks, copied by cp.async as 32-bit words (1 KB a warp a chun
 lane reads its 32 bytes with two 16-byte shared loads, and ``view``/``reshape`` see them as
 its codes in ``PACK_ORDER`` ([warp, g, q, s, h, rh, e]), cast to fp16 and permuted to the
 A tile's rows x K (registers stay where they are); ``prefetch`` then moves only the scales.
+``w_tma`` copies a slot's weights as TMA boxes (one thread, an mbarrier a slot) instead of
+16-byte cp.async copies by every thread.
 
 Run ``python examples/quantized/matmul_wx_a16_mma.py`` (interpreter self-check at ragged
 sizes).
@@ -114,7 +116,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 8, split_k: int = 4,
         unroll: int = 2, warps: int = 4, stages: int = 3, min_blocks: int = 4,
         unroll_steps: int | None = None, prefetch: int = 0, x_steps: int = 0,
-        w_ring: bool = False,
+        w_ring: bool = False, w_tma: bool = False,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -150,6 +152,11 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         if w_ring and x_steps:
             raise TilusArgumentError("w_ring needs the X ring (x_steps=0): the weights share it")
         self.w_ring = bool(w_ring)
+        # the ring's weight copies as one TMA box a step (on an mbarrier a slot) rather than
+        # 16-byte cp.async copies by every thread
+        if w_tma and not w_ring:
+            raise TilusArgumentError("w_tma needs w_ring: it is how the ring's weights come")
+        self.w_tma = bool(w_tma)
         self.x_prologue = list(range(stages - 1))
         self.chunks = list(range(unroll))  # a host list: the chunks of a step, unrolled
 
@@ -176,6 +183,9 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         # the same bytes as 32-bit words [G, R, 256]: a chunk of a row tile is 1 KB, 32 bytes
         # a lane (the w_ring copies)
         gw32 = None
+        gwt = None
+        if self.w_tma:  # TMA needs a compact view: [R, G, 256 words]
+            gwt = self.global_view(w_ptr, dtype=uint32, shape=[cdiv(n_size, 16), kc, 256])
         if self.w_ring:
             gw32 = self.global_view(w_ptr, dtype=uint32, shape=[kc, cdiv(n_size, 16), 256],
                                     strides=[256, kc * 256, 1])  # fmt: skip
@@ -199,6 +209,11 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         # the packed chunk as loaded: the A fragment's layout seen through the 8-d view's
         # index, so each lane's registers (s, h, rh, e) are its 64 contiguous packed codes
         w_layout = reshape_layout(mma_a(bn, CHUNK, nw, 1, nw), [nw, 2, 8, 1, 8, 2, 4, 2])
+        wbar = None
+        wph = None
+        if self.w_tma:  # barriers live at the kernel's top level
+            wbar = self.mbarrier.alloc(counts=[1] * self.stages)  # a slot's weights landed
+            wph = self.register_tensor(dtype=uint32, shape=[self.stages], init=0)
         if part < split:
             # X tiles through a cp.async ring (ns - 1 steps ahead), read as B fragments with
             # ldmatrix; X chunk-major: [K / 128, M, 128]
@@ -254,7 +269,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     self.sync()  # every warp is done with the window before it is refilled
             else:
                 for i in self.x_prologue:
-                    self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc, gw32, sw, on)
+                    self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc, gw32, sw, on, wbar, gwt)
                 for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
                     t: int32 = st - s_lo
                     ws_, ss = self.step_weights(gw, gs, st, s_hi, on, wbuf,
@@ -262,7 +277,10 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     self.copy_async_wait_group(ns - 2)  # this thread's X copies of step t landed
                     self.sync()  # everyone's did, and everyone is done with the slot refilled
                     self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc, gw32, sw,
-                                on)  # fmt: skip
+                                on, wbar, gwt)  # fmt: skip
+                    if self.w_tma:
+                        self.mbarrier.wait(wbar[t % ns], phase=wph[t % ns])
+                        wph[t % ns] ^= 1
                     xs = []
                     for c in self.chunks:
                         xs.append(sx[t % ns, c])
@@ -339,7 +357,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                                 shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
 
     def fill_x(self, gxk, sx, step: int32, slot: int32, s_hi: int32, om: int32, kc: int,
-               gw32, sw, on: int32):  # fmt: skip
+               gw32, sw, on: int32, wbar, gwt):  # fmt: skip
         """Start copying the X chunks of step ``step`` (and with ``w_ring`` its weight chunks)
         into ring slot ``slot`` (one commit group); a step past the part's last reads nothing
         (zero-filled)."""
@@ -347,7 +365,17 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         if step >= s_hi:
             k0 = kc
         self.copy_async(gxk, sx[slot], offsets=[k0, om, 0])
-        if self.w_ring:
+        if self.w_tma:
+            if step < s_hi:  # none past the part: no copy is in flight when the block ends
+                with self.single_thread():
+                    self.mbarrier.arrive_and_expect_tx(
+                        wbar[slot], transaction_bytes=sw[slot].nbytes
+                    )
+                    for c in self.chunks:  # a box [warps, 256 words] a chunk
+                        self.tma.global_to_shared(src=gwt, dst=sw[slot, c],
+                                                  offsets=[on // 16, k0 + c, 0], dims=[0, 2],
+                                                  mbarrier=wbar[slot])  # fmt: skip
+        elif self.w_ring:
             self.copy_async(gw32, sw[slot], offsets=[k0, on // 16, 0])
         self.copy_async_commit_group()
 
