@@ -68,7 +68,14 @@ def test_prepack_puts_each_lanes_fragment_codes_in_its_32_bytes():
      (tilus.int4b, 256, 13, 70, 1024,
       dict(block_m=16, split_k=3, unroll=1, w_ring=True, w_tma=True, prefetch=2, stages=4)),
      (tilus.uint4b, 128, 1, 45, 256,
-      dict(block_m=8, split_k=4, unroll=1, w_ring=True, w_tma=True, prefetch=1))],
+      dict(block_m=8, split_k=4, unroll=1, w_ring=True, w_tma=True, prefetch=1)),
+     # X as TMA boxes too
+     (tilus.uint4b, 128, 1, 37, 640,
+      dict(block_m=8, split_k=3, unroll=2, w_ring=True, w_tma=True, x_tma=True)),
+     (tilus.int4b, 256, 13, 70, 1024,
+      dict(block_m=16, split_k=3, unroll=1, w_ring=True, w_tma=True, x_tma=True, prefetch=2)),
+     (tilus.uint4b, 128, 19, 20, 640,
+      dict(block_m=8, split_k=2, unroll=2, w_ring=True, w_tma=True, x_tma=True, prefetch=1))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
     assert mma.run_interp(wdtype, group, m, n, k, **cfg) < 1e-2
@@ -92,7 +99,7 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     [(dict(wdtype=tilus.int8), "wdtype"), (dict(group=64), "group"),
      (dict(block_m=4), "block_m"), (dict(warps=8), "warps"), (dict(prefetch=3), "prefetch"),
      (dict(x_steps=-1), "x_steps"), (dict(w_ring=True, x_steps=2), "w_ring needs the X ring"),
-     (dict(w_tma=True), "w_tma needs w_ring")],
+     (dict(w_tma=True), "w_tma needs w_ring"), (dict(w_ring=True, x_tma=True), "x_tma needs")],
 )  # fmt: skip
 def test_unsupported_arguments_are_refused(kw, what):
     m, n, k = 1, 16, 256
@@ -110,7 +117,8 @@ def test_configs_build_without_spills():
     extra = [dict(split_k=4, prefetch=1, x_steps=16, unroll_steps=2),
              dict(split_k=5, prefetch=1, x_steps=16, min_blocks=5),
              dict(split_k=4, w_ring=True, prefetch=1, stages=4),
-             dict(split_k=4, w_ring=True, w_tma=True, prefetch=1, stages=4)]  # fmt: skip
+             dict(split_k=4, w_ring=True, w_tma=True, prefetch=1, stages=4),
+             dict(split_k=4, w_ring=True, w_tma=True, x_tma=True, prefetch=1, stages=4)]  # fmt: skip
     for cfg in space[:2] + [dict(block_m=8, unroll=1, **e) for e in extra]:
         ck = tilus.compile(mma.MatmulWxA16Mma(tilus.uint4b, 128, **cfg), 1, 100, 1024, F16,
                            tilus.uint8, F16, F16)  # fmt: skip

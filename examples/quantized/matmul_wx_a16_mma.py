@@ -26,7 +26,8 @@ lane reads its 32 bytes with two 16-byte shared loads, and ``view``/``reshape`` 
 its codes in ``PACK_ORDER`` ([warp, g, q, s, h, rh, e]), cast to fp16 and permuted to the
 A tile's rows x K (registers stay where they are); ``prefetch`` then moves only the scales.
 ``w_tma`` copies a slot's weights as TMA boxes (one thread, an mbarrier a slot) instead of
-16-byte cp.async copies by every thread.
+16-byte cp.async copies by every thread; ``x_tma`` the X tiles too (on the same barriers,
+a hardware-swizzled X tile), so that no cp.async is left in the loop.
 
 Run ``python examples/quantized/matmul_wx_a16_mma.py`` (interpreter self-check at ragged
 sizes).
@@ -116,7 +117,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 8, split_k: int = 4,
         unroll: int = 2, warps: int = 4, stages: int = 3, min_blocks: int = 4,
         unroll_steps: int | None = None, prefetch: int = 0, x_steps: int = 0,
-        w_ring: bool = False, w_tma: bool = False,
+        w_ring: bool = False, w_tma: bool = False, x_tma: bool = False,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -157,6 +158,10 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         if w_tma and not w_ring:
             raise TilusArgumentError("w_tma needs w_ring: it is how the ring's weights come")
         self.w_tma = bool(w_tma)
+        # the X tiles as TMA boxes too (on the same mbarriers): no cp.async left in the loop
+        if x_tma and not w_tma:
+            raise TilusArgumentError("x_tma needs w_tma: X joins the weights' TMA boxes")
+        self.x_tma = bool(x_tma)
         self.x_prologue = list(range(stages - 1))
         self.chunks = list(range(unroll))  # a host list: the chunks of a step, unrolled
 
@@ -220,12 +225,16 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             ns = self.stages
             gxk = self.global_view(x_ptr, dtype=float16, shape=[kc, m_size, CHUNK],
                                    strides=[CHUNK, k_size, 1])  # fmt: skip
+            gxt = None
+            if self.x_tma:  # TMA needs a compact view
+                gxt = self.global_view(x_ptr, dtype=float16, shape=[m_size, k_size])
             sx = None
             sw = None
             if not self.x_steps:
                 sx = self.shared_tensor(dtype=float16, shape=[ns, u, bm, CHUNK])
-                # 16-byte chunks XOR-ed with the row: the 8 rows an ldmatrix reads hit all banks
-                self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
+                if not self.x_tma:  # (for TMA the backend picks a hardware swizzle)
+                    # 16-byte chunks XOR-ed with the row: an ldmatrix's 8 rows hit all banks
+                    self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
                 if self.w_ring:
                     sw = self.shared_tensor(dtype=uint32, shape=[ns, u, nw, 256])
             acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
@@ -269,7 +278,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     self.sync()  # every warp is done with the window before it is refilled
             else:
                 for i in self.x_prologue:
-                    self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc, gw32, sw, on, wbar, gwt)
+                    self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc, gw32, sw, on, wbar, gwt, gxt)
                 for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
                     t: int32 = st - s_lo
                     ws_, ss = self.step_weights(gw, gs, st, s_hi, on, wbuf,
@@ -277,7 +286,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     self.copy_async_wait_group(ns - 2)  # this thread's X copies of step t landed
                     self.sync()  # everyone's did, and everyone is done with the slot refilled
                     self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc, gw32, sw,
-                                on, wbar, gwt)  # fmt: skip
+                                on, wbar, gwt, gxt)  # fmt: skip
                     if self.w_tma:
                         self.mbarrier.wait(wbar[t % ns], phase=wph[t % ns])
                         wph[t % ns] ^= 1
@@ -357,20 +366,25 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                                 shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
 
     def fill_x(self, gxk, sx, step: int32, slot: int32, s_hi: int32, om: int32, kc: int,
-               gw32, sw, on: int32, wbar, gwt):  # fmt: skip
+               gw32, sw, on: int32, wbar, gwt, gxt):  # fmt: skip
         """Start copying the X chunks of step ``step`` (and with ``w_ring`` its weight chunks)
         into ring slot ``slot`` (one commit group); a step past the part's last reads nothing
         (zero-filled)."""
         k0: int32 = step * self.unroll
         if step >= s_hi:
             k0 = kc
-        self.copy_async(gxk, sx[slot], offsets=[k0, om, 0])
+        if not self.x_tma:
+            self.copy_async(gxk, sx[slot], offsets=[k0, om, 0])
         if self.w_tma:
             if step < s_hi:  # none past the part: no copy is in flight when the block ends
                 with self.single_thread():
-                    self.mbarrier.arrive_and_expect_tx(
-                        wbar[slot], transaction_bytes=sw[slot].nbytes
-                    )
+                    nbytes = sw[slot].nbytes + (sx[slot].nbytes if self.x_tma else 0)
+                    self.mbarrier.arrive_and_expect_tx(wbar[slot], transaction_bytes=nbytes)
+                    if self.x_tma:
+                        for c in self.chunks:  # a box [block_m, 128] a chunk (zero rows past M)
+                            self.tma.global_to_shared(src=gxt, dst=sx[slot, c],
+                                                      offsets=[om, (k0 + c) * CHUNK],
+                                                      mbarrier=wbar[slot])  # fmt: skip
                     for c in self.chunks:  # a box [warps, 256 words] a chunk
                         self.tma.global_to_shared(src=gwt, dst=sw[slot, c],
                                                   offsets=[on // 16, k0 + c, 0], dims=[0, 2],

@@ -111,7 +111,11 @@ MMA_EXTRA = [dict(block_m=8, split_k=3, unroll=1, prefetch=2, x_steps=16),
              dict(block_m=8, split_k=3, unroll=2, w_ring=True, w_tma=True),
              dict(block_m=8, split_k=8, unroll=1, w_ring=True, w_tma=True, prefetch=2, stages=4,
                   min_blocks=8),
-             dict(block_m=16, split_k=2, unroll=2, w_ring=True, w_tma=True, prefetch=1)]  # fmt: skip
+             dict(block_m=16, split_k=2, unroll=2, w_ring=True, w_tma=True, prefetch=1),
+             dict(block_m=8, split_k=4, unroll=2, w_ring=True, w_tma=True, x_tma=True,
+                  prefetch=1, stages=4),
+             dict(block_m=16, split_k=3, unroll=1, w_ring=True, w_tma=True, x_tma=True,
+                  prefetch=2)]  # fmt: skip
 
 
 @pytest.mark.parametrize("m", [1, 13, 19])  # one row, ragged, two M tiles (one part)
