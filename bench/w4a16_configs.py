@@ -72,7 +72,7 @@ def main(argv=None) -> int:
 
     import tilus
 
-    pin = dict  # the pipelined kernel's autotune group is pinned whole
+    pin = dict  # the pipelined and mma kernels' autotune groups are pinned whole
     if args.kernel == "decode":
         import matmul_wx_a16_decode as mod
 
@@ -86,6 +86,7 @@ def main(argv=None) -> int:
         import matmul_wx_a16_mma as mod
 
         cls = mod.MatmulWxA16Mma
+        pin = mod.pinned
     else:
         import matmul_wx_a16 as mod
 

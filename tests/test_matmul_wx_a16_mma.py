@@ -85,7 +85,7 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     m, n, k = 1, 16, 384
     x, codes, _s, _packed = ex.random_problem(np.random.default_rng(), m, n, k, 128)
     y = np.full((m, n), np.nan, np.float16)
-    kernel = mma.MatmulWxA16Mma(tilus.uint4b, 256, block_m=8, split_k=1, unroll=1)
+    kernel = mma.MatmulWxA16Mma(tilus.uint4b, 256, **mma.pinned(block_m=8, split_k=1, unroll=1))
     with pytest.raises(tilus.TilusProgramError, match="K = 384 is not a multiple") as info:
         kernel(m, n, k, x, mma.prepack(codes), np.ones((n, 2), np.float16), y)
     err = info.value
@@ -108,7 +108,7 @@ def test_unsupported_arguments_are_refused(kw, what):
     cfg = dict(block_m=8, split_k=1, unroll=1)
     cfg.update(kw)
     with pytest.raises(tilus.TilusArgumentError, match=what):
-        mma.MatmulWxA16Mma(**cfg)(m, n, k, x, mma.prepack(codes), s, y)
+        mma.MatmulWxA16Mma(**mma.pinned(**cfg))(m, n, k, x, mma.prepack(codes), s, y)
 
 
 @needs_nvrtc
@@ -120,7 +120,7 @@ def test_configs_build_without_spills():
              dict(split_k=4, w_ring=True, w_tma=True, prefetch=1, stages=4),
              dict(split_k=4, w_ring=True, w_tma=True, x_tma=True, prefetch=1, stages=4)]  # fmt: skip
     for cfg in space[:2] + [dict(block_m=8, unroll=1, **e) for e in extra]:
-        ck = tilus.compile(mma.MatmulWxA16Mma(tilus.uint4b, 128, **cfg), 1, 100, 1024, F16,
+        ck = tilus.compile(mma.MatmulWxA16Mma(tilus.uint4b, 128, **mma.pinned(**cfg)), 1, 100, 1024, F16,
                            tilus.uint8, F16, F16)  # fmt: skip
         ck = ck[0] if isinstance(ck, list) else ck
         assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)

@@ -35,6 +35,7 @@ sizes).
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import numpy as np
@@ -105,10 +106,31 @@ def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
 #: at 1 x 8192 x 8192, with a quarter fewer instructions but a longer wait a step (ncu: 59%
 #: of cycles with no eligible warp, 6.6M instructions against 8.7M). The kernel waits on
 #: memory with 16-32 KB in flight an SM; more needs the weights staged in shared memory.
-MMA_SPACE = [(8, 4, 2), (8, 2, 2), (16, 4, 2), (16, 2, 2)]
+MMA_BASE = [(8, 4, 2), (8, 2, 2), (16, 4, 2), (16, 2, 2)]
+#: the names of an ``MMA_SPACE`` entry
+MMA_KEYS = "block_m, split_k, unroll, prefetch, stages, min_blocks, w_ring, w_tma, x_tma"
 
 
-@tilus.autotune("block_m, split_k, unroll", MMA_SPACE)
+def _space(base, prefetch=0, stages=3, min_blocks=4, ring=False, tma=False) -> list[tuple]:
+    """``MMA_KEYS`` tuples of (block_m, split_k, unroll) entries with the other keys given."""
+    return [(*b, prefetch, stages, min_blocks, ring, tma, tma) for b in base]
+
+
+#: the weights through the ring (cp.async, then TMA boxes with X's too), the scales a step
+#: ahead; 8-row tiles 4 stages deep, 16-row ones 3 (48 KB of shared memory a block either
+#: way: 4 blocks an SM), and split 8 at 8 blocks an SM with one chunk a step
+MMA_RING = _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True) + _space(
+    [(16, 4, 2), (16, 2, 2)], 1, 3, ring=True
+)
+MMA_TMA = (
+    _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True, tma=True)
+    + _space([(8, 8, 1)], 2, 4, 8, ring=True, tma=True)
+    + _space([(16, 4, 2), (16, 2, 2)], 1, 3, ring=True, tma=True)
+)
+MMA_SPACE = _space(MMA_BASE) + MMA_RING + MMA_TMA
+
+
+@tilus.autotune(MMA_KEYS, MMA_SPACE)
 class MatmulWxA16Mma(SplitKParts, tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` for M <= ``block_m`` with prepacked
     4-bit weights (:func:`prepack`) and group-``group`` fp16 scales [N, K / group]."""
@@ -407,6 +429,16 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         return self.reshape(w16.permute(0, 5, 1, 3, 4, 2, 6), [16 * nw, CHUNK])
 
 
+def pinned(**kw) -> dict:
+    """Constructor arguments pinning one config: the autotune group (``MMA_KEYS``) is pinned
+    as a whole, so its keys not in ``kw`` take their constructor defaults; other arguments
+    (``wdtype``, ``x_steps``, ...) pass through."""
+    sig = inspect.signature(MatmulWxA16Mma.__init__)
+    out = {k.strip(): sig.parameters[k.strip()].default for k in MMA_KEYS.split(",")}
+    out.update(kw)
+    return out
+
+
 def matmul_prepacked(x, w_prepacked, scales, n: int, *, wdtype=tilus.uint4b, group: int = 128,
                      out=None):  # fmt: skip
     """``x @ dequant(w)^T`` on torch CUDA tensors with weights from :func:`prepack_torch`
@@ -439,7 +471,7 @@ def run_interp(wdtype, group: int, m: int, n: int, k: int, **cfg) -> float:
     rng = np.random.default_rng()
     x, codes, scales, _packed = ex.random_problem(rng, m, n, k, group, wdtype)
     y = np.full((m, n), np.nan, np.float16)
-    MatmulWxA16Mma(wdtype, group, **cfg)(m, n, k, x, prepack(codes, wdtype), scales, y)
+    MatmulWxA16Mma(wdtype, group, **pinned(**cfg))(m, n, k, x, prepack(codes, wdtype), scales, y)
     ref = ex.reference(x, codes, scales, wdtype, group)
     return float(np.abs(y.astype(np.float32) - ref).max() / (np.abs(ref).max() + 1e-6))
 
