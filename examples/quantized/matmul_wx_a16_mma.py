@@ -104,7 +104,8 @@ def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
 #: registers were slower; so were the prefetch configs (one chunk a step, the weights one or
 #: two steps ahead in registers, X a window at a time, split 5 at 96 registers): 1.93x-2.08x
 #: at 1 x 8192 x 8192, with a quarter fewer instructions but a longer wait a step (ncu: 59%
-#: of cycles with no eligible warp, 6.6M instructions against 8.7M). The kernel waits on
+#: of cycles with no eligible warp, 6.6M instructions against 8.7M; their scales were still
+#: loaded in the step that used them, fixed since). The kernel waits on
 #: memory with 16-32 KB in flight an SM; more needs the weights staged in shared memory.
 MMA_BASE = [(8, 4, 2), (8, 2, 2), (16, 4, 2), (16, 2, 2)]
 #: the names of an ``MMA_SPACE`` entry
