@@ -119,7 +119,11 @@ def _space(base, prefetch=0, stages=3, min_blocks=4, ring=False, tma=False) -> l
 
 #: the weights through the ring (cp.async, then TMA boxes with X's too), the scales a step
 #: ahead; 8-row tiles 4 stages deep, 16-row ones 3 (48 KB of shared memory a block either
-#: way: 4 blocks an SM), and split 8 at 8 blocks an SM with one chunk a step
+#: way: 4 blocks an SM), and split 8 at 8 blocks an SM with one chunk a step. On an H200
+#: (2026-12-02, tuned through the entry) the TMA ring at split 2 won at all four decode
+#: shapes: 2.31x / 2.09x fp16 cuBLAS at M = 1 and 1.92x / 2.03x at M = 16 after a dirty L2
+#: flush, 2.02x / 2.17x and 1.60x / 1.89x after a clean one; the cp.async ring was no faster
+#: than the base configs (its copies cost every thread ~12 instructions each).
 MMA_RING = _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True) + _space(
     [(16, 4, 2), (16, 2, 2)], 1, 3, ring=True
 )
