@@ -22,6 +22,11 @@ rounds:
   N = K = 8192: GB/s of the weight read (packed codes and scales, or fp16), the ratio to
   cuBLAS, and below the table the kernel and tuned config of each tilus row.
 
+``--flush dirty`` (the default) empties the L2 before each timed run with a 256 MiB
+``zero_()``, which leaves it full of dirty lines: the timed kernel's first reads also write
+those back. ``--flush clean`` then reads another 256 MiB (outside the timed span), so the L2
+holds clean lines only, as in a decode loop whose previous layers read their weights.
+
 ``--dry-run`` needs no GPU: every case runs its tilus kernel on the interpreter at a tiny
 ragged size and checks it.
 """
@@ -43,6 +48,36 @@ for p in (REPO, REPO / "bench", REPO / "examples" / "quantized"):
         sys.path.insert(0, str(p))
 
 from rowwise import git_commit, time_ms  # noqa: E402 - the shared timing helpers
+
+#: the L2 flush protocols of ``--flush``
+FLUSHES = ("dirty", "clean")
+
+
+class CleanFlush:
+    """A flush whose ``zero_()`` (what ``rowwise.time_ms`` calls before each timed run) writes
+    256 MiB, then reads another 256 MiB: the L2 is left holding clean lines only."""
+
+    def __init__(self, torch, nbytes: int = 256 << 20):
+        self.torch = torch
+        self.buf = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        self.other = torch.ones(nbytes // 4, dtype=torch.int32, device="cuda")
+        self.sink = torch.empty((), dtype=torch.int64, device="cuda")
+
+    def zero_(self):
+        self.buf.zero_()
+        # the read evicts the dirty lines (written back now) and leaves clean ones
+        self.torch.sum(self.other, dim=0, out=self.sink)
+
+
+def make_flush(torch, protocol: str = "dirty"):
+    """The buffer ``time_ms`` flushes the L2 with: a 256 MiB tensor (``dirty``) or a
+    :class:`CleanFlush` (``clean``)."""
+    if protocol not in FLUSHES:
+        raise SystemExit(f"--flush must be one of {FLUSHES}, got {protocol!r}")
+    if protocol == "clean":
+        return CleanFlush(torch)
+    return torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+
 
 MATMUL_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4000, 3008, 4000)]
 CAST_SHAPES = [(4096, 7168), (16384, 4096), (3000, 5000)]
@@ -343,7 +378,7 @@ def bench(args) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU: use --dry-run for the CPU checks")
         return 1
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    flush = make_flush(torch, args.flush)
     results, status = [], 0
     for case in _selected(args.cases):
         rows, ok = case.bench(torch, args, flush)
@@ -359,6 +394,7 @@ def bench(args) -> int:
     for r in results:
         if r.get("config"):
             print(f"{r['case']} {r['shape']} {r['impl']}: {r['config']}")
+    print(f"L2 flush before each run: {args.flush}")
     print("ratio: fp8_matmul to cuBLAS with the same scales; fp8_cast to the copy; w4a16 to "
           "cuBLAS fp16 (GB/s: of the weight read)")  # fmt: skip
     meta = dict(
@@ -367,6 +403,7 @@ def bench(args) -> int:
         commit=git_commit(),
         command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         torch=torch.__version__,
+        flush=args.flush,
     )
     if args.out:
         Path(args.out).write_text(json.dumps(dict(meta=meta, results=results), indent=1) + "\n")
@@ -394,6 +431,9 @@ def main(argv=None) -> int:
                     help="w4a16: only these M of W4A16_SHAPES (comma-separated; default all)")  # fmt: skip
     ap.add_argument("--fp8-matmul-shapes", type=int, default=0,
                     help="fp8_matmul: only the first this many of MATMUL_SHAPES (0: all)")  # fmt: skip
+    ap.add_argument("--flush", default="dirty", choices=FLUSHES,
+                    help="the L2 flush before each timed run: dirty (a 256 MiB write) or clean "
+                         "(the write, then a 256 MiB read)")  # fmt: skip
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
     args = ap.parse_args(argv)

@@ -8,6 +8,10 @@ scales), the ratio to cuBLAS fp16 and the registers a thread. Used to pick the a
 ``--configs tuned`` times the kernel's default constructor, tuned over its autotune space on
 first use at each shape (the config column then names the winner): the kernels side by side
 at a range of M set ``matmul_wx_a16.MMA_MAX_M``, the boundary of ``matmul_wx_a16()``.
+A config written ``@MxNxK cfg`` runs at that shape only. ``--flush dirty|clean|both`` picks the L2 flush protocol(s) (``bench/quantized.py``'s
+``--flush``; with ``both`` each row is timed under each, interleaved, in one table); ``--floor``
+adds the floor rows: an (almost) empty kernel and a read of the kernel's weight bytes and of
+cuBLAS's (a sum of an int32 tensor of that size).
 """
 
 from __future__ import annotations
@@ -22,16 +26,23 @@ for p in (REPO, REPO / "bench", REPO / "examples" / "quantized"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+from quantized import FLUSHES, make_flush  # noqa: E402 - the L2 flush protocols
 from rowwise import time_ms, winner  # noqa: E402 - the shared timing helpers
 
 DECODE = "rows=1,reps=1,block_m=1;rows=2,reps=1,block_m=1;rows=1,reps=2,block_m=1;" \
          "rows=1,reps=1,block_m=1,warps=8"  # fmt: skip
 
 
-def parse_configs(text: str) -> list[dict]:
-    """``'a=1,b=2;a=3'`` -> [{'a': 1, 'b': 2}, {'a': 3}] (ints and True/False)."""
+def parse_configs(text: str, shape: str | None = None) -> list[dict]:
+    """``'a=1,b=2;a=3'`` -> [{'a': 1, 'b': 2}, {'a': 3}] (ints and True/False); a config
+    written ``@MxNxK a=1,...`` is kept only for that ``shape``."""
     out = []
     for part in text.split(";"):
+        part = part.strip()
+        if part.startswith("@"):
+            only, _, part = part[1:].partition(" ")
+            if shape is not None and only != shape:
+                continue
         cfg = {}
         for kv in filter(None, part.split(",")):
             k, v = kv.split("=")
@@ -53,13 +64,15 @@ def main(argv=None) -> int:
     ap.add_argument("--wdtypes", default="uint4b", help="weight types, e.g. uint4b,int8")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--flush", default="dirty", choices=[*FLUSHES, "both"])
+    ap.add_argument("--floor", action="store_true", help="add the empty-kernel and read rows")
     args = ap.parse_args(argv)
     import matmul_wx_a16 as ex
     import torch
 
     import tilus
 
-    pin = dict  # the pipelined kernel's autotune group is pinned whole
+    pin = dict  # the pipelined and mma kernels' autotune groups are pinned whole
     if args.kernel == "decode":
         import matmul_wx_a16_decode as mod
 
@@ -73,13 +86,16 @@ def main(argv=None) -> int:
         import matmul_wx_a16_mma as mod
 
         cls = mod.MatmulWxA16Mma
+        pin = mod.pinned
     else:
         import matmul_wx_a16 as mod
 
         cls = mod.MatmulWxA16
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    protocols = list(FLUSHES) if args.flush == "both" else [args.flush]
+    flushes = {p: make_flush(torch, p) for p in protocols}
     g, status = args.group, 0
-    print(f"{'shape':22s} {'config':40s} {'ms':>8s} {'GB/s':>6s} {'ratio':>6s} {'regs':>4s}")
+    cols = "".join(f" {p + ' ms':>9s} {'GB/s':>5s} {'ratio':>5s}" for p in protocols)
+    print(f"{'shape':22s} {'config':40s}{cols} {'regs':>4s}")
     for shape, wname in [(a, b) for b in args.wdtypes.split(",") for a in args.shapes.split(",")]:
         m, n, k = map(int, shape.split("x"))
         wdtype = getattr(tilus, wname)
@@ -93,11 +109,12 @@ def main(argv=None) -> int:
         def cublas_fn(x=x, w16=w16):
             return torch.matmul(x, w16.T)
 
-        cublas = [time_ms(cublas_fn, torch, flush, args.reps)]
         moved = w.numel() + 2 * s.numel()
-        rows = []
+        rows = [("cuBLAS fp16", "", cublas_fn, 2 * n * k)]
+        if args.floor:
+            rows += floor_rows(torch, moved, 2 * n * k)
         tuned = args.configs == "tuned"
-        for cfg in [{}] if tuned else parse_configs(args.configs):
+        for cfg in [{}] if tuned else parse_configs(args.configs, shape.split(":")[0]):
             try:
                 kern = cls(wdtype, g) if tuned else cls(wdtype, g, **pin(**cfg))
                 y.fill_(float("nan"))
@@ -122,21 +139,37 @@ def main(argv=None) -> int:
                 except Exception:  # noqa: BLE001 - the count is informative only
                     pass
             t = (m, n, k, x, w, s, y)
-            rows.append((cfg, regs, lambda kern=kern, t=t: kern(*t)))
-        rounds = {i: [] for i in range(len(rows))}
-        for _ in range(args.rounds):
-            cublas.append(time_ms(cublas_fn, torch, flush, args.reps))
-            for i, (_c, _r, fn) in enumerate(rows):
-                rounds[i].append(time_ms(fn, torch, flush, args.reps))
-        base = statistics.median(cublas)
-        print(f"{shape:22s} {'cuBLAS fp16':40s} {base:8.4f} {2 * n * k / base / 1e6:6.0f}")
-        for i, (cfg, regs, _fn) in enumerate(rows):
-            ms = statistics.median(rounds[i])
             cfg_s = ",".join(f"{a}={b}" for a, b in cfg.items())
-            print(f"{shape:22s} {cfg_s:40s} {ms:8.4f} {moved / ms / 1e6:6.0f} {base / ms:6.2f} "
-                  f"{regs:>4s}")  # fmt: skip
+            rows.append((cfg_s, regs, lambda kern=kern, t=t: kern(*t), moved))
+        for _c, _r, fn, _b in rows:  # warm up
+            fn()
+        rounds = {(i, p): [] for i in range(len(rows)) for p in protocols}
+        for _ in range(args.rounds):
+            for p in protocols:
+                for i, (_c, _r, fn, _b) in enumerate(rows):
+                    rounds[i, p].append(time_ms(fn, torch, flushes[p], args.reps))
+        base = {p: statistics.median(rounds[0, p]) for p in protocols}
+        for i, (cfg_s, regs, _fn, nbytes) in enumerate(rows):
+            line = f"{shape:22s} {cfg_s:40s}"
+            for p in protocols:
+                ms = statistics.median(rounds[i, p])
+                line += f" {ms:9.4f} {nbytes / ms / 1e6:5.0f} {base[p] / ms:5.2f}"
+            print(f"{line} {regs:>4s}")
         del ref, y, cublas_fn, rows
     return status
+
+
+def floor_rows(torch, wbytes: int, fp16_bytes: int) -> list:
+    """The floor rows: a one-element ``zero_`` (launch and event overhead) and a sum of an
+    int32 tensor of the kernel's weight bytes and of cuBLAS's (a stream of those bytes)."""
+    tiny = torch.zeros(1, dtype=torch.int32, device="cuda")
+    sink = torch.empty((), dtype=torch.int64, device="cuda")
+    out = [("floor: empty kernel", "", lambda t=tiny: t.zero_(), 0)]
+    for what, nbytes in (("weights", wbytes), ("fp16 weights", fp16_bytes)):
+        buf = torch.ones(nbytes // 4, dtype=torch.int32, device="cuda")
+        out.append((f"floor: read {what} {nbytes / 1e6:.1f} MB", "",
+                    lambda b=buf: torch.sum(b, dim=0, out=sink), nbytes))  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":

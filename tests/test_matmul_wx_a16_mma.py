@@ -55,7 +55,27 @@ def test_prepack_puts_each_lanes_fragment_codes_in_its_32_bytes():
      (tilus.uint4b, 128, 19, 20, 640, dict(block_m=8, split_k=2, unroll=2, prefetch=2, x_steps=2)),
      # two chunks in four parts: two parts empty (their prefetch reads nothing useful)
      (tilus.uint4b, 128, 1, 45, 256,
-      dict(block_m=8, split_k=4, unroll=1, prefetch=1, x_steps=16, unroll_steps=2))],
+      dict(block_m=8, split_k=4, unroll=1, prefetch=1, x_steps=16, unroll_steps=2)),
+     # the weights through the cp.async ring (a ragged last step, empty parts, two M tiles),
+     # the scales a step or two ahead
+     (tilus.uint4b, 128, 1, 37, 640, dict(block_m=8, split_k=3, unroll=2, w_ring=True)),
+     (tilus.int4b, 256, 13, 70, 1024,
+      dict(block_m=16, split_k=3, unroll=1, w_ring=True, prefetch=2, stages=4)),
+     (tilus.uint4b, 128, 19, 20, 640, dict(block_m=8, split_k=2, unroll=2, w_ring=True, prefetch=1)),
+     (tilus.uint4b, 128, 1, 45, 256, dict(block_m=8, split_k=4, unroll=1, w_ring=True, prefetch=1)),
+     # the ring's weights as TMA boxes on an mbarrier a slot
+     (tilus.uint4b, 128, 1, 37, 640, dict(block_m=8, split_k=3, unroll=2, w_ring=True, w_tma=True)),
+     (tilus.int4b, 256, 13, 70, 1024,
+      dict(block_m=16, split_k=3, unroll=1, w_ring=True, w_tma=True, prefetch=2, stages=4)),
+     (tilus.uint4b, 128, 1, 45, 256,
+      dict(block_m=8, split_k=4, unroll=1, w_ring=True, w_tma=True, prefetch=1)),
+     # X as TMA boxes too
+     (tilus.uint4b, 128, 1, 37, 640,
+      dict(block_m=8, split_k=3, unroll=2, w_ring=True, w_tma=True, x_tma=True)),
+     (tilus.int4b, 256, 13, 70, 1024,
+      dict(block_m=16, split_k=3, unroll=1, w_ring=True, w_tma=True, x_tma=True, prefetch=2)),
+     (tilus.uint4b, 128, 19, 20, 640,
+      dict(block_m=8, split_k=2, unroll=2, w_ring=True, w_tma=True, x_tma=True, prefetch=1))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
     assert mma.run_interp(wdtype, group, m, n, k, **cfg) < 1e-2
@@ -65,7 +85,7 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     m, n, k = 1, 16, 384
     x, codes, _s, _packed = ex.random_problem(np.random.default_rng(), m, n, k, 128)
     y = np.full((m, n), np.nan, np.float16)
-    kernel = mma.MatmulWxA16Mma(tilus.uint4b, 256, block_m=8, split_k=1, unroll=1)
+    kernel = mma.MatmulWxA16Mma(tilus.uint4b, 256, **mma.pinned(block_m=8, split_k=1, unroll=1))
     with pytest.raises(tilus.TilusProgramError, match="K = 384 is not a multiple") as info:
         kernel(m, n, k, x, mma.prepack(codes), np.ones((n, 2), np.float16), y)
     err = info.value
@@ -78,7 +98,8 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     "kw, what",
     [(dict(wdtype=tilus.int8), "wdtype"), (dict(group=64), "group"),
      (dict(block_m=4), "block_m"), (dict(warps=8), "warps"), (dict(prefetch=3), "prefetch"),
-     (dict(x_steps=-1), "x_steps")],
+     (dict(x_steps=-1), "x_steps"), (dict(w_ring=True, x_steps=2), "w_ring needs the X ring"),
+     (dict(w_tma=True), "w_tma needs w_ring"), (dict(w_ring=True, x_tma=True), "x_tma needs")],
 )  # fmt: skip
 def test_unsupported_arguments_are_refused(kw, what):
     m, n, k = 1, 16, 256
@@ -87,16 +108,19 @@ def test_unsupported_arguments_are_refused(kw, what):
     cfg = dict(block_m=8, split_k=1, unroll=1)
     cfg.update(kw)
     with pytest.raises(tilus.TilusArgumentError, match=what):
-        mma.MatmulWxA16Mma(**cfg)(m, n, k, x, mma.prepack(codes), s, y)
+        mma.MatmulWxA16Mma(**mma.pinned(**cfg))(m, n, k, x, mma.prepack(codes), s, y)
 
 
 @needs_nvrtc
 def test_configs_build_without_spills():
     space = mma.MatmulWxA16Mma().configs
     extra = [dict(split_k=4, prefetch=1, x_steps=16, unroll_steps=2),
-             dict(split_k=5, prefetch=1, x_steps=16, min_blocks=5)]  # fmt: skip
+             dict(split_k=5, prefetch=1, x_steps=16, min_blocks=5),
+             dict(split_k=4, w_ring=True, prefetch=1, stages=4),
+             dict(split_k=4, w_ring=True, w_tma=True, prefetch=1, stages=4),
+             dict(split_k=4, w_ring=True, w_tma=True, x_tma=True, prefetch=1, stages=4)]  # fmt: skip
     for cfg in space[:2] + [dict(block_m=8, unroll=1, **e) for e in extra]:
-        ck = tilus.compile(mma.MatmulWxA16Mma(tilus.uint4b, 128, **cfg), 1, 100, 1024, F16,
+        ck = tilus.compile(mma.MatmulWxA16Mma(tilus.uint4b, 128, **mma.pinned(**cfg)), 1, 100, 1024, F16,
                            tilus.uint8, F16, F16)  # fmt: skip
         ck = ck[0] if isinstance(ck, list) else ck
         assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)

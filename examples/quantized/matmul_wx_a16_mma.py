@@ -17,8 +17,17 @@ through a ``stages``-deep cp.async ring (a barrier a step). ``prefetch`` = 1 or 
 next steps' codes in registers (loaded before this step's products, so their latency hides
 behind a step's work); ``x_steps`` copies X a window of that many steps at a time (one copy
 and barrier a window: a decode part is one window); ``unroll_steps`` = 2 lets the compiler
-rename the prefetch buffer instead of copying it. On an H200 these were no faster than the
-default (see ``MMA_SPACE``), which the autotune space keeps.
+rename the prefetch buffer instead of copying it (the scales come ahead with the codes).
+On an H200 these were no faster than the default (see ``MMA_SPACE``), which the autotune
+space keeps. ``w_ring`` sends the weights through the X ring instead: each slot also holds
+the step's packed chunks, copied by cp.async as 32-bit words (1 KB a warp a chunk, a lane's
+32 bytes contiguous) ``stages - 1`` steps ahead, so the bytes in flight cost no registers; a
+lane reads its 32 bytes with two 16-byte shared loads, and ``view``/``reshape`` see them as
+its codes in ``PACK_ORDER`` ([warp, g, q, s, h, rh, e]), cast to fp16 and permuted to the
+A tile's rows x K (registers stay where they are); ``prefetch`` then moves only the scales.
+``w_tma`` copies a slot's weights as TMA boxes (one thread, an mbarrier a slot) instead of
+16-byte cp.async copies by every thread; ``x_tma`` the X tiles too (on the same barriers,
+a hardware-swizzled X tile), so that no cp.async is left in the loop.
 
 Run ``python examples/quantized/matmul_wx_a16_mma.py`` (interpreter self-check at ragged
 sizes).
@@ -26,15 +35,16 @@ sizes).
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import numpy as np
 from split_k import SplitKParts
 
 import tilus
-from tilus import float16, float32, int32, void_p
+from tilus import float16, float32, int32, uint8, uint32, void_p
 from tilus.errors import TilusArgumentError
-from tilus.ir.layout import reduce, shared_row_major_swizzle
+from tilus.ir.layout import reduce, shared_row_major_swizzle, spatial
 from tilus.ir.layout import reshape as reshape_layout
 from tilus.ir.layout.register import mma_a, mma_c
 from tilus.utils import cdiv
@@ -94,12 +104,38 @@ def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
 #: registers were slower; so were the prefetch configs (one chunk a step, the weights one or
 #: two steps ahead in registers, X a window at a time, split 5 at 96 registers): 1.93x-2.08x
 #: at 1 x 8192 x 8192, with a quarter fewer instructions but a longer wait a step (ncu: 59%
-#: of cycles with no eligible warp, 6.6M instructions against 8.7M). The kernel waits on
+#: of cycles with no eligible warp, 6.6M instructions against 8.7M; their scales were still
+#: loaded in the step that used them, fixed since). The kernel waits on
 #: memory with 16-32 KB in flight an SM; more needs the weights staged in shared memory.
-MMA_SPACE = [(8, 4, 2), (8, 2, 2), (16, 4, 2), (16, 2, 2)]
+MMA_BASE = [(8, 4, 2), (8, 2, 2), (16, 4, 2), (16, 2, 2)]
+#: the names of an ``MMA_SPACE`` entry
+MMA_KEYS = "block_m, split_k, unroll, prefetch, stages, min_blocks, w_ring, w_tma, x_tma"
 
 
-@tilus.autotune("block_m, split_k, unroll", MMA_SPACE)
+def _space(base, prefetch=0, stages=3, min_blocks=4, ring=False, tma=False) -> list[tuple]:
+    """``MMA_KEYS`` tuples of (block_m, split_k, unroll) entries with the other keys given."""
+    return [(*b, prefetch, stages, min_blocks, ring, tma, tma) for b in base]
+
+
+#: the weights through the ring (cp.async, then TMA boxes with X's too), the scales a step
+#: ahead; 8-row tiles 4 stages deep, 16-row ones 3 (48 KB of shared memory a block either
+#: way: 4 blocks an SM), and split 8 at 8 blocks an SM with one chunk a step. On an H200
+#: (2026-12-02, tuned through the entry) the TMA ring at split 2 won at all four decode
+#: shapes: 2.31x / 2.09x fp16 cuBLAS at M = 1 and 1.92x / 2.03x at M = 16 after a dirty L2
+#: flush, 2.02x / 2.17x and 1.60x / 1.89x after a clean one; the cp.async ring was no faster
+#: than the base configs (its copies cost every thread ~12 instructions each).
+MMA_RING = _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True) + _space(
+    [(16, 4, 2), (16, 2, 2)], 1, 3, ring=True
+)
+MMA_TMA = (
+    _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True, tma=True)
+    + _space([(8, 8, 1)], 2, 4, 8, ring=True, tma=True)
+    + _space([(16, 4, 2), (16, 2, 2)], 1, 3, ring=True, tma=True)
+)
+MMA_SPACE = _space(MMA_BASE) + MMA_RING + MMA_TMA
+
+
+@tilus.autotune(MMA_KEYS, MMA_SPACE)
 class MatmulWxA16Mma(SplitKParts, tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` for M <= ``block_m`` with prepacked
     4-bit weights (:func:`prepack`) and group-``group`` fp16 scales [N, K / group]."""
@@ -108,6 +144,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 8, split_k: int = 4,
         unroll: int = 2, warps: int = 4, stages: int = 3, min_blocks: int = 4,
         unroll_steps: int | None = None, prefetch: int = 0, x_steps: int = 0,
+        w_ring: bool = False, w_tma: bool = False, x_tma: bool = False,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -137,6 +174,21 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         if not isinstance(x_steps, int) or x_steps < 0:
             raise TilusArgumentError(f"x_steps must be an int >= 0, got {x_steps!r}")
         self.x_steps = x_steps
+        # the weights through the X ring's cp.async copies (``stages`` deep, in shared memory)
+        # rather than loaded into registers at each step; ``prefetch`` then moves the scales
+        # only
+        if w_ring and x_steps:
+            raise TilusArgumentError("w_ring needs the X ring (x_steps=0): the weights share it")
+        self.w_ring = bool(w_ring)
+        # the ring's weight copies as one TMA box a step (on an mbarrier a slot) rather than
+        # 16-byte cp.async copies by every thread
+        if w_tma and not w_ring:
+            raise TilusArgumentError("w_tma needs w_ring: it is how the ring's weights come")
+        self.w_tma = bool(w_tma)
+        # the X tiles as TMA boxes too (on the same mbarriers): no cp.async left in the loop
+        if x_tma and not w_tma:
+            raise TilusArgumentError("x_tma needs w_tma: X joins the weights' TMA boxes")
+        self.x_tma = bool(x_tma)
         self.x_prologue = list(range(stages - 1))
         self.chunks = list(range(unroll))  # a host list: the chunks of a step, unrolled
 
@@ -160,6 +212,15 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             shape=[cdiv(n_size, 16), 2, 8, kc, 8, 2, 4, 2],
             strides=[kc * 2048, 2, 256, 2048, 8, 4, 64, 1],
         )  # fmt: skip
+        # the same bytes as 32-bit words [G, R, 256]: a chunk of a row tile is 1 KB, 32 bytes
+        # a lane (the w_ring copies)
+        gw32 = None
+        gwt = None
+        if self.w_tma:  # TMA needs a compact view: [R, G, 256 words]
+            gwt = self.global_view(w_ptr, dtype=uint32, shape=[cdiv(n_size, 16), kc, 256])
+        if self.w_ring:
+            gw32 = self.global_view(w_ptr, dtype=uint32, shape=[kc, cdiv(n_size, 16), 256],
+                                    strides=[256, kc * 256, 1])  # fmt: skip
         gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, k_size // g])
         gyt = self.global_view(y_ptr, dtype=float16, shape=[n_size, m_size], strides=[1, n_size])
         split: int32 = 1
@@ -180,28 +241,46 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         # the packed chunk as loaded: the A fragment's layout seen through the 8-d view's
         # index, so each lane's registers (s, h, rh, e) are its 64 contiguous packed codes
         w_layout = reshape_layout(mma_a(bn, CHUNK, nw, 1, nw), [nw, 2, 8, 1, 8, 2, 4, 2])
+        wbar = None
+        wph = None
+        if self.w_tma:  # barriers live at the kernel's top level
+            wbar = self.mbarrier.alloc(counts=[1] * self.stages)  # a slot's weights landed
+            wph = self.register_tensor(dtype=uint32, shape=[self.stages], init=0)
         if part < split:
             # X tiles through a cp.async ring (ns - 1 steps ahead), read as B fragments with
             # ldmatrix; X chunk-major: [K / 128, M, 128]
             ns = self.stages
             gxk = self.global_view(x_ptr, dtype=float16, shape=[kc, m_size, CHUNK],
                                    strides=[CHUNK, k_size, 1])  # fmt: skip
+            gxt = None
+            if self.x_tma:  # TMA needs a compact view
+                gxt = self.global_view(x_ptr, dtype=float16, shape=[m_size, k_size])
             sx = None
+            sw = None
             if not self.x_steps:
                 sx = self.shared_tensor(dtype=float16, shape=[ns, u, bm, CHUNK])
-                # 16-byte chunks XOR-ed with the row: the 8 rows an ldmatrix reads hit all banks
-                self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
+                if not self.x_tma:  # (for TMA the backend picks a hardware swizzle)
+                    # 16-byte chunks XOR-ed with the row: an ldmatrix's 8 rows hit all banks
+                    self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
+                if self.w_ring:
+                    sw = self.shared_tensor(dtype=uint32, shape=[ns, u, nw, 256])
             acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-            # with prefetch: the next steps' codes in registers (buffer j: step st + j)
+            # with prefetch: the next steps' codes and scales in registers (buffer j: step
+            # st + j); the scales too, else each step still waits a load's latency for them
             wbuf = []
+            sbuf = []
             for j in self.ahead:
                 row = []
+                srow = []
                 k_pre: int32 = (s_lo + j) * u
                 if s_lo + j >= s_hi:
                     k_pre = (s_hi - 1) * u  # past the part: its last step again (cached)
                 for c0 in self.chunks:
-                    row.append(self.wcodes(gw, on, k_pre + c0))
+                    if not self.w_ring:
+                        row.append(self.wcodes(gw, on, k_pre + c0))
+                    srow.append(self.wscales(gs, on, k_pre + c0, s_layout))
                 wbuf.append(row)
+                sbuf.append(srow)
             if self.x_steps:
                 # X in windows of x_steps steps, each copied whole at its start: no barrier
                 # in the steps (at decode a part is one window)
@@ -218,7 +297,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                         w_end = s_hi
                     for st in self.range(w0, w_end, unroll=self.unroll_steps):
                         ws_, ss = self.step_weights(gw, gs, st, s_hi, on, wbuf,
-                                                    s_layout)  # fmt: skip
+                                                    sbuf, s_layout)  # fmt: skip
                         xs = []
                         for c in self.chunks:
                             xs.append(sxa[(st - w0) * u + c])
@@ -226,17 +305,23 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     self.sync()  # every warp is done with the window before it is refilled
             else:
                 for i in self.x_prologue:
-                    self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc)
+                    self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc, gw32, sw, on, wbar, gwt, gxt)
                 for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
                     t: int32 = st - s_lo
                     ws_, ss = self.step_weights(gw, gs, st, s_hi, on, wbuf,
-                                                s_layout)  # fmt: skip
+                                                sbuf, s_layout)  # fmt: skip
                     self.copy_async_wait_group(ns - 2)  # this thread's X copies of step t landed
                     self.sync()  # everyone's did, and everyone is done with the slot refilled
-                    self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc)
+                    self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc, gw32, sw,
+                                on, wbar, gwt, gxt)  # fmt: skip
+                    if self.w_tma:
+                        self.mbarrier.wait(wbar[t % ns], phase=wph[t % ns])
+                        wph[t % ns] ^= 1
                     xs = []
                     for c in self.chunks:
                         xs.append(sx[t % ns, c])
+                        if self.w_ring:
+                            ws_.append(self.ring_codes(sw[t % ns, c]))
                     self.products(ws_, ss, xs, acc, w_layout)
             self.copy_async_wait_all()  # the zero-filled copies past the end
             store: int32 = 1
@@ -246,11 +331,11 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             if store == 1:
                 self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
 
-    def step_weights(self, gw, gs, st: int32, s_hi: int32, on: int32, wbuf,
+    def step_weights(self, gw, gs, st: int32, s_hi: int32, on: int32, wbuf, sbuf,
                      s_layout):  # fmt: skip
         """The weight codes and scales of step ``st``, per chunk: loaded now, or with
         prefetch taken from the register buffers, which then load step ``st + prefetch``."""
-        u, nw, g = self.unroll, self.warps, self.group
+        u, nw = self.unroll, self.warps
         ws_, ss = [], []
         k_next: int32 = (st + self.prefetch) * u
         if st + self.prefetch >= s_hi:
@@ -259,27 +344,44 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             k_next = (s_hi - 1) * u
         for c in self.chunks:
             if self.prefetch:
-                cur = self.register_tensor(dtype=tilus.int4b, shape=[nw, 2, 8, 1, 8, 2, 4, 2])
-                self.assign(cur, wbuf[0][c])
-                ws_.append(cur)
-                for j in self.ahead[1:]:  # the buffers move up a step
-                    self.assign(wbuf[j - 1][c], wbuf[j][c])
-                self.assign(wbuf[-1][c], self.wcodes(gw, on, k_next + c))
+                if not self.w_ring:
+                    cur = self.register_tensor(dtype=tilus.int4b, shape=[nw, 2, 8, 1, 8, 2, 4, 2])
+                    self.assign(cur, wbuf[0][c])
+                    ws_.append(cur)
+                    for j in self.ahead[1:]:  # the buffers move up a step
+                        self.assign(wbuf[j - 1][c], wbuf[j][c])
+                    self.assign(wbuf[-1][c], self.wcodes(gw, on, k_next + c))
+                sc = self.register_tensor(dtype=float16, shape=[16 * nw, 1])
+                self.annotate_layout(sc, s_layout)
+                self.assign(sc, sbuf[0][c])
+                for j in self.ahead[1:]:
+                    self.assign(sbuf[j - 1][c], sbuf[j][c])
+                self.assign(sbuf[-1][c], self.wscales(gs, on, k_next + c, s_layout))
+                ss.append(sc)
             else:
-                ws_.append(self.wcodes(gw, on, st * u + c))
-            sc = self.load_global(gs, offsets=[on, (st * u + c) * CHUNK // g], shape=[16 * nw, 1])
-            self.annotate_layout(sc, s_layout)  # the accumulator's rows
-            ss.append(sc)
+                if not self.w_ring:
+                    ws_.append(self.wcodes(gw, on, st * u + c))
+                ss.append(self.wscales(gs, on, st * u + c, s_layout))
         return ws_, ss
+
+    def wscales(self, gs, on: int32, chunk: int32, s_layout):
+        """The block's rows' scales of chunk ``chunk``, in the accumulator's row layout."""
+        sc = self.load_global(gs, offsets=[on, chunk * CHUNK // self.group],
+                              shape=[16 * self.warps, 1])  # fmt: skip
+        self.annotate_layout(sc, s_layout)  # the accumulator's rows
+        return sc
 
     def products(self, ws_, ss, xs, acc, w_layout):
         """``acc += scale * (W chunk @ X chunk^T)`` for the chunks of a step: their codes or
         bytes ``ws_``, scales ``ss`` and X tiles in shared memory ``xs``."""
         bn = 16 * self.warps
         for c in self.chunks:
-            w16 = self.cast(ws_[c], float16)
-            self.annotate_layout(w16, w_layout)
-            w16 = self.reshape(w16, [bn, CHUNK])
+            if self.w_ring:
+                w16 = ws_[c]  # cast already, [bn, CHUNK]
+            else:
+                w16 = self.cast(ws_[c], float16)
+                self.annotate_layout(w16, w_layout)
+                w16 = self.reshape(w16, [bn, CHUNK])
             p = self.dot(w16, self.transpose(self.load_shared(xs[c])), acc_dtype=float32)
             acc += p * self.cast(ss[c], float32)
 
@@ -290,14 +392,56 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         return self.load_global(gw, offsets=[on // 16, 0, 0, chunk, 0, 0, 0, 0],
                                 shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
 
-    def fill_x(self, gxk, sx, step: int32, slot: int32, s_hi: int32, om: int32, kc: int):
-        """Start copying the X chunks of step ``step`` into ring slot ``slot`` (one commit
-        group); a step past the part's last reads nothing (zero-filled)."""
+    def fill_x(self, gxk, sx, step: int32, slot: int32, s_hi: int32, om: int32, kc: int,
+               gw32, sw, on: int32, wbar, gwt, gxt):  # fmt: skip
+        """Start copying the X chunks of step ``step`` (and with ``w_ring`` its weight chunks)
+        into ring slot ``slot`` (one commit group); a step past the part's last reads nothing
+        (zero-filled)."""
         k0: int32 = step * self.unroll
         if step >= s_hi:
             k0 = kc
-        self.copy_async(gxk, sx[slot], offsets=[k0, om, 0])
+        if not self.x_tma:
+            self.copy_async(gxk, sx[slot], offsets=[k0, om, 0])
+        if self.w_tma:
+            if step < s_hi:  # none past the part: no copy is in flight when the block ends
+                with self.single_thread():
+                    nbytes = sw[slot].nbytes + (sx[slot].nbytes if self.x_tma else 0)
+                    self.mbarrier.arrive_and_expect_tx(wbar[slot], transaction_bytes=nbytes)
+                    if self.x_tma:
+                        for c in self.chunks:  # a box [block_m, 128] a chunk (zero rows past M)
+                            self.tma.global_to_shared(src=gxt, dst=sx[slot, c],
+                                                      offsets=[om, (k0 + c) * CHUNK],
+                                                      mbarrier=wbar[slot])  # fmt: skip
+                    for c in self.chunks:  # a box [warps, 256 words] a chunk
+                        self.tma.global_to_shared(src=gwt, dst=sw[slot, c],
+                                                  offsets=[on // 16, k0 + c, 0], dims=[0, 2],
+                                                  mbarrier=wbar[slot])  # fmt: skip
+        elif self.w_ring:
+            self.copy_async(gw32, sw[slot], offsets=[k0, on // 16, 0])
         self.copy_async_commit_group()
+
+    def ring_codes(self, sw_c):
+        """A chunk's weights from the ring (uint32 [warps, 256]: a lane's 32 bytes) as the fp16
+        A tile [16 * warps, CHUNK]: two 16-byte shared loads a lane, the bits seen as the
+        lane's codes in PACK_ORDER, cast, then the dims permuted to rows x K (no register
+        moves)."""
+        nw = self.warps
+        raw = self.load_shared(sw_c)
+        self.annotate_layout(raw, spatial(nw, 32).local(1, 8))  # lane l: words 8l .. 8l + 7
+        r = self.reshape(raw, [nw, 8, 4, 8])  # [warp, g, q, s]
+        b = self.reshape(self.view(r, dtype=uint8), [nw, 8, 4, 8, 2, 2, 1])  # [.., s, h, rh, 1]
+        w16 = self.cast(self.view(b, dtype=tilus.int4b), float16)  # [w, g, q, s, h, rh, e]
+        return self.reshape(w16.permute(0, 5, 1, 3, 4, 2, 6), [16 * nw, CHUNK])
+
+
+def pinned(**kw) -> dict:
+    """Constructor arguments pinning one config: the autotune group (``MMA_KEYS``) is pinned
+    as a whole, so its keys not in ``kw`` take their constructor defaults; other arguments
+    (``wdtype``, ``x_steps``, ...) pass through."""
+    sig = inspect.signature(MatmulWxA16Mma.__init__)
+    out = {k.strip(): sig.parameters[k.strip()].default for k in MMA_KEYS.split(",")}
+    out.update(kw)
+    return out
 
 
 def matmul_prepacked(x, w_prepacked, scales, n: int, *, wdtype=tilus.uint4b, group: int = 128,
@@ -332,7 +476,7 @@ def run_interp(wdtype, group: int, m: int, n: int, k: int, **cfg) -> float:
     rng = np.random.default_rng()
     x, codes, scales, _packed = ex.random_problem(rng, m, n, k, group, wdtype)
     y = np.full((m, n), np.nan, np.float16)
-    MatmulWxA16Mma(wdtype, group, **cfg)(m, n, k, x, prepack(codes, wdtype), scales, y)
+    MatmulWxA16Mma(wdtype, group, **pinned(**cfg))(m, n, k, x, prepack(codes, wdtype), scales, y)
     ref = ex.reference(x, codes, scales, wdtype, group)
     return float(np.abs(y.astype(np.float32) - ref).max() / (np.abs(ref).max() + 1e-6))
 

@@ -95,12 +95,19 @@ def test_every_mma_config_matches_the_reference(wdtype, group, m):
 
 
 #: mma configs outside the autotune space: the weights one or two steps ahead in registers, X
-#: a window at a time (one window a part, several, a part cut short; 96 registers)
+#: a window at a time (one window a part, several, a part cut short; 96 registers), or the
+#: weights through the cp.async ring
 MMA_EXTRA = [dict(block_m=8, split_k=3, unroll=1, prefetch=2, x_steps=16),
              dict(block_m=8, split_k=5, unroll=1, prefetch=1, x_steps=16, unroll_steps=2,
                   min_blocks=5),
              dict(block_m=8, split_k=2, unroll=2, prefetch=2, x_steps=2),
-             dict(block_m=16, split_k=4, unroll=1, prefetch=2, x_steps=3)]  # fmt: skip
+             dict(block_m=16, split_k=4, unroll=1, prefetch=2, x_steps=3),
+             # the ring without prefetched scales (split 3: a ragged last step), TMA ones at
+             # 8 blocks an SM and with 16-row tiles and one chunk a step
+             dict(block_m=8, split_k=3, unroll=2, w_ring=True),
+             dict(block_m=8, split_k=3, unroll=2, w_ring=True, w_tma=True),
+             dict(block_m=16, split_k=3, unroll=1, w_ring=True, w_tma=True, x_tma=True,
+                  prefetch=2)]  # fmt: skip
 
 
 @pytest.mark.parametrize("m", [1, 13, 19])  # one row, ragged, two M tiles (one part)
@@ -113,7 +120,7 @@ def test_mma_prefetch_and_x_window_configs_match_the_reference(m):
     y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
     for cfg in MMA_EXTRA:
         y.fill_(float("nan"))
-        mma.MatmulWxA16Mma(wdtype, group, **cfg)(m, n, k, *dev, y)
+        mma.MatmulWxA16Mma(wdtype, group, **mma.pinned(**cfg))(m, n, k, *dev, y)
         _close(y, x, codes, scales, wdtype, group)
 
 

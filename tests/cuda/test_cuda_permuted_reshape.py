@@ -1,0 +1,72 @@
+"""A reshape of a permuted register view: the CUDA backend reshapes the view (the source's
+registers, dims permuted) in place; interpreter and CPU-emulated CUDA code against NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilus
+from tests.cuda.conftest import needs_nvrtc
+from tests.helpers_cpu_cuda import available, emulate
+from tilus import float32
+from tilus.backends.cuda.layout import infer_layouts
+from tilus.ir.layout import spatial
+
+needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ for the CPU emulator")
+
+#: lane t holds x[t // 4, t % 4, 0:4]
+SRC = spatial(8, 4, 1).local(1, 1, 4)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_cache(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TILUS_CACHE_DIR", str(tmp_path_factory.mktemp("tilus-cache")))
+    yield
+    mp.undo()
+
+
+class PermuteReshape(tilus.Script):
+    """x [8, 4, 4] loaded one 16-byte row a lane, seen as [4, 8 * 4] (dims (2, 0, 1)), times 2
+    (an elementwise use of the reshaped view), stored."""
+
+    def __call__(self, x_ptr: ~float32, y_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        gx = self.global_view(x_ptr, dtype=float32, shape=[8, 4, 4])
+        gy = self.global_view(y_ptr, dtype=float32, shape=[4, 32])
+        x = self.load_global(gx, offsets=[0, 0, 0], shape=[8, 4, 4])
+        self.annotate_layout(x, SRC)
+        y = self.reshape(x.permute(2, 0, 1), [4, 32])
+        self.store_global(gy, y * 2.0, offsets=[0, 0])
+
+
+def _case():
+    x = np.random.default_rng().standard_normal((8, 4, 4)).astype(np.float32)
+    return x, np.full((4, 32), np.nan, np.float32), 2 * np.transpose(x, (2, 0, 1)).reshape(4, 32)
+
+
+def test_interpreter_against_numpy():
+    x, y, want = _case()
+    with tilus.option.scoped(interpret=True):
+        PermuteReshape()(x, y)
+    np.testing.assert_array_equal(y, want)
+
+
+def test_the_reshape_keeps_every_register():
+    from tilus.backends.cuda.codegen.kernel import generate
+
+    k = PermuteReshape()
+    prog = k.program(k.configs[0], {})
+    (got,) = [lay for t, lay in infer_layouts(prog.fn).registers.items() if t.name == "y"]
+    assert got.local_size == 4 and got.num_threads == 32
+    assert "tl_smem_ptr +" not in generate(prog).source  # no register goes through shared
+
+
+@needs_nvrtc
+@needs_gxx
+def test_cuda_code_matches_on_the_emulator():
+    x, y, want = _case()
+    emulate(PermuteReshape(), [x, y], [1, 1])
+    np.testing.assert_array_equal(y, want)
