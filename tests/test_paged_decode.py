@@ -68,7 +68,8 @@ def test_one_split_writes_the_output_itself():
 
 def test_the_tile_spaces():
     assert all(bn == 128 or bn == 64 for bn, _ in paged_tiles(128))
-    assert all(bn == 64 for bn, _ in paged_tiles(64))
+    # page 64: 64-position tiles, or 128 (two pages a stage)
+    assert all(bn in (64, 128) for bn, _ in paged_tiles(64)) and (128, 3) in paged_tiles(64)
     assert all(bn <= 64 and bn * st * 4 * 256 <= 196608 for bn, st in paged_tiles(128, 256))
     assert len(PagedDecodeAttention(page_size=64).configs) == 4
     with pytest.raises(tilus.TilusArgumentError, match="page_size must be 64 or 128"):
@@ -76,7 +77,9 @@ def test_the_tile_spaces():
     with pytest.raises(
         tilus.TilusArgumentError, match="must be 32, 64 or 128 and divide page_size"
     ):
-        PagedDecodeAttention(page_size=64, block_n=128).instance(dict(tile=0))
+        PagedDecodeAttention(page_size=128, block_n=96).instance(dict(tile=0))
+    with pytest.raises(tilus.TilusArgumentError, match=r"two pages a stage\) needs page_size 64"):
+        PagedDecodeAttention(page_size=64, dim=256, block_n=128).instance(dict(tile=0))
 
 
 def _args(b=2, lens=(100, 30), ps=64, **kw):

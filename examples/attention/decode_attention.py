@@ -79,12 +79,14 @@ class DecodeBase(tilus.Script):
         n_kv: int32 = cdiv(count, bn)
         return start, count, n_kv
 
-    def ring_tiles(self, bn: int, stages: int):
-        """The Q tile, the K and V rings of ``stages`` tiles of ``bn`` positions, Q's barrier,
-        the K barriers and the ring's phases."""
+    def ring_tiles(self, bn: int, stages: int, sub: int = 1):
+        """The Q tile, the K and V rings of ``stages`` tiles of ``bn`` positions (with ``sub``
+        > 1 each stage is ``sub`` tiles ``[stages, sub, bn / sub, dim]``, one TMA box each), Q's
+        barrier, the K barriers and the ring's phases."""
         sq = self.shared_tensor(dtype=self.dtype, shape=[ROWS, self.dim])
-        sk = self.shared_tensor(dtype=self.dtype, shape=[stages, bn, self.dim])
-        sv = self.shared_tensor(dtype=self.dtype, shape=[stages, bn, self.dim])
+        shape = [stages, bn, self.dim] if sub == 1 else [stages, sub, bn // sub, self.dim]
+        sk = self.shared_tensor(dtype=self.dtype, shape=shape)
+        sv = self.shared_tensor(dtype=self.dtype, shape=shape)
         qbar = self.mbarrier.alloc([1])
         kfull = self.mbarrier.alloc([1] * stages)
         return sq, sk, sv, qbar, kfull, Ring(stages, 1)
@@ -126,6 +128,65 @@ class DecodeBase(tilus.Script):
             with self.single_thread():
                 self.mbarrier.arrive(ring.empty[stage])
             ring.advance()
+        self.finish(o, m, lsum, out, part)
+
+    def attend_pairs(self, sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part):
+        """``attend`` for stages of two tiles (``sk, sv [stages, 2, bn / 2, dim]``, two pages
+        of a paged cache): ``S`` is two WGMMAs into two accumulators, one softmax step covers
+        both, and ``O += P V`` is two WGMMAs in one group, so a stage costs the consumer one
+        round of waits and reductions as a ``bn``-position tile does."""
+        dt, dim, half = self.dtype, self.dim, self.block_n // 2
+        o = self.register_tensor(dtype=float32, shape=[ROWS, dim], init=0.0)
+        m = self.register_tensor(dtype=float32, shape=[ROWS, 1], init=-float("inf"))
+        lsum = self.register_tensor(dtype=float32, shape=[ROWS, 1], init=0.0)
+        cols = self.register_tensor(dtype=int32, shape=[half], init=lambda c: c)
+        self.mbarrier.wait(qbar[0], phase=0)
+        for j in self.range(n_kv):
+            stage = ring.stage
+            s0 = self.register_tensor(dtype=float32, shape=[ROWS, half], init=0.0)
+            self.mbarrier.wait(kfull[stage], phase=ring.phase)
+            self.wgmma.fence()
+            self.wgmma.mma(sq, sk[stage, 0].transpose(), s0)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            # the second S after the first retires (issued together, ptxas serializes every
+            # WGMMA of the kernel); the first tile's scale and mask run while it computes
+            s1 = self.register_tensor(dtype=float32, shape=[ROWS, half], init=0.0)
+            self.wgmma.fence()
+            self.wgmma.mma(sq, sk[stage, 1].transpose(), s1)
+            self.wgmma.commit_group()
+            s0 = s0 * scale_log2
+            if (2 * j + 1) * half > count:  # the ragged last stage
+                s0 = self.where(cols < count - 2 * j * half, s0, -float("inf"))
+            top0 = self.max(s0, dim=1, keepdim=True)
+            self.wgmma.wait_group(0)
+            s1 = s1 * scale_log2
+            if (2 * j + 2) * half > count:  # its second tile may have no valid position
+                s1 = self.where(cols < count - (2 * j + 1) * half, s1, -float("inf"))
+            m_new = self.maximum(m, self.maximum(top0, self.max(s1, dim=1, keepdim=True)))
+            p0 = self.exp2(s0 - m_new)
+            p1 = self.exp2(s1 - m_new)
+            alpha = self.exp2(m - m_new)
+            rows_sum = self.sum(p0, dim=1, keepdim=True) + self.sum(p1, dim=1, keepdim=True)
+            self.assign(lsum, lsum * alpha + rows_sum)
+            self.assign(m, m_new)
+            self.assign(o, o * alpha)
+            pa0 = self.cast(p0, dt)
+            pa1 = self.cast(p1, dt)
+            self.mbarrier.wait(ring.full[stage], phase=ring.phase)
+            self.wgmma.fence()
+            self.wgmma.mma(pa0, sv[stage, 0], o)
+            self.wgmma.mma(pa1, sv[stage, 1], o)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            with self.single_thread():
+                self.mbarrier.arrive(ring.empty[stage])
+            ring.advance()
+        self.finish(o, m, lsum, out, part)
+
+    def finish(self, o, m, lsum, out, part):
+        """Normalize ``o`` and store it with the LSE (see ``attend``)."""
+        dt = self.dtype
         # an empty chunk: o = 0, lse = -inf (it then weighs nothing in the combine)
         o = o * (1.0 / self.maximum(lsum, 1e-30))
         lse = (m + self.log2(lsum)) * LN2

@@ -65,7 +65,7 @@ def paged_tiles(page_size: int, dim: int = 128) -> list[tuple[int, int]]:
         return [(64, 3), (64, 2), (32, 6), (32, 4)]
     if page_size == 128:  # in order of the H200 times at batch 16-64, KV 4k-16k
         return [(128, 2), (128, 3), (64, 4), (64, 6)]
-    return [(64, 3), (64, 4), (64, 6), (64, 5)]
+    return [(128, 3), (128, 2), (64, 3), (64, 4)]  # 128: two pages a stage
 
 
 @tilus.autotune("tile", [0, 1, 2, 3])
@@ -82,9 +82,17 @@ class PagedDecodeAttention(DecodeBase):
         bn, stages = paged_tiles(page_size, dim)[tile]
         self.block_n = block_n or bn
         self.num_stages = num_stages or stages
-        if self.block_n not in (32, 64, 128) or page_size % self.block_n:
+        # a stage of two pages: 64-position pages read as the 128-position tiles of page 128
+        self.pair = self.block_n == 2 * page_size
+        if self.pair and (page_size != 64 or dim > 128):
             raise TilusArgumentError(
-                f"block_n = {self.block_n} must be 32, 64 or 128 and divide page_size = {page_size}"
+                f"block_n = {self.block_n} (two pages a stage) needs page_size 64 and head dim "
+                f"64 or 128, got page_size {page_size}, head dim {dim}"
+            )
+        if self.block_n not in (32, 64, 128) or (page_size % self.block_n and not self.pair):
+            raise TilusArgumentError(
+                f"block_n = {self.block_n} must be 32, 64 or 128 and divide page_size = "
+                f"{page_size} (or be twice it: two pages a stage)"
             )
         self.page_size = page_size
         self.dim = dim
@@ -135,7 +143,7 @@ class PagedDecodeAttention(DecodeBase):
         part: int32 = bkv * splits + self.blockIdx.x
         out = self.outputs(gpo, gplse, direct, o_ptr, lse_ptr, batch * heads_kv, rows, bkv)
         start, count, n_kv = self.kv_range(glens, seq, chunk, bn)
-        sq, sk, sv, qbar, kfull, ring = self.ring_tiles(bn, stages)
+        sq, sk, sv, qbar, kfull, ring = self.ring_tiles(bn, stages, 2 if self.pair else 1)
         scale_log2: float32 = scale * LOG2E
 
         with self.thread_group(128, 32):  # the producer warp
@@ -144,38 +152,93 @@ class PagedDecodeAttention(DecodeBase):
             self.tma.global_to_shared(
                 src=gq, dst=sq, offsets=[bkv, 0, 0], dims=[1, 2], mbarrier=qbar[0]
             )
-            for j in self.range(n_kv):
-                pos: int32 = start + j * bn  # the tile's first position in the sequence
-                page: int32 = self.load_global(
-                    gtable, offsets=[seq, pos // ps], shape=[1], dims=[1]
-                ).item()
-                row: int32 = pos % ps if bn < ps else 0  # a half page: which half
-                self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
-                with self.single_thread():
-                    self.mbarrier.arrive_and_expect_tx(
-                        kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
-                    )
-                    self.mbarrier.arrive_and_expect_tx(
-                        ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
-                    )
-                self.tma.global_to_shared(
-                    src=gk,
-                    dst=sk[ring.stage],
-                    offsets=[page, head, row, 0],
-                    dims=[2, 3],
-                    mbarrier=kfull[ring.stage],
-                )
-                self.tma.global_to_shared(
-                    src=gv,
-                    dst=sv[ring.stage],
-                    offsets=[page, head, row, 0],
-                    dims=[2, 3],
-                    mbarrier=ring.full[ring.stage],
-                )
-                ring.advance()
+            if self.pair:
+                self.produce_pairs(gk, gv, gtable, sk, sv, kfull, ring, seq, head, start, count,
+                                   n_kv)  # fmt: skip
+            else:
+                self.produce_tiles(gk, gv, gtable, sk, sv, kfull, ring, seq, head, start, n_kv)
 
         with self.warp_group(0, 4):  # the consumer warp group
-            self.attend(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part)
+            if self.pair:
+                self.attend_pairs(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out,
+                                  part)  # fmt: skip
+            else:
+                self.attend(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part)
+
+    def produce_tiles(self, gk, gv, gtable, sk, sv, kfull, ring, seq, head, start, n_kv):
+        """The producer of a ring of one page (or part of one) a stage: per tile, its physical
+        page from the block table (loaded before the wait for the free stage, so its latency
+        hides there), then the TMA copies of K and V."""
+        bn, ps = self.block_n, self.page_size
+        for j in self.range(n_kv):
+            pos: int32 = start + j * bn  # the tile's first position in the sequence
+            page: int32 = self.load_global(
+                gtable, offsets=[seq, pos // ps], shape=[1], dims=[1]
+            ).item()
+            row: int32 = pos % ps if bn < ps else 0  # a half page: which half
+            self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(
+                    kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
+                )
+                self.mbarrier.arrive_and_expect_tx(
+                    ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
+                )
+            self.tma.global_to_shared(
+                src=gk,
+                dst=sk[ring.stage],
+                offsets=[page, head, row, 0],
+                dims=[2, 3],
+                mbarrier=kfull[ring.stage],
+            )
+            self.tma.global_to_shared(
+                src=gv,
+                dst=sv[ring.stage],
+                offsets=[page, head, row, 0],
+                dims=[2, 3],
+                mbarrier=ring.full[ring.stage],
+            )
+            ring.advance()
+
+    def produce_pairs(self, gk, gv, gtable, sk, sv, kfull, ring, seq, head, start, count, n_kv):
+        """The producer of a ring whose stages hold two pages: four TMA copies a stage (K and V
+        of each page), K's two on ``kfull``, V's two on ``ring.full``. A stage whose second page
+        is past the chunk's ``count`` positions loads its first page twice (masked by the
+        consumer), so no block-table entry past the sequence's pages is read."""
+        ps = self.page_size
+        for j in self.range(n_kv):
+            pos: int32 = start + j * 2 * ps  # the stage's first position in the sequence
+            second: int32 = pos + ps if j * 2 * ps + ps < count else pos
+            page0: int32 = self.load_global(
+                gtable, offsets=[seq, pos // ps], shape=[1], dims=[1]
+            ).item()
+            page1: int32 = self.load_global(
+                gtable, offsets=[seq, second // ps], shape=[1], dims=[1]
+            ).item()
+            st = ring.stage
+            self.mbarrier.wait(ring.empty[st], phase=ring.phase ^ 1, sem="relaxed")
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(
+                    kfull[st], transaction_bytes=2 * sk[st, 0].nbytes
+                )
+                self.mbarrier.arrive_and_expect_tx(
+                    ring.full[st], transaction_bytes=2 * sv[st, 0].nbytes
+                )
+            self.tma.global_to_shared(
+                src=gk, dst=sk[st, 0], offsets=[page0, head, 0, 0], dims=[2, 3], mbarrier=kfull[st]
+            )
+            self.tma.global_to_shared(
+                src=gk, dst=sk[st, 1], offsets=[page1, head, 0, 0], dims=[2, 3], mbarrier=kfull[st]
+            )
+            self.tma.global_to_shared(
+                src=gv, dst=sv[st, 0], offsets=[page0, head, 0, 0], dims=[2, 3],
+                mbarrier=ring.full[st],
+            )  # fmt: skip
+            self.tma.global_to_shared(
+                src=gv, dst=sv[st, 1], offsets=[page1, head, 0, 0], dims=[2, 3],
+                mbarrier=ring.full[st],
+            )  # fmt: skip
+            ring.advance()
 
 
 def check_paged_args(q, k_cache, v_cache, block_table, lens):
