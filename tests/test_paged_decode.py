@@ -55,6 +55,24 @@ def test_every_config_on_the_interpreter(case, seed):
     _check(q, kc, vc, table, lens, o, lse)
 
 
+@pytest.mark.parametrize("tile", [0, 1])
+def test_two_page_stages_read_no_page_past_the_sequence(tile):
+    # page 64, stages of two pages; sequences of 3 pages and 1: the last stage's second page is
+    # past the sequence, and the slot after its pages names a page of NaNs, which must not be
+    # read (the first page is loaded twice and masked; V's NaNs would survive a zero P)
+    lens = [190, 40]
+    q, kc, vc, table = S.random_paged(torch, 2, 4, 2, 1, lens, 64, 64, "float16")
+    spare = sorted(set(range(kc.shape[0])) - set(table.flatten().tolist()))[0]
+    kc[spare], vc[spare] = float("nan"), float("nan")
+    table[0, 3], table[1, 1] = spare, spare
+    assert PagedDecodeAttention(page_size=64, dim=64).instance(dict(tile=tile)).pair
+    kernel = PagedDecodeAttention(tile=tile, page_size=64, dim=64)
+    lt = torch.tensor(lens, dtype=torch.int32)
+    with tilus.option.scoped(interpret=True, schedule_seed=3):
+        o, lse = paged_decode_attention(q, kc, vc, table, lt, kernel=kernel, splits=1)
+    _check(q, kc, vc, table, lens, o, lse)
+
+
 def test_one_split_writes_the_output_itself():
     lens = [200, 77]
     q, kc, vc, table = S.random_paged(torch, 2, 8, 2, 1, lens, 128, 64, "float16")
@@ -189,7 +207,8 @@ def test_builds_without_spills(ps, d):
 @needs_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("ps, dtype, d", [(64, "float16", 128), (128, "bfloat16", 128),
-                                          (128, "float16", 64), (64, "float16", 256)])  # fmt: skip
+                                          (128, "float16", 64), (64, "float16", 256),
+                                          (64, "bfloat16", 64)])  # fmt: skip
 def test_gpu_every_config(ps, dtype, d):
     lens = [2000, 1, 777, 1500, 129]
     q, kc, vc, table = S.random_paged(torch, 5, 16, 4, 1, lens, ps, d, dtype, "cuda")
