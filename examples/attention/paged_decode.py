@@ -17,8 +17,12 @@ page (``block_n == page_size``) or part of one (64-position tiles of 128-positio
 32- or 64-position tiles at head dim 256, where shared memory holds no more); the
 producer warp reads the tile's physical page from the block table (one scalar global load,
 issued before it waits for the free stage so the load's latency hides behind the wait) and
-issues the TMA copies of K and V at that page. Splits over the sequence, the online softmax,
-the partial O/LSE and ``DecodeCombine`` are ``decode_attention``'s.
+issues the TMA copies of K and V at that page. Pages of 64 positions can also fill a stage two
+at a time (``block_n = 128``: four TMA copies a stage, two page-table loads, and the consumer's
+``attend_pairs``: two ``S`` WGMMAs, one softmax step and one ``P V`` group for both), so the
+consumer pays its per-stage waits and reductions once per 128 positions, as with 128-position
+pages. Splits over the sequence, the online softmax, the partial O/LSE and ``DecodeCombine``
+are ``decode_attention``'s.
 
 Bad block tables: by default ``paged_decode_attention`` checks, in one torch reduction before
 the launch, that every entry a sequence uses (its first ``cdiv(lens[b], page_size)``) is a page
