@@ -143,6 +143,14 @@ def split_runs(torch, make, base_splits, mults, ref, failures):
     return runs
 
 
+def chosen(kernel) -> str:
+    """The tuner's pick for ``kernel`` (informative only: never fails the run)."""
+    try:
+        return winner(kernel)
+    except Exception as e:  # noqa: BLE001
+        return f"? ({type(e).__name__})"
+
+
 def launcher_splits(b, hkv, n, q) -> int:
     import torch
     from decode_attention import num_splits
@@ -179,7 +187,7 @@ def decode_shape(torch, shape, args, failures):
         base = launcher_splits(b, hkv, n, q)
         runs |= split_runs(torch, lambda sp: make(tuned, sp), base, args.splits, ref, failures)
     runs |= sdpa_runs(torch, q, k, v)
-    print(f"  decode {shape}: the tuner chose {winner(tuned)}")
+    print(f"  decode {shape}: the tuner chose {chosen(tuned)}")
     return runs, 2 * b * hkv * n * d * 2
 
 
@@ -216,7 +224,7 @@ def paged_shape(torch, shape, args, failures):
         base = launcher_splits(b, hkv, n, q)
         runs |= split_runs(torch, lambda sp: make(tuned, sp), base, args.splits, ref, failures)
     runs |= sdpa_runs(torch, q, k, v)
-    print(f"  paged {shape}: the tuner chose {winner(tuned)} of {paged_tiles(ps, d)}")
+    print(f"  paged {shape}: the tuner chose {chosen(tuned)} of {paged_tiles(ps, d)}")
     return runs, 2 * b * hkv * n * d * 2
 
 
