@@ -132,9 +132,10 @@ class DecodeBase(tilus.Script):
 
     def attend_pairs(self, sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part):
         """``attend`` for stages of two tiles (``sk, sv [stages, 2, bn / 2, dim]``, two pages
-        of a paged cache): ``S`` is two WGMMAs into two accumulators, one softmax step covers
-        both, and ``O += P V`` is two WGMMAs in one group, so a stage costs the consumer one
-        round of waits and reductions as a ``bn``-position tile does."""
+        of a paged cache): ``S`` is two WGMMAs into two accumulators (the second issued when
+        the first retires), one softmax step covers both, and ``O += P V`` is two WGMMAs in one
+        group, so a stage costs the consumer one round of barrier waits, row reductions and
+        rescales, as a ``bn``-position tile does."""
         dt, dim, half = self.dtype, self.dim, self.block_n // 2
         o = self.register_tensor(dtype=float32, shape=[ROWS, dim], init=0.0)
         m = self.register_tensor(dtype=float32, shape=[ROWS, 1], init=-float("inf"))
