@@ -146,19 +146,26 @@ class PagedDecodeAttention(DecodeBase):
         bkv: int32 = seq * heads_kv + head
         part: int32 = bkv * splits + self.blockIdx.x
         out = self.outputs(gpo, gplse, direct, o_ptr, lse_ptr, batch * heads_kv, rows, bkv)
-        start, count, n_kv = self.kv_range(glens, seq, chunk, bn)
         sq, sk, sv, qbar, kfull, ring = self.ring_tiles(bn, stages, 2 if self.pair else 1)
         scale_log2: float32 = scale * LOG2E
-
-        with self.thread_group(128, 32):  # the producer warp
+        with self.thread_group(128, 32):  # Q's copy first: it does not need the lengths
             with self.single_thread():
                 self.mbarrier.arrive_and_expect_tx(qbar[0], transaction_bytes=sq.nbytes)
             self.tma.global_to_shared(
                 src=gq, dst=sq, offsets=[bkv, 0, 0], dims=[1, 2], mbarrier=qbar[0]
             )
+        if self.pair:  # the first stage's pages, loaded beside the sequence's length
+            slot: int32 = self.blockIdx.x * chunk // ps  # < max_pages: chunks start before hi
+            nxt0: int32 = self.load_global(gtable, offsets=[seq, slot], shape=[1], dims=[1]).item()
+            nxt1: int32 = self.load_global(
+                gtable, offsets=[seq, min(slot + 1, max_pages - 1)], shape=[1], dims=[1]
+            ).item()
+        start, count, n_kv = self.kv_range(glens, seq, chunk, bn)
+
+        with self.thread_group(128, 32):  # the producer warp
             if self.pair:
-                self.produce_pairs(gk, gv, gtable, sk, sv, kfull, ring, seq, head, start, count,
-                                   n_kv)  # fmt: skip
+                self.produce_pairs(gk, gv, gtable, sk, sv, kfull, ring, seq, head, slot, count,
+                                   n_kv, max_pages, nxt0, nxt1)  # fmt: skip
             else:
                 self.produce_tiles(gk, gv, gtable, sk, sv, kfull, ring, seq, head, start, n_kv)
 
@@ -204,21 +211,25 @@ class PagedDecodeAttention(DecodeBase):
             )
             ring.advance()
 
-    def produce_pairs(self, gk, gv, gtable, sk, sv, kfull, ring, seq, head, start, count, n_kv):
+    def produce_pairs(self, gk, gv, gtable, sk, sv, kfull, ring, seq, head, slot, count, n_kv,
+                      max_pages, nxt0, nxt1):  # fmt: skip
         """The producer of a ring whose stages hold two pages: four TMA copies a stage (K and V
-        of each page), K's two on ``kfull``, V's two on ``ring.full``. A stage whose second page
-        is past the chunk's ``count`` positions loads its first page twice (masked by the
-        consumer), so no block-table entry past the sequence's pages is read."""
+        of each page), K's two on ``kfull``, V's two on ``ring.full``. The block table is read
+        a stage ahead (``nxt0, nxt1``: the entries at ``slot`` and the next, the chunk's first
+        stage, read with the sequence's length), so no stage waits for its entries. A stage
+        whose second page is past the chunk's ``count`` positions loads its first page twice
+        (masked by the consumer): no page past the sequence's is read, and no table entry past
+        ``max_pages``."""
         ps = self.page_size
         for j in self.range(n_kv):
-            pos: int32 = start + j * 2 * ps  # the stage's first position in the sequence
-            second: int32 = pos + ps if j * 2 * ps + ps < count else pos
-            page0: int32 = self.load_global(
-                gtable, offsets=[seq, pos // ps], shape=[1], dims=[1]
-            ).item()
-            page1: int32 = self.load_global(
-                gtable, offsets=[seq, second // ps], shape=[1], dims=[1]
-            ).item()
+            page0: int32 = nxt0
+            page1: int32 = nxt1 if j * 2 * ps + ps < count else nxt0
+            if j + 1 < n_kv:  # the next stage's entries, while this one waits and issues
+                at: int32 = slot + 2 * (j + 1)
+                nxt0 = self.load_global(gtable, offsets=[seq, at], shape=[1], dims=[1]).item()
+                nxt1 = self.load_global(
+                    gtable, offsets=[seq, min(at + 1, max_pages - 1)], shape=[1], dims=[1]
+                ).item()
             st = ring.stage
             self.mbarrier.wait(ring.empty[st], phase=ring.phase ^ 1, sem="relaxed")
             with self.single_thread():
