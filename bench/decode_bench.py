@@ -258,6 +258,27 @@ def print_rows(rows):
         print(f"{r['kind']:6s} {r['shape']:22s} {r['impl']:12s}{cells}", flush=True)
 
 
+def print_summary(results):
+    """One line a shape: the tuned kernel's ratio to cuDNN after each flush and its share of
+    HBM after the clean one, the fastest pinned config (clean) and the contiguous kernel."""
+    print(f"summary: {'kind':6s} {'shape':22s} {'tuned x cudnn dirty/clean':>26s} {'%HBM':>4s}"
+          f"  {'best pinned (clean x cudnn)':28s} contig (clean x cudnn)")  # fmt: skip
+    shapes = list(dict.fromkeys((r["kind"], r["shape"]) for r in results))
+    for kind, shape in shapes:
+        rows = {r["impl"]: r for r in results if (r["kind"], r["shape"]) == (kind, shape)}
+        t = rows.get("tilus")
+        if t is None or t["clean"]["x_cudnn"] is None:
+            print(f"summary: {kind:6s} {shape:22s} (no tuned or no cuDNN row)")
+            continue
+        pinned = [r for n, r in rows.items() if n.startswith("b")]
+        best = min(pinned, key=lambda r: r["clean"]["ms"], default=None)
+        b = f"{best['impl']} {best['clean']['x_cudnn']:.3f}" if best else "-"
+        c = rows.get("contig")
+        c = f"{c['clean']['x_cudnn']:.3f}" if c else "-"
+        print(f"summary: {kind:6s} {shape:22s} {t['dirty']['x_cudnn']:12.3f} / {t['clean']['x_cudnn']:.3f}"
+              f"       {100 * t['clean']['hbm']:4.0f}  {b:28s} {c}")  # fmt: skip
+
+
 def bench(args) -> int:
     """Check and time every shape on the GPU; print the table, write the JSON."""
     import torch
@@ -283,6 +304,7 @@ def bench(args) -> int:
         results += rows
         del runs
         torch.cuda.empty_cache()
+    print_summary(results)
     for f in failures:
         print(f"FAILED {f}")
     if skipped:
