@@ -10,7 +10,8 @@ in interleaved rounds (``--rounds``; in each round every run under each flush, t
 * ``tilus``: the default constructor, tuned on first use (what a user gets); for paged shapes
   also ``contig`` (the contiguous kernel on the same cache);
 * ``b<block_n>s<stages>``: each config of the split kernel's autotune space, pinned (for page
-  64, ``b128`` is a stage of two pages); ``x<n>``: the tuned kernel with ``n`` splits;
+  64, ``b128`` is a stage of two pages; contiguous ``b64s3`` runs two blocks an SM);
+  ``x<n>``: the tuned kernel with ``n`` splits;
 * ``sdpa cudnn`` and ``sdpa flash`` on the contiguous cache (paged shapes too: the anchor reads
   the same bytes without a block table), the ratio to cuDNN in ``x cudnn``.
 

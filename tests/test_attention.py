@@ -292,6 +292,7 @@ def test_forward_builds_without_spills():
 
 @needs_nvrtc
 @pytest.mark.parametrize("d, cfg", [(128, dict(block_n=128, num_stages=2)),
+                                    (128, dict(block_n=64, num_stages=3)),
                                     (256, dict(block_n=64, num_stages=3))])  # fmt: skip
 def test_decode_builds_without_spills(d, cfg):
     v, f = tilus.void_p, tilus.float32
@@ -316,6 +317,20 @@ def test_decode_builds_without_spills(d, cfg):
     )
     ck = ck[0] if isinstance(ck, list) else ck
     assert ck.resources["spill_store_bytes"] == 0 and not ck.wgmma_serialized, ck.log
+    ring = (64 + 2 * cfg["num_stages"] * cfg["block_n"]) * d * 2  # Q and the ring, 16-bit
+    blocks = 2 if ring <= 112 * 1024 else 1  # two blocks an SM: registers for both
+    assert f"__launch_bounds__(160, {blocks})" in ck.source
+    assert ck.resources["registers"] * 160 * blocks <= 65536
+
+
+def test_decode_two_blocks_an_sm_are_refused_where_they_do_not_fit():
+    assert dict(block_n=64, num_stages=3) in decode_kernel(128).configs
+    assert decode_kernel(128).instance(dict(block_n=64, num_stages=3)).blocks == 2
+    assert decode_kernel(128).instance(dict(block_n=128, num_stages=2)).blocks == 1
+    with pytest.raises(tilus.TilusArgumentError, match="needs Q and the ring in 114688 bytes"):
+        decode_kernel(128).instance(dict(block_n=128, num_stages=2, blocks=2))
+    with pytest.raises(tilus.TilusArgumentError, match="blocks must be 1 or 2"):
+        decode_kernel(128).instance(dict(block_n=64, num_stages=3, blocks=3))
 
 
 # --- GPU: every config at one ragged size against the float32 reference, outputs poisoned ----
@@ -415,7 +430,8 @@ def test_gpu_forward_variants(kw, dtype):
 
 @needs_gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype, d", [("float16", 128), ("bfloat16", 128), ("float16", 256)])
+@pytest.mark.parametrize("dtype, d", [("float16", 128), ("bfloat16", 128), ("float16", 256),
+                                      ("float16", 64)])  # fmt: skip
 def test_gpu_decode_every_config(dtype, d):
     b, h, hkv, nq, max_len = 4, 16, 4, 1, 2000
     q, k, v = S.random_qkv(torch, b, h, hkv, nq, max_len, d, dtype, "cuda")

@@ -15,7 +15,9 @@ with the online softmax between them, and writes its partial ``O`` (float32, nor
 ``LSE`` per split. ``DecodeCombine`` then merges the splits of each row with weights
 ``exp(lse_s - max lse)`` (empty chunks have ``lse = -inf`` and weigh nothing). With one split
 (enough sequences and KV heads to fill the SMs) the split kernel writes ``o`` and ``lse``
-itself and the combine is not launched.
+itself and the combine is not launched. A config whose Q tile and ring fit in 112 KiB runs two
+blocks an SM (``blocks``; registers capped for two), so that with several waves of blocks one
+block's start and end overlap the other's stream.
 
 Run ``python examples/attention/decode_attention.py``: on the interpreter without a GPU, on CUDA
 with one, checked against a float64 reference.
@@ -44,6 +46,8 @@ from flash_tiles import Ring  # noqa: E402
 
 ROWS = 64  # WGMMA's M: the query rows of one KV head, padded
 MAX_SPLITS = 64  # the combine kernel's tile of splits
+TWO_BLOCK_SMEM = 112 * 1024  # Q and the ring of each of two blocks an SM (228 KiB an SM, 1 KiB
+# of it reserved per block, 1 KiB left for the barriers)
 
 
 class Outputs(tilus.Class):
@@ -199,15 +203,29 @@ class DecodeBase(tilus.Script):
             self.store_global(out.gplse, lse, offsets=[part, 0, 0], dims=[1, 2])
 
 
-@tilus.autotune("block_n, num_stages", [(128, 3), (128, 2), (64, 6), (64, 4)])
+@tilus.autotune("block_n, num_stages", [(128, 3), (128, 2), (64, 6), (64, 4), (64, 3)])
 class DecodeAttention(DecodeBase):
-    """Partial attention of one (sequence, KV head, KV chunk): all its query rows at once."""
+    """Partial attention of one (sequence, KV head, KV chunk): all its query rows at once.
+    ``blocks``: blocks an SM; by default two where Q and the ring fit in ``TWO_BLOCK_SMEM``
+    (registers are then capped for two), so that with several waves of blocks one block's
+    start and end overlap the other's stream."""
 
-    def __init__(self, block_n, num_stages, dim=128, dtype="float16"):
+    def __init__(self, block_n, num_stages, dim=128, dtype="float16", blocks=None):
         super().__init__()
         self.block_n = block_n
         self.num_stages = num_stages
+        ring = (ROWS + 2 * num_stages * block_n) * dim * 2  # Q and the K, V stages, 16-bit
+        if blocks is None:
+            blocks = 2 if ring <= TWO_BLOCK_SMEM else 1
+        self.blocks = blocks
         self.dim = dim
+        if blocks not in (1, 2):
+            raise tilus.TilusArgumentError(f"blocks must be 1 or 2 (blocks an SM), got {blocks}")
+        if blocks == 2 and ring > TWO_BLOCK_SMEM:
+            raise tilus.TilusArgumentError(
+                f"blocks = 2 (two blocks an SM) needs Q and the ring in {TWO_BLOCK_SMEM} bytes; "
+                f"block_n {block_n} x {num_stages} stages at head dim {dim} need {ring}"
+            )
         self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
 
     def __call__(
@@ -232,6 +250,7 @@ class DecodeAttention(DecodeBase):
         dt, dim, bn, stages = self.dtype, self.dim, self.block_n, self.num_stages
         self.attrs.blocks = [splits, heads_kv, batch]
         self.attrs.warps = 5  # a consumer warp group + the producer warp
+        self.attrs.min_blocks = self.blocks  # __launch_bounds__: registers for two an SM
         gq = self.global_view(q_ptr, dtype=dt, shape=[batch * heads_kv, rows, dim])
         gk = self.global_view(k_ptr, dtype=dt, shape=[batch * heads_kv, max_len, dim])
         gv = self.global_view(v_ptr, dtype=dt, shape=[batch * heads_kv, max_len, dim])
