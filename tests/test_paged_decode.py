@@ -199,6 +199,10 @@ def test_builds_without_spills(ps, d):
         )
         ck = ck[0] if isinstance(ck, list) else ck
         assert ck.resources["spill_store_bytes"] == 0 and not ck.wgmma_serialized, ck.log
+        bn, st = paged_tiles(ps, d)[tile]
+        blocks = 2 if (64 + 2 * st * bn) * d * 2 <= 112 * 1024 else 1  # page 64's b64s3: two
+        assert f"__launch_bounds__(160, {blocks})" in ck.source, (tile, blocks)
+        assert ck.resources["registers"] * 160 * blocks <= 65536
 
 
 # --- GPU: every config at ragged sizes against the float64 reference, outputs poisoned --------

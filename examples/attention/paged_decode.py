@@ -56,7 +56,14 @@ from attention_support import (  # noqa: E402
     report_decode,
     tensor_arg,
 )
-from decode_attention import MAX_SPLITS, ROWS, DecodeBase, DecodeCombine, num_splits  # noqa: E402
+from decode_attention import (  # noqa: E402
+    MAX_SPLITS,
+    ROWS,
+    TWO_BLOCK_SMEM,
+    DecodeBase,
+    DecodeCombine,
+    num_splits,
+)
 from flash_attention import LOG2E  # noqa: E402
 
 PAGE_SIZES = (64, 128)
@@ -100,6 +107,8 @@ class PagedDecodeAttention(DecodeBase):
             )
         self.page_size = page_size
         self.dim = dim
+        ring = (ROWS + 2 * self.num_stages * self.block_n) * dim * 2  # Q and the ring, 16-bit
+        self.blocks = 2 if ring <= TWO_BLOCK_SMEM else 1  # as in DecodeAttention
         self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
 
     def __call__(
@@ -132,6 +141,7 @@ class PagedDecodeAttention(DecodeBase):
         )
         self.attrs.blocks = [splits, heads_kv, batch]
         self.attrs.warps = 5  # a consumer warp group + the producer warp
+        self.attrs.min_blocks = self.blocks
         gq = self.global_view(q_ptr, dtype=dt, shape=[batch * heads_kv, rows, dim])
         gk = self.global_view(k_ptr, dtype=dt, shape=[num_pages, heads_kv, ps, dim])
         gv = self.global_view(v_ptr, dtype=dt, shape=[num_pages, heads_kv, ps, dim])
