@@ -321,6 +321,11 @@ def test_decode_builds_without_spills(d, cfg):
     blocks = 2 if ring <= 112 * 1024 else 1  # two blocks an SM: registers for both
     assert f"__launch_bounds__(160, {blocks})" in ck.source
     assert ck.resources["registers"] * 160 * blocks <= 65536
+    # the ring's first tiles are prefetched into L2 (K and V, two boxes each at d128) before
+    # the lengths are read
+    src = ck.source
+    assert src.count("tl_tma_prefetch_3d(&tl_map") == 4 * (d // 64) // 2
+    assert src.index("tl_tma_prefetch_3d(&tl_map") < src.index("glens[")
 
 
 def test_decode_two_blocks_an_sm_are_refused_where_they_do_not_fit():

@@ -10,7 +10,8 @@ instead: ``DecodeAttention`` gives each block one KV head and one of ``splits`` 
 cache, and its tile holds every query row of that KV head (``heads / heads_kv`` heads times
 ``nq`` tokens, padded to WGMMA's 64 rows; TMA zero-fills the padding), so the chunk of K and V is
 read from memory once for all of them. A producer warp streams K and V tiles through a ring of
-shared stages with TMA; a consumer warp group computes ``S = Q K^T`` and ``O += P V`` by WGMMA
+shared stages with TMA (first Q's copy and an L2 prefetch of the ring's first tiles, which need
+no sequence length, then the length's load); a consumer warp group computes ``S = Q K^T`` and ``O += P V`` by WGMMA
 with the online softmax between them, and writes its partial ``O`` (float32, normalized) and
 ``LSE`` per split. ``DecodeCombine`` then merges the splits of each row with weights
 ``exp(lse_s - max lse)`` (empty chunks have ``lse = -inf`` and weigh nothing). With one split
@@ -210,10 +211,11 @@ class DecodeAttention(DecodeBase):
     (registers are then capped for two), so that with several waves of blocks one block's
     start and end overlap the other's stream."""
 
-    def __init__(self, block_n, num_stages, dim=128, dtype="float16", blocks=None):
+    def __init__(self, block_n, num_stages, dim=128, dtype="float16", blocks=None, prefetch=True):
         super().__init__()
         self.block_n = block_n
         self.num_stages = num_stages
+        self.prefetch = prefetch
         ring = (ROWS + 2 * num_stages * block_n) * dim * 2  # Q and the K, V stages, 16-bit
         if blocks is None:
             blocks = 2 if ring <= TWO_BLOCK_SMEM else 1
@@ -262,16 +264,26 @@ class DecodeAttention(DecodeBase):
         bkv: int32 = self.blockIdx.z * heads_kv + self.blockIdx.y
         part: int32 = bkv * splits + self.blockIdx.x
         out = self.outputs(gpo, gplse, direct, o_ptr, lse_ptr, batch * heads_kv, rows, bkv)
-        start, count, n_kv = self.kv_range(glens, self.blockIdx.z, chunk, bn)
         sq, sk, sv, qbar, kfull, ring = self.ring_tiles(bn, stages)
         scale_log2: float32 = scale * LOG2E
-
-        with self.thread_group(128, 32):  # the producer warp
+        with self.thread_group(128, 32):  # what needs no length: Q, and the first tiles to L2
             with self.single_thread():
                 self.mbarrier.arrive_and_expect_tx(qbar[0], transaction_bytes=sq.nbytes)
             self.tma.global_to_shared(
                 src=gq, dst=sq, offsets=[bkv, 0, 0], dims=[1, 2], mbarrier=qbar[0]
             )
+            if self.prefetch:  # the ring's first tiles start their way from HBM now
+                first: int32 = self.blockIdx.x * chunk
+                for t in self.range(stages, unroll="all"):
+                    self.tma.prefetch(
+                        src=gk, like=sk[0], offsets=[bkv, first + t * bn, 0], dims=[1, 2]
+                    )
+                    self.tma.prefetch(
+                        src=gv, like=sv[0], offsets=[bkv, first + t * bn, 0], dims=[1, 2]
+                    )
+        start, count, n_kv = self.kv_range(glens, self.blockIdx.z, chunk, bn)
+
+        with self.thread_group(128, 32):  # the producer warp
             for j in self.range(n_kv):
                 self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
                 with self.single_thread():
