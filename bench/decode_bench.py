@@ -10,8 +10,8 @@ in interleaved rounds (``--rounds``; in each round every run under each flush, t
 * ``tilus``: the default constructor, tuned on first use (what a user gets); for paged shapes
   also ``contig`` (the contiguous kernel on the same cache);
 * ``b<block_n>s<stages>``: each config of the split kernel's autotune space, pinned (for page
-  64, ``b128`` is a stage of two pages; contiguous ``b64s3`` runs two blocks an SM;
-  ``nopf``: without the L2 prefetch of the ring's first tiles);
+  64, ``b128`` is a stage of two pages, and its ``b64s3`` runs two blocks an SM;
+  ``pf``: with the L2 prefetch of the ring's first tiles);
   ``x<n>``: the tuned kernel with ``n`` splits;
 * ``sdpa cudnn`` and ``sdpa flash`` on the contiguous cache (paged shapes too: the anchor reads
   the same bytes without a block table), the ratio to cuDNN in ``x cudnn``.
@@ -185,8 +185,8 @@ def decode_shape(torch, shape, args, failures):
             (f"b{c['block_n']}s{c['num_stages']}", make(decode_kernel(d, **c)))
             for c in decode_kernel(d).configs
         ]
-        nopf = decode_kernel(d, block_n=128, num_stages=2, prefetch=False)
-        cands.append(("b128s2 nopf", make(nopf)))  # without the L2 head start
+        pf = decode_kernel(d, block_n=128, num_stages=2, prefetch=True)
+        cands.append(("b128s2 pf", make(pf)))  # with the L2 head start
     for name, run in cands:
         if checked(torch, f"decode {shape} {name}", run, ref, failures):
             runs[name] = run

@@ -296,40 +296,24 @@ def test_forward_builds_without_spills():
                                     (256, dict(block_n=64, num_stages=3))])  # fmt: skip
 def test_decode_builds_without_spills(d, cfg):
     v, f = tilus.void_p, tilus.float32
-    ck = tilus.compile(
-        decode_kernel(d, **cfg),
-        16,
-        8,
-        4,
-        8192,
-        2,
-        4096,
-        0.1,
-        v,
-        v,
-        v,
-        tilus.int32,
-        f,
-        f,
-        1,
-        v,
-        f,
-    )
+    args = (16, 8, 4, 8192, 2, 4096, 0.1, v, v, v, tilus.int32, f, f, 1, v, f)
+    ck = tilus.compile(decode_kernel(d, **cfg), *args)
     ck = ck[0] if isinstance(ck, list) else ck
     assert ck.resources["spill_store_bytes"] == 0 and not ck.wgmma_serialized, ck.log
     ring = (64 + 2 * cfg["num_stages"] * cfg["block_n"]) * d * 2  # Q and the ring, 16-bit
     blocks = 2 if ring <= 112 * 1024 else 1  # two blocks an SM: registers for both
     assert f"__launch_bounds__(160, {blocks})" in ck.source
     assert ck.resources["registers"] * 160 * blocks <= 65536
-    # the ring's first tiles are prefetched into L2 (K and V, two boxes each at d128) before
+    assert "tl_tma_prefetch_3d(" not in ck.source  # off by default
+    # prefetch=True: the ring's first tiles go to L2 (K and V, one box a 64 columns) before
     # the lengths are read
-    src = ck.source
+    ck = tilus.compile(decode_kernel(d, prefetch=True, **cfg), *args)
+    src = (ck[0] if isinstance(ck, list) else ck).source
     assert src.count("tl_tma_prefetch_3d(&tl_map") == 4 * (d // 64) // 2
     assert src.index("tl_tma_prefetch_3d(&tl_map") < src.index("glens[")
 
 
 def test_decode_two_blocks_an_sm_are_refused_where_they_do_not_fit():
-    assert dict(block_n=64, num_stages=3) in decode_kernel(128).configs
     assert decode_kernel(128).instance(dict(block_n=64, num_stages=3)).blocks == 2
     assert decode_kernel(128).instance(dict(block_n=128, num_stages=2)).blocks == 1
     with pytest.raises(tilus.TilusArgumentError, match="needs Q and the ring in 114688 bytes"):

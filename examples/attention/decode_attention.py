@@ -10,8 +10,7 @@ instead: ``DecodeAttention`` gives each block one KV head and one of ``splits`` 
 cache, and its tile holds every query row of that KV head (``heads / heads_kv`` heads times
 ``nq`` tokens, padded to WGMMA's 64 rows; TMA zero-fills the padding), so the chunk of K and V is
 read from memory once for all of them. A producer warp streams K and V tiles through a ring of
-shared stages with TMA (first Q's copy and an L2 prefetch of the ring's first tiles, which need
-no sequence length, then the length's load); a consumer warp group computes ``S = Q K^T`` and ``O += P V`` by WGMMA
+shared stages with TMA (Q's copy first: it needs no sequence length); a consumer warp group computes ``S = Q K^T`` and ``O += P V`` by WGMMA
 with the online softmax between them, and writes its partial ``O`` (float32, normalized) and
 ``LSE`` per split. ``DecodeCombine`` then merges the splits of each row with weights
 ``exp(lse_s - max lse)`` (empty chunks have ``lse = -inf`` and weigh nothing). With one split
@@ -204,14 +203,17 @@ class DecodeBase(tilus.Script):
             self.store_global(out.gplse, lse, offsets=[part, 0, 0], dims=[1, 2])
 
 
-@tilus.autotune("block_n, num_stages", [(128, 3), (128, 2), (64, 6), (64, 4), (64, 3)])
+@tilus.autotune("block_n, num_stages", [(128, 3), (128, 2), (64, 6), (64, 4)])
 class DecodeAttention(DecodeBase):
     """Partial attention of one (sequence, KV head, KV chunk): all its query rows at once.
     ``blocks``: blocks an SM; by default two where Q and the ring fit in ``TWO_BLOCK_SMEM``
     (registers are then capped for two), so that with several waves of blocks one block's
-    start and end overlap the other's stream."""
+    start and end overlap the other's stream (b64s3 at head dim 128: measured no faster than
+    b128s2 on the H200, so not in the space). ``prefetch``: also prefetch the ring's first
+    tiles into L2 before the lengths are read (measured 0.2-2% slower after a clean flush, so
+    off by default)."""
 
-    def __init__(self, block_n, num_stages, dim=128, dtype="float16", blocks=None, prefetch=True):
+    def __init__(self, block_n, num_stages, dim=128, dtype="float16", blocks=None, prefetch=False):
         super().__init__()
         self.block_n = block_n
         self.num_stages = num_stages
@@ -266,7 +268,7 @@ class DecodeAttention(DecodeBase):
         out = self.outputs(gpo, gplse, direct, o_ptr, lse_ptr, batch * heads_kv, rows, bkv)
         sq, sk, sv, qbar, kfull, ring = self.ring_tiles(bn, stages)
         scale_log2: float32 = scale * LOG2E
-        with self.thread_group(128, 32):  # what needs no length: Q, and the first tiles to L2
+        with self.thread_group(128, 32):  # what needs no length: Q (and the L2 prefetch)
             with self.single_thread():
                 self.mbarrier.arrive_and_expect_tx(qbar[0], transaction_bytes=sq.nbytes)
             self.tma.global_to_shared(
