@@ -336,30 +336,34 @@ def test_forward_builds_without_spills():
 
 @needs_nvrtc
 @pytest.mark.parametrize("d, cfg", [(128, dict(block_n=128, num_stages=2)),
+                                    (128, dict(block_n=64, num_stages=3)),
                                     (256, dict(block_n=64, num_stages=3))])  # fmt: skip
 def test_decode_builds_without_spills(d, cfg):
     v, f = tilus.void_p, tilus.float32
-    ck = tilus.compile(
-        decode_kernel(d, **cfg),
-        16,
-        8,
-        4,
-        8192,
-        2,
-        4096,
-        0.1,
-        v,
-        v,
-        v,
-        tilus.int32,
-        f,
-        f,
-        1,
-        v,
-        f,
-    )
+    args = (16, 8, 4, 8192, 2, 4096, 0.1, v, v, v, tilus.int32, f, f, 1, v, f)
+    ck = tilus.compile(decode_kernel(d, **cfg), *args)
     ck = ck[0] if isinstance(ck, list) else ck
     assert ck.resources["spill_store_bytes"] == 0 and not ck.wgmma_serialized, ck.log
+    ring = (64 + 2 * cfg["num_stages"] * cfg["block_n"]) * d * 2  # Q and the ring, 16-bit
+    blocks = 2 if ring <= 112 * 1024 else 1  # two blocks an SM: registers for both
+    assert f"__launch_bounds__(160, {blocks})" in ck.source
+    assert ck.resources["registers"] * 160 * blocks <= 65536
+    assert "tl_tma_prefetch_3d(" not in ck.source  # off by default
+    # prefetch=True: the ring's first tiles go to L2 (K and V, one box a 64 columns) before
+    # the lengths are read
+    ck = tilus.compile(decode_kernel(d, prefetch=True, **cfg), *args)
+    src = (ck[0] if isinstance(ck, list) else ck).source
+    assert src.count("tl_tma_prefetch_3d(&tl_map") == 4 * (d // 64) // 2
+    assert src.index("tl_tma_prefetch_3d(&tl_map") < src.index("glens[")
+
+
+def test_decode_two_blocks_an_sm_are_refused_where_they_do_not_fit():
+    assert decode_kernel(128).instance(dict(block_n=64, num_stages=3)).blocks == 2
+    assert decode_kernel(128).instance(dict(block_n=128, num_stages=2)).blocks == 1
+    with pytest.raises(tilus.TilusArgumentError, match="needs Q and the ring in 114688 bytes"):
+        decode_kernel(128).instance(dict(block_n=128, num_stages=2, blocks=2))
+    with pytest.raises(tilus.TilusArgumentError, match="blocks must be 1 or 2"):
+        decode_kernel(128).instance(dict(block_n=64, num_stages=3, blocks=3))
 
 
 # --- GPU: every config at one ragged size against the float32 reference, outputs poisoned ----
@@ -507,13 +511,20 @@ def test_gpu_skip_empty(kw):
 
 @needs_gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype, d", [("float16", 128), ("bfloat16", 128), ("float16", 256)])
+@pytest.mark.parametrize("dtype, d", [("float16", 128), ("bfloat16", 128), ("float16", 256),
+                                      ("float16", 64)])  # fmt: skip
 def test_gpu_decode_every_config(dtype, d):
     b, h, hkv, nq, max_len = 4, 16, 4, 1, 2000
     q, k, v = S.random_qkv(torch, b, h, hkv, nq, max_len, d, dtype, "cuda")
     lens = [2000, 1, 777, 1500]
     lt = torch.tensor(lens, dtype=torch.int32, device="cuda")
     want = S.reference_decode(q.cpu(), k.cpu(), v.cpu(), lens, S.default_scale(d, None))
+    # the tuned kernel first (its configs built at once): without and with the combine, o poisoned
+    for splits in (1, 3):
+        o = torch.full_like(q, float("nan"))
+        o, lse = decode_attention(q, k, v, lt, kernel=decode_kernel(d, dtype), out=o, splits=splits)
+        torch.cuda.synchronize()
+        assert S.max_error(o, want[0]) < 2e-2 and S.max_error(lse, want[1]) < 1e-3, splits
     for cfg in decode_kernel(d).configs:
         kernel = decode_kernel(d, dtype, **cfg)
         o = torch.full_like(q, float("nan"))
@@ -521,11 +532,6 @@ def test_gpu_decode_every_config(dtype, d):
         torch.cuda.synchronize()
         assert S.max_error(o, want[0]) < 2e-2, cfg
         assert S.max_error(lse, want[1]) < 1e-3, cfg
-    for splits in (1, 3):  # the tuned kernel: without and with the combine, o poisoned
-        o = torch.full_like(q, float("nan"))
-        o, lse = decode_attention(q, k, v, lt, kernel=decode_kernel(d, dtype), out=o, splits=splits)
-        torch.cuda.synchronize()
-        assert S.max_error(o, want[0]) < 2e-2 and S.max_error(lse, want[1]) < 1e-3, splits
 
 
 def test_combine_space():

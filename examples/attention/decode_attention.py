@@ -10,12 +10,14 @@ instead: ``DecodeAttention`` gives each block one KV head and one of ``splits`` 
 cache, and its tile holds every query row of that KV head (``heads / heads_kv`` heads times
 ``nq`` tokens, padded to WGMMA's 64 rows; TMA zero-fills the padding), so the chunk of K and V is
 read from memory once for all of them. A producer warp streams K and V tiles through a ring of
-shared stages with TMA; a consumer warp group computes ``S = Q K^T`` and ``O += P V`` by WGMMA
+shared stages with TMA (Q's copy first: it needs no sequence length); a consumer warp group computes ``S = Q K^T`` and ``O += P V`` by WGMMA
 with the online softmax between them, and writes its partial ``O`` (float32, normalized) and
 ``LSE`` per split. ``DecodeCombine`` then merges the splits of each row with weights
 ``exp(lse_s - max lse)`` (empty chunks have ``lse = -inf`` and weigh nothing). With one split
 (enough sequences and KV heads to fill the SMs) the split kernel writes ``o`` and ``lse``
-itself and the combine is not launched.
+itself and the combine is not launched. A config whose Q tile and ring fit in 112 KiB runs two
+blocks an SM (``blocks``; registers capped for two), so that with several waves of blocks one
+block's start and end overlap the other's stream.
 
 Run ``python examples/attention/decode_attention.py``: on the interpreter without a GPU, on CUDA
 with one, checked against a float64 reference.
@@ -44,6 +46,8 @@ from flash_tiles import Ring  # noqa: E402
 
 ROWS = 64  # WGMMA's M: the query rows of one KV head, padded
 MAX_SPLITS = 64  # the combine kernel's tile of splits
+TWO_BLOCK_SMEM = 112 * 1024  # Q and the ring of each of two blocks an SM (228 KiB an SM, 1 KiB
+# of it reserved per block, 1 KiB left for the barriers)
 
 
 class Outputs(tilus.Class):
@@ -79,12 +83,14 @@ class DecodeBase(tilus.Script):
         n_kv: int32 = cdiv(count, bn)
         return start, count, n_kv
 
-    def ring_tiles(self, bn: int, stages: int):
-        """The Q tile, the K and V rings of ``stages`` tiles of ``bn`` positions, Q's barrier,
-        the K barriers and the ring's phases."""
+    def ring_tiles(self, bn: int, stages: int, sub: int = 1):
+        """The Q tile, the K and V rings of ``stages`` tiles of ``bn`` positions (with ``sub``
+        > 1 each stage is ``sub`` tiles ``[stages, sub, bn / sub, dim]``, one TMA box each), Q's
+        barrier, the K barriers and the ring's phases."""
         sq = self.shared_tensor(dtype=self.dtype, shape=[ROWS, self.dim])
-        sk = self.shared_tensor(dtype=self.dtype, shape=[stages, bn, self.dim])
-        sv = self.shared_tensor(dtype=self.dtype, shape=[stages, bn, self.dim])
+        shape = [stages, bn, self.dim] if sub == 1 else [stages, sub, bn // sub, self.dim]
+        sk = self.shared_tensor(dtype=self.dtype, shape=shape)
+        sv = self.shared_tensor(dtype=self.dtype, shape=shape)
         qbar = self.mbarrier.alloc([1])
         kfull = self.mbarrier.alloc([1] * stages)
         return sq, sk, sv, qbar, kfull, Ring(stages, 1)
@@ -126,6 +132,66 @@ class DecodeBase(tilus.Script):
             with self.single_thread():
                 self.mbarrier.arrive(ring.empty[stage])
             ring.advance()
+        self.finish(o, m, lsum, out, part)
+
+    def attend_pairs(self, sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part):
+        """``attend`` for stages of two tiles (``sk, sv [stages, 2, bn / 2, dim]``, two pages
+        of a paged cache): ``S`` is two WGMMAs into two accumulators (the second issued when
+        the first retires), one softmax step covers both, and ``O += P V`` is two WGMMAs in one
+        group, so a stage costs the consumer one round of barrier waits, row reductions and
+        rescales, as a ``bn``-position tile does."""
+        dt, dim, half = self.dtype, self.dim, self.block_n // 2
+        o = self.register_tensor(dtype=float32, shape=[ROWS, dim], init=0.0)
+        m = self.register_tensor(dtype=float32, shape=[ROWS, 1], init=-float("inf"))
+        lsum = self.register_tensor(dtype=float32, shape=[ROWS, 1], init=0.0)
+        cols = self.register_tensor(dtype=int32, shape=[half], init=lambda c: c)
+        self.mbarrier.wait(qbar[0], phase=0)
+        for j in self.range(n_kv):
+            stage = ring.stage
+            s0 = self.register_tensor(dtype=float32, shape=[ROWS, half], init=0.0)
+            self.mbarrier.wait(kfull[stage], phase=ring.phase)
+            self.wgmma.fence()
+            self.wgmma.mma(sq, sk[stage, 0].transpose(), s0)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            # the second S after the first retires (issued together, ptxas serializes every
+            # WGMMA of the kernel); the first tile's scale and mask run while it computes
+            s1 = self.register_tensor(dtype=float32, shape=[ROWS, half], init=0.0)
+            self.wgmma.fence()
+            self.wgmma.mma(sq, sk[stage, 1].transpose(), s1)
+            self.wgmma.commit_group()
+            s0 = s0 * scale_log2
+            if (2 * j + 1) * half > count:  # the ragged last stage
+                s0 = self.where(cols < count - 2 * j * half, s0, -float("inf"))
+            top0 = self.max(s0, dim=1, keepdim=True)
+            self.wgmma.wait_group(0)
+            s1 = s1 * scale_log2
+            if (2 * j + 2) * half > count:  # its second tile may have no valid position
+                s1 = self.where(cols < count - (2 * j + 1) * half, s1, -float("inf"))
+            m_new = self.maximum(m, self.maximum(top0, self.max(s1, dim=1, keepdim=True)))
+            p0 = self.exp2(s0 - m_new)
+            p1 = self.exp2(s1 - m_new)
+            alpha = self.exp2(m - m_new)
+            rows_sum = self.sum(p0, dim=1, keepdim=True) + self.sum(p1, dim=1, keepdim=True)
+            self.assign(lsum, lsum * alpha + rows_sum)
+            self.assign(m, m_new)
+            self.assign(o, o * alpha)
+            pa0 = self.cast(p0, dt)
+            pa1 = self.cast(p1, dt)
+            self.mbarrier.wait(ring.full[stage], phase=ring.phase)
+            self.wgmma.fence()
+            self.wgmma.mma(pa0, sv[stage, 0], o)
+            self.wgmma.mma(pa1, sv[stage, 1], o)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            with self.single_thread():
+                self.mbarrier.arrive(ring.empty[stage])
+            ring.advance()
+        self.finish(o, m, lsum, out, part)
+
+    def finish(self, o, m, lsum, out, part):
+        """Normalize ``o`` and store it with the LSE (see ``attend``)."""
+        dt = self.dtype
         # an empty chunk: o = 0, lse = -inf (it then weighs nothing in the combine)
         o = o * (1.0 / self.maximum(lsum, 1e-30))
         lse = (m + self.log2(lsum)) * LN2
@@ -139,13 +205,31 @@ class DecodeBase(tilus.Script):
 
 @tilus.autotune("block_n, num_stages", [(128, 3), (128, 2), (64, 6), (64, 4)])
 class DecodeAttention(DecodeBase):
-    """Partial attention of one (sequence, KV head, KV chunk): all its query rows at once."""
+    """Partial attention of one (sequence, KV head, KV chunk): all its query rows at once.
+    ``blocks``: blocks an SM; by default two where Q and the ring fit in ``TWO_BLOCK_SMEM``
+    (registers are then capped for two), so that with several waves of blocks one block's
+    start and end overlap the other's stream (b64s3 at head dim 128: measured no faster than
+    b128s2 on the H200, so not in the space). ``prefetch``: also prefetch the ring's first
+    tiles into L2 before the lengths are read (measured 0.2-2% slower after a clean flush, so
+    off by default)."""
 
-    def __init__(self, block_n, num_stages, dim=128, dtype="float16"):
+    def __init__(self, block_n, num_stages, dim=128, dtype="float16", blocks=None, prefetch=False):
         super().__init__()
         self.block_n = block_n
         self.num_stages = num_stages
+        self.prefetch = prefetch
+        ring = (ROWS + 2 * num_stages * block_n) * dim * 2  # Q and the K, V stages, 16-bit
+        if blocks is None:
+            blocks = 2 if ring <= TWO_BLOCK_SMEM else 1
+        self.blocks = blocks
         self.dim = dim
+        if blocks not in (1, 2):
+            raise tilus.TilusArgumentError(f"blocks must be 1 or 2 (blocks an SM), got {blocks}")
+        if blocks == 2 and ring > TWO_BLOCK_SMEM:
+            raise tilus.TilusArgumentError(
+                f"blocks = 2 (two blocks an SM) needs Q and the ring in {TWO_BLOCK_SMEM} bytes; "
+                f"block_n {block_n} x {num_stages} stages at head dim {dim} need {ring}"
+            )
         self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
 
     def __call__(
@@ -170,6 +254,7 @@ class DecodeAttention(DecodeBase):
         dt, dim, bn, stages = self.dtype, self.dim, self.block_n, self.num_stages
         self.attrs.blocks = [splits, heads_kv, batch]
         self.attrs.warps = 5  # a consumer warp group + the producer warp
+        self.attrs.min_blocks = self.blocks  # __launch_bounds__: registers for two an SM
         gq = self.global_view(q_ptr, dtype=dt, shape=[batch * heads_kv, rows, dim])
         gk = self.global_view(k_ptr, dtype=dt, shape=[batch * heads_kv, max_len, dim])
         gv = self.global_view(v_ptr, dtype=dt, shape=[batch * heads_kv, max_len, dim])
@@ -181,16 +266,26 @@ class DecodeAttention(DecodeBase):
         bkv: int32 = self.blockIdx.z * heads_kv + self.blockIdx.y
         part: int32 = bkv * splits + self.blockIdx.x
         out = self.outputs(gpo, gplse, direct, o_ptr, lse_ptr, batch * heads_kv, rows, bkv)
-        start, count, n_kv = self.kv_range(glens, self.blockIdx.z, chunk, bn)
         sq, sk, sv, qbar, kfull, ring = self.ring_tiles(bn, stages)
         scale_log2: float32 = scale * LOG2E
-
-        with self.thread_group(128, 32):  # the producer warp
+        with self.thread_group(128, 32):  # what needs no length: Q (and the L2 prefetch)
             with self.single_thread():
                 self.mbarrier.arrive_and_expect_tx(qbar[0], transaction_bytes=sq.nbytes)
             self.tma.global_to_shared(
                 src=gq, dst=sq, offsets=[bkv, 0, 0], dims=[1, 2], mbarrier=qbar[0]
             )
+            if self.prefetch:  # the ring's first tiles start their way from HBM now
+                first: int32 = self.blockIdx.x * chunk
+                for t in self.range(stages, unroll="all"):
+                    self.tma.prefetch(
+                        src=gk, like=sk[0], offsets=[bkv, first + t * bn, 0], dims=[1, 2]
+                    )
+                    self.tma.prefetch(
+                        src=gv, like=sv[0], offsets=[bkv, first + t * bn, 0], dims=[1, 2]
+                    )
+        start, count, n_kv = self.kv_range(glens, self.blockIdx.z, chunk, bn)
+
+        with self.thread_group(128, 32):  # the producer warp
             for j in self.range(n_kv):
                 self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
                 with self.single_thread():

@@ -17,8 +17,12 @@ page (``block_n == page_size``) or part of one (64-position tiles of 128-positio
 32- or 64-position tiles at head dim 256, where shared memory holds no more); the
 producer warp reads the tile's physical page from the block table (one scalar global load,
 issued before it waits for the free stage so the load's latency hides behind the wait) and
-issues the TMA copies of K and V at that page. Splits over the sequence, the online softmax,
-the partial O/LSE and ``DecodeCombine`` are ``decode_attention``'s.
+issues the TMA copies of K and V at that page. Pages of 64 positions can also fill a stage two
+at a time (``block_n = 128``: four TMA copies a stage, two page-table loads, and the consumer's
+``attend_pairs``: two ``S`` WGMMAs, one softmax step and one ``P V`` group for both), so the
+consumer pays its per-stage waits and reductions once per 128 positions, as with 128-position
+pages. Splits over the sequence, the online softmax, the partial O/LSE and ``DecodeCombine``
+are ``decode_attention``'s.
 
 Bad block tables: by default ``paged_decode_attention`` checks, in one torch reduction before
 the launch, that every entry a sequence uses (its first ``cdiv(lens[b], page_size)``) is a page
@@ -52,7 +56,14 @@ from attention_support import (  # noqa: E402
     report_decode,
     tensor_arg,
 )
-from decode_attention import MAX_SPLITS, ROWS, DecodeBase, DecodeCombine, num_splits  # noqa: E402
+from decode_attention import (  # noqa: E402
+    MAX_SPLITS,
+    ROWS,
+    TWO_BLOCK_SMEM,
+    DecodeBase,
+    DecodeCombine,
+    num_splits,
+)
 from flash_attention import LOG2E  # noqa: E402
 
 PAGE_SIZES = (64, 128)
@@ -65,7 +76,7 @@ def paged_tiles(page_size: int, dim: int = 128) -> list[tuple[int, int]]:
         return [(64, 3), (64, 2), (32, 6), (32, 4)]
     if page_size == 128:  # in order of the H200 times at batch 16-64, KV 4k-16k
         return [(128, 2), (128, 3), (64, 4), (64, 6)]
-    return [(64, 3), (64, 4), (64, 6), (64, 5)]
+    return [(128, 3), (128, 2), (64, 3), (64, 4)]  # 128: two pages a stage
 
 
 @tilus.autotune("tile", [0, 1, 2, 3])
@@ -82,12 +93,22 @@ class PagedDecodeAttention(DecodeBase):
         bn, stages = paged_tiles(page_size, dim)[tile]
         self.block_n = block_n or bn
         self.num_stages = num_stages or stages
-        if self.block_n not in (32, 64, 128) or page_size % self.block_n:
+        # a stage of two pages: 64-position pages read as the 128-position tiles of page 128
+        self.pair = self.block_n == 2 * page_size
+        if self.pair and (page_size != 64 or dim > 128):
             raise TilusArgumentError(
-                f"block_n = {self.block_n} must be 32, 64 or 128 and divide page_size = {page_size}"
+                f"block_n = {self.block_n} (two pages a stage) needs page_size 64 and head dim "
+                f"64 or 128, got page_size {page_size}, head dim {dim}"
+            )
+        if self.block_n not in (32, 64, 128) or (page_size % self.block_n and not self.pair):
+            raise TilusArgumentError(
+                f"block_n = {self.block_n} must be 32, 64 or 128 and divide page_size = "
+                f"{page_size} (or be twice it: two pages a stage)"
             )
         self.page_size = page_size
         self.dim = dim
+        ring = (ROWS + 2 * self.num_stages * self.block_n) * dim * 2  # Q and the ring, 16-bit
+        self.blocks = 2 if ring <= TWO_BLOCK_SMEM else 1  # as in DecodeAttention
         self.dtype = {"float16": float16, "bfloat16": bfloat16}[dtype]
 
     def __call__(
@@ -120,6 +141,7 @@ class PagedDecodeAttention(DecodeBase):
         )
         self.attrs.blocks = [splits, heads_kv, batch]
         self.attrs.warps = 5  # a consumer warp group + the producer warp
+        self.attrs.min_blocks = self.blocks
         gq = self.global_view(q_ptr, dtype=dt, shape=[batch * heads_kv, rows, dim])
         gk = self.global_view(k_ptr, dtype=dt, shape=[num_pages, heads_kv, ps, dim])
         gv = self.global_view(v_ptr, dtype=dt, shape=[num_pages, heads_kv, ps, dim])
@@ -134,48 +156,114 @@ class PagedDecodeAttention(DecodeBase):
         bkv: int32 = seq * heads_kv + head
         part: int32 = bkv * splits + self.blockIdx.x
         out = self.outputs(gpo, gplse, direct, o_ptr, lse_ptr, batch * heads_kv, rows, bkv)
-        start, count, n_kv = self.kv_range(glens, seq, chunk, bn)
-        sq, sk, sv, qbar, kfull, ring = self.ring_tiles(bn, stages)
+        sq, sk, sv, qbar, kfull, ring = self.ring_tiles(bn, stages, 2 if self.pair else 1)
         scale_log2: float32 = scale * LOG2E
-
-        with self.thread_group(128, 32):  # the producer warp
+        with self.thread_group(128, 32):  # Q's copy first: it does not need the lengths
             with self.single_thread():
                 self.mbarrier.arrive_and_expect_tx(qbar[0], transaction_bytes=sq.nbytes)
             self.tma.global_to_shared(
                 src=gq, dst=sq, offsets=[bkv, 0, 0], dims=[1, 2], mbarrier=qbar[0]
             )
-            for j in self.range(n_kv):
-                pos: int32 = start + j * bn  # the tile's first position in the sequence
-                page: int32 = self.load_global(
-                    gtable, offsets=[seq, pos // ps], shape=[1], dims=[1]
-                ).item()
-                row: int32 = pos % ps if bn < ps else 0  # a half page: which half
-                self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
-                with self.single_thread():
-                    self.mbarrier.arrive_and_expect_tx(
-                        kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
-                    )
-                    self.mbarrier.arrive_and_expect_tx(
-                        ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
-                    )
-                self.tma.global_to_shared(
-                    src=gk,
-                    dst=sk[ring.stage],
-                    offsets=[page, head, row, 0],
-                    dims=[2, 3],
-                    mbarrier=kfull[ring.stage],
-                )
-                self.tma.global_to_shared(
-                    src=gv,
-                    dst=sv[ring.stage],
-                    offsets=[page, head, row, 0],
-                    dims=[2, 3],
-                    mbarrier=ring.full[ring.stage],
-                )
-                ring.advance()
+        if self.pair:  # the first stage's pages, loaded beside the sequence's length
+            slot: int32 = self.blockIdx.x * chunk // ps  # < max_pages: chunks start before hi
+            nxt0: int32 = self.load_global(gtable, offsets=[seq, slot], shape=[1], dims=[1]).item()
+            nxt1: int32 = self.load_global(
+                gtable, offsets=[seq, min(slot + 1, max_pages - 1)], shape=[1], dims=[1]
+            ).item()
+        start, count, n_kv = self.kv_range(glens, seq, chunk, bn)
+
+        with self.thread_group(128, 32):  # the producer warp
+            if self.pair:
+                self.produce_pairs(gk, gv, gtable, sk, sv, kfull, ring, seq, head, slot, count,
+                                   n_kv, max_pages, nxt0, nxt1)  # fmt: skip
+            else:
+                self.produce_tiles(gk, gv, gtable, sk, sv, kfull, ring, seq, head, start, n_kv)
 
         with self.warp_group(0, 4):  # the consumer warp group
-            self.attend(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part)
+            if self.pair:
+                self.attend_pairs(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out,
+                                  part)  # fmt: skip
+            else:
+                self.attend(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part)
+
+    def produce_tiles(self, gk, gv, gtable, sk, sv, kfull, ring, seq, head, start, n_kv):
+        """The producer of a ring of one page (or part of one) a stage: per tile, its physical
+        page from the block table (loaded before the wait for the free stage, so its latency
+        hides there), then the TMA copies of K and V."""
+        bn, ps = self.block_n, self.page_size
+        for j in self.range(n_kv):
+            pos: int32 = start + j * bn  # the tile's first position in the sequence
+            page: int32 = self.load_global(
+                gtable, offsets=[seq, pos // ps], shape=[1], dims=[1]
+            ).item()
+            row: int32 = pos % ps if bn < ps else 0  # a half page: which half
+            self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(
+                    kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
+                )
+                self.mbarrier.arrive_and_expect_tx(
+                    ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
+                )
+            self.tma.global_to_shared(
+                src=gk,
+                dst=sk[ring.stage],
+                offsets=[page, head, row, 0],
+                dims=[2, 3],
+                mbarrier=kfull[ring.stage],
+            )
+            self.tma.global_to_shared(
+                src=gv,
+                dst=sv[ring.stage],
+                offsets=[page, head, row, 0],
+                dims=[2, 3],
+                mbarrier=ring.full[ring.stage],
+            )
+            ring.advance()
+
+    def produce_pairs(self, gk, gv, gtable, sk, sv, kfull, ring, seq, head, slot, count, n_kv,
+                      max_pages, nxt0, nxt1):  # fmt: skip
+        """The producer of a ring whose stages hold two pages: four TMA copies a stage (K and V
+        of each page), K's two on ``kfull``, V's two on ``ring.full``. The block table is read
+        a stage ahead (``nxt0, nxt1``: the entries at ``slot`` and the next, the chunk's first
+        stage, read with the sequence's length), so no stage waits for its entries. A stage
+        whose second page is past the chunk's ``count`` positions loads its first page twice
+        (masked by the consumer): no page past the sequence's is read, and no table entry past
+        ``max_pages``."""
+        ps = self.page_size
+        for j in self.range(n_kv):
+            page0: int32 = nxt0
+            page1: int32 = nxt1 if j * 2 * ps + ps < count else nxt0
+            if j + 1 < n_kv:  # the next stage's entries, while this one waits and issues
+                at: int32 = slot + 2 * (j + 1)
+                nxt0 = self.load_global(gtable, offsets=[seq, at], shape=[1], dims=[1]).item()
+                nxt1 = self.load_global(
+                    gtable, offsets=[seq, min(at + 1, max_pages - 1)], shape=[1], dims=[1]
+                ).item()
+            st = ring.stage
+            self.mbarrier.wait(ring.empty[st], phase=ring.phase ^ 1, sem="relaxed")
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(
+                    kfull[st], transaction_bytes=2 * sk[st, 0].nbytes
+                )
+                self.mbarrier.arrive_and_expect_tx(
+                    ring.full[st], transaction_bytes=2 * sv[st, 0].nbytes
+                )
+            self.tma.global_to_shared(
+                src=gk, dst=sk[st, 0], offsets=[page0, head, 0, 0], dims=[2, 3], mbarrier=kfull[st]
+            )
+            self.tma.global_to_shared(
+                src=gk, dst=sk[st, 1], offsets=[page1, head, 0, 0], dims=[2, 3], mbarrier=kfull[st]
+            )
+            self.tma.global_to_shared(
+                src=gv, dst=sv[st, 0], offsets=[page0, head, 0, 0], dims=[2, 3],
+                mbarrier=ring.full[st],
+            )  # fmt: skip
+            self.tma.global_to_shared(
+                src=gv, dst=sv[st, 1], offsets=[page1, head, 0, 0], dims=[2, 3],
+                mbarrier=ring.full[st],
+            )  # fmt: skip
+            ring.advance()
 
 
 def check_paged_args(q, k_cache, v_cache, block_table, lens):
