@@ -45,6 +45,7 @@ for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+from l2_flush import make_flush  # noqa: E402
 from rowwise import git_commit, time_ms  # noqa: E402
 
 FORWARD = (
@@ -54,20 +55,6 @@ FORWARD = (
 DECODE = "16x32x8x4096x128,16x32x8x32768x128,64x32x8x4096x128,64x32x8x16384x128"
 PAGED = "16x32x8x4096x128x64,16x32x8x32768x128x128,64x32x8x4096x128x128,64x32x8x16384x128x64"
 BACKENDS = ("flash", "cudnn", "efficient")
-
-
-class CleanFlush:
-    """An L2 flush that leaves clean lines: the write of ``buf``, then a read of ``other``."""
-
-    def __init__(self, torch, nbytes):
-        self.buf = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-        # int64 and max: a reduction in the tensor's own dtype reads it in place (an int32 sum
-        # first writes an int64 copy, leaving the L2 dirty again)
-        self.other = torch.ones(nbytes // 8, dtype=torch.int64, device="cuda")
-
-    def zero_(self):
-        self.buf.zero_()
-        self.other.max()  # evicts the dirty lines: written back here, not in the timed kernel
 
 
 def sdpa_runs(torch, q, k, v, causal):
@@ -360,10 +347,7 @@ def bench(args) -> int:
     work = [(bench_forward, args.forward), (bench_decode, args.decode), (bench_paged, args.paged)]
     modes = ["dirty", "clean"] if args.flush == "both" else [args.flush]
     for mode in modes:  # both: every shape after the dirty flush, then after the clean one
-        if mode == "clean":
-            flush = CleanFlush(torch, 256 << 20)
-        else:
-            flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        flush = make_flush(torch, mode)
         if len(modes) > 1:
             print(f"## L2 flush: {mode}")
         for fn, shapes in work:

@@ -41,42 +41,13 @@ for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from rowwise import git_commit, winner  # noqa: E402
+from l2_flush import FLUSHES, make_flush  # noqa: E402
+from rowwise import git_commit, time_ms, winner  # noqa: E402
 
 HBM_GBS = 4800.0  # the H200's HBM3e bandwidth
 # the page-64 rows first (the known gaps), then the long cache, then the rest
 PAGED = "64x32x8x16384x128x64,16x32x8x4096x128x64,16x32x8x32768x128x128,64x32x8x4096x128x128"
 DECODE = "16x32x8x32768x128,16x32x8x4096x128,64x32x8x4096x128,64x32x8x16384x128"
-FLUSHES = ("dirty", "clean")
-
-
-class Flusher:
-    """The two L2 flushes: ``dirty`` (a 256 MiB write) and ``clean`` (the write, then a read of
-    another 256 MiB)."""
-
-    def __init__(self, torch):
-        self.a = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-        self.b = torch.ones(32 << 20, dtype=torch.int64, device="cuda")  # 256 MiB
-
-    def __call__(self, kind: str):
-        self.a.zero_()
-        if kind == "clean":
-            self.b.max()  # reads every line: the dirty ones are written back here, untimed
-
-
-def time_ms(torch, fn, flusher, kind, reps) -> float:
-    """Median milliseconds of ``fn`` over ``reps`` runs, each after a ``kind`` flush."""
-    times = []
-    for _ in range(reps):
-        flusher(kind)
-        torch.cuda._sleep(100_000)  # the launch is queued before the start event fires
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def timed(torch, runs, flusher, rounds, reps):
@@ -89,7 +60,7 @@ def timed(torch, runs, flusher, rounds, reps):
     for _ in range(rounds):
         for kind in FLUSHES:
             for name, fn in runs.items():
-                out[name, kind].append(time_ms(torch, fn, flusher, kind, reps))
+                out[name, kind].append(time_ms(fn, torch, flusher[kind], reps))
     return {key: (statistics.median(ts), ts) for key, ts in out.items()}
 
 
@@ -294,7 +265,8 @@ def bench(args) -> int:
         print("no CUDA GPU: use --dry-run for the CPU checks")
         return 1
     t0 = time.time()
-    flusher, failures, results, skipped = Flusher(torch), [], [], []
+    flusher = {kind: make_flush(torch, kind) for kind in FLUSHES}
+    failures, results, skipped = [], [], []
     work = [("paged", s) for s in filter(None, args.paged.split(","))]
     work += [("decode", s) for s in filter(None, args.decode.split(","))]
     if args.decode_first:

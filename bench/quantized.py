@@ -47,37 +47,8 @@ for p in (REPO, REPO / "bench", REPO / "examples" / "quantized"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+from l2_flush import FLUSHES, make_flush  # noqa: E402 - the L2 flush protocols
 from rowwise import git_commit, time_ms  # noqa: E402 - the shared timing helpers
-
-#: the L2 flush protocols of ``--flush``
-FLUSHES = ("dirty", "clean")
-
-
-class CleanFlush:
-    """A flush whose ``zero_()`` (what ``rowwise.time_ms`` calls before each timed run) writes
-    256 MiB, then reads another 256 MiB: the L2 is left holding clean lines only."""
-
-    def __init__(self, torch, nbytes: int = 256 << 20):
-        self.torch = torch
-        self.buf = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-        self.other = torch.ones(nbytes // 4, dtype=torch.int32, device="cuda")
-        self.sink = torch.empty((), dtype=torch.int64, device="cuda")
-
-    def zero_(self):
-        self.buf.zero_()
-        # the read evicts the dirty lines (written back now) and leaves clean ones
-        self.torch.sum(self.other, dim=0, out=self.sink)
-
-
-def make_flush(torch, protocol: str = "dirty"):
-    """The buffer ``time_ms`` flushes the L2 with: a 256 MiB tensor (``dirty``) or a
-    :class:`CleanFlush` (``clean``)."""
-    if protocol not in FLUSHES:
-        raise SystemExit(f"--flush must be one of {FLUSHES}, got {protocol!r}")
-    if protocol == "clean":
-        return CleanFlush(torch)
-    return torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-
 
 MATMUL_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4000, 3008, 4000)]
 CAST_SHAPES = [(4096, 7168), (16384, 4096), (3000, 5000)]

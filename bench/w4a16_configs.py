@@ -26,7 +26,7 @@ for p in (REPO, REPO / "bench", REPO / "examples" / "quantized"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from quantized import FLUSHES, make_flush  # noqa: E402 - the L2 flush protocols
+from l2_flush import FLUSHES, make_flush  # noqa: E402 - the L2 flush protocols
 from rowwise import time_ms, winner  # noqa: E402 - the shared timing helpers
 
 DECODE = "rows=1,reps=1,block_m=1;rows=2,reps=1,block_m=1;rows=1,reps=2,block_m=1;" \
