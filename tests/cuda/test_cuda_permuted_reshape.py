@@ -70,3 +70,35 @@ def test_cuda_code_matches_on_the_emulator():
     x, y, want = _case()
     emulate(PermuteReshape(), [x, y], [1, 1])
     np.testing.assert_array_equal(y, want)
+
+
+def _permuted(perm, annotate):
+    """x [8, 4, 4] permuted by ``perm`` and reshaped to 2-D, times 2: in place where the
+    layout allows it, else through the backend's conversion."""
+    shape = [[8, 4, 4][d] for d in perm]
+    out = [shape[0], shape[1] * shape[2]]
+
+    class Permuted(tilus.Script):
+        def __call__(self, x_ptr: ~float32, y_ptr: ~float32):
+            self.attrs.blocks = 1
+            self.attrs.warps = 1
+            gx = self.global_view(x_ptr, dtype=float32, shape=[8, 4, 4])
+            gy = self.global_view(y_ptr, dtype=float32, shape=out)
+            x = self.load_global(gx, offsets=[0, 0, 0], shape=[8, 4, 4])
+            if annotate:
+                self.annotate_layout(x, SRC)
+            self.store_global(gy, self.reshape(x.permute(*perm), out) * 2.0, offsets=[0, 0])
+
+    return Permuted(), out
+
+
+@needs_nvrtc
+@needs_gxx
+@pytest.mark.parametrize("perm", [(1, 0, 2), (0, 2, 1), (2, 1, 0)])
+@pytest.mark.parametrize("annotate", [True, False])
+def test_every_permutation_on_the_emulator(perm, annotate):
+    kernel, out = _permuted(perm, annotate)
+    x = np.random.default_rng().standard_normal((8, 4, 4)).astype(np.float32)
+    y = np.full(out, np.nan, np.float32)
+    emulate(kernel, [x, y], [1, 1])
+    np.testing.assert_array_equal(y, 2 * np.transpose(x, perm).reshape(out))
