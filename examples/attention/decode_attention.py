@@ -95,6 +95,17 @@ class DecodeBase(tilus.Script):
         kfull = self.mbarrier.alloc([1] * stages)
         return sq, sk, sv, qbar, kfull, Ring(stages, 1)
 
+    def arm_stage(self, kfull, ring, k_bytes: int, v_bytes: int) -> int32:
+        """The producer's next stage, armed: wait until the consumer has freed it, then expect
+        ``k_bytes`` of K on its K barrier and ``v_bytes`` of V on its full barrier (one thread
+        arms both). Returns the stage."""
+        st = ring.stage
+        self.mbarrier.wait(ring.empty[st], phase=ring.phase ^ 1, sem="relaxed")
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(kfull[st], transaction_bytes=k_bytes)
+            self.mbarrier.arrive_and_expect_tx(ring.full[st], transaction_bytes=v_bytes)
+        return st
+
     def attend(self, sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part):
         """Attend the Q tile ``sq`` to the ``count`` keys streamed through the ring (``n_kv``
         tiles: K lands on ``kfull``, V on ``ring.full``) and store O and LSE: the partial ones of
@@ -287,14 +298,7 @@ class DecodeAttention(DecodeBase):
 
         with self.thread_group(128, 32):  # the producer warp
             for j in self.range(n_kv):
-                self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
-                with self.single_thread():
-                    self.mbarrier.arrive_and_expect_tx(
-                        kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
-                    )
-                    self.mbarrier.arrive_and_expect_tx(
-                        ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
-                    )
+                self.arm_stage(kfull, ring, sk[ring.stage].nbytes, sv[ring.stage].nbytes)
                 self.tma.global_to_shared(
                     src=gk,
                     dst=sk[ring.stage],

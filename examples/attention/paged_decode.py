@@ -197,14 +197,7 @@ class PagedDecodeAttention(DecodeBase):
                 gtable, offsets=[seq, pos // ps], shape=[1], dims=[1]
             ).item()
             row: int32 = pos % ps if bn < ps else 0  # a half page: which half
-            self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
-            with self.single_thread():
-                self.mbarrier.arrive_and_expect_tx(
-                    kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
-                )
-                self.mbarrier.arrive_and_expect_tx(
-                    ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes
-                )
+            self.arm_stage(kfull, ring, sk[ring.stage].nbytes, sv[ring.stage].nbytes)
             self.tma.global_to_shared(
                 src=gk,
                 dst=sk[ring.stage],
@@ -240,15 +233,9 @@ class PagedDecodeAttention(DecodeBase):
                 nxt1 = self.load_global(
                     gtable, offsets=[seq, min(at + 1, max_pages - 1)], shape=[1], dims=[1]
                 ).item()
-            st = ring.stage
-            self.mbarrier.wait(ring.empty[st], phase=ring.phase ^ 1, sem="relaxed")
-            with self.single_thread():
-                self.mbarrier.arrive_and_expect_tx(
-                    kfull[st], transaction_bytes=2 * sk[st, 0].nbytes
-                )
-                self.mbarrier.arrive_and_expect_tx(
-                    ring.full[st], transaction_bytes=2 * sv[st, 0].nbytes
-                )
+            st = self.arm_stage(
+                kfull, ring, 2 * sk[ring.stage, 0].nbytes, 2 * sv[ring.stage, 0].nbytes
+            )
             self.tma.global_to_shared(
                 src=gk, dst=sk[st, 0], offsets=[page0, head, 0, 0], dims=[2, 3], mbarrier=kfull[st]
             )
