@@ -289,3 +289,14 @@ def test_tune_shows_winners_and_failures(capsys, tmp_path):
     assert json.loads(out)["scale_kernel"]["k1"]["winner"] == {"block": 128}
     rc, out, _ = _run(capsys, "--cache-dir", str(tmp_path), "tune", "Other")
     assert rc == 1 and "no dispatch tables for Other" in out
+
+
+def test_inspect_config_values_name_dtypes():
+    """``--config wdtype=uint2b`` (or ``tilus.uint2b``) passes the data type, not its name."""
+    import tilus
+    from tilus.cli.inspect_cmd import _value
+
+    assert _value("uint2b") is tilus.uint2b
+    assert _value("tilus.float6_e3m2") is tilus.float6_e3m2
+    assert _value("128") == 128 and _value("True") is True
+    assert _value("fast") == "fast"

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from tilus.dtypes import ALL_DTYPES
 from tilus.errors import TilusArgumentError
 
 HELP = "show a kernel's IR, CUDA C++, PTX, SASS or resource usage (no GPU needed)"
@@ -61,11 +62,14 @@ def add_arguments(p) -> None:
 
 
 def _value(text: str):
-    """A command-line value: a Python literal (``128``, ``True``, ``'x'``) or else the text."""
+    """A command-line value: a Python literal (``128``, ``True``, ``'x'``), a tilus data type
+    by name (``uint2b`` or ``tilus.uint2b``, as a constructor's ``wdtype`` takes), or else the
+    text."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        return text
+        name = text.strip().removeprefix("tilus.")
+        return ALL_DTYPES.get(name, text)
 
 
 def _pairs(items, what: str) -> dict:
