@@ -83,6 +83,35 @@ def test_cast_configs_match_the_interpreter(src, dst, cfg):
     np.testing.assert_array_equal(unpack(got, dst.nbits, n), unpack(want, dst.nbits, n))
 
 
+#: integer -> float casts take the magic-number path (no I2F): every sub-byte width signed
+#: and unsigned, and the byte-sized integers, to f32 and (rounded from the exact f32) f16/bf16
+INT_PAIRS = [
+    *((getattr(tilus, f"{s}int{b}b"), tilus.float32) for s in ("", "u") for b in range(1, 8)),
+    (tilus.int3b, tilus.float16), (tilus.uint5b, tilus.bfloat16),
+    *((i, f) for i in (tilus.int8, tilus.uint8, tilus.int16, tilus.uint16)
+      for f in (tilus.float32, tilus.float16, tilus.bfloat16)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("src, dst", INT_PAIRS, ids=str)
+def test_int_to_float_casts_match_the_interpreter(src, dst):
+    cfg = CONFIGS[0]
+    n = 3 * cfg["block"] + 77
+    if src.nbits == 16:
+        n = max(n, (1 << 16) + 77)  # every 16-bit code
+    xs = rng.integers(0, 256, _nbytes(src, n), dtype=np.uint8)
+    if src.nbits == 16:
+        xs[: 1 << 17] = np.arange(1 << 16, dtype=np.uint16).view(np.uint8)
+    elif src.nbits == 8:
+        xs[:256] = np.arange(256)
+    k = Cast(src, dst, **cfg, num_sms=1)
+    got = np.full(_nbytes(dst, n), 0xA5, np.uint8)
+    emulate(k, (n, xs, got), [-(-n // cfg["block"])], config=cfg)
+    host = tilus.Tensor(src, [n], torch.from_numpy(xs.copy()))
+    want = host.to(dst).storage.numpy()
+    np.testing.assert_array_equal(got, want.view(np.uint8).reshape(-1))
+
+
 RING = [c for c in ptc.PerTokenCast().configs if c["stages"] or c["blocks_per_sm"]]
 #: the re-read form (a row a block, one chunk and several, a ragged tail) and a register cap
 REREAD = [dict(zip(ptc.KEYS, c)) for c in [(1, 2, 1, 0, 8, 0, 2, 4), (1, 1, 2, 0, 8, 0, 2, 0),

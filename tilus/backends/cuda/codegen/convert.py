@@ -201,10 +201,26 @@ def _fp8_pairs(ctx, inst, layout) -> bool:
     return True
 
 
+def small_int(dt) -> bool:
+    """An integer dtype of at most 16 bits, whose values the magic-number conversion takes."""
+    return dt.kind in ("int", "uint") and dt.nbits <= 16
+
+
+def int_to_float(a: str) -> str:
+    """C code of the float value of a C integer ``a`` with ``|a| < 2^22``, without I2F (a
+    quarter-rate instruction on sm_90): added to the bits of 1.5 * 2^23, whose mantissa's last
+    bit is 1, it is the float 1.5 * 2^23 + a exactly; one subtraction leaves a."""
+    return f"(__int_as_float(0x4b400000 + (int)({a})) - 12582912.0f)"
+
+
 def cast_code(a: str, sd, dd) -> str:
     """C code converting ``a`` of dtype ``sd`` to ``dd`` (round to nearest even)."""
     if sd == dd:
         return a
+    if small_int(sd) and dd.is_float() and dd.name not in FP8:
+        a, sd = int_to_float(a), float32  # exact: the float's rounding to dd is the only one
+        if dd == float32:
+            return a
     if dd.name in HALF or dd.name == "tfloat32":
         return from_float(f"(float)({to_float(a, sd)})", dd)
     if dd.kind == "bool":
