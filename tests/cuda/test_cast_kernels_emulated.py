@@ -83,8 +83,8 @@ def test_cast_configs_match_the_interpreter(src, dst, cfg):
     np.testing.assert_array_equal(unpack(got, dst.nbits, n), unpack(want, dst.nbits, n))
 
 
-#: integer -> float casts take the magic-number path (no I2F): every sub-byte width signed
-#: and unsigned, and the byte-sized integers, to f32 and (rounded from the exact f32) f16/bf16
+#: integer -> float casts: the byte-sized integers by magic numbers (no I2F), to f32 and
+#: (rounded from the exact f32) f16/bf16; every sub-byte width, signed and unsigned (I2FP)
 INT_PAIRS = [
     *((getattr(tilus, f"{s}int{b}b"), tilus.float32) for s in ("", "u") for b in range(1, 8)),
     (tilus.int3b, tilus.float16), (tilus.uint5b, tilus.bfloat16),

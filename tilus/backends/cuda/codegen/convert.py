@@ -202,14 +202,16 @@ def _fp8_pairs(ctx, inst, layout) -> bool:
 
 
 def small_int(dt) -> bool:
-    """An integer dtype of at most 16 bits, whose values the magic-number conversion takes."""
-    return dt.kind in ("int", "uint") and dt.nbits <= 16
+    """An 8- or 16-bit integer dtype: ``(float)`` of its C type is an I2F.S8/U16-style
+    conversion, a quarter-rate instruction on sm_90 (32-bit sources get the full-rate I2FP,
+    which packed sub-byte codes use, so they keep it)."""
+    return dt.kind in ("int", "uint") and dt.nbits in (8, 16)
 
 
 def int_to_float(a: str) -> str:
-    """C code of the float value of a C integer ``a`` with ``|a| < 2^22``, without I2F (a
-    quarter-rate instruction on sm_90): added to the bits of 1.5 * 2^23, whose mantissa's last
-    bit is 1, it is the float 1.5 * 2^23 + a exactly; one subtraction leaves a."""
+    """C code of the float value of a C integer ``a`` with ``|a| < 2^22``, without I2F: added
+    to the bits of 1.5 * 2^23, whose mantissa's last bit is 1, it is the float 1.5 * 2^23 + a
+    exactly; one subtraction leaves a (an integer add and an FADD, both full rate)."""
     return f"(__int_as_float(0x4b400000 + (int)({a})) - 12582912.0f)"
 
 

@@ -153,17 +153,6 @@ def decode(code: str, dt: DataType) -> tuple[str, DataType]:
     return f"((int)({code}))", int32
 
 
-def decode_to_float(code: str, dt: DataType) -> str:
-    """C code of the float value of a masked code of sub-byte integer ``dt``, without I2F (a
-    quarter-rate instruction on sm_90): the code under the exponent bits of 2^23 is the float
-    2^23 + code (an ``int`` code's sign bit flipped first: 2^23 + code + 2^(n-1)), and one
-    subtraction leaves the value; the OR (XOR) folds into the masking logic op."""
-    if dt.kind == "int":
-        sign = 1 << (dt.nbits - 1)
-        return f"(__uint_as_float({code} ^ {0x4B000000 | sign:#x}u) - {8388608 + sign}.0f)"
-    return f"(__uint_as_float({code} | 0x4b000000u) - 8388608.0f)"
-
-
 def encode(value: str, sd: DataType, dd: DataType) -> str:
     """C code of the code (uint32) of ``value`` (C value of dtype ``sd``) in sub-byte ``dd``,
     as ``tilus.backends.interp.numeric.convert`` converts."""

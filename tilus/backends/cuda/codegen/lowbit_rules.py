@@ -5,7 +5,6 @@ from __future__ import annotations
 from tilus.backends.cuda.codegen import lowbit as B
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.tables import CODEGEN_RULES
-from tilus.dtypes import float32
 from tilus.ir import inst_lowbit as L
 
 
@@ -185,9 +184,7 @@ def cast(ctx, inst, expr, cast_code):
     elif _f16_to_small_float(sd, dd):
         first = _f16_pairs_to_small_float(ctx, src, out, n)
     for i in range(first, n):
-        if B.packed(sd) and sd.kind in ("int", "uint") and dd.is_float() and not B.packed(dd):
-            val, vdt = B.decode_to_float(B.get(ctx, src, i), sd), float32
-        elif B.packed(sd):
+        if B.packed(sd):
             val, vdt = B.decode(B.get(ctx, src, i), sd)
         else:
             val, vdt = R.elem(ctx, src, i), sd
