@@ -136,8 +136,10 @@ class MatmulV7(MatmulWGMMAV4):
             raise tilus.TilusArgumentError("coop needs 128-row tiles")
         if partials not in ("store", "add"):
             raise tilus.TilusArgumentError(f"partials must be 'store' or 'add', got {partials!r}")
-        if epilogue not in ("tma", "direct"):
-            raise tilus.TilusArgumentError(f"epilogue must be 'tma' or 'direct', got {epilogue!r}")
+        if epilogue not in ("tma", "tma1", "direct"):
+            raise tilus.TilusArgumentError(
+                f"epilogue must be 'tma', 'tma1' or 'direct', got {epilogue!r}"
+            )
         self.split_k = split_k
         self.partials = partials
         self.epilogue = epilogue
@@ -330,7 +332,7 @@ class MatmulV7(MatmulWGMMAV4):
         return last
 
     def consume_all(self, group: int, pipe, order, sa, sb, gc, ws, cnt, k_size: int,
-                    num_m: int32, num_n: int, peer_empty):  # fmt: skip
+                    num_m: int32, num_n: int, peer_empty, sc, turn):  # fmt: skip
         """Consumer warp group ``group``: the block's units ``group``, ``group + 2``, ..."""
         bm, bn = self.block_m, self.block_n
         split = self.splits(num_m, k_size)
@@ -338,13 +340,9 @@ class MatmulV7(MatmulWGMMAV4):
         first_unit = self.first_unit()
         stride = self.num_clusters
         order_phase: uint32 = 1 - group  # group 0 starts first
-        sc = None
-        if self.epilogue == "direct":
-            pass
-        elif self.cluster_n == 1:
-            sc = self.shared_tensor(dtype=self.dtype, shape=[bm, bn])
-        else:  # the two 64-row halves of the C tile
-            sc = self.shared_tensor(dtype=self.dtype, shape=[2, bm // 2, bn])
+        c_phase: uint32 = 1 - group  # tma1: group 0 stores first
+        if self.epilogue == "tma":
+            sc = self.c_staging()
         flag = None
         if self.split_k > 1:
             flag = self.shared_tensor(dtype=int32, shape=[1])
@@ -373,11 +371,35 @@ class MatmulV7(MatmulWGMMAV4):
                     store = self.add_parts(acc, ws, cnt, flag, tile, part, split)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
-            if store == 1:
-                self.store_tile(sc, gc, acc, acc_hi, m_tile * bm, n_tile * bn)
+            self.epilogue_tile(group, turn, c_phase, store, sc, gc, acc, acc_hi, m_tile * bm,
+                               n_tile * bn)  # fmt: skip
+            c_phase ^= 1
         self.finish_stores()
 
-    def store_tile(self, sc, gc, acc, acc_hi, row: int32, col: int32):
+    def c_staging(self):
+        """The shared C tile of one consumer group (coop: its 64-row half; in a cluster the
+        tile's two 64-row halves)."""
+        bm, bn = self.block_m, self.block_n
+        shape = [2, bm // 2, bn] if self.cluster_n == 2 and not self.coop else [bm, bn]
+        if self.coop:
+            shape = [bm // 2, bn]
+        return self.shared_tensor(dtype=self.dtype, shape=shape)
+
+    def epilogue_tile(self, group: int, turn, phase: uint32, store: int32, sc, gc, acc, acc_hi,
+                      row: int32, col: int32):  # fmt: skip
+        """Store the group's tile when ``store`` is 1. ``epilogue="tma1"``: the two groups
+        share one ``sc`` and take turns on it, each unit (stored or not) waiting for its turn
+        on ``turn[group]`` (parity ``phase``) and passing it on ``turn[1 - group]`` once its
+        TMA store has read ``sc``."""
+        if self.epilogue == "tma1":
+            self.mbarrier.wait(turn[group], phase=phase)
+        if store == 1:
+            self.store_tile(sc, gc, acc, acc_hi, row, col, turn, group)
+        elif self.epilogue == "tma1":
+            with self.single_thread():
+                self.mbarrier.arrive(turn[1 - group])
+
+    def store_tile(self, sc, gc, acc, acc_hi, row: int32, col: int32, turn=None, group=0):
         """Store the C tile ``acc`` (in a cluster ``acc`` and ``acc_hi``, its 64-row halves; in
         coop a group's half) at ``(row, col)`` of C in the input type: through the shared tile
         ``sc`` and a TMA store, waited for only before the next tile overwrites ``sc``; with
@@ -388,9 +410,10 @@ class MatmulV7(MatmulWGMMAV4):
             if self.cluster_n == 2 and not self.coop:
                 self.store_global(gc, self.cast(acc_hi, dtype=self.dtype), offsets=[row + 64, col])
         else:
-            with self.single_thread():  # the previous tile's TMA store has read sc
-                self.tma.wait_group(0, read=True)
-            self.sync()
+            if self.epilogue == "tma":
+                with self.single_thread():  # the previous tile's TMA store has read sc
+                    self.tma.wait_group(0, read=True)
+                self.sync()
             if self.cluster_n == 1 or self.coop:
                 self.store_shared(sc, self.cast(acc, dtype=self.dtype))
             else:
@@ -405,35 +428,40 @@ class MatmulV7(MatmulWGMMAV4):
                     for h in self.range(2, unroll=2):
                         self.tma.shared_to_global(sc[h], gc, offsets=[row + h * 64, col])
                 self.tma.commit_group()
+                if self.epilogue == "tma1":  # sc read: the other group's turn
+                    self.tma.wait_group(0, read=True)
+                    self.mbarrier.arrive(turn[1 - group])
 
     def finish_stores(self):
         """Before the group exits: its last TMA store has read ``sc``."""
-        if self.epilogue == "tma":
+        if self.epilogue == "tma":  # tma1 waits after every store
             with self.single_thread():
                 self.tma.wait_group(0, read=True)
 
     def consume(self, group: int, pipe, order, sa, sb, gc, ws, cnt, k_size: int, num_m: int32,
-                num_n: int, peer_empty):  # fmt: skip
-        """Consumer warp group ``group``: ping-pong on alternate units, or ``coop``."""
+                num_n: int, peer_empty, sc, turn):  # fmt: skip
+        """Consumer warp group ``group``: ping-pong on alternate units, or ``coop``; ``sc`` and
+        ``turn``: the C tile both groups share and its turn barriers (``epilogue="tma1"``)."""
         if self.coop:
-            self.consume_coop(group, pipe, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
+            self.consume_coop(group, pipe, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty,
+                              sc, turn)  # fmt: skip
         else:
             self.consume_all(group, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n,
-                             peer_empty)  # fmt: skip
+                             peer_empty, sc, turn)  # fmt: skip
 
     def consume_coop(self, group: int, pipe, sa, sb, gc, ws, cnt, k_size: int, num_m: int32,
-                     num_n: int, peer_empty):  # fmt: skip
+                     num_n: int, peer_empty, sc, turn):  # fmt: skip
         """``coop``: both consumer groups on every unit of the block (V6's split), group ``g``
         on the tile's rows ``[64 g, 64 g + 64)`` with its own shared C tile; with split-K each
         group combines its half of the tile's parts on its own (own workspace entry and count)."""
         bn = self.block_n
         split = self.splits(num_m, k_size)
-        sc = None
         if self.epilogue == "tma":
-            sc = self.shared_tensor(dtype=self.dtype, shape=[64, bn])
+            sc = self.c_staging()
         flag = None
         if self.split_k > 1:
             flag = self.shared_tensor(dtype=int32, shape=[1])
+        c_phase: uint32 = 1 - group  # tma1: group 0 stores first
         for unit in self.range(self.first_unit(), self.units(num_m, num_n, split),
                                self.num_clusters):  # fmt: skip
             m_tile, n_tile, _, k_cnt, tile, part = self.unit_work(unit, num_m, num_n, k_size, split)
@@ -445,8 +473,9 @@ class MatmulV7(MatmulWGMMAV4):
                     store = self.add_parts(acc, ws, cnt, flag, 2 * tile + group, part, split)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
-            if store == 1:
-                self.store_tile(sc, gc, acc, None, m_tile * self.block_m + group * 64, n_tile * bn)
+            row = m_tile * self.block_m + group * 64
+            self.epilogue_tile(group, turn, c_phase, store, sc, gc, acc, None, row, n_tile * bn)
+            c_phase ^= 1
         self.finish_stores()
 
     def launch(self, m_size: int32, n_size: int):
@@ -485,6 +514,11 @@ class MatmulV7(MatmulWGMMAV4):
             else:  # one sum per tile, left zero
                 ws = self.global_tensor(float32, [entries, rows, block_n], requires_clean=True)
             cnt = self.global_tensor(int32, [entries], requires_clean=True)
+        sc = None
+        turn = None
+        if self.epilogue == "tma1":  # one C tile for both groups and the barriers of its turns
+            sc = self.c_staging()
+            turn = self.mbarrier.alloc([1, 1])
         peer_empty = None
         if self.cluster_n > 1:  # the peer's empty barriers; both blocks' exist after the sync
             peer_empty = self.cluster.map_shared_addr(pipe.empty, 1 - self.cluster.blockRank)
@@ -501,10 +535,14 @@ class MatmulV7(MatmulWGMMAV4):
 
         with self.warp_group(0, 4):  # consumer warp group 0: the block's even units
             self.setmaxnreg(232)
-            self.consume(0, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
+            self.consume(
+                0, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty, sc, turn
+            )
         with self.warp_group(4, 4):  # consumer warp group 1: the odd units
             self.setmaxnreg(232)
-            self.consume(1, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
+            self.consume(
+                1, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty, sc, turn
+            )
         if self.cluster_n > 1:  # no block exits while its peer may still arrive on its barriers
             self.cluster.sync()
 
