@@ -128,12 +128,14 @@ class MatmulV7(MatmulWGMMAV4):
         num_sms=None, partials="store", epilogue="tma",
     ):  # fmt: skip
         super().__init__(num_stages, block_m, block_n, block_k, swizzle)
-        if cluster_n not in (1, 2) or (cluster_n == 2 and (split_k != 1 or block_m != 128)):
+        if coop and block_m not in (128, 256):
+            raise tilus.TilusArgumentError(f"coop needs 128- or 256-row tiles, got {block_m}")
+        if not coop and block_m > 128:
+            raise tilus.TilusArgumentError(f"block_m > 128 needs coop, got {block_m}")
+        if cluster_n not in (1, 2) or (cluster_n == 2 and (split_k != 1 or block_m < 128)):
             raise tilus.TilusArgumentError(
                 f"cluster_n must be 1 or 2 (2 with 128-row tiles and no split-K), got {cluster_n}"
             )
-        if coop and block_m != 128:
-            raise tilus.TilusArgumentError("coop needs 128-row tiles")
         if partials not in ("store", "add"):
             raise tilus.TilusArgumentError(f"partials must be 'store' or 'add', got {partials!r}")
         if epilogue not in ("tma", "tma1", "direct"):
@@ -223,7 +225,7 @@ class MatmulV7(MatmulWGMMAV4):
                         self.tma.global_to_shared(
                             src=ga,
                             dst=sa[stage, h],
-                            offsets=[m_tile * self.block_m + h * 64, offset_k],
+                            offsets=[m_tile * self.block_m + h * (self.block_m // 2), offset_k],
                             mbarrier=pipe.producer_barrier(),
                         )
                 else:  # half of the pair's A tile, multicast to both blocks (and barriers)
@@ -231,7 +233,7 @@ class MatmulV7(MatmulWGMMAV4):
                     self.tma.global_to_shared(
                         src=ga,
                         dst=sa[stage, rank],
-                        offsets=[m_tile * self.block_m + rank * 64, offset_k],
+                        offsets=[m_tile * self.block_m + rank * (self.block_m // 2), offset_k],
                         mbarrier=pipe.producer_barrier(),
                         multicast_mask=0b11,
                     )
@@ -465,7 +467,7 @@ class MatmulV7(MatmulWGMMAV4):
         for unit in self.range(self.first_unit(), self.units(num_m, num_n, split),
                                self.num_clusters):  # fmt: skip
             m_tile, n_tile, _, k_cnt, tile, part = self.unit_work(unit, num_m, num_n, k_size, split)
-            acc = self.register_tensor(dtype=float32, shape=[64, bn], init=0.0)
+            acc = self.register_tensor(dtype=float32, shape=[self.block_m // 2, bn], init=0.0)
             self.mainloop_pp(group, pipe, sa, sb, acc, None, k_cnt, peer_empty)
             store: int32 = 1
             if self.split_k > 1:
@@ -473,7 +475,7 @@ class MatmulV7(MatmulWGMMAV4):
                     store = self.add_parts(acc, ws, cnt, flag, 2 * tile + group, part, split)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
-            row = m_tile * self.block_m + group * 64
+            row = m_tile * self.block_m + group * (self.block_m // 2)
             self.epilogue_tile(group, turn, c_phase, store, sc, gc, acc, None, row, n_tile * bn)
             c_phase ^= 1
         self.finish_stores()

@@ -31,6 +31,14 @@ EXTRA = [
     dict(block_m=64, block_n=32, num_stages=12, split_k=2, swizzle=8),
     dict(block_m=64, block_n=64, num_stages=14, split_k=2, swizzle=8, epilogue="direct"),
     dict(block_m=128, block_n=128, num_stages=7, swizzle=2, coop=1, epilogue="direct"),
+    # one C tile shared by the two groups (tma1): ping-pong, coop, clusters, split-K
+    dict(block_m=128, block_n=256, num_stages=4, swizzle=8, coop=1, epilogue="tma1"),
+    dict(block_m=128, block_n=256, num_stages=4, swizzle=4, cluster_n=2, coop=1, epilogue="tma1"),
+    dict(block_m=128, block_n=192, num_stages=5, swizzle=8, coop=1, epilogue="tma1"),
+    dict(block_m=128, block_n=128, num_stages=6, swizzle=8, epilogue="tma1"),
+    dict(block_m=128, block_n=128, num_stages=6, swizzle=2, cluster_n=2, epilogue="tma1"),
+    dict(block_m=64, block_n=64, num_stages=8, split_k=2, swizzle=8, epilogue="tma1"),
+    dict(block_m=128, block_n=128, num_stages=6, split_k=2, swizzle=2, coop=1, epilogue="tma1"),
 ]
 
 
