@@ -20,7 +20,8 @@ SIZES = {None: [(1000, 1320, 776), (136, 1320, 776)], 3: [(200, 328, 392)]}
 
 #: forms outside the default space, checked beside it: split-K partials added in place
 #: (``partials="add"``) and stored beside 64 x 128 accumulators, coop groups with split-K, 128-wide
-#: K tiles, split 32-column tiles, C stored from registers with split-K and coop
+#: K tiles, split 32-column tiles, C stored from registers with split-K and coop, one C tile shared
+#: by both groups (``epilogue="tma1"``), coop 256-row tiles
 EXTRA = [
     dict(block_m=64, block_n=64, num_stages=8, split_k=2, swizzle=8, partials="add"),
     dict(block_m=64, block_n=128, num_stages=6, split_k=4, swizzle=8, partials="add"),
@@ -35,10 +36,18 @@ EXTRA = [
     dict(block_m=128, block_n=256, num_stages=4, swizzle=8, coop=1, epilogue="tma1"),
     dict(block_m=128, block_n=256, num_stages=4, swizzle=4, cluster_n=2, coop=1, epilogue="tma1"),
     dict(block_m=128, block_n=192, num_stages=5, swizzle=8, coop=1, epilogue="tma1"),
+    dict(block_m=128, block_n=224, num_stages=4, swizzle=8, coop=1, epilogue="tma1"),
+    dict(block_m=128, block_n=224, num_stages=4, swizzle=4, cluster_n=2, coop=1, epilogue="tma1"),
     dict(block_m=128, block_n=128, num_stages=6, swizzle=8, epilogue="tma1"),
     dict(block_m=128, block_n=128, num_stages=6, swizzle=2, cluster_n=2, epilogue="tma1"),
     dict(block_m=64, block_n=64, num_stages=8, split_k=2, swizzle=8, epilogue="tma1"),
     dict(block_m=128, block_n=128, num_stages=6, split_k=2, swizzle=2, coop=1, epilogue="tma1"),
+    # coop 256-row tiles (128 rows a group), alone and in clusters, every epilogue, split-K
+    dict(block_m=256, block_n=128, num_stages=3, swizzle=8, coop=1),
+    dict(block_m=256, block_n=128, num_stages=4, swizzle=8, coop=1, epilogue="tma1"),
+    dict(block_m=256, block_n=128, num_stages=4, swizzle=4, cluster_n=2, coop=1, epilogue="tma1"),
+    dict(block_m=256, block_n=128, num_stages=4, swizzle=2, cluster_n=2, coop=1, epilogue="direct"),
+    dict(block_m=256, block_n=64, num_stages=6, split_k=2, swizzle=2, coop=1, epilogue="tma1"),
 ]
 
 
