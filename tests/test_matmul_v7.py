@@ -77,11 +77,12 @@ def test_cluster_and_coop_need_128_row_tiles_without_split_k(v7):
     x = np.zeros((8, 8), dtype=np.float16)
     for bad in (dict(block_m=64, cluster_n=2), dict(block_m=128, cluster_n=2, split_k=2),
                 dict(block_m=64, coop=1), dict(block_m=128, cluster_n=4),
-                dict(block_m=64, partials="both"), dict(block_m=64, epilogue="smem")):  # fmt: skip
+                dict(block_m=64, partials="both"), dict(block_m=64, epilogue="smem"),
+                dict(block_m=256), dict(block_m=192, coop=1)):  # fmt: skip
         kernel = v7.MatmulV7(**{**base, **bad})  # built (and checked) at its first call
         with pytest.raises(
             tilus.TilusArgumentError,
-            match="128-row tiles|'store' or 'add'|'tma' or 'direct'",
+            match="128-row tiles|256-row tiles|needs coop|'store' or 'add'|'tma1' or 'direct'",
         ):
             with tilus.option.scoped(interpret=True):
                 kernel(8, 8, 8, x, x, x.copy())
@@ -89,7 +90,9 @@ def test_cluster_and_coop_need_128_row_tiles_without_split_k(v7):
 
 # forms outside the default space (the GPU tier runs them too): split-K partials stored per part,
 # coop groups with split-K (each group combines its half tile), 128-wide K tiles, 32-column tiles,
-# C stored from registers (no shared C tile), B prefetched into L2 ahead of the ring
+# C stored from registers (no shared C tile), B prefetched into L2 ahead of the ring; one C tile
+# that the two groups take turns on (tma1: ping-pong, coop, clusters, split-K), coop 256-row tiles,
+# 224-column tiles (a TMA store box of 3.5 swizzle spans)
 EXTRA = [
     dict(block_m=64, block_n=64, num_stages=4, split_k=3, swizzle=8, partials="add"),
     dict(block_m=128, block_n=128, num_stages=4, split_k=2, swizzle=2, coop=1, partials="store"),
@@ -98,6 +101,15 @@ EXTRA = [
     dict(block_m=64, block_n=32, num_stages=6, split_k=2, swizzle=8, partials="store"),
     dict(block_m=64, block_n=64, num_stages=6, split_k=2, swizzle=8, epilogue="direct"),
     dict(block_m=128, block_n=128, num_stages=4, swizzle=2, coop=1, epilogue="direct"),
+    dict(block_m=128, block_n=128, num_stages=4, swizzle=2, epilogue="tma1"),
+    dict(block_m=128, block_n=128, num_stages=4, swizzle=8, cluster_n=2, epilogue="tma1"),
+    dict(block_m=128, block_n=256, num_stages=4, swizzle=8, coop=1, epilogue="tma1"),
+    dict(block_m=128, block_n=224, num_stages=4, swizzle=4, cluster_n=2, coop=1, epilogue="tma1"),
+    dict(block_m=64, block_n=64, num_stages=4, split_k=2, swizzle=8, epilogue="tma1"),
+    dict(block_m=128, block_n=128, num_stages=4, split_k=2, swizzle=2, coop=1, epilogue="tma1"),
+    dict(block_m=256, block_n=128, num_stages=3, swizzle=8, coop=1),
+    dict(block_m=256, block_n=128, num_stages=4, swizzle=2, cluster_n=2, coop=1, epilogue="tma1"),
+    dict(block_m=256, block_n=64, num_stages=4, split_k=2, swizzle=2, coop=1, epilogue="direct"),
 ]
 
 
