@@ -49,6 +49,8 @@ CANDIDATES = [
     _cfg(128, 224, 4, 8, coop=1, ep="tma1"),
     _cfg(128, 224, 4, 8, cl=2, coop=1, ep="tma1"),
     _cfg(128, 224, 4, 4, cl=2, coop=1, ep="tma1"),
+    _cfg(128, 224, 4, 16, cl=2, coop=1, ep="tma1"),
+    _cfg(128, 192, 5, 4, cl=2, coop=1, ep="tma1"),
     _cfg(256, 128, 3, 8, coop=1),
     _cfg(256, 128, 4, 8, coop=1, ep="tma1"),
     _cfg(256, 128, 4, 8, cl=2, coop=1, ep="tma1"),
@@ -70,14 +72,14 @@ CANDIDATES = [
 def matrix(rows, cfgs) -> list[str]:
     """Text lines: per candidate its ratio to cuBLAS at each shape and the row's geo-mean."""
     names = [r["shape"] for r in rows]
-    out = ["  #  config" + " " * 28 + "".join(f"{n[:12]:>13s}" for n in names) + "      geo"]
+    out = ["  #  config" + " " * 37 + "".join(f"{n[:12]:>13s}" for n in names) + "      geo"]
     for i, cfg in enumerate(cfgs):
         ratios = [r["runs"].get(f"v7 #{i}", {}).get("vs_cublas") for r in rows]
         cells = "".join(f"{x:13.3f}" if x else f"{'-':>13s}" for x in ratios)
         ok = [x for x in ratios if x]
         geo = math.exp(sum(map(math.log, ok)) / len(ok)) if len(ok) == len(ratios) else None
         text = llm_shapes._config_text(cfg)
-        out.append(f"{i:3d}  {text:34s}{cells}" + (f"{geo:9.3f}" if geo else "        -"))
+        out.append(f"{i:3d}  {text:43s}{cells}" + (f"{geo:9.3f}" if geo else "        -"))
     return out
 
 
