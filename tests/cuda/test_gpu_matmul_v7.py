@@ -47,7 +47,7 @@ EXTRA = [
     dict(block_m=256, block_n=128, num_stages=4, swizzle=8, coop=1, epilogue="tma1"),
     dict(block_m=256, block_n=128, num_stages=4, swizzle=4, cluster_n=2, coop=1, epilogue="tma1"),
     dict(block_m=256, block_n=128, num_stages=4, swizzle=2, cluster_n=2, coop=1, epilogue="direct"),
-    dict(block_m=256, block_n=64, num_stages=6, split_k=2, swizzle=2, coop=1, epilogue="tma1"),
+    dict(block_m=256, block_n=64, num_stages=4, split_k=2, swizzle=2, coop=1, epilogue="tma1"),
 ]
 
 
