@@ -52,6 +52,18 @@
    B once from DRAM and runs best with the most B bytes on their way. (Prefetching B into L2
    ahead of the ring with ``tma.prefetch`` measured 7-10% slower at M = 64 and 256, and 128-wide
    K tiles no faster, so neither is a knob.)
+7. **One shared C tile** (``epilogue="tma1"``): the two groups take turns on a single shared C
+   tile (in coop half of the block's tile) instead of holding one each, so the ring gets the
+   other's shared memory (coop 128 x 256: 4 stages instead of 3). A pair of *turn* mbarriers
+   orders them: a group waits for its turn, writes the tile, issues its TMA store, waits until
+   the store has read the tile (``wait_group(0, read=True)``) and passes the turn on; a unit
+   that stores nothing (a split-K part that is not the last, a cluster's tile past C) passes it
+   on too, so both groups see the same sequence of turns.
+8. **256-row coop tiles** (``coop=1, block_m=256``): each group computes a 128 x ``block_n``
+   half, so 256 x 128 tiles keep both groups on 128 x 128 accumulators; with ``cluster_n=2``
+   the pair shares a 256-row A tile (each block multicasts 128 rows), as much L2 traffic saved
+   per block as a multicast B of 128 x 256 tiles. Odd widths such as 192 and 224 columns trade
+   a ragged last N tile for fewer idle SMs in the last wave (8192 columns: 43 or 37 N tiles).
 
 Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
 ``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
@@ -353,8 +365,9 @@ class MatmulV7(V7Epilogue):
     def consume_coop(self, group: int, pipe, sa, sb, gc, ws, cnt, k_size: int, num_m: int32,
                      num_n: int, peer_empty, sc, turn):  # fmt: skip
         """``coop``: both consumer groups on every unit of the block (V6's split), group ``g``
-        on the tile's rows ``[64 g, 64 g + 64)`` with its own shared C tile; with split-K each
-        group combines its half of the tile's parts on its own (own workspace entry and count)."""
+        on half ``g`` of the tile's rows (``block_m / 2`` of them) with its own shared C tile
+        (``tma1``: both on ``sc``); with split-K each group combines its half of the tile's
+        parts on its own (own workspace entry and count)."""
         bn = self.block_n
         split = self.splits(num_m, k_size)
         if self.epilogue == "tma":
