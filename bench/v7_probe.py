@@ -5,7 +5,7 @@ is built, checked against ``torch.matmul`` in fp32 on fresh inputs with a NaN-po
 then timed with cuBLAS in interleaved rounds (``bench/llm_shapes.py``'s ``measure_pinned``: the
 median of the round medians, the L2 flushed before every run). Prints, per dtype, a matrix of
 the ratios to cuBLAS (candidates x shapes) and the geometric mean of each row; writes JSON to
-``$OUT/v7_probe.json`` when ``$OUT`` is set.
+``$OUT/v7_probe-<dtypes>.json`` when ``$OUT`` is set.
 
 Run on a Hopper GPU: ``python3 bench/v7_probe.py [--dtype fp16,bf16] [--shapes NAME,...]
 [--only 0,3,5] [--rounds 5]``.
@@ -32,8 +32,9 @@ def _cfg(bm, bn, st, sw, cl=1, coop=0, ep="tma", sk=1):
                 cluster_n=cl, coop=coop, epilogue=ep)  # fmt: skip
 
 
-#: the candidates: coop 128 x 256, 128 x 192, 128 x 224 and 256 x 128, ping-pong 128 x 128, with the TMA
-#: epilogue of a C tile per group ("tma"), one C tile shared by both groups ("tma1"), or none
+#: the candidates: coop 128 x 256, 128 x 192, 128 x 224 and 256 x 128, ping-pong 128 x 128,
+#: with the TMA epilogue of a C tile per group ("tma"), one C tile shared by both groups
+#: ("tma1"), or none ("direct")
 CANDIDATES = [
     _cfg(128, 256, 3, 8, coop=1),
     _cfg(128, 256, 4, 8, coop=1, ep="direct"),
@@ -108,7 +109,8 @@ def main(argv=None) -> int:
     print("\n".join(tables), flush=True)
     if os.environ.get("OUT"):
         text = json.dumps({"git_commit": llm_shapes.hm.git_commit(), "results": results}, indent=1)
-        Path(os.environ["OUT"], "v7_probe.json").write_text(text)
+        name = "v7_probe-" + args.dtype.replace(",", "-") + ".json"  # one file per invocation
+        Path(os.environ["OUT"], name).write_text(text)
     return 0
 
 

@@ -62,13 +62,14 @@ def test_every_config_fp16_several_tiles_per_block(v7, seed):
 
 
 def test_clusters_and_coop_with_a_pair_past_the_last_column(v7):
-    # N = 328 is 3 tiles of 128: the second tile of the last cluster pair lies right of C (its
+    # N = 3 tiles - 56 columns: the second tile of the last cluster pair lies right of C (its
     # B tile is loaded as zeros for the pair's sake and never stored); 4 "SMs" = 2 clusters
     configs = [c for c in v7.MatmulV7().configs if c["cluster_n"] == 2 or c["coop"]]
-    assert len(configs) == 9
-    # a ping-pong and a coop cluster config (every config runs in the test above)
-    for cfg in [c for c in configs if c["cluster_n"] == 2 and c["swizzle"] == 8][:2]:
-        _run(v7.MatmulV7(num_sms=4, **cfg), "float16", 3, size=(200, 328, 392))
+    assert len(configs) == 5
+    # the cluster configs (coop 128 x 256 and 256 x 128; every config runs in the test above)
+    for cfg in [c for c in configs if c["cluster_n"] == 2]:
+        n = 3 * cfg["block_n"] - 56
+        _run(v7.MatmulV7(num_sms=4, **cfg), "float16", 3, size=(200, n, 392))
 
 
 def test_cluster_and_coop_need_128_row_tiles_without_split_k(v7):
@@ -129,14 +130,15 @@ def test_bf16(v7, split_k):
 
 def test_the_space_and_the_types(v7):
     configs = v7.MatmulV7().configs
-    assert len(configs) == 23 and v7.MatmulV7BF16().configs == configs
-    assert {c["block_m"] for c in configs} == {64, 128}
+    assert len(configs) == 14 and v7.MatmulV7BF16().configs == configs
+    assert {c["block_m"] for c in configs} == {64, 128, 256}
     assert {c["split_k"] for c in configs} == {1, 2, 4}
-    assert {c["epilogue"] for c in configs} == {"tma", "direct"}
-    assert {(c["cluster_n"], c["coop"]) for c in configs} == {(1, 0), (2, 0), (1, 1), (2, 1)}
-    for c in configs:  # clusters and coop: 128-row tiles, unsplit
+    assert {c["epilogue"] for c in configs} == {"tma", "tma1", "direct"}
+    assert {(c["cluster_n"], c["coop"]) for c in configs} == {(1, 0), (1, 1), (2, 1)}
+    for c in configs:  # clusters and coop: 128- or 256-row tiles, unsplit; 256 rows only coop
         if c["cluster_n"] == 2 or c["coop"]:
-            assert c["block_m"] == 128 and c["split_k"] == 1, c
+            assert c["block_m"] in (128, 256) and c["split_k"] == 1, c
+        assert c["block_m"] <= 128 or c["coop"], c
     assert v7.MatmulV7.dtype == tilus.float16 and v7.MatmulV7BF16.dtype == tilus.bfloat16
 
 
@@ -149,13 +151,14 @@ def test_builds_without_spills(v7, bf16):
     # the largest accumulator (128 x 128) and the largest split-K one (every config builds on the
     # GPU tier, tests/cuda/test_gpu_matmul_v7.py)
     configs = [c for c in cls().configs if c["block_n"] == 128 and c["block_m"] == 128][:1]
-    configs += [c for c in cls().configs if c["split_k"] == 4][
-        :1
-    ]  # 64 x 64 split in 4 (stored partials)
-    # the largest coop accumulator (64 x 256 a group) with the cluster's remote arrivals
-    configs += [c for c in cls().configs if c["coop"] and c["cluster_n"] == 2][:1]
-    for cfg in configs[-2:-1] if bf16 else configs:
-        ck = tilus.compile(cls(num_sms=132, **cfg), *SIZE, dt, dt, dt)
+    split4 = [c for c in cls().configs if c["split_k"] == 4][:1]  # 64 x 64 in 4 (stored partials)
+    # the largest coop accumulators (64 x 256 and 128 x 128 a group) with the cluster's remote
+    # arrivals and the shared C tile
+    configs += [c for c in cls().configs if c["coop"] and c["cluster_n"] == 2]
+    # K = 776: 13 K tiles, more than any ring has stages (with fewer, ptxas has serialized the
+    # wgmmas of a 5-stage ring, which unrolls the K loop by 5)
+    for cfg in split4 if bf16 else configs + split4:
+        ck = tilus.compile(cls(num_sms=132, **cfg), 200, 200, 776, dt, dt, dt)
         ck = ck[0] if isinstance(ck, list) else ck
         assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
         assert ck.resources["registers"] == 168, cfg  # setmaxnreg moves it from there

@@ -91,36 +91,32 @@ SPLIT_M_TILES = 4
 
 
 # (block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue): tiles of one
-# consumer warp group (coop: of both) with the deepest ring that fits beside the C tiles (none
-# with the "direct" epilogue). Large shapes: 128 x 128 (with and without clusters), coop
-# 128 x 256 and 128 x 128, 64 x 256. Small M streams B from DRAM once, so what counts is a unit
-# on every SM with the most B bytes in flight: measured on an H200 (bench/llm_shapes.py, pinned),
-# M = 64, N = K = 4096 runs best as 128 unsplit 64 x 32 tiles with 18 stages (0.99x cuBLAS;
-# 64 x 64 unsplit 0.93x, split in 2 0.90x, 64 x 128 split in 4 0.73x) and M = 256, N = K = 8192
-# as 128 x 128 tiles with 7 stages, C stored from registers (0.89x; 5 stages 0.87x). 128 x 64
-# gives M = 256 two units a block (one group's epilogue overlaps the other's mainloop). Split-K
-# (64 x 64 in 2 and 4 parts) stays for K-heavy shapes with few tiles. A split tile larger than
-# 64 x 64 spills within the 168 registers ptxas gives every thread of a 384-thread block.
+# consumer warp group (coop: of both) with the deepest ring that fits beside the C tiles (one
+# shared by both groups with "tma1", none with "direct"). Large shapes: coop 128 x 256 and
+# 256 x 128 with one shared C tile and 4 stages, alone and in clusters of 2. Measured on an H200
+# (bench/v7_probe.py, pinned, fp16, bench/results/2026-12-02-h200-r51-v7-probe.txt): at 8192^3
+# 1.062x-1.086x cuBLAS (the same tiles with a C tile per group and 3 stages 1.018x, 0.975x), at
+# 4096 x 4096 x 14336 1.039x-1.084x (0.961x, 0.990x), at 3000 x 4096 x 4096 0.977x-0.985x;
+# ping-pong 128 x 128 tiles (5 stages) stay for mid sizes. Small M streams B from DRAM once, so
+# what counts is a unit on every SM with the most B bytes in flight: M = 64, N = K = 4096 runs
+# best as 128 unsplit 64 x 32 tiles with 18 stages (0.99x; 64 x 64 unsplit 0.93x, split in 2
+# 0.90x) and M = 256, N = K = 8192 as 128 x 128 tiles with 7 stages, C stored from registers
+# (0.905x; coop 128 x 256 0.61x). 128 x 64 gives M = 256 two units a block (one group's
+# epilogue overlaps the other's mainloop), coop 128 x 128 both groups on a block's one unit.
+# Split-K (64 x 64 in 2 and 4 parts) stays for K-heavy shapes with few tiles. A split tile
+# larger than 64 x 64 spills within the 168 registers ptxas gives every thread of a 384-thread
+# block (and 64 x 256 tiles stored from registers spill 108 bytes: not in the space).
 @tilus.autotune(
     "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue",
     [
-        (128, 128, 4, 1, 8, 1, 0, "tma"),
+        (128, 256, 4, 1, 8, 1, 1, "tma1"),
+        (128, 256, 4, 1, 4, 2, 1, "tma1"),
+        (256, 128, 4, 1, 8, 1, 1, "tma1"),
+        (256, 128, 4, 1, 4, 2, 1, "tma1"),
         (128, 128, 5, 1, 8, 1, 0, "tma"),
-        (128, 128, 5, 1, 2, 1, 0, "tma"),
         (128, 128, 7, 1, 1, 1, 0, "direct"),
-        (128, 128, 5, 1, 8, 2, 0, "tma"),
-        (128, 128, 5, 1, 2, 2, 0, "tma"),
-        (128, 256, 3, 1, 8, 1, 1, "tma"),
-        (128, 256, 3, 1, 2, 1, 1, "tma"),  # V5's and V6's tile at 4096 x 4096 x 14336
-        (128, 256, 4, 1, 8, 1, 1, "direct"),
-        (128, 256, 3, 1, 8, 2, 1, "tma"),
-        (128, 128, 6, 1, 8, 1, 1, "tma"),
         (128, 128, 6, 1, 1, 1, 1, "tma"),
-        (128, 128, 6, 1, 8, 2, 1, "tma"),
         (128, 64, 8, 1, 2, 1, 0, "tma"),
-        (64, 256, 4, 1, 8, 1, 0, "tma"),
-        (64, 256, 5, 1, 2, 1, 0, "direct"),
-        (64, 128, 6, 1, 8, 1, 0, "tma"),
         (64, 128, 6, 1, 2, 1, 0, "tma"),
         (64, 64, 14, 1, 8, 1, 0, "direct"),
         (64, 64, 8, 2, 8, 1, 0, "tma"),
