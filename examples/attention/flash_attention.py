@@ -96,6 +96,8 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         overlap=None,
         early_s1=None,
         skip_empty=None,
+        suspend_ns=None,
+        consumer_suspend_ns=None,
     ):
         super().__init__()
         tiles = default_tiles(dim, causal)
@@ -115,6 +117,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         self.causal = causal
         self.group = group
         self.cluster_m = cm if cluster is None else cluster
+        self.set_suspend(more, suspend_ns, consumer_suspend_ns)  # try_wait hints (ns)
         # an argument given wins over the tile's
         self.split_producer = bool(
             more.get("split_producer", 0) if split_producer is None else split_producer
@@ -238,10 +241,10 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         stage = ring.stage
         if not issued:
             s = self.register_tensor(dtype=float32, shape=[self.rows, self.block_n], init=0.0)
-            self.mbarrier.wait(kfull[stage], phase=ring.phase)
+            self.cwait(kfull[stage], ring.phase)
             # both waits before the issue: a wait loop between two wgmma issues makes ptxas
             # serialize every wgmma of the kernel
-            self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+            self.cwait(ring.full[ring.prev_stage], ring.prev_phase)
             self.take_turn(half)
             self.wgmma.fence()
             self.mma_s(sq[half], sk[stage], s)
@@ -275,29 +278,9 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
             self.assign(pa, self.cast(p, self.dtype))
         ring.advance()
 
-    def consume(
-        self,
-        half: int,
-        ring: Ring,
-        kfull,
-        sq,
-        sk,
-        sv,
-        peers,
-        go,
-        glse,
-        qbar,
-        qempty,
-        qphase: uint32,
-        so,
-        sp,
-        bh: int32,
-        q_row: int32,
-        seq_kv: int32,
-        n_kv: int32,
-        scale_log2: float32,
-        nxt=None,
-    ):
+    def consume(self, half: int, ring: Ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty,
+                qphase: uint32, so, sp, bh: int32, q_row: int32, seq_kv: int32, n_kv: int32,
+                scale_log2: float32, nxt=None):  # fmt: skip
         """Consumer warp group ``half``: rows ``[q_row + half * rows, ...)`` of a block.
 
         Software-pipelined over the KV tiles: while the softmax of tile ``j`` runs on the CUDA
@@ -310,10 +293,10 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
         lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
         if nxt is None:
-            self.mbarrier.wait(qbar, phase=qphase)
+            self.cwait(qbar, qphase)
             # tile 0: S, its softmax and P (n_kv >= 1: every row has a first key)
             s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
-            self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+            self.cwait(kfull[ring.stage], ring.phase)
             self.take_turn(half)
             self.first_s(half, ring, kfull, sq[half], sk, s)
             self.pass_turn(half)
@@ -327,8 +310,8 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
             s1 = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
             # the waits of step 1 before its S: no wait loop while a wgmma is in flight
             ring.advance()
-            self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
-            self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+            self.cwait(kfull[ring.stage], ring.phase)
+            self.cwait(ring.full[ring.prev_stage], ring.prev_phase)
             self.first_s(half, ring, kfull, sq[half], sk, s1)
             p, _ = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
             pa = self.cast(p, self.dtype)
@@ -379,7 +362,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         if self.persistent and nxt is None:  # the last S retired: the next Q may land
             with self.single_thread():
                 self.mbarrier.arrive(qempty)
-        self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+        self.cwait(ring.full[ring.prev_stage], ring.prev_phase)
         if self.early_rescale:
             for oh in o:
                 self.assign(oh, oh * scale_o)

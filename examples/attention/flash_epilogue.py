@@ -54,8 +54,8 @@ class FlashEpilogue:
         m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
         lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
         pa = None
-        self.mbarrier.wait(qbar[0], phase=0)
-        self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+        self.cwait(qbar[0], 0)
+        self.cwait(kfull[ring.stage], ring.phase)
         self.wgmma.fence()
         self.mma_s(sq[0, g], sk[ring.stage], s0)
         self.wgmma.commit_group()
@@ -89,8 +89,8 @@ class FlashEpilogue:
         every wgmma."""
         s0, has_next, qbar_next, qphase_next, sq, b, _, row0_next, _ = nxt
         if has_next:
-            self.mbarrier.wait(qbar_next, phase=qphase_next)
-            self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+            self.cwait(qbar_next, qphase_next)
+            self.cwait(kfull[ring.stage], ring.phase)
         self.assign(s0, self.register_tensor(dtype=float32, shape=s0.shape, init=0.0))
         self.wgmma.fence()
         if self.overlap == 2:
@@ -141,7 +141,7 @@ class FlashEpilogue:
         """Tile ``t``'s O from Q buffer ``sqb`` by TMA once the consumers wrote it; returns once
         the copy has read the buffer."""
         bh, _, q_row, _ = self.coords(t, num_q, seq_kv)
-        self.mbarrier.wait(ofull, phase=phase)
+        self.pwait(ofull, phase, sem="acquire")
         for g in self.range(self.consumers, unroll=self.consumers):
             for h in self.panel_ids:
                 self.tma.shared_to_global(

@@ -63,11 +63,11 @@ class FlashGemms:
                 self.consume(*cargs)
             else:
                 for _ in self.range(n_kv):
-                    self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+                    self.cwait(kfull[ring.stage], ring.phase)
                     self.take_turn(half)
                     self.pass_turn(half)
                     self.release(kfull, peers[0], self.num_stages + ring.stage)
-                    self.mbarrier.wait(ring.full[ring.stage], phase=ring.phase)
+                    self.cwait(ring.full[ring.stage], ring.phase)
                     self.release(ring.empty, peers[1], ring.stage)
                     ring.advance()
                 if self.persistent:  # the next Q may land
