@@ -30,7 +30,9 @@ on an H200, whose L2 is not the limit). ``split_producer`` gives K and V a produ
 (neither waits for the other's free slot), ``all_arrive`` has every consumer thread arrive on
 the empty barriers (no elected thread, no branch), ``p_shared`` stages P in shared memory,
 ``late_p`` converts P while the next S runs, ``skip_empty`` lets a group whose rows all lie past
-the last query row (in the ragged last block) skip its GEMMs. Only the tiles a block needs are
+the last query row (in the ragged last block) skip its GEMMs, ``full_first`` runs a block's first
+softmax unmasked where no key of that tile is hidden, ``suspend_ns`` / ``consumer_suspend_ns``
+hint how long a producer's (storer's) / consumer's barrier wait suspends before it retries. Only the tiles a block needs are
 loaded: with ``causal`` the tiles right of the diagonal are skipped (the longest rows first),
 and only the diagonal tile and the ragged last tile are masked.
 
@@ -98,6 +100,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         skip_empty=None,
         suspend_ns=None,
         consumer_suspend_ns=None,
+        full_first=None,
     ):
         super().__init__()
         tiles = default_tiles(dim, causal)
@@ -166,6 +169,10 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         # two KV tiles or more (a one-tile block's second wholly masked): that S has no branch
         fits = self.overlap == 1 and not (self.late_p or self.p_shared)
         self.early_s1 = bool(more.get("early_s1", 0) * fits if early_s1 is None else early_s1)
+        # full_first: a block's first softmax unmasked when it can be (not while S_1 runs)
+        self.full_first = bool(more.get("full_first", 0) if full_first is None else full_first)
+        if self.full_first and (self.early_s1 or self.overlap == 2):
+            raise tilus.TilusArgumentError("full_first needs early_s1=False and overlap 0 or 1")
         se = more.get("skip_empty", 0) * (not self.overlap)  # empty groups only free the slots
         self.skip_empty = bool(se if skip_empty is None else skip_empty)
         if self.skip_empty and self.overlap:
@@ -322,7 +329,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
                 s = nxt[0]  # issued by the block's previous tile
             self.wgmma.wait_group(0)
             self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
-            p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
+            p = self.first_softmax(s, m, lsum, row0, seq_kv, scale_log2)
             pa = self.cast(p, self.dtype)
             pf = p  # late_p: P in float32, converted while the next S runs
             if self.p_shared:
