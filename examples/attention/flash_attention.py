@@ -329,7 +329,10 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
                 s = nxt[0]  # issued by the block's previous tile
             self.wgmma.wait_group(0)
             self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
-            p = self.first_softmax(s, m, lsum, row0, seq_kv, scale_log2)
+            if self.full_first:
+                p = self.first_softmax(s, m, lsum, row0, seq_kv, scale_log2)
+            else:  # (the IR of the kernels without it as before)
+                p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
             pa = self.cast(p, self.dtype)
             pf = p  # late_p: P in float32, converted while the next S runs
             if self.p_shared:

@@ -16,21 +16,18 @@ class FlashGemms:
         self.wgmma.commit_group()
 
     def first_softmax(self, s, m, lsum, row0: int32, seq_kv: int32, scale_log2: float32):
-        """The softmax of a tile's first score tile ``s`` (no wgmma in flight): P in float32.
-        Masked, or with ``full_first``, unmasked when every row of the group sees all its keys
-        (a runtime branch, taken alike by the whole group: no select per score)."""
-        if self.full_first:
-            p = self.register_tensor(dtype=float32, shape=[self.rows, self.block_n])
-            bn = self.block_n
-            whole: int32 = seq_kv - bn  # >= 0: the first tile holds keys only
-            if self.causal:  # and the group's first row sees them all
-                whole = min(whole, row0 - (bn - 1))
-            if whole >= 0:
-                self.assign(p, self.softmax(s, m, lsum, False, 0, row0, seq_kv, scale_log2)[0])
-            else:
-                self.assign(p, self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)[0])
+        """``full_first``: the softmax of a tile's first score tile ``s`` (no wgmma in flight),
+        P in float32, unmasked when every row of the group sees all its keys, else masked (a
+        runtime branch, taken alike by the whole group: no select per score)."""
+        p = self.register_tensor(dtype=float32, shape=[self.rows, self.block_n])
+        bn = self.block_n
+        whole: int32 = seq_kv - bn  # >= 0: the first tile holds keys only
+        if self.causal:  # and the group's first row sees them all
+            whole = min(whole, row0 - (bn - 1))
+        if whole >= 0:
+            self.assign(p, self.softmax(s, m, lsum, False, 0, row0, seq_kv, scale_log2)[0])
         else:
-            p = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)[0]
+            self.assign(p, self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)[0])
         return p
 
     def zero_o(self) -> list:
