@@ -5,7 +5,8 @@ On a Hopper GPU: ``python bench/fa_probe.py [--shapes 16x16x1024x128,4x32x4096x1
 space with some arguments pinned (``PROBES``), compiled first in parallel worker processes,
 checked against a float32 reference on a NaN-poisoned output, then timed in interleaved rounds
 with cuDNN (the median of the rounds' medians). The table gives ms, TFLOPS, the ratios to cuDNN
-and to the unpinned tile 0, and ptxas' registers and spill bytes. ``--list``: the configs.
+and to the unpinned tile 0, and ptxas' registers and spill bytes. ``--list``: the configs;
+``--compile-only``: their ptxas resources (no GPU).
 """
 
 from __future__ import annotations
@@ -148,10 +149,18 @@ def main(argv=None) -> int:
     ap.add_argument("--flush", default="dirty")
     ap.add_argument("--jobs", type=int, default=12)
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--compile-only", action="store_true")
     args = ap.parse_args(argv)
     if args.list:
         for n, kw in PROBES.items():
             print(f"{n:16s} {kw}")
+        return 0
+    if args.compile_only:  # no GPU needed: ptxas' resources of every config
+        shapes = [parse(s) for s in args.shapes.split(",") if s]
+        for n in (n for n in PROBES if re.search(args.only, n)):
+            for d, c in sorted({(d, c) for _, _, _, d, c in shapes}):
+                r = _compile((n, d, c))[1]
+                print(f"d{d}{'c' if c else ''} {n:16s} {r.get('error') or r}")
         return 0
     return bench(args)
 

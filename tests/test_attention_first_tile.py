@@ -87,23 +87,23 @@ def _torch_reference(q, k, v, causal, scale):
 
 
 GPU_FIRST = [  # ragged sizes (and one KV tile or less): both branches of full_first
-    (333, 517, 128, False, dict(full_first=True, num_sms=5)),
-    (300, 100, 128, False, dict(full_first=True, num_sms=5)),
+    (333, 517, 128, False, dict(full_first=True, num_sms=5), "float16"),
+    (333, 517, 128, False, dict(full_first=True, num_sms=5), "bfloat16"),
+    (300, 100, 128, False, dict(full_first=True, num_sms=5), "float16"),
     (333, 333, 128, True, dict(persistent=True, pingpong=False, overlap=1, full_first=True,
-                               num_sms=5)),
-    (1000, 1234, 64, False, dict(full_first=True)),
-    (333, 517, 128, False, dict(suspend_ns=100, num_sms=5)),
-    (333, 517, 128, False, dict(suspend_ns=1000, consumer_suspend_ns=100, num_sms=5)),
-    (333, 517, 128, False, dict(full_first=True, suspend_ns=1000, num_sms=5)),
+                               num_sms=5), "float16"),
+    (1000, 1234, 64, False, dict(full_first=True), "float16"),
+    (333, 517, 128, False, dict(suspend_ns=100, num_sms=5), "float16"),
+    (333, 517, 128, False, dict(suspend_ns=1000, consumer_suspend_ns=100, num_sms=5), "bfloat16"),
+    (333, 517, 128, False, dict(full_first=True, suspend_ns=1000, num_sms=5), "float16"),
 ]  # fmt: skip
 
 
 @needs_gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", GPU_FIRST, ids=lambda c: "-".join(f"{k}{v}" for k, v in c[4].items()) + f"-{c[0]}x{c[1]}d{c[2]}c{int(c[3])}")  # fmt: skip
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_gpu_first_tile_variants(case, dtype):
-    sq, skv, d, causal, kw = case
+@pytest.mark.parametrize("case", GPU_FIRST, ids=lambda c: "-".join(f"{k}{v}" for k, v in c[4].items()) + f"-{c[0]}x{c[1]}d{c[2]}c{int(c[3])}-{c[5]}")  # fmt: skip
+def test_gpu_first_tile_variants(case):
+    sq, skv, d, causal, kw, dtype = case
     q, k, v = S.random_qkv(torch, 2, 4, 2, sq, skv, d, dtype, "cuda")
     scale = S.default_scale(d, None)
     ro, rl = _torch_reference(q, k, v, causal, scale)
