@@ -38,6 +38,7 @@ PROBES = {
     "t0 s1000 c50": dict(suspend_ns=1000, consumer_suspend_ns=50),
     "t0 s1000 c500": dict(suspend_ns=1000, consumer_suspend_ns=500),
     "t0 ff s1000": dict(full_first=True, suspend_ns=1000),
+    "t0 er": dict(early_rescale=True),  # O rescaled while S runs
     "t1": dict(tile=1),  # overlap=0
     "t1 ff": dict(tile=1, full_first=True),
 }
