@@ -28,7 +28,7 @@ for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent
 SHAPES = "16x16x1024x128,4x32x4096x128"
 
 #: label -> the arguments pinned on tile 0 (ff: full_first; s<n>: the producer's and storer's
-#: waits suspend up to n ns per try; c<n>: the consumers' too)
+#: waits suspend up to n ns per try; c<n>: the consumers' too; pp: ping-pong; er: early rescale)
 PROBES = {
     "t0": {},
     "t0 ff": dict(full_first=True),
@@ -39,6 +39,10 @@ PROBES = {
     "t0 s1000 c500": dict(suspend_ns=1000, consumer_suspend_ns=500),
     "t0 ff s1000": dict(full_first=True, suspend_ns=1000),
     "t0 er": dict(early_rescale=True),  # O rescaled while S runs
+    "t0 pp": dict(pingpong=True),  # the groups take turns issuing (overlap kept)
+    "t0 pp er": dict(pingpong=True, early_rescale=True),
+    "t0 pp er ff": dict(pingpong=True, early_rescale=True, full_first=True),
+    "t0 pp er ff s1000": dict(pingpong=True, early_rescale=True, full_first=True, suspend_ns=1000),
     "t1": dict(tile=1),  # overlap=0
     "t1 ff": dict(tile=1, full_first=True),
 }

@@ -181,8 +181,9 @@ def test_skip_empty_forward_on_the_interpreter(causal, kw, seed):
     [
         (dict(overlap=True, persistent=True, pingpong=False, skip_empty=True),
          "skip_empty needs overlap=0"),
-        (dict(overlap=True, persistent=False), "overlap needs persistent=True, pingpong=False"),
-        (dict(overlap=True, persistent=True, pingpong=True), "overlap needs .* beside the ring$"),
+        (dict(overlap=True, persistent=False), "overlap needs persistent=True, cluster=1"),
+        (dict(overlap=1, persistent=True, pingpong=True, early_s1=True),
+         "early_s1 needs overlap=1 \\(got 1\\) without late_p, p_shared or pingpong"),
         (dict(overlap=True, persistent=True, pingpong=False, block_m=128, consumers=2,
               num_stages=3, dim=128), "beside the ring: 3 stages of 128 keys leave no room"),
         (dict(overlap=3, persistent=True), "overlap must be 0, 1 or 2 .*got 3"),

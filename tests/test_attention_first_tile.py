@@ -1,5 +1,6 @@
-"""FlashAttention's ``full_first`` (a block's first softmax unmasked where it can be) and the
-barrier-wait suspend hints: the interpreter at ragged sizes, argument checks, NVRTC builds, GPU."""
+"""FlashAttention's ``full_first`` (a block's first softmax unmasked where it can be), ``overlap``
+with ``pingpong`` and the barrier-wait suspend hints: the interpreter at ragged sizes, argument
+checks, NVRTC builds, GPU runs."""
 
 from __future__ import annotations
 
@@ -30,7 +31,13 @@ CASES = [  # (sq, skv, d, causal, kernel arguments); three "SMs" loop over the q
     # causal: group 0 of the first block sees part of tile 0 (masked), the others all of it
     (300, 300, 64, True, dict(block_m=128, consumers=2, persistent=True, full_first=True)),
     (200, 200, 128, False, dict(persistent=True, overlap=0, full_first=True, **HINTS)),
-]
+    # overlap with ping-pong: every GEMM issue a turn (the next tile's first S too)
+    (300, 300, 128, False, dict(overlap=1, pingpong=True, early_rescale=True)),
+    (300, 300, 128, True, dict(persistent=True, overlap=1, pingpong=True, full_first=True)),
+    (300, 250, 64, False, dict(block_m=192, consumers=3, persistent=True, overlap=1,
+                               pingpong=True)),
+    (300, 300, 128, False, dict(overlap=2, pingpong=True)),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", [None, 5], ids=["in-order", "shuffled"])
@@ -96,6 +103,14 @@ GPU_FIRST = [  # ragged sizes (and one KV tile or less): both branches of full_f
     (333, 517, 128, False, dict(suspend_ns=100, num_sms=5), "float16"),
     (333, 517, 128, False, dict(suspend_ns=1000, consumer_suspend_ns=100, num_sms=5), "bfloat16"),
     (333, 517, 128, False, dict(full_first=True, suspend_ns=1000, num_sms=5), "float16"),
+    (333, 517, 128, False, dict(pingpong=True, num_sms=5), "float16"),
+    (333, 517, 128, False, dict(pingpong=True, early_rescale=True, full_first=True, num_sms=5),
+     "bfloat16"),
+    (333, 333, 128, True, dict(persistent=True, overlap=1, pingpong=True, early_rescale=True,
+                               num_sms=5), "float16"),
+    (1000, 1234, 64, False, dict(block_m=192, consumers=3, persistent=True, overlap=1,
+                                 pingpong=True, num_sms=5), "float16"),
+    (333, 517, 128, False, dict(overlap=2, pingpong=True, num_sms=5), "float16"),
 ]  # fmt: skip
 
 

@@ -154,12 +154,12 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         self.direct_o = self.persistent and 2 * tile + ring > SMEM_BYTES
         # overlap: the next tile's first S runs during this one's epilogue (flash_epilogue.py);
         # a tile's overlap gives way to arguments it does not fit (as its all_arrive)
-        ok = self.persistent and not self.pingpong and self.cluster_m == 1 and not self.direct_o
+        ok = self.persistent and self.cluster_m == 1 and not self.direct_o
         self.overlap = int(more.get("overlap", 0) * ok if overlap is None else overlap)
         if self.overlap and not ok:
             room = f": {self.num_stages} stages of {self.block_n} keys leave no room"
             raise tilus.TilusArgumentError(
-                "overlap needs persistent=True, pingpong=False, cluster=1 and two Q tiles beside "
+                "overlap needs persistent=True, cluster=1 and two Q tiles beside "
                 f"the ring{room if self.direct_o else ''}"
             )
         if self.overlap not in (0, 1, 2) or self.overlap == 2 and (self.late_p or self.p_shared):
@@ -167,7 +167,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
                                            f"p_shared), got {overlap!r}")  # fmt: skip
         # early_s1 (overlap=1): a tile's second S runs during its first softmax; every block reads
         # two KV tiles or more (a one-tile block's second wholly masked): that S has no branch
-        fits = self.overlap == 1 and not (self.late_p or self.p_shared)
+        fits = self.overlap == 1 and not (self.late_p or self.p_shared or self.pingpong)
         self.early_s1 = bool(more.get("early_s1", 0) * fits if early_s1 is None else early_s1)
         # full_first: a block's first softmax unmasked when it can be (not while S_1 runs)
         self.full_first = bool(more.get("full_first", 0) if full_first is None else full_first)
@@ -179,7 +179,8 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
             raise tilus.TilusArgumentError("skip_empty needs overlap=0")
         if self.early_s1 and not fits:
             raise tilus.TilusArgumentError(
-                f"early_s1 needs overlap=1 (got {self.overlap}) without late_p or p_shared"
+                f"early_s1 needs overlap=1 (got {self.overlap}) without late_p, p_shared or "
+                "pingpong"
             )
 
     def softmax(

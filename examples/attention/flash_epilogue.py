@@ -56,9 +56,11 @@ class FlashEpilogue:
         pa = None
         self.cwait(qbar[0], 0)
         self.cwait(kfull[ring.stage], ring.phase)
+        self.take_turn(g)  # pingpong: every issue of GEMMs is a turn (the same count per group)
         self.wgmma.fence()
         self.mma_s(sq[0, g], sk[ring.stage], s0)
         self.wgmma.commit_group()
+        self.pass_turn(g)
         if self.overlap == 2:
             _, _, q_row, _ = self.coords(self.blockIdx.x, num_q, seq_kv)
             self.wgmma.wait_group(0)
@@ -92,6 +94,7 @@ class FlashEpilogue:
             self.cwait(qbar_next, qphase_next)
             self.cwait(kfull[ring.stage], ring.phase)
         self.assign(s0, self.register_tensor(dtype=float32, shape=s0.shape, init=0.0))
+        self.take_turn(half)
         self.wgmma.fence()
         if self.overlap == 2:
             self.mma_s(sq[1 - b, half], sk[ring.stage], s0)
@@ -101,6 +104,7 @@ class FlashEpilogue:
         if self.overlap == 1:
             self.mma_s(sq[1 - b, half], sk[ring.stage], s0)
             self.wgmma.commit_group()
+        self.pass_turn(half)
         self.wgmma.wait_group(1)
         inv = 1.0 / lsum
         lse = (m + self.log2(lsum)) * LN2
