@@ -45,6 +45,8 @@ PROBES = {
     "t0 pp er ff s1000": dict(pingpong=True, early_rescale=True, full_first=True, suspend_ns=1000),
     "t1": dict(tile=1),  # overlap=0
     "t1 ff": dict(tile=1, full_first=True),
+    "t2": dict(tile=2),  # head dim 64: skip_empty (tuned at 4096 rows)
+    "t2 ff": dict(tile=2, full_first=True),
 }
 
 
