@@ -130,3 +130,15 @@ def test_gpu_first_tile_variants(case):
     err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
     assert err < 2e-2, f"max error {err}"
     assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3)
+
+
+def test_the_spaces_full_first_gives_way_to_arguments_it_does_not_fit():
+    # head dim 64's tile 0 has full_first; overlap=2 (its first softmax runs during a P V) or
+    # early_s1 drop it, as a tile's overlap gives way; given explicitly, they conflict
+    def ff(**kw):
+        k = FlashAttention(tile=0, dim=64, **kw)
+        return k.instance(k.configs[0]).full_first
+
+    assert ff() and not ff(causal=True)  # causal: not measured with it
+    assert not ff(persistent=True, overlap=2)
+    assert not ff(persistent=True, overlap=1, early_s1=True)

@@ -169,8 +169,10 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         # two KV tiles or more (a one-tile block's second wholly masked): that S has no branch
         fits = self.overlap == 1 and not (self.late_p or self.p_shared or self.pingpong)
         self.early_s1 = bool(more.get("early_s1", 0) * fits if early_s1 is None else early_s1)
-        # full_first: a block's first softmax unmasked when it can be (not while S_1 runs)
-        self.full_first = bool(more.get("full_first", 0) if full_first is None else full_first)
+        # full_first: a block's first softmax unmasked when it can be (not while S_1 runs); a
+        # tile's gives way to arguments it does not fit
+        ff = more.get("full_first", 0) * (not self.early_s1 and self.overlap != 2)
+        self.full_first = bool(ff if full_first is None else full_first)
         if self.full_first and (self.early_s1 or self.overlap == 2):
             raise tilus.TilusArgumentError("full_first needs early_s1=False and overlap 0 or 1")
         se = more.get("skip_empty", 0) * (not self.overlap)  # empty groups only free the slots
