@@ -400,12 +400,17 @@ class MBarrierArriveExpectTx(Inst):
 
 @instruction("mbarrier_wait", ptx="9.7.13.15.16 mbarrier.test_wait/try_wait (parity)")
 class MBarrierWait(Inst):
-    """Block until the phase with parity ``phase`` of the barrier has completed."""
+    """Block until the phase with parity ``phase`` of the barrier has completed;
+    ``suspend_ns`` (None: the system's limit) hints how long each try_wait may suspend the
+    thread before it retries (not printed at None, so earlier IR text keeps its form)."""
 
     barrier: Expr
     phase: Expr
     sem: MemSem
     scope: MemScope
+    suspend_ns: int | None = None
+
+    QUIET_NONE: ClassVar[tuple] = ("suspend_ns",)
 
     __post_init__ = _ordering_from_strings
 

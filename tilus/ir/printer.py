@@ -83,7 +83,7 @@ class Printer:
         out = inst.output()
         parts = []
         for k, v in inst.items():
-            if k == "out":
+            if k == "out" or v is None and k in getattr(inst, "QUIET_NONE", ()):
                 continue
             parts.append(f"{k}={self.expr(v)}")
         text = f"{inst.NAME}({', '.join(parts)})"
