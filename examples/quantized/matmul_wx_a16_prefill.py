@@ -1,0 +1,270 @@
+"""Persistent warp-specialized W4A16 prefill matmul: Y^T tiles of 128 weight rows x X rows.
+
+``Y = X @ dequant(W)^T`` as in ``matmul_wx_a16.py`` (same arguments and packing), computed as
+``Y^T = dequant(W) @ X^T`` so that the weights are the register A operand of WGMMA and X (the
+large operand at prefill) the shared B operand, ``block_m`` X rows wide (the WGMMA N, up to
+256). The grid is one block per SM; block ``b`` computes tiles ``b``, ``b + num_sms``, ... in
+an L2-friendly order (groups of ``swizzle`` X tiles swept across the weight tiles, so blocks
+running together share both operands' K slices in L2). A producer warp (its warp group lends
+registers to the consumers with ``setmaxnreg``) copies, per K tile, the packed weights of both
+consumer warp groups (64 rows each) and the X tile into a ring of ``num_stages`` shared slots
+with TMA, running on across tiles. Each consumer warp group loads its packed tile straight
+into the A fragment's layout, casts it with the magic-number cast, multiplies it by the
+group's scale in fp16 (one fp32 accumulator for all of K) and issues the WGMMA; one WGMMA
+group stays in flight (``wait_group(1)``), so the next K tile's cast runs while the tensor
+cores work on the current one, and a slot is freed as soon as the WGMMA that read it retired.
+The epilogue stores the Y^T tile transposed: ``epilogue="direct"`` straight from registers
+through a transposed view of Y, ``"tma"`` through a shared Y tile and a TMA store that is
+waited for only before the next tile reuses it (the producer meanwhile fills the ring with
+the next tile's first K tiles either way).
+"""
+
+from __future__ import annotations
+
+import tilus
+from tilus import float16, float32, int32, uint8, uint32, void_p
+from tilus.errors import TilusArgumentError
+from tilus.ir.layout import reduce, wgmma_acc
+from tilus.ir.layout.derived import view_layout
+from tilus.target import sm_count
+from tilus.utils import cdiv
+
+ROWS = 64  # rows of W per consumer warp group: the WGMMA M
+KSTEP = 64  # K of one WGMMA group (a slot of block_k holds block_k / KSTEP of them)
+GROUPS = 2  # consumer warp groups: a tile has GROUPS * ROWS weight rows
+SMEM_LIMIT = 227 * 1024  # dynamic shared memory of a Hopper block
+
+
+class Ring(tilus.Class):
+    """Full/empty mbarrier pairs of a ring of ``num_stages`` slots, and each side's position."""
+
+    def __init__(self, num_stages: int, consumers: int):
+        self.num_stages: int = num_stages
+        self.full = self.mbarrier.alloc([1] * num_stages)
+        self.empty = self.mbarrier.alloc([consumers] * num_stages)
+        self.p_stage: int32 = 0
+        self.p_phase: uint32 = self.mbarrier.producer_initial_phase
+        self.c_stage: int32 = 0
+        self.c_phase: uint32 = self.mbarrier.consumer_initial_phase
+
+    def p_advance(self):
+        """The producer's next slot."""
+        self.p_stage = (self.p_stage + 1) % self.num_stages
+        if self.p_stage == 0:
+            self.p_phase ^= 1
+
+    def c_advance(self):
+        """The consumer's next slot."""
+        self.c_stage = (self.c_stage + 1) % self.num_stages
+        if self.c_stage == 0:
+            self.c_phase ^= 1
+
+
+#: (block_m, block_k, num_stages, swizzle, epilogue): X rows of a tile (the WGMMA N), K of a
+#: ring slot, slots, X tiles of a raster group and the epilogue; each fits in shared memory
+PREFILL_SPACE = [
+    (256, 64, 6, 4, "direct"),
+    (256, 64, 5, 8, "direct"),
+    (256, 64, 4, 4, "tma"),
+    (256, 128, 3, 4, "direct"),
+    (128, 64, 8, 4, "direct"),
+]
+PREFILL_GROUP = "block_m, block_k, num_stages, swizzle, epilogue"
+
+
+def pinned(block_m=256, block_k=64, num_stages=4, swizzle=4, epilogue="direct") -> dict:
+    """Constructor arguments pinning one config (the autotune group is pinned as a whole)."""
+    return dict(block_m=block_m, block_k=block_k, num_stages=num_stages, swizzle=swizzle,
+                epilogue=epilogue)  # fmt: skip
+
+
+def smem_bytes(block_m: int, block_k: int, num_stages: int, epilogue: str) -> int:
+    """Shared bytes of a config: the ring (packed W and X tiles) and the shared Y tiles."""
+    ring = num_stages * (GROUPS * ROWS * block_k // 2 + block_m * block_k * 2)
+    return ring + (GROUPS * block_m * ROWS * 2 if epilogue == "tma" else 0)
+
+
+@tilus.autotune(PREFILL_GROUP, PREFILL_SPACE)
+class MatmulWxA16Prefill(tilus.Script):
+    """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T``, persistent, for large M (prefill);
+    ``num_sms`` (default: the GPU's SM count) is the number of persistent blocks."""
+
+    def __init__(
+        self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 256, block_k: int = 64,
+        num_stages: int = 4, swizzle: int = 4, epilogue: str = "direct", num_sms=None,
+    ):  # fmt: skip
+        super().__init__()
+        if wdtype not in (tilus.uint4b, tilus.int4b):
+            raise TilusArgumentError(f"wdtype must be uint4b or int4b, got {wdtype}")
+        if block_k % KSTEP or group % block_k:
+            raise TilusArgumentError(
+                f"block_k {block_k} must be a multiple of {KSTEP} dividing the group {group}"
+            )
+        if group % (2 * KSTEP):  # the two alternating A tiles of a scale group (see consume)
+            raise TilusArgumentError(f"group must be a multiple of {2 * KSTEP}, got {group}")
+        if block_m % 8 or not 8 <= block_m <= 256:
+            raise TilusArgumentError(f"block_m must be a multiple of 8 in [8, 256], got {block_m}")
+        if epilogue not in ("direct", "tma"):
+            raise TilusArgumentError(f"epilogue must be 'direct' or 'tma', got {epilogue!r}")
+        if smem_bytes(block_m, block_k, num_stages, epilogue) > SMEM_LIMIT:
+            raise TilusArgumentError(
+                f"block_m {block_m}, block_k {block_k}, {num_stages} stages, epilogue "
+                f"{epilogue!r}: {smem_bytes(block_m, block_k, num_stages, epilogue)} bytes of "
+                f"shared memory, more than the {SMEM_LIMIT} a block has"
+            )
+        self.wdtype, self.group, self.block_m, self.block_k = wdtype, group, block_m, block_k
+        self.num_stages, self.swizzle, self.epilogue = num_stages, swizzle, epilogue
+        self.num_sms = num_sms if num_sms is not None else sm_count()
+        self.ktiles = list(range(group // block_k))  # host lists: loops over them are unrolled
+        self.groups = list(range(GROUPS))
+        self.steps = list(range(block_k // KSTEP))
+
+    def tile_coords(self, tile: int32, num_w: int, num_x: int32):
+        """(weight tile, X tile) of linear tile ``tile``: groups of ``swizzle`` X tiles, the
+        X tile fastest inside a group, swept across the weight tiles (a narrower last group
+        when the X tiles are not a multiple of ``swizzle``)."""
+        sw = self.swizzle
+        full_groups = num_x // sw
+        last_width = num_x - full_groups * sw
+        grp, pos = self.fast_divmod(tile, num_w * sw)
+        w_tile: int32 = 0
+        dx: int32 = 0
+        if grp < full_groups:
+            w_tile, dx = self.fast_divmod(pos, sw)
+        else:  # only reached when last_width > 0
+            w_tile, dx = self.fast_divmod(pos, max(last_width, 1))
+        return w_tile, grp * sw + dx
+
+    def __call__(
+        self, m_size: int32, n_size: int, k_size: int,
+        x_ptr: ~float16, w_ptr: void_p, s_ptr: ~float16, y_ptr: ~float16,
+    ):  # fmt: skip
+        bm, bk, g, ns = self.block_m, self.block_k, self.group, self.num_stages
+        msg = f"K = {k_size} is not a multiple of the scale group {g}"
+        self.static_assert(k_size % g == 0, msg)  # CHECK:group
+        num_w = cdiv(n_size, GROUPS * ROWS)
+        num_x = cdiv(m_size, bm)
+        self.attrs.blocks = min(num_w * num_x, self.num_sms)
+        self.attrs.warps = 4 * GROUPS + 4  # the consumer warp groups and a producer warp group
+        gx = self.global_view(x_ptr, dtype=float16, shape=[m_size, k_size])
+        gw = self.global_view(w_ptr, dtype=uint8, shape=[n_size, k_size // 2])
+        gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, k_size // g])
+        if self.epilogue == "tma":  # Y itself, stored from shared Y tiles
+            msg = f"epilogue 'tma' needs N a multiple of 8 (16-byte rows of Y), got {n_size}"
+            self.static_assert(n_size % 8 == 0, msg)  # CHECK:tma_rows
+            gy = self.global_view(y_ptr, dtype=float16, shape=[m_size, n_size])
+        else:  # Y^T [N, M] over Y's storage, stored from the Y^T tiles in registers
+            gy = self.global_view(y_ptr, dtype=float16, shape=[n_size, m_size], strides=[1, n_size])
+        steps = bk // KSTEP  # the 64-K steps of a slot, each a shared tile of its own
+        sw = self.shared_tensor(dtype=uint8, shape=[ns, GROUPS, steps, ROWS, KSTEP // 2])
+        sx = self.shared_tensor(dtype=float16, shape=[ns, steps, bm, KSTEP])
+        ring = Ring(ns, GROUPS)
+        with self.warp_group(4 * GROUPS, 4):  # the producer warp group lends its registers
+            self.setmaxnreg(40)
+            with self.single_warp(0):
+                self.produce(ring, sw, sx, gw, gx, k_size, num_w, num_x)
+        for c in self.groups:
+            with self.warp_group(4 * c, 4):
+                self.setmaxnreg(232)
+                self.consume(c, ring, sw, sx, gs, gy, k_size, num_w, num_x)
+
+    def produce(self, ring, sw, sx, gw, gx, k_size: int, num_w: int, num_x: int32):
+        """The producer warp: for every tile of the block, per K tile, wait for a free slot
+        and copy into it both consumer groups' packed weight tiles and the X tile; then wait
+        until the consumers have freed every slot (no copy is in flight at exit)."""
+        bk = self.block_k
+        for tile in self.range(self.blockIdx.x, num_w * num_x, self.num_sms):
+            w_tile, x_tile = self.tile_coords(tile, num_w, num_x)
+            on: int32 = w_tile * (GROUPS * ROWS)
+            om: int32 = x_tile * self.block_m
+            for k0 in self.range(0, k_size, bk):
+                self.mbarrier.wait(ring.empty[ring.p_stage], phase=ring.p_phase, sem="relaxed")
+                st = ring.p_stage
+                with self.single_thread():
+                    self.mbarrier.arrive_and_expect_tx(
+                        ring.full[st], transaction_bytes=sw[st].nbytes + sx[st].nbytes
+                    )
+                for j in self.steps:
+                    kj = k0 + j * KSTEP
+                    for c in self.groups:
+                        self.tma.global_to_shared(src=gw, dst=sw[st, c, j],
+                                                  offsets=[on + c * ROWS, kj // 2],
+                                                  mbarrier=ring.full[st])  # fmt: skip
+                    self.tma.global_to_shared(src=gx, dst=sx[st, j], offsets=[om, kj],
+                                              mbarrier=ring.full[st])  # fmt: skip
+                ring.p_advance()
+        tiles = cdiv(num_w * num_x - self.blockIdx.x, self.num_sms)
+        for _ in self.range(min(self.num_stages, tiles * (k_size // bk))):
+            self.mbarrier.wait(ring.empty[ring.p_stage], phase=ring.p_phase, sem="relaxed")
+            ring.p_advance()
+
+    def release(self, ring, stage: int32):
+        """Free ring slot ``stage`` (every thread of the group is past its reads of it)."""
+        self.sync()
+        with self.single_thread():
+            self.mbarrier.arrive(ring.empty[stage])
+
+    def consume(self, c: int, ring, sw, sx, gs, gy, k_size: int, num_w: int, num_x: int32):
+        """Consumer warp group ``c``: rows ``[64 c, 64 c + 64)`` of every tile of the block. A
+        slot's K tile is multiplied in 64-K steps, each its own WGMMA group; a scale group has
+        an even number of steps, so the two A tiles of one iteration alternate and the one in
+        flight is never overwritten."""
+        bm = self.block_m
+        a_bytes = view_layout(wgmma_acc(ROWS, KSTEP), 4, 8, [ROWS, KSTEP // 2])
+        s_layout = reduce(wgmma_acc(ROWS, KSTEP), [1], keepdims=True)
+        sy = None
+        if self.epilogue == "tma":
+            sy = self.shared_tensor(dtype=float16, shape=[bm, ROWS])
+        last_group = k_size // self.group - 1
+        for tile in self.range(self.blockIdx.x, num_w * num_x, self.num_sms):
+            w_tile, x_tile = self.tile_coords(tile, num_w, num_x)
+            row: int32 = w_tile * (GROUPS * ROWS) + c * ROWS
+            om: int32 = x_tile * bm
+            acc = self.register_tensor(dtype=float32, shape=[ROWS, bm], init=0.0)
+            s = self.load_global(gs, offsets=[row, 0], shape=[ROWS, 1])
+            self.annotate_layout(s, s_layout)
+            for gi in self.range(last_group + 1):
+                # the next group's scales, loaded a group ahead (the last group reloads its own)
+                s_next = self.load_global(gs, offsets=[row, min(gi + 1, last_group)],
+                                          shape=[ROWS, 1])  # fmt: skip
+                self.annotate_layout(s_next, s_layout)
+                for kt in self.ktiles:  # unrolled: each step has its own A tile
+                    st = ring.c_stage
+                    self.mbarrier.wait(ring.full[st], phase=ring.c_phase)
+                    for j in self.steps:
+                        qb = self.load_shared(sw[st, c, j])
+                        self.annotate_layout(qb, a_bytes)  # the bytes of the A fragment
+                        if self.wdtype == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the cast's bias
+                            qb = qb ^ 0x88
+                        w = self.cast(self.view(qb, dtype=tilus.int4b), float16) * s
+                        self.wgmma.fence()
+                        self.wgmma.mma(w, sx[st, j].transpose(), acc)
+                        self.wgmma.commit_group()
+                        self.wgmma.wait_group(1)  # every earlier step has retired
+                        if j == 0:  # so has the previous slot's last step: free that slot
+                            if kt > 0 or gi > 0:  # (the tile's first slot has none)
+                                self.release(ring, (st + self.num_stages - 1) % self.num_stages)
+                    ring.c_advance()
+                self.assign(s, s_next)
+            self.wgmma.wait_group(0)
+            self.release(ring, (ring.c_stage + self.num_stages - 1) % self.num_stages)
+            if self.epilogue == "tma":
+                self.store_tma(sy, gy, acc, om, row)
+            else:
+                self.store_global(gy, self.cast(acc, float16), offsets=[row, om])
+        if self.epilogue == "tma":
+            with self.single_thread():
+                self.tma.wait_group(0, read=True)  # sy is read: the block may exit
+
+    def store_tma(self, sy, gy, acc, om: int32, row: int32):
+        """The Y tile ``acc^T`` at ``(om, row)`` of Y through the shared tile ``sy`` and a TMA
+        store (clipped at Y's edges), waited for only before the next tile overwrites ``sy``."""
+        with self.single_thread():  # the same elected thread that issued the last store
+            self.tma.wait_group(0, read=True)
+        self.sync()
+        self.store_shared(sy, self.transpose(self.cast(acc, float16)))
+        self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(sy, gy, offsets=[om, row])
+            self.tma.commit_group()

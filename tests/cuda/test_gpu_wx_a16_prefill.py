@@ -1,0 +1,62 @@
+"""The persistent W4A16 prefill kernel on the GPU (H200): every config of its space at ragged
+M and N, NaN-poisoned outputs, fresh random inputs, against torch float32
+dequantize-then-matmul; and the user entry at prefill M."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import tilus
+from tests.cuda.conftest import needs_gpu
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "quantized"))
+import matmul_wx_a16 as ex  # noqa: E402
+import matmul_wx_a16_prefill as pf  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, needs_gpu]
+
+
+def _check(y, x, w16):
+    import torch
+
+    ref = torch.matmul(x.float(), w16.float().T)
+    assert not torch.isnan(y).any()
+    err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
+    assert err < 1e-2, err
+
+
+@pytest.mark.parametrize(
+    "wdtype, group, num_sms",
+    [(tilus.uint4b, 128, 5),  # 5 persistent blocks: several tiles each, the ring running on
+     (tilus.int4b, 256, None)],  # a block per SM: at most one tile each
+    ids=str,
+)  # fmt: skip
+def test_every_config_matches_torch(wdtype, group, num_sms):
+    import torch
+
+    n, k = 328, 1280  # a ragged weight tile (N % 128), K groups odd in number for group 128
+    ran = 0
+    for cfg in pf.MatmulWxA16Prefill().configs:
+        kernel = pf.MatmulWxA16Prefill(wdtype, group, num_sms=num_sms, **cfg)
+        for m in (1, 77, 300, 513):  # one row, ragged X tiles, several of them
+            x, w, s, w16 = ex.torch_problem(torch, m, n, k, group, wdtype)
+            y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+            kernel(m, n, k, x, w, s, y)
+            _check(y, x, w16)
+        ran += 1
+    assert ran == len(pf.PREFILL_SPACE)
+
+
+def test_entry_at_prefill_m_runs_the_prefill_kernel():
+    import torch
+
+    m, n, k, g = ex.PREFILL_MIN_M + 37, 1160, 1024, 128  # ragged M and N
+    x, w, s, w16 = ex.torch_problem(torch, m, n, k, g)
+    weights = ex.prepare_weights(w, s, wdtype=tilus.uint4b, group=g)
+    assert ex.pick_kernel(m, weights)[0].script_cls.__name__ == "MatmulWxA16Prefill"
+    y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+    assert ex.matmul_wx_a16(x, weights, out=y) is y
+    _check(y, x, w16)

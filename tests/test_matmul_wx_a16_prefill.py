@@ -1,0 +1,101 @@
+"""The persistent W4A16 prefill kernel on the CPU: interpreter results at tiny ragged sizes
+(several tiles a block, both epilogues, 64- and 128-K slots), the refused configs, the located
+K check, the entry's pick at prefill M, and NVRTC builds of its space."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilus
+from tests.cuda.conftest import needs_nvrtc
+from tilus.testing import marker_line
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "quantized"))
+import matmul_wx_a16 as ex  # noqa: E402
+import matmul_wx_a16_prefill as pf  # noqa: E402
+
+F16 = tilus.float16
+
+
+@pytest.mark.parametrize(
+    "wdtype, group, m, n, k, cfg",
+    [(tilus.uint4b, 128, 37, 300, 384, dict(block_m=16, num_stages=3, swizzle=2)),
+     (tilus.int4b, 256, 21, 136, 512, dict(block_m=8, block_k=128, num_stages=2, swizzle=3,
+                                           epilogue="tma")),
+     (tilus.uint4b, 128, 5, 200, 256, dict(block_m=24, num_stages=5, swizzle=1))],
+)  # fmt: skip
+def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
+    # 3 persistent blocks: each runs several tiles, the ring running on across them
+    err = ex.run_interp(wdtype, group, m, n, k, kernel=pf.MatmulWxA16Prefill, num_sms=3,
+                        **pf.pinned(**cfg))  # fmt: skip
+    assert err < 1e-2
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [(dict(group=64), "group must be a multiple of 128"),
+     (dict(block_k=96), "block_k 96 must be a multiple of 64"),
+     (dict(block_m=300), "block_m must be a multiple of 8"),
+     (dict(epilogue="smem"), "epilogue must be"),
+     (dict(block_m=256, num_stages=7), "shared memory"),
+     (dict(wdtype=tilus.int8), "wdtype must be")],
+)  # fmt: skip
+def test_configs_that_cannot_run_are_refused_by_name(kwargs, match):
+    args = dict(wdtype=tilus.uint4b, group=128, **pf.pinned(block_m=16, num_stages=2))
+    args.update(kwargs)
+    m, n, k = 3, 64, 256
+    x, _codes, s, packed = ex.random_problem(np.random.default_rng(), m, n, k, 128)
+    y = np.full((m, n), np.nan, np.float16)
+    with pytest.raises(tilus.TilusArgumentError, match=match):
+        pf.MatmulWxA16Prefill(**args)(m, n, k, x, packed, s, y)
+
+
+def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
+    m, n, k = 2, 64, 192
+    x, _codes, _s, packed = ex.random_problem(np.random.default_rng(), m, n, k, 64)
+    y = np.full((m, n), np.nan, np.float16)
+    kernel = pf.MatmulWxA16Prefill(tilus.uint4b, 128, **pf.pinned(block_m=16))
+    with pytest.raises(tilus.TilusProgramError, match="K = 192 is not a multiple") as info:
+        kernel(m, n, k, x, packed, np.ones((n, 2), np.float16), y)
+    err = info.value
+    assert err.loc is not None
+    assert err.loc.line == marker_line(pf.MatmulWxA16Prefill, "CHECK:group")
+    assert np.isnan(y).all()
+
+
+def test_entry_picks_the_prefill_kernel_at_prefill_m():
+    import torch
+
+    _x, w, s, _w16 = ex.torch_problem(torch, 1, 70, 384, 128, device="cpu")
+    weights = ex.prepare_weights(w, s, wdtype=tilus.uint4b, group=128)
+    pick = lambda m: ex.pick_kernel(m, weights)[0].script_cls.__name__  # noqa: E731
+    assert pick(ex.PREFILL_MIN_M) == "MatmulWxA16Prefill"
+    assert pick(ex.PREFILL_MIN_M - 1) == "MatmulWxA16Pipe"
+    _x, w, s, _w16 = ex.torch_problem(torch, 1, 70, 384, 64, device="cpu")
+    weights = ex.prepare_weights(w, s, wdtype=tilus.uint4b, group=64)
+    assert pick(ex.PREFILL_MIN_M) == "MatmulWxA16Pipe"  # a group the prefill kernel refuses
+
+
+@needs_nvrtc
+def test_every_config_builds_without_serialized_wgmma():
+    for cfg in pf.MatmulWxA16Prefill().configs:
+        ck = tilus.compile(pf.MatmulWxA16Prefill(tilus.uint4b, 128, **cfg), 4096, 8192, 8192,
+                           F16, tilus.uint8, F16, F16)  # fmt: skip
+        ck = ck[0] if isinstance(ck, list) else ck
+        assert not ck.wgmma_serialized, cfg
+        # ptxas spills a few registers in the epilogue (after the mainloop), none in the loop
+        assert ck.resources["spill_store_bytes"] <= 512, (cfg, ck.resources)
+
+
+def test_tma_epilogue_refuses_rows_tma_cannot_store():
+    m, n, k = 3, 70, 256
+    x, _codes, s, packed = ex.random_problem(np.random.default_rng(), m, n, k, 128)
+    y = np.full((m, n), np.nan, np.float16)
+    kernel = pf.MatmulWxA16Prefill(tilus.uint4b, 128, **pf.pinned(block_m=16, epilogue="tma"))
+    with pytest.raises(tilus.TilusProgramError, match="multiple of 8") as info:
+        kernel(m, n, k, x, packed, s, y)
+    assert info.value.loc.line == marker_line(pf.MatmulWxA16Prefill, "CHECK:tma_rows")
