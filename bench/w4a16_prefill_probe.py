@@ -27,12 +27,14 @@ from rowwise import time_ms  # noqa: E402 - the shared timing helper
 SHAPES = "4096x8192x8192,4096x28672x4096"
 #: configs beside the default space: other raster groups, rings and tiles
 PROBE = [
-    dict(block_m=256, block_k=64, num_stages=6, swizzle=2, epilogue="direct"),
-    dict(block_m=256, block_k=64, num_stages=6, swizzle=8, epilogue="direct"),
-    dict(block_m=256, block_k=64, num_stages=6, swizzle=16, epilogue="direct"),
-    dict(block_m=256, block_k=128, num_stages=3, swizzle=8, epilogue="direct"),
-    dict(block_m=256, block_k=128, num_stages=2, swizzle=4, epilogue="tma"),
-    dict(block_m=128, block_k=64, num_stages=8, swizzle=8, epilogue="direct"),
+    dict(block_m=256, block_k=64, num_stages=6, swizzle=2, epilogue="direct", thread_arrive=True),
+    dict(block_m=256, block_k=64, num_stages=6, swizzle=8, epilogue="direct", thread_arrive=True),
+    dict(block_m=256, block_k=64, num_stages=6, swizzle=16, epilogue="direct", thread_arrive=True),
+    dict(block_m=256, block_k=64, num_stages=5, swizzle=8, epilogue="direct", thread_arrive=True),
+    dict(block_m=256, block_k=128, num_stages=3, swizzle=4, epilogue="direct", thread_arrive=False),
+    dict(block_m=256, block_k=128, num_stages=2, swizzle=4, epilogue="tma", thread_arrive=True),
+    dict(block_m=256, block_k=64, num_stages=4, swizzle=4, epilogue="tma", thread_arrive=False),
+    dict(block_m=128, block_k=64, num_stages=8, swizzle=8, epilogue="direct", thread_arrive=False),
 ]
 #: the pipelined kernel's winner at M = 4096 (bench/results, 2026-12-02), pinned
 PIPE_BEST = dict(block_m=256, consumers=2, num_stages=3, split_k=1, block_k=128, scale_w=True,

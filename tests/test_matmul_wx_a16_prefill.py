@@ -26,7 +26,8 @@ F16 = tilus.float16
     [(tilus.uint4b, 128, 37, 300, 384, dict(block_m=16, num_stages=3, swizzle=2)),
      (tilus.int4b, 256, 21, 136, 512, dict(block_m=8, block_k=128, num_stages=2, swizzle=3,
                                            epilogue="tma")),
-     (tilus.uint4b, 128, 5, 200, 256, dict(block_m=24, num_stages=5, swizzle=1))],
+     (tilus.uint4b, 128, 5, 200, 256, dict(block_m=24, num_stages=5, swizzle=1,
+                                           thread_arrive=False))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
     # 3 persistent blocks: each runs several tiles, the ring running on across them

@@ -60,22 +60,24 @@ class Ring(tilus.Class):
             self.c_phase ^= 1
 
 
-#: (block_m, block_k, num_stages, swizzle, epilogue): X rows of a tile (the WGMMA N), K of a
-#: ring slot, slots, X tiles of a raster group and the epilogue; each fits in shared memory
+#: (block_m, block_k, num_stages, swizzle, epilogue, thread_arrive): X rows of a tile (the
+#: WGMMA N), K of a ring slot, slots, X tiles of a raster group, the epilogue and how a slot
+#: is freed; each fits in shared memory
 PREFILL_SPACE = [
-    (256, 64, 6, 4, "direct"),
-    (256, 64, 5, 8, "direct"),
-    (256, 64, 4, 4, "tma"),
-    (256, 128, 3, 4, "direct"),
-    (128, 64, 8, 4, "direct"),
+    (256, 64, 6, 4, "direct", True),
+    (256, 64, 6, 4, "direct", False),
+    (256, 64, 4, 4, "tma", True),
+    (256, 128, 3, 4, "direct", True),
+    (128, 64, 8, 4, "direct", True),
 ]
-PREFILL_GROUP = "block_m, block_k, num_stages, swizzle, epilogue"
+PREFILL_GROUP = "block_m, block_k, num_stages, swizzle, epilogue, thread_arrive"
 
 
-def pinned(block_m=256, block_k=64, num_stages=4, swizzle=4, epilogue="direct") -> dict:
+def pinned(block_m=256, block_k=64, num_stages=4, swizzle=4, epilogue="direct",
+           thread_arrive=True) -> dict:  # fmt: skip
     """Constructor arguments pinning one config (the autotune group is pinned as a whole)."""
     return dict(block_m=block_m, block_k=block_k, num_stages=num_stages, swizzle=swizzle,
-                epilogue=epilogue)  # fmt: skip
+                epilogue=epilogue, thread_arrive=thread_arrive)  # fmt: skip
 
 
 def smem_bytes(block_m: int, block_k: int, num_stages: int, epilogue: str) -> int:
@@ -91,7 +93,8 @@ class MatmulWxA16Prefill(tilus.Script):
 
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 256, block_k: int = 64,
-        num_stages: int = 4, swizzle: int = 4, epilogue: str = "direct", num_sms=None,
+        num_stages: int = 4, swizzle: int = 4, epilogue: str = "direct",
+        thread_arrive: bool = True, num_sms=None,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -114,6 +117,7 @@ class MatmulWxA16Prefill(tilus.Script):
             )
         self.wdtype, self.group, self.block_m, self.block_k = wdtype, group, block_m, block_k
         self.num_stages, self.swizzle, self.epilogue = num_stages, swizzle, epilogue
+        self.thread_arrive = thread_arrive
         self.num_sms = num_sms if num_sms is not None else sm_count()
         self.ktiles = list(range(group // block_k))  # host lists: loops over them are unrolled
         self.groups = list(range(GROUPS))
@@ -158,7 +162,7 @@ class MatmulWxA16Prefill(tilus.Script):
         steps = bk // KSTEP  # the 64-K steps of a slot, each a shared tile of its own
         sw = self.shared_tensor(dtype=uint8, shape=[ns, GROUPS, steps, ROWS, KSTEP // 2])
         sx = self.shared_tensor(dtype=float16, shape=[ns, steps, bm, KSTEP])
-        ring = Ring(ns, GROUPS)
+        ring = Ring(ns, GROUPS * (128 if self.thread_arrive else 1))  # arrivals that free a slot
         with self.warp_group(4 * GROUPS, 4):  # the producer warp group lends its registers
             self.setmaxnreg(40)
             with self.single_warp(0):
@@ -199,10 +203,16 @@ class MatmulWxA16Prefill(tilus.Script):
             ring.p_advance()
 
     def release(self, ring, stage: int32):
-        """Free ring slot ``stage`` (every thread of the group is past its reads of it)."""
-        self.sync()
-        with self.single_thread():
+        """Free ring slot ``stage`` once the WGMMA that read it retired (``wait_group``) and
+        every thread of the group loaded its packed weights from it: with ``thread_arrive``
+        every thread arrives on its own (no group-wide barrier on the mainloop's path);
+        without it the group syncs and one thread arrives."""
+        if self.thread_arrive:
             self.mbarrier.arrive(ring.empty[stage])
+        else:
+            self.sync()
+            with self.single_thread():
+                self.mbarrier.arrive(ring.empty[stage])
 
     def consume(self, c: int, ring, sw, sx, gs, gy, k_size: int, num_w: int, num_x: int32):
         """Consumer warp group ``c``: rows ``[64 c, 64 c + 64)`` of every tile of the block. A
