@@ -30,11 +30,43 @@ PROBE = [
     dict(block_m=256, block_k=64, num_stages=6, swizzle=2, epilogue="direct", thread_arrive=True),
     dict(block_m=256, block_k=64, num_stages=6, swizzle=8, epilogue="direct", thread_arrive=True),
     dict(block_m=256, block_k=64, num_stages=6, swizzle=16, epilogue="direct", thread_arrive=True),
-    dict(block_m=256, block_k=64, num_stages=5, swizzle=8, epilogue="direct", thread_arrive=True),
-    dict(block_m=256, block_k=128, num_stages=3, swizzle=4, epilogue="direct", thread_arrive=False),
-    dict(block_m=256, block_k=128, num_stages=2, swizzle=4, epilogue="tma", thread_arrive=True),
-    dict(block_m=256, block_k=64, num_stages=4, swizzle=4, epilogue="tma", thread_arrive=False),
-    dict(block_m=128, block_k=64, num_stages=8, swizzle=8, epilogue="direct", thread_arrive=False),
+    dict(
+        block_m=256,
+        block_k=64,
+        num_stages=6,
+        swizzle=8,
+        epilogue="direct",
+        thread_arrive=False,
+        cluster=2,
+    ),
+    dict(
+        block_m=256,
+        block_k=64,
+        num_stages=6,
+        swizzle=2,
+        epilogue="direct",
+        thread_arrive=False,
+        cluster=2,
+    ),
+    dict(
+        block_m=256,
+        block_k=128,
+        num_stages=3,
+        swizzle=4,
+        epilogue="direct",
+        thread_arrive=False,
+        cluster=2,
+    ),
+    dict(block_m=256, block_k=64, num_stages=4, swizzle=4, epilogue="tma", thread_arrive=True),
+    dict(
+        block_m=128,
+        block_k=64,
+        num_stages=8,
+        swizzle=8,
+        epilogue="direct",
+        thread_arrive=False,
+        cluster=2,
+    ),
 ]
 #: the pipelined kernel's winner at M = 4096 (bench/results, 2026-12-02), pinned
 PIPE_BEST = dict(block_m=256, consumers=2, num_stages=3, split_k=1, block_k=128, scale_w=True,
@@ -146,7 +178,8 @@ def main(argv=None) -> int:
     import torch
 
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    configs = pf.MatmulWxA16Prefill().configs + (PROBE if args.configs == "probe" else [])
+    extra = [pf.pinned(**c) for c in PROBE] if args.configs == "probe" else []
+    configs = pf.MatmulWxA16Prefill().configs + extra
     with ProcessPoolExecutor(8, mp_context=mp.get_context("spawn")) as pool:
         futs = {
             (i, s): pool.submit(_compile, (c, s)) for s in shapes for i, c in enumerate(configs)

@@ -27,11 +27,16 @@ F16 = tilus.float16
      (tilus.int4b, 256, 21, 136, 512, dict(block_m=8, block_k=128, num_stages=2, swizzle=3,
                                            epilogue="tma")),
      (tilus.uint4b, 128, 5, 200, 256, dict(block_m=24, num_stages=5, swizzle=1,
-                                           thread_arrive=False))],
+                                           thread_arrive=False)),
+     # clusters of 2: an odd number of weight tiles (the last pair's second tile is past N)
+     (tilus.uint4b, 128, 37, 300, 384, dict(block_m=16, num_stages=3, swizzle=2,
+                                            thread_arrive=False, cluster=2)),
+     (tilus.int4b, 256, 21, 400, 512, dict(block_m=32, block_k=128, num_stages=2, swizzle=3,
+                                           thread_arrive=False, cluster=2, epilogue="tma"))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
-    # 3 persistent blocks: each runs several tiles, the ring running on across them
-    err = ex.run_interp(wdtype, group, m, n, k, kernel=pf.MatmulWxA16Prefill, num_sms=3,
+    # 4 persistent blocks: each runs several tiles, the ring running on across them
+    err = ex.run_interp(wdtype, group, m, n, k, kernel=pf.MatmulWxA16Prefill, num_sms=4,
                         **pf.pinned(**cfg))  # fmt: skip
     assert err < 1e-2
 
@@ -43,7 +48,9 @@ def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg)
      (dict(block_m=300), "block_m must be a multiple of 8"),
      (dict(epilogue="smem"), "epilogue must be"),
      (dict(block_m=256, num_stages=7), "shared memory"),
-     (dict(wdtype=tilus.int8), "wdtype must be")],
+     (dict(wdtype=tilus.int8), "wdtype must be"),
+     (dict(cluster=2), "cluster must be 1 or 2"),  # with thread_arrive
+     (dict(cluster=4, thread_arrive=False), "cluster must be 1 or 2")],
 )  # fmt: skip
 def test_configs_that_cannot_run_are_refused_by_name(kwargs, match):
     args = dict(wdtype=tilus.uint4b, group=128, **pf.pinned(block_m=16, num_stages=2))

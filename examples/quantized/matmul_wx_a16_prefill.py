@@ -60,24 +60,27 @@ class Ring(tilus.Class):
             self.c_phase ^= 1
 
 
-#: (block_m, block_k, num_stages, swizzle, epilogue, thread_arrive): X rows of a tile (the
-#: WGMMA N), K of a ring slot, slots, X tiles of a raster group, the epilogue and how a slot
-#: is freed; each fits in shared memory
+#: (block_m, block_k, num_stages, swizzle, epilogue, thread_arrive, cluster): X rows of a
+#: tile (the WGMMA N), K of a ring slot, slots, X tiles of a raster group, the epilogue, how a
+#: slot is freed and the blocks of a cluster (2: neighbouring weight tiles of one X tile, each
+#: block multicasting half of it, which halves the X bytes an SM pulls from L2); each fits in
+#: shared memory
 PREFILL_SPACE = [
-    (256, 64, 6, 4, "direct", True),
-    (256, 64, 6, 4, "direct", False),
-    (256, 64, 4, 4, "tma", True),
-    (256, 128, 3, 4, "direct", True),
-    (128, 64, 8, 4, "direct", True),
+    (256, 64, 6, 4, "direct", True, 1),
+    (256, 64, 6, 4, "direct", False, 1),
+    (256, 64, 6, 4, "direct", False, 2),
+    (256, 64, 4, 4, "tma", False, 2),
+    (256, 128, 3, 4, "direct", True, 1),
+    (128, 64, 8, 4, "direct", True, 1),
 ]
-PREFILL_GROUP = "block_m, block_k, num_stages, swizzle, epilogue, thread_arrive"
+PREFILL_GROUP = "block_m, block_k, num_stages, swizzle, epilogue, thread_arrive, cluster"
 
 
 def pinned(block_m=256, block_k=64, num_stages=4, swizzle=4, epilogue="direct",
-           thread_arrive=True) -> dict:  # fmt: skip
+           thread_arrive=True, cluster=1) -> dict:  # fmt: skip
     """Constructor arguments pinning one config (the autotune group is pinned as a whole)."""
     return dict(block_m=block_m, block_k=block_k, num_stages=num_stages, swizzle=swizzle,
-                epilogue=epilogue, thread_arrive=thread_arrive)  # fmt: skip
+                epilogue=epilogue, thread_arrive=thread_arrive, cluster=cluster)  # fmt: skip
 
 
 def smem_bytes(block_m: int, block_k: int, num_stages: int, epilogue: str) -> int:
@@ -94,7 +97,7 @@ class MatmulWxA16Prefill(tilus.Script):
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 256, block_k: int = 64,
         num_stages: int = 4, swizzle: int = 4, epilogue: str = "direct",
-        thread_arrive: bool = True, num_sms=None,
+        thread_arrive: bool = True, cluster: int = 1, num_sms=None,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -107,6 +110,11 @@ class MatmulWxA16Prefill(tilus.Script):
             raise TilusArgumentError(f"group must be a multiple of {2 * KSTEP}, got {group}")
         if block_m % 8 or not 8 <= block_m <= 256:
             raise TilusArgumentError(f"block_m must be a multiple of 8 in [8, 256], got {block_m}")
+        if cluster not in (1, 2) or (cluster == 2 and (thread_arrive or block_m % 16)):
+            raise TilusArgumentError(
+                f"cluster must be 1 or 2 (2 with thread_arrive=False and block_m a multiple of "
+                f"16), got cluster {cluster}, thread_arrive {thread_arrive}, block_m {block_m}"
+            )
         if epilogue not in ("direct", "tma"):
             raise TilusArgumentError(f"epilogue must be 'direct' or 'tma', got {epilogue!r}")
         if smem_bytes(block_m, block_k, num_stages, epilogue) > SMEM_LIMIT:
@@ -117,8 +125,11 @@ class MatmulWxA16Prefill(tilus.Script):
             )
         self.wdtype, self.group, self.block_m, self.block_k = wdtype, group, block_m, block_k
         self.num_stages, self.swizzle, self.epilogue = num_stages, swizzle, epilogue
-        self.thread_arrive = thread_arrive
+        self.thread_arrive, self.cluster_n = thread_arrive, cluster
         self.num_sms = num_sms if num_sms is not None else sm_count()
+        # persistent clusters: cluster q runs units q, q + num_clusters, ... in each of its blocks
+        self.num_clusters = max(self.num_sms // cluster, 1)
+        self.half = block_m // cluster  # X rows of a part (the pair's blocks load one each)
         self.ktiles = list(range(group // block_k))  # host lists: loops over them are unrolled
         self.groups = list(range(GROUPS))
         self.steps = list(range(block_k // KSTEP))
@@ -148,7 +159,10 @@ class MatmulWxA16Prefill(tilus.Script):
         self.static_assert(k_size % g == 0, msg)  # CHECK:group
         num_w = cdiv(n_size, GROUPS * ROWS)
         num_x = cdiv(m_size, bm)
-        self.attrs.blocks = min(num_w * num_x, self.num_sms)
+        num_u = cdiv(num_w, self.cluster_n)  # a unit: an X tile times a cluster's weight tiles
+        self.attrs.blocks = min(num_u * num_x, self.num_clusters) * self.cluster_n
+        if self.cluster_n > 1:
+            self.attrs.cluster_blocks = self.cluster_n
         self.attrs.warps = 4 * GROUPS + 4  # the consumer warp groups and a producer warp group
         gx = self.global_view(x_ptr, dtype=float16, shape=[m_size, k_size])
         gw = self.global_view(w_ptr, dtype=uint8, shape=[n_size, k_size // 2])
@@ -161,24 +175,43 @@ class MatmulWxA16Prefill(tilus.Script):
             gy = self.global_view(y_ptr, dtype=float16, shape=[n_size, m_size], strides=[1, n_size])
         steps = bk // KSTEP  # the 64-K steps of a slot, each a shared tile of its own
         sw = self.shared_tensor(dtype=uint8, shape=[ns, GROUPS, steps, ROWS, KSTEP // 2])
-        sx = self.shared_tensor(dtype=float16, shape=[ns, steps, bm, KSTEP])
-        ring = Ring(ns, GROUPS * (128 if self.thread_arrive else 1))  # arrivals that free a slot
+        # the X tile in parts of `half` rows: in a cluster each block multicasts one part
+        sx = self.shared_tensor(dtype=float16, shape=[ns, steps, self.cluster_n, self.half, KSTEP])
+        # arrivals that free a slot: every consumer thread, or one a group (of both blocks)
+        per_group = 128 if self.thread_arrive else self.cluster_n
+        ring = Ring(ns, GROUPS * per_group)
+        peer_empty = None
+        if self.cluster_n > 1:  # the peer's empty barriers; both blocks' exist after the sync
+            peer_empty = self.cluster.map_shared_addr(ring.empty, 1 - self.cluster.blockRank)
+            self.cluster.sync()
         with self.warp_group(4 * GROUPS, 4):  # the producer warp group lends its registers
             self.setmaxnreg(40)
             with self.single_warp(0):
-                self.produce(ring, sw, sx, gw, gx, k_size, num_w, num_x)
+                self.produce(ring, sw, sx, gw, gx, k_size, num_u, num_x)
         for c in self.groups:
             with self.warp_group(4 * c, 4):
                 self.setmaxnreg(232)
-                self.consume(c, ring, sw, sx, gs, gy, k_size, num_w, num_x)
+                self.consume(c, ring, peer_empty, sw, sx, gs, gy, k_size, num_u, num_x)
+        if self.cluster_n > 1:  # no block exits while its peer may still arrive on its barriers
+            self.cluster.sync()
 
-    def produce(self, ring, sw, sx, gw, gx, k_size: int, num_w: int, num_x: int32):
+    def rank(self):
+        """The block's rank in its cluster (0 without clusters)."""
+        return self.cluster.blockRank if self.cluster_n > 1 else 0
+
+    def unit_tile(self, unit: int32, num_u: int, num_x: int32):
+        """(weight tile, X tile) of the block in work unit ``unit``."""
+        w_unit, x_tile = self.tile_coords(unit, num_u, num_x)
+        return w_unit * self.cluster_n + self.rank(), x_tile
+
+    def produce(self, ring, sw, sx, gw, gx, k_size: int, num_u: int, num_x: int32):
         """The producer warp: for every tile of the block, per K tile, wait for a free slot
         and copy into it both consumer groups' packed weight tiles and the X tile; then wait
         until the consumers have freed every slot (no copy is in flight at exit)."""
         bk = self.block_k
-        for tile in self.range(self.blockIdx.x, num_w * num_x, self.num_sms):
-            w_tile, x_tile = self.tile_coords(tile, num_w, num_x)
+        first = self.blockIdx.x // self.cluster_n
+        for unit in self.range(first, num_u * num_x, self.num_clusters):
+            w_tile, x_tile = self.unit_tile(unit, num_u, num_x)
             on: int32 = w_tile * (GROUPS * ROWS)
             om: int32 = x_tile * self.block_m
             for k0 in self.range(0, k_size, bk):
@@ -194,43 +227,61 @@ class MatmulWxA16Prefill(tilus.Script):
                         self.tma.global_to_shared(src=gw, dst=sw[st, c, j],
                                                   offsets=[on + c * ROWS, kj // 2],
                                                   mbarrier=ring.full[st])  # fmt: skip
-                    self.tma.global_to_shared(src=gx, dst=sx[st, j], offsets=[om, kj],
-                                              mbarrier=ring.full[st])  # fmt: skip
+                    if self.cluster_n == 1:
+                        self.tma.global_to_shared(src=gx, dst=sx[st, j, 0], offsets=[om, kj],
+                                                  mbarrier=ring.full[st])  # fmt: skip
+                    else:  # this block's part of the X tile, into both blocks' slot
+                        r = self.rank()
+                        self.tma.global_to_shared(src=gx, dst=sx[st, j, r],
+                                                  offsets=[om + r * self.half, kj],
+                                                  mbarrier=ring.full[st],
+                                                  multicast_mask=0b11)  # fmt: skip
                 ring.p_advance()
-        tiles = cdiv(num_w * num_x - self.blockIdx.x, self.num_sms)
+        tiles = cdiv(num_u * num_x - first, self.num_clusters)
         for _ in self.range(min(self.num_stages, tiles * (k_size // bk))):
             self.mbarrier.wait(ring.empty[ring.p_stage], phase=ring.p_phase, sem="relaxed")
             ring.p_advance()
 
-    def release(self, ring, stage: int32):
+    def release(self, ring, peer_empty, stage: int32):
         """Free ring slot ``stage`` once the WGMMA that read it retired (``wait_group``) and
         every thread of the group loaded its packed weights from it: with ``thread_arrive``
         every thread arrives on its own (no group-wide barrier on the mainloop's path);
-        without it the group syncs and one thread arrives."""
+        without it the group syncs and one thread arrives (in a cluster, on both blocks'
+        barriers)."""
         if self.thread_arrive:
             self.mbarrier.arrive(ring.empty[stage])
         else:
             self.sync()
             with self.single_thread():
                 self.mbarrier.arrive(ring.empty[stage])
+                if self.cluster_n > 1:  # the peer multicasts into this slot too
+                    # relaxed: the slot's X part is read by the retired WGMMAs alone (a
+                    # cluster-scope release would fence the mainloop's path)
+                    self.mbarrier.arrive(peer_empty[stage], sem="relaxed", scope="cluster")
 
-    def consume(self, c: int, ring, sw, sx, gs, gy, k_size: int, num_w: int, num_x: int32):
+    def consume(self, c: int, ring, peer_empty, sw, sx, gs, gy, k_size: int, num_u: int,
+                num_x: int32):  # fmt: skip
         """Consumer warp group ``c``: rows ``[64 c, 64 c + 64)`` of every tile of the block. A
         slot's K tile is multiplied in 64-K steps, each its own WGMMA group; a scale group has
         an even number of steps, so the two A tiles of one iteration alternate and the one in
         flight is never overwritten."""
-        bm = self.block_m
+        bm, hm = self.block_m, self.half
         a_bytes = view_layout(wgmma_acc(ROWS, KSTEP), 4, 8, [ROWS, KSTEP // 2])
         s_layout = reduce(wgmma_acc(ROWS, KSTEP), [1], keepdims=True)
         sy = None
         if self.epilogue == "tma":
-            sy = self.shared_tensor(dtype=float16, shape=[bm, ROWS])
+            sy = self.shared_tensor(dtype=float16, shape=[self.cluster_n, hm, ROWS])
         last_group = k_size // self.group - 1
-        for tile in self.range(self.blockIdx.x, num_w * num_x, self.num_sms):
-            w_tile, x_tile = self.tile_coords(tile, num_w, num_x)
+        first = self.blockIdx.x // self.cluster_n
+        for unit in self.range(first, num_u * num_x, self.num_clusters):
+            w_tile, x_tile = self.unit_tile(unit, num_u, num_x)
             row: int32 = w_tile * (GROUPS * ROWS) + c * ROWS
             om: int32 = x_tile * bm
-            acc = self.register_tensor(dtype=float32, shape=[ROWS, bm], init=0.0)
+            # one accumulator per part of the X tile (a cluster's block multiplies both parts)
+            acc = self.register_tensor(dtype=float32, shape=[ROWS, hm], init=0.0)
+            acc1 = None
+            if self.cluster_n > 1:
+                acc1 = self.register_tensor(dtype=float32, shape=[ROWS, hm], init=0.0)
             s = self.load_global(gs, offsets=[row, 0], shape=[ROWS, 1])
             self.annotate_layout(s, s_layout)
             for gi in self.range(last_group + 1):
@@ -248,33 +299,43 @@ class MatmulWxA16Prefill(tilus.Script):
                             qb = qb ^ 0x88
                         w = self.cast(self.view(qb, dtype=tilus.int4b), float16) * s
                         self.wgmma.fence()
-                        self.wgmma.mma(w, sx[st, j].transpose(), acc)
+                        self.wgmma.mma(w, sx[st, j, 0].transpose(), acc)
+                        if self.cluster_n > 1:
+                            self.wgmma.mma(w, sx[st, j, 1].transpose(), acc1)
                         self.wgmma.commit_group()
                         self.wgmma.wait_group(1)  # every earlier step has retired
                         if j == 0:  # so has the previous slot's last step: free that slot
                             if kt > 0 or gi > 0:  # (the tile's first slot has none)
-                                self.release(ring, (st + self.num_stages - 1) % self.num_stages)
+                                prev = (st + self.num_stages - 1) % self.num_stages
+                                self.release(ring, peer_empty, prev)
                     ring.c_advance()
                 self.assign(s, s_next)
             self.wgmma.wait_group(0)
-            self.release(ring, (ring.c_stage + self.num_stages - 1) % self.num_stages)
+            self.release(ring, peer_empty, (ring.c_stage + self.num_stages - 1) % self.num_stages)
             if self.epilogue == "tma":
-                self.store_tma(sy, gy, acc, om, row)
+                self.store_tma(sy, gy, acc, acc1, om, row)
             else:
                 self.store_global(gy, self.cast(acc, float16), offsets=[row, om])
+                if self.cluster_n > 1:
+                    self.store_global(gy, self.cast(acc1, float16), offsets=[row, om + hm])
         if self.epilogue == "tma":
             with self.single_thread():
                 self.tma.wait_group(0, read=True)  # sy is read: the block may exit
 
-    def store_tma(self, sy, gy, acc, om: int32, row: int32):
-        """The Y tile ``acc^T`` at ``(om, row)`` of Y through the shared tile ``sy`` and a TMA
-        store (clipped at Y's edges), waited for only before the next tile overwrites ``sy``."""
+    def store_tma(self, sy, gy, acc, acc1, om: int32, row: int32):
+        """The Y tile ``acc^T`` (and in a cluster ``acc1^T`` below it) at ``(om, row)`` of Y
+        through the shared tiles ``sy`` and TMA stores (clipped at Y's edges), waited for only
+        before the next tile overwrites ``sy``."""
         with self.single_thread():  # the same elected thread that issued the last store
             self.tma.wait_group(0, read=True)
         self.sync()
-        self.store_shared(sy, self.transpose(self.cast(acc, float16)))
+        self.store_shared(sy[0], self.transpose(self.cast(acc, float16)))
+        if self.cluster_n > 1:
+            self.store_shared(sy[1], self.transpose(self.cast(acc1, float16)))
         self.fence.proxy_async(space="shared")  # the generic writes become visible to TMA
         self.sync()
         with self.single_thread():
-            self.tma.shared_to_global(sy, gy, offsets=[om, row])
+            self.tma.shared_to_global(sy[0], gy, offsets=[om, row])
+            if self.cluster_n > 1:
+                self.tma.shared_to_global(sy[1], gy, offsets=[om + self.half, row])
             self.tma.commit_group()

@@ -37,7 +37,9 @@ def _check(y, x, w16):
 def test_every_config_matches_torch(wdtype, group, num_sms):
     import torch
 
-    n, k = 328, 1280  # a ragged weight tile (N % 128), K groups odd in number for group 128
+    # a ragged weight tile (N % 128) and an odd number of them (a cluster's last pair has one);
+    # an odd number of scale groups for group 128
+    n, k = 328, 1280
     ran = 0
     for cfg in pf.MatmulWxA16Prefill().configs:
         kernel = pf.MatmulWxA16Prefill(wdtype, group, num_sms=num_sms, **cfg)
