@@ -1,12 +1,13 @@
 """Time pinned configs of the persistent W4A16 prefill kernel beside fp16 cuBLAS (H200).
 
 ``python bench/w4a16_prefill_probe.py [--rounds 3] [--reps 5] [--shapes 4096x8192x8192,...]
-[--configs space|probe] [--flush dirty|clean]``: every config is compiled up front in worker
-processes, checked against torch (NaN-poisoned output, max error relative to the largest
+[--configs space|probe] [--flush dirty|clean] [--ms 1024,2048]``: every config is compiled up
+front in worker processes, checked against torch (NaN-poisoned output, max error relative to the largest
 reference value), then timed in interleaved rounds with the L2 flushed before each run, beside
 ``torch.matmul(x, w_fp16.T)``, the pipelined kernel's tuned winner (pinned) and the user entry
-``matmul_wx_a16`` on prepared weights (its default, tuned on first use). The table (last) gives
-the median of the rounds' medians and the ratio to cuBLAS.
+``matmul_wx_a16`` on prepared weights (its default, tuned on first use); ``--ms`` times the same
+builds at smaller M too (where the entry should switch kernels). Each shape's table gives the
+median of the rounds' medians and the ratio to cuBLAS.
 """
 
 from __future__ import annotations
@@ -148,16 +149,33 @@ def _probe_shape(torch, args, flush, shape, configs, built):
         ok_all &= good
         if good:
             runs[entry] = lambda: ex.matmul_wx_a16(x, weights, out=y)
+    table += _timed(torch, args, flush, tag, 2 * m * n * k, runs)
+    # smaller M on the same builds (M is a runtime argument): where the prefill kernel wins
+    for m2 in [int(v) for v in args.ms.split(",") if v]:
+        x2, y2 = x[:m2], y[:m2]
+        runs2 = {"cuBLAS fp16": lambda x2=x2: torch.matmul(x2, w16.T)}
+        kernels = {c[0]: c[1] for c in cands}
+        for name in runs:  # the kernels that passed their check
+            if name in kernels:
+                runs2[name] = lambda kern=kernels[name], a=(m2, x2, y2): kern(a[0], n, k, a[1], w,
+                                                                           s, a[2])  # fmt: skip
+        table += _timed(torch, args, flush, f"{m2}x{n}x{k}", 2 * m2 * n * k, runs2)
+    return table, ok_all
+
+
+def _timed(torch, args, flush, tag: str, flop: int, runs: dict) -> list:
+    """Table rows of ``runs`` timed in ``args.rounds`` interleaved rounds (every impl once a
+    round), the median of the rounds' medians, the ratio to the cuBLAS row."""
     rounds = {name: [] for name in runs}
-    for _ in range(args.rounds):  # interleaved: every impl once a round
+    for _ in range(args.rounds):
         for name, fn in runs.items():
             rounds[name].append(time_ms(fn, torch, flush, args.reps))
     base = statistics.median(rounds["cuBLAS fp16"])
+    rows = []
     for name, ts in rounds.items():
         ms = statistics.median(ts)
-        tf = 2 * m * n * k / ms / 1e9
-        table.append((tag, name, f"{ms:.4f}", f"{tf:.0f}", f"{base / ms:.3f}"))
-    return table, ok_all
+        rows.append((tag, name, f"{ms:.4f}", f"{flop / ms / 1e9:.0f}", f"{base / ms:.3f}"))
+    return rows
 
 
 def main(argv=None) -> int:
@@ -169,6 +187,7 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default="probe", choices=["space", "probe"])
     ap.add_argument("--flush", default="dirty")
     ap.add_argument("--no-entry", action="store_true", help="leave the tuned entry row out")
+    ap.add_argument("--ms", default="", help="smaller M also timed (comma-separated)")
     args = ap.parse_args(argv)
 
     import multiprocessing as mp
@@ -186,15 +205,14 @@ def main(argv=None) -> int:
         }
         built = {key: f.result() for key, f in futs.items()}
     flush = make_flush(torch, args.flush)
-    table, ok_all = [], True
+    ok_all = True
     for m, n, k in shapes:
         rows, ok = _probe_shape(torch, args, flush, (m, n, k), configs, built)
-        table += rows
         ok_all &= ok
         torch.cuda.empty_cache()
-    print(f"\n{'shape':16s} {'impl':80s} {'ms':>8s} {'TFLOPS':>7s} {'ratio':>6s}")
-    for row in table:
-        print(f"{row[0]:16s} {row[1]:80s} {row[2]:>8s} {row[3]:>7s} {row[4]:>6s}")
+        print(f"\n{'shape':16s} {'impl':84s} {'ms':>8s} {'TFLOPS':>7s} {'ratio':>6s}")
+        for row in rows:  # each shape's table as soon as it is timed
+            print(f"{row[0]:16s} {row[1]:84s} {row[2]:>8s} {row[3]:>7s} {row[4]:>6s}", flush=True)
     return 0 if ok_all else 1
 
 
