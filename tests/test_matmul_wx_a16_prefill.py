@@ -32,7 +32,11 @@ F16 = tilus.float16
      (tilus.uint4b, 128, 37, 300, 384, dict(block_m=16, num_stages=3, swizzle=2,
                                             thread_arrive=False, cluster=2)),
      (tilus.int4b, 256, 21, 400, 512, dict(block_m=32, block_k=128, num_stages=2, swizzle=3,
-                                           thread_arrive=False, cluster=2, epilogue="tma"))],
+                                           thread_arrive=False, cluster=2, epilogue="tma")),
+     # consumer group 1 trailing by 2 scale groups; by 2 with a single group in K
+     (tilus.uint4b, 128, 37, 304, 384, dict(block_m=16, num_stages=5, swizzle=2, lag=2)),
+     (tilus.uint4b, 128, 70, 304, 128, dict(block_m=16, num_stages=5, thread_arrive=False,
+                                            cluster=2, lag=2))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
     # 4 persistent blocks: each runs several tiles, the ring running on across them
@@ -50,7 +54,8 @@ def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg)
      (dict(block_m=256, num_stages=7), "shared memory"),
      (dict(wdtype=tilus.int8), "wdtype must be"),
      (dict(cluster=2), "cluster must be 1 or 2"),  # with thread_arrive
-     (dict(cluster=4, thread_arrive=False), "cluster must be 1 or 2")],
+     (dict(cluster=4, thread_arrive=False), "cluster must be 1 or 2"),
+     (dict(lag=1), "fewer K steps than the 2 slots")],
 )  # fmt: skip
 def test_configs_that_cannot_run_are_refused_by_name(kwargs, match):
     args = dict(wdtype=tilus.uint4b, group=128, **pf.pinned(block_m=16, num_stages=2))

@@ -60,27 +60,29 @@ class Ring(tilus.Class):
             self.c_phase ^= 1
 
 
-#: (block_m, block_k, num_stages, swizzle, epilogue, thread_arrive, cluster): X rows of a
+#: (block_m, block_k, num_stages, swizzle, epilogue, thread_arrive, cluster, lag): X rows of a
 #: tile (the WGMMA N), K of a ring slot, slots, X tiles of a raster group, the epilogue, how a
-#: slot is freed and the blocks of a cluster (2: neighbouring weight tiles of one X tile, each
-#: block multicasting half of it, which halves the X bytes an SM pulls from L2); each fits in
-#: shared memory
+#: slot is freed, the blocks of a cluster (2: neighbouring weight tiles of one X tile, each
+#: block multicasting half of it, which halves the X bytes an SM pulls from L2) and the scale
+#: groups consumer group 1 trails group 0 by; each fits in shared memory
 PREFILL_SPACE = [
-    (256, 64, 6, 4, "direct", True, 1),
-    (256, 64, 6, 4, "direct", False, 1),
-    (256, 64, 6, 4, "direct", False, 2),
-    (256, 64, 4, 4, "tma", False, 2),
-    (256, 128, 3, 4, "direct", True, 1),
-    (128, 64, 8, 4, "direct", True, 1),
+    (256, 64, 6, 4, "direct", True, 1, 0),
+    (256, 64, 6, 4, "direct", False, 1, 0),
+    (256, 64, 6, 4, "direct", False, 2, 0),
+    (256, 64, 6, 4, "direct", False, 2, 2),
+    (256, 64, 4, 4, "tma", False, 2, 1),
+    (256, 128, 3, 4, "direct", True, 1, 0),
+    (128, 64, 8, 4, "direct", True, 1, 0),
 ]
-PREFILL_GROUP = "block_m, block_k, num_stages, swizzle, epilogue, thread_arrive, cluster"
+PREFILL_GROUP = "block_m, block_k, num_stages, swizzle, epilogue, thread_arrive, cluster, lag"
 
 
 def pinned(block_m=256, block_k=64, num_stages=4, swizzle=4, epilogue="direct",
-           thread_arrive=True, cluster=1) -> dict:  # fmt: skip
+           thread_arrive=True, cluster=1, lag=0) -> dict:  # fmt: skip
     """Constructor arguments pinning one config (the autotune group is pinned as a whole)."""
     return dict(block_m=block_m, block_k=block_k, num_stages=num_stages, swizzle=swizzle,
-                epilogue=epilogue, thread_arrive=thread_arrive, cluster=cluster)  # fmt: skip
+                epilogue=epilogue, thread_arrive=thread_arrive, cluster=cluster,
+                lag=lag)  # fmt: skip
 
 
 def smem_bytes(block_m: int, block_k: int, num_stages: int, epilogue: str) -> int:
@@ -97,7 +99,7 @@ class MatmulWxA16Prefill(tilus.Script):
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 256, block_k: int = 64,
         num_stages: int = 4, swizzle: int = 4, epilogue: str = "direct",
-        thread_arrive: bool = True, cluster: int = 1, num_sms=None,
+        thread_arrive: bool = True, cluster: int = 1, lag: int = 0, num_sms=None,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -115,6 +117,11 @@ class MatmulWxA16Prefill(tilus.Script):
                 f"cluster must be 1 or 2 (2 with thread_arrive=False and block_m a multiple of "
                 f"16), got cluster {cluster}, thread_arrive {thread_arrive}, block_m {block_m}"
             )
+        if lag < 0 or lag * group // KSTEP >= num_stages:
+            raise TilusArgumentError(
+                f"lag {lag}: the second consumer group may trail by fewer K steps than the "
+                f"{num_stages} slots ({lag * group // KSTEP} steps)"
+            )
         if epilogue not in ("direct", "tma"):
             raise TilusArgumentError(f"epilogue must be 'direct' or 'tma', got {epilogue!r}")
         if smem_bytes(block_m, block_k, num_stages, epilogue) > SMEM_LIMIT:
@@ -125,7 +132,7 @@ class MatmulWxA16Prefill(tilus.Script):
             )
         self.wdtype, self.group, self.block_m, self.block_k = wdtype, group, block_m, block_k
         self.num_stages, self.swizzle, self.epilogue = num_stages, swizzle, epilogue
-        self.thread_arrive, self.cluster_n = thread_arrive, cluster
+        self.thread_arrive, self.cluster_n, self.lag = thread_arrive, cluster, lag
         self.num_sms = num_sms if num_sms is not None else sm_count()
         # persistent clusters: cluster q runs units q, q + num_clusters, ... in each of its blocks
         self.num_clusters = max(self.num_sms // cluster, 1)
@@ -180,6 +187,9 @@ class MatmulWxA16Prefill(tilus.Script):
         # arrivals that free a slot: every consumer thread, or one a group (of both blocks)
         per_group = 128 if self.thread_arrive else self.cluster_n
         ring = Ring(ns, GROUPS * per_group)
+        lag_bar = None  # consumer group 1 starts once group 0 has done `lag` scale groups
+        if self.lag > 0:
+            lag_bar = self.mbarrier.alloc([1])
         peer_empty = None
         if self.cluster_n > 1:  # the peer's empty barriers; both blocks' exist after the sync
             peer_empty = self.cluster.map_shared_addr(ring.empty, 1 - self.cluster.blockRank)
@@ -191,7 +201,7 @@ class MatmulWxA16Prefill(tilus.Script):
         for c in self.groups:
             with self.warp_group(4 * c, 4):
                 self.setmaxnreg(232)
-                self.consume(c, ring, peer_empty, sw, sx, gs, gy, k_size, num_u, num_x)
+                self.consume(c, ring, peer_empty, lag_bar, sw, sx, gs, gy, k_size, num_u, num_x)
         if self.cluster_n > 1:  # no block exits while its peer may still arrive on its barriers
             self.cluster.sync()
 
@@ -259,12 +269,14 @@ class MatmulWxA16Prefill(tilus.Script):
                     # cluster-scope release would fence the mainloop's path)
                     self.mbarrier.arrive(peer_empty[stage], sem="relaxed", scope="cluster")
 
-    def consume(self, c: int, ring, peer_empty, sw, sx, gs, gy, k_size: int, num_u: int,
-                num_x: int32):  # fmt: skip
+    def consume(self, c: int, ring, peer_empty, lag_bar, sw, sx, gs, gy, k_size: int,
+                num_u: int, num_x: int32):  # fmt: skip
         """Consumer warp group ``c``: rows ``[64 c, 64 c + 64)`` of every tile of the block. A
         slot's K tile is multiplied in 64-K steps, each its own WGMMA group; a scale group has
         an even number of steps, so the two A tiles of one iteration alternate and the one in
-        flight is never overwritten."""
+        flight is never overwritten. With ``lag`` group 1 trails group 0 by that many scale
+        groups (within the ring), so each group's epilogue overlaps the other's last or first
+        WGMMAs instead of both leaving the tensor cores idle at once."""
         bm, hm = self.block_m, self.half
         a_bytes = view_layout(wgmma_acc(ROWS, KSTEP), 4, 8, [ROWS, KSTEP // 2])
         s_layout = reduce(wgmma_acc(ROWS, KSTEP), [1], keepdims=True)
@@ -273,6 +285,8 @@ class MatmulWxA16Prefill(tilus.Script):
             sy = self.shared_tensor(dtype=float16, shape=[self.cluster_n, hm, ROWS])
         last_group = k_size // self.group - 1
         first = self.blockIdx.x // self.cluster_n
+        if self.lag > 0 and c == 1 and first < num_u * num_x:
+            self.mbarrier.wait(lag_bar[0], phase=0)
         for unit in self.range(first, num_u * num_x, self.num_clusters):
             w_tile, x_tile = self.unit_tile(unit, num_u, num_x)
             row: int32 = w_tile * (GROUPS * ROWS) + c * ROWS
@@ -310,6 +324,10 @@ class MatmulWxA16Prefill(tilus.Script):
                                 self.release(ring, peer_empty, prev)
                     ring.c_advance()
                 self.assign(s, s_next)
+                if self.lag > 0 and c == 0:
+                    if unit == first and gi == min(self.lag, last_group + 1) - 1:
+                        with self.single_thread():
+                            self.mbarrier.arrive(lag_bar[0])  # group 1 may start
             self.wgmma.wait_group(0)
             self.release(ring, peer_empty, (ring.c_stage + self.num_stages - 1) % self.num_stages)
             if self.epilogue == "tma":
