@@ -1,13 +1,14 @@
 """Time pinned configs of the persistent W4A16 prefill kernel beside fp16 cuBLAS (H200).
 
 ``python bench/w4a16_prefill_probe.py [--rounds 3] [--reps 5] [--shapes 4096x8192x8192,...]
-[--configs space|probe] [--flush dirty|clean] [--ms 1024,2048]``: every config is compiled up
-front in worker processes, checked against torch (NaN-poisoned output, max error relative to the largest
-reference value), then timed in interleaved rounds with the L2 flushed before each run, beside
-``torch.matmul(x, w_fp16.T)``, the pipelined kernel's tuned winner (pinned) and the user entry
-``matmul_wx_a16`` on prepared weights (its default, tuned on first use); ``--ms`` times the same
-builds at smaller M too (where the entry should switch kernels). Each shape's table gives the
-median of the rounds' medians and the ratio to cuBLAS.
+[--configs space|probe] [--flush dirty|clean] [--ms 1024,2048] [--clusters all|only|none]
+[--no-entry]``: every config is compiled up front in worker processes, checked against torch
+(NaN-poisoned output, max error relative to the largest reference value), then timed in
+interleaved rounds with the L2 flushed before each run, beside ``torch.matmul(x, w_fp16.T)``,
+the pipelined kernel's tuned winner (pinned) and the user entry ``matmul_wx_a16`` on prepared
+weights (its default, tuned on first use); ``--ms`` times the same builds at smaller M too
+(where the entry should switch kernels). Each shape's table gives the median of the rounds'
+medians and the ratio to cuBLAS.
 """
 
 from __future__ import annotations
@@ -90,7 +91,9 @@ def _probe_shape(torch, args, flush, shape, configs, built):
     table, ok_all = [], True
     cands = [(f"prefill {_text(c)}", pf.MatmulWxA16Prefill(tilus.uint4b, 128, **c), i)
              for i, c in enumerate(configs)]  # fmt: skip
-    cands.append(("pipe best (pinned)", pp.MatmulWxA16Pipe(tilus.uint4b, 128, **PIPE_BEST), -1))
+    if args.clusters != "only":
+        pipe = pp.MatmulWxA16Pipe(tilus.uint4b, 128, **PIPE_BEST)
+        cands.append(("pipe best (pinned)", pipe, -1))
     for name, kern, i in cands:
         why = built.get((i, shape))
         if why:
@@ -158,6 +161,12 @@ def main(argv=None) -> int:
     ap.add_argument("--flush", default="dirty")
     ap.add_argument("--no-entry", action="store_true", help="leave the tuned entry row out")
     ap.add_argument("--ms", default="", help="smaller M also timed (comma-separated)")
+    ap.add_argument(
+        "--clusters",
+        default="all",
+        choices=["all", "only", "none"],
+        help="keep the cluster configs, only them, or none (a hang loses less)",
+    )
     args = ap.parse_args(argv)
 
     import multiprocessing as mp
@@ -169,6 +178,8 @@ def main(argv=None) -> int:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     extra = [pf.pinned(**c) for c in PROBE] if args.configs == "probe" else []
     configs = pf.MatmulWxA16Prefill().configs + extra
+    if args.clusters != "all":
+        configs = [c for c in configs if (c["cluster"] > 1) == (args.clusters == "only")]
     with ProcessPoolExecutor(8, mp_context=mp.get_context("spawn")) as pool:
         futs = {
             (i, s): pool.submit(_compile, (c, s)) for s in shapes for i, c in enumerate(configs)

@@ -11,12 +11,16 @@ consumer warp groups (64 rows each) and the X tile into a ring of ``num_stages``
 with TMA, running on across tiles. Each consumer warp group loads its packed tile straight
 into the A fragment's layout, casts it with the magic-number cast, multiplies it by the
 group's scale in fp16 (one fp32 accumulator for all of K) and issues the WGMMA; one WGMMA
-group stays in flight (``wait_group(1)``), so the next K tile's cast runs while the tensor
+group stays in flight (``wait_group(1)``), so the next 64-K step's cast runs while the tensor
 cores work on the current one, and a slot is freed as soon as the WGMMA that read it retired.
-The epilogue stores the Y^T tile transposed: ``epilogue="direct"`` straight from registers
-through a transposed view of Y, ``"tma"`` through a shared Y tile and a TMA store that is
-waited for only before the next tile reuses it (the producer meanwhile fills the ring with
-the next tile's first K tiles either way).
+With ``cluster=2`` the two blocks of a cluster take neighbouring weight tiles of one X tile
+and each multicasts half of the X tile into both blocks' slot (half the X bytes an SM pulls
+from L2; a slot is free when both blocks' consumers are done with it). With ``lag`` the
+second consumer group trails the first by whole scale groups, so that their epilogues do not
+leave the tensor cores idle at the same time. The epilogue stores the Y^T tile transposed:
+``epilogue="direct"`` straight from registers through a transposed view of Y, ``"tma"``
+through shared Y tiles and TMA stores waited for only before the next tile reuses them (the
+producer meanwhile fills the ring with the next tile's first K steps either way).
 """
 
 from __future__ import annotations
