@@ -1,6 +1,7 @@
 """The persistent W4A16 prefill kernel on the GPU (H200): every config of its space at ragged
 M and N, NaN-poisoned outputs, fresh random inputs, against torch float32
-dequantize-then-matmul; and the user entry at prefill M."""
+dequantize-then-matmul; the user entry at prefill M; and the fp16 elementwise ops its dequant
+multiplies with, bit for bit against torch."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 
 import tilus
 from tests.cuda.conftest import needs_gpu
+from tilus import float16, int32
+from tilus.utils import cdiv
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "quantized"))
 import matmul_wx_a16 as ex  # noqa: E402
@@ -61,3 +64,34 @@ def test_entry_at_prefill_m_runs_the_prefill_kernel():
     y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
     assert ex.matmul_wx_a16(x, weights, out=y) is y
     _check(y, x, w16)
+
+
+class F16Ops(tilus.Script):
+    """``a * b``, ``a + b`` and ``a - b`` of fp16 vectors (the codegen's f16 instructions)."""
+
+    def __call__(self, n: int32, a_ptr: ~float16, b_ptr: ~float16, p_ptr: ~float16,
+                 s_ptr: ~float16, d_ptr: ~float16):  # fmt: skip
+        self.attrs.blocks = cdiv(n, 256)
+        self.attrs.warps = 4
+        views = [self.global_view(p, dtype=float16, shape=[n])
+                 for p in (a_ptr, b_ptr, p_ptr, s_ptr, d_ptr)]  # fmt: skip
+        ga, gb, gp, gs, gd = views
+        at: int32 = self.blockIdx.x * 256
+        a = self.load_global(ga, offsets=[at], shape=[256])
+        b = self.load_global(gb, offsets=[at], shape=[256])
+        self.store_global(gp, a * b, offsets=[at])
+        self.store_global(gs, a + b, offsets=[at])
+        self.store_global(gd, a - b, offsets=[at])
+
+
+def test_f16_elementwise_ops_are_the_correctly_rounded_ones():
+    import torch
+
+    n = 1 << 20  # random bit patterns: every exponent, subnormals, infinities
+    bits = torch.randint(0, 1 << 16, (2, n), dtype=torch.int32, device="cuda")
+    a, b = bits.to(torch.int16).view(torch.float16)
+    outs = [torch.empty_like(a) for _ in range(3)]
+    F16Ops()(n, a, b, *outs)
+    for got, want in zip(outs, (a * b, a + b, a - b)):
+        same = (got.view(torch.int16) == want.view(torch.int16)) | (got.isnan() & want.isnan())
+        assert same.all(), int((~same).sum())
