@@ -60,8 +60,15 @@ def _compile(job) -> str | None:
     return None
 
 
+#: short names of the constructor arguments in the table
+SHORT = {"block_m": "bm", "block_k": "bk", "num_stages": "st", "swizzle": "sw", "epilogue": "",
+         "thread_arrive": "ta", "cluster": "cl", "lag": "lag", "prepacked": "pp"}  # fmt: skip
+
+
 def _text(cfg: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in cfg.items())
+    """``bm256 bk64 st6 sw4 direct ta1 cl1 lag0 pp1`` of a config."""
+    return " ".join(f"{SHORT.get(k, k)}{int(v) if isinstance(v, bool) else v}"
+                    for k, v in cfg.items())  # fmt: skip
 
 
 def _probe_shape(torch, args, flush, shape, configs, built):
@@ -78,6 +85,7 @@ def _probe_shape(torch, args, flush, shape, configs, built):
     tag = f"{m}x{n}x{k}"
     x, w, s, w16 = ex.torch_problem(torch, m, n, k, 128)
     weights = ex.prepare_weights(w, s, wdtype=tilus.uint4b, group=128)
+    wp = weights.w_prefill  # the prefill kernel's byte order
     ref = torch.matmul(x.float(), w16.float().T)
     y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
 
@@ -89,12 +97,12 @@ def _probe_shape(torch, args, flush, shape, configs, built):
 
     runs = {"cuBLAS fp16": lambda: torch.matmul(x, w16.T)}
     table, ok_all = [], True
-    cands = [(f"prefill {_text(c)}", pf.MatmulWxA16Prefill(tilus.uint4b, 128, **c), i)
-             for i, c in enumerate(configs)]  # fmt: skip
+    cands = [(f"prefill {_text(c)}", pf.MatmulWxA16Prefill(tilus.uint4b, 128, **c), i,
+              wp if c.get("prepacked") else w) for i, c in enumerate(configs)]  # fmt: skip
     if args.clusters != "only":
         pipe = pp.MatmulWxA16Pipe(tilus.uint4b, 128, **PIPE_BEST)
-        cands.append(("pipe best (pinned)", pipe, -1))
-    for name, kern, i in cands:
+        cands.append(("pipe best (pinned)", pipe, -1, w))
+    for name, kern, i, wb in cands:
         why = built.get((i, shape))
         if why:
             print(f"{tag} {name}: build failed: {why}", flush=True)
@@ -102,7 +110,7 @@ def _probe_shape(torch, args, flush, shape, configs, built):
             continue
         y.fill_(float("nan"))
         try:
-            kern(m, n, k, x, w, s, y)
+            kern(m, n, k, x, wb, s, y)
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - reported in the table
             print(f"{tag} {name}: run failed: {e}", flush=True)
@@ -112,7 +120,7 @@ def _probe_shape(torch, args, flush, shape, configs, built):
         good = check(name)
         ok_all &= good
         if good:
-            runs[name] = lambda kern=kern: kern(m, n, k, x, w, s, y)
+            runs[name] = lambda kern=kern, wb=wb: kern(m, n, k, x, wb, s, y)
     if not args.no_entry:
         y.fill_(float("nan"))
         ex.matmul_wx_a16(x, weights, out=y)  # compile + tune the default space
@@ -127,11 +135,12 @@ def _probe_shape(torch, args, flush, shape, configs, built):
     for m2 in [int(v) for v in args.ms.split(",") if v]:
         x2, y2 = x[:m2], y[:m2]
         runs2 = {"cuBLAS fp16": lambda x2=x2: torch.matmul(x2, w16.T)}
-        kernels = {c[0]: c[1] for c in cands}
+        kernels = {c[0]: (c[1], c[3]) for c in cands}
         for name in runs:  # the kernels that passed their check
             if name in kernels:
-                runs2[name] = lambda kern=kernels[name], a=(m2, x2, y2): kern(a[0], n, k, a[1], w,
-                                                                           s, a[2])  # fmt: skip
+                kern, wb = kernels[name]
+                runs2[name] = lambda kern=kern, a=(m2, x2, wb, y2): kern(a[0], n, k, a[1], a[2],
+                                                                       s, a[3])  # fmt: skip
         table += _timed(torch, args, flush, f"{m2}x{n}x{k}", 2 * m2 * n * k, runs2)
     return table, ok_all
 
@@ -177,7 +186,9 @@ def main(argv=None) -> int:
 
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     extra = [pf.pinned(**c) for c in PROBE] if args.configs == "probe" else []
-    configs = pf.MatmulWxA16Prefill().configs + extra
+    # the weights in the prefill order (what the entry runs), and two configs on plain bytes
+    configs = [dict(c, prepacked=True) for c in pf.MatmulWxA16Prefill().configs + extra]
+    configs += [dict(c, prepacked=False) for c in pf.MatmulWxA16Prefill().configs[:3]]
     if args.clusters != "all":
         configs = [c for c in configs if (c["cluster"] > 1) == (args.clusters == "only")]
     with ProcessPoolExecutor(8, mp_context=mp.get_context("spawn")) as pool:

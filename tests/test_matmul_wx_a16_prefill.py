@@ -67,6 +67,38 @@ def test_configs_that_cannot_run_are_refused_by_name(kwargs, match):
         pf.MatmulWxA16Prefill(**args)(m, n, k, x, packed, s, y)
 
 
+@pytest.mark.parametrize(
+    "wdtype, group, m, n, k, cfg",
+    [(tilus.uint4b, 128, 37, 300, 384, dict(block_m=16, num_stages=3, swizzle=2)),
+     (tilus.int4b, 256, 21, 408, 512, dict(block_m=32, block_k=128, num_stages=2,
+                                           thread_arrive=False, cluster=2))],
+)  # fmt: skip
+def test_prepacked_weights_match_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
+    import torch
+
+    x, w, s, w16 = ex.torch_problem(torch, m, n, k, group, wdtype, device="cpu")
+    wp = pf.prepack_torch(torch, w)  # N padded to 16 rows (300: a ragged last group)
+    assert list(wp.shape) == [-(-n // 16) * 16, k // 2]
+    y = torch.full((m, n), float("nan"), dtype=torch.float16)
+    kernel = pf.MatmulWxA16Prefill(wdtype, group, num_sms=4, prepacked=True, **pf.pinned(**cfg))
+    with tilus.option.scoped(interpret=True):
+        kernel(m, n, k, x, wp, s, y)
+    ref = x.float() @ w16.float().T
+    assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+
+def test_prepack_moves_each_byte_to_its_thread():
+    import torch
+
+    n, kb = 32, 64
+    w = torch.arange(n * kb).reshape(n, kb)  # a byte's value names its place
+    p = pf.prepack_torch(torch, w)
+    for r, c in [(0, 0), (5, 7), (13, 30), (16 + 9, 32 + 21)]:  # logical row, byte
+        big, rh, g = r // 16, (r % 16) // 8, r % 8
+        chunk, q, j = c // 32, c % 4, (c % 32) // 4
+        assert p[16 * big + 2 * g + q // 2, 32 * chunk + 16 * (q % 2) + 2 * j + rh] == w[r, c]
+
+
 def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     m, n, k = 2, 64, 192
     x, _codes, _s, packed = ex.random_problem(np.random.default_rng(), m, n, k, 64)
@@ -87,6 +119,7 @@ def test_entry_picks_the_prefill_kernel_at_prefill_m():
     weights = ex.prepare_weights(w, s, wdtype=tilus.uint4b, group=128)
     pick = lambda m: ex.pick_kernel(m, weights)[0].script_cls.__name__  # noqa: E731
     assert pick(ex.PREFILL_MIN_M) == "MatmulWxA16Prefill"
+    assert ex.pick_kernel(ex.PREFILL_MIN_M, weights)[1] is weights.w_prefill
     assert pick(ex.PREFILL_MIN_M - 1) == "MatmulWxA16Pipe"
     _x, w, s, _w16 = ex.torch_problem(torch, 1, 70, 384, 64, device="cpu")
     weights = ex.prepare_weights(w, s, wdtype=tilus.uint4b, group=64)
@@ -94,10 +127,11 @@ def test_entry_picks_the_prefill_kernel_at_prefill_m():
 
 
 @needs_nvrtc
-def test_every_config_builds_without_serialized_wgmma():
+@pytest.mark.parametrize("prepacked", [False, True])
+def test_every_config_builds_without_serialized_wgmma(prepacked):
     for cfg in pf.MatmulWxA16Prefill().configs:
-        ck = tilus.compile(pf.MatmulWxA16Prefill(tilus.uint4b, 128, **cfg), 4096, 8192, 8192,
-                           F16, tilus.uint8, F16, F16)  # fmt: skip
+        kernel = pf.MatmulWxA16Prefill(tilus.uint4b, 128, prepacked=prepacked, **cfg)
+        ck = tilus.compile(kernel, 4096, 8192, 8192, F16, tilus.uint8, F16, F16)
         ck = ck[0] if isinstance(ck, list) else ck
         assert not ck.wgmma_serialized, cfg
         # ptxas spills a few registers in the epilogue (after the mainloop), none in the loop

@@ -41,6 +41,7 @@ import sys
 from dataclasses import dataclass
 
 import matmul_wx_a16_mma as mma
+import matmul_wx_a16_prefill as prefill
 import numpy as np
 from matmul_wx_a16_decode import WEIGHT_TYPES, MatmulWxA16Decode, zero_point
 from matmul_wx_a16_pipe import MatmulWxA16Pipe
@@ -193,6 +194,8 @@ class WxA16Weights:
         w_prepacked: the bytes in mma fragment order (``matmul_wx_a16_mma.prepack_torch``,
             [N padded to 16, K / 2]) for 4-bit weights with a group that is a multiple of
             128, else None.
+        w_prefill: the bytes in the prefill kernel's order (``matmul_wx_a16_prefill.
+            prepack_torch``, [N padded to 16, K / 2]) for the same weights, else None.
     """
 
     wdtype: object
@@ -202,6 +205,7 @@ class WxA16Weights:
     w_packed: object
     scales: object
     w_prepacked: object = None
+    w_prefill: object = None
 
 
 def prepare_weights(w_packed, scales, *, wdtype=tilus.uint4b, group: int = 128) -> WxA16Weights:
@@ -209,8 +213,9 @@ def prepare_weights(w_packed, scales, *, wdtype=tilus.uint4b, group: int = 128) 
     k of a row at bit ``k * bits``) and their fp16 ``scales`` [N, K / group], made once per
     weight (on the weights' device, with torch): it checks the shapes (a
     :class:`TilusArgumentError` naming the argument) and, for 4-bit types with a group that is
-    a multiple of 128, adds the mma fragment-order copy the decode-M kernel reads (so it
-    holds the 4-bit weights twice: the plain bytes serve the large-M kernel)."""
+    a multiple of 128, adds the mma fragment-order copy the decode-M kernel reads and the
+    prefill kernel's copy (so it holds the 4-bit weights three times: the plain bytes serve
+    the pipelined kernel between)."""
     import torch
 
     if wdtype not in WEIGHT_TYPES:
@@ -227,10 +232,11 @@ def prepare_weights(w_packed, scales, *, wdtype=tilus.uint4b, group: int = 128) 
             f"scales: {str(scales.dtype).replace('torch.', '')} {list(scales.shape)}, expected "
             f"float16 [N, K / group] = [{n}, {k // group}]"
         )
-    pre = None
+    pre = pf = None
     if wdtype in (tilus.uint4b, tilus.int4b) and group % mma.CHUNK == 0:
         pre = mma.prepack_torch(torch, w_packed, wdtype)
-    return WxA16Weights(wdtype, group, n, k, w_packed, scales, pre)
+        pf = prefill.prepack_torch(torch, w_packed)
+    return WxA16Weights(wdtype, group, n, k, w_packed, scales, pre, pf)
 
 
 def pick_kernel(m: int, weights: WxA16Weights):
@@ -247,6 +253,8 @@ def pick_kernel(m: int, weights: WxA16Weights):
     if m <= DECODE_M or wd not in (tilus.uint4b, tilus.int4b):
         return MatmulWxA16Decode(wd, g), weights.w_packed
     if m >= PREFILL_MIN_M and g % 128 == 0:
+        if weights.w_prefill is not None:  # one 16-byte shared load a thread a 64-K step
+            return MatmulWxA16Prefill(wd, g, prepacked=True), weights.w_prefill
         return MatmulWxA16Prefill(wd, g), weights.w_packed
     return MatmulWxA16Pipe(wd, g), weights.w_packed
 

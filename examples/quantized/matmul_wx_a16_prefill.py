@@ -30,6 +30,8 @@ from tilus import float16, float32, int32, uint8, uint32, void_p
 from tilus.errors import TilusArgumentError
 from tilus.ir.layout import reduce, wgmma_acc
 from tilus.ir.layout.derived import view_layout
+from tilus.ir.layout.register import Factor, RegisterLayout
+from tilus.lang.instructions.tiles import permute_tensor
 from tilus.target import sm_count
 from tilus.utils import cdiv
 
@@ -37,6 +39,33 @@ ROWS = 64  # rows of W per consumer warp group: the WGMMA M
 KSTEP = 64  # K of one WGMMA group (a slot of block_k holds block_k / KSTEP of them)
 GROUPS = 2  # consumer warp groups: a tile has GROUPS * ROWS weight rows
 SMEM_LIMIT = 227 * 1024  # dynamic shared memory of a Hopper block
+#: with ``prepacked``: a 64-K step's packed weight bytes in the order of ``prepack_torch``, in
+#: which each 16-row group's 512 bytes are [g, q, j, rh] (lane ``4 g + q`` of a warp holds
+#: logical rows ``g`` and ``g + 8``, bytes ``q + 4 j``): lane ``4 g + q`` of warp ``w`` then
+#: reads the 16 bytes at storage row ``16 w + 2 g + q // 2``, bytes ``16 (q % 2) ..`` (one
+#: 16-byte load), in the A fragment's register order (``j``, then the row half ``rh``)
+PREPACKED_WORDS = RegisterLayout(
+    shape=(ROWS, KSTEP // 8),
+    threads=(Factor(0, 4, 16), Factor(0, 8, 2), Factor(0, 2, 1), Factor(1, 2, 4)),
+    locals=(Factor(1, 4, 1),),
+)
+
+
+def prepack_torch(torch, w_packed):
+    """Plain packed 4-bit weights (uint8 [N, K / 2], K a multiple of 64) in the prefill
+    kernel's byte order (for ``prepacked=True``; N padded with zero rows to a multiple of 16):
+    in each 16-row x 64-K chunk the byte of logical row ``8 rh + g``, byte ``q + 4 j`` goes
+    to storage row ``2 g + q // 2``, byte ``16 (q % 2) + 2 j + rh``."""
+    n, kb = w_packed.shape
+    if kb % (KSTEP // 2):
+        raise TilusArgumentError(f"prepack: K = {2 * kb} is not a multiple of {KSTEP}")
+    pad = -n % 16
+    if pad:
+        w_packed = torch.cat([w_packed, w_packed.new_zeros(pad, kb)])
+        n += pad
+    t = w_packed.reshape(n // 16, 2, 8, kb // 32, 8, 2, 2)  # [R, rh, g, C, j, qh, ql]
+    t = t.permute(0, 2, 5, 3, 6, 4, 1)  # [R, g, qh, C, ql, j, rh]
+    return t.reshape(n, kb).contiguous()
 
 
 class Ring(tilus.Class):
@@ -103,7 +132,8 @@ class MatmulWxA16Prefill(tilus.Script):
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 256, block_k: int = 64,
         num_stages: int = 4, swizzle: int = 4, epilogue: str = "direct",
-        thread_arrive: bool = True, cluster: int = 1, lag: int = 0, num_sms=None,
+        thread_arrive: bool = True, cluster: int = 1, lag: int = 0, prepacked: bool = False,
+        num_sms=None,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -137,6 +167,7 @@ class MatmulWxA16Prefill(tilus.Script):
         self.wdtype, self.group, self.block_m, self.block_k = wdtype, group, block_m, block_k
         self.num_stages, self.swizzle, self.epilogue = num_stages, swizzle, epilogue
         self.thread_arrive, self.cluster_n, self.lag = thread_arrive, cluster, lag
+        self.prepacked = prepacked
         self.num_sms = num_sms if num_sms is not None else sm_count()
         # persistent clusters: cluster q runs units q, q + num_clusters, ... in each of its blocks
         self.num_clusters = max(self.num_sms // cluster, 1)
@@ -185,7 +216,12 @@ class MatmulWxA16Prefill(tilus.Script):
         else:  # Y^T [N, M] over Y's storage, stored from the Y^T tiles in registers
             gy = self.global_view(y_ptr, dtype=float16, shape=[n_size, m_size], strides=[1, n_size])
         steps = bk // KSTEP  # the 64-K steps of a slot, each a shared tile of its own
-        sw = self.shared_tensor(dtype=uint8, shape=[ns, GROUPS, steps, ROWS, KSTEP // 2])
+        if self.prepacked:  # 32-bit words: a thread's 16 bytes are one load
+            rows = cdiv(n_size, 16) * 16  # the padded rows (a 16-row group's bytes are mixed)
+            gw = self.global_view(w_ptr, dtype=uint32, shape=[rows, k_size // 8])
+            sw = self.shared_tensor(dtype=uint32, shape=[ns, GROUPS, steps, ROWS, KSTEP // 8])
+        else:
+            sw = self.shared_tensor(dtype=uint8, shape=[ns, GROUPS, steps, ROWS, KSTEP // 2])
         # the X tile in parts of `half` rows: in a cluster each block multicasts one part
         sx = self.shared_tensor(dtype=float16, shape=[ns, steps, self.cluster_n, self.half, KSTEP])
         # arrivals that free a slot: every consumer thread, or one a group (of both blocks)
@@ -238,8 +274,9 @@ class MatmulWxA16Prefill(tilus.Script):
                 for j in self.steps:
                     kj = k0 + j * KSTEP
                     for c in self.groups:
+                        kw = kj // 8 if self.prepacked else kj // 2  # the step's first word/byte
                         self.tma.global_to_shared(src=gw, dst=sw[st, c, j],
-                                                  offsets=[on + c * ROWS, kj // 2],
+                                                  offsets=[on + c * ROWS, kw],
                                                   mbarrier=ring.full[st])  # fmt: skip
                     if self.cluster_n == 1:
                         self.tma.global_to_shared(src=gx, dst=sx[st, j, 0], offsets=[om, kj],
@@ -311,7 +348,16 @@ class MatmulWxA16Prefill(tilus.Script):
                     st = ring.c_stage
                     self.mbarrier.wait(ring.full[st], phase=ring.c_phase)
                     for j in self.steps:
-                        qb = self.load_shared(sw[st, c, j])
+                        if self.prepacked:  # one 16-byte load a thread, the bytes relabeled
+                            qw = self.load_shared(sw[st, c, j])
+                            self.annotate_layout(qw, PREPACKED_WORDS)
+                            qp = self.view(qw, dtype=uint8)
+                            # storage [w, g, q_hi, q_lo, j, rh] -> logical [w, rh, g, j, q_hi, q_lo]
+                            q6 = self.reshape(qp, [4, 8, 2, 2, 8, 2])
+                            q6 = permute_tensor(q6, (0, 5, 1, 4, 2, 3))
+                            qb = self.reshape(q6, [ROWS, KSTEP // 2])
+                        else:
+                            qb = self.load_shared(sw[st, c, j])
                         self.annotate_layout(qb, a_bytes)  # the bytes of the A fragment
                         if self.wdtype == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the cast's bias
                             qb = qb ^ 0x88

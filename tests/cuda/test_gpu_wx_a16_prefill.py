@@ -35,20 +35,22 @@ def _check(y, x, w16):
 @pytest.mark.parametrize("cfg", sorted(pf.MatmulWxA16Prefill().configs, key=lambda c: c["cluster"]),
                          ids=lambda c: "-".join(str(v) for v in c.values()))  # fmt: skip
 @pytest.mark.parametrize(
-    "wdtype, group, num_sms",
-    [(tilus.uint4b, 128, 5),  # 5 persistent blocks: several tiles each, the ring running on
-     (tilus.int4b, 256, None)],  # a block per SM: at most one tile each
+    "wdtype, group, num_sms, prepacked",
+    [(tilus.uint4b, 128, 5, True),  # 5 persistent blocks: several tiles each, the ring running on
+     (tilus.int4b, 256, None, False)],  # a block per SM: at most one tile each; plain bytes
     ids=str,
 )  # fmt: skip
-def test_every_config_matches_torch(wdtype, group, num_sms, cfg):
+def test_every_config_matches_torch(wdtype, group, num_sms, prepacked, cfg):
     import torch
 
     # a ragged weight tile (N % 128) and an odd number of them (a cluster's last pair has one);
     # an odd number of scale groups for group 128
     n, k = 328, 1280
-    kernel = pf.MatmulWxA16Prefill(wdtype, group, num_sms=num_sms, **cfg)
+    kernel = pf.MatmulWxA16Prefill(wdtype, group, num_sms=num_sms, prepacked=prepacked, **cfg)
     for m in (1, 77, 300, 513):  # one row, ragged X tiles, several of them
         x, w, s, w16 = ex.torch_problem(torch, m, n, k, group, wdtype)
+        if prepacked:  # N padded to 16 rows (a ragged last group)
+            w = pf.prepack_torch(torch, w)
         y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
         kernel(m, n, k, x, w, s, y)
         _check(y, x, w16)
@@ -57,7 +59,7 @@ def test_every_config_matches_torch(wdtype, group, num_sms, cfg):
 def test_entry_at_prefill_m_runs_the_prefill_kernel():
     import torch
 
-    m, n, k, g = ex.PREFILL_MIN_M + 37, 1160, 1024, 128  # ragged M and N
+    m, n, k, g = ex.PREFILL_MIN_M + 37, 1160, 1024, 128  # ragged M and N (N % 16 = 8)
     x, w, s, w16 = ex.torch_problem(torch, m, n, k, g)
     weights = ex.prepare_weights(w, s, wdtype=tilus.uint4b, group=g)
     assert ex.pick_kernel(m, weights)[0].script_cls.__name__ == "MatmulWxA16Prefill"
