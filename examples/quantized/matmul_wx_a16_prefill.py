@@ -31,7 +31,6 @@ from tilus.errors import TilusArgumentError
 from tilus.ir.layout import reduce, wgmma_acc
 from tilus.ir.layout.derived import view_layout
 from tilus.ir.layout.register import Factor, RegisterLayout
-from tilus.lang.instructions.tiles import permute_tensor
 from tilus.target import sm_count
 from tilus.utils import cdiv
 
@@ -354,7 +353,7 @@ class MatmulWxA16Prefill(tilus.Script):
                             qp = self.view(qw, dtype=uint8)
                             # storage [w, g, q_hi, q_lo, j, rh] -> logical [w, rh, g, j, q_hi, q_lo]
                             q6 = self.reshape(qp, [4, 8, 2, 2, 8, 2])
-                            q6 = permute_tensor(q6, (0, 5, 1, 4, 2, 3))
+                            q6 = q6.permute([0, 5, 1, 4, 2, 3])
                             qb = self.reshape(q6, [ROWS, KSTEP // 2])
                         else:
                             qb = self.load_shared(sw[st, c, j])
