@@ -53,7 +53,8 @@ def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg)
      (dict(epilogue="smem"), "epilogue must be"),
      (dict(block_m=256, num_stages=7), "shared memory"),
      (dict(wdtype=tilus.int8), "wdtype must be"),
-     (dict(cluster=2), "cluster must be 1 or 2"),  # with thread_arrive
+     (dict(cluster=2, thread_arrive=True, epilogue="tma"), "cluster must be 1 or 2"),
+     (dict(thread_arrive=True), "thread_arrive needs epilogue='tma'"),
      (dict(cluster=4, thread_arrive=False), "cluster must be 1 or 2"),
      (dict(lag=1), "fewer K steps than the 2 slots")],
 )  # fmt: skip
@@ -112,14 +113,20 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     assert np.isnan(y).all()
 
 
-def test_entry_picks_the_prefill_kernel_at_prefill_m():
+def test_entry_picks_the_prefill_kernel_at_prefill_m(monkeypatch):
     import torch
+
+    assert ex.PREFILL_MIN_M is None  # off by default: it measured slower than the pipe kernel
+    _x, w, s, _w16 = ex.torch_problem(torch, 1, 70, 384, 128, device="cpu")
+    weights = ex.prepare_weights(w, s, wdtype=tilus.uint4b, group=128)
+    assert ex.pick_kernel(1 << 20, weights)[0].script_cls.__name__ == "MatmulWxA16Pipe"
+    monkeypatch.setattr(ex, "PREFILL_MIN_M", 2048)
 
     _x, w, s, _w16 = ex.torch_problem(torch, 1, 70, 384, 128, device="cpu")
     weights = ex.prepare_weights(w, s, wdtype=tilus.uint4b, group=128)
     pick = lambda m: ex.pick_kernel(m, weights)[0].script_cls.__name__  # noqa: E731
     assert pick(ex.PREFILL_MIN_M) == "MatmulWxA16Prefill"
-    assert ex.pick_kernel(ex.PREFILL_MIN_M, weights)[1] is weights.w_prefill
+    assert ex.pick_kernel(ex.PREFILL_MIN_M, weights)[1] is weights.w_packed
     assert pick(ex.PREFILL_MIN_M - 1) == "MatmulWxA16Pipe"
     _x, w, s, _w16 = ex.torch_problem(torch, 1, 70, 384, 64, device="cpu")
     weights = ex.prepare_weights(w, s, wdtype=tilus.uint4b, group=64)

@@ -20,7 +20,10 @@ second consumer group trails the first by whole scale groups, so that their epil
 leave the tensor cores idle at the same time. The epilogue stores the Y^T tile transposed:
 ``epilogue="direct"`` straight from registers through a transposed view of Y, ``"tma"``
 through shared Y tiles and TMA stores waited for only before the next tile reuses them (the
-producer meanwhile fills the ring with the next tile's first K steps either way).
+producer meanwhile fills the ring with the next tile's first K steps either way). With
+``prepacked`` the weights come in the byte order of :func:`prepack_torch`, in which each
+thread's A-fragment bytes of a 64-K step are one 16-byte shared load (plain bytes: 16
+single-byte loads), relabeled to logical K by a register reshape and permute.
 """
 
 from __future__ import annotations
@@ -96,21 +99,24 @@ class Ring(tilus.Class):
 #: tile (the WGMMA N), K of a ring slot, slots, X tiles of a raster group, the epilogue, how a
 #: slot is freed, the blocks of a cluster (2: neighbouring weight tiles of one X tile, each
 #: block multicasting half of it, which halves the X bytes an SM pulls from L2) and the scale
-#: groups consumer group 1 trails group 0 by; each fits in shared memory
+#: groups consumer group 1 trails group 0 by. The space holds the configs that passed the GPU
+#: tests on an H200 (2026-12-02) and were timed there (bench/results/2026-12-02-h200-r51-w4big-
+#: prefill.txt; ratio to fp16 cuBLAS at M = 4096, N = K = 8192 / N = 28672, K = 4096): the
+#: first 0.75 / 0.71, the cluster one 0.72 / 0.69, the TMA-epilogue one 0.72 / 0.69. The
+#: pipelined kernel's best measured 0.78 / 0.75 beside them, so ``matmul_wx_a16`` does not run
+#: this kernel by default (``PREFILL_MIN_M``). Faster but outside the space: ``epilogue="tma"``
+#: with ``thread_arrive=True`` (0.81 / 0.81, checked at those two shapes only) and
+#: ``prepacked=True`` (one 16-byte shared load a thread a step; CPU-checked, never run on a GPU).
 PREFILL_SPACE = [
-    (256, 64, 6, 4, "direct", True, 1, 0),
     (256, 64, 6, 4, "direct", False, 1, 0),
     (256, 64, 6, 4, "direct", False, 2, 0),
-    (256, 64, 6, 4, "direct", False, 2, 2),
     (256, 64, 4, 4, "tma", False, 2, 1),
-    (256, 128, 3, 4, "direct", True, 1, 0),
-    (128, 64, 8, 4, "direct", True, 1, 0),
 ]
 PREFILL_GROUP = "block_m, block_k, num_stages, swizzle, epilogue, thread_arrive, cluster, lag"
 
 
 def pinned(block_m=256, block_k=64, num_stages=4, swizzle=4, epilogue="direct",
-           thread_arrive=True, cluster=1, lag=0) -> dict:  # fmt: skip
+           thread_arrive=False, cluster=1, lag=0) -> dict:  # fmt: skip
     """Constructor arguments pinning one config (the autotune group is pinned as a whole)."""
     return dict(block_m=block_m, block_k=block_k, num_stages=num_stages, swizzle=swizzle,
                 epilogue=epilogue, thread_arrive=thread_arrive, cluster=cluster,
@@ -131,7 +137,7 @@ class MatmulWxA16Prefill(tilus.Script):
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 256, block_k: int = 64,
         num_stages: int = 4, swizzle: int = 4, epilogue: str = "direct",
-        thread_arrive: bool = True, cluster: int = 1, lag: int = 0, prepacked: bool = False,
+        thread_arrive: bool = False, cluster: int = 1, lag: int = 0, prepacked: bool = False,
         num_sms=None,
     ):  # fmt: skip
         super().__init__()
@@ -145,6 +151,11 @@ class MatmulWxA16Prefill(tilus.Script):
             raise TilusArgumentError(f"group must be a multiple of {2 * KSTEP}, got {group}")
         if block_m % 8 or not 8 <= block_m <= 256:
             raise TilusArgumentError(f"block_m must be a multiple of 8 in [8, 256], got {block_m}")
+        if thread_arrive and epilogue == "direct":  # measured: wrong results on an H200
+            raise TilusArgumentError(
+                "thread_arrive needs epilogue='tma' (its group sync each tile): with the direct "
+                "epilogue the consumer warps drift apart across tiles and the results are wrong"
+            )
         if cluster not in (1, 2) or (cluster == 2 and (thread_arrive or block_m % 16)):
             raise TilusArgumentError(
                 f"cluster must be 1 or 2 (2 with thread_arrive=False and block_m a multiple of "
@@ -273,10 +284,14 @@ class MatmulWxA16Prefill(tilus.Script):
                 for j in self.steps:
                     kj = k0 + j * KSTEP
                     for c in self.groups:
-                        kw = kj // 8 if self.prepacked else kj // 2  # the step's first word/byte
-                        self.tma.global_to_shared(src=gw, dst=sw[st, c, j],
-                                                  offsets=[on + c * ROWS, kw],
-                                                  mbarrier=ring.full[st])  # fmt: skip
+                        if self.prepacked:  # the step's first 32-bit word
+                            self.tma.global_to_shared(src=gw, dst=sw[st, c, j],
+                                                      offsets=[on + c * ROWS, kj // 8],
+                                                      mbarrier=ring.full[st])  # fmt: skip
+                        else:
+                            self.tma.global_to_shared(src=gw, dst=sw[st, c, j],
+                                                      offsets=[on + c * ROWS, kj // 2],
+                                                      mbarrier=ring.full[st])  # fmt: skip
                     if self.cluster_n == 1:
                         self.tma.global_to_shared(src=gx, dst=sx[st, j, 0], offsets=[om, kj],
                                                   mbarrier=ring.full[st])  # fmt: skip
