@@ -215,11 +215,12 @@ WX_TYPES = ["uint1b", "uint2b", "uint3b", "int8", "float4_e2m1", "float6_e3m2"]
 
 def w4a16_dry() -> bool:
     """The W4A16 kernels on the interpreter at small ragged sizes: the tensor-core kernel
-    unsplit and split-K, the decode kernel, the pipelined one, and the decode kernel on an
-    8-bit and a sub-byte float type."""
+    unsplit and split-K, the decode kernel, the pipelined one, the persistent prefill one,
+    and the decode kernel on an 8-bit and a sub-byte float type."""
     import matmul_wx_a16
     import matmul_wx_a16_decode
     import matmul_wx_a16_pipe
+    import matmul_wx_a16_prefill
 
     import tilus
 
@@ -241,6 +242,8 @@ def w4a16_dry() -> bool:
          dict(rows=2, reps=1, block_m=4, stages=4)),
         ("w4a16 pipe", tilus.uint4b, 3, 70, 384, matmul_wx_a16_pipe.MatmulWxA16Pipe,
          matmul_wx_a16_pipe.pinned(num_stages=2, split_k=2)),
+        ("w4a16 prefill", tilus.uint4b, 37, 300, 384, matmul_wx_a16_prefill.MatmulWxA16Prefill,
+         dict(num_sms=3, **matmul_wx_a16_prefill.pinned(block_m=16, num_stages=3))),
         ("wxa16 int8 decode", tilus.int8, 2, 9, 256, matmul_wx_a16_decode.MatmulWxA16Decode,
          dict(rows=1, reps=1, block_m=2, stages=0)),
         ("wxa16 float6_e3m2 decode", tilus.float6_e3m2, 2, 9, 256,

@@ -74,6 +74,10 @@ static inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); ret
 static inline double __longlong_as_double(long long u) { double f; std::memcpy(&f, &u, 8); return f; }
 static inline float tl_h2f(uint16_t h) { _Float16 x; std::memcpy(&x, &h, 2); return (float)x; }
 static inline uint16_t tl_f2h(float f) { _Float16 x = (_Float16)f; uint16_t h; std::memcpy(&h, &x, 2); return h; }
+// the codegen's one-instruction fp16 ops: the float op rounded (the same bits)
+static inline uint16_t tl_hmul1(uint16_t a, uint16_t b) { return tl_f2h(tl_h2f(a) * tl_h2f(b)); }
+static inline uint16_t tl_hadd1(uint16_t a, uint16_t b) { return tl_f2h(tl_h2f(a) + tl_h2f(b)); }
+static inline uint16_t tl_hsub1(uint16_t a, uint16_t b) { return tl_f2h(tl_h2f(a) - tl_h2f(b)); }
 static inline float tl_b2f(uint16_t h) { return __uint_as_float(((uint32_t)h) << 16); }
 static inline uint16_t tl_f2b(float f) {
   uint32_t u = __float_as_uint(f);

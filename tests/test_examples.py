@@ -58,6 +58,7 @@ HELPERS = [
     "attention/flash_gemms.py",
     "quantized/matmul_wx_a16_decode.py",
     "quantized/matmul_wx_a16_pipe.py",
+    "quantized/matmul_wx_a16_prefill.py",
     "quantized/split_k.py",
     "quantized/fp8_support.py",
 ]  # imported, not run alone

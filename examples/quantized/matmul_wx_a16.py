@@ -9,8 +9,10 @@ first use::
 
 Up to ``MMA_MAX_M`` rows of X (the boundary measured on an H200) prepared 4-bit weights run
 the mma.sync kernel of ``matmul_wx_a16_mma.py`` on the copy ``prepare_weights`` packed in
-fragment order; more rows the pipelined WGMMA kernel of ``matmul_wx_a16_pipe.py``; other bit
-widths (1-8-bit integers, fp4/fp6 floats) and groups that are not whole 128-K chunks the
+fragment order; more rows the pipelined WGMMA kernel of ``matmul_wx_a16_pipe.py`` (and from
+``PREFILL_MIN_M`` rows, when set, the persistent one of ``matmul_wx_a16_prefill.py``: off, as
+it measured slower); other bit widths
+(1-8-bit integers, fp4/fp6 floats) and groups that are not whole 128-K chunks the
 memory-streaming kernel of ``matmul_wx_a16_decode.py`` at decode M. ``matmul_wx_a16(x,
 w_packed, scales, wdtype=, group=)`` on the plain bytes still works (without the mma kernel).
 The rest of this file is the simple one-warp-group WGMMA kernel ``MatmulWxA16`` and the
@@ -43,6 +45,7 @@ import matmul_wx_a16_mma as mma
 import numpy as np
 from matmul_wx_a16_decode import WEIGHT_TYPES, MatmulWxA16Decode, zero_point
 from matmul_wx_a16_pipe import MatmulWxA16Pipe
+from matmul_wx_a16_prefill import MatmulWxA16Prefill
 from split_k import SplitKParts
 
 import tilus
@@ -58,6 +61,12 @@ DECODE_M = 2  # up to this many rows of X (4-bit weights), matmul_wx_a16() runs 
 #: K = 4096: M = 16 0.042 / 0.057, 64 0.133 / 0.097 (the mma kernel re-reads the weights
 #: for each 16-row tile of X past 16 rows, so it loses as M grows; 32 is below both crossings)
 MMA_MAX_M = 32
+#: from this many rows of X, 4-bit weights with a group that is a multiple of 128 would run
+#: the persistent prefill kernel of ``matmul_wx_a16_prefill.py``; None: never. Its space
+#: measured slower than the pipelined kernel at M = 4096 on an H200 (2026-12-02, ratio to fp16
+#: cuBLAS at N = K = 8192 / N = 28672, K = 4096: tuned prefill 0.73 / 0.71, the pipelined
+#: kernel's best 0.78 / 0.75), so the pipelined one stays the default
+PREFILL_MIN_M = None
 
 
 @tilus.autotune("block_m", [16, 64, 128])
@@ -233,12 +242,16 @@ def pick_kernel(m: int, weights: WxA16Weights):
     to ``MMA_MAX_M`` rows run the mma.sync kernel (``matmul_wx_a16_mma.py``); otherwise up to
     ``DECODE_M`` rows (and every M for types other than int4b/uint4b) the memory-streaming
     decode kernel (``matmul_wx_a16_decode.py``), more rows the pipelined WGMMA one
-    (``matmul_wx_a16_pipe.py``). Each is its default constructor, tuned on first use."""
+    (``matmul_wx_a16_pipe.py``), from ``PREFILL_MIN_M`` rows if set (groups that are
+    multiples of 128) the persistent prefill one (``matmul_wx_a16_prefill.py``). Each is its
+    default constructor, tuned on first use."""
     wd, g = weights.wdtype, weights.group
     if weights.w_prepacked is not None and m <= MMA_MAX_M:
         return mma.MatmulWxA16Mma(wd, g), weights.w_prepacked
     if m <= DECODE_M or wd not in (tilus.uint4b, tilus.int4b):
         return MatmulWxA16Decode(wd, g), weights.w_packed
+    if PREFILL_MIN_M is not None and m >= PREFILL_MIN_M and g % 128 == 0:
+        return MatmulWxA16Prefill(wd, g), weights.w_packed
     return MatmulWxA16Pipe(wd, g), weights.w_packed
 
 

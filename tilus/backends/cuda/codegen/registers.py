@@ -30,6 +30,25 @@ UNARY_F32 = {
 BINARY_FUNCS = {"max": "tl_max", "min": "tl_min"}
 
 
+def _f16_op(name: str, ptx: str) -> Fragment:
+    text = (
+        f"__device__ __forceinline__ uint16_t {name}(uint16_t a, uint16_t b) {{\n"
+        f'  uint16_t r; asm("{ptx}.rn.f16 %0, %1, %2;" : "=h"(r) : "h"(a), "h"(b)); return r;\n'
+        "}\n"
+    )
+    return Fragment(name, "ldst", text)
+
+
+#: fp16 ``* + -`` as one f16 instruction each (HMUL2/HADD2 on one half) instead of two
+#: conversions to float, the float op and a rounding: the same bits, as float has at least
+#: 2 * 11 + 2 significand bits (a float op rounded to fp16 is the correctly rounded fp16 op)
+F16_OPS = {
+    "*": ("tl_hmul1", _f16_op("tl_hmul1", "mul")),
+    "+": ("tl_hadd1", _f16_op("tl_hadd1", "add")),
+    "-": ("tl_hsub1", _f16_op("tl_hsub1", "sub")),
+}
+
+
 def _approx(name: str, ptx: str) -> Fragment:
     text = (
         f"__device__ __forceinline__ float {name}(float x) {{\n"
@@ -400,7 +419,8 @@ def _declare_unless_same(ctx, out, ops):
 
 @rule(I.ElementwiseBinary)
 def binary(ctx, inst, expr):
-    """Elementwise ``a op b`` (16-bit floats computed in float and rounded)."""
+    """Elementwise ``a op b`` (fp16 ``* + -`` as f16 instructions, other 16-bit float ops
+    computed in float and rounded: the same bits either way)."""
     out, a, b = inst.out, inst.a, inst.b
     ops = (a, b)
     layout, maps = _maps(ctx, out, ops)
@@ -419,6 +439,13 @@ def _binary_one(ctx, inst, i, x, y):
     out, a = inst.out, inst.a
     odt = a.dtype if isinstance(a, TensorVar) else inst.b.dtype
     half = odt.name in HALF
+    same = all(v.dtype.name == "float16" for v in (a, inst.b, out))
+    if same and inst.op in F16_OPS:
+        name, frag = F16_OPS[inst.op]
+        if frag not in ctx.fragments:
+            ctx.fragments.append(frag)
+        ctx.emit(f"{elem(ctx, out, i)} = {name}({x}, {y});")
+        return
     if half:
         x, y = to_float(x, odt), to_float(y, odt)
     if inst.op in BINARY_FUNCS:
