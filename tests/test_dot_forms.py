@@ -49,11 +49,12 @@ def test_int32_accumulation_wraps_like_int32_adds():
 
 
 def f16_accumulate(a, b, c0=None):
-    """The documented model of mma.sync .f16 accumulation: float32 sums of each k16 step,
-    added to the float16 accumulator and rounded once per step."""
+    """The documented model of mma.sync .f16 accumulation: the sum of each k16 step (in float64,
+    then rounded to float32), added to the float16 accumulator and rounded once per step."""
     r = np.zeros((a.shape[0], b.shape[1]), np.float16) if c0 is None else c0.copy()
     for k0 in range(0, a.shape[1], 16):
-        step = a[:, k0 : k0 + 16].astype(np.float32) @ b[k0 : k0 + 16].astype(np.float32)
+        step = a[:, k0 : k0 + 16].astype(np.float64) @ b[k0 : k0 + 16].astype(np.float64)
+        step = step.astype(np.float32)
         r = (r.astype(np.float32) + step).astype(np.float16)
     return r
 

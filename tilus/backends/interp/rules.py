@@ -515,11 +515,13 @@ def _dot(task, inst, loc):
             r = r + c.astype(np.int64)
     elif acc_t.name == "float16":
         # mma.sync .f16 accumulation, modelled per m16n8k16 step: the step's 16 products
-        # summed in float32, added to the accumulator, and the sum rounded to float16
+        # summed (in float64, then rounded to float32: a float32 BLAS sum depends on the
+        # operands' memory layout, which would make the result flip an ulp from run to run),
+        # added to the accumulator, and the sum rounded to float16
         r = np.zeros(inst.out.shape, np.float16) if c is None else c.astype(np.float16)
-        af, bf = a.astype(np.float32), b.astype(np.float32)
+        af, bf = a.astype(np.float64), b.astype(np.float64)
         for k0 in range(0, a.shape[1], DOT_F16_STEP):
-            step = af[:, k0 : k0 + DOT_F16_STEP] @ bf[k0 : k0 + DOT_F16_STEP]
+            step = (af[:, k0 : k0 + DOT_F16_STEP] @ bf[k0 : k0 + DOT_F16_STEP]).astype(np.float32)
             r = (r.astype(np.float32) + step).astype(np.float16)
     else:
         r = a.astype(np.float32) @ b.astype(np.float32)  # tensor cores accumulate in f32
