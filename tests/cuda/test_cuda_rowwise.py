@@ -98,7 +98,7 @@ def test_layer_norm_and_rms_norm(ex):
     y = np.full((m, n), np.nan, np.float16)
     # 4 rows of 256 over one warp: 32 a thread, the loops of codegen.loops
     emulate(
-        ex["rms_norm"].RMSNorm(block=1024, per_thread=32, stages=0, warps=0),
+        ex["rms_norm"].RMSNorm(block=1024, per_thread=32, stages=0, warps=0, hints=0),
         (m, n, x, w, y),
         [2],
     )

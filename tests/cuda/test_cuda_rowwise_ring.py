@@ -47,6 +47,13 @@ def _cases(ex, rng, m, n):
     ]
 
 
+def _pin(cls, cfg, hints=0):
+    """``_pin(cls, cfg)``, with ``hints`` for a class whose autotune group holds it (RMSNorm)."""
+    if "hints" in cls().configs[0]:
+        return cls(**cfg, hints=hints)
+    return cls(**cfg)
+
+
 def _close(got, want, tol):
     assert not np.isnan(got).any()
     err = np.abs(got.astype(np.float64) - want).max() / max(1.0, np.abs(want).max())
@@ -74,7 +81,7 @@ def test_ring_kernels_on_the_interpreter(ex, m, n, cfg):
     rng = np.random.default_rng()
     for cls, args, ref, tol in _cases(ex, rng, m, n):
         y = np.full((m, n), np.nan, np.float16)
-        cls(**cfg)(m, n, *args, y)
+        _pin(cls, cfg)(m, n, *args, y)
         _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
 
 
@@ -108,7 +115,7 @@ def test_ring_kernels_on_the_emulator(ex, m, n, cfg):
     rng = np.random.default_rng()
     for cls, args, ref, tol in _cases(ex, rng, m, n):
         y = np.full((m, n), np.nan, np.float16)
-        emulate(cls(**cfg), (m, n, *args, y), [2])
+        emulate(_pin(cls, cfg), (m, n, *args, y), [2])
         _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
 
 
@@ -124,9 +131,8 @@ def test_ring_sass(ex):
         (ex["layer_norm"].LayerNorm, 2),
         (ex["rms_norm"].RMSNorm, 1),
     ):
-        ck = tilus.compile(
-            cls(block=8192, per_thread=16, stages=2, warps=0), m, n, x, *[v] * nvec, x
-        )
+        cfg = dict(block=8192, per_thread=16, stages=2, warps=0)
+        ck = tilus.compile(_pin(cls, cfg), m, n, x, *[v] * nvec, x)
         sass = ck.sass()
         for op in ("LDGSTS.E.BYPASS.128", "LDS.128", "STG.E.128"):
             assert re.search(rf"\b{re.escape(op)}\b", sass), (cls.__name__, op)
@@ -152,7 +158,7 @@ def test_small_form_sass(ex):
             (ex["rms_norm"].RMSNorm, 1),
         )
         for (cls, nvec), nbar in zip(kernels, bars):
-            sass = tilus.compile(cls(**cfg), m, n, x, *[v] * nvec, x).sass()
+            sass = tilus.compile(_pin(cls, cfg), m, n, x, *[v] * nvec, x).sass()
             for op in ("LDGSTS.E.BYPASS.128", "LDS.128", "STG.E.128", "SHFL.BFLY"):
                 assert re.search(rf"\b{re.escape(op)}\b", sass), (cls.__name__, n, op)
             assert not re.search(r"\b(LDL|STL)\b", sass), (cls.__name__, n)
@@ -304,7 +310,7 @@ def test_reread_form_on_the_interpreter(ex, m, n, per_thread, warps):
     cfg = dict(block=0, per_thread=per_thread, stages=0, warps=warps)
     for cls, args, ref, tol in _cases(ex, rng, m, n):
         y = np.full((m, n), np.nan, np.float16)
-        cls(**cfg)(m, n, *args, y)
+        _pin(cls, cfg)(m, n, *args, y)
         _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
 
 
@@ -320,5 +326,21 @@ def test_reread_form_on_the_emulator(ex):
     cfg = dict(block=0, per_thread=8, stages=0, warps=1)
     for cls, args, ref, tol in _cases(ex, rng, 3, 1000):
         y = np.full((3, 1000), np.nan, np.float16)
-        emulate(cls(**cfg), (3, 1000, *args, y), [3])
+        emulate(_pin(cls, cfg), (3, 1000, *args, y), [3])
         _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
+
+
+@needs_nvrtc
+@needs_gxx
+@pytest.mark.parametrize("hints", [1, 2])
+def test_reread_rms_norm_with_cache_hints_on_the_emulator(ex, hints):
+    """RMSNorm's re-read form with its cache hints (the hinted vector accesses, ragged rows)."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((3, 1000)).astype(np.float16)
+    w = rng.standard_normal(1000).astype(np.float16)
+    rn = ex["rms_norm"]
+    y = np.full((3, 1000), np.nan, np.float16)
+    kernel = rn.RMSNorm(block=0, per_thread=8, stages=0, warps=1, hints=hints)
+    assert "tl_ld_evict_last_v4" in tilus.compile(kernel, 3, 1000, x, w, y).source
+    emulate(kernel, (3, 1000, x, w, y), [3])
+    _close(y, rn.reference(x.astype(np.float64), w.astype(np.float64)), 1e-2)
