@@ -1,11 +1,11 @@
-"""Experiment: RMS norm against copy_ and torch.compile, and how much the output's place moves it.
+"""Experiment: a row-wise kernel (RMS norm by default) against copy_ and torch.compile.
 
 ``python3 bench/rms_probe.py [--shapes 8192x8192] [--rounds 9]`` (H200), bench/rowwise.py's
 protocol (L2 flushed before each run, one launch a timing, median of 10, the median of
 interleaved rounds). At each shape it times:
 
-* ``copy`` (x into the tilus output y), ``torch.compile`` of ``F.rms_norm`` (its output a fresh
-  allocation each call) and the tuned ``RMSNorm`` into y, as bench/rowwise.py does;
+* ``copy`` (x into the tilus output y), ``torch.compile`` of the op as bench/rowwise.py has it
+  (its output a fresh allocation each call) and the tuned kernel (``--op``) into y;
 * ``tilus alloc``: the tuned kernel into ``torch.empty_like(x)`` made in the call, the block
   the caching allocator hands torch.compile too, and ``copy alloc`` likewise;
 * ``--configs``: pinned configs (``block/per_thread/stages/warps[/hints]``) into y;
@@ -47,17 +47,18 @@ def offset_bytes(text: str) -> int:
 
 
 def run_shape(m, n, args, torch, rows):
-    from rms_norm import RMSNorm
-    from rowwise import time_ms, winner
+    from rowwise import tilus_kernels, time_ms, torch_fn, winner
 
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     x = torch.randn(m, n, device="cuda").half()
-    w = torch.randn(n, device="cuda").half()
+    wb = [torch.randn(n, device="cuda").half() for _ in range(2)]
     y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
-    f = lambda x, w: torch.nn.functional.rms_norm(x, (n,), w, eps=1e-6)  # noqa: E731
-    ref = f(x.float(), w.float())
+    f = torch_fn(args.op, torch)
+    ref = f(x.float(), *(v.float() for v in wb))
     comp = torch.compile(f)
-    tuned = RMSNorm()
+    _, cls, argf, _, _ = tilus_kernels()[args.op][0]
+    tuned = cls()
+    a = argf(x, *wb, y)[1:-1]  # the vectors the kernel takes (after x, before y)
 
     def check(name, out):
         err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
@@ -65,21 +66,21 @@ def run_shape(m, n, args, torch, rows):
 
     runs = {
         "copy": lambda: y.copy_(x),
-        "torch.compile": lambda: comp(x, w),
-        "tilus": lambda: tuned(m, n, x, w, y),
-        "tilus alloc": lambda: tuned(m, n, x, w, torch.empty_like(x)),
+        "torch.compile": lambda: comp(x, *wb),
+        "tilus": lambda: tuned(m, n, x, *a, y),
+        "tilus alloc": lambda: tuned(m, n, x, *a, torch.empty_like(x)),
         "copy alloc": lambda: torch.empty_like(x).copy_(x),
     }
     runs["tilus"]()
     torch.cuda.synchronize()
     check("tilus", y)
     for text in filter(None, args.configs.split(",")):
-        k = RMSNorm(**parse_config(text))
+        k = cls(**parse_config(text))
         y.fill_(float("nan"))
-        k(m, n, x, w, y)
+        k(m, n, x, *a, y)
         torch.cuda.synchronize()
         check(text, y)
-        runs[f"W {text}"] = lambda k=k: k(m, n, x, w, y)
+        runs[f"W {text}"] = lambda k=k: k(m, n, x, *a, y)
     nbytes = m * n * 2
     pool = None
     offs = [offset_bytes(o) for o in filter(None, args.offsets.split(","))]
@@ -88,8 +89,8 @@ def run_shape(m, n, args, torch, rows):
         for o, text in zip(offs, args.offsets.split(",")):
             yo = pool[o : o + nbytes].view(torch.float16).view(m, n)
             runs[f"copy @{text}"] = lambda yo=yo: yo.copy_(x)
-            runs[f"tilus @{text}"] = lambda yo=yo: tuned(m, n, x, w, yo)
-    out = comp(x, w)
+            runs[f"tilus @{text}"] = lambda yo=yo: tuned(m, n, x, *a, yo)
+    out = comp(x, *wb)
     check("torch.compile", out)
     mib = lambda t: (t.data_ptr() - x.data_ptr()) / (1 << 20)  # noqa: E731
     print(f"{m}x{n}: x at 0x{x.data_ptr():x}; y {mib(y):+.2f} MiB, compile's output "
@@ -99,7 +100,7 @@ def run_shape(m, n, args, torch, rows):
     for fn in runs.values():
         fn()
     torch.cuda.synchronize()
-    o2 = comp(x, w)
+    o2 = comp(x, *wb)
     print(f"   compile's output (steady) {mib(o2):+.2f} MiB", flush=True)
     del o2
     table = {k: [] for k in runs}
@@ -112,12 +113,13 @@ def run_shape(m, n, args, torch, rows):
     comp_ms = statistics.median(table["torch.compile"])
     for name in names:
         ms = statistics.median(table[name])
-        rows.append((f"{m}x{n}", name, ms, copy_ms / ms, comp_ms / ms))
+        rows.append((f"{args.op} {m}x{n}", name, ms, copy_ms / ms, comp_ms / ms))
     del pool, flush
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--op", default="rms_norm", choices=("softmax", "layer_norm", "rms_norm"))
     ap.add_argument("--shapes", default="8192x8192")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--configs", default=DEFAULT_CONFIGS)
@@ -130,9 +132,9 @@ def main() -> int:
         m, n = (int(v) for v in s.split("x"))
         run_shape(m, n, args, torch, rows)
         torch.cuda.empty_cache()
-    print(f"\n{'shape':11s} {'impl':34s} {'ms':>8s} {'x copy':>7s} {'x compile':>9s}")
+    print(f"\n{'op, shape':22s} {'impl':26s} {'ms':>8s} {'x copy':>7s} {'x compile':>9s}")
     for shape, name, ms, rc, rk in rows:
-        print(f"{shape:11s} {name:34s} {ms:8.4f} {rc:7.3f} {rk:9.3f}")
+        print(f"{shape:22s} {name:26s} {ms:8.4f} {rc:7.3f} {rk:9.3f}")
     return 0
 
 

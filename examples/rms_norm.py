@@ -34,6 +34,7 @@ from softmax import (
     REREAD_SPACE,
     SPACE,
     RowRing,
+    hinted,
     pow2_at_least,
     refuse_long_rows,
     reread_setup,
@@ -47,21 +48,11 @@ from tilus.utils import cdiv
 
 EPS = 1e-6
 
-#: ``hints``: 0 none, 1 Inductor's L1/L2 eviction hints on the loads, 2 those and st.global.cs.
-HINTS = (0, 1, 2)
 
-
-#: The re-read form with the cache hints (``hints`` 1, 2; see the module's docstring): measured
-#: on an H200
-#: at 8192x8192 (16 warps of 16 elements: 0.0669-0.0672 ms against 0.0684 without the hints,
-#: torch.compile 0.0673) and 4096x32000 (32 warps of 8: 0.1296 against 0.1317).
-HINTED_SPACE = [(0, t, 0, w, h) for w in (16, 32) for t in (8, 16) for h in (1, 2)]
-
-
-@tilus.autotune(
-    "block, per_thread, stages, warps, hints",
-    [(*c, 0) for c in SPACE + REREAD_SPACE] + HINTED_SPACE,
-)
+#: The re-read configs with the cache hints (``hinted``) measured on an H200: at 8192x8192, 16
+#: warps of 16 elements 0.0669-0.0672 ms against 0.0684 without them (torch.compile 0.0673); at
+#: 4096x32000, 32 warps of 8 0.1296 against 0.1317.
+@tilus.autotune("block, per_thread, stages, warps, hints", hinted(SPACE + REREAD_SPACE))
 class RMSNorm(RowRing):
     """RMS norm in one of two forms, both in the autotune space: whole rows in registers
     (``stages`` 0) or persistent blocks over a ring of shared-memory stages (``stages`` >= 2)."""
@@ -71,19 +62,13 @@ class RMSNorm(RowRing):
         self.block, self.per_thread, self.stages = block, per_thread, stages
         self.block_warps = warps  # > 0: the small-block ring form (see ``ring_plan``)
         self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
-        # cache hints (``HINTS``): x's last read evict_first, w (and a read again x)
-        # evict_last, as Inductor's norms; 2: also streaming stores of y
-        if hints not in HINTS:
-            raise ValueError(f"RMSNorm: hints must be one of {HINTS}, got {hints!r}")
-        self.hints = hints
-        self.last_x = "evict_first" if hints else None  # x's last read: streamed
-        self.keep = "evict_last" if hints else None  # w, and x read again
-        self.out = "stream" if hints == 2 else None
+        self.use_hints(hints)  # the re-read form's cache hints (``softmax.HINTS``)
 
     def __call__(self, m: int32, n: int, x_ptr: ~float16, w_ptr: ~float16, y_ptr: ~float16):
         gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
         gw = self.global_view(w_ptr, dtype=float16, shape=[n])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
+        self.refuse_hints()
         if self.stages:
             self.ring_rows(m, n, gx, gw, gy)
         elif self.block_warps:
@@ -121,15 +106,13 @@ class RMSNorm(RowRing):
         if self.per_thread <= 16:  # few registers a thread: ask for a full SM (as Triton gets)
             self.attrs.min_blocks = max(1, min(4, 2048 // (32 * warps)))
         row: int32 = self.blockIdx.x * rows
-        xt = self.load_global(gx, offsets=[row, 0], shape=[rows, bn], cache=self.last_x)
-        x = self.cast(xt, float32)
+        x = self.cast(self.load_global(gx, offsets=[row, 0], shape=[rows, bn]), float32)
         # w is loaded beside x and applied before the reduction: its loads are in flight with
         # x's instead of after the block barrier (the same registers: x * w replaces x), 1.6%
         # faster at 8192x8192 (H200)
-        xw = x * self.cast(self.load_global(gw, offsets=[0], shape=[bn], cache=self.keep), float32)
+        xw = x * self.cast(self.load_global(gw, offsets=[0], shape=[bn]), float32)
         ms = self.sum(x * x, dim=1, keepdim=True) * (1.0 / n)
-        y = self.cast(xw * self.rsqrt(ms + EPS), float16)
-        self.store_global(gy, y, offsets=[row, 0], cache=self.out)
+        self.store_global(gy, self.cast(xw * self.rsqrt(ms + EPS), float16), offsets=[row, 0])
 
     def ring_rows(self, m: int32, n: int, gx: GlobalTensor, gw: GlobalTensor, gy: GlobalTensor):
         """Persistent blocks, each looping over its rows through a ring of ``stages``
@@ -158,7 +141,7 @@ class RMSNorm(RowRing):
         held = []  # w's chunks in registers (loaded once a block)
         if w_regs:
             for q in [k for k in range(chunks)]:
-                held.append(self.load_global(gw, offsets=[q * bk], shape=[bk], cache=self.keep))
+                held.append(self.load_global(gw, offsets=[q * bk], shape=[bk]))
         first: int32 = self.blockIdx.x
         grid: int32 = self.gridDim.x
         for k in range(stages - 1):
@@ -180,9 +163,9 @@ class RMSNorm(RowRing):
                 elif w_shared:
                     w = self.load_shared(sw[p])
                 else:
-                    w = self.load_global(gw, offsets=[p * bk], shape=[bk], cache=self.keep)
+                    w = self.load_global(gw, offsets=[p * bk], shape=[bk])
                 y = self.cast(self.load_shared(cur[p]), float32) * rms * self.cast(w, float32)
-                self.store_global(gy, self.cast(y, float16), offsets=[row, p * bk], cache=self.out)
+                self.store_global(gy, self.cast(y, float16), offsets=[row, p * bk])
         self.copy_async_wait_all()
 
 

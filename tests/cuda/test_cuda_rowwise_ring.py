@@ -48,10 +48,8 @@ def _cases(ex, rng, m, n):
 
 
 def _pin(cls, cfg, hints=0):
-    """``_pin(cls, cfg)``, with ``hints`` for a class whose autotune group holds it (RMSNorm)."""
-    if "hints" in cls().configs[0]:
-        return cls(**cfg, hints=hints)
-    return cls(**cfg)
+    """``cls(**cfg)`` with ``hints`` (the autotune group's fifth name)."""
+    return cls(**cfg, hints=hints)
 
 
 def _close(got, want, tol):
@@ -210,7 +208,7 @@ def test_small_form_refuses_long_rows(ex):
     m, n = 2, 32000
     x = np.zeros((m, n), np.float16)
     with pytest.raises(TilusProgramError) as info:
-        sm.Softmax(block=8192, per_thread=32, stages=2, warps=1)(m, n, x, x.copy())
+        sm.Softmax(block=8192, per_thread=32, stages=2, warps=1, hints=0)(m, n, x, x.copy())
     assert "(4096 with warps=1), not 32768" in str(info.value)
     loc = info.value.loc
     assert loc.file.endswith("softmax.py"), loc
@@ -232,7 +230,7 @@ def _layer_norm_case(ex, m, n, cfg, mean=0.0, grid=None):
     w = rng.standard_normal(n).astype(np.float16)
     b = rng.standard_normal(n).astype(np.float16)
     y = np.full((m, n), np.nan, np.float16)
-    kernel = ex["layer_norm"].LayerNorm(**cfg)
+    kernel = ex["layer_norm"].LayerNorm(**cfg, hints=0)
     if grid is None:
         kernel(m, n, x, w, b, y)
     else:
@@ -333,14 +331,23 @@ def test_reread_form_on_the_emulator(ex):
 @needs_nvrtc
 @needs_gxx
 @pytest.mark.parametrize("hints", [1, 2])
-def test_reread_rms_norm_with_cache_hints_on_the_emulator(ex, hints):
-    """RMSNorm's re-read form with its cache hints (the hinted vector accesses, ragged rows)."""
+def test_reread_form_with_cache_hints_on_the_emulator(ex, hints):
+    """The re-read form with its cache hints (the hinted vector accesses, ragged rows)."""
     rng = np.random.default_rng()
-    x = rng.standard_normal((3, 1000)).astype(np.float16)
-    w = rng.standard_normal(1000).astype(np.float16)
-    rn = ex["rms_norm"]
-    y = np.full((3, 1000), np.nan, np.float16)
-    kernel = rn.RMSNorm(block=0, per_thread=8, stages=0, warps=1, hints=hints)
-    assert "tl_ld_evict_last_v4" in tilus.compile(kernel, 3, 1000, x, w, y).source
-    emulate(kernel, (3, 1000, x, w, y), [3])
-    _close(y, rn.reference(x.astype(np.float64), w.astype(np.float64)), 1e-2)
+    cfg = dict(block=0, per_thread=8, stages=0, warps=1)
+    for cls, args, ref, tol in _cases(ex, rng, 3, 1000):
+        y = np.full((3, 1000), np.nan, np.float16)
+        kernel = _pin(cls, cfg, hints)
+        src = tilus.compile(kernel, 3, 1000, *args, y).source
+        assert "tl_ld_evict_last_v4" in src and "tl_ld_evict_first_v4" in src, cls.__name__
+        assert ("tl_st_stream_v4" in src) == (hints == 2), cls.__name__
+        emulate(kernel, (3, 1000, *args, y), [3])
+        _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
+
+
+def test_hints_outside_the_reread_form_are_refused(ex):
+    x = np.zeros((3, 1000), np.float16)
+    for cls, args, _, _ in _cases(ex, np.random.default_rng(), 3, 1000):
+        with pytest.raises(tilus.TilusError, match="take the re-read form"):
+            with tilus.option.scoped(interpret=True):
+                _pin(cls, dict(block=2048, per_thread=8, stages=0, warps=0), 1)(3, 1000, *args, x)
