@@ -83,11 +83,12 @@ def vector_plan(n: int, block: int, per_thread: int, stages: int, warps: int):
     return (*plan[:5], ("global", "global"), plan[6])
 
 
-@tilus.autotune("block, per_thread, stages, warps, hints", hinted(LN_SPACE))
+@tilus.autotune("block, per_thread, stages, warps, hints", hinted(LN_SPACE, hints=()))
 class LayerNorm(RowRing):
     """Layer norm in one of three forms, all in the autotune space: whole rows in registers
     (``stages`` 0), persistent blocks over a ring of shared-memory stages (``stages`` >= 2),
-    or a ring of ``-stages`` stages each loaded into registers at once (``stages`` < 0)."""
+    or a ring of ``-stages`` stages each loaded into registers at once (``stages`` < 0).
+    ``hints``: the re-read form's cache hints (``softmax.HINTS``; pinned only, see ``hinted``)."""
 
     def __init__(self, block, per_thread, stages, warps=0, hints=0, max_blocks=None):
         super().__init__()
