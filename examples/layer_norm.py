@@ -133,23 +133,27 @@ class LayerNorm(RowRing):
         cols = self.register_tensor(dtype=int32, shape=[tile], init=lambda j: j)
         s1 = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
         for c in self.range(chunks, unroll=unroll):  # the tail reads as 0: adds nothing
-            xt = self.load_global(gx, offsets=[row, c * tile], shape=[1, tile], cache=self.keep)
-            self.assign(s1, s1 + self.cast(xt, float32))
+            x = self.load_global(gx, offsets=[row, c * tile], shape=[1, tile], cache=self.keep)
+            x = self.cast(x, float32)
+            self.assign(s1, s1 + x)
         mean = self.sum(s1, dim=1, keepdim=True) * (1.0 / n)
         s2 = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
         for c in self.range(chunks, unroll=unroll):
-            xt = self.load_global(gx, offsets=[row, c * tile], shape=[1, tile], cache=self.keep)
-            d = self.cast(xt, float32) - mean
+            d = self.load_global(gx, offsets=[row, c * tile], shape=[1, tile], cache=self.keep)
+            d = self.cast(d, float32)
+            d = d - mean
             if n < bn:  # 0 - mean must not count
                 d = self.where(cols < n - c * tile, d, 0.0)
             self.assign(s2, s2 + d * d)
         rstd = self.rsqrt(self.sum(s2, dim=1, keepdim=True) * (1.0 / n) + EPS)
         for c in self.range(chunks, unroll=unroll):
-            xt = self.load_global(gx, offsets=[row, c * tile], shape=[1, tile], cache=self.last_x)
+            x = self.load_global(gx, offsets=[row, c * tile], shape=[1, tile], cache=self.last_x)
+            x = self.cast(x, float32)
             w = self.load_global(gw, offsets=[c * tile], shape=[tile], cache=self.keep)
+            w = self.cast(w, float32)
             b = self.load_global(gb, offsets=[c * tile], shape=[tile], cache=self.keep)
-            y = (self.cast(xt, float32) - mean) * rstd * self.cast(w, float32)
-            y = y + self.cast(b, float32)
+            b = self.cast(b, float32)
+            y = (x - mean) * rstd * w + b
             self.store_global(gy, self.cast(y, float16), offsets=[row, c * tile], cache=self.out)
 
     def whole_rows(
