@@ -52,7 +52,7 @@ EPS = 1e-6
 #: The re-read configs with the cache hints (``hinted``), measured on an H200: at 8192x8192, 16
 #: warps of 16 elements 0.0669-0.0672 ms against 0.0684 without them (torch.compile 0.0673, copy_
 #: 0.0668; tuned, it is the winner: 0.0666 against 0.0670); at 4096x32000, 32 warps of 8 0.1296
-#: against 0.1317 (copy_ 0.1260).
+#: against 0.1317 (copy_ 0.1260); bench/results/2026-12-02-h200-r51-rms-cache-hints.txt.
 @tilus.autotune("block, per_thread, stages, warps, hints", hinted(SPACE + REREAD_SPACE))
 class RMSNorm(RowRing):
     """RMS norm in one of two forms, both in the autotune space: whole rows in registers
