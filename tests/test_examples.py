@@ -50,6 +50,7 @@ HELPERS = [
     "example_support.py",
     "rowwise_support.py",
     "hopper_matmul/harness.py",
+    "hopper_matmul/matmul_v7_epilogue.py",
     "attention/attention_support.py",
     "attention/flash_tiles.py",
     "attention/flash_producer.py",

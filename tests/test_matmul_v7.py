@@ -19,7 +19,7 @@ SIZE = (200, 200, 264)  # ragged in M, N and K (the ring wraps: blocks run sever
 
 def load_v7():
     """The V7 module (imported by file, its sibling modules taken out of sys.modules again)."""
-    names = ("matmul_v4", "matmul_v5", "matmul_v6", "harness")
+    names = ("matmul_v4", "matmul_v5", "matmul_v6", "matmul_v7_epilogue", "harness")
     saved = {k: sys.modules.pop(k) for k in names if k in sys.modules}
     sys.path.insert(0, str(EXAMPLES))
     try:
@@ -62,13 +62,14 @@ def test_every_config_fp16_several_tiles_per_block(v7, seed):
 
 
 def test_clusters_and_coop_with_a_pair_past_the_last_column(v7):
-    # N = 328 is 3 tiles of 128: the second tile of the last cluster pair lies right of C (its
+    # N = 3 tiles - 56 columns: the second tile of the last cluster pair lies right of C (its
     # B tile is loaded as zeros for the pair's sake and never stored); 4 "SMs" = 2 clusters
     configs = [c for c in v7.MatmulV7().configs if c["cluster_n"] == 2 or c["coop"]]
-    assert len(configs) == 9
-    # a ping-pong and a coop cluster config (every config runs in the test above)
-    for cfg in [c for c in configs if c["cluster_n"] == 2 and c["swizzle"] == 8][:2]:
-        _run(v7.MatmulV7(num_sms=4, **cfg), "float16", 3, size=(200, 328, 392))
+    assert len(configs) == 5
+    # the cluster configs (coop 128 x 256 and 256 x 128; every config runs in the test above)
+    for cfg in [c for c in configs if c["cluster_n"] == 2]:
+        n = 3 * cfg["block_n"] - 56
+        _run(v7.MatmulV7(num_sms=4, **cfg), "float16", 3, size=(200, n, 392))
 
 
 def test_cluster_and_coop_need_128_row_tiles_without_split_k(v7):
@@ -77,11 +78,12 @@ def test_cluster_and_coop_need_128_row_tiles_without_split_k(v7):
     x = np.zeros((8, 8), dtype=np.float16)
     for bad in (dict(block_m=64, cluster_n=2), dict(block_m=128, cluster_n=2, split_k=2),
                 dict(block_m=64, coop=1), dict(block_m=128, cluster_n=4),
-                dict(block_m=64, partials="both"), dict(block_m=64, epilogue="smem")):  # fmt: skip
+                dict(block_m=64, partials="both"), dict(block_m=64, epilogue="smem"),
+                dict(block_m=256), dict(block_m=192, coop=1)):  # fmt: skip
         kernel = v7.MatmulV7(**{**base, **bad})  # built (and checked) at its first call
         with pytest.raises(
             tilus.TilusArgumentError,
-            match="128-row tiles|'store' or 'add'|'tma' or 'direct'",
+            match="128-row tiles|256-row tiles|needs coop|'store' or 'add'|'tma1' or 'direct'",
         ):
             with tilus.option.scoped(interpret=True):
                 kernel(8, 8, 8, x, x, x.copy())
@@ -89,7 +91,9 @@ def test_cluster_and_coop_need_128_row_tiles_without_split_k(v7):
 
 # forms outside the default space (the GPU tier runs them too): split-K partials stored per part,
 # coop groups with split-K (each group combines its half tile), 128-wide K tiles, 32-column tiles,
-# C stored from registers (no shared C tile), B prefetched into L2 ahead of the ring
+# C stored from registers (no shared C tile), B prefetched into L2 ahead of the ring; one C tile
+# that the two groups take turns on (tma1: ping-pong, coop, clusters, split-K), coop 256-row tiles,
+# 224-column tiles (a TMA store box of 3.5 swizzle spans)
 EXTRA = [
     dict(block_m=64, block_n=64, num_stages=4, split_k=3, swizzle=8, partials="add"),
     dict(block_m=128, block_n=128, num_stages=4, split_k=2, swizzle=2, coop=1, partials="store"),
@@ -98,6 +102,15 @@ EXTRA = [
     dict(block_m=64, block_n=32, num_stages=6, split_k=2, swizzle=8, partials="store"),
     dict(block_m=64, block_n=64, num_stages=6, split_k=2, swizzle=8, epilogue="direct"),
     dict(block_m=128, block_n=128, num_stages=4, swizzle=2, coop=1, epilogue="direct"),
+    dict(block_m=128, block_n=128, num_stages=4, swizzle=2, epilogue="tma1"),
+    dict(block_m=128, block_n=128, num_stages=4, swizzle=8, cluster_n=2, epilogue="tma1"),
+    dict(block_m=128, block_n=256, num_stages=4, swizzle=8, coop=1, epilogue="tma1"),
+    dict(block_m=128, block_n=224, num_stages=4, swizzle=4, cluster_n=2, coop=1, epilogue="tma1"),
+    dict(block_m=64, block_n=64, num_stages=4, split_k=2, swizzle=8, epilogue="tma1"),
+    dict(block_m=128, block_n=128, num_stages=4, split_k=2, swizzle=2, coop=1, epilogue="tma1"),
+    dict(block_m=256, block_n=128, num_stages=3, swizzle=8, coop=1),
+    dict(block_m=256, block_n=128, num_stages=4, swizzle=2, cluster_n=2, coop=1, epilogue="tma1"),
+    dict(block_m=256, block_n=64, num_stages=4, split_k=2, swizzle=2, coop=1, epilogue="direct"),
 ]
 
 
@@ -117,14 +130,15 @@ def test_bf16(v7, split_k):
 
 def test_the_space_and_the_types(v7):
     configs = v7.MatmulV7().configs
-    assert len(configs) == 23 and v7.MatmulV7BF16().configs == configs
-    assert {c["block_m"] for c in configs} == {64, 128}
+    assert len(configs) == 14 and v7.MatmulV7BF16().configs == configs
+    assert {c["block_m"] for c in configs} == {64, 128, 256}
     assert {c["split_k"] for c in configs} == {1, 2, 4}
-    assert {c["epilogue"] for c in configs} == {"tma", "direct"}
-    assert {(c["cluster_n"], c["coop"]) for c in configs} == {(1, 0), (2, 0), (1, 1), (2, 1)}
-    for c in configs:  # clusters and coop: 128-row tiles, unsplit
+    assert {c["epilogue"] for c in configs} == {"tma", "tma1", "direct"}
+    assert {(c["cluster_n"], c["coop"]) for c in configs} == {(1, 0), (1, 1), (2, 1)}
+    for c in configs:  # clusters and coop: 128- or 256-row tiles, unsplit; 256 rows only coop
         if c["cluster_n"] == 2 or c["coop"]:
-            assert c["block_m"] == 128 and c["split_k"] == 1, c
+            assert c["block_m"] in (128, 256) and c["split_k"] == 1, c
+        assert c["block_m"] <= 128 or c["coop"], c
     assert v7.MatmulV7.dtype == tilus.float16 and v7.MatmulV7BF16.dtype == tilus.bfloat16
 
 
@@ -137,13 +151,14 @@ def test_builds_without_spills(v7, bf16):
     # the largest accumulator (128 x 128) and the largest split-K one (every config builds on the
     # GPU tier, tests/cuda/test_gpu_matmul_v7.py)
     configs = [c for c in cls().configs if c["block_n"] == 128 and c["block_m"] == 128][:1]
-    configs += [c for c in cls().configs if c["split_k"] == 4][
-        :1
-    ]  # 64 x 64 split in 4 (stored partials)
-    # the largest coop accumulator (64 x 256 a group) with the cluster's remote arrivals
-    configs += [c for c in cls().configs if c["coop"] and c["cluster_n"] == 2][:1]
-    for cfg in configs[-2:-1] if bf16 else configs:
-        ck = tilus.compile(cls(num_sms=132, **cfg), *SIZE, dt, dt, dt)
+    split4 = [c for c in cls().configs if c["split_k"] == 4][:1]  # 64 x 64 in 4 (stored partials)
+    # the largest coop accumulators (64 x 256 and 128 x 128 a group) with the cluster's remote
+    # arrivals and the shared C tile
+    configs += [c for c in cls().configs if c["coop"] and c["cluster_n"] == 2]
+    # K = 776: 13 K tiles, more than any ring has stages (with fewer, ptxas has serialized the
+    # wgmmas of a 5-stage ring, which unrolls the K loop by 5)
+    for cfg in split4 if bf16 else configs + split4:
+        ck = tilus.compile(cls(num_sms=132, **cfg), 200, 200, 776, dt, dt, dt)
         ck = ck[0] if isinstance(ck, list) else ck
         assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
         assert ck.resources["registers"] == 168, cfg  # setmaxnreg moves it from there

@@ -30,7 +30,9 @@ on an H200, whose L2 is not the limit). ``split_producer`` gives K and V a produ
 (neither waits for the other's free slot), ``all_arrive`` has every consumer thread arrive on
 the empty barriers (no elected thread, no branch), ``p_shared`` stages P in shared memory,
 ``late_p`` converts P while the next S runs, ``skip_empty`` lets a group whose rows all lie past
-the last query row (in the ragged last block) skip its GEMMs. Only the tiles a block needs are
+the last query row (in the ragged last block) skip its GEMMs, ``full_first`` runs a block's first
+softmax unmasked where no key of that tile is hidden, ``suspend_ns`` / ``consumer_suspend_ns``
+hint how long a producer's (storer's) / consumer's barrier wait suspends before it retries. Only the tiles a block needs are
 loaded: with ``causal`` the tiles right of the diagonal are skipped (the longest rows first),
 and only the diagonal tile and the ragged last tile are masked.
 
@@ -96,6 +98,9 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         overlap=None,
         early_s1=None,
         skip_empty=None,
+        suspend_ns=None,
+        consumer_suspend_ns=None,
+        full_first=None,
     ):
         super().__init__()
         tiles = default_tiles(dim, causal)
@@ -115,6 +120,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         self.causal = causal
         self.group = group
         self.cluster_m = cm if cluster is None else cluster
+        self.set_suspend(more, suspend_ns, consumer_suspend_ns)  # try_wait hints (ns)
         # an argument given wins over the tile's
         self.split_producer = bool(
             more.get("split_producer", 0) if split_producer is None else split_producer
@@ -148,12 +154,12 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         self.direct_o = self.persistent and 2 * tile + ring > SMEM_BYTES
         # overlap: the next tile's first S runs during this one's epilogue (flash_epilogue.py);
         # a tile's overlap gives way to arguments it does not fit (as its all_arrive)
-        ok = self.persistent and not self.pingpong and self.cluster_m == 1 and not self.direct_o
+        ok = self.persistent and self.cluster_m == 1 and not self.direct_o
         self.overlap = int(more.get("overlap", 0) * ok if overlap is None else overlap)
         if self.overlap and not ok:
             room = f": {self.num_stages} stages of {self.block_n} keys leave no room"
             raise tilus.TilusArgumentError(
-                "overlap needs persistent=True, pingpong=False, cluster=1 and two Q tiles beside "
+                "overlap needs persistent=True, cluster=1 and two Q tiles beside "
                 f"the ring{room if self.direct_o else ''}"
             )
         if self.overlap not in (0, 1, 2) or self.overlap == 2 and (self.late_p or self.p_shared):
@@ -161,15 +167,22 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
                                            f"p_shared), got {overlap!r}")  # fmt: skip
         # early_s1 (overlap=1): a tile's second S runs during its first softmax; every block reads
         # two KV tiles or more (a one-tile block's second wholly masked): that S has no branch
-        fits = self.overlap == 1 and not (self.late_p or self.p_shared)
+        fits = self.overlap == 1 and not (self.late_p or self.p_shared or self.pingpong)
         self.early_s1 = bool(more.get("early_s1", 0) * fits if early_s1 is None else early_s1)
+        # full_first: a block's first softmax unmasked when it can be (not while S_1 runs); a
+        # tile's gives way to arguments it does not fit
+        ff = more.get("full_first", 0) * (not self.early_s1 and self.overlap != 2)
+        self.full_first = bool(ff if full_first is None else full_first)
+        if self.full_first and (self.early_s1 or self.overlap == 2):
+            raise tilus.TilusArgumentError("full_first needs early_s1=False and overlap 0 or 1")
         se = more.get("skip_empty", 0) * (not self.overlap)  # empty groups only free the slots
         self.skip_empty = bool(se if skip_empty is None else skip_empty)
         if self.skip_empty and self.overlap:
             raise tilus.TilusArgumentError("skip_empty needs overlap=0")
         if self.early_s1 and not fits:
             raise tilus.TilusArgumentError(
-                f"early_s1 needs overlap=1 (got {self.overlap}) without late_p or p_shared"
+                f"early_s1 needs overlap=1 (got {self.overlap}) without late_p, p_shared or "
+                "pingpong"
             )
 
     def softmax(
@@ -238,10 +251,10 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         stage = ring.stage
         if not issued:
             s = self.register_tensor(dtype=float32, shape=[self.rows, self.block_n], init=0.0)
-            self.mbarrier.wait(kfull[stage], phase=ring.phase)
+            self.cwait(kfull[stage], ring.phase)
             # both waits before the issue: a wait loop between two wgmma issues makes ptxas
             # serialize every wgmma of the kernel
-            self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+            self.cwait(ring.full[ring.prev_stage], ring.prev_phase)
             self.take_turn(half)
             self.wgmma.fence()
             self.mma_s(sq[half], sk[stage], s)
@@ -275,29 +288,9 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
             self.assign(pa, self.cast(p, self.dtype))
         ring.advance()
 
-    def consume(
-        self,
-        half: int,
-        ring: Ring,
-        kfull,
-        sq,
-        sk,
-        sv,
-        peers,
-        go,
-        glse,
-        qbar,
-        qempty,
-        qphase: uint32,
-        so,
-        sp,
-        bh: int32,
-        q_row: int32,
-        seq_kv: int32,
-        n_kv: int32,
-        scale_log2: float32,
-        nxt=None,
-    ):
+    def consume(self, half: int, ring: Ring, kfull, sq, sk, sv, peers, go, glse, qbar, qempty,
+                qphase: uint32, so, sp, bh: int32, q_row: int32, seq_kv: int32, n_kv: int32,
+                scale_log2: float32, nxt=None):  # fmt: skip
         """Consumer warp group ``half``: rows ``[q_row + half * rows, ...)`` of a block.
 
         Software-pipelined over the KV tiles: while the softmax of tile ``j`` runs on the CUDA
@@ -310,10 +303,10 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
         lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
         if nxt is None:
-            self.mbarrier.wait(qbar, phase=qphase)
+            self.cwait(qbar, qphase)
             # tile 0: S, its softmax and P (n_kv >= 1: every row has a first key)
             s = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
-            self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+            self.cwait(kfull[ring.stage], ring.phase)
             self.take_turn(half)
             self.first_s(half, ring, kfull, sq[half], sk, s)
             self.pass_turn(half)
@@ -327,8 +320,8 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
             s1 = self.register_tensor(dtype=float32, shape=[bmh, bn], init=0.0)
             # the waits of step 1 before its S: no wait loop while a wgmma is in flight
             ring.advance()
-            self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
-            self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+            self.cwait(kfull[ring.stage], ring.phase)
+            self.cwait(ring.full[ring.prev_stage], ring.prev_phase)
             self.first_s(half, ring, kfull, sq[half], sk, s1)
             p, _ = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
             pa = self.cast(p, self.dtype)
@@ -339,7 +332,10 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
                 s = nxt[0]  # issued by the block's previous tile
             self.wgmma.wait_group(0)
             self.release(kfull, peers[0], self.num_stages + ring.stage)  # K_0 is read
-            p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
+            if self.full_first:
+                p = self.first_softmax(s, m, lsum, row0, seq_kv, scale_log2)
+            else:  # (the IR of the kernels without it as before)
+                p, alpha = self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)
             pa = self.cast(p, self.dtype)
             pf = p  # late_p: P in float32, converted while the next S runs
             if self.p_shared:
@@ -379,7 +375,7 @@ class FlashAttention(FlashProducer, FlashEpilogue, FlashGemms, tilus.Script):
         if self.persistent and nxt is None:  # the last S retired: the next Q may land
             with self.single_thread():
                 self.mbarrier.arrive(qempty)
-        self.mbarrier.wait(ring.full[ring.prev_stage], phase=ring.prev_phase)
+        self.cwait(ring.full[ring.prev_stage], ring.prev_phase)
         if self.early_rescale:
             for oh in o:
                 self.assign(oh, oh * scale_o)

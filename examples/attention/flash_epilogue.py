@@ -54,11 +54,13 @@ class FlashEpilogue:
         m = self.register_tensor(dtype=float32, shape=[bmh, 1], init=-float("inf"))
         lsum = self.register_tensor(dtype=float32, shape=[bmh, 1], init=0.0)
         pa = None
-        self.mbarrier.wait(qbar[0], phase=0)
-        self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+        self.cwait(qbar[0], 0)
+        self.cwait(kfull[ring.stage], ring.phase)
+        self.take_turn(g)  # pingpong: every issue of GEMMs is a turn (the same count per group)
         self.wgmma.fence()
         self.mma_s(sq[0, g], sk[ring.stage], s0)
         self.wgmma.commit_group()
+        self.pass_turn(g)
         if self.overlap == 2:
             _, _, q_row, _ = self.coords(self.blockIdx.x, num_q, seq_kv)
             self.wgmma.wait_group(0)
@@ -89,9 +91,10 @@ class FlashEpilogue:
         every wgmma."""
         s0, has_next, qbar_next, qphase_next, sq, b, _, row0_next, _ = nxt
         if has_next:
-            self.mbarrier.wait(qbar_next, phase=qphase_next)
-            self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+            self.cwait(qbar_next, qphase_next)
+            self.cwait(kfull[ring.stage], ring.phase)
         self.assign(s0, self.register_tensor(dtype=float32, shape=s0.shape, init=0.0))
+        self.take_turn(half)
         self.wgmma.fence()
         if self.overlap == 2:
             self.mma_s(sq[1 - b, half], sk[ring.stage], s0)
@@ -101,6 +104,7 @@ class FlashEpilogue:
         if self.overlap == 1:
             self.mma_s(sq[1 - b, half], sk[ring.stage], s0)
             self.wgmma.commit_group()
+        self.pass_turn(half)
         self.wgmma.wait_group(1)
         inv = 1.0 / lsum
         lse = (m + self.log2(lsum)) * LN2
@@ -141,7 +145,7 @@ class FlashEpilogue:
         """Tile ``t``'s O from Q buffer ``sqb`` by TMA once the consumers wrote it; returns once
         the copy has read the buffer."""
         bh, _, q_row, _ = self.coords(t, num_q, seq_kv)
-        self.mbarrier.wait(ofull, phase=phase)
+        self.pwait(ofull, phase, sem="acquire")
         for g in self.range(self.consumers, unroll=self.consumers):
             for h in self.panel_ids:
                 self.tma.shared_to_global(

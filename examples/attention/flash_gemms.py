@@ -15,6 +15,21 @@ class FlashGemms:
         self.mma_s(sqh, sk[ring.stage], s)
         self.wgmma.commit_group()
 
+    def first_softmax(self, s, m, lsum, row0: int32, seq_kv: int32, scale_log2: float32):
+        """``full_first``: the softmax of a tile's first score tile ``s`` (no wgmma in flight),
+        P in float32, unmasked when every row of the group sees all its keys, else masked (a
+        runtime branch, taken alike by the whole group: no select per score)."""
+        p = self.register_tensor(dtype=float32, shape=[self.rows, self.block_n])
+        bn = self.block_n
+        whole: int32 = seq_kv - bn  # >= 0: the first tile holds keys only
+        if self.causal:  # and the group's first row sees them all
+            whole = min(whole, row0 - (bn - 1))
+        if whole >= 0:
+            self.assign(p, self.softmax(s, m, lsum, False, 0, row0, seq_kv, scale_log2)[0])
+        else:
+            self.assign(p, self.softmax(s, m, lsum, True, 0, row0, seq_kv, scale_log2)[0])
+        return p
+
     def zero_o(self) -> list:
         """The output accumulator, zero: one ``[rows, panel]`` tile per column panel."""
         return [
@@ -63,11 +78,11 @@ class FlashGemms:
                 self.consume(*cargs)
             else:
                 for _ in self.range(n_kv):
-                    self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)
+                    self.cwait(kfull[ring.stage], ring.phase)
                     self.take_turn(half)
                     self.pass_turn(half)
                     self.release(kfull, peers[0], self.num_stages + ring.stage)
-                    self.mbarrier.wait(ring.full[ring.stage], phase=ring.phase)
+                    self.cwait(ring.full[ring.stage], ring.phase)
                     self.release(ring.empty, peers[1], ring.stage)
                     ring.advance()
                 if self.persistent:  # the next Q may land

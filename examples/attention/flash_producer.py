@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flash_tiles import Ring
 
+import tilus
 from tilus import SharedTensor, int32, uint32
 from tilus.utils import cdiv
 
@@ -11,6 +12,25 @@ from tilus.utils import cdiv
 class FlashProducer:
     """The producer side of ``FlashAttention`` (a mixin of the kernel class), the order of
     its blocks and the consumer groups' turns."""
+
+    def set_suspend(self, more: dict, suspend_ns, consumer_suspend_ns):
+        """The try_wait suspend-time hints (ns; None: the system's limit) of the producer and
+        storer waits and of the consumer waits; an argument given wins over the tile's."""
+        hints = []
+        for name, v in (("suspend_ns", suspend_ns), ("consumer_suspend_ns", consumer_suspend_ns)):
+            v = more.get(name) if v is None else v
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise tilus.TilusArgumentError(f"{name} must be a positive int, got {v!r}")
+            hints.append(v)
+        self.suspend_ns, self.consumer_suspend_ns = hints
+
+    def pwait(self, barrier, phase, sem="relaxed"):
+        """A producer or storer wait (with ``suspend_ns``)."""
+        self.mbarrier.wait(barrier, phase=phase, sem=sem, suspend_ns=self.suspend_ns)
+
+    def cwait(self, barrier, phase):
+        """A consumer wait (with ``consumer_suspend_ns``)."""
+        self.mbarrier.wait(barrier, phase=phase, suspend_ns=self.consumer_suspend_ns)
 
     def take_turn(self, g: int):
         """Ping-pong: wait until the previous consumer group has issued its GEMMs (named
@@ -83,21 +103,21 @@ class FlashProducer:
         the ring."""
         if "q" in what:
             if self.persistent:
-                self.mbarrier.wait(qempty, phase=qphase ^ 1, sem="relaxed")
+                self.pwait(qempty, qphase ^ 1)
             self.load_q(sq, gq, qbar, bh, q_row, elect=True)
         stages = self.num_stages
         for j in self.range(n_kv):
             # K and V slots are released apart (K once S retired, V once P V did), so K of the
             # next tile loads while the consumers still multiply by V of the last one
             if "k" in what:
-                self.mbarrier.wait(kfull[stages + ring.stage], phase=ring.phase ^ 1, sem="relaxed")
+                self.pwait(kfull[stages + ring.stage], ring.phase ^ 1)
                 with self.single_thread():
                     self.mbarrier.arrive_and_expect_tx(
                         kfull[ring.stage], transaction_bytes=sk[ring.stage].nbytes
                     )
                 self.load_kv(gk, sk[ring.stage], kfull[ring.stage], bkv, j)
             if "v" in what:
-                self.mbarrier.wait(ring.empty[ring.stage], phase=ring.phase ^ 1, sem="relaxed")
+                self.pwait(ring.empty[ring.stage], ring.phase ^ 1)
                 with self.single_thread():
                     self.mbarrier.arrive_and_expect_tx(
                         ring.full[ring.stage], transaction_bytes=sv[ring.stage].nbytes

@@ -45,9 +45,12 @@ def default_tiles(dim: int, causal: bool = False) -> list[tuple]:
     # and all-thread arrivals; persistent wins at 128 but causal
     fast = (("split_producer", True), ("all_arrive", True))
     if dim <= 64:  # skip_empty: the ragged last block's empty groups run no GEMM (4096 rows in
-        # blocks of 192: 1.04x cuDNN, without 0.98x; 2026-12-02-h200-r47)
+        # blocks of 192: 1.04x cuDNN, without 0.98x; 2026-12-02-h200-r47); full_first: no spill
+        # (76 bytes without), 1.04x the tile without it (2026-12-02-h200-r51-fa-probe; causal:
+        # not measured)
+        ff = () if causal else (("full_first", True),)
         return [
-            (192, 128, 4, 3, False, False, False, 1, fast),
+            (192, 128, 4, 3, False, False, False, 1, fast + ff),
             (192, 128, 4, 3, True, False, True, 1, fast),
             (192, 128, 4, 3, False, False, False, 1, fast + (("skip_empty", True),)),
             (128, 128, 3, 2, True, True, True, 1, fast),
@@ -60,12 +63,15 @@ def default_tiles(dim: int, causal: bool = False) -> list[tuple]:
             (128, 128, 2, 2, True, True, True, 1, fast),
         ]
     if dim <= 128:  # persistent, the next tile's first S overlapped with the epilogue (early_s1,
-        # its second S also with its first softmax, measured slower: 2026-12-02-h200-r47)
+        # its second S also with its first softmax, measured slower: 2026-12-02-h200-r47); with
+        # ping-pong 1.03x cuDNN at 4096 and 8192 rows, full_first 1.01x the tile without it at
+        # 1024 (2026-12-02-h200-r51-fa-probe)
+        ov = fast + (("overlap", 1),)
         return [
-            (128, 128, 2, 2, False, True, False, 1, fast + (("overlap", 1),)),
+            (128, 128, 2, 2, True, True, False, 1, ov),
+            (128, 128, 2, 2, False, True, False, 1, ov + (("full_first", True),)),
+            (128, 128, 2, 2, False, True, False, 1, ov),
             (128, 128, 2, 2, False, True, False, 1, fast),
-            (128, 128, 2, 2, False, True, False, 1, (("split_producer", True), ("overlap", 1))),
-            (128, 128, 3, 2, False, False, False, 1, fast),
         ]
     return [
         (128, 80, 2, 2, True, False, True, 1),

@@ -52,6 +52,18 @@
    B once from DRAM and runs best with the most B bytes on their way. (Prefetching B into L2
    ahead of the ring with ``tma.prefetch`` measured 7-10% slower at M = 64 and 256, and 128-wide
    K tiles no faster, so neither is a knob.)
+7. **One shared C tile** (``epilogue="tma1"``): the two groups take turns on a single shared C
+   tile (in coop half of the block's tile) instead of holding one each, so the ring gets the
+   other's shared memory (coop 128 x 256: 4 stages instead of 3). A pair of *turn* mbarriers
+   orders them: a group waits for its turn, writes the tile, issues its TMA store, waits until
+   the store has read the tile (``wait_group(0, read=True)``) and passes the turn on; a unit
+   that stores nothing (a split-K part that is not the last, a cluster's tile past C) passes it
+   on too, so both groups see the same sequence of turns.
+8. **256-row coop tiles** (``coop=1, block_m=256``): each group computes a 128 x ``block_n``
+   half, so 256 x 128 tiles keep both groups on 128 x 128 accumulators; with ``cluster_n=2``
+   the pair shares a 256-row A tile (each block multicasts 128 rows), as much L2 traffic saved
+   per block as a multicast B of 128 x 256 tiles. Odd widths such as 192 and 224 columns trade
+   a ragged last N tile for fewer idle SMs in the last wave (8192 columns: 43 or 37 N tiles).
 
 Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
 ``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
@@ -65,8 +77,9 @@ Run ``python examples/hopper_matmul/matmul_v7.py``.
 import sys
 
 import harness
-from matmul_v4 import MatmulWGMMAV4, Pipeline
+from matmul_v4 import Pipeline
 from matmul_v6 import sm_count
+from matmul_v7_epilogue import V7Epilogue
 
 import tilus
 from tilus import SharedTensor, bfloat16, float16, float32, int32, uint32
@@ -78,36 +91,32 @@ SPLIT_M_TILES = 4
 
 
 # (block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue): tiles of one
-# consumer warp group (coop: of both) with the deepest ring that fits beside the C tiles (none
-# with the "direct" epilogue). Large shapes: 128 x 128 (with and without clusters), coop
-# 128 x 256 and 128 x 128, 64 x 256. Small M streams B from DRAM once, so what counts is a unit
-# on every SM with the most B bytes in flight: measured on an H200 (bench/llm_shapes.py, pinned),
-# M = 64, N = K = 4096 runs best as 128 unsplit 64 x 32 tiles with 18 stages (0.99x cuBLAS;
-# 64 x 64 unsplit 0.93x, split in 2 0.90x, 64 x 128 split in 4 0.73x) and M = 256, N = K = 8192
-# as 128 x 128 tiles with 7 stages, C stored from registers (0.89x; 5 stages 0.87x). 128 x 64
-# gives M = 256 two units a block (one group's epilogue overlaps the other's mainloop). Split-K
-# (64 x 64 in 2 and 4 parts) stays for K-heavy shapes with few tiles. A split tile larger than
-# 64 x 64 spills within the 168 registers ptxas gives every thread of a 384-thread block.
+# consumer warp group (coop: of both) with the deepest ring that fits beside the C tiles (one
+# shared by both groups with "tma1", none with "direct"). Large shapes: coop 128 x 256 and
+# 256 x 128 with one shared C tile and 4 stages, alone and in clusters of 2. Measured on an H200
+# (bench/v7_probe.py, pinned, fp16, bench/results/2026-12-02-h200-r51-v7-probe.txt): at 8192^3
+# 1.062x-1.086x cuBLAS (the same tiles with a C tile per group and 3 stages 1.018x, 0.975x), at
+# 4096 x 4096 x 14336 1.039x-1.084x (0.961x, 0.990x), at 3000 x 4096 x 4096 0.977x-0.985x;
+# ping-pong 128 x 128 tiles (5 stages) stay for mid sizes. Small M streams B from DRAM once, so
+# what counts is a unit on every SM with the most B bytes in flight: M = 64, N = K = 4096 runs
+# best as 128 unsplit 64 x 32 tiles with 18 stages (0.99x; 64 x 64 unsplit 0.93x, split in 2
+# 0.90x) and M = 256, N = K = 8192 as 128 x 128 tiles with 7 stages, C stored from registers
+# (0.905x; coop 128 x 256 0.61x). 128 x 64 gives M = 256 two units a block (one group's
+# epilogue overlaps the other's mainloop), coop 128 x 128 both groups on a block's one unit.
+# Split-K (64 x 64 in 2 and 4 parts) stays for K-heavy shapes with few tiles. A split tile
+# larger than 64 x 64 spills within the 168 registers ptxas gives every thread of a 384-thread
+# block (and 64 x 256 tiles stored from registers spill 108 bytes: not in the space).
 @tilus.autotune(
     "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue",
     [
-        (128, 128, 4, 1, 8, 1, 0, "tma"),
+        (128, 256, 4, 1, 8, 1, 1, "tma1"),
+        (128, 256, 4, 1, 4, 2, 1, "tma1"),
+        (256, 128, 4, 1, 8, 1, 1, "tma1"),
+        (256, 128, 4, 1, 4, 2, 1, "tma1"),
         (128, 128, 5, 1, 8, 1, 0, "tma"),
-        (128, 128, 5, 1, 2, 1, 0, "tma"),
         (128, 128, 7, 1, 1, 1, 0, "direct"),
-        (128, 128, 5, 1, 8, 2, 0, "tma"),
-        (128, 128, 5, 1, 2, 2, 0, "tma"),
-        (128, 256, 3, 1, 8, 1, 1, "tma"),
-        (128, 256, 3, 1, 2, 1, 1, "tma"),  # V5's and V6's tile at 4096 x 4096 x 14336
-        (128, 256, 4, 1, 8, 1, 1, "direct"),
-        (128, 256, 3, 1, 8, 2, 1, "tma"),
-        (128, 128, 6, 1, 8, 1, 1, "tma"),
         (128, 128, 6, 1, 1, 1, 1, "tma"),
-        (128, 128, 6, 1, 8, 2, 1, "tma"),
         (128, 64, 8, 1, 2, 1, 0, "tma"),
-        (64, 256, 4, 1, 8, 1, 0, "tma"),
-        (64, 256, 5, 1, 2, 1, 0, "direct"),
-        (64, 128, 6, 1, 8, 1, 0, "tma"),
         (64, 128, 6, 1, 2, 1, 0, "tma"),
         (64, 64, 14, 1, 8, 1, 0, "direct"),
         (64, 64, 8, 2, 8, 1, 0, "tma"),
@@ -117,7 +126,7 @@ SPLIT_M_TILES = 4
     ],
 )
 @tilus.autotune("block_k", [64])
-class MatmulV7(MatmulWGMMAV4):
+class MatmulV7(V7Epilogue):
     """Persistent ping-pong matmul with TMA-store epilogues and split-K (fp16 pointers);
     ``num_sms`` (default: the GPU's SM count) is the number of persistent blocks."""
 
@@ -128,16 +137,20 @@ class MatmulV7(MatmulWGMMAV4):
         num_sms=None, partials="store", epilogue="tma",
     ):  # fmt: skip
         super().__init__(num_stages, block_m, block_n, block_k, swizzle)
-        if cluster_n not in (1, 2) or (cluster_n == 2 and (split_k != 1 or block_m != 128)):
+        if coop and block_m not in (128, 256):
+            raise tilus.TilusArgumentError(f"coop needs 128- or 256-row tiles, got {block_m}")
+        if not coop and block_m > 128:
+            raise tilus.TilusArgumentError(f"block_m > 128 needs coop, got {block_m}")
+        if cluster_n not in (1, 2) or (cluster_n == 2 and (split_k != 1 or block_m < 128)):
             raise tilus.TilusArgumentError(
                 f"cluster_n must be 1 or 2 (2 with 128-row tiles and no split-K), got {cluster_n}"
             )
-        if coop and block_m != 128:
-            raise tilus.TilusArgumentError("coop needs 128-row tiles")
         if partials not in ("store", "add"):
             raise tilus.TilusArgumentError(f"partials must be 'store' or 'add', got {partials!r}")
-        if epilogue not in ("tma", "direct"):
-            raise tilus.TilusArgumentError(f"epilogue must be 'tma' or 'direct', got {epilogue!r}")
+        if epilogue not in ("tma", "tma1", "direct"):
+            raise tilus.TilusArgumentError(
+                f"epilogue must be 'tma', 'tma1' or 'direct', got {epilogue!r}"
+            )
         self.split_k = split_k
         self.partials = partials
         self.epilogue = epilogue
@@ -221,7 +234,7 @@ class MatmulV7(MatmulWGMMAV4):
                         self.tma.global_to_shared(
                             src=ga,
                             dst=sa[stage, h],
-                            offsets=[m_tile * self.block_m + h * 64, offset_k],
+                            offsets=[m_tile * self.block_m + h * (self.block_m // 2), offset_k],
                             mbarrier=pipe.producer_barrier(),
                         )
                 else:  # half of the pair's A tile, multicast to both blocks (and barriers)
@@ -229,7 +242,7 @@ class MatmulV7(MatmulWGMMAV4):
                     self.tma.global_to_shared(
                         src=ga,
                         dst=sa[stage, rank],
-                        offsets=[m_tile * self.block_m + rank * 64, offset_k],
+                        offsets=[m_tile * self.block_m + rank * (self.block_m // 2), offset_k],
                         mbarrier=pipe.producer_barrier(),
                         multicast_mask=0b11,
                     )
@@ -289,48 +302,8 @@ class MatmulV7(MatmulWGMMAV4):
         if (adv // self.num_stages) % 2 == 1:
             pipe.consumer_phase ^= 1
 
-    def add_parts(self, acc, ws, cnt, flag, tile: int32, part: int32, split: int32):
-        """Split-K: combine the K parts of tile ``tile`` (``ws``/``cnt`` entries: a C tile, or a
-        coop group's half of one). Every part publishes its fp32 sums ``acc`` and counts itself
-        in on the tile's counter (acq_rel); the last part to count in gathers the total into
-        ``acc`` and sets the counter back to 0. Returns whether this part is the last (it then
-        stores C). ``partials="store"``: each part stores its sums into its own workspace slot
-        (plain stores) and the last one loads and adds the others' slots; ``"add"``:
-        every part adds into the tile's sums (``red.add``, one L2 atomic per element) and the
-        last reads the total while clearing it (an atomic exchange with zeros)."""
-        if self.partials == "store":
-            self.store_global(ws[tile, part], acc, offsets=[0, 0])
-        else:
-            self.atomic.global_add(ws[tile], acc)
-        self.sync()  # every thread's sums are written before the count is released
-        with self.single_warp(0):
-            idx = self.register_tensor(dtype=int32, shape=[1], init=tile)
-            one = self.register_tensor(dtype=int32, shape=[1], init=1)
-            old = self.atomic.global_scatter_add(
-                cnt, dim=0, indices=idx, values=one, sem="acq_rel", scope="gpu"
-            )
-            self.store_shared(flag, old)
-            if old[0] == split - 1:  # the last part: leave the count clean for the next launch
-                back = self.register_tensor(dtype=int32, shape=[1], init=-split)
-                self.atomic.global_scatter_add(cnt, dim=0, indices=idx, values=back, scope="gpu")
-        self.sync()
-        seen = self.load_shared(flag)
-        last: int32 = 0
-        if seen[0] == split - 1:
-            last = 1
-            if self.partials == "store":
-                for p in self.range(split):
-                    if p != part:
-                        other = self.load_global(ws[tile, p], offsets=[0, 0], shape=acc.shape)
-                        self.add(acc, other, out=acc)
-            else:
-                zeros = self.register_tensor(dtype=float32, shape=acc.shape, init=0.0)
-                self.atomic.global_exch(ws[tile], zeros, output=acc)  # read the sums, clear them
-        self.sync()  # flag is read by every thread before the next unit writes it
-        return last
-
     def consume_all(self, group: int, pipe, order, sa, sb, gc, ws, cnt, k_size: int,
-                    num_m: int32, num_n: int, peer_empty):  # fmt: skip
+                    num_m: int32, num_n: int, peer_empty, sc, turn):  # fmt: skip
         """Consumer warp group ``group``: the block's units ``group``, ``group + 2``, ..."""
         bm, bn = self.block_m, self.block_n
         split = self.splits(num_m, k_size)
@@ -338,13 +311,9 @@ class MatmulV7(MatmulWGMMAV4):
         first_unit = self.first_unit()
         stride = self.num_clusters
         order_phase: uint32 = 1 - group  # group 0 starts first
-        sc = None
-        if self.epilogue == "direct":
-            pass
-        elif self.cluster_n == 1:
-            sc = self.shared_tensor(dtype=self.dtype, shape=[bm, bn])
-        else:  # the two 64-row halves of the C tile
-            sc = self.shared_tensor(dtype=self.dtype, shape=[2, bm // 2, bn])
+        c_phase: uint32 = 1 - group  # tma1: group 0 stores first
+        if self.epilogue == "tma":
+            sc = self.c_staging()
         flag = None
         if self.split_k > 1:
             flag = self.shared_tensor(dtype=int32, shape=[1])
@@ -373,71 +342,40 @@ class MatmulV7(MatmulWGMMAV4):
                     store = self.add_parts(acc, ws, cnt, flag, tile, part, split)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
-            if store == 1:
-                self.store_tile(sc, gc, acc, acc_hi, m_tile * bm, n_tile * bn)
+            self.epilogue_tile(group, turn, c_phase, store, sc, gc, acc, acc_hi, m_tile * bm,
+                               n_tile * bn)  # fmt: skip
+            c_phase ^= 1
         self.finish_stores()
 
-    def store_tile(self, sc, gc, acc, acc_hi, row: int32, col: int32):
-        """Store the C tile ``acc`` (in a cluster ``acc`` and ``acc_hi``, its 64-row halves; in
-        coop a group's half) at ``(row, col)`` of C in the input type: through the shared tile
-        ``sc`` and a TMA store, waited for only before the next tile overwrites ``sc``; with
-        ``epilogue="direct"`` straight from registers with global stores (no shared C tile, so
-        the ring can be deeper)."""
-        if self.epilogue == "direct":
-            self.store_global(gc, self.cast(acc, dtype=self.dtype), offsets=[row, col])
-            if self.cluster_n == 2 and not self.coop:
-                self.store_global(gc, self.cast(acc_hi, dtype=self.dtype), offsets=[row + 64, col])
-        else:
-            with self.single_thread():  # the previous tile's TMA store has read sc
-                self.tma.wait_group(0, read=True)
-            self.sync()
-            if self.cluster_n == 1 or self.coop:
-                self.store_shared(sc, self.cast(acc, dtype=self.dtype))
-            else:
-                self.store_shared(sc[0], self.cast(acc, dtype=self.dtype))
-                self.store_shared(sc[1], self.cast(acc_hi, dtype=self.dtype))
-            self.fence.proxy_async(space="shared")  # generic writes visible to TMA
-            self.sync()
-            with self.single_thread():
-                if self.cluster_n == 1 or self.coop:
-                    self.tma.shared_to_global(sc, gc, offsets=[row, col])
-                else:
-                    for h in self.range(2, unroll=2):
-                        self.tma.shared_to_global(sc[h], gc, offsets=[row + h * 64, col])
-                self.tma.commit_group()
-
-    def finish_stores(self):
-        """Before the group exits: its last TMA store has read ``sc``."""
-        if self.epilogue == "tma":
-            with self.single_thread():
-                self.tma.wait_group(0, read=True)
-
     def consume(self, group: int, pipe, order, sa, sb, gc, ws, cnt, k_size: int, num_m: int32,
-                num_n: int, peer_empty):  # fmt: skip
-        """Consumer warp group ``group``: ping-pong on alternate units, or ``coop``."""
+                num_n: int, peer_empty, sc, turn):  # fmt: skip
+        """Consumer warp group ``group``: ping-pong on alternate units, or ``coop``; ``sc`` and
+        ``turn``: the C tile both groups share and its turn barriers (``epilogue="tma1"``)."""
         if self.coop:
-            self.consume_coop(group, pipe, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
+            self.consume_coop(group, pipe, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty,
+                              sc, turn)  # fmt: skip
         else:
             self.consume_all(group, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n,
-                             peer_empty)  # fmt: skip
+                             peer_empty, sc, turn)  # fmt: skip
 
     def consume_coop(self, group: int, pipe, sa, sb, gc, ws, cnt, k_size: int, num_m: int32,
-                     num_n: int, peer_empty):  # fmt: skip
+                     num_n: int, peer_empty, sc, turn):  # fmt: skip
         """``coop``: both consumer groups on every unit of the block (V6's split), group ``g``
-        on the tile's rows ``[64 g, 64 g + 64)`` with its own shared C tile; with split-K each
-        group combines its half of the tile's parts on its own (own workspace entry and count)."""
+        on half ``g`` of the tile's rows (``block_m / 2`` of them) with its own shared C tile
+        (``tma1``: both on ``sc``); with split-K each group combines its half of the tile's
+        parts on its own (own workspace entry and count)."""
         bn = self.block_n
         split = self.splits(num_m, k_size)
-        sc = None
         if self.epilogue == "tma":
-            sc = self.shared_tensor(dtype=self.dtype, shape=[64, bn])
+            sc = self.c_staging()
         flag = None
         if self.split_k > 1:
             flag = self.shared_tensor(dtype=int32, shape=[1])
+        c_phase: uint32 = 1 - group  # tma1: group 0 stores first
         for unit in self.range(self.first_unit(), self.units(num_m, num_n, split),
                                self.num_clusters):  # fmt: skip
             m_tile, n_tile, _, k_cnt, tile, part = self.unit_work(unit, num_m, num_n, k_size, split)
-            acc = self.register_tensor(dtype=float32, shape=[64, bn], init=0.0)
+            acc = self.register_tensor(dtype=float32, shape=[self.block_m // 2, bn], init=0.0)
             self.mainloop_pp(group, pipe, sa, sb, acc, None, k_cnt, peer_empty)
             store: int32 = 1
             if self.split_k > 1:
@@ -445,8 +383,9 @@ class MatmulV7(MatmulWGMMAV4):
                     store = self.add_parts(acc, ws, cnt, flag, 2 * tile + group, part, split)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
-            if store == 1:
-                self.store_tile(sc, gc, acc, None, m_tile * self.block_m + group * 64, n_tile * bn)
+            row = m_tile * self.block_m + group * (self.block_m // 2)
+            self.epilogue_tile(group, turn, c_phase, store, sc, gc, acc, None, row, n_tile * bn)
+            c_phase ^= 1
         self.finish_stores()
 
     def launch(self, m_size: int32, n_size: int):
@@ -485,6 +424,11 @@ class MatmulV7(MatmulWGMMAV4):
             else:  # one sum per tile, left zero
                 ws = self.global_tensor(float32, [entries, rows, block_n], requires_clean=True)
             cnt = self.global_tensor(int32, [entries], requires_clean=True)
+        sc = None
+        turn = None
+        if self.epilogue == "tma1":  # one C tile for both groups and the barriers of its turns
+            sc = self.c_staging()
+            turn = self.mbarrier.alloc([1, 1])
         peer_empty = None
         if self.cluster_n > 1:  # the peer's empty barriers; both blocks' exist after the sync
             peer_empty = self.cluster.map_shared_addr(pipe.empty, 1 - self.cluster.blockRank)
@@ -501,10 +445,14 @@ class MatmulV7(MatmulWGMMAV4):
 
         with self.warp_group(0, 4):  # consumer warp group 0: the block's even units
             self.setmaxnreg(232)
-            self.consume(0, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
+            self.consume(
+                0, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty, sc, turn
+            )
         with self.warp_group(4, 4):  # consumer warp group 1: the odd units
             self.setmaxnreg(232)
-            self.consume(1, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty)
+            self.consume(
+                1, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty, sc, turn
+            )
         if self.cluster_n > 1:  # no block exits while its peer may still arrive on its barriers
             self.cluster.sync()
 

@@ -142,7 +142,7 @@ class LoadGlobal(Inst):
     dims: tuple[int, ...]
     cache: str | None = None
 
-    QUIET: ClassVar[tuple[str, ...]] = ("cache",)  # printed only when set (cache keys stay put)
+    QUIET_NONE: ClassVar[tuple] = ("cache",)  # printed only when set (cache keys stay put)
 
     def validate(self) -> None:
         """A known cache hint, on elements of whole bytes."""
@@ -160,7 +160,7 @@ class StoreGlobal(Inst):
     dims: tuple[int, ...]
     cache: str | None = None
 
-    QUIET: ClassVar[tuple[str, ...]] = ("cache",)
+    QUIET_NONE: ClassVar[tuple] = ("cache",)
 
     def validate(self) -> None:
         """A known cache hint, on elements of whole bytes."""
@@ -175,13 +175,11 @@ STORE_CACHES = ("evict_first", "evict_last", "stream")
 
 
 def _check_cache(cache, allowed, dtype, name: str) -> None:
-    if cache is None:
-        return
-    if cache not in allowed:
+    if cache is not None and cache not in allowed:
         raise InstError(
             f"{name}: cache must be one of {', '.join(map(repr, allowed))} (or None), got {cache!r}"
         )
-    if dtype.nbits % 8:
+    if cache is not None and dtype.nbits % 8:
         raise InstError(f"{name}: cache hints take elements of whole bytes, not {dtype}")
 
 
@@ -434,12 +432,17 @@ class MBarrierArriveExpectTx(Inst):
 
 @instruction("mbarrier_wait", ptx="9.7.13.15.16 mbarrier.test_wait/try_wait (parity)")
 class MBarrierWait(Inst):
-    """Block until the phase with parity ``phase`` of the barrier has completed."""
+    """Block until the phase with parity ``phase`` of the barrier has completed;
+    ``suspend_ns`` (None: the system's limit) hints how long each try_wait may suspend the
+    thread before it retries (not printed at None, so earlier IR text keeps its form)."""
 
     barrier: Expr
     phase: Expr
     sem: MemSem
     scope: MemScope
+    suspend_ns: int | None = None
+
+    QUIET_NONE: ClassVar[tuple] = ("suspend_ns",)
 
     __post_init__ = _ordering_from_strings
 

@@ -82,9 +82,8 @@ class Printer:
     def inst(self, inst: Inst) -> str:
         out = inst.output()
         parts = []
-        quiet = getattr(inst, "QUIET", ())  # attributes printed only when set
         for k, v in inst.items():
-            if k == "out" or (v is None and k in quiet):
+            if k == "out" or v is None and k in getattr(inst, "QUIET_NONE", ()):
                 continue
             parts.append(f"{k}={self.expr(v)}")
         text = f"{inst.NAME}({', '.join(parts)})"

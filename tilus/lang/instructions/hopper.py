@@ -70,13 +70,26 @@ class MBarrierGroup(ClusterMBarrier):
             )
         b.inst(I.MBarrierArriveExpectTx(_barrier(b, barrier), tx, sem, scope))
 
-    def wait(self, barrier, phase, sem="acquire", scope="cta"):
-        """Block until the barrier's phase of parity ``phase`` (0/1) has completed."""
+    def wait(self, barrier, phase, sem="acquire", scope="cta", suspend_ns=None):
+        """Block until the barrier's phase of parity ``phase`` (0/1) has completed.
+        ``suspend_ns`` (a constant, 1 to 2^31 - 1): each try_wait may suspend the thread for
+        about that long before it retries (default: the system's time limit); a hint for waits
+        that spin long beside busy warps (CTA scope only)."""
         b = current()
         sem, scope = _check_sem(b, sem, scope, (MemSem.RELAXED, MemSem.ACQUIRE))
+        if suspend_ns is not None:
+            ok = isinstance(suspend_ns, int) and not isinstance(suspend_ns, bool)
+            if not ok or not 0 < suspend_ns < (1 << 31):
+                raise b.error(f"suspend_ns must be an int in [1, 2^31), got {suspend_ns!r}")
+            if scope != MemScope.CTA:
+                raise b.error("suspend_ns needs scope='cta' (a wait on the block's own barrier)")
         b.inst(
             I.MBarrierWait(
-                _barrier(b, barrier), b.expect_scalar(phase, "phase", uint32), sem, scope
+                _barrier(b, barrier),
+                b.expect_scalar(phase, "phase", uint32),
+                sem,
+                scope,
+                suspend_ns,
             )
         )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.memory import shared_offset
+from tilus.backends.cuda.ptx import mbarrier as M
 from tilus.backends.cuda.ptx import wgmma as W
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
@@ -56,6 +57,13 @@ def mbarrier_wait(ctx, inst, expr):
     if inst.scope == MemScope.CLUSTER:
         fn = f"tl_mbar_wait_parity_cluster_{'acquire' if inst.sem == MemSem.ACQUIRE else 'relaxed'}"
         ctx.emit(f"{fn}({expr(inst.barrier)}, (uint32_t)({expr(inst.phase)}));")
+        return
+    if inst.suspend_ns is not None:  # try_wait with a suspend-time hint
+        frag = M.wait_suspend("acquire" if inst.sem == MemSem.ACQUIRE else "relaxed")
+        if frag.name not in {f.name for f in ctx.fragments}:
+            ctx.fragments.append(frag)
+        bar, ph = expr(inst.barrier), expr(inst.phase)
+        ctx.emit(f"{frag.name}({bar}, (uint32_t)({ph}), {int(inst.suspend_ns)}u);")
         return
     fn = "tl_mbar_wait_parity" if inst.sem == MemSem.ACQUIRE else "tl_mbar_wait_parity_relaxed"
     ctx.emit(f"{fn}({expr(inst.barrier)}, (uint32_t)({expr(inst.phase)}));")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilus.backends.cuda.ptx.registry import check_operands, register
+from tilus.backends.cuda.ptx.registry import Fragment, check_operands, register
 
 FAMILY = "mbarrier"
 
@@ -135,6 +135,30 @@ __device__ __forceinline__ void tl_mbar_wait_parity_relaxed(uint32_t bar, uint32
 }
 """,
 )
+
+
+# PTX ISA 9.7.13.15.16 mbarrier.try_wait (.parity, with the suspendTimeHint operand): a
+# blocking wait whose retries suspend the thread for about the hinted nanoseconds (fewer spins
+# taking issue slots from the warps on its scheduler). Built on demand, not part of the family
+# text, so kernels that never use it keep their prelude.
+def wait_suspend(sem: str) -> Fragment:
+    """The fragment of ``tl_mbar_wait_parity_suspend_<sem>(bar, parity, ns)``."""
+    asm = (
+        "{\\n\\t.reg .pred p;\\n\\t"
+        f"mbarrier.try_wait.parity.{sem}.cta.shared::cta.b64 p, [%1], %2, %3;\\n\\t"
+        "selp.u32 %0, 1, 0, p;\\n\\t}"
+    )
+    name = f"tl_mbar_wait_parity_suspend_{sem}"
+    text = f"""__device__ __forceinline__ void {name}(uint32_t bar, uint32_t parity, uint32_t ns) {{
+  uint32_t done = 0;
+  while (!done) {{
+    asm volatile("{check_operands(asm, 4)}"
+                 : "=r"(done) : "r"(bar), "r"(parity), "r"(ns) : "memory");
+  }}
+}}
+"""
+    return Fragment(name=name, family=FAMILY, text=text)
+
 
 # PTX ISA 9.7.13.4 Parallel Synchronization and Communication Instructions: membar / fence
 # (fence.mbarrier_init: make mbarrier.init visible to the async proxy and the cluster)

@@ -1,0 +1,111 @@
+"""Matmul V7's epilogues: C tiles through shared memory and TMA stores, and split-K partials."""
+
+from matmul_v4 import MatmulWGMMAV4
+
+from tilus import float32, int32, uint32
+
+
+class V7Epilogue(MatmulWGMMAV4):
+    """The epilogue helpers of :class:`matmul_v7.MatmulV7` (not a kernel of its own)."""
+
+    def add_parts(self, acc, ws, cnt, flag, tile: int32, part: int32, split: int32):
+        """Split-K: combine the K parts of tile ``tile`` (``ws``/``cnt`` entries: a C tile, or a
+        coop group's half of one). Every part publishes its fp32 sums ``acc`` and counts itself
+        in on the tile's counter (acq_rel); the last part to count in gathers the total into
+        ``acc`` and sets the counter back to 0. Returns whether this part is the last (it then
+        stores C). ``partials="store"``: each part stores its sums into its own workspace slot
+        (plain stores) and the last one loads and adds the others' slots; ``"add"``:
+        every part adds into the tile's sums (``red.add``, one L2 atomic per element) and the
+        last reads the total while clearing it (an atomic exchange with zeros)."""
+        if self.partials == "store":
+            self.store_global(ws[tile, part], acc, offsets=[0, 0])
+        else:
+            self.atomic.global_add(ws[tile], acc)
+        self.sync()  # every thread's sums are written before the count is released
+        with self.single_warp(0):
+            idx = self.register_tensor(dtype=int32, shape=[1], init=tile)
+            one = self.register_tensor(dtype=int32, shape=[1], init=1)
+            old = self.atomic.global_scatter_add(
+                cnt, dim=0, indices=idx, values=one, sem="acq_rel", scope="gpu"
+            )
+            self.store_shared(flag, old)
+            if old[0] == split - 1:  # the last part: leave the count clean for the next launch
+                back = self.register_tensor(dtype=int32, shape=[1], init=-split)
+                self.atomic.global_scatter_add(cnt, dim=0, indices=idx, values=back, scope="gpu")
+        self.sync()
+        seen = self.load_shared(flag)
+        last: int32 = 0
+        if seen[0] == split - 1:
+            last = 1
+            if self.partials == "store":
+                for p in self.range(split):
+                    if p != part:
+                        other = self.load_global(ws[tile, p], offsets=[0, 0], shape=acc.shape)
+                        self.add(acc, other, out=acc)
+            else:
+                zeros = self.register_tensor(dtype=float32, shape=acc.shape, init=0.0)
+                self.atomic.global_exch(ws[tile], zeros, output=acc)  # read the sums, clear them
+        self.sync()  # flag is read by every thread before the next unit writes it
+        return last
+
+    def c_staging(self):
+        """The shared C tile of one consumer group (coop: its 64-row half; in a cluster the
+        tile's two 64-row halves)."""
+        bm, bn = self.block_m, self.block_n
+        shape = [2, bm // 2, bn] if self.cluster_n == 2 and not self.coop else [bm, bn]
+        if self.coop:
+            shape = [bm // 2, bn]
+        return self.shared_tensor(dtype=self.dtype, shape=shape)
+
+    def epilogue_tile(self, group: int, turn, phase: uint32, store: int32, sc, gc, acc, acc_hi,
+                      row: int32, col: int32):  # fmt: skip
+        """Store the group's tile when ``store`` is 1. ``epilogue="tma1"``: the two groups
+        share one ``sc`` and take turns on it, each unit (stored or not) waiting for its turn
+        on ``turn[group]`` (parity ``phase``) and passing it on ``turn[1 - group]`` once its
+        TMA store has read ``sc``."""
+        if self.epilogue == "tma1":
+            self.mbarrier.wait(turn[group], phase=phase)
+        if store == 1:
+            self.store_tile(sc, gc, acc, acc_hi, row, col, turn, group)
+        elif self.epilogue == "tma1":
+            with self.single_thread():
+                self.mbarrier.arrive(turn[1 - group])
+
+    def store_tile(self, sc, gc, acc, acc_hi, row: int32, col: int32, turn=None, group=0):
+        """Store the C tile ``acc`` (in a cluster ``acc`` and ``acc_hi``, its 64-row halves; in
+        coop a group's half) at ``(row, col)`` of C in the input type: through the shared tile
+        ``sc`` and a TMA store, waited for only before the next tile overwrites ``sc``; with
+        ``epilogue="direct"`` straight from registers with global stores (no shared C tile, so
+        the ring can be deeper)."""
+        if self.epilogue == "direct":
+            self.store_global(gc, self.cast(acc, dtype=self.dtype), offsets=[row, col])
+            if self.cluster_n == 2 and not self.coop:
+                self.store_global(gc, self.cast(acc_hi, dtype=self.dtype), offsets=[row + 64, col])
+        else:
+            if self.epilogue == "tma":
+                with self.single_thread():  # the previous tile's TMA store has read sc
+                    self.tma.wait_group(0, read=True)
+                self.sync()
+            if self.cluster_n == 1 or self.coop:
+                self.store_shared(sc, self.cast(acc, dtype=self.dtype))
+            else:
+                self.store_shared(sc[0], self.cast(acc, dtype=self.dtype))
+                self.store_shared(sc[1], self.cast(acc_hi, dtype=self.dtype))
+            self.fence.proxy_async(space="shared")  # generic writes visible to TMA
+            self.sync()
+            with self.single_thread():
+                if self.cluster_n == 1 or self.coop:
+                    self.tma.shared_to_global(sc, gc, offsets=[row, col])
+                else:
+                    for h in self.range(2, unroll=2):
+                        self.tma.shared_to_global(sc[h], gc, offsets=[row + h * 64, col])
+                self.tma.commit_group()
+                if self.epilogue == "tma1":  # sc read: the other group's turn
+                    self.tma.wait_group(0, read=True)
+                    self.mbarrier.arrive(turn[1 - group])
+
+    def finish_stores(self):
+        """Before the group exits: its last TMA store has read ``sc``."""
+        if self.epilogue == "tma":  # tma1 waits after every store
+            with self.single_thread():
+                self.tma.wait_group(0, read=True)
