@@ -58,6 +58,7 @@ def main(argv=None) -> int:
         cls = {"softmax": softmax.Softmax, "layer_norm": layer_norm.LayerNorm,
                "rms_norm": rms_norm.RMSNorm}[args.op]  # fmt: skip
         cfg = {k: int(v) for k, v in (c.split("=") for c in args.config)}
+        cfg.setdefault("hints", 0)  # the re-read form's cache hints (examples/softmax.py)
         kernel = cls(**cfg)
         y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
         vecs = {"softmax": (), "layer_norm": (w, b), "rms_norm": (w,)}[args.op]

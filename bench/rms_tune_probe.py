@@ -79,7 +79,7 @@ def main() -> int:
     ref = f(x.float(), w.float())
     runs = {"copy": lambda a=None: dst.copy_(src), "torch.compile": lambda a=None: comp(x, w)}
     for block, pt in CONFIGS:
-        k = RMSNorm(block=block, per_thread=pt, stages=0, warps=0)
+        k = RMSNorm(block=block, per_thread=pt, stages=0, warps=0, hints=0)
         name = f"W{block}/{pt}"
         runs[name] = lambda a=None, k=k: k(m, n, *(a or (x, w, y)))
         y.fill_(float("nan"))

@@ -41,6 +41,7 @@ from softmax import (
     SPACE,
     RowRing,
     held_plan,
+    hinted,
     pow2_at_least,
     refuse_long_rows,
     reread_setup,
@@ -82,18 +83,20 @@ def vector_plan(n: int, block: int, per_thread: int, stages: int, warps: int):
     return (*plan[:5], ("global", "global"), plan[6])
 
 
-@tilus.autotune("block, per_thread, stages, warps", LN_SPACE)
+@tilus.autotune("block, per_thread, stages, warps, hints", hinted(LN_SPACE, hints=()))
 class LayerNorm(RowRing):
     """Layer norm in one of three forms, all in the autotune space: whole rows in registers
     (``stages`` 0), persistent blocks over a ring of shared-memory stages (``stages`` >= 2),
-    or a ring of ``-stages`` stages each loaded into registers at once (``stages`` < 0)."""
+    or a ring of ``-stages`` stages each loaded into registers at once (``stages`` < 0).
+    ``hints``: the re-read form's cache hints (``softmax.HINTS``; pinned only, see ``hinted``)."""
 
-    def __init__(self, block, per_thread, stages, warps=0, max_blocks=None):
+    def __init__(self, block, per_thread, stages, warps=0, hints=0, max_blocks=None):
         super().__init__()
         self.block, self.per_thread, self.stages = block, per_thread, abs(stages)
         self.block_warps = warps  # > 0: the small-block ring form (see ``ring_plan``)
         self.hold = stages < 0  # the held-rows ring (``held_rows``)
         self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
+        self.use_hints(hints)  # the re-read form's cache hints (``softmax.HINTS``)
 
     def __call__(
         self, m: int32, n: int, x_ptr: ~float16, w_ptr: ~float16, b_ptr: ~float16, y_ptr: ~float16
@@ -102,6 +105,7 @@ class LayerNorm(RowRing):
         gw = self.global_view(w_ptr, dtype=float16, shape=[n])
         gb = self.global_view(b_ptr, dtype=float16, shape=[n])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
+        self.refuse_hints()
         if self.hold:
             self.held_rows(m, n, gx, gw, gb, gy)
         elif self.stages:
@@ -129,23 +133,28 @@ class LayerNorm(RowRing):
         cols = self.register_tensor(dtype=int32, shape=[tile], init=lambda j: j)
         s1 = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
         for c in self.range(chunks, unroll=unroll):  # the tail reads as 0: adds nothing
-            x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
+            x = self.load_global(gx, offsets=[row, c * tile], shape=[1, tile], cache=self.keep)
+            x = self.cast(x, float32)
             self.assign(s1, s1 + x)
         mean = self.sum(s1, dim=1, keepdim=True) * (1.0 / n)
         s2 = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
         for c in self.range(chunks, unroll=unroll):
-            d = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
+            d = self.load_global(gx, offsets=[row, c * tile], shape=[1, tile], cache=self.keep)
+            d = self.cast(d, float32)
             d = d - mean
             if n < bn:  # 0 - mean must not count
                 d = self.where(cols < n - c * tile, d, 0.0)
             self.assign(s2, s2 + d * d)
         rstd = self.rsqrt(self.sum(s2, dim=1, keepdim=True) * (1.0 / n) + EPS)
         for c in self.range(chunks, unroll=unroll):
-            x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
-            w = self.cast(self.load_global(gw, offsets=[c * tile], shape=[tile]), float32)
-            b = self.cast(self.load_global(gb, offsets=[c * tile], shape=[tile]), float32)
+            x = self.load_global(gx, offsets=[row, c * tile], shape=[1, tile], cache=self.last_x)
+            x = self.cast(x, float32)
+            w = self.load_global(gw, offsets=[c * tile], shape=[tile], cache=self.keep)
+            w = self.cast(w, float32)
+            b = self.load_global(gb, offsets=[c * tile], shape=[tile], cache=self.keep)
+            b = self.cast(b, float32)
             y = (x - mean) * rstd * w + b
-            self.store_global(gy, self.cast(y, float16), offsets=[row, c * tile])
+            self.store_global(gy, self.cast(y, float16), offsets=[row, c * tile], cache=self.out)
 
     def whole_rows(
         self,

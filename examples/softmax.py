@@ -168,6 +168,20 @@ REREAD_SPACE = [(0, t, 0, w) for w in (4, 8, 16, 32) for t in (8, 16)]
 #: Softmax's re-read configs: only long rows (32000) can win with three reads of a row.
 SOFTMAX_REREAD_SPACE = [(0, t, 0, w) for w in (16, 32) for t in (8, 16)]
 
+#: ``hints`` of the re-read form: 0 none; 1 the cache hints of Inductor's norms: every read of x
+#: but the last ``evict_last`` (kept in the L1, where the next pass finds it), the last one
+#: ``evict_first``, the weights ``evict_last``; 2 those and the stores ``cache="stream"``.
+HINTS = (0, 1, 2)
+
+
+def hinted(space, hints=(1, 2)):
+    """``space`` (4-tuples) with ``hints`` 0, then its re-read configs of 16 and 32 warps with
+    each of ``hints``. Only RMS norm takes hinted configs: they measured faster for it on an
+    H200 and slower or no faster for layer norm and softmax (three reads of a row; the kept
+    lines of 32000-long rows crowd the L1)."""
+    plain = [(*c, 0) for c in space]
+    return plain + [(*c, h) for c in space if c[0] == 0 and c[3] >= 16 for h in hints]
+
 
 def reread_plan(n: int, per_thread: int, warps: int) -> tuple[int, int, int]:
     """``(bn, tile, chunks)`` of the re-read form: rows of ``n`` (rounded up to ``bn``, a
@@ -205,6 +219,24 @@ class RowRing(tilus.Script):
     """The ring form's loads, shared by the row-wise kernels: block ``b`` of ``g`` takes row
     groups ``b, b + g, b + 2g, ...``; group ``k`` of the block lands in stage ``k % stages``."""
 
+    def use_hints(self, hints: int) -> None:
+        """Set the cache hints of ``hints`` (``HINTS``): ``keep`` for reads of x that a later
+        pass reads again and for the weights, ``last_x`` for x's last read, ``out`` for y."""
+        if hints not in HINTS:
+            raise ValueError(f"{type(self).__name__}: hints must be one of {HINTS}, got {hints!r}")
+        self.hints = hints
+        self.hold = getattr(self, "hold", False)  # layer norm's held-rows ring
+        self.keep = "evict_last" if hints else None
+        self.last_x = "evict_first" if hints else None
+        self.out = "stream" if hints == 2 else None
+
+    def refuse_hints(self) -> None:
+        """Refuse ``hints`` outside the re-read form (``stages`` 0, ``warps`` > 0)."""
+        self.static_assert(
+            self.hints == 0 or (self.stages == 0 and self.block_warps > 0 and not self.hold),
+            f"hints={self.hints} take the re-read form (stages=0, warps > 0)",
+        )
+
     def fill_stage(self, gx, ring, k, first, grid, stages: int, rows: int, chunks: int, bk: int):
         """Queue the block's row group ``k`` into its stage of ``ring`` ([stages, chunks, rows,
         bk]) as one commit group; rows past the end read as zeros."""
@@ -213,21 +245,25 @@ class RowRing(tilus.Script):
         self.copy_async_commit_group()
 
 
-@tilus.autotune("block, per_thread, stages, warps", SPACE + SOFTMAX_REREAD_SPACE)
+@tilus.autotune(
+    "block, per_thread, stages, warps, hints", hinted(SPACE + SOFTMAX_REREAD_SPACE, hints=())
+)
 class Softmax(RowRing):
     """Softmax in one of the forms of the autotune space: whole rows in registers (``stages``
     0), persistent blocks over a ring of shared-memory stages (``stages`` >= 2), or a row a
-    block read three times (``stages`` 0, ``warps`` > 0)."""
+    block read three times (``stages`` 0, ``warps`` > 0; ``hints``: its cache hints)."""
 
-    def __init__(self, block, per_thread, stages, warps=0, max_blocks=None):
+    def __init__(self, block, per_thread, stages, warps=0, hints=0, max_blocks=None):
         super().__init__()
         self.block, self.per_thread, self.stages = block, per_thread, stages
         self.block_warps = warps  # > 0: the small-block ring form (see ``ring_plan``)
         self.max_blocks = max_blocks  # tests: fewer blocks than rows on the interpreter
+        self.use_hints(hints)
 
     def __call__(self, m: int32, n: int, x_ptr: ~float16, y_ptr: ~float16):
         gx = self.global_view(x_ptr, dtype=float16, shape=[m, n])
         gy = self.global_view(y_ptr, dtype=float16, shape=[m, n])
+        self.refuse_hints()
         if self.stages:
             self.ring_rows(m, n, gx, gy)
         elif self.block_warps:
@@ -243,23 +279,24 @@ class Softmax(RowRing):
         cols = self.register_tensor(dtype=int32, shape=[tile], init=lambda j: j)
         acc = self.register_tensor(dtype=float32, shape=[1, tile], init=-float("inf"))
         for c in self.range(chunks, unroll=unroll):  # max(x) * log2 e = max(x * log2 e)
-            x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
+            xt = self.load_global(gx, offsets=[row, c * tile], shape=[1, tile], cache=self.keep)
+            x = self.cast(xt, float32)
             if n < bn:  # the ragged tail reads 0: it must not win the max
                 x = self.where(cols < n - c * tile, x, -float("inf"))
             self.assign(acc, self.maximum(acc, x))
         mx = self.max(acc, dim=1, keepdim=True) * LOG2E
         tot = self.register_tensor(dtype=float32, shape=[1, tile], init=0.0)
         for c in self.range(chunks, unroll=unroll):
-            x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
-            e = self.exp2(x * LOG2E - mx)
+            xt = self.load_global(gx, offsets=[row, c * tile], shape=[1, tile], cache=self.keep)
+            e = self.exp2(self.cast(xt, float32) * LOG2E - mx)
             if n < bn:  # nor add to the sum
                 e = self.where(cols < n - c * tile, e, 0.0)
             self.assign(tot, tot + e)
         inv = 1.0 / self.sum(tot, dim=1, keepdim=True)
         for c in self.range(chunks, unroll=unroll):
-            x = self.cast(self.load_global(gx, offsets=[row, c * tile], shape=[1, tile]), float32)
-            y = self.exp2(x * LOG2E - mx) * inv
-            self.store_global(gy, self.cast(y, float16), offsets=[row, c * tile])
+            xt = self.load_global(gx, offsets=[row, c * tile], shape=[1, tile], cache=self.last_x)
+            y = self.exp2(self.cast(xt, float32) * LOG2E - mx) * inv
+            self.store_global(gy, self.cast(y, float16), offsets=[row, c * tile], cache=self.out)
 
     def whole_rows(self, m: int32, n: int, gx: GlobalTensor, gy: GlobalTensor):
         """Each block works on ``block // n`` whole rows held in registers (one pass)."""

@@ -114,6 +114,15 @@ static inline void tl_st_global_if_pair(uint16_t* p, uint32_t w, uint32_t both, 
   if (lo) p[0] = (uint16_t)(w & 0xffffu);
   if (hi) p[1] = (uint16_t)(w >> 16);
 }
+// cache-hinted vector accesses (load_global/store_global cache=): the plain access
+static inline uint64_t tl_policy_evict_first_l2() { return 0; }
+static inline uint64_t tl_policy_evict_last_l2() { return 0; }
+#define TL_HINT(c) \
+  static inline uint2 tl_ld_##c##_v2(const void* p, uint64_t) { uint2 r; std::memcpy(&r, p, 8); return r; } \
+  static inline uint4 tl_ld_##c##_v4(const void* p, uint64_t) { uint4 r; std::memcpy(&r, p, 16); return r; } \
+  static inline void tl_st_##c##_v2(void* p, uint2 v, uint64_t) { std::memcpy(p, &v, 8); } \
+  static inline void tl_st_##c##_v4(void* p, uint4 v, uint64_t) { std::memcpy(p, &v, 16); }
+TL_HINT(evict_first) TL_HINT(evict_last) TL_HINT(no_allocate) TL_HINT(stream)
 static inline int __float2int_rn(float x) { return (int)std::nearbyint(x); }
 static inline int __float2int_rz(float x) {
   if (std::isnan(x)) return 0;

@@ -195,6 +195,24 @@ USES = {
 """,
         {"IMAD"},
     ),
+    "cache_hint": (
+        """
+  const uint64_t first = tl_policy_evict_first_l2(), last = tl_policy_evict_last_l2();
+  const uint4* const src = (const uint4*)out2 + threadIdx.x;
+  uint4* const dst = (uint4*)out + threadIdx.x;
+  const uint4 v0 = tl_ld_evict_first_v4(src, first), v1 = tl_ld_evict_last_v4(src + 128, last);
+  const uint4 v2 = tl_ld_no_allocate_v4(src + 256, 0ull);
+  const uint2 w0 = tl_ld_evict_first_v2(src + 384, first), w1 = tl_ld_evict_last_v2(src + 512, last);
+  const uint2 w2 = tl_ld_no_allocate_v2(src + 640, 0ull);
+  tl_st_evict_first_v4(dst, v0, first);
+  tl_st_evict_last_v4(dst + 128, v1, last);
+  tl_st_stream_v4(dst + 256, v2, 0ull);
+  tl_st_evict_first_v2(dst + 384, w0, first);
+  tl_st_evict_last_v2(dst + 512, w1, last);
+  tl_st_stream_v2(dst + 640, w2, 0ull);
+""",
+        {"LDG", "STG"},
+    ),
     "lowbit": (
         """
   const float x = out[threadIdx.x];

@@ -62,7 +62,7 @@ def test_softmax(ex, block, per_thread, m, n):
     x, y = _rand(rng, m, n), np.full((m, n), np.nan, np.float16)
     rows, _ = sm.rows_and_warps(sm.pow2_at_least(n), block, per_thread)
     ck = emulate(
-        sm.Softmax(block=block, per_thread=per_thread, stages=0, warps=0),
+        sm.Softmax(block=block, per_thread=per_thread, stages=0, warps=0, hints=0),
         (m, n, x, y),
         [-(-m // rows)],
     )
@@ -90,7 +90,7 @@ def test_layer_norm_and_rms_norm(ex):
     x, w, b = _rand(rng, m, n), _rand(rng, n), _rand(rng, n)
     y = np.full((m, n), np.nan, np.float16)
     ck = emulate(
-        ex["layer_norm"].LayerNorm(block=512, per_thread=4, stages=0, warps=0),
+        ex["layer_norm"].LayerNorm(block=512, per_thread=4, stages=0, warps=0, hints=0),
         (m, n, x, w, b, y),
         [3],
     )
@@ -98,7 +98,7 @@ def test_layer_norm_and_rms_norm(ex):
     y = np.full((m, n), np.nan, np.float16)
     # 4 rows of 256 over one warp: 32 a thread, the loops of codegen.loops
     emulate(
-        ex["rms_norm"].RMSNorm(block=1024, per_thread=32, stages=0, warps=0),
+        ex["rms_norm"].RMSNorm(block=1024, per_thread=32, stages=0, warps=0, hints=0),
         (m, n, x, w, y),
         [2],
     )
@@ -129,7 +129,7 @@ def test_bench_shapes_compile_with_128_bit_accesses(ex):
         (8192, dict(block=8192, per_thread=32, stages=0, warps=0)),
         (1024, dict(block=4096, per_thread=32, stages=0, warps=0)),
     ]:
-        ck = tilus.compile(sm.Softmax(**cfg), 4096, n, None, None)
+        ck = tilus.compile(sm.Softmax(**cfg, hints=0), 4096, n, None, None)
         ops = _sass_ok(ck)
         assert ops.get("LDG", 0) > 0 and ops.get("STG", 0) > 0
         assert ".128" in ck.sass()

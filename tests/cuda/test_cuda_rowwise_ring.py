@@ -47,6 +47,11 @@ def _cases(ex, rng, m, n):
     ]
 
 
+def _pin(cls, cfg, hints=0):
+    """``cls(**cfg)`` with ``hints`` (the autotune group's fifth name)."""
+    return cls(**cfg, hints=hints)
+
+
 def _close(got, want, tol):
     assert not np.isnan(got).any()
     err = np.abs(got.astype(np.float64) - want).max() / max(1.0, np.abs(want).max())
@@ -74,7 +79,7 @@ def test_ring_kernels_on_the_interpreter(ex, m, n, cfg):
     rng = np.random.default_rng()
     for cls, args, ref, tol in _cases(ex, rng, m, n):
         y = np.full((m, n), np.nan, np.float16)
-        cls(**cfg)(m, n, *args, y)
+        _pin(cls, cfg)(m, n, *args, y)
         _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
 
 
@@ -108,7 +113,7 @@ def test_ring_kernels_on_the_emulator(ex, m, n, cfg):
     rng = np.random.default_rng()
     for cls, args, ref, tol in _cases(ex, rng, m, n):
         y = np.full((m, n), np.nan, np.float16)
-        emulate(cls(**cfg), (m, n, *args, y), [2])
+        emulate(_pin(cls, cfg), (m, n, *args, y), [2])
         _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
 
 
@@ -124,9 +129,8 @@ def test_ring_sass(ex):
         (ex["layer_norm"].LayerNorm, 2),
         (ex["rms_norm"].RMSNorm, 1),
     ):
-        ck = tilus.compile(
-            cls(block=8192, per_thread=16, stages=2, warps=0), m, n, x, *[v] * nvec, x
-        )
+        cfg = dict(block=8192, per_thread=16, stages=2, warps=0)
+        ck = tilus.compile(_pin(cls, cfg), m, n, x, *[v] * nvec, x)
         sass = ck.sass()
         for op in ("LDGSTS.E.BYPASS.128", "LDS.128", "STG.E.128"):
             assert re.search(rf"\b{re.escape(op)}\b", sass), (cls.__name__, op)
@@ -152,7 +156,7 @@ def test_small_form_sass(ex):
             (ex["rms_norm"].RMSNorm, 1),
         )
         for (cls, nvec), nbar in zip(kernels, bars):
-            sass = tilus.compile(cls(**cfg), m, n, x, *[v] * nvec, x).sass()
+            sass = tilus.compile(_pin(cls, cfg), m, n, x, *[v] * nvec, x).sass()
             for op in ("LDGSTS.E.BYPASS.128", "LDS.128", "STG.E.128", "SHFL.BFLY"):
                 assert re.search(rf"\b{re.escape(op)}\b", sass), (cls.__name__, n, op)
             assert not re.search(r"\b(LDL|STL)\b", sass), (cls.__name__, n)
@@ -204,7 +208,7 @@ def test_small_form_refuses_long_rows(ex):
     m, n = 2, 32000
     x = np.zeros((m, n), np.float16)
     with pytest.raises(TilusProgramError) as info:
-        sm.Softmax(block=8192, per_thread=32, stages=2, warps=1)(m, n, x, x.copy())
+        sm.Softmax(block=8192, per_thread=32, stages=2, warps=1, hints=0)(m, n, x, x.copy())
     assert "(4096 with warps=1), not 32768" in str(info.value)
     loc = info.value.loc
     assert loc.file.endswith("softmax.py"), loc
@@ -226,7 +230,7 @@ def _layer_norm_case(ex, m, n, cfg, mean=0.0, grid=None):
     w = rng.standard_normal(n).astype(np.float16)
     b = rng.standard_normal(n).astype(np.float16)
     y = np.full((m, n), np.nan, np.float16)
-    kernel = ex["layer_norm"].LayerNorm(**cfg)
+    kernel = ex["layer_norm"].LayerNorm(**cfg, hints=0)
     if grid is None:
         kernel(m, n, x, w, b, y)
     else:
@@ -304,7 +308,7 @@ def test_reread_form_on_the_interpreter(ex, m, n, per_thread, warps):
     cfg = dict(block=0, per_thread=per_thread, stages=0, warps=warps)
     for cls, args, ref, tol in _cases(ex, rng, m, n):
         y = np.full((m, n), np.nan, np.float16)
-        cls(**cfg)(m, n, *args, y)
+        _pin(cls, cfg)(m, n, *args, y)
         _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
 
 
@@ -320,5 +324,30 @@ def test_reread_form_on_the_emulator(ex):
     cfg = dict(block=0, per_thread=8, stages=0, warps=1)
     for cls, args, ref, tol in _cases(ex, rng, 3, 1000):
         y = np.full((3, 1000), np.nan, np.float16)
-        emulate(cls(**cfg), (3, 1000, *args, y), [3])
+        emulate(_pin(cls, cfg), (3, 1000, *args, y), [3])
         _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
+
+
+@needs_nvrtc
+@needs_gxx
+@pytest.mark.parametrize("hints", [1, 2])
+def test_reread_form_with_cache_hints_on_the_emulator(ex, hints):
+    """The re-read form with its cache hints (the hinted vector accesses, ragged rows)."""
+    rng = np.random.default_rng()
+    cfg = dict(block=0, per_thread=8, stages=0, warps=1)
+    for cls, args, ref, tol in _cases(ex, rng, 3, 1000):
+        y = np.full((3, 1000), np.nan, np.float16)
+        kernel = _pin(cls, cfg, hints)
+        src = tilus.compile(kernel, 3, 1000, *args, y).source
+        assert "tl_ld_evict_last_v4" in src and "tl_ld_evict_first_v4" in src, cls.__name__
+        assert ("tl_st_stream_v4" in src) == (hints == 2), cls.__name__
+        emulate(kernel, (3, 1000, *args, y), [3])
+        _close(y, ref(*(a.astype(np.float64) for a in args)), tol)
+
+
+def test_hints_outside_the_reread_form_are_refused(ex):
+    x = np.zeros((3, 1000), np.float16)
+    for cls, args, _, _ in _cases(ex, np.random.default_rng(), 3, 1000):
+        with pytest.raises(tilus.TilusError, match="take the re-read form"):
+            with tilus.option.scoped(interpret=True):
+                _pin(cls, dict(block=2048, per_thread=8, stages=0, warps=0), 1)(3, 1000, *args, x)

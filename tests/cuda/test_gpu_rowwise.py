@@ -189,11 +189,15 @@ def test_ring_form_every_config_gpu(ex, op):
         sm = ex["softmax"]
         held = [c for c in ex["layer_norm"].LN_SPACE if c[2] < 0] if op == "layer_norm" else []
         reread = sm.REREAD_SPACE if op != "softmax" else sm.SOFTMAX_REREAD_SPACE
-        for block, per_thread, stages, warps in sm.RING_SPACE + sm.SMALL_SPACE + held + reread:
+        # the re-read form with and without the cache hints
+        for block, per_thread, stages, warps, hints in sm.hinted(
+            sm.RING_SPACE + sm.SMALL_SPACE + held + reread
+        ):
             if warps and sm.ring_plan(n, block, per_thread, stages, 0, warps)[0] > 4096 * warps:
                 continue  # refused (test_small_form_refuses_long_rows)
             y.fill_(float("nan"))
-            k = cls(block=block, per_thread=per_thread, stages=stages, warps=warps, max_blocks=cap)
+            kw = dict(block=block, per_thread=per_thread, stages=stages, warps=warps)
+            k = cls(**kw, hints=hints, max_blocks=cap)
             k(m, n, *args, y)
             torch.cuda.synchronize()
             _close(y, ref, tol)

@@ -133,22 +133,54 @@ class ReshapeTensor(Inst):
 
 @instruction("load_global")
 class LoadGlobal(Inst):
-    """Load the tile at ``offsets`` of a global view; out-of-bounds elements read 0."""
+    """Load the tile at ``offsets`` of a global view; out-of-bounds elements read 0.
+    ``cache``: a cache hint (see :data:`LOAD_CACHES`), None for the default policy."""
 
     out: TensorVar
     src: TensorVar
     offsets: tuple
     dims: tuple[int, ...]
+    cache: str | None = None
+
+    QUIET_NONE: ClassVar[tuple] = ("cache",)  # printed only when set (cache keys stay put)
+
+    def validate(self) -> None:
+        """A known cache hint, on elements of whole bytes."""
+        _check_cache(self.cache, LOAD_CACHES, self.out.dtype, "load_global")
 
 
 @instruction("store_global")
 class StoreGlobal(Inst):
-    """Store a register tile at ``offsets``; out-of-bounds elements are skipped."""
+    """Store a register tile at ``offsets``; out-of-bounds elements are skipped.
+    ``cache``: a cache hint (see :data:`STORE_CACHES`), None for the default policy."""
 
     dst: TensorVar
     src: TensorVar
     offsets: tuple
     dims: tuple[int, ...]
+    cache: str | None = None
+
+    QUIET_NONE: ClassVar[tuple] = ("cache",)
+
+    def validate(self) -> None:
+        """A known cache hint, on elements of whole bytes."""
+        _check_cache(self.cache, STORE_CACHES, self.src.dtype, "store_global")
+
+
+#: ``load_global(cache=)``: L1 eviction priority plus an L2 policy of the same name
+#: (``evict_first``: streamed data, ``evict_last``: data read again soon), or no L1 allocation.
+LOAD_CACHES = ("evict_first", "evict_last", "no_allocate")
+#: ``store_global(cache=)``: the same L1/L2 priorities, or the streaming store (``st.global.cs``).
+STORE_CACHES = ("evict_first", "evict_last", "stream")
+
+
+def _check_cache(cache, allowed, dtype, name: str) -> None:
+    if cache is not None and cache not in allowed:
+        raise InstError(
+            f"{name}: cache must be one of {', '.join(map(repr, allowed))} (or None), got {cache!r}"
+        )
+    if cache is not None and dtype.nbits % 8:
+        raise InstError(f"{name}: cache hints take elements of whole bytes, not {dtype}")
 
 
 @instruction("load_shared")

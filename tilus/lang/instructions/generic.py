@@ -286,19 +286,24 @@ class GenericInstructions:
         return out
 
     # --- data movement -------------------------------------------------------------------------
-    def load_global(self, src, /, *, offsets, shape, dims=None) -> TensorVar:
-        """Load a tile of ``shape`` at ``offsets``; out-of-bounds elements read 0."""
+    def load_global(self, src, /, *, offsets, shape, dims=None, cache=None) -> TensorVar:
+        """Load a tile of ``shape`` at ``offsets``; out-of-bounds elements read 0. ``cache``:
+        a hint for the vector accesses, ``"evict_first"`` (data read once: evicted first from
+        the L1 and the L2), ``"evict_last"`` (data read again soon: kept), ``"no_allocate"``
+        (not kept in the L1); None (default) the hardware's policy. A hint changes no result."""
         b = current()
         b.expect_tensor(src, (TensorKind.GLOBAL,), "load_global's source")
         shape = _int_list(b, shape, "shape")
         offs = b.expect_offsets(offsets, src.ndim, "offsets")
         dims = self._tile_dims(src, len(shape), dims, "load_global")
         out = b.register(src.dtype, shape, "r")
-        b.inst(I.LoadGlobal(out, src, offs, dims))
+        b.inst(I.LoadGlobal(out, src, offs, dims, cache))
         return out
 
-    def store_global(self, dst, src, *, offsets, dims=None):
-        """Store a register tile at ``offsets``; out-of-bounds elements are skipped."""
+    def store_global(self, dst, src, *, offsets, dims=None, cache=None):
+        """Store a register tile at ``offsets``; out-of-bounds elements are skipped. ``cache``:
+        a hint for the vector accesses, ``"evict_first"`` / ``"evict_last"`` (as for
+        ``load_global``) or ``"stream"`` (``st.global.cs``: written once); None the default."""
         b = current()
         b.expect_tensor(dst, (TensorKind.GLOBAL,), "store_global's destination")
         b.expect_tensor(src, (TensorKind.REGISTER,), "store_global's source")
@@ -311,7 +316,7 @@ class GenericInstructions:
         dims = self._tile_dims(
             dst, src.ndim, dims, "store_global", what=f"a {list(src.shape)} tile into a view"
         )
-        b.inst(I.StoreGlobal(dst, src, offs, dims))
+        b.inst(I.StoreGlobal(dst, src, offs, dims, cache))
 
     @staticmethod
     def _tile_dims(g, tile_rank, dims, name, what="a tile") -> tuple[int, ...]:

@@ -110,6 +110,7 @@ def load_global(ctx, inst, expr):
     name, shape, strides = ctx.gview_info[g]
     ctx.open("")
     base, offs = _tile_base(ctx, layout, inst.offsets, expr)
+    hint = V.cache_hint(ctx, inst.cache)
 
     def scalar(i):
         idx = _global_index(offs, base, inst.dims, _local(layout, i))
@@ -133,14 +134,14 @@ def load_global(ctx, inst, expr):
             idx = _global_index(offs, base, inst.dims, _local(layout, i))
             ok = _in_bounds(idx[:-1], shape[:-1]) or "true"
             ptr = f"{name} + {_address(idx, strides)}"
-            V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar, al, path)
+            V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar, al, path, hint)
             ctx.close()
             return
         for i in range(0, layout.local_size, w):
             idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
             ok = _in_bounds(idx[:-1], shape[:-1]) or "true"  # the row; the run's columns below
             ptr = f"{name} + {_address(idx, strides)}"
-            V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar, al, path)
+            V.load_run(ctx, out, i, w, ptr, ok, idx[-1], shape[-1], scalar, al, path, hint)
 
     nbytes = w * out.dtype.nbits // 8
     V.by_alignment(ctx, al, nbytes, V.whole_runs(al, shape[-1], w), runs)
@@ -188,6 +189,7 @@ def store_global(ctx, inst, expr):
     pairs = _register_pairs(src, layout) and strides[inst.dims[-1]] == "1"
     ctx.open("")
     base, offs = _tile_base(ctx, layout, inst.offsets, expr)
+    hint = V.cache_hint(ctx, inst.cache)
     last = inst.dims[-1]
     rows_of = [d for d in range(len(shape)) if d != last]
     ct = ctype(src.dtype)
@@ -223,7 +225,9 @@ def store_global(ctx, inst, expr):
         def runs(path):
             row_memo.clear()  # a row pointer declared on one path is not in scope on the other
             if layout.local_size >= LOOP_MIN:  # one loop over the runs (see codegen.loops)
-                _store_loop(ctx, inst, src, layout, name, shape, strides, base, offs, w, al, path)
+                _store_loop(
+                    ctx, inst, layout, (name, shape, strides), base, offs, w, al, path, hint
+                )
                 return
 
             def scalar(i):
@@ -238,7 +242,7 @@ def store_global(ctx, inst, expr):
                 idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
                 p, rok = row(idx)
                 a = f"{p} + {_address([idx[last]], [strides[last]])}"
-                V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar, al, path)
+                V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar, al, path, hint)
 
         nbytes = w * src.dtype.nbits // 8
         V.by_alignment(ctx, al, nbytes, V.whole_runs(al, shape[last], w), runs)
@@ -263,8 +267,9 @@ def store_global(ctx, inst, expr):
     ctx.close()
 
 
-def _store_loop(ctx, inst, src, layout, name, shape, strides, base, offs, w, al, path) -> None:
+def _store_loop(ctx, inst, layout, view, base, offs, w, al, path, hint) -> None:
     """A store's runs as one loop (see ``codegen.loops``) on ``path`` (``vector.by_alignment``)."""
+    src, (name, shape, strides) = inst.src, view
     last = inst.dims[-1]
     rows_of = [d for d in range(len(shape)) if d != last]
     ct = ctype(src.dtype)
@@ -283,7 +288,7 @@ def _store_loop(ctx, inst, src, layout, name, shape, strides, base, offs, w, al,
         _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", f"{a}, {R.elem(ctx, src, k)}, {rok} && {cok}")
 
     a = f"{p} + {_address([idx[last]], [strides[last]])}"
-    V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar_in_row, al, path)
+    V.store_run(ctx, src, i, w, a, rok, idx[last], shape[last], scalar_in_row, al, path, hint)
     ctx.close()
 
 

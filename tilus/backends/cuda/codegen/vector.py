@@ -18,10 +18,23 @@ import math
 
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.scalar import ctype
+from tilus.backends.cuda.ptx import cache_hint as H
 from tilus.ir.expr import Binary, Const, Var
 
 #: A multiple of every run width (an offset of 0 or a huge constant).
 _ANY = 1 << 20
+
+
+def cache_hint(ctx, cache):
+    """``hint`` for ``load_run``/``store_run`` of an access with ``cache`` (None: none): adds
+    the fragment and declares the access's L2 policy operand (0 when it takes none)."""
+    if cache is None:
+        return None
+    if H.HINTS not in ctx.fragments:
+        ctx.fragments.append(H.HINTS)
+    pol = ctx.fresh("pol")
+    ctx.emit(f"const uint64_t {pol} = {H.policy_call(cache) or '0ull'};")
+    return cache, pol
 
 
 def known_multiple(e, facts: dict) -> int:
@@ -220,12 +233,24 @@ def _run_cond(ctx, ok, col: str, ncols: str, w: int, p: str, esize: int, base, p
 
 
 def load_run(
-    ctx, out, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar, base=None, path="either"
+    ctx,
+    out,
+    i0,
+    w: int,
+    ptr: str,
+    ok: str,
+    col: str,
+    ncols: str,
+    scalar,
+    base=None,
+    path="either",
+    hint=None,
 ):
     """Registers ``i0 .. i0 + w`` of ``out`` from ``ptr`` (one vector access when the run is
     in bounds and aligned, else ``scalar(i)`` for each register); ``i0`` is an int or, in a
     loop over runs, a C expression; ``base``: see ``base_alignment``; ``path``: see
-    ``by_alignment`` (a whole run out of bounds reads zeros on its two paths)."""
+    ``by_alignment`` (a whole run out of bounds reads zeros on its two paths); ``hint``:
+    ``(cache, policy variable)`` of a cache-hinted vector access (``cache_hint``)."""
     esize = out.dtype.nbits // 8
     nwords = w * esize // 4
     wt = word_type(nwords)
@@ -238,7 +263,10 @@ def load_run(
             ctx.emit(f"{R.elem(ctx, out, _plus(i0, k))} = {p}[{k}];")
     else:
         v = ctx.fresh("vw")
-        ctx.emit(f"const {wt} {v} = *((const {wt}*){p});")
+        if hint:
+            ctx.emit(f"const {wt} {v} = tl_ld_{hint[0]}_v{nwords}({p}, {hint[1]});")
+        else:
+            ctx.emit(f"const {wt} {v} = *((const {wt}*){p});")
         unpack(ctx, out, i0, nwords, v)
     ctx.reopen()
     if path == "either":
@@ -267,11 +295,22 @@ def unpack(ctx, out, i0, nwords: int, v: str) -> None:
 
 
 def store_run(
-    ctx, src, i0, w: int, ptr: str, ok: str, col: str, ncols: str, scalar, base=None, path="either"
+    ctx,
+    src,
+    i0,
+    w: int,
+    ptr: str,
+    ok: str,
+    col: str,
+    ncols: str,
+    scalar,
+    base=None,
+    path="either",
+    hint=None,
 ):
     """Store registers ``i0 .. i0 + w`` of ``src`` at ``ptr`` (vector or ``scalar(i)``);
     ``base``: see ``base_alignment``; ``path``: see ``by_alignment`` (a whole run out of
-    bounds stores nothing on its two paths)."""
+    bounds stores nothing on its two paths); ``hint``: as for ``load_run``."""
     esize = src.dtype.nbits // 8
     nwords = w * esize // 4
     wt = word_type(nwords)
@@ -284,7 +323,10 @@ def store_run(
             ctx.emit(f"{p}[{k}] = {R.elem(ctx, src, _plus(i0, k))};")
     else:
         ws = words(src, [_plus(i0, k) for k in range(w)], ctx)
-        ctx.emit(f"*(({wt}*){p}) = make_{wt}({', '.join(ws)});")
+        if hint:
+            ctx.emit(f"tl_st_{hint[0]}_v{nwords}({p}, make_{wt}({', '.join(ws)}), {hint[1]});")
+        else:
+            ctx.emit(f"*(({wt}*){p}) = make_{wt}({', '.join(ws)});")
     if path != "either":  # a whole run out of bounds stores nothing
         ctx.close()
         return

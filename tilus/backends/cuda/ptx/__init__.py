@@ -2,6 +2,7 @@
 
 from tilus.backends.cuda.ptx import (  # noqa: F401
     atomics,
+    cache_hint,
     cluster,
     cp_async,
     ldst,
