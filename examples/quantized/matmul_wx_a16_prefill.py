@@ -28,6 +28,8 @@ single-byte loads), relabeled to logical K by a register reshape and permute.
 
 from __future__ import annotations
 
+from matmul_wx_a16_pipe import Ring  # the same full/empty ring
+
 import tilus
 from tilus import float16, float32, int32, uint8, uint32, void_p
 from tilus.errors import TilusArgumentError
@@ -68,31 +70,6 @@ def prepack_torch(torch, w_packed):
     t = w_packed.reshape(n // 16, 2, 8, kb // 32, 8, 2, 2)  # [R, rh, g, C, j, qh, ql]
     t = t.permute(0, 2, 5, 3, 6, 4, 1)  # [R, g, qh, C, ql, j, rh]
     return t.reshape(n, kb).contiguous()
-
-
-class Ring(tilus.Class):
-    """Full/empty mbarrier pairs of a ring of ``num_stages`` slots, and each side's position."""
-
-    def __init__(self, num_stages: int, consumers: int):
-        self.num_stages: int = num_stages
-        self.full = self.mbarrier.alloc([1] * num_stages)
-        self.empty = self.mbarrier.alloc([consumers] * num_stages)
-        self.p_stage: int32 = 0
-        self.p_phase: uint32 = self.mbarrier.producer_initial_phase
-        self.c_stage: int32 = 0
-        self.c_phase: uint32 = self.mbarrier.consumer_initial_phase
-
-    def p_advance(self):
-        """The producer's next slot."""
-        self.p_stage = (self.p_stage + 1) % self.num_stages
-        if self.p_stage == 0:
-            self.p_phase ^= 1
-
-    def c_advance(self):
-        """The consumer's next slot."""
-        self.c_stage = (self.c_stage + 1) % self.num_stages
-        if self.c_stage == 0:
-            self.c_phase ^= 1
 
 
 #: (block_m, block_k, num_stages, swizzle, epilogue, thread_arrive, cluster, lag): X rows of a
