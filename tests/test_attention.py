@@ -26,6 +26,7 @@ from decode_attention import (  # noqa: E402
 from flash_attention import FlashAttention, flash_attention  # noqa: E402
 
 from tests.cuda.conftest import needs_gpu, needs_nvrtc  # noqa: E402
+from tests.helpers_attention import check_forward, gpu_reference  # noqa: E402
 
 
 def _check_forward(q, k, v, causal, o, lse, scale=None):
@@ -370,16 +371,6 @@ def test_decode_two_blocks_an_sm_are_refused_where_they_do_not_fit():
 # --- GPU: every config at one ragged size against the float32 reference, outputs poisoned ----
 
 
-def _gpu_reference(q, k, v, causal, scale):
-    g = q.shape[1] // k.shape[1]
-    k, v = (x.float().repeat_interleave(g, dim=1) for x in (k, v))
-    s = torch.einsum("bhqd,bhkd->bhqk", q.float(), k) * scale
-    if causal:
-        mask = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1)
-        s = s.masked_fill(mask, float("-inf"))
-    return torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), v), torch.logsumexp(s, -1)
-
-
 GPU_FORWARD = [(d, "float16", c) for d in (64, 128, 256) for c in (False, True)] + [
     (128, "bfloat16", False),
     (128, "bfloat16", True),
@@ -392,17 +383,11 @@ GPU_FORWARD = [(d, "float16", c) for d in (64, 128, 256) for c in (False, True)]
 def test_gpu_forward_every_config(d, dtype, causal):
     q, k, v = S.random_qkv(torch, 2, 4, 2, 333, 333 if causal else 517, d, dtype, "cuda")
     scale = S.default_scale(d, None)
-    ro, rl = _gpu_reference(q, k, v, causal, scale)
+    ro, rl = gpu_reference(torch, q, k, v, causal, scale)
     for tile in range(len(FlashAttention(dim=d).configs)):
         # persistent tiles on 7 SMs: several blocks of query rows each
         kernel = FlashAttention(tile=tile, dim=d, dtype=dtype, causal=causal, group=2, num_sms=7)
-        o = torch.full_like(q, float("nan"))
-        o, lse = flash_attention(q, k, v, causal=causal, kernel=kernel, out=o)
-        torch.cuda.synchronize()
-        assert not o.isnan().any(), f"tile {tile}: NaN left in O"
-        err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
-        assert err < 2e-2, f"tile {tile}: max error {err}"
-        assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3), f"tile {tile}: lse"
+        check_forward(torch, flash_attention, q, k, v, causal, kernel, (ro, rl), f"tile {tile}: ")
 
 
 GPU_VARIANTS = [  # kernels outside the autotune spaces (bench/attention_variants.py times them)
@@ -469,15 +454,9 @@ def test_gpu_forward_variants(kw, dtype):
     # 3 blocks of 128 rows (in a cluster: the last pair's second block past the end)
     q, k, v = S.random_qkv(torch, 2, 4, 2, 333, 333 if causal else 517, d, dtype, "cuda")
     scale = S.default_scale(d, None)
-    ro, rl = _gpu_reference(q, k, v, causal, scale)
+    ro, rl = gpu_reference(torch, q, k, v, causal, scale)
     kernel = FlashAttention(tile=0, dtype=dtype, group=2, **kw)
-    o = torch.full_like(q, float("nan"))
-    o, lse = flash_attention(q, k, v, causal=causal, kernel=kernel, out=o)
-    torch.cuda.synchronize()
-    assert not o.isnan().any()
-    err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
-    assert err < 2e-2, f"max error {err}"
-    assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3)
+    check_forward(torch, flash_attention, q, k, v, causal, kernel, (ro, rl))
 
 
 @needs_gpu
@@ -487,16 +466,10 @@ def test_gpu_early_s1_short_kv(skv):
     # one or two KV tiles: the second S reads a tile past the end (TMA fills it with zeros and
     # still completes the barrier), wholly masked
     q, k, v = S.random_qkv(torch, 2, 4, 2, 300, skv, 128, "float16", "cuda")
-    ro, rl = _gpu_reference(q, k, v, False, S.default_scale(128, None))
+    ro, rl = gpu_reference(torch, q, k, v, False, S.default_scale(128, None))
     kernel = FlashAttention(tile=0, dtype="float16", group=2, dim=128, overlap=1, early_s1=True,
                             pingpong=False, num_sms=5)  # fmt: skip
-    o = torch.full_like(q, float("nan"))
-    o, lse = flash_attention(q, k, v, kernel=kernel, out=o)
-    torch.cuda.synchronize()
-    assert not o.isnan().any()
-    err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
-    assert err < 2e-2, f"max error {err}"
-    assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3)
+    check_forward(torch, flash_attention, q, k, v, False, kernel, (ro, rl))
 
 
 @needs_gpu
@@ -507,15 +480,9 @@ def test_gpu_early_s1_short_kv(skv):
 def test_gpu_skip_empty(kw):
     d, causal = kw["dim"], kw.get("causal", False)
     q, k, v = S.random_qkv(torch, 2, 4, 2, 1000, 1000 if causal else 1234, d, "float16", "cuda")
-    ro, rl = _gpu_reference(q, k, v, causal, S.default_scale(d, None))
+    ro, rl = gpu_reference(torch, q, k, v, causal, S.default_scale(d, None))
     kernel = FlashAttention(tile=0, group=2, **kw)
-    o = torch.full_like(q, float("nan"))
-    o, lse = flash_attention(q, k, v, causal=causal, kernel=kernel, out=o)
-    torch.cuda.synchronize()
-    assert not o.isnan().any()
-    err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
-    assert err < 2e-2, f"max error {err}"
-    assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3)
+    check_forward(torch, flash_attention, q, k, v, causal, kernel, (ro, rl))
 
 
 @needs_gpu

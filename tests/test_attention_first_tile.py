@@ -21,6 +21,7 @@ import attention_support as S  # noqa: E402
 from flash_attention import FlashAttention, flash_attention  # noqa: E402
 
 from tests.cuda.conftest import needs_gpu, needs_nvrtc  # noqa: E402
+from tests.helpers_attention import check_forward, gpu_reference  # noqa: E402
 
 HINTS = dict(suspend_ns=200, consumer_suspend_ns=40)
 CASES = [  # (sq, skv, d, causal, kernel arguments); three "SMs" loop over the query blocks
@@ -82,17 +83,6 @@ def test_hinted_full_first_kernel_builds_without_serialized_wgmma():
     assert "mbarrier.try_wait.parity.relaxed.cta.shared::cta.b64 p, [%1], %2, %3;" in ck.source
 
 
-def _torch_reference(q, k, v, causal, scale):
-    """(O, LSE) in torch float32 on the inputs' device (KV heads repeated for GQA)."""
-    g = q.shape[1] // k.shape[1]
-    k, v = (x.float().repeat_interleave(g, dim=1) for x in (k, v))
-    s = (q.float() @ k.transpose(-1, -2)) * scale
-    if causal:
-        hide = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1)
-        s = s.masked_fill(hide, float("-inf"))
-    return s.softmax(-1) @ v, torch.logsumexp(s, -1)
-
-
 GPU_FIRST = [  # ragged sizes (and one KV tile or less): both branches of full_first
     (333, 517, 128, False, dict(full_first=True, num_sms=5), "float16"),
     (333, 517, 128, False, dict(full_first=True, num_sms=5), "bfloat16"),
@@ -121,15 +111,9 @@ def test_gpu_first_tile_variants(case):
     sq, skv, d, causal, kw, dtype = case
     q, k, v = S.random_qkv(torch, 2, 4, 2, sq, skv, d, dtype, "cuda")
     scale = S.default_scale(d, None)
-    ro, rl = _torch_reference(q, k, v, causal, scale)
+    ro, rl = gpu_reference(torch, q, k, v, causal, scale)
     kernel = FlashAttention(tile=0, dim=d, dtype=dtype, causal=causal, group=2, **kw)
-    o = torch.full_like(q, float("nan"))
-    o, lse = flash_attention(q, k, v, causal=causal, kernel=kernel, out=o)
-    torch.cuda.synchronize()
-    assert not o.isnan().any()
-    err = ((o.float() - ro).abs().max() / ro.abs().max()).item()
-    assert err < 2e-2, f"max error {err}"
-    assert torch.allclose(lse, rl, atol=1e-3, rtol=1e-3)
+    check_forward(torch, flash_attention, q, k, v, causal, kernel, (ro, rl))
 
 
 def test_the_spaces_full_first_gives_way_to_arguments_it_does_not_fit():
