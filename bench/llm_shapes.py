@@ -59,8 +59,8 @@ SHAPES = {
 QUICK = ["square-8192", "l3-8b-down", "ragged-m3000", "m64-4096", "m256-8192"]
 
 
-def kernels(dtype: str) -> dict:
-    """name -> (kernel class, element type) for the examples that take ``dtype``."""
+def kernels(dtype: str, only=None) -> dict:
+    """name -> (kernel class, element type) for the examples that take ``dtype`` (``only``: a filter)."""
     import matmul_v5
     import matmul_v6
     import matmul_v7
@@ -68,12 +68,14 @@ def kernels(dtype: str) -> dict:
     import tilus
 
     if dtype == "bf16":  # V5 and V6 are written for fp16 pointers
-        return {"v7": (matmul_v7.MatmulV7BF16, tilus.bfloat16)}
-    return {
-        "v5": (matmul_v5.MatmulWGMMAV5, tilus.float16),
-        "v6": (matmul_v6.MatmulWGMMAV6, tilus.float16),
-        "v7": (matmul_v7.MatmulV7, tilus.float16),
-    }
+        ks = {"v7": (matmul_v7.MatmulV7BF16, tilus.bfloat16)}
+    else:
+        ks = {
+            "v5": (matmul_v5.MatmulWGMMAV5, tilus.float16),
+            "v6": (matmul_v6.MatmulWGMMAV6, tilus.float16),
+            "v7": (matmul_v7.MatmulV7, tilus.float16),
+        }
+    return {k: v for k, v in ks.items() if only is None or k in only}
 
 
 def dry_run(dtypes, names) -> int:
@@ -100,11 +102,11 @@ def dry_run(dtypes, names) -> int:
     return 1 if bad else 0
 
 
-def measure(torch, dtype: str, names, rounds: int, reps: int) -> list[dict]:
-    """Check and time every kernel and cuBLAS at each shape; one row per shape."""
+def measure(torch, dtype: str, names, rounds: int, reps: int, only=None) -> list[dict]:
+    """Check and time every kernel (``only``: a filter) and cuBLAS at each shape; one row a shape."""
     tdt = torch.float16 if dtype == "fp16" else torch.bfloat16
     flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
-    ks = {name: cls() for name, (cls, _) in kernels(dtype).items()}  # default constructors
+    ks = {name: cls() for name, (cls, _) in kernels(dtype, only).items()}  # default constructors
     rows = []
     for name in names:
         m, n, k = SHAPES[name]
@@ -340,6 +342,7 @@ def main(argv=None) -> int:
         "--configs", default=None,
         help="with --pinned: JSON file {shape or '*': [constructor kwargs, ...]} to pin instead",
     )  # fmt: skip
+    ap.add_argument("--kernels", default=None, help="comma-separated (v5, v6, v7): only these")
     ap.add_argument("--no-tuned", action="store_true", help="with --pinned: skip the tuned kernel")
     args = ap.parse_args(argv)
     dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
@@ -368,9 +371,10 @@ def main(argv=None) -> int:
             Path(os.environ["OUT"], "llm_pinned.json").write_text(text)
         return 0
 
+    only = {x.strip() for x in args.kernels.split(",")} if args.kernels else None
     rows = []
     for dtype in dtypes:
-        rows += measure(torch, dtype, names, rounds, args.reps)
+        rows += measure(torch, dtype, names, rounds, args.reps, only)
     summary = geomeans(rows)
     out = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
