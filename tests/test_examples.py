@@ -51,6 +51,7 @@ HELPERS = [
     "rowwise_support.py",
     "hopper_matmul/harness.py",
     "hopper_matmul/matmul_v7_epilogue.py",
+    "hopper_matmul/matmul_v7_schedule.py",
     "attention/attention_support.py",
     "attention/flash_tiles.py",
     "attention/flash_producer.py",

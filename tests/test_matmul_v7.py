@@ -19,7 +19,14 @@ SIZE = (200, 200, 264)  # ragged in M, N and K (the ring wraps: blocks run sever
 
 def load_v7():
     """The V7 module (imported by file, its sibling modules taken out of sys.modules again)."""
-    names = ("matmul_v4", "matmul_v5", "matmul_v6", "matmul_v7_epilogue", "harness")
+    names = (
+        "matmul_v4",
+        "matmul_v5",
+        "matmul_v6",
+        "matmul_v7_epilogue",
+        "matmul_v7_schedule",
+        "harness",
+    )
     saved = {k: sys.modules.pop(k) for k in names if k in sys.modules}
     sys.path.insert(0, str(EXAMPLES))
     try:
@@ -65,7 +72,7 @@ def test_clusters_and_coop_with_a_pair_past_the_last_column(v7):
     # N = 3 tiles - 56 columns: the second tile of the last cluster pair lies right of C (its
     # B tile is loaded as zeros for the pair's sake and never stored); 4 "SMs" = 2 clusters
     configs = [c for c in v7.MatmulV7().configs if c["cluster_n"] == 2 or c["coop"]]
-    assert len(configs) == 5
+    assert len(configs) == 7
     # the cluster configs (coop 128 x 256 and 256 x 128; every config runs in the test above)
     for cfg in [c for c in configs if c["cluster_n"] == 2]:
         n = 3 * cfg["block_n"] - 56
@@ -74,7 +81,7 @@ def test_clusters_and_coop_with_a_pair_past_the_last_column(v7):
 
 def test_cluster_and_coop_need_128_row_tiles_without_split_k(v7):
     base = dict(num_stages=4, block_n=128, block_k=64, swizzle=8, num_sms=4)
-    base.update(split_k=1, cluster_n=1, coop=0, epilogue="tma")
+    base.update(split_k=1, cluster_n=1, coop=0, epilogue="tma", stream_k=0)
     x = np.zeros((8, 8), dtype=np.float16)
     for bad in (dict(block_m=64, cluster_n=2), dict(block_m=128, cluster_n=2, split_k=2),
                 dict(block_m=64, coop=1), dict(block_m=128, cluster_n=4),
@@ -116,7 +123,7 @@ EXTRA = [
 
 @pytest.mark.parametrize("i", range(len(EXTRA)))
 def test_extra_forms(v7, i):
-    cfg = dict(block_k=64, split_k=1, cluster_n=1, coop=0, epilogue="tma")
+    cfg = dict(block_k=64, split_k=1, cluster_n=1, coop=0, epilogue="tma", stream_k=0)
     cfg.update(EXTRA[i])
     # 3 "SMs": blocks run several units; M = 200 is 2-4 M tiles, so every split form splits
     _run(v7.MatmulV7(num_sms=3, **cfg), "float16", 5)
@@ -130,12 +137,15 @@ def test_bf16(v7, split_k):
 
 def test_the_space_and_the_types(v7):
     configs = v7.MatmulV7().configs
-    assert len(configs) == 14 and v7.MatmulV7BF16().configs == configs
+    assert len(configs) == 19 and v7.MatmulV7BF16().configs == configs
+    assert sum(c["stream_k"] for c in configs) == 5
     assert {c["block_m"] for c in configs} == {64, 128, 256}
     assert {c["split_k"] for c in configs} == {1, 2, 4}
     assert {c["epilogue"] for c in configs} == {"tma", "tma1", "direct"}
     assert {(c["cluster_n"], c["coop"]) for c in configs} == {(1, 0), (1, 1), (2, 1)}
     for c in configs:  # clusters and coop: 128- or 256-row tiles, unsplit; 256 rows only coop
+        if c["stream_k"]:
+            assert c["split_k"] == 1 and c["cluster_n"] == 1, c
         if c["cluster_n"] == 2 or c["coop"]:
             assert c["block_m"] in (128, 256) and c["split_k"] == 1, c
         assert c["block_m"] <= 128 or c["coop"], c
@@ -155,6 +165,8 @@ def test_builds_without_spills(v7, bf16):
     # the largest coop accumulators (64 x 256 and 128 x 128 a group) with the cluster's remote
     # arrivals and the shared C tile
     configs += [c for c in cls().configs if c["coop"] and c["cluster_n"] == 2]
+    # stream-K: the split tiles' fp32 adds and reads beside a 64 x 256 accumulator
+    configs += [c for c in cls().configs if c["stream_k"] and c["coop"]]
     # K = 776: 13 K tiles, more than any ring has stages (with fewer, ptxas has serialized the
     # wgmmas of a 5-stage ring, which unrolls the K loop by 5)
     for cfg in split4 if bf16 else configs + split4:
@@ -165,3 +177,72 @@ def test_builds_without_spills(v7, bf16):
         assert not ck.wgmma_serialized, cfg
         assert "tl_setmaxnreg_dec<40>();" in ck.source
         assert ck.source.count("tl_setmaxnreg_inc<232>") == 2
+
+
+def sk_parts(tiles, k_tiles, sms):
+    """Stream-K's plan, as ``matmul_v7_schedule`` lays it out: per split tile its two parts'
+    K tiles (a check that a test size splits tiles, and of the plan's invariants)."""
+    whole = (tiles // sms - 1) * sms if tiles >= 2 * sms else (tiles if tiles < sms else 0)
+    iters = (tiles - whole) * k_tiles
+    runs = [(b * iters // sms, (b + 1) * iters // sms) for b in range(sms)]
+    split = {}
+    for b, (lo, hi) in enumerate(runs):
+        assert iters == 0 or hi - lo >= k_tiles  # a run covers at least one tile
+        for t in range(lo // k_tiles, (hi - 1) // k_tiles + 1) if hi > lo else []:
+            k_lo, k_hi = max(lo - t * k_tiles, 0), min(hi - t * k_tiles, k_tiles)
+            if (k_lo, k_hi) != (0, k_tiles):
+                split.setdefault(t, []).append((b, k_lo, k_hi))
+    for parts in split.values():  # two parts that together cover the tile
+        assert len(parts) == 2 and parts[0][2] == parts[1][1] and parts[1][0] == parts[0][0] + 1
+    return split
+
+
+# stream-K forms (every config of the space runs in the first test too): ping-pong and coop,
+# each epilogue, with fewer tiles than blocks (no stream-K), between S and 2S tiles (all of them
+# streamed) and more (whole waves first); sizes ragged in M, N and K
+STREAM_K = [
+    (dict(block_m=64, block_n=64, num_stages=4, swizzle=8), 3, (200, 200, 264)),
+    (dict(block_m=64, block_n=32, num_stages=6, swizzle=8, epilogue="direct"), 5, (72, 200, 392)),
+    (dict(block_m=128, block_n=128, num_stages=4, swizzle=2, epilogue="tma1"), 4, (200, 328, 392)),
+    (dict(block_m=128, block_n=64, num_stages=5, swizzle=2), 3, (136, 72, 200)),
+    (dict(block_m=128, block_n=64, num_stages=5, swizzle=2), 7, (136, 72, 200)),
+    (
+        dict(block_m=128, block_n=256, num_stages=4, swizzle=8, coop=1, epilogue="tma1"),
+        3,
+        (520, 328, 392),
+    ),
+    (
+        dict(block_m=256, block_n=128, num_stages=4, swizzle=8, coop=1, epilogue="tma1"),
+        5,
+        (520, 400, 200),
+    ),
+    (dict(block_m=128, block_n=128, num_stages=4, swizzle=1, coop=1), 4, (264, 200, 456)),
+]
+
+
+@pytest.mark.parametrize("i", range(len(STREAM_K)))
+@pytest.mark.parametrize("seed", [None, 4], ids=["in-order", "shuffled"])
+def test_stream_k(v7, i, seed):
+    cfg, sms, (m, n, k) = STREAM_K[i]
+    tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
+    split = sk_parts(tiles, -(-k // 64), sms)
+    assert bool(split) == (tiles >= sms)  # the size splits tiles exactly when streamed
+    full = dict(block_k=64, split_k=1, cluster_n=1, coop=0, epilogue="tma", stream_k=1)
+    _run(v7.MatmulV7(num_sms=sms, **{**full, **cfg}), "float16", seed, size=(m, n, k))
+
+
+def test_stream_k_bf16(v7):
+    cfg = [c for c in v7.MatmulV7BF16().configs if c["stream_k"] and c["coop"]][0]
+    _run(v7.MatmulV7BF16(num_sms=3, **cfg), "bfloat16", 2, size=(264, 520, 200))
+
+
+def test_stream_k_needs_no_split_k_nor_clusters(v7):
+    base = dict(num_stages=4, block_m=128, block_n=128, block_k=64, swizzle=8, num_sms=4)
+    base.update(split_k=1, cluster_n=1, coop=0, epilogue="tma")
+    for bad in (dict(stream_k=1, split_k=2), dict(stream_k=1, cluster_n=2, coop=1),
+                dict(stream_k=2)):  # fmt: skip
+        kernel = v7.MatmulV7(**{**base, **bad})  # built (and checked) at its first call
+        x = np.zeros((8, 8), dtype=np.float16)
+        with pytest.raises(tilus.TilusArgumentError, match="stream_k must be 0 or 1"):
+            with tilus.option.scoped(interpret=True):
+                kernel(8, 8, 8, x, x, x.copy())

@@ -56,7 +56,8 @@
    tile (in coop half of the block's tile) instead of holding one each, so the ring gets the
    other's shared memory (coop 128 x 256: 4 stages instead of 3). A pair of *turn* mbarriers
    orders them: a group waits for its turn, writes the tile, issues its TMA store, waits until
-   the store has read the tile (``wait_group(0, read=True)``) and passes the turn on; a unit
+   the store has read the tile (``wait_group(0, read=True)``) and passes the turn on (every
+   thread of the group arrives, so each thread's writes are released to the next); a unit
    that stores nothing (a split-K part that is not the last, a cluster's tile past C) passes it
    on too, so both groups see the same sequence of turns.
 8. **256-row coop tiles** (``coop=1, block_m=256``): each group computes a 128 x ``block_n``
@@ -79,18 +80,14 @@ import sys
 import harness
 from matmul_v4 import Pipeline
 from matmul_v6 import sm_count
-from matmul_v7_epilogue import V7Epilogue
+from matmul_v7_schedule import SPLIT_M_TILES, V7Schedule
 
 import tilus
 from tilus import SharedTensor, bfloat16, float16, float32, int32, uint32
 from tilus.utils import cdiv
 
-#: split-K is used only when M has at most this many tiles (M <= 256 with 64-row tiles), so that
-#: the fp32 workspace of the partial sums has a size known when the kernel is built.
-SPLIT_M_TILES = 4
 
-
-# (block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue): tiles of one
+# (block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue, stream_k): tiles of one
 # consumer warp group (coop: of both) with the deepest ring that fits beside the C tiles (one
 # shared by both groups with "tma1", none with "direct"). Large shapes: coop 128 x 256 and
 # 256 x 128 with one shared C tile and 4 stages, alone and in clusters of 2. Measured on an H200
@@ -107,26 +104,32 @@ SPLIT_M_TILES = 4
 # larger than 64 x 64 spills within the 168 registers ptxas gives every thread of a 384-thread
 # block (and 64 x 256 tiles stored from registers spill 108 bytes: not in the space).
 @tilus.autotune(
-    "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue",
+    "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue, stream_k",
     [
-        (128, 256, 4, 1, 8, 1, 1, "tma1"),
-        (128, 256, 4, 1, 4, 2, 1, "tma1"),
-        (256, 128, 4, 1, 8, 1, 1, "tma1"),
-        (256, 128, 4, 1, 4, 2, 1, "tma1"),
-        (128, 128, 5, 1, 8, 1, 0, "tma"),
-        (128, 128, 7, 1, 1, 1, 0, "direct"),
-        (128, 128, 6, 1, 1, 1, 1, "tma"),
-        (128, 64, 8, 1, 2, 1, 0, "tma"),
-        (64, 128, 6, 1, 2, 1, 0, "tma"),
-        (64, 64, 14, 1, 8, 1, 0, "direct"),
-        (64, 64, 8, 2, 8, 1, 0, "tma"),
-        (64, 64, 8, 4, 8, 1, 0, "tma"),
-        (64, 32, 18, 1, 8, 1, 0, "direct"),
-        (64, 32, 12, 1, 8, 1, 0, "tma"),
+        (128, 256, 4, 1, 8, 1, 1, "tma1", 0),
+        (128, 256, 4, 1, 4, 2, 1, "tma1", 0),
+        (256, 128, 4, 1, 8, 1, 1, "tma1", 0),
+        (256, 128, 4, 1, 4, 2, 1, "tma1", 0),
+        (128, 128, 5, 1, 8, 1, 0, "tma", 0),
+        (128, 128, 7, 1, 1, 1, 0, "direct", 0),
+        (128, 128, 6, 1, 1, 1, 1, "tma", 0),
+        (128, 64, 8, 1, 2, 1, 0, "tma", 0),
+        (64, 128, 6, 1, 2, 1, 0, "tma", 0),
+        (64, 64, 14, 1, 8, 1, 0, "direct", 0),
+        (64, 64, 8, 2, 8, 1, 0, "tma", 0),
+        (64, 64, 8, 4, 8, 1, 0, "tma", 0),
+        (64, 32, 18, 1, 8, 1, 0, "direct", 0),
+        (64, 32, 12, 1, 8, 1, 0, "tma", 0),
+        # stream-K: every block the same number of K tiles (no idle SMs in the last wave)
+        (128, 256, 4, 1, 8, 1, 1, "tma1", 1),
+        (256, 128, 4, 1, 8, 1, 1, "tma1", 1),
+        (128, 128, 5, 1, 8, 1, 0, "tma", 1),
+        (128, 64, 8, 1, 2, 1, 0, "tma", 1),
+        (64, 32, 18, 1, 8, 1, 0, "direct", 1),
     ],
 )
 @tilus.autotune("block_k", [64])
-class MatmulV7(V7Epilogue):
+class MatmulV7(V7Schedule):
     """Persistent ping-pong matmul with TMA-store epilogues and split-K (fp16 pointers);
     ``num_sms`` (default: the GPU's SM count) is the number of persistent blocks."""
 
@@ -134,7 +137,7 @@ class MatmulV7(V7Epilogue):
 
     def __init__(
         self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, cluster_n=1, coop=0,
-        num_sms=None, partials="store", epilogue="tma",
+        num_sms=None, partials="store", epilogue="tma", stream_k=0,
     ):  # fmt: skip
         super().__init__(num_stages, block_m, block_n, block_k, swizzle)
         if coop and block_m not in (128, 256):
@@ -151,8 +154,15 @@ class MatmulV7(V7Epilogue):
             raise tilus.TilusArgumentError(
                 f"epilogue must be 'tma', 'tma1' or 'direct', got {epilogue!r}"
             )
+        if stream_k not in (0, 1) or (stream_k and (split_k != 1 or cluster_n != 1)):
+            raise tilus.TilusArgumentError(
+                f"stream_k must be 0 or 1 (1 without split-K and clusters), got {stream_k}"
+            )
+        self.stream_k = stream_k
         self.split_k = split_k
-        self.partials = partials
+        self.parted = split_k > 1 or bool(stream_k)  # tiles may be split into K parts
+        # stream-K: the two parts of a split tile add into one entry (no second register tile)
+        self.partials = "add" if stream_k else partials
         self.epilogue = epilogue
         self.cluster_n = cluster_n
         self.coop = coop
@@ -162,56 +172,14 @@ class MatmulV7(V7Epilogue):
         # persistent clusters: cluster c runs units c, c + num_clusters, ... in each of its blocks
         self.num_clusters = max(self.num_sms // cluster_n, 1)
 
-    def first_unit(self):
-        """The first work unit of the block (the same in both blocks of a cluster)."""
-        return self.blockIdx.x // self.cluster_n
-
-    def splits(self, num_m: int32, k_size: int):
-        """How many K parts each tile has in this launch: ``split_k`` when M has at most
-        ``SPLIT_M_TILES`` tiles, else 1; at most one part per K tile, and at most one per
-        block (the parts of a tile, consecutive units, then run in different blocks: only
-        the workspace and the count order them, and no block waits for another)."""
-        k_tiles = cdiv(k_size, self.block_k)
-        split: int32 = 1
-        if self.split_k > 1:
-            if num_m <= SPLIT_M_TILES:
-                split = min(self.split_k, k_tiles, self.num_sms)
-        return split
-
-    def units(self, num_m: int32, num_n: int, split: int32):
-        """How many work units the launch has (a unit: a C tile, a pair of M tiles in a
-        cluster, or one K part of a tile)."""
-        return num_m * cdiv(num_n, self.cluster_n) * split
-
-    def unit_work(self, unit: int32, num_m: int32, num_n: int, k_size: int, split: int32):
-        """(m tile, n tile, first K tile, K tiles, tile, part) of work unit ``unit``: the K
-        parts of a tile are consecutive units, part ``p`` of ``s`` taking K tiles
-        ``[p * T / s, (p + 1) * T / s)`` (``T`` K tiles: every part gets at least one)."""
-        k_tiles = cdiv(k_size, self.block_k)
-        tile = unit
-        part = 0
-        k_lo = 0
-        k_cnt = k_tiles
-        if self.split_k > 1:
-            tile = unit // split
-            part = unit % split
-            k_lo = part * k_tiles // split
-            k_cnt = (part + 1) * k_tiles // split - k_lo
-        if self.cluster_n == 1:
-            m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
-        else:  # a unit is a pair of N tiles; the block of rank r takes the pair's tile r
-            m_tile, n_pair = self.tile_coords(tile, num_m, cdiv(num_n, 2))
-            n_tile = 2 * n_pair + self.cluster.blockRank
-        return m_tile, n_tile, k_lo, k_cnt, tile, part
-
     def produce_all(self, pipe, sa, sb, ga, gb, k_size: int, num_m: int32, num_n: int):
         """The producer warp: every unit of the block in sequence, its K tiles in ring order;
         returns how many slots it filled."""
         split = self.splits(num_m, k_size)
         filled: int32 = 0
-        units = self.units(num_m, num_n, split)
-        for unit in self.range(self.first_unit(), units, self.num_clusters):
-            m_tile, n_tile, k_lo, k_cnt, _, _ = self.unit_work(unit, num_m, num_n, k_size, split)
+        first, units, step = self.unit_span(num_m, num_n, k_size, split)
+        for unit in self.range(first, units, step):
+            m_tile, n_tile, k_lo, k_cnt, _, _, _ = self.unit_work(unit, num_m, num_n, k_size, split)
             filled += k_cnt
             for kk in self.range(k_cnt, unroll=self.num_stages):
                 offset_k = (k_lo + kk) * self.block_k
@@ -307,21 +275,21 @@ class MatmulV7(V7Epilogue):
         """Consumer warp group ``group``: the block's units ``group``, ``group + 2``, ..."""
         bm, bn = self.block_m, self.block_n
         split = self.splits(num_m, k_size)
-        num_units = self.units(num_m, num_n, split)
-        first_unit = self.first_unit()
-        stride = self.num_clusters
+        first_unit, num_units, stride = self.unit_span(num_m, num_n, k_size, split)
         order_phase: uint32 = 1 - group  # group 0 starts first
         c_phase: uint32 = 1 - group  # tma1: group 0 stores first
         if self.epilogue == "tma":
             sc = self.c_staging()
         flag = None
-        if self.split_k > 1:
+        if self.parted:
             flag = self.shared_tensor(dtype=int32, shape=[1])
         if group == 1 and first_unit < num_units:  # after group 0's first unit's slots
             first = self.unit_work(first_unit, num_m, num_n, k_size, split)
             self.skip(pipe, first[3])
         for unit in self.range(first_unit + group * stride, num_units, 2 * stride):
-            m_tile, n_tile, _, k_cnt, tile, part = self.unit_work(unit, num_m, num_n, k_size, split)
+            m_tile, n_tile, _, k_cnt, entry, part, parts = self.unit_work(
+                unit, num_m, num_n, k_size, split
+            )
             acc_hi = None
             if self.cluster_n == 1:
                 acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
@@ -337,9 +305,9 @@ class MatmulV7(V7Epilogue):
                 other = self.unit_work(unit + stride, num_m, num_n, k_size, split)
                 self.skip(pipe, other[3])
             store: int32 = 1
-            if self.split_k > 1:
-                if split > 1:
-                    store = self.add_parts(acc, ws, cnt, flag, tile, part, split)
+            if self.parted:
+                if parts > 1:
+                    store = self.add_parts(acc, ws, cnt, flag, entry, part, parts)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
             self.epilogue_tile(group, turn, c_phase, store, sc, gc, acc, acc_hi, m_tile * bm,
@@ -369,18 +337,20 @@ class MatmulV7(V7Epilogue):
         if self.epilogue == "tma":
             sc = self.c_staging()
         flag = None
-        if self.split_k > 1:
+        if self.parted:
             flag = self.shared_tensor(dtype=int32, shape=[1])
         c_phase: uint32 = 1 - group  # tma1: group 0 stores first
-        for unit in self.range(self.first_unit(), self.units(num_m, num_n, split),
-                               self.num_clusters):  # fmt: skip
-            m_tile, n_tile, _, k_cnt, tile, part = self.unit_work(unit, num_m, num_n, k_size, split)
+        first_unit, num_units, stride = self.unit_span(num_m, num_n, k_size, split)
+        for unit in self.range(first_unit, num_units, stride):
+            m_tile, n_tile, _, k_cnt, entry, part, parts = self.unit_work(
+                unit, num_m, num_n, k_size, split
+            )
             acc = self.register_tensor(dtype=float32, shape=[self.block_m // 2, bn], init=0.0)
             self.mainloop_pp(group, pipe, sa, sb, acc, None, k_cnt, peer_empty)
             store: int32 = 1
-            if self.split_k > 1:
-                if split > 1:
-                    store = self.add_parts(acc, ws, cnt, flag, 2 * tile + group, part, split)
+            if self.parted:
+                if parts > 1:
+                    store = self.add_parts(acc, ws, cnt, flag, 2 * entry + group, part, parts)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
             row = m_tile * self.block_m + group * (self.block_m // 2)
@@ -415,8 +385,10 @@ class MatmulV7(V7Epilogue):
             order = self.mbarrier.alloc([1, 1])
         ws = None
         cnt = None
-        if self.split_k > 1:  # per tile (coop: per half tile) the K parts' sums and a count
+        if self.parted:  # per tile (coop: per half tile) the K parts' sums and a count
             entries = SPLIT_M_TILES * num_n * (2 if self.coop else 1)
+            if self.stream_k:  # per block: the tile its run starts in
+                entries = self.num_sms * (2 if self.coop else 1)
             rows = block_m // 2 if self.coop else block_m
             if self.partials == "store":  # a slot per part, overwritten by every launch
                 shape = [entries, self.split_k, rows, block_n]
@@ -428,7 +400,10 @@ class MatmulV7(V7Epilogue):
         turn = None
         if self.epilogue == "tma1":  # one C tile for both groups and the barriers of its turns
             sc = self.c_staging()
-            turn = self.mbarrier.alloc([1, 1])
+            # every thread of the passing group arrives: each writer of sc releases its own
+            # writes to the next group (compute-sanitizer's racecheck follows that edge, not
+            # one thread's arrival after a named-barrier sync)
+            turn = self.mbarrier.alloc([128, 128])
         peer_empty = None
         if self.cluster_n > 1:  # the peer's empty barriers; both blocks' exist after the sync
             peer_empty = self.cluster.map_shared_addr(pipe.empty, 1 - self.cluster.blockRank)

@@ -68,8 +68,7 @@ class V7Epilogue(MatmulWGMMAV4):
         if store == 1:
             self.store_tile(sc, gc, acc, acc_hi, row, col, turn, group)
         elif self.epilogue == "tma1":
-            with self.single_thread():
-                self.mbarrier.arrive(turn[1 - group])
+            self.mbarrier.arrive(turn[1 - group])  # every thread: the barrier counts 128
 
     def store_tile(self, sc, gc, acc, acc_hi, row: int32, col: int32, turn=None, group=0):
         """Store the C tile ``acc`` (in a cluster ``acc`` and ``acc_hi``, its 64-row halves; in
@@ -100,9 +99,11 @@ class V7Epilogue(MatmulWGMMAV4):
                     for h in self.range(2, unroll=2):
                         self.tma.shared_to_global(sc[h], gc, offsets=[row + h * 64, col])
                 self.tma.commit_group()
-                if self.epilogue == "tma1":  # sc read: the other group's turn
+                if self.epilogue == "tma1":
                     self.tma.wait_group(0, read=True)
-                    self.mbarrier.arrive(turn[1 - group])
+            if self.epilogue == "tma1":  # sc read: the other group's turn, passed by all
+                self.sync()
+                self.mbarrier.arrive(turn[1 - group])
 
     def finish_stores(self):
         """Before the group exits: its last TMA store has read ``sc``."""

@@ -53,7 +53,7 @@ EXTRA = [
 
 def extra_configs():
     """EXTRA with every constructor argument of an autotune group spelled out."""
-    base = dict(block_k=64, split_k=1, cluster_n=1, coop=0, epilogue="tma")
+    base = dict(block_k=64, split_k=1, cluster_n=1, coop=0, epilogue="tma", stream_k=0)
     return [{**base, **c} for c in EXTRA]
 
 
@@ -85,6 +85,40 @@ def test_every_config_against_torch(dtype, num_sms):
             for _ in range(2):  # the second launch finds the split-K counters clean
                 c = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
                 cls(num_sms=num_sms, **cfg)(m, n, k, a, b, c)
+                torch.cuda.synchronize()
+                err = float((c.float() - ref).abs().max() / ref.abs().max())
+                if torch.isnan(c).any() or not err < 1e-2:
+                    bad.append((cfg, (m, n, k), "nan" if torch.isnan(c).any() else err))
+                    break
+    assert not bad, bad
+
+
+#: sizes at which every stream-K config of the space splits tiles on all SMs of an H100/H200
+STREAM_K_SIZES = [(2000, 2600, 776), (3000, 4360, 1032)]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_stream_k_configs_split_on_all_sms(dtype):
+    import torch
+
+    from tests.test_matmul_v7 import sk_parts
+
+    v7 = load_v7()
+    cls = v7.MatmulV7 if dtype == "float16" else v7.MatmulV7BF16
+    tdt = getattr(torch, dtype)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    configs = [c for c in cls().configs if c["stream_k"]]
+    bad = []
+    for m, n, k in STREAM_K_SIZES:
+        a = torch.randn(m, k, device="cuda", dtype=tdt)
+        b = torch.randn(n, k, device="cuda", dtype=tdt)
+        ref = a.float() @ b.float().T
+        for cfg in configs:
+            tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
+            assert sk_parts(tiles, -(-k // 64), sms), (cfg, (m, n, k))  # tiles are split
+            for _ in range(3):  # later launches find the workspace and the counts clean
+                c = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
+                cls(**cfg)(m, n, k, a, b, c)
                 torch.cuda.synchronize()
                 err = float((c.float() - ref).abs().max() / ref.abs().max())
                 if torch.isnan(c).any() or not err < 1e-2:

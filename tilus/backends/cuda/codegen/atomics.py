@@ -40,8 +40,15 @@ def _element_addresses(ctx, inst, values, indices, dim):
         if ctx.group.size > 1
         else ["0"] * len(values.shape)
     )
+    pbase = None
     if dst.kind == TensorKind.GLOBAL:
         name, shape, strides = ctx.gview_info[dst]
+        if indices is None and all(str(s).isdigit() for s in strides):
+            # one pointer to the thread's first element, the registers at constant offsets
+            # from it: per element a 64-bit address each (spilled 64 x 256 fp32 tiles) becomes
+            # an immediate offset of the access
+            pbase = ctx.fresh("pa")
+            ctx.emit(f"{ctype(dst.dtype)}* const {pbase} = {name} + {_address(base, strides)};")
     else:
         view = ctx.plan.shared[dst]
         shape = [str(n) for n in dst.shape]
@@ -61,7 +68,10 @@ def _element_addresses(ctx, inst, values, indices, dim):
             if d != dim or indices is None:
                 if not (isinstance(dst.shape[d], int) and dst.shape[d] == values.shape[d]):
                     conds.append(f"(uint32_t)({c}) < (uint32_t)({shape[d]})")
-        if dst.kind == TensorKind.GLOBAL:
+        if pbase is not None:
+            const = sum(int(c) * int(st) for c, st in zip(lc, strides))
+            addr = f"(void*)({pbase} + {const})" if const else f"(void*)({pbase})"
+        elif dst.kind == TensorKind.GLOBAL:
             addr = f"(void*)({name} + {_address(coords, strides)})"
         else:
             addr = f"tl_smem + tl_swz<{view.layout.swizzle}>({off} + {_shared_elem(view, coords)})"
