@@ -356,7 +356,7 @@ def test_decode_builds_without_spills(d, cfg):
     ck = tilus.compile(decode_kernel(d, prefetch=True, **cfg), *args)
     src = (ck[0] if isinstance(ck, list) else ck).source
     assert src.count("tl_tma_prefetch_3d(&tl_map") == 4 * (d // 64) // 2
-    assert src.index("tl_tma_prefetch_3d(&tl_map") < src.index("glens[")
+    assert src.index("tl_tma_prefetch_3d(&tl_map") < src.index("self.load_global(glens")
 
 
 def test_decode_two_blocks_an_sm_are_refused_where_they_do_not_fit():

@@ -66,6 +66,11 @@
    per block as a multicast B of 128 x 256 tiles. Odd widths such as 192 and 224 columns trade
    a ragged last N tile for fewer idle SMs in the last wave (8192 columns: 43 or 37 N tiles).
 
+9. **Stream-K** (``stream_k=1``, see ``matmul_v7_schedule``): persistent blocks each take
+   the same number of K tiles instead of whole tiles, so the last wave leaves no SM idle; a
+   tile cut between two blocks is finished by the second, which adds the first's fp32 sums
+   (published through the workspace and a flag) before storing C.
+
 Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
 ``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
 warp issuing TMA copies, ``setmaxnreg`` (producer 40, consumers 232 registers per thread), and
@@ -103,6 +108,10 @@ from tilus.utils import cdiv
 # Split-K (64 x 64 in 2 and 4 parts) stays for K-heavy shapes with few tiles. A split tile
 # larger than 64 x 64 spills within the 168 registers ptxas gives every thread of a 384-thread
 # block (and 64 x 256 tiles stored from registers spill 108 bytes: not in the space).
+# Stream-K (stream_k=1) is not in the space: pinned on an H200 it ran 0.4% faster than the same
+# tiles at 8192^3 but 15% slower at 4096 x 4096 x 14336 and 3000 x 4096 x 4096 (its blocks
+# work on tiles twice as far apart, so long-K panels fall out of L2), and the tuner picked it
+# at none of the 14 LLM shapes (bench/results/2026-12-02-h200-r53-v7-stream-k.txt).
 @tilus.autotune(
     "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue, stream_k",
     [
@@ -120,12 +129,6 @@ from tilus.utils import cdiv
         (64, 64, 8, 4, 8, 1, 0, "tma", 0),
         (64, 32, 18, 1, 8, 1, 0, "direct", 0),
         (64, 32, 12, 1, 8, 1, 0, "tma", 0),
-        # stream-K: every block the same number of K tiles (no idle SMs in the last wave)
-        (128, 256, 4, 1, 8, 1, 1, "tma1", 1),
-        (256, 128, 4, 1, 8, 1, 1, "tma1", 1),
-        (128, 128, 5, 1, 8, 1, 0, "tma", 1),
-        (128, 64, 8, 1, 2, 1, 0, "tma", 1),
-        (64, 32, 18, 1, 8, 1, 0, "direct", 1),
     ],
 )
 @tilus.autotune("block_k", [64])
@@ -161,8 +164,7 @@ class MatmulV7(V7Schedule):
         self.stream_k = stream_k
         self.split_k = split_k
         self.parted = split_k > 1 or bool(stream_k)  # tiles may be split into K parts
-        # stream-K: the two parts of a split tile add into one entry (no second register tile)
-        self.partials = "add" if stream_k else partials
+        self.partials = partials
         self.epilogue = epilogue
         self.cluster_n = cluster_n
         self.coop = coop
@@ -281,7 +283,7 @@ class MatmulV7(V7Schedule):
         if self.epilogue == "tma":
             sc = self.c_staging()
         flag = None
-        if self.parted:
+        if self.split_k > 1:
             flag = self.shared_tensor(dtype=int32, shape=[1])
         if group == 1 and first_unit < num_units:  # after group 0's first unit's slots
             first = self.unit_work(first_unit, num_m, num_n, k_size, split)
@@ -291,7 +293,9 @@ class MatmulV7(V7Schedule):
                 unit, num_m, num_n, k_size, split
             )
             acc_hi = None
-            if self.cluster_n == 1:
+            if self.stream_k:  # zero, or a split tile's head sums
+                acc = self.sk_start(ws, cnt, entry, part, parts, [bm, bn])
+            elif self.cluster_n == 1:
                 acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
             else:
                 acc = self.register_tensor(dtype=float32, shape=[bm // 2, bn], init=0.0)
@@ -305,7 +309,9 @@ class MatmulV7(V7Schedule):
                 other = self.unit_work(unit + stride, num_m, num_n, k_size, split)
                 self.skip(pipe, other[3])
             store: int32 = 1
-            if self.parted:
+            if self.stream_k:
+                store = self.sk_publish(acc, ws, cnt, entry, part, parts)
+            if self.split_k > 1:
                 if parts > 1:
                     store = self.add_parts(acc, ws, cnt, flag, entry, part, parts)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
@@ -337,7 +343,7 @@ class MatmulV7(V7Schedule):
         if self.epilogue == "tma":
             sc = self.c_staging()
         flag = None
-        if self.parted:
+        if self.split_k > 1:
             flag = self.shared_tensor(dtype=int32, shape=[1])
         c_phase: uint32 = 1 - group  # tma1: group 0 stores first
         first_unit, num_units, stride = self.unit_span(num_m, num_n, k_size, split)
@@ -345,10 +351,16 @@ class MatmulV7(V7Schedule):
             m_tile, n_tile, _, k_cnt, entry, part, parts = self.unit_work(
                 unit, num_m, num_n, k_size, split
             )
-            acc = self.register_tensor(dtype=float32, shape=[self.block_m // 2, bn], init=0.0)
+            half = [self.block_m // 2, bn]
+            if self.stream_k:
+                acc = self.sk_start(ws, cnt, 2 * entry + group, part, parts, half)
+            else:
+                acc = self.register_tensor(dtype=float32, shape=half, init=0.0)
             self.mainloop_pp(group, pipe, sa, sb, acc, None, k_cnt, peer_empty)
             store: int32 = 1
-            if self.parted:
+            if self.stream_k:
+                store = self.sk_publish(acc, ws, cnt, 2 * entry + group, part, parts)
+            if self.split_k > 1:
                 if parts > 1:
                     store = self.add_parts(acc, ws, cnt, flag, 2 * entry + group, part, parts)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
@@ -387,10 +399,13 @@ class MatmulV7(V7Schedule):
         cnt = None
         if self.parted:  # per tile (coop: per half tile) the K parts' sums and a count
             entries = SPLIT_M_TILES * num_n * (2 if self.coop else 1)
-            if self.stream_k:  # per block: the tile its run starts in
+            if self.stream_k:  # per block: the split tile its run ends in (at most one)
                 entries = self.num_sms * (2 if self.coop else 1)
             rows = block_m // 2 if self.coop else block_m
-            if self.partials == "store":  # a slot per part, overwritten by every launch
+            if self.stream_k:  # per block the head sums of the split tile its run ends in
+                shape = [entries * rows, block_n]
+                ws = self.global_tensor(float32, shape, requires_clean=False)
+            elif self.partials == "store":  # a slot per part, overwritten by every launch
                 shape = [entries, self.split_k, rows, block_n]
                 ws = self.global_tensor(float32, shape, requires_clean=False)
             else:  # one sum per tile, left zero

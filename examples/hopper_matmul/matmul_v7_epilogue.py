@@ -48,6 +48,39 @@ class V7Epilogue(MatmulWGMMAV4):
         self.sync()  # flag is read by every thread before the next unit writes it
         return last
 
+    def sk_start(self, ws, cnt, entry: int32, part: int32, parts: int32, shape):
+        """Stream-K, before a unit's mainloop: its accumulator, zero or, for a tile's tail
+        (``part`` 1 of 2), the head's fp32 sums from workspace entry ``entry`` once its flag
+        is up (the previous block published them before anything else of its run: the wait
+        is over by now; the flag is cleared for the next launch). Every unit loads, the others
+        from past the workspace's end (zeros, no memory access): an accumulator written on a
+        divergent path before the wgmmas makes ptxas serialize every wgmma of the kernel, and
+        adding the head after the mainloop holds a second tile (it spilled)."""
+        rows = shape[0]
+        at: int32 = cnt.shape[0]  # past the last entry
+        if parts > 1:
+            if part == 1:
+                with self.single_thread():
+                    self.lock_semaphore(cnt[entry], 1)
+                    self.release_semaphore(cnt[entry], 0)
+                self.sync()  # the acquire happens before every thread's loads
+                at = entry
+        return self.load_global(ws, offsets=[at * rows, 0], shape=shape)
+
+    def sk_publish(self, acc, ws, cnt, entry: int32, part: int32, parts: int32):
+        """Stream-K, after the mainloop: a tile's head (``part`` 0 of 2) stores its fp32 sums
+        in entry ``entry`` and raises the entry's flag instead of storing C; returns whether
+        this unit stores C."""
+        store: int32 = 1
+        if parts > 1:
+            if part == 0:
+                self.store_global(ws, acc, offsets=[entry * acc.shape[0], 0])
+                self.sync()  # every thread's sums are written before the flag is raised
+                with self.single_thread():
+                    self.release_semaphore(cnt[entry], 1)
+                store = 0
+        return store
+
     def c_staging(self):
         """The shared C tile of one consumer group (coop: its 64-row half; in a cluster the
         tile's two 64-row halves)."""

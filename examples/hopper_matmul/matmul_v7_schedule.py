@@ -125,12 +125,13 @@ class V7Schedule(V7Epilogue):
         k_lo: int32 = 0
         k_cnt: int32 = k_tiles
         entry: int32 = 0
-        if unit >= dp:  # the run's share of a tile
-            t = lo // k_tiles + (unit - dp)
+        if unit >= dp:  # the run's tiles last to first: the head of a split tile first
+            t = (hi - 1) // k_tiles - (unit - dp)
             k_lo = max(lo - t * k_tiles, 0)
             k_cnt = min(hi - t * k_tiles, k_tiles) - k_lo
-            # a run holds at least a tile's K tiles, so a tile has at most two parts: the
-            # head of this block's run (part 0) and the tail of the previous one's (part 1)
+            # a run holds at least a tile's K tiles, so a tile has at most two parts: its
+            # head at the end of a block's run (part 0) and its tail at the start of the
+            # next block's (part 1)
             if k_lo > 0:
                 part = 1
             if k_lo > 0 or k_lo + k_cnt < k_tiles:

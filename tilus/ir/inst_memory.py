@@ -216,19 +216,19 @@ class ScatterStore(Inst):
 
 @instruction("lock_semaphore", ptx="9.7.9.8 ld (.acquire)")
 class LockSemaphore(Inst):
-    """Spin until the int32 at global address ``sem`` equals ``value`` (acquire loads at gpu
-    scope); issued by a single thread."""
+    """Spin until the int32 at global address ``sem`` (a pointer, or a one-element global
+    tile) equals ``value`` (acquire loads at gpu scope); issued by a single thread."""
 
-    sem: Expr
+    sem: Expr | TensorVar
     value: Expr
 
 
 @instruction("release_semaphore", ptx="9.7.9.9 st (.release)")
 class ReleaseSemaphore(Inst):
     """Store ``value`` into the int32 at global address ``sem`` with release semantics (after
-    a gpu-scope fence); issued by a single thread."""
+    a gpu-scope fence); issued by a single thread. ``sem`` as for :class:`LockSemaphore`."""
 
-    sem: Expr
+    sem: Expr | TensorVar
     value: Expr
 
 

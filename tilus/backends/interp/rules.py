@@ -189,6 +189,8 @@ def _slice(task, inst, loc):
             )
         idx.append(v)
     idx = tuple(idx)
+    if src.kind != TensorKind.REGISTER:  # a view even when every dim is indexed (NumPy gives
+        idx += (Ellipsis,)  # a copy of the one element for integer indices alone)
     val = task.env[src] if src.kind != TensorKind.REGISTER else reg(task, src, loc)
     if src.kind == TensorKind.REGISTER:
         task.env[inst.out] = val[idx]

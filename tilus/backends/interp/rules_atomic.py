@@ -17,6 +17,7 @@ from tilus.backends.interp.values import GlobalViewValue, PointerValue
 from tilus.errors import TilusRuntimeError
 from tilus.ir import inst_memory as M
 from tilus.ir.enums import TensorKind
+from tilus.ir.tensor import TensorVar
 
 _BINARY = {"add": "+", "sub": "-", "min": "min", "max": "max"}
 
@@ -100,7 +101,14 @@ def _scatter_store(task, inst, loc):
 
 
 def _semaphore(task, inst, loc, what):
-    ptr = scal(task, inst.sem, loc)
+    if isinstance(inst.sem, TensorVar):  # a one-element global tile: a pointer to its element
+        view = task.env[inst.sem]
+        flat = view.arr.reshape(1)
+        if not np.shares_memory(flat, view.arr):
+            raise TilusRuntimeError(f"{what}: `{view.name}` is not addressable", loc)
+        ptr = PointerValue(flat, 0, view.name, inst.sem.dtype)
+    else:
+        ptr = scal(task, inst.sem, loc)
     if not isinstance(ptr, PointerValue):
         raise TilusRuntimeError(f"{what} needs a pointer", loc)
     if ptr.buf.dtype != np.int32:

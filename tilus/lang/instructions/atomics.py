@@ -6,6 +6,7 @@ from tilus.dtypes import PointerType, int32
 from tilus.ir import inst_memory as M
 from tilus.ir.enums import TensorKind
 from tilus.ir.expr import Expr
+from tilus.ir.tensor import TensorVar
 from tilus.lang.builder import current
 
 _SPACES = {"shared": ("shared", "cta"), "global": ("global", "gpu")}
@@ -105,9 +106,15 @@ def _scatter_store(space, dst, dim, indices, values):
 
 def _semaphore(cls, sem, value, what):
     b = current()
-    if not isinstance(sem, Expr) or not isinstance(sem.dtype, PointerType):
+    if isinstance(sem, TensorVar):  # a one-element global tile: e.g. counts[i] of a global_tensor
+        if sem.kind != TensorKind.GLOBAL or sem.size != 1 or sem.dtype != int32:
+            raise b.error(
+                f"{what} needs a pointer to an int32 in global memory or a one-element int32 "
+                f"global tile, got {sem.type_str()}"
+            )
+    elif not isinstance(sem, Expr) or not isinstance(sem.dtype, PointerType):
         raise b.error(f"{what} needs a pointer to an int32 in global memory, got {sem!r}")
-    if sem.dtype.base is not None and sem.dtype.base != int32:
+    elif sem.dtype.base is not None and sem.dtype.base != int32:
         raise b.error(f"{what} needs a pointer to int32, got a pointer to {sem.dtype.base}")
     if b.group.size != 1:
         raise b.error(
@@ -144,13 +151,14 @@ class AtomicInstructions:
         return out
 
     def lock_semaphore(self, sem, value):
-        """Spin until the int32 at global address ``sem`` (a pointer expression) equals
+        """Spin until the int32 at global address ``sem`` (a pointer expression, or a
+        one-element int32 global tile such as ``counts[i]`` of a ``global_tensor``) equals
         ``value``, with acquire semantics; only in a single thread (``self.single_thread()``).
         Follow it with the group's ``sync()`` before other threads read what it guards."""
         _semaphore(M.LockSemaphore, sem, value, "lock_semaphore")
 
     def release_semaphore(self, sem, value):
-        """Publish ``value`` into the int32 at global address ``sem`` with release semantics
+        """Publish ``value`` into the int32 at ``sem`` (as for :meth:`lock_semaphore`) with release semantics
         (what this block wrote before is visible to whoever sees the value); only in a single
         thread, after the group's ``sync()`` when other threads wrote the guarded data."""
         _semaphore(M.ReleaseSemaphore, sem, value, "release_semaphore")

@@ -13,6 +13,7 @@ from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.backends.cuda.workspace import workspace_layout
 from tilus.ir import inst_memory as M
 from tilus.ir.enums import TensorKind
+from tilus.ir.tensor import TensorVar
 
 rule = CODEGEN_RULES.rule
 
@@ -235,7 +236,9 @@ def lock_semaphore(ctx, inst, expr):
     """Spin with acquire loads until the value is there."""
     if A.SEMAPHORES not in ctx.fragments:
         ctx.fragments.append(A.SEMAPHORES)
-    ctx.emit(f"tl_sem_wait_eq((const int*)({expr(inst.sem)}), (int)({expr(inst.value)}));")
+    ctx.emit(
+        f"tl_sem_wait_eq((const int*)({_sem_addr(ctx, inst, expr)}), (int)({expr(inst.value)}));"
+    )
 
 
 @rule(M.ReleaseSemaphore)
@@ -243,7 +246,14 @@ def release_semaphore(ctx, inst, expr):
     """A gpu-scope fence, then the release store."""
     if A.SEMAPHORES not in ctx.fragments:
         ctx.fragments.append(A.SEMAPHORES)
-    ctx.emit(f"tl_sem_store((int*)({expr(inst.sem)}), (int)({expr(inst.value)}));")
+    ctx.emit(f"tl_sem_store((int*)({_sem_addr(ctx, inst, expr)}), (int)({expr(inst.value)}));")
+
+
+def _sem_addr(ctx, inst, expr) -> str:
+    """The semaphore's address: the pointer, or the one element of a global tile."""
+    if isinstance(inst.sem, TensorVar):
+        return ctx.gview_info[inst.sem][0]
+    return expr(inst.sem)
 
 
 @rule(M.GlobalTensorAlloc)

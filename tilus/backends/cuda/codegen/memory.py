@@ -122,8 +122,11 @@ def load_global(ctx, inst, expr):
 
     w = V.vector_width(ctx, out, layout, inst.dims, strides, len(shape))
     if not w:
-        for i in range(layout.local_size):
-            scalar(i)
+        if not inst.dims:
+            for i in range(layout.local_size):
+                scalar(i)
+        else:
+            _load_by_rows(ctx, inst, layout, (name, shape, strides), base, offs)
         ctx.close()
         return
     al = V.base_alignment(ctx, name, strides, inst.offsets[-1], w)
@@ -146,6 +149,61 @@ def load_global(ctx, inst, expr):
     nbytes = w * out.dtype.nbits // 8
     V.by_alignment(ctx, al, nbytes, V.whole_runs(al, shape[-1], w), runs)
     ctx.close()
+
+
+def _load_by_rows(ctx, inst, layout, view, base, offs) -> None:
+    """A load element by element: each distinct row addressed and checked once, the columns
+    at constant offsets from the thread's first one, their checks dropped where the layout
+    keeps them inside a view of static width (a wgmma accumulator's 64 x 256 fp32 tile
+    otherwise holds a 64-bit address and a predicate per element, and spills)."""
+    out, (name, shape, strides) = inst.out, view
+    last, tdim = inst.dims[-1], len(inst.dims) - 1
+    rows_of = [d for d in range(len(shape)) if d != last]
+    ct = ctype(out.dtype)
+    col0 = _first_column(ctx, inst, base, offs)
+    inside = _static_columns(inst, layout, shape)
+    rows: dict = {}
+    for i in range(layout.local_size):
+        lc = layout.local_coords(i)
+        idx = _global_index(offs, base, inst.dims, lc)
+        key = tuple(idx[d] for d in rows_of)
+        if key not in rows:
+            p, ok = ctx.fresh("row"), ctx.fresh("rok")
+            parts = [_address([idx[d]], [strides[d]]) for d in rows_of]
+            ctx.emit(f"const {ct}* const {p} = {' + '.join([name, *parts])};")
+            conds = [f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})" for d in rows_of]
+            ctx.emit(f"const bool {ok} = {' && '.join(conds) or 'true'};")
+            rows[key] = (p, ok)
+        p, rok = rows[key]
+        k = lc[tdim]
+        oks = [rok] if rok != "true" else []
+        if not inside(k):
+            oks.append(f"(uint32_t)({col0} + {k}) < (uint32_t)({shape[last]})")
+        step = "" if strides[last] == "1" else f" * {strides[last]}"
+        a = f"{p}[(int64_t)({col0}){step} + {k}{step}]" if k else f"{p}[(int64_t)({col0}){step}]"
+        v = f"({' && '.join(oks)}) ? {a} : {R.zero(out.dtype)}" if oks else a
+        ctx.emit(f"{R.elem(ctx, out, i)} = {v};")
+
+
+def _first_column(ctx, inst, base, offs) -> str:
+    """Emit the thread's first column in the view's last dim (the tile's columns are at
+    constant offsets from it); returns its name."""
+    col0, c = ctx.fresh("cb"), base[len(inst.dims) - 1]
+    o = offs[inst.dims[-1]]
+    ctx.emit(f"const int {col0} = {o} + {c};" if c != "0" else f"const int {col0} = {o};")
+    return col0
+
+
+def _static_columns(inst, layout, shape):
+    """``f(k)``: whether every thread's column ``k`` past its first lies inside the view (a
+    static width, a constant offset: the layout's reach decides; then no check is needed)."""
+    last, tdim = inst.dims[-1], len(inst.dims) - 1
+    off = inst.offsets[last]
+    width = int(shape[last]) if str(shape[last]).isdigit() else None
+    if width is None or not isinstance(off, Const) or not isinstance(off.value, int):
+        return lambda k: False
+    reach = sum((f.extent - 1) * f.stride for f in layout.threads if f.dim == tdim)
+    return lambda k: 0 <= off.value and off.value + reach + k < width
 
 
 def _local(layout, i):
@@ -248,11 +306,19 @@ def store_global(ctx, inst, expr):
         V.by_alignment(ctx, al, nbytes, V.whole_runs(al, shape[last], w), runs)
         ctx.close()
         return
+    inside = _static_columns(inst, layout, shape)
+    col0 = _first_column(ctx, inst, base, offs)
+    step = "" if strides[last] == "1" else f" * {strides[last]}"
     for i in range(0, layout.local_size, 2 if pairs else 1):
-        idx = _global_index(offs, base, inst.dims, layout.local_coords(i))
+        lc = layout.local_coords(i)
+        idx = _global_index(offs, base, inst.dims, lc)
         p, rok = row(idx)
-        cok0, cok1 = col(idx[last])
-        a = f"{p} + {_address([idx[last]], [strides[last]])}"
+        if inside(lc[-1] + (1 if pairs else 0)):  # the columns need no check
+            cok0 = cok1 = "true"
+        else:
+            cok0, cok1 = col(idx[last])
+        k = lc[-1]  # a constant offset from the thread's first column: an immediate
+        a = f"{p} + (int64_t)({col0}){step}" + (f" + {k}{step}" if k else "")
         v0 = R.elem(ctx, src, i)
         if not pairs:
             _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", f"{a}, {v0}, {rok} && {cok0}")
