@@ -83,7 +83,8 @@ def prepack_torch(torch, w_packed):
 #: pipelined kernel's best measured 0.78 / 0.75 beside them, so ``matmul_wx_a16`` does not run
 #: this kernel by default (``PREFILL_MIN_M``). Faster but outside the space: ``epilogue="tma"``
 #: with ``thread_arrive=True`` (0.81 / 0.81, checked at those two shapes only) and
-#: ``prepacked=True`` (one 16-byte shared load a thread a step; CPU-checked, never run on a GPU).
+#: ``prepacked=True`` (one 16-byte shared load a thread a step; its GPU test passed in the
+#: tiers of bench/results/2026-12-02-h200-r52-gpu-tier-llm-shapes.txt, not timed).
 PREFILL_SPACE = [
     (256, 64, 6, 4, "direct", False, 1, 0),
     (256, 64, 6, 4, "direct", False, 2, 0),

@@ -81,16 +81,25 @@ def test_every_config_against_torch(dtype, num_sms):
         a = torch.randn(m, k, device="cuda", dtype=tdt)
         b = torch.randn(n, k, device="cuda", dtype=tdt)
         ref = a.float() @ b.float().T
-        for cfg in configs:
-            for _ in range(2):  # the second launch finds the split-K counters clean
-                c = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
-                cls(num_sms=num_sms, **cfg)(m, n, k, a, b, c)
-                torch.cuda.synchronize()
-                err = float((c.float() - ref).abs().max() / ref.abs().max())
-                if torch.isnan(c).any() or not err < 1e-2:
-                    bad.append((cfg, (m, n, k), "nan" if torch.isnan(c).any() else err))
-                    break
+        for cfg in configs:  # the second launch finds the split-K counters clean
+            check(cls(num_sms=num_sms, **cfg), cfg, (m, n, k), a, b, ref, 2, bad)
     assert not bad, bad
+
+
+def check(kernel, cfg, size, a, b, ref, launches: int, bad: list) -> None:
+    """``launches`` runs of ``kernel`` into NaN-poisoned outputs, each against ``ref``; the
+    first failure is appended to ``bad``."""
+    import torch
+
+    m, n, _ = size
+    for _ in range(launches):
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=a.dtype)
+        kernel(*size, a, b, c)
+        torch.cuda.synchronize()
+        err = float((c.float() - ref).abs().max() / ref.abs().max())
+        if torch.isnan(c).any() or not err < 1e-2:
+            bad.append((cfg, size, "nan" if torch.isnan(c).any() else err))
+            return
 
 
 #: stream-K (an option, not in the space): the space's tiles, ping-pong and coop, each epilogue
@@ -124,12 +133,6 @@ def test_stream_k_configs_split_on_all_sms(dtype):
         for cfg in configs:
             tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
             assert sk_parts(tiles, -(-k // 64), sms), (cfg, (m, n, k))  # tiles are split
-            for _ in range(3):  # later launches find the workspace and the counts clean
-                c = torch.full((m, n), float("nan"), device="cuda", dtype=tdt)
-                cls(**cfg)(m, n, k, a, b, c)
-                torch.cuda.synchronize()
-                err = float((c.float() - ref).abs().max() / ref.abs().max())
-                if torch.isnan(c).any() or not err < 1e-2:
-                    bad.append((cfg, (m, n, k), "nan" if torch.isnan(c).any() else err))
-                    break
+            # later launches find the workspace and the flags clean
+            check(cls(**cfg), cfg, (m, n, k), a, b, ref, 3, bad)
     assert not bad, bad

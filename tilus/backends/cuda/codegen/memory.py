@@ -166,15 +166,7 @@ def _load_by_rows(ctx, inst, layout, view, base, offs) -> None:
     for i in range(layout.local_size):
         lc = layout.local_coords(i)
         idx = _global_index(offs, base, inst.dims, lc)
-        key = tuple(idx[d] for d in rows_of)
-        if key not in rows:
-            p, ok = ctx.fresh("row"), ctx.fresh("rok")
-            parts = [_address([idx[d]], [strides[d]]) for d in rows_of]
-            ctx.emit(f"const {ct}* const {p} = {' + '.join([name, *parts])};")
-            conds = [f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})" for d in rows_of]
-            ctx.emit(f"const bool {ok} = {' && '.join(conds) or 'true'};")
-            rows[key] = (p, ok)
-        p, rok = rows[key]
+        p, rok = _row(ctx, rows, idx, rows_of, (name, shape, strides), f"const {ct}")
         k = lc[tdim]
         oks = [rok] if rok != "true" else []
         if not inside(k):
@@ -183,6 +175,21 @@ def _load_by_rows(ctx, inst, layout, view, base, offs) -> None:
         a = f"{p}[(int64_t)({col0}){step} + {k}{step}]" if k else f"{p}[(int64_t)({col0}){step}]"
         v = f"({' && '.join(oks)}) ? {a} : {R.zero(out.dtype)}" if oks else a
         ctx.emit(f"{R.elem(ctx, out, i)} = {v};")
+
+
+def _row(ctx, memo: dict, idx, rows_of, view, ptr_type: str):
+    """``(row pointer, row in bounds)`` of the element at ``idx``, emitted once per distinct
+    row (``memo``: row index expressions -> the pair)."""
+    name, shape, strides = view
+    key = tuple(idx[d] for d in rows_of)
+    if key not in memo:
+        p, ok = ctx.fresh("row"), ctx.fresh("rok")
+        parts = [_address([idx[d]], [strides[d]]) for d in rows_of]
+        ctx.emit(f"{ptr_type}* const {p} = {' + '.join([name, *parts])};")
+        conds = [f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})" for d in rows_of]
+        ctx.emit(f"const bool {ok} = {' && '.join(conds) or 'true'};")
+        memo[key] = (p, ok)
+    return memo[key]
 
 
 def _first_column(ctx, inst, base, offs) -> str:
@@ -257,15 +264,7 @@ def store_global(ctx, inst, expr):
     def row(idx):
         # each distinct row is addressed and bounds-checked once (keeps the epilogue's register
         # pressure down: a wgmma accumulator has 2 rows per m64 tile and many columns)
-        key = tuple(idx[d] for d in rows_of)
-        if key not in row_memo:
-            p, ok = ctx.fresh("row"), ctx.fresh("rok")
-            parts = [_address([idx[d]], [strides[d]]) for d in rows_of]
-            ctx.emit(f"{ct}* const {p} = {' + '.join([name, *parts])};")
-            conds = [f"(uint32_t)({idx[d]}) < (uint32_t)({shape[d]})" for d in rows_of]
-            ctx.emit(f"const bool {ok} = {' && '.join(conds) or 'true'};")
-            row_memo[key] = (p, ok)
-        return row_memo[key]
+        return _row(ctx, row_memo, idx, rows_of, (name, shape, strides), ct)
 
     def col(c):
         if c not in col_memo:
