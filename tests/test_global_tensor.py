@@ -91,6 +91,28 @@ def test_refusals_name_the_line():
     expect_error(BadShape, fragment="positive ints")
 
 
+class StoreOneElement(tilus.Script):
+    """A store into one element of a global view, indexed in every dim (a 0-d view)."""
+
+    def __call__(self, n: int32, y_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        gy = self.global_view(y_ptr, dtype=float32, shape=[n, 4])
+        v = self.register_tensor(dtype=float32, shape=[], init=7.0)
+        self.store_global(gy[n - 1, 2], v, offsets=[])
+
+
+def test_a_fully_indexed_view_is_a_view_of_the_buffer():
+    # the interpreter once made the element a copy (NumPy's integer indexing) and refused the
+    # store as one into a read-only array
+    y = np.zeros((3, 4), np.float32)
+    with tilus.option.scoped(interpret=True):
+        StoreOneElement()(3, y)
+    want = np.zeros((3, 4), np.float32)
+    want[2, 2] = 7.0
+    np.testing.assert_array_equal(y, want)
+
+
 @needs_nvrtc
 def test_builds_for_sm90a_with_a_workspace():
     from tilus.runtime.sass import sass_opcodes
