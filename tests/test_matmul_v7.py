@@ -254,10 +254,12 @@ def test_stream_k_bf16(v7):
 def test_stream_k_needs_no_split_k_nor_clusters(v7):
     base = dict(num_stages=4, block_m=128, block_n=128, block_k=64, swizzle=8, num_sms=4)
     base.update(split_k=1, cluster_n=1, coop=0, epilogue="tma")
-    for bad in (dict(stream_k=1, split_k=2), dict(stream_k=1, cluster_n=2, coop=1),
-                dict(stream_k=2)):  # fmt: skip
+    for bad, msg in ((dict(stream_k=1, split_k=2), "stream_k must be 0 or 1"),
+                     (dict(stream_k=1, cluster_n=2, coop=1), "stream_k must be 0 or 1"),
+                     (dict(stream_k=2), "stream_k must be 0 or 1"),
+                     (dict(stream_k=1, num_sms=1000), "needs num_sms at most the GPU's")):  # fmt: skip
         kernel = v7.MatmulV7(**{**base, **bad})  # built (and checked) at its first call
         x = np.zeros((8, 8), dtype=np.float16)
-        with pytest.raises(tilus.TilusArgumentError, match="stream_k must be 0 or 1"):
+        with pytest.raises(tilus.TilusArgumentError, match=msg):
             with tilus.option.scoped(interpret=True):
                 kernel(8, 8, 8, x, x, x.copy())

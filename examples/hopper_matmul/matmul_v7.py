@@ -68,8 +68,8 @@
 
 9. **Stream-K** (``stream_k=1``, see ``matmul_v7_schedule``): persistent blocks each take
    the same number of K tiles instead of whole tiles, so the last wave leaves no SM idle; a
-   tile cut between two blocks is finished by the second, which adds the first's fp32 sums
-   (published through the workspace and a flag) before storing C.
+   tile cut between two blocks is finished by the second, which starts from the first's fp32
+   sums (published through the workspace and a flag) and stores C.
 
 Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
 ``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
@@ -161,6 +161,11 @@ class MatmulV7(V7Schedule):
             raise tilus.TilusArgumentError(
                 f"stream_k must be 0 or 1 (1 without split-K and clusters), got {stream_k}"
             )
+        if stream_k and self.num_sms_arg(num_sms) > sm_count():
+            # a tile's tail waits for its head in the previous block: all blocks run at once
+            raise tilus.TilusArgumentError(
+                f"stream_k=1 needs num_sms at most the GPU's {sm_count()} SMs, got {num_sms}"
+            )
         self.stream_k = stream_k
         self.split_k = split_k
         self.parted = split_k > 1 or bool(stream_k)  # tiles may be split into K parts
@@ -170,9 +175,14 @@ class MatmulV7(V7Schedule):
         self.coop = coop
         # the A tile in 64-row halves: the cluster's blocks load one each, coop groups use one each
         self.halves = cluster_n == 2 or coop
-        self.num_sms = num_sms if num_sms is not None else sm_count()
+        self.num_sms = self.num_sms_arg(num_sms)
         # persistent clusters: cluster c runs units c, c + num_clusters, ... in each of its blocks
         self.num_clusters = max(self.num_sms // cluster_n, 1)
+
+    @staticmethod
+    def num_sms_arg(num_sms):
+        """The persistent blocks: ``num_sms``, or the GPU's SM count when None."""
+        return num_sms if num_sms is not None else sm_count()
 
     def produce_all(self, pipe, sa, sb, ga, gb, k_size: int, num_m: int32, num_n: int):
         """The producer warp: every unit of the block in sequence, its K tiles in ring order;

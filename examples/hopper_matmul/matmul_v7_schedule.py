@@ -24,12 +24,14 @@ class V7Schedule(V7Epilogue):
     the same number of K tiles: the first ``T // S - 1`` waves run as whole tiles (round robin,
     so blocks running together share operands in L2); the remaining ``S`` to ``2S - 1`` tiles
     are laid out as one sequence of K tiles and cut into ``S`` equal runs, one per block. A run
-    covers at least one tile's K tiles, so a tile is split between at most two blocks (the
-    tail of one run and the head of the next). Both parts add their fp32 sums into the
-    workspace entry of the tile's first block (``red.add``; adding into zero in either order
-    gives the same sum) and count themselves in; the part that counts in last reads the total
-    while clearing the entry and stores C. No block waits for another. With fewer tiles than
-    blocks, every tile is a unit of its own (as without stream-K).
+    covers at least one tile's K tiles, so a tile is split between at most two blocks: its
+    head ends one block's run, its tail starts the next one's. A block runs its run's tiles
+    last to first, so the head of a split tile is its first unit after the whole tiles: it
+    stores its fp32 sums in the workspace entry of its block and raises the entry's flag; the
+    tail, the next block's last unit, waits for the flag (long raised by then), starts its
+    accumulator from the sums and stores C. Blocks wait for their neighbours, so every block must be resident at once
+    (``num_sms`` at most the GPU's SM count, one block an SM). With fewer tiles than blocks,
+    every tile is a unit of its own (as without stream-K).
     """
 
     def first_unit(self):
