@@ -123,35 +123,35 @@ USES = {
   tl_st_global_v4_b32(out2 + 4, q[0], q[1], q[2], q[3]);
   tl_st_shared_b32(s, q[1]);
   tl_st_shared_v4_b32(s + 16, q[0], q[1], q[2], q[3]);
-  const uint32_t ok = threadIdx.x < 100, sc = s + 64;
+  const uint32_t ok = threadIdx.x < 100;
   uint8_t* o8 = (uint8_t*)(out2 + 8);
   tl_st_global_if_i8((int8_t*)o8, (int8_t)q[0], ok);
-  tl_st_global_or_i8((int8_t*)o8, (int8_t)q[0], ok, sc);
+  tl_st_global_or_i8((int8_t*)o8, (int8_t)q[0], ok);
   tl_st_global_if_u8(o8 + 1, (uint8_t)q[1], ok);
-  tl_st_global_or_u8(o8 + 1, (uint8_t)q[1], ok, sc);
+  tl_st_global_or_u8(o8 + 1, (uint8_t)q[1], ok);
   tl_st_global_if_bool((bool*)o8 + 2, q[2] != 0, ok);
-  tl_st_global_or_bool((bool*)o8 + 2, q[2] != 0, ok, sc);
+  tl_st_global_or_bool((bool*)o8 + 2, q[2] != 0, ok);
   uint16_t* o16 = (uint16_t*)(out2 + 16);
   tl_st_global_if_i16((int16_t*)o16, (int16_t)q[0], ok);
-  tl_st_global_or_i16((int16_t*)o16, (int16_t)q[0], ok, sc);
+  tl_st_global_or_i16((int16_t*)o16, (int16_t)q[0], ok);
   tl_st_global_if_u16(o16 + 1, (uint16_t)q[1], ok);
-  tl_st_global_or_u16(o16 + 1, (uint16_t)q[1], ok, sc);
+  tl_st_global_or_u16(o16 + 1, (uint16_t)q[1], ok);
   tl_st_global_if_pair(o16 + 2, q[2], ok, !ok, ok);
-  tl_st_global_or_pair(o16 + 2, q[2], ok, !ok, ok, sc);
+  tl_st_global_or_pair(o16 + 2, q[2], ok, !ok, ok);
   tl_st_global_if_i32((int32_t*)out2 + 24, (int32_t)q[3], ok);
-  tl_st_global_or_i32((int32_t*)out2 + 24, (int32_t)q[3], ok, sc);
+  tl_st_global_or_i32((int32_t*)out2 + 24, (int32_t)q[3], ok);
   tl_st_global_if_u32(out2 + 25, q[0], ok);
-  tl_st_global_or_u32(out2 + 25, q[0], ok, sc);
+  tl_st_global_or_u32(out2 + 25, q[0], ok);
   tl_st_global_if_i64((int64_t*)(out2 + 26), (int64_t)q[1], ok);
-  tl_st_global_or_i64((int64_t*)(out2 + 26), (int64_t)q[1], ok, sc);
+  tl_st_global_or_i64((int64_t*)(out2 + 26), (int64_t)q[1], ok);
   tl_st_global_if_u64((uint64_t*)(out2 + 28), (uint64_t)q[2], ok);
-  tl_st_global_or_u64((uint64_t*)(out2 + 28), (uint64_t)q[2], ok, sc);
+  tl_st_global_or_u64((uint64_t*)(out2 + 28), (uint64_t)q[2], ok);
   tl_st_global_if_f32(out + 8, out[0], ok);
-  tl_st_global_or_f32(out + 8, out[0], ok, sc);
+  tl_st_global_or_f32(out + 8, out[0], ok);
   tl_st_global_if_f64((double*)(out + 10), (double)out[1], ok);
-  tl_st_global_or_f64((double*)(out + 10), (double)out[1], ok, sc);
+  tl_st_global_or_f64((double*)(out + 10), (double)out[1], ok);
 """,
-        {"F2FP", "STG", "LDG", "STS", "ST"},
+        {"F2FP", "STG", "LDG", "STS"},
     ),
     "atomic": (
         """

@@ -38,7 +38,7 @@ def _v5_classes():
 
     class V5RegisterEpilogue(v5):
         """V5 storing C straight from registers (bounds-checked stores while wgmma groups are
-        kept in flight: the kernels whose stores go to the shared scratch word when out of
+        kept in flight: the kernels whose stores go to the global sink word when out of
         bounds)."""
 
         def consume(self, half, pipe, sa, sb, gc, k_size, offset_m, offset_n):

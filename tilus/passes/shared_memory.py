@@ -12,7 +12,6 @@ from tilus.passes.walk import instructions
 ALIGN = 128  # TMA and the 128B swizzle need 128-byte aligned tiles (1024 for the swizzle atom)
 SWIZZLE_ALIGN = 1024
 MBARRIER_BYTES = 8
-SCRATCH_BYTES = 8
 SM90_SMEM_LIMIT = 232448  # bytes of dynamic shared memory one block may opt in to on sm_90
 
 
@@ -23,7 +22,9 @@ class SharedPlan:
     offsets: dict  # AllocShared.out -> byte offset
     barrier_offsets: dict  # MBarrierAlloc.out -> byte offset of its first barrier
     total_bytes: int
-    scratch_offset: int | None = None  # 8 bytes the CUDA backend's guarded stores may hit
+    # the kernel keeps wgmma groups in flight and stores to global: the CUDA backend sends
+    # out-of-bounds elements to a sink word instead of predicating its stores (see ptx.ldst)
+    redirect_stores: bool = False
 
 
 def _round_up(x: int, a: int) -> int:
@@ -100,16 +101,4 @@ def plan_shared_memory(
                 f"per-block limit of {limit} bytes",
                 stmt.loc,
             )
-    scratch = None
-    if in_flight and stores:
-        # a kernel that keeps wgmma groups in flight (wait_group(n > 0)) sends out-of-bounds
-        # elements of its bounds-checked global stores here instead of predicating the store
-        # (see the CUDA backend's ptx.ldst)
-        scratch, at = at, at + SCRATCH_BYTES
-        if at > limit:
-            raise TilusCompileError(
-                f"shared memory: the {SCRATCH_BYTES}-byte store scratch of the epilogue brings "
-                f"the block to {at} bytes, over the {target} per-block limit of {limit} bytes",
-                None,
-            )
-    return SharedPlan(offsets, barrier_offsets, at, scratch)
+    return SharedPlan(offsets, barrier_offsets, at, in_flight and stores)

@@ -81,8 +81,11 @@ def prelude(wanted: Iterable[str | Fragment] = ()) -> str:
 # --- only what a kernel uses ---------------------------------------------------------------------
 
 _NAME = re.compile(r"\btl_\w+")
-# a definition: `__forceinline__ <type words> tl_name` (functions, templates) or `struct tl_name`
-_DEFINES = re.compile(r"(?:__forceinline__|struct)\s+(?:[\w:]+\s+[*&]*)*?(tl_\w+)\b")
+# a definition: `__forceinline__ <type words> tl_name` (functions, templates), `struct tl_name`
+# or an aligned `__device__` variable
+_DEFINES = re.compile(
+    r"(?:__forceinline__|struct|__device__ __align__\(\d+\))\s+(?:[\w:]+\s+[*&]*)*?(tl_\w+)\b"
+)
 # what brace counting ignores: string literals (inline asm templates) and line comments
 _NOT_CODE = re.compile(r'"(?:[^"\\]|\\.)*"|//.*')
 

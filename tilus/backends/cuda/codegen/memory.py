@@ -244,7 +244,7 @@ def store_global(ctx, inst, expr):
     16-bit elements are stored as one 32-bit word when in bounds and aligned.
 
     The bounds checks are not branches: the store is predicated or, in a kernel that keeps
-    wgmma groups in flight (its plan has a scratch word), always made, to the scratch word when
+    wgmma groups in flight (its plan redirects stores), always made, to a global sink word when
     out of bounds (why: see ``ptx.ldst``)."""
     src, g = inst.src, inst.dst
     if src.dtype.nbits % 8:
@@ -358,13 +358,9 @@ def _store_loop(ctx, inst, layout, view, base, offs, w, al, path, hint) -> None:
 
 
 def _guarded(ctx, kind: str, args: str) -> None:
-    """``tl_st_global_if_<kind>`` (predicated) or ``tl_st_global_or_<kind>`` (to the scratch
-    word when out of bounds)."""
-    scratch = ctx.smem.scratch_offset
-    if scratch is None:
-        ctx.emit(f"tl_st_global_if{kind}({args});")
-    else:
-        ctx.emit(f"tl_st_global_or{kind}({args}, tl_smem + {scratch}u);")
+    """``tl_st_global_if_<kind>`` (predicated) or ``tl_st_global_or_<kind>`` (to the global
+    sink word when out of bounds)."""
+    ctx.emit(f"tl_st_global_{'or' if ctx.smem.redirect_stores else 'if'}{kind}({args});")
 
 
 def _shared_elem(view, coords) -> str:

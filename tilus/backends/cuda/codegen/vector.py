@@ -112,7 +112,7 @@ def base_alignment(ctx, name: str, strides, col_offset, w: int):
 
 def vector_width(ctx, t, layout, dims, strides, ndim: int) -> int:
     """Elements per vector access of tile ``t`` against a view (0: no vector path)."""
-    if ctx.smem.scratch_offset is not None or t.dtype.nbits not in (8, 16, 32):
+    if ctx.smem.redirect_stores or t.dtype.nbits not in (8, 16, 32):
         return 0  # kernels with wgmma in flight keep their branch-free stores
     if t.dtype.kind == "bool" or not dims or dims[-1] != ndim - 1 or strides[-1] != "1":
         return 0

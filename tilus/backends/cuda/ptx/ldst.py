@@ -96,8 +96,8 @@ GUARDED_SUFFIX = {t[0]: t[1] for t in _STORE_TYPES} | {"int": "i32"}
 def _guarded(ctype: str, suffix: str, ptx: str, constraint: str, cast: str) -> str:
     pred = f"{{ .reg .pred p; setp.ne.b32 p, %2, 0; @p st.global.{ptx} [%0], %1; }}"
     redirect = (
-        "{ .reg .pred p; .reg .b64 s, a; setp.ne.b32 p, %2, 0; cvta.shared.u64 s, %3; "
-        f"selp.b64 a, %0, s, p; st.{ptx} [a], %1; }}"
+        "{ .reg .pred p; .reg .b64 a; setp.ne.b32 p, %2, 0; "
+        f"selp.b64 a, %0, %3, p; st.global.{ptx} [a], %1; }}"
     )
     head = "__device__ __forceinline__ void tl_st_global"
     return f"""
@@ -105,9 +105,9 @@ def _guarded(ctype: str, suffix: str, ptx: str, constraint: str, cast: str) -> s
   asm volatile("{check_operands(pred, 3)}"
                :: "l"(ptr), "{constraint}"({cast}v), "r"(ok) : "memory");
 }}
-{head}_or_{suffix}({ctype}* ptr, {ctype} v, uint32_t ok, uint32_t scratch) {{
+{head}_or_{suffix}({ctype}* ptr, {ctype} v, uint32_t ok) {{
   asm volatile("{check_operands(redirect, 4)}"
-               :: "l"(ptr), "{constraint}"({cast}v), "r"(ok), "l"((uint64_t)scratch) : "memory");
+               :: "l"(ptr), "{constraint}"({cast}v), "r"(ok), "l"(tl_store_sink) : "memory");
 }}"""
 
 
@@ -118,27 +118,30 @@ _PAIR_IF = (
     "shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; @p st.global.b16 [a], h; }"
 )
 _PAIR_OR = (
-    "{ .reg .pred p; .reg .b32 h; .reg .b64 s, a; cvta.shared.u64 s, %5; "
-    "setp.ne.b32 p, %2, 0; selp.b64 a, %0, s, p; st.b32 [a], %1; "
-    "setp.ne.b32 p, %3, 0; selp.b64 a, %0, s, p; st.b16 [a], %1; "
-    "shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; selp.b64 a, a, s, p; "
-    "st.b16 [a], h; }"
+    "{ .reg .pred p; .reg .b32 h; .reg .b64 a; "
+    "setp.ne.b32 p, %2, 0; selp.b64 a, %0, %5, p; st.global.b32 [a], %1; "
+    "setp.ne.b32 p, %3, 0; selp.b64 a, %0, %5, p; st.global.b16 [a], %1; "
+    "shr.b32 h, %1, 16; add.s64 a, %0, 2; setp.ne.b32 p, %4, 0; selp.b64 a, a, %5, p; "
+    "st.global.b16 [a], h; }"
 )
 
-# PTX ISA 9.7.9.11 st, 9.7.9.19 cvta, 9.7.8.3 selp, 9.3 predicated execution. Bounds-checked
-# element stores without branches. ``tl_st_global_if`` predicates the store. ``tl_st_global_or``
-# always stores, through a generic address that is the element's when ``ok`` and a shared
-# scratch word otherwise. Kernels that keep wgmma groups in flight (wait_group(n > 0)) use it:
-# ptxas sinks accumulator reads (the fp32 -> fp16 packs of an epilogue) under store predicates
-# or branches, and then either serializes every wgmma of the kernel (info C7514) or, when the
-# loop that keeps a group in flight is unrolled, schedules them above the final wait_group.
+# PTX ISA 9.7.9.11 st, 9.7.8.3 selp, 9.3 predicated execution. Bounds-checked element stores
+# without branches. ``tl_st_global_if`` predicates the store. ``tl_st_global_or`` always
+# stores, to the element when ``ok`` and otherwise to ``tl_store_sink``, a global word nothing
+# reads (global: a shared word that every thread of a block writes is a hazard to
+# compute-sanitizer's racecheck, and costs the kernel shared memory). Kernels that keep wgmma
+# groups in flight (wait_group(n > 0)) use it: ptxas sinks accumulator reads (the fp32 -> fp16
+# packs of an epilogue) under store predicates or branches, and then either serializes every
+# wgmma of the kernel (info C7514) or, when the loop that keeps a group in flight is unrolled,
+# schedules them above the final wait_group.
 # A pair of adjacent 16-bit elements goes out of one packed register: the word when ``both``
 # (in bounds and aligned), else each half in bounds. (st may take a register wider than its
 # type: bytes go out of 16-bit registers.)
 GUARDED_STORES = register(
     FAMILY,
     "tl_st_global_if",
-    "".join(_guarded(*t) for t in _STORE_TYPES)
+    "\n__device__ __align__(16) uint64_t tl_store_sink[2];"
+    + "".join(_guarded(*t) for t in _STORE_TYPES)
     + f"""
 __device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, uint32_t both,
                                                      uint32_t lo, uint32_t hi) {{
@@ -146,9 +149,9 @@ __device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, 
                :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
 }}
 __device__ __forceinline__ void tl_st_global_or_pair(uint16_t* ptr, uint32_t w, uint32_t both,
-                                                     uint32_t lo, uint32_t hi, uint32_t scratch) {{
+                                                     uint32_t lo, uint32_t hi) {{
   asm volatile("{check_operands(_PAIR_OR, 6)}"
-               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi), "l"((uint64_t)scratch)
+               :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi), "l"(tl_store_sink)
                : "memory");
 }}
 """,
