@@ -72,7 +72,7 @@ def test_clusters_and_coop_with_a_pair_past_the_last_column(v7):
     # N = 3 tiles - 56 columns: the second tile of the last cluster pair lies right of C (its
     # B tile is loaded as zeros for the pair's sake and never stored); 4 "SMs" = 2 clusters
     configs = [c for c in v7.MatmulV7().configs if c["cluster_n"] == 2 or c["coop"]]
-    assert len(configs) == 5
+    assert len(configs) == 6
     # the cluster configs (coop 128 x 256 and 256 x 128; every config runs in the test above)
     for cfg in [c for c in configs if c["cluster_n"] == 2]:
         n = 3 * cfg["block_n"] - 56
@@ -137,8 +137,8 @@ def test_bf16(v7, split_k):
 
 def test_the_space_and_the_types(v7):
     configs = v7.MatmulV7().configs
-    assert len(configs) == 14 and v7.MatmulV7BF16().configs == configs
-    assert not any(c["stream_k"] for c in configs)  # an option, not in the space
+    assert len(configs) == 17 and v7.MatmulV7BF16().configs == configs
+    assert sum(c["stream_k"] for c in configs) == 3
     assert {c["block_m"] for c in configs} == {64, 128, 256}
     assert {c["split_k"] for c in configs} == {1, 2, 4}
     assert {c["epilogue"] for c in configs} == {"tma", "tma1", "direct"}
@@ -195,25 +195,36 @@ def test_builds_without_spills(v7, bf16):
 
 
 def sk_parts(tiles, k_tiles, sms):
-    """Stream-K's plan, as ``matmul_v7_schedule`` lays it out: per split tile its two parts'
-    K tiles (a check that a test size splits tiles, and of the plan's invariants)."""
-    whole = (tiles // sms - 1) * sms if tiles >= 2 * sms else (tiles if tiles < sms else 0)
+    """Stream-K's plan, as ``matmul_v7_schedule`` lays it out: per split tile its parts as
+    ``(block, first K tile, end)`` (a check that a test size splits tiles, and of the plan's
+    invariants: the parts of a tile are consecutive blocks that cover its K tiles in order)."""
+    whole = (tiles // sms - 1) * sms if tiles >= 2 * sms else 0
+    if tiles * k_tiles < sms:
+        whole = tiles
     iters = (tiles - whole) * k_tiles
     runs = [(b * iters // sms, (b + 1) * iters // sms) for b in range(sms)]
     split = {}
     for b, (lo, hi) in enumerate(runs):
-        assert iters == 0 or hi - lo >= k_tiles  # a run covers at least one tile
+        assert iters == 0 or hi > lo  # every block has K tiles to run
         for t in range(lo // k_tiles, (hi - 1) // k_tiles + 1) if hi > lo else []:
             k_lo, k_hi = max(lo - t * k_tiles, 0), min(hi - t * k_tiles, k_tiles)
             if (k_lo, k_hi) != (0, k_tiles):
                 split.setdefault(t, []).append((b, k_lo, k_hi))
-    for parts in split.values():  # two parts that together cover the tile
-        assert len(parts) == 2 and parts[0][2] == parts[1][1] and parts[1][0] == parts[0][0] + 1
+    owner = [((x + 1) * sms - 1) // iters for x in range(iters)] if iters else []
+    for t, parts in split.items():
+        assert parts[0][1] == 0 and parts[-1][2] == k_tiles
+        for (b0, _, e0), (b1, s1, _) in zip(parts, parts[1:]):
+            assert b1 == b0 + 1 and s1 == e0
+        # the kernel's closed form for the blocks that hold a tile's first and last K tiles
+        assert (
+            owner[t * k_tiles] == parts[0][0] and owner[t * k_tiles + k_tiles - 1] == parts[-1][0]
+        )
     return split
 
 
 # stream-K forms (every config of the space runs in the first test too): ping-pong and coop,
-# each epilogue, with fewer tiles than blocks (no stream-K), between S and 2S tiles (all of them
+# each epilogue, with fewer K tiles than blocks (no stream-K), fewer tiles than blocks (runs
+# shorter than a tile: three or more parts a tile), between S and 2S tiles (all of them
 # streamed) and more (whole waves first); sizes ragged in M, N and K
 STREAM_K = [
     (dict(block_m=64, block_n=64, num_stages=4, swizzle=8), 3, (200, 200, 264)),
@@ -221,10 +232,17 @@ STREAM_K = [
     (dict(block_m=128, block_n=128, num_stages=4, swizzle=2, epilogue="tma1"), 4, (200, 328, 392)),
     (dict(block_m=128, block_n=64, num_stages=5, swizzle=2), 3, (136, 72, 200)),
     (dict(block_m=128, block_n=64, num_stages=5, swizzle=2), 7, (136, 72, 200)),
+    (dict(block_m=128, block_n=64, num_stages=5, swizzle=2), 20, (136, 72, 200)),
+    (dict(block_m=64, block_n=64, num_stages=4, swizzle=8, epilogue="direct"), 7, (72, 100, 328)),
     (
         dict(block_m=128, block_n=256, num_stages=4, swizzle=8, coop=1, epilogue="tma1"),
         3,
         (520, 328, 392),
+    ),
+    (
+        dict(block_m=128, block_n=256, num_stages=4, swizzle=8, coop=1, epilogue="tma1"),
+        5,
+        (200, 200, 520),
     ),
     (
         dict(block_m=256, block_n=128, num_stages=4, swizzle=8, coop=1, epilogue="tma1"),
@@ -232,6 +250,7 @@ STREAM_K = [
         (520, 400, 200),
     ),
     (dict(block_m=128, block_n=128, num_stages=4, swizzle=1, coop=1), 4, (264, 200, 456)),
+    (dict(block_m=128, block_n=128, num_stages=4, swizzle=1, coop=1), 6, (100, 200, 328)),
 ]
 
 
@@ -240,8 +259,9 @@ STREAM_K = [
 def test_stream_k(v7, i, seed):
     cfg, sms, (m, n, k) = STREAM_K[i]
     tiles = -(-m // cfg["block_m"]) * -(-n // cfg["block_n"])
-    split = sk_parts(tiles, -(-k // 64), sms)
-    assert bool(split) == (tiles >= sms)  # the size splits tiles exactly when streamed
+    k_tiles = -(-k // 64)
+    split = sk_parts(tiles, k_tiles, sms)
+    assert bool(split) == (tiles * k_tiles >= sms and tiles % sms != 0)
     full = dict(block_k=64, split_k=1, cluster_n=1, coop=0, epilogue="tma", stream_k=1)
     _run(v7.MatmulV7(num_sms=sms, **{**full, **cfg}), "float16", seed, size=(m, n, k))
 
@@ -256,8 +276,7 @@ def test_stream_k_needs_no_split_k_nor_clusters(v7):
     base.update(split_k=1, cluster_n=1, coop=0, epilogue="tma")
     for bad, msg in ((dict(stream_k=1, split_k=2), "stream_k must be 0 or 1"),
                      (dict(stream_k=1, cluster_n=2, coop=1), "stream_k must be 0 or 1"),
-                     (dict(stream_k=2), "stream_k must be 0 or 1"),
-                     (dict(stream_k=1, num_sms=1000), "needs num_sms at most the GPU's")):  # fmt: skip
+                     (dict(stream_k=2), "stream_k must be 0 or 1")):  # fmt: skip
         kernel = v7.MatmulV7(**{**base, **bad})  # built (and checked) at its first call
         x = np.zeros((8, 8), dtype=np.float16)
         with pytest.raises(tilus.TilusArgumentError, match=msg):

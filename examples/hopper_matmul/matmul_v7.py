@@ -67,9 +67,10 @@
    a ragged last N tile for fewer idle SMs in the last wave (8192 columns: 43 or 37 N tiles).
 
 9. **Stream-K** (``stream_k=1``, see ``matmul_v7_schedule``): persistent blocks each take
-   the same number of K tiles instead of whole tiles, so the last wave leaves no SM idle; a
-   tile cut between two blocks is finished by the second, which starts from the first's fp32
-   sums (published through the workspace and a flag) and stores C.
+   the same number of K tiles instead of whole tiles, so the last wave leaves no SM idle (and
+   with fewer tiles than SMs every SM still works); the parts of a tile cut between blocks
+   store their fp32 sums in a workspace, and the last to count in on the tile's counter sums
+   them and stores C.
 
 Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
 ``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
@@ -108,10 +109,12 @@ from tilus.utils import cdiv
 # Split-K (64 x 64 in 2 and 4 parts) stays for K-heavy shapes with few tiles. A split tile
 # larger than 64 x 64 spills within the 168 registers ptxas gives every thread of a 384-thread
 # block (and 64 x 256 tiles stored from registers spill 108 bytes: not in the space).
-# Stream-K (stream_k=1) is not in the space: pinned on an H200 it ran 0.4% faster than the same
-# tiles at 8192^3 but 15% slower at 4096 x 4096 x 14336 and 3000 x 4096 x 4096 (its blocks
-# work on tiles twice as far apart, so long-K panels fall out of L2), and the tuner picked it
-# at none of the 14 LLM shapes (bench/results/2026-12-02-h200-r53-v7-stream-k.txt).
+# Stream-K (stream_k=1) is in the space for shapes with fewer tiles than SMs (M = 64-256): the
+# tiles that run best on large shapes (coop 128 x 256, ping-pong 128 x 128 and 64 x 128) then
+# fill every SM, a tile cut between up to a few blocks. On large shapes it does not pay
+# (pinned on an H200: 0.4% faster at 8192^3, 15% slower at 4096 x 4096 x 14336 and 3000 x 4096
+# x 4096, its blocks working on tiles twice as far apart so that long-K panels fall out of L2;
+# bench/results/2026-12-02-h200-r53-v7-stream-k.txt); the tuner decides.
 @tilus.autotune(
     "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue, stream_k",
     [
@@ -129,6 +132,9 @@ from tilus.utils import cdiv
         (64, 64, 8, 4, 8, 1, 0, "tma", 0),
         (64, 32, 18, 1, 8, 1, 0, "direct", 0),
         (64, 32, 12, 1, 8, 1, 0, "tma", 0),
+        (128, 256, 4, 1, 8, 1, 1, "tma1", 1),
+        (128, 128, 7, 1, 1, 1, 0, "direct", 1),
+        (64, 128, 6, 1, 2, 1, 0, "tma", 1),
     ],
 )
 @tilus.autotune("block_k", [64])
@@ -160,11 +166,6 @@ class MatmulV7(V7Schedule):
         if stream_k not in (0, 1) or (stream_k and (split_k != 1 or cluster_n != 1)):
             raise tilus.TilusArgumentError(
                 f"stream_k must be 0 or 1 (1 without split-K and clusters), got {stream_k}"
-            )
-        if stream_k and self.num_sms_arg(num_sms) > sm_count():
-            # a tile's tail waits for its head in the previous block: all blocks run at once
-            raise tilus.TilusArgumentError(
-                f"stream_k=1 needs num_sms at most the GPU's {sm_count()} SMs, got {num_sms}"
             )
         self.stream_k = stream_k
         self.split_k = split_k
@@ -293,7 +294,7 @@ class MatmulV7(V7Schedule):
         if self.epilogue == "tma":
             sc = self.c_staging()
         flag = None
-        if self.split_k > 1:
+        if self.parted:  # the count a split tile's part read when it counted in
             flag = self.shared_tensor(dtype=int32, shape=[1])
         if group == 1 and first_unit < num_units:  # after group 0's first unit's slots
             first = self.unit_work(first_unit, num_m, num_n, k_size, split)
@@ -303,9 +304,7 @@ class MatmulV7(V7Schedule):
                 unit, num_m, num_n, k_size, split
             )
             acc_hi = None
-            if self.stream_k:  # zero, or a split tile's head sums
-                acc = self.sk_start(ws, cnt, entry, part, parts, [bm, bn])
-            elif self.cluster_n == 1:
+            if self.cluster_n == 1:
                 acc = self.register_tensor(dtype=float32, shape=[bm, bn], init=0.0)
             else:
                 acc = self.register_tensor(dtype=float32, shape=[bm // 2, bn], init=0.0)
@@ -320,7 +319,8 @@ class MatmulV7(V7Schedule):
                 self.skip(pipe, other[3])
             store: int32 = 1
             if self.stream_k:
-                store = self.sk_publish(acc, ws, cnt, entry, part, parts)
+                store = self.sk_publish(acc, ws, cnt, flag, gc, entry, part, parts, 0,
+                                        m_tile * bm, n_tile * bn)  # fmt: skip
             if self.split_k > 1:
                 if parts > 1:
                     store = self.add_parts(acc, ws, cnt, flag, entry, part, parts)
@@ -353,7 +353,7 @@ class MatmulV7(V7Schedule):
         if self.epilogue == "tma":
             sc = self.c_staging()
         flag = None
-        if self.split_k > 1:
+        if self.parted:  # the count a split tile's part read when it counted in
             flag = self.shared_tensor(dtype=int32, shape=[1])
         c_phase: uint32 = 1 - group  # tma1: group 0 stores first
         first_unit, num_units, stride = self.unit_span(num_m, num_n, k_size, split)
@@ -361,21 +361,18 @@ class MatmulV7(V7Schedule):
             m_tile, n_tile, _, k_cnt, entry, part, parts = self.unit_work(
                 unit, num_m, num_n, k_size, split
             )
-            half = [self.block_m // 2, bn]
-            if self.stream_k:
-                acc = self.sk_start(ws, cnt, 2 * entry + group, part, parts, half)
-            else:
-                acc = self.register_tensor(dtype=float32, shape=half, init=0.0)
+            acc = self.register_tensor(dtype=float32, shape=[self.block_m // 2, bn], init=0.0)
             self.mainloop_pp(group, pipe, sa, sb, acc, None, k_cnt, peer_empty)
+            row = m_tile * self.block_m + group * (self.block_m // 2)
             store: int32 = 1
             if self.stream_k:
-                store = self.sk_publish(acc, ws, cnt, 2 * entry + group, part, parts)
+                store = self.sk_publish(acc, ws, cnt, flag, gc, entry, part, parts, group, row,
+                                        n_tile * bn)  # fmt: skip
             if self.split_k > 1:
                 if parts > 1:
                     store = self.add_parts(acc, ws, cnt, flag, 2 * entry + group, part, parts)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
-            row = m_tile * self.block_m + group * (self.block_m // 2)
             self.epilogue_tile(group, turn, c_phase, store, sc, gc, acc, None, row, n_tile * bn)
             c_phase ^= 1
         self.finish_stores()
@@ -385,6 +382,8 @@ class MatmulV7(V7Schedule):
         num_tiles = cdiv(m_size, self.block_m) * cdiv(n_size, self.block_n * self.cluster_n)
         # with split-K, a block per unit of the largest split (blocks without units exit)
         self.attrs.blocks = min(num_tiles * self.split_k, self.num_clusters) * self.cluster_n
+        if self.stream_k:  # every block takes a run of K tiles
+            self.attrs.blocks = self.num_sms
         if self.cluster_n > 1:
             self.attrs.cluster_blocks = self.cluster_n
         self.attrs.warps = 12  # two consumer warp groups + a producer warp group
@@ -409,10 +408,10 @@ class MatmulV7(V7Schedule):
         cnt = None
         if self.parted:  # per tile (coop: per half tile) the K parts' sums and a count
             entries = SPLIT_M_TILES * num_n * (2 if self.coop else 1)
-            if self.stream_k:  # per block: the split tile its run ends in (at most one)
-                entries = self.num_sms * (2 if self.coop else 1)
+            if self.stream_k:  # per streamed tile (fewer than 2S) a count, per block 2 slots
+                entries = 2 * self.num_sms * (2 if self.coop else 1)
             rows = block_m // 2 if self.coop else block_m
-            if self.stream_k:  # per block the head sums of the split tile its run ends in
+            if self.stream_k:  # per block the sums of the split tiles its run starts and ends in
                 shape = [entries * rows, block_n]
                 ws = self.global_tensor(float32, shape, requires_clean=False)
             elif self.partials == "store":  # a slot per part, overwritten by every launch

@@ -4,6 +4,9 @@ from matmul_v4 import MatmulWGMMAV4
 
 from tilus import float32, int32, uint32
 
+#: rows of a band of stream-K's final sum (a 256-column band: 16 fp32 a thread and part)
+SK_ROWS = 8
+
 
 class V7Epilogue(MatmulWGMMAV4):
     """The epilogue helpers of :class:`matmul_v7.MatmulV7` (not a kernel of its own)."""
@@ -22,18 +25,7 @@ class V7Epilogue(MatmulWGMMAV4):
         else:
             self.atomic.global_add(ws[tile], acc)
         self.sync()  # every thread's sums are written before the count is released
-        with self.single_warp(0):
-            idx = self.register_tensor(dtype=int32, shape=[1], init=tile)
-            one = self.register_tensor(dtype=int32, shape=[1], init=1)
-            old = self.atomic.global_scatter_add(
-                cnt, dim=0, indices=idx, values=one, sem="acq_rel", scope="gpu"
-            )
-            self.store_shared(flag, old)
-            if old[0] == split - 1:  # the last part: leave the count clean for the next launch
-                back = self.register_tensor(dtype=int32, shape=[1], init=-split)
-                self.atomic.global_scatter_add(cnt, dim=0, indices=idx, values=back, scope="gpu")
-        self.sync()
-        seen = self.load_shared(flag)
+        seen = self.count_in(cnt, tile, split, flag)
         last: int32 = 0
         if seen[0] == split - 1:
             last = 1
@@ -48,38 +40,61 @@ class V7Epilogue(MatmulWGMMAV4):
         self.sync()  # flag is read by every thread before the next unit writes it
         return last
 
-    def sk_start(self, ws, cnt, entry: int32, part: int32, parts: int32, shape):
-        """Stream-K, before a unit's mainloop: its accumulator, zero or, for a tile's tail
-        (``part`` 1 of 2), the head's fp32 sums from workspace entry ``entry`` once its flag
-        is up (the previous block published them before anything else of its run: the wait
-        is over by now; the flag is cleared for the next launch). Every unit loads, the others
-        from past the workspace's end (zeros, no memory access): an accumulator written on a
-        divergent path before the wgmmas makes ptxas serialize every wgmma of the kernel, and
-        adding the head after the mainloop holds a second tile (it spilled)."""
-        rows = shape[0]
-        at: int32 = cnt.shape[0]  # past the last entry
-        if parts > 1:
-            if part == 1:
-                with self.single_thread():
-                    self.lock_semaphore(cnt[entry], 1)
-                    self.release_semaphore(cnt[entry], 0)
-                self.sync()  # the acquire happens before every thread's loads
-                at = entry
-        return self.load_global(ws, offsets=[at * rows, 0], shape=shape)
+    def count_in(self, cnt, entry: int32, parts: int32, flag):
+        """Count one of the ``parts`` parts of a split tile in on counter ``cnt[entry]``
+        (acq_rel, gpu scope: the group's sums, written before, are released; the last part
+        acquires everyone's). Returns the count before this part (``parts - 1``: the last,
+        which sets the counter back to 0 for the next launch), read by every thread of the
+        group through the shared word ``flag``."""
+        with self.single_warp(0):
+            idx = self.register_tensor(dtype=int32, shape=[1], init=entry)
+            one = self.register_tensor(dtype=int32, shape=[1], init=1)
+            old = self.atomic.global_scatter_add(
+                cnt, dim=0, indices=idx, values=one, sem="acq_rel", scope="gpu"
+            )
+            self.store_shared(flag, old)
+            if old[0] == parts - 1:  # the last part: leave the count clean for the next launch
+                back = self.register_tensor(dtype=int32, shape=[1], init=-parts)
+                self.atomic.global_scatter_add(cnt, dim=0, indices=idx, values=back, scope="gpu")
+        self.sync()
+        return self.load_shared(flag)
 
-    def sk_publish(self, acc, ws, cnt, entry: int32, part: int32, parts: int32):
-        """Stream-K, after the mainloop: a tile's head (``part`` 0 of 2) stores its fp32 sums
-        in entry ``entry`` and raises the entry's flag instead of storing C; returns whether
-        this unit stores C."""
+    def sk_publish(self, acc, ws, cnt, flag, gc, entry: int32, part: int32, parts: int32,
+                   group: int, row: int32, col: int32):  # fmt: skip
+        """Stream-K, after the mainloop: a part of a split tile stores its fp32 sums ``acc``
+        in its block's slot and counts in on the tile's counter ``entry``; the last part to
+        count in sums the slots of all ``parts`` and stores C at ``(row, col)`` itself.
+        Returns whether the unit still stores C (1: a whole tile). A block's slots: one for
+        the part that starts its run inside a tile (``part`` > 0), one for the part that ends
+        it there; in coop one per group of each."""
         store: int32 = 1
         if parts > 1:
-            if part == 0:
-                self.store_global(ws, acc, offsets=[entry * acc.shape[0], 0])
-                self.sync()  # every thread's sums are written before the flag is raised
-                with self.single_thread():
-                    self.release_semaphore(cnt[entry], 1)
-                store = 0
+            store = 0
+            groups = 2 if self.coop else 1
+            rows = acc.shape[0]
+            slot = (2 * self.blockIdx.x + min(part, 1)) * groups + group
+            self.store_global(ws, acc, offsets=[slot * rows, 0])
+            self.sync()  # every thread's sums are written before the count is released
+            seen = self.count_in(cnt, entry * groups + group, parts, flag)
+            if seen[0] == parts - 1:
+                self.sk_reduce(ws, gc, part, parts, rows, group, row, col)
+            self.sync()  # flag is read by every thread before the next unit writes it
         return store
+
+    def sk_reduce(self, ws, gc, part: int32, parts: int32, rows: int, group: int, row: int32,
+                  col: int32):  # fmt: skip
+        """Stream-K: sum the fp32 slots of a split tile's ``parts`` parts (this block's is
+        part ``part``) in bands of ``SK_ROWS`` rows and store them into C: the accumulator
+        is dead by now, so a band beside it needs few registers."""
+        groups = 2 if self.coop else 1
+        first = self.blockIdx.x - part  # the blocks holding the parts: first, first + 1, ...
+        for r in self.range(0, rows, SK_ROWS):
+            tot = self.register_tensor(dtype=float32, shape=[SK_ROWS, self.block_n], init=0.0)
+            for p in self.range(parts):
+                slot = (2 * (first + p) + min(p, 1)) * groups + group
+                x = self.load_global(ws, offsets=[slot * rows + r, 0], shape=tot.shape)
+                self.add(tot, x, out=tot)
+            self.store_global(gc, self.cast(tot, dtype=self.dtype), offsets=[row + r, col])
 
     def c_staging(self):
         """The shared C tile of one consumer group (coop: its 64-row half; in a cluster the

@@ -20,18 +20,16 @@ class V7Schedule(V7Epilogue):
 
     **Stream-K** (``stream_k=1``): with ``T`` C tiles on ``S`` blocks, plain persistent blocks
     take ``ceil(T / S)`` tiles each while some take one fewer, so the last wave leaves SMs idle
-    (2048 tiles on 132 SMs: 15.5 tiles of work, 16 tiles of time). Stream-K gives every block
-    the same number of K tiles: the first ``T // S - 1`` waves run as whole tiles (round robin,
-    so blocks running together share operands in L2); the remaining ``S`` to ``2S - 1`` tiles
-    are laid out as one sequence of K tiles and cut into ``S`` equal runs, one per block. A run
-    covers at least one tile's K tiles, so a tile is split between at most two blocks: its
-    head ends one block's run, its tail starts the next one's. A block runs its run's tiles
-    last to first, so the head of a split tile is its first unit after the whole tiles: it
-    stores its fp32 sums in the workspace entry of its block and raises the entry's flag; the
-    tail, the next block's last unit, waits for the flag (long raised by then), starts its
-    accumulator from the sums and stores C. Blocks wait for their neighbours, so every block must be resident at once
-    (``num_sms`` at most the GPU's SM count, one block an SM). With fewer tiles than blocks,
-    every tile is a unit of its own (as without stream-K).
+    (2048 tiles on 132 SMs: 15.5 tiles of work, 16 tiles of time; 64 tiles: half the SMs idle).
+    Stream-K gives every block the same number of K tiles: the first ``T // S - 1`` waves run as
+    whole tiles (round robin, so blocks running together share operands in L2); the remaining
+    tiles (all of them when ``T < 2S``) are laid out as one sequence of K tiles and cut into
+    ``S`` equal runs, one per block. A tile may so be cut between several consecutive blocks
+    (more than two when a run is shorter than a tile). A block runs its run's tiles last to
+    first; every part of a split tile stores its fp32 sums in a workspace slot of its own and
+    counts itself in on the tile's counter, and the part that counts in last sums the slots
+    and stores C (no block ever waits for another, so any number of blocks may be launched).
+    With fewer K tiles in all than blocks, every tile is a unit of its own.
     """
 
     def first_unit(self):
@@ -64,7 +62,7 @@ class V7Schedule(V7Epilogue):
         whole: int32 = 0  # T // S - 1 waves of whole tiles leave S to 2S - 1 tiles
         if tiles >= 2 * sms:
             whole = (tiles // sms - 1) * sms
-        if tiles < sms:  # fewer tiles than blocks: every tile whole
+        if tiles * k_tiles < sms:  # too few K tiles to give every block one: every tile whole
             whole = tiles
         iters = (tiles - whole) * k_tiles
         b = self.blockIdx.x
@@ -74,6 +72,11 @@ class V7Schedule(V7Epilogue):
         if b < whole:
             dp = (whole - b + sms - 1) // sms
         return whole, iters, lo, hi, dp
+
+    def sk_owner(self, x: int32, iters: int32):
+        """Stream-K: the block whose run holds K tile ``x`` of the streamed sequence (runs
+        ``[b * iters // S, (b + 1) * iters // S)``, each at least one K tile long)."""
+        return ((x + 1) * self.num_sms - 1) // iters
 
     def unit_span(self, num_m: int32, num_n: int, k_size: int, split: int32):
         """``(first, stop, step)``: the block's units are ``range(first, stop, step)``
@@ -118,27 +121,26 @@ class V7Schedule(V7Epilogue):
 
     def sk_work(self, unit: int32, num_m: int32, num_n: int, k_size: int):
         """:meth:`unit_work` with ``stream_k``: the block's whole tiles, then the tiles its
-        run touches (the first and the last may be shares of a tile split with a neighbour)."""
+        run touches, last to first (the first and the last may be parts of tiles split with
+        the neighbours, and a run shorter than a tile is one part of one tile). ``entry``:
+        the split tile's counter, ``part`` of ``parts``: which of the consecutive blocks that
+        hold its parts this one is."""
         k_tiles = cdiv(k_size, self.block_k)
-        whole, _, lo, hi, dp = self.sk_plan(num_m, num_n, k_size)
+        whole, iters, lo, hi, dp = self.sk_plan(num_m, num_n, k_size)
         tile: int32 = self.blockIdx.x + unit * self.num_sms
         part: int32 = 0
         parts: int32 = 1
         k_lo: int32 = 0
         k_cnt: int32 = k_tiles
         entry: int32 = 0
-        if unit >= dp:  # the run's tiles last to first: the head of a split tile first
+        if unit >= dp:
             t = (hi - 1) // k_tiles - (unit - dp)
             k_lo = max(lo - t * k_tiles, 0)
             k_cnt = min(hi - t * k_tiles, k_tiles) - k_lo
-            # a run holds at least a tile's K tiles, so a tile has at most two parts: its
-            # head at the end of a block's run (part 0) and its tail at the start of the
-            # next block's (part 1)
-            if k_lo > 0:
-                part = 1
-            if k_lo > 0 or k_lo + k_cnt < k_tiles:
-                parts = 2
-            entry = self.blockIdx.x - part  # the block whose run holds the tile's head
+            first = self.sk_owner(t * k_tiles, iters)
+            part = self.blockIdx.x - first
+            parts = self.sk_owner(t * k_tiles + k_tiles - 1, iters) - first + 1
+            entry = t
             tile = whole + t
         m_tile, n_tile = self.coords(tile, num_m, num_n)
         return m_tile, n_tile, k_lo, k_cnt, entry, part, parts

@@ -102,7 +102,7 @@ def check(kernel, cfg, size, a, b, ref, launches: int, bad: list) -> None:
             return
 
 
-#: stream-K (an option, not in the space): the space's tiles, ping-pong and coop, each epilogue
+#: stream-K on more tiles than the space streams: ping-pong and coop, each epilogue
 STREAM_K_CONFIGS = [
     dict(block_k=64, split_k=1, cluster_n=1, stream_k=1, block_m=bm, block_n=bn, num_stages=st,
          swizzle=sw, coop=coop, epilogue=ep)
@@ -110,8 +110,9 @@ STREAM_K_CONFIGS = [
                                      (128, 128, 5, 8, 0, "tma"), (128, 64, 8, 2, 0, "tma"),
                                      (64, 32, 18, 8, 0, "direct")]
 ]  # fmt: skip
-#: sizes at which every stream-K config splits tiles on all SMs of an H100/H200
-STREAM_K_SIZES = [(2000, 2600, 776), (3000, 4360, 1032)]
+#: sizes at which every stream-K config splits tiles on all SMs of an H100/H200: more tiles
+#: than SMs (two parts a split tile), and fewer (up to a dozen parts a tile)
+STREAM_K_SIZES = [(2000, 2600, 776), (3000, 4360, 1032), (200, 1000, 1032), (72, 2600, 2056)]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
