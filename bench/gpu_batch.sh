@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: the machine, the GPU test tier, then each benchmark command given as an
 # argument; every log under $OUT (default /tmp/tilus-gpu), a short table printed last.
-# SHARDS=N runs the tier in N processes at once; SKIP_TIER=1 runs only the commands.
+# SHARDS=N runs the tier in N processes at once; SKIP_TIER=1 runs only the commands;
+# TIER_FILES narrows the tier to some test files.
 set -u
 OUT=${OUT:-/tmp/tilus-gpu}
 mkdir -p "$OUT"
@@ -19,7 +20,8 @@ start=$(date +%s)
 # out one by one (a shard takes every SHARDS-th test), so one slow file does not hold up the run.
 SHARDS=${SHARDS:-4}
 if [ "${SKIP_TIER:-0}" != 1 ]; then
-  files=$(grep -rlE "pytest.mark.gpu|pytestmark = pytest.mark.gpu" tests --include="test_*.py" | sort)
+  # TIER_FILES="a.py b.py" runs only those files' GPU tests
+  files=${TIER_FILES:-$(grep -rlE "pytest.mark.gpu|pytestmark = pytest.mark.gpu" tests --include="test_*.py" | sort)}
   # shellcheck disable=SC2086
   python3 -m pytest -q -m gpu -p no:cacheprovider --collect-only $files 2>/dev/null \
     | grep "::" > "$OUT/gpu-test-ids.txt"

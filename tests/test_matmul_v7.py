@@ -176,18 +176,15 @@ def test_builds_without_spills(v7, bf16):
     # the largest coop accumulators (64 x 256 and 128 x 128 a group) with the cluster's remote
     # arrivals and the shared C tile
     configs += [c for c in cls().configs if c["coop"] and c["cluster_n"] == 2]
-    # stream-K: the split tiles' fp32 stores and loads beside a 64 x 256 accumulator
+    # stream-K: the split tiles' fp32 stores and band sums after a 64 x 256 accumulator
     configs += [dict(c, stream_k=1) for c in cls().configs if c["coop"] and c["cluster_n"] == 1]
     # K = 776: 13 K tiles, more than any ring has stages (with fewer, ptxas has serialized the
     # wgmmas of a 5-stage ring, which unrolls the K loop by 5)
     for cfg in split4 if bf16 else configs + split4:
         ck = tilus.compile(cls(num_sms=132, **cfg), 200, 200, 776, dt, dt, dt)
         ck = ck[0] if isinstance(ck, list) else ck
-        if cfg["stream_k"]:  # a few words spilled outside the mainloops (once a tile)
-            assert ck.resources["spill_store_bytes"] <= 256, (cfg, ck.log)
-            assert mainloops_keep_registers(ck.sass()), cfg
-        else:
-            assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
+        assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
+        assert mainloops_keep_registers(ck.sass()), cfg
         assert ck.resources["registers"] == 168, cfg  # setmaxnreg moves it from there
         assert not ck.wgmma_serialized, cfg
         assert "tl_setmaxnreg_dec<40>();" in ck.source

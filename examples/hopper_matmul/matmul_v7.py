@@ -318,16 +318,19 @@ class MatmulV7(V7Schedule):
                 other = self.unit_work(unit + stride, num_m, num_n, k_size, split)
                 self.skip(pipe, other[3])
             store: int32 = 1
-            if self.stream_k:
-                store = self.sk_publish(acc, ws, cnt, flag, gc, entry, part, parts, 0,
-                                        m_tile * bm, n_tile * bn)  # fmt: skip
             if self.split_k > 1:
                 if parts > 1:
                     store = self.add_parts(acc, ws, cnt, flag, entry, part, parts)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
-            self.epilogue_tile(group, turn, c_phase, store, sc, gc, acc, acc_hi, m_tile * bm,
-                               n_tile * bn)  # fmt: skip
+            row, col = m_tile * bm, n_tile * bn
+            # a split tile's part leaves C to the last part to count in; on its own path,
+            # where the epilogue stores nothing, so the accumulator is dead after the publish
+            if self.stream_k and parts > 1:
+                self.sk_publish(acc, ws, cnt, flag, gc, entry, part, parts, 0, row, col)
+                self.epilogue_tile(group, turn, c_phase, 0, sc, gc, acc, acc_hi, row, col)
+            else:
+                self.epilogue_tile(group, turn, c_phase, store, sc, gc, acc, acc_hi, row, col)
             c_phase ^= 1
         self.finish_stores()
 
@@ -365,15 +368,17 @@ class MatmulV7(V7Schedule):
             self.mainloop_pp(group, pipe, sa, sb, acc, None, k_cnt, peer_empty)
             row = m_tile * self.block_m + group * (self.block_m // 2)
             store: int32 = 1
-            if self.stream_k:
-                store = self.sk_publish(acc, ws, cnt, flag, gc, entry, part, parts, group, row,
-                                        n_tile * bn)  # fmt: skip
             if self.split_k > 1:
                 if parts > 1:
                     store = self.add_parts(acc, ws, cnt, flag, 2 * entry + group, part, parts)
             if n_tile >= num_n:  # a cluster's second tile right of the last column of C
                 store = 0
-            self.epilogue_tile(group, turn, c_phase, store, sc, gc, acc, None, row, n_tile * bn)
+            col = n_tile * bn
+            if self.stream_k and parts > 1:  # as in consume_all
+                self.sk_publish(acc, ws, cnt, flag, gc, entry, part, parts, group, row, col)
+                self.epilogue_tile(group, turn, c_phase, 0, sc, gc, acc, None, row, col)
+            else:
+                self.epilogue_tile(group, turn, c_phase, store, sc, gc, acc, None, row, col)
             c_phase ^= 1
         self.finish_stores()
 

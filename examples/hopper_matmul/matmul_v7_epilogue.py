@@ -4,8 +4,8 @@ from matmul_v4 import MatmulWGMMAV4
 
 from tilus import float32, int32, uint32
 
-#: rows of a band of stream-K's final sum (a 256-column band: 16 fp32 a thread and part)
-SK_ROWS = 8
+#: elements of a band of stream-K's final sum (32 fp32 a thread of a 128-thread group)
+SK_BAND = 4096
 
 
 class V7Epilogue(MatmulWGMMAV4):
@@ -61,36 +61,33 @@ class V7Epilogue(MatmulWGMMAV4):
 
     def sk_publish(self, acc, ws, cnt, flag, gc, entry: int32, part: int32, parts: int32,
                    group: int, row: int32, col: int32):  # fmt: skip
-        """Stream-K, after the mainloop: a part of a split tile stores its fp32 sums ``acc``
-        in its block's slot and counts in on the tile's counter ``entry``; the last part to
-        count in sums the slots of all ``parts`` and stores C at ``(row, col)`` itself.
-        Returns whether the unit still stores C (1: a whole tile). A block's slots: one for
-        the part that starts its run inside a tile (``part`` > 0), one for the part that ends
-        it there; in coop one per group of each."""
-        store: int32 = 1
-        if parts > 1:
-            store = 0
-            groups = 2 if self.coop else 1
-            rows = acc.shape[0]
-            slot = (2 * self.blockIdx.x + min(part, 1)) * groups + group
-            self.store_global(ws, acc, offsets=[slot * rows, 0])
-            self.sync()  # every thread's sums are written before the count is released
-            seen = self.count_in(cnt, entry * groups + group, parts, flag)
-            if seen[0] == parts - 1:
-                self.sk_reduce(ws, gc, part, parts, rows, group, row, col)
-            self.sync()  # flag is read by every thread before the next unit writes it
-        return store
+        """Stream-K, after the mainloop of a part of a split tile: store its fp32 sums ``acc``
+        in the block's slot and count in on the tile's counter ``entry``; the last of the
+        ``parts`` to count in sums the slots and stores C at ``(row, col)`` itself. A block's
+        slots: one for the part that starts its run inside a tile (``part`` > 0), one for the
+        part that ends it there; in coop one per group of each."""
+        groups = 2 if self.coop else 1
+        rows = acc.shape[0]
+        slot = (2 * self.blockIdx.x + min(part, 1)) * groups + group
+        self.store_global(ws, acc, offsets=[slot * rows, 0])
+        self.sync()  # every thread's sums are written before the count is released
+        seen = self.count_in(cnt, entry * groups + group, parts, flag)
+        if seen[0] == parts - 1:
+            self.sk_reduce(ws, gc, part, parts, rows, group, row, col)
+        self.sync()  # flag is read by every thread before the next unit writes it
 
     def sk_reduce(self, ws, gc, part: int32, parts: int32, rows: int, group: int, row: int32,
                   col: int32):  # fmt: skip
         """Stream-K: sum the fp32 slots of a split tile's ``parts`` parts (this block's is
-        part ``part``) in bands of ``SK_ROWS`` rows and store them into C: the accumulator
-        is dead by now, so a band beside it needs few registers."""
+        part ``part``) band by band and store them into C: the accumulator is dead by now, so
+        a band of 32 fp32 a thread and part fits beside it. Each load waits on L2, so the
+        parts' loads of a band are issued together (the loop unrolled) and bands are few."""
         groups = 2 if self.coop else 1
+        band = min(SK_BAND // self.block_n, rows)  # rows of a band (32 fp32 a thread)
         first = self.blockIdx.x - part  # the blocks holding the parts: first, first + 1, ...
-        for r in self.range(0, rows, SK_ROWS):
-            tot = self.register_tensor(dtype=float32, shape=[SK_ROWS, self.block_n], init=0.0)
-            for p in self.range(parts):
+        for r in self.range(0, rows, band):
+            tot = self.register_tensor(dtype=float32, shape=[band, self.block_n], init=0.0)
+            for p in self.range(parts, unroll=4):
                 slot = (2 * (first + p) + min(p, 1)) * groups + group
                 x = self.load_global(ws, offsets=[slot * rows + r, 0], shape=tot.shape)
                 self.add(tot, x, out=tot)
