@@ -109,12 +109,13 @@ from tilus.utils import cdiv
 # Split-K (64 x 64 in 2 and 4 parts) stays for K-heavy shapes with few tiles. A split tile
 # larger than 64 x 64 spills within the 168 registers ptxas gives every thread of a 384-thread
 # block (and 64 x 256 tiles stored from registers spill 108 bytes: not in the space).
-# Stream-K (stream_k=1) is in the space for shapes with fewer tiles than SMs (M = 64-256): the
-# tiles that run best on large shapes (coop 128 x 256, ping-pong 128 x 128 and 64 x 128) then
-# fill every SM, a tile cut between up to a few blocks. On large shapes it does not pay
-# (pinned on an H200: 0.4% faster at 8192^3, 15% slower at 4096 x 4096 x 14336 and 3000 x 4096
-# x 4096, its blocks working on tiles twice as far apart so that long-K panels fall out of L2;
-# bench/results/2026-12-02-h200-r53-v7-stream-k.txt); the tuner decides.
+# Stream-K (stream_k=1) is not in the space. On large shapes, pinned on an H200, it ran 0.4%
+# faster than the same tiles at 8192^3 but 15% slower at 4096 x 4096 x 14336 and 3000 x 4096
+# x 4096 (its blocks work on tiles twice as far apart, so long-K panels fall out of L2;
+# bench/results/2026-12-02-h200-r53-v7-stream-k.txt). With fewer tiles than SMs (M = 64-256)
+# it fills every SM, but its best there ran 0.58x cuBLAS at 256 x 8192 x 8192 and 0.81x at 64 x
+# 8192 x 8192, against 0.93x and 0.97x for the unsplit tiles
+# (bench/results/2026-12-02-h200-r56-r58-v7-stream-k-small-m.txt).
 @tilus.autotune(
     "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue, stream_k",
     [
@@ -132,9 +133,6 @@ from tilus.utils import cdiv
         (64, 64, 8, 4, 8, 1, 0, "tma", 0),
         (64, 32, 18, 1, 8, 1, 0, "direct", 0),
         (64, 32, 12, 1, 8, 1, 0, "tma", 0),
-        (128, 256, 4, 1, 8, 1, 1, "tma1", 1),
-        (128, 128, 7, 1, 1, 1, 0, "direct", 1),
-        (64, 128, 6, 1, 2, 1, 0, "tma", 1),
     ],
 )
 @tilus.autotune("block_k", [64])

@@ -102,7 +102,7 @@ def check(kernel, cfg, size, a, b, ref, launches: int, bad: list) -> None:
             return
 
 
-#: stream-K on more tiles than the space streams: ping-pong and coop, each epilogue
+#: stream-K (an option, not in the space): the space's tiles, ping-pong and coop, each epilogue
 STREAM_K_CONFIGS = [
     dict(block_k=64, split_k=1, cluster_n=1, stream_k=1, block_m=bm, block_n=bn, num_stages=st,
          swizzle=sw, coop=coop, epilogue=ep)
