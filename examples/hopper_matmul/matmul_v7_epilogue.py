@@ -68,7 +68,7 @@ class V7Epilogue(MatmulWGMMAV4):
         part that ends it there; in coop one per group of each."""
         groups = 2 if self.coop else 1
         rows = acc.shape[0]
-        slot = (2 * self.blockIdx.x + min(part, 1)) * groups + group
+        slot = self.sk_slot(self.blockIdx.x, part, group)
         self.store_global(ws, acc, offsets=[slot * rows, 0])
         self.sync()  # every thread's sums are written before the count is released
         seen = self.count_in(cnt, entry * groups + group, parts, flag)
@@ -76,19 +76,25 @@ class V7Epilogue(MatmulWGMMAV4):
             self.sk_reduce(ws, gc, part, parts, rows, group, row, col)
         self.sync()  # flag is read by every thread before the next unit writes it
 
+    def sk_slot(self, block: int32, part: int32, group: int):
+        """Stream-K: the workspace slot of block ``block``'s part ``part`` of a split tile
+        (part 0 ends the block's run inside the tile, a later part starts it there), consumer
+        group ``group``'s half in coop."""
+        groups = 2 if self.coop else 1
+        return (2 * block + min(part, 1)) * groups + group
+
     def sk_reduce(self, ws, gc, part: int32, parts: int32, rows: int, group: int, row: int32,
                   col: int32):  # fmt: skip
         """Stream-K: sum the fp32 slots of a split tile's ``parts`` parts (this block's is
         part ``part``) band by band and store them into C: the accumulator is dead by now, so
         a band of 32 fp32 a thread and part fits beside it. Each load waits on L2, so the
         parts' loads of a band are issued together (the loop unrolled) and bands are few."""
-        groups = 2 if self.coop else 1
         band = min(SK_BAND // self.block_n, rows)  # rows of a band (32 fp32 a thread)
         first = self.blockIdx.x - part  # the blocks holding the parts: first, first + 1, ...
         for r in self.range(0, rows, band):
             tot = self.register_tensor(dtype=float32, shape=[band, self.block_n], init=0.0)
             for p in self.range(parts, unroll=4):
-                slot = (2 * (first + p) + min(p, 1)) * groups + group
+                slot = self.sk_slot(first + p, p, group)
                 x = self.load_global(ws, offsets=[slot * rows + r, 0], shape=tot.shape)
                 self.add(tot, x, out=tot)
             self.store_global(gc, self.cast(tot, dtype=self.dtype), offsets=[row + r, col])
