@@ -184,6 +184,8 @@ def test_builds_without_spills(v7, bf16):
         ck = tilus.compile(cls(num_sms=132, **cfg), 200, 200, 776, dt, dt, dt)
         ck = ck[0] if isinstance(ck, list) else ck
         assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
+        if cfg["stream_k"] or cfg["split_k"] > 1:  # the fp32 partial sums go out in pairs
+            assert "tl_st_global_or_v2_b32(" in ck.source, cfg
         assert mainloops_keep_registers(ck.sass()), cfg
         assert ck.resources["registers"] == 168, cfg  # setmaxnreg moves it from there
         assert not ck.wgmma_serialized, cfg

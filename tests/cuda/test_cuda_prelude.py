@@ -138,6 +138,8 @@ USES = {
   tl_st_global_or_u16(o16 + 1, (uint16_t)q[1], ok);
   tl_st_global_if_pair(o16 + 2, q[2], ok, !ok, ok);
   tl_st_global_or_pair(o16 + 2, q[2], ok, !ok, ok);
+  tl_st_global_or_v2_b32(out2 + 32, q[0], q[1], ok);
+  tl_st_global_or_v4_b32(out2 + 36, q[0], q[1], q[2], q[3], ok);
   tl_st_global_if_i32((int32_t*)out2 + 24, (int32_t)q[3], ok);
   tl_st_global_or_i32((int32_t*)out2 + 24, (int32_t)q[3], ok);
   tl_st_global_if_u32(out2 + 25, q[0], ok);

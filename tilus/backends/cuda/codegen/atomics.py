@@ -10,7 +10,7 @@ from tilus.backends.cuda.codegen.scalar import ctype
 from tilus.backends.cuda.layout.reads import result_used
 from tilus.backends.cuda.ptx import atomics as A
 from tilus.backends.cuda.tables import CODEGEN_RULES
-from tilus.backends.cuda.workspace import workspace_layout
+from tilus.backends.cuda.workspace import ALIGN, workspace_layout
 from tilus.ir import inst_memory as M
 from tilus.ir.enums import TensorKind
 from tilus.ir.tensor import TensorVar
@@ -265,4 +265,5 @@ def global_tensor(ctx, inst, expr):
     shape = [str(n) for n in t.shape]
     strides = [str(math.prod(t.shape[d + 1 :])) for d in range(t.ndim)]
     ctx.gview_info[t] = (ctx.name(t), shape, strides)
+    ctx.aligned_bases[ctx.name(t)] = math.gcd(off, ALIGN) or ALIGN  # the workspace is aligned
     ctx.emit(f"{ct}* const {ctx.name(t)} = ({ct}*)(tl_workspace + {off});")

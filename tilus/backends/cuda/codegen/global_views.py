@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 from tilus.backends.cuda.codegen.scalar import ctype
+from tilus.backends.cuda.codegen.vector import static_int
 
 
 def slice_global(ctx, inst, expr):
@@ -23,6 +26,13 @@ def slice_global(ctx, inst, expr):
         oks.append(f"(uint64_t){v} < (uint64_t)({shape[d]})")
     new = ctx.name(out)
     ctx.emit(f"{ct}* const {new} = {name} + ({' + '.join(offs) or '0'});")
+    if name in ctx.aligned_bases:  # the base moves by multiples of the indexed dims' strides
+        align = ctx.aligned_bases[name]
+        for d, i in enumerate(inst.indices):
+            s = static_int(strides[d]) if i is not None else 0
+            align = math.gcd(align, s * out.dtype.nbits // 8) if s is not None else 1
+        if align > 1:
+            ctx.aligned_bases[new] = align
     kshape = [shape[d] for d in keep]
     if kshape and oks:
         ok = ctx.fresh("gok")

@@ -120,7 +120,10 @@ def load_global(ctx, inst, expr):
             f"{R.zero(out.dtype)};"
         )
 
-    w = V.vector_width(ctx, out, layout, inst.dims, strides, len(shape))
+    # kernels with redirected stores (wgmma in flight) load element by element: the vector
+    # path's branch or its selects (a zeroed word a register) would add registers there
+    w = 0 if ctx.smem.redirect_stores else V.vector_width(ctx, out, layout, inst.dims, strides,
+                                                          len(shape))  # fmt: skip
     if not w:
         if not inst.dims:
             for i in range(layout.local_size):
@@ -238,6 +241,27 @@ def _register_pairs(t, layout) -> bool:
     )
 
 
+def _word_pairs(ctx, inst, layout, view) -> bool:
+    """Whether a store in a kernel with redirected stores (wgmma in flight) moves registers
+    2i and 2i + 1 as one 8-byte store: 32-bit elements adjacent in a row (a wgmma
+    accumulator's pairs) at 8-byte aligned addresses, the view's base alignment known (a
+    workspace tensor, or a launch-checked pointer) and its row strides and the column
+    offset even."""
+    src, (name, _, strides) = inst.src, view
+    inner = layout.locals[-1]
+    if not ctx.smem.redirect_stores or src.dtype.nbits != 32 or strides[inst.dims[-1]] != "1":
+        return False
+    if inner.dim != src.ndim - 1 or inner.stride != 1 or inner.extent % 2:
+        return False
+    if inst.dims[-1] != len(strides) - 1:
+        return False
+    steps = [f for f in (*layout.threads, *layout.locals[:-1]) if f.dim == src.ndim - 1]
+    if any(f.stride % 2 for f in steps):
+        return False
+    al = V.base_alignment(ctx, name, strides, inst.offsets[-1], 2)
+    return V.known_aligned(ctx, al, 8)
+
+
 @rule(I.StoreGlobal)
 def store_global(ctx, inst, expr):
     """Each thread stores its registers; out-of-bounds elements are skipped. Two adjacent
@@ -278,6 +302,9 @@ def store_global(ctx, inst, expr):
     w = V.vector_width(ctx, src, layout, inst.dims, strides, len(shape))
     if w:
         al = V.base_alignment(ctx, name, strides, inst.offsets[-1], w)
+        if not V.branch_free(ctx, al, shape[last], w, w * src.dtype.nbits // 8):
+            w = 0
+    if w:
 
         def runs(path):
             row_memo.clear()  # a row pointer declared on one path is not in scope on the other
@@ -308,17 +335,27 @@ def store_global(ctx, inst, expr):
     inside = _static_columns(inst, layout, shape)
     col0 = _first_column(ctx, inst, base, offs)
     step = "" if strides[last] == "1" else f" * {strides[last]}"
-    for i in range(0, layout.local_size, 2 if pairs else 1):
+    words = _word_pairs(ctx, inst, layout, (name, shape, strides))
+    for i in range(0, layout.local_size, 2 if pairs or words else 1):
         lc = layout.local_coords(i)
         idx = _global_index(offs, base, inst.dims, lc)
         p, rok = row(idx)
-        if inside(lc[-1] + (1 if pairs else 0)):  # the columns need no check
+        if inside(lc[-1] + (1 if pairs or words else 0)):  # the columns need no check
             cok0 = cok1 = "true"
         else:
             cok0, cok1 = col(idx[last])
         k = lc[-1]  # a constant offset from the thread's first column: an immediate
         a = f"{p} + (int64_t)({col0}){step}" + (f" + {k}{step}" if k else "")
         v0 = R.elem(ctx, src, i)
+        if words:  # two adjacent 32-bit elements: one 8-byte store where both are inside
+            v1 = R.elem(ctx, src, i + 1)
+            w0, w1 = V.words(src, [i, i + 1], ctx)
+            if cok1 == "true":
+                ctx.emit(f"tl_st_global_or_v2_b32({a}, {w0}, {w1}, {rok});")
+                continue
+            _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", f"{a}, {v0}, {rok} && {cok0}")
+            _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", f"{a} + 1, {v1}, {rok} && {cok1}")
+            continue
         if not pairs:
             _guarded(ctx, f"_{GUARDED_SUFFIX[ct]}", f"{a}, {v0}, {rok} && {cok0}")
             continue

@@ -111,9 +111,11 @@ def base_alignment(ctx, name: str, strides, col_offset, w: int):
 
 
 def vector_width(ctx, t, layout, dims, strides, ndim: int) -> int:
-    """Elements per vector access of tile ``t`` against a view (0: no vector path)."""
-    if ctx.smem.redirect_stores or t.dtype.nbits not in (8, 16, 32):
-        return 0  # kernels with wgmma in flight keep their branch-free stores
+    """Elements per vector access of tile ``t`` against a view (0: no vector path). In a
+    kernel with wgmma groups in flight (its stores redirected, see ``ptx.ldst``) only
+    accesses that need no branch qualify: see ``branch_free``."""
+    if t.dtype.nbits not in (8, 16, 32):
+        return 0
     if t.dtype.kind == "bool" or not dims or dims[-1] != ndim - 1 or strides[-1] != "1":
         return 0
     inner = layout.locals[-1]
@@ -169,7 +171,7 @@ def _plus(i0, k: int):
     """Register ``i0 + k`` (``i0`` an int or a C expression)."""
     if isinstance(i0, int):
         return i0 + k
-    return i0 if k == 0 else f"{i0} + {k}"
+    return i0 if k == 0 else f"({i0} + {k})"
 
 
 def _fallback(ctx, i0, w: int, scalar) -> None:
@@ -195,6 +197,17 @@ def known_aligned(ctx, base, nbytes: int) -> bool:
     """Whether view base ``base`` (``base_alignment``) is a pointer argument whose alignment,
     checked at every launch (``Function.pointer_align``), is a multiple of ``nbytes``."""
     return base is not None and ctx.aligned_bases.get(base, 1) % nbytes == 0
+
+
+def branch_free(ctx, base, ncols: str, w: int, nbytes: int) -> bool:
+    """Whether a vector access may be used in a kernel whose stores are redirected (wgmma
+    groups in flight: no branch may guard a store, see ``ptx.ldst``): only when every run is
+    wholly in or out of bounds and the base's alignment is known (``by_alignment`` then takes
+    the "fast" path alone, whose runs are one select and one access each). Other kernels:
+    always."""
+    if not ctx.smem.redirect_stores:
+        return True
+    return whole_runs(base, ncols, w) and known_aligned(ctx, base, nbytes)
 
 
 def by_alignment(ctx, base, nbytes: int, whole: bool, body) -> None:
@@ -317,6 +330,10 @@ def store_run(
     p = ctx.fresh("vp")
     ctx.emit(f"{ctype(src.dtype)}* const {p} = {ptr};")
     cond = _run_cond(ctx, ok, col, ncols, w, p, esize, base, path)
+    if ctx.smem.redirect_stores:  # branch-free (see branch_free): out of bounds to the sink
+        ws = words(src, [_plus(i0, k) for k in range(w)], ctx)
+        ctx.emit(f"tl_st_global_or_v{nwords}_b32({p}, {', '.join(ws)}, {cond});")
+        return
     ctx.open(f"if ({cond})")
     if path == "slow":  # a whole run in bounds: plain element stores
         for k in range(w):

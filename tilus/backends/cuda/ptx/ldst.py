@@ -125,6 +125,17 @@ _PAIR_OR = (
     "st.global.b16 [a], h; }"
 )
 
+# A whole aligned run of 2 or 4 words: one vector store, to the sink (16 bytes, 16-aligned)
+# when out of bounds.
+_V2_OR = (
+    "{ .reg .pred p; .reg .b64 a; setp.ne.b32 p, %3, 0; selp.b64 a, %0, %4, p; "
+    "st.global.v2.b32 [a], {%1, %2}; }"
+)
+_V4_OR = (
+    "{ .reg .pred p; .reg .b64 a; setp.ne.b32 p, %5, 0; selp.b64 a, %0, %6, p; "
+    "st.global.v4.b32 [a], {%1, %2, %3, %4}; }"
+)
+
 # PTX ISA 9.7.9.11 st, 9.7.8.3 selp, 9.3 predicated execution. Bounds-checked element stores
 # without branches. ``tl_st_global_if`` predicates the store. ``tl_st_global_or`` always
 # stores, to the element when ``ok`` and otherwise to ``tl_store_sink``, a global word nothing
@@ -147,6 +158,17 @@ __device__ __forceinline__ void tl_st_global_if_pair(uint16_t* ptr, uint32_t w, 
                                                      uint32_t lo, uint32_t hi) {{
   asm volatile("{check_operands(_PAIR_IF, 5)}"
                :: "l"(ptr), "r"(w), "r"(both), "r"(lo), "r"(hi) : "memory");
+}}
+__device__ __forceinline__ void tl_st_global_or_v2_b32(void* ptr, uint32_t a, uint32_t b,
+                                                      uint32_t ok) {{
+  asm volatile("{check_operands(_V2_OR, 5)}"
+               :: "l"(ptr), "r"(a), "r"(b), "r"(ok), "l"(tl_store_sink) : "memory");
+}}
+__device__ __forceinline__ void tl_st_global_or_v4_b32(void* ptr, uint32_t a, uint32_t b,
+                                                      uint32_t c, uint32_t d, uint32_t ok) {{
+  asm volatile("{check_operands(_V4_OR, 7)}"
+               :: "l"(ptr), "r"(a), "r"(b), "r"(c), "r"(d), "r"(ok), "l"(tl_store_sink)
+               : "memory");
 }}
 __device__ __forceinline__ void tl_st_global_or_pair(uint16_t* ptr, uint32_t w, uint32_t both,
                                                      uint32_t lo, uint32_t hi) {{
