@@ -106,6 +106,10 @@ from tilus.utils import cdiv
 # 0.90x) and M = 256, N = K = 8192 as 128 x 128 tiles with 7 stages, C stored from registers
 # (0.905x; coop 128 x 256 0.61x). 128 x 64 gives M = 256 two units a block (one group's
 # epilogue overlaps the other's mainloop), coop 128 x 128 both groups on a block's one unit.
+# With block_k 128 (two 64-column TMA boxes a stage, so each B row is read 256 contiguous bytes
+# at a time), 64 x 32 tiles (8 stages) ran 1.030x cuBLAS at M = 64, N = K = 4096 and 64 x 64
+# (6 stages) 1.038x at N = K = 8192, against 0.98x and 0.98x with block_k 64 (pinned, r60:
+# bench/results/2026-12-02-h200-r60-v7-small-m-bk128.txt); at M = 256 it ran slower.
 # Split-K (64 x 64 in 2 and 4 parts) stays for K-heavy shapes with few tiles. A split tile
 # larger than 64 x 64 spills within the 168 registers ptxas gives every thread of a 384-thread
 # block (and 64 x 256 tiles stored from registers spill 108 bytes: not in the space).
@@ -117,25 +121,26 @@ from tilus.utils import cdiv
 # 8192 x 8192, against 0.93x and 0.97x for the unsplit tiles
 # (bench/results/2026-12-02-h200-r56-r58-v7-stream-k-small-m.txt).
 @tilus.autotune(
-    "block_m, block_n, num_stages, split_k, swizzle, cluster_n, coop, epilogue, stream_k",
+    "block_m, block_n, block_k, num_stages, split_k, swizzle, cluster_n, coop, epilogue, stream_k",
     [
-        (128, 256, 4, 1, 8, 1, 1, "tma1", 0),
-        (128, 256, 4, 1, 4, 2, 1, "tma1", 0),
-        (256, 128, 4, 1, 8, 1, 1, "tma1", 0),
-        (256, 128, 4, 1, 4, 2, 1, "tma1", 0),
-        (128, 128, 5, 1, 8, 1, 0, "tma", 0),
-        (128, 128, 7, 1, 1, 1, 0, "direct", 0),
-        (128, 128, 6, 1, 1, 1, 1, "tma", 0),
-        (128, 64, 8, 1, 2, 1, 0, "tma", 0),
-        (64, 128, 6, 1, 2, 1, 0, "tma", 0),
-        (64, 64, 14, 1, 8, 1, 0, "direct", 0),
-        (64, 64, 8, 2, 8, 1, 0, "tma", 0),
-        (64, 64, 8, 4, 8, 1, 0, "tma", 0),
-        (64, 32, 18, 1, 8, 1, 0, "direct", 0),
-        (64, 32, 12, 1, 8, 1, 0, "tma", 0),
+        (128, 256, 64, 4, 1, 8, 1, 1, "tma1", 0),
+        (128, 256, 64, 4, 1, 4, 2, 1, "tma1", 0),
+        (256, 128, 64, 4, 1, 8, 1, 1, "tma1", 0),
+        (256, 128, 64, 4, 1, 4, 2, 1, "tma1", 0),
+        (128, 128, 64, 5, 1, 8, 1, 0, "tma", 0),
+        (128, 128, 64, 7, 1, 1, 1, 0, "direct", 0),
+        (128, 128, 64, 6, 1, 1, 1, 1, "tma", 0),
+        (128, 64, 64, 8, 1, 2, 1, 0, "tma", 0),
+        (64, 128, 64, 6, 1, 2, 1, 0, "tma", 0),
+        (64, 64, 64, 14, 1, 8, 1, 0, "direct", 0),
+        (64, 64, 64, 8, 2, 8, 1, 0, "tma", 0),
+        (64, 64, 64, 8, 4, 8, 1, 0, "tma", 0),
+        (64, 32, 64, 18, 1, 8, 1, 0, "direct", 0),
+        (64, 32, 64, 12, 1, 8, 1, 0, "tma", 0),
+        (64, 64, 128, 6, 1, 8, 1, 0, "tma", 0),
+        (64, 32, 128, 8, 1, 8, 1, 0, "tma", 0),
     ],
 )
-@tilus.autotune("block_k", [64])
 class MatmulV7(V7Schedule):
     """Persistent ping-pong matmul with TMA-store epilogues and split-K (fp16 pointers);
     ``num_sms`` (default: the GPU's SM count) is the number of persistent blocks."""
