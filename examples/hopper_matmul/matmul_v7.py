@@ -108,7 +108,7 @@ from tilus.utils import cdiv
 # epilogue overlaps the other's mainloop), coop 128 x 128 both groups on a block's one unit.
 # With block_k 128 (two 64-column TMA boxes a stage, so each B row is read 256 contiguous bytes
 # at a time), 64 x 32 tiles (8 stages) ran 1.030x cuBLAS at M = 64, N = K = 4096 and 64 x 64
-# (6 stages) 1.038x at N = K = 8192, against 0.98x and 0.98x with block_k 64 (pinned, r60:
+# (6 stages) 1.038x at N = K = 8192, against 0.96-0.98x and 0.98x with block_k 64 (pinned, r60:
 # bench/results/2026-12-02-h200-r60-v7-small-m-bk128.txt); at M = 256 it ran slower.
 # Split-K (64 x 64 in 2 and 4 parts) stays for K-heavy shapes with few tiles. A split tile
 # larger than 64 x 64 spills within the 168 registers ptxas gives every thread of a 384-thread

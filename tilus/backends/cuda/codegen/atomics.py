@@ -265,5 +265,5 @@ def global_tensor(ctx, inst, expr):
     shape = [str(n) for n in t.shape]
     strides = [str(math.prod(t.shape[d + 1 :])) for d in range(t.ndim)]
     ctx.gview_info[t] = (ctx.name(t), shape, strides)
-    ctx.aligned_bases[ctx.name(t)] = math.gcd(off, ALIGN) or ALIGN  # the workspace is aligned
+    ctx.aligned_bases[ctx.name(t)] = math.gcd(off, ALIGN)  # the workspace starts aligned
     ctx.emit(f"{ct}* const {ctx.name(t)} = ({ct}*)(tl_workspace + {off});")
