@@ -1,14 +1,16 @@
-"""Decode-shape W4A16 matmul (M <= 16): the packed weights streamed with 16-byte loads, no tensor cores.
+"""Decode-shape WxA16 matmul (M <= 16): the packed weights streamed with 16-byte loads, no tensor cores.
 
 ``Y = X @ dequant(W)^T`` as in ``matmul_wx_a16.py`` (same arguments and packing), for few rows
-of X. Each thread owns runs of 32 consecutive K codes (16 bytes) of ``rows`` weight rows; a
-warp reads 512 contiguous bytes of a row at a time, and ``reps`` such loads a row are in flight
-per thread. The codes are cast to fp16 (the magic-number cast), the zero point subtracted,
-multiplied by X (read from global, L1-resident: X is at most 16 x K fp16) and summed over the
-run in fp32; each run's sum is scaled by its group's scale and accumulated per thread. Only
-at the end are the threads of a row reduced. ``split`` blocks share a row's K range when N
-alone gives too few blocks; they add their sums into an fp32 workspace and the last one to
-arrive writes Y (as in ``matmul_wx_a16.py``).
+of X and any weight type of ``WEIGHT_TYPES``. Each thread owns runs of 32 consecutive K codes
+(``nbits`` 32-bit words) of ``rows`` weight rows; a warp reads 32 runs of a row at a time,
+and ``reps`` such loads a row are in flight per thread, straight into registers
+(``stages`` = 0) or through a cp.async ring of ``stages`` slots (``persist``: blocks that
+stream several row tiles through one ring). The codes are cast to fp16 two at a time by
+magic numbers (integers; the bit placement of sub-byte floats), an unsigned code's zero point
+removed by viewing ``c ^ z`` as the signed code of ``c - z`` (1-4-bit codes; the wider ones
+subtract ``z`` times the run's sum of X), widened to fp32, multiplied by X (``block_m`` rows
+of it a block) and summed over the run in fp32; each run's sum is scaled by its group's scale
+and accumulated per thread. Only at the end are the threads of a row reduced and Y stored.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from tilus.errors import TilusArgumentError
 from tilus.ir.layout import local, reduce, shared_row_major
 from tilus.utils import cdiv
 
+#: the sign bits of the codes in a word of a run of 32 ``nbits``-bit codes (3 bits: of its
+#: last word; word ``w`` holds them shifted right by ``2 - w``): ``c ^ z`` is the signed code
+#: of ``c - z``
+SIGN_BITS = {1: 0xFFFFFFFF, 2: 0xAAAAAAAA, 3: 0x92492492}
 RUN = 32  # codes a run: a thread's load (16 bytes of int4, nbits 32-bit words in general)
 
 #: the weight types: 1-8-bit integers and the sub-byte floats
@@ -35,7 +41,7 @@ def zero_point(wdtype) -> float:
     return float(1 << (wdtype.nbits - 1)) if wdtype.kind == "uint" else 0.0
 
 
-@tilus.autotune("rows", [1, 2])
+@tilus.autotune("rows", [1, 2, 4])
 @tilus.autotune("reps", [1])
 @tilus.autotune("block_m", [1, 4])
 @tilus.autotune("stages", [0, 4, 6])
@@ -179,6 +185,15 @@ class MatmulWxA16Decode(tilus.Script):
         via_f16 = wd.is_float() and wd.exponent_bits < 5
         if wd == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the magic-number cast's own bias
             qb = qb ^ 0x88888888
+        elif wd.kind == "uint" and wd.nbits in SIGN_BITS:  # c - z is int(c ^ z) likewise
+            nb, top = wd.nbits, SIGN_BITS[wd.nbits]
+            # word w of a run: the sign bits of its codes (3 bits: a pattern shifted a word)
+            shift = (lambda w: nb - 1 - w) if nb == 3 else (lambda w: 0)
+            flip = self.register_tensor(
+                dtype=uint32, shape=[nb], init=lambda w: uint32(top) >> shift(w)
+            )
+            qb = qb ^ flip
+            wd = getattr(tilus, f"int{nb}b")
         if int4:
             wf = self.cast(self.cast(self.view(qb, dtype=tilus.int4b), float16), float32)
         elif via_f16:  # bits placed and scaled two codes at a time, then widened
@@ -190,7 +205,7 @@ class MatmulWxA16Decode(tilus.Script):
             self.annotate_layout(x, self.x_layout)
             xf = self.cast(x, float32)
             part = self.sum(wf * xf, dim=3)
-            if not int4 and wd.kind == "uint":  # sum (c - z) x = sum c x - z sum x
+            if wd.kind == "uint" and not int4:  # sum (c - z) x = sum c x - z sum x
                 part = part - self.sum(xf, dim=2) * zero_point(wd)
             self.add(accs[mi], part * sf, out=accs[mi])
 

@@ -24,11 +24,12 @@ def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TILUS_CACHE_DIR", str(tmp_path))
 
 
-#: one type per path of the generated code: the u4/i4 magic numbers, elements straddling
-#: bytes and words (3 and 7 bits), and each float family shape (IEEE-like X=5 included);
-#: the GPU tier runs every type
-EMULATED = [tilus.int4b, tilus.uint3b, tilus.int7b, tilus.float4_e2m1, tilus.float6_e3m2,
-            tilus.float7_e5m1]  # fmt: skip
+#: one type per path of the generated code: the u4/i4 magic numbers, the paired magic-number
+#: cast of the other widths (each table: 1, 2, 3, 5, 6, 7 bits, both signs; 3 and 7 bits
+#: straddle bytes and words, 5-7 bits leave some pairs to the element path), and each float
+#: family shape (IEEE-like X=5 included); the GPU tier runs every type
+EMULATED = [tilus.int4b, tilus.uint1b, tilus.int2b, tilus.uint3b, tilus.int5b, tilus.uint6b,
+            tilus.int7b, tilus.float4_e2m1, tilus.float6_e3m2, tilus.float7_e5m1]  # fmt: skip
 
 
 @needs_nvrtc
@@ -82,6 +83,21 @@ def test_int4_to_f16_uses_the_magic_number_path_and_vector_loads():
     ops = sass_opcodes(ck.sass())
     assert ops.get("HFMA2", 0) >= 8 and ops.get("PRMT", 0) >= 8  # a byte permute, an fma a byte
     assert not ops.get("LDL") and not ops.get("STL")
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dt", [tilus.uint1b, tilus.int2b, tilus.uint3b], ids=str)
+def test_small_ints_to_f16_use_the_paired_magic_number_cast(dt):
+    """Two codes a byte permute, a logic op and an f16x2 fma; no integer-to-float conversion."""
+    from tilus.runtime.sass import sass_opcodes
+
+    m, n = 64, 256
+    ck = tilus.compile(Dequant(dt, float16), m, n, np.zeros(m * n * dt.nbits // 8, np.uint8),
+                       np.zeros((m, n), np.float16))  # fmt: skip
+    assert f"tl_ik{dt.nbits}" in ck.kernel.source
+    ops = sass_opcodes(ck.sass())
+    assert ops.get("HFMA2", 0) >= 8 and ops.get("PRMT", 0) >= 8
+    assert not any(op.startswith(("I2F", "I2FP")) for op in ops), ops
 
 
 class CarryPacked(tilus.Script):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilus.backends.cuda.codegen import lowbit as B
 from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.ptx.lowbit import SMALL_INT_CONSTANTS, small_int_pair_constants
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst_lowbit as L
 
@@ -178,12 +179,16 @@ def cast(ctx, inst, expr, cast_code):
         _int4_to_f16(ctx, src, out, n)
         ctx.close()
         return
-    first = 0
-    if _float_to_f16_by_scaling(sd, dd):
+    first, done = 0, set()
+    if _small_int_to_half(sd, dd):
+        done = _small_int_pairs_to_half(ctx, src, out, n)
+    elif _float_to_f16_by_scaling(sd, dd):
         first = _small_float_to_f16(ctx, src, out, n)
     elif _f16_to_small_float(sd, dd):
         first = _f16_pairs_to_small_float(ctx, src, out, n)
     for i in range(first, n):
+        if i in done:
+            continue
         if B.packed(sd):
             val, vdt = B.decode(B.get(ctx, src, i), sd)
         else:
@@ -217,6 +222,57 @@ def _int4_to_f16(ctx, src, out, n):
             )
             ctx.emit(f"{R.elem(ctx, out, 8 * k + 2 * i)} = (uint16_t)({h} & 0xffffu);")
             ctx.emit(f"{R.elem(ctx, out, 8 * k + 2 * i + 1)} = (uint16_t)({h} >> 16);")
+
+
+def _small_int_to_half(sd, dd) -> bool:
+    """Whether packed integer ``sd`` widens to ``dd`` through the paired magic-number cast to
+    f16 (``tl_ik<nb>``; 4-bit codes have ``_int4_to_f16``): f16, or f32 from the f16 halves
+    (an f16 -> f32 conversion is one full-rate instruction, the integer one three)."""
+    return (
+        B.packed(sd)
+        and sd.kind in ("int", "uint")
+        and sd.nbits in SMALL_INT_CONSTANTS
+        and dd.name in ("float16", "float32")
+    )
+
+
+def _small_int_pairs_to_half(ctx, src, out, n) -> set:
+    """Registers (2m, 2m + 1) of a packed integer tile to f16 (or f32) values, a pair a few
+    instructions: one byte permute puts the 16 bits holding each code in one half of a word,
+    one logic op keeps the codes under the exponent bits of 1024.0 (flipping a signed code's
+    sign bit), one f16x2 fma rescales and unbiases both, exactly (``small_int_pair_constants``).
+    Returns the registers done; a pair whose codes do not fit under f16's mantissa where they
+    lie (5-7-bit codes at some bit offsets) is left to the element path."""
+    sd, dd = src.dtype, out.dtype
+    nb, signed = sd.nbits, sd.kind == "int"
+    table = small_int_pair_constants(nb)
+    nw = B.num_words(n, nb)
+    words = ctx.name(src)
+    done = set()
+    for m in range(n // 2):
+        p0 = 2 * m * nb
+        b0, o0 = divmod(p0, 8)
+        b1 = (p0 + nb) // 8
+        if table[8 * signed + o0] is None:
+            continue
+        k = b0 // 4  # the bytes b0 .. b0 + 2 lie in words k and k + 1
+        sel = (b0 - 4 * k) | (b0 - 4 * k + 1) << 4 | (b1 - 4 * k) << 8 | (b1 - 4 * k + 1) << 12
+        hi = f"{words}[{k + 1}]" if k + 1 < nw else "0u"
+        e = f"tl_ik{nb}.k[{8 * signed + o0}]"
+        h = ctx.fresh("h")
+        ctx.emit(
+            f"const uint32_t {h} = tl_hfma2((tl_prmt({words}[{k}], {hi}, {sel:#06x}u) & {e}[0]) ^ "
+            f"{e}[1], {e}[2], {e}[3]);"
+        )
+        for j, half in (
+            (2 * m, f"(uint16_t)({h} & 0xffffu)"),
+            (2 * m + 1, f"(uint16_t)({h} >> 16)"),
+        ):
+            ctx.emit(
+                f"{R.elem(ctx, out, j)} = {half if dd.name == 'float16' else f'tl_h2f({half})'};"
+            )
+            done.add(j)
+    return done
 
 
 @CODEGEN_RULES.rule(L.ViewTensor)

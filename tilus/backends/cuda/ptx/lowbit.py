@@ -283,3 +283,48 @@ template <int M> __device__ __forceinline__ uint32_t tl_enc_h2e2(uint32_t w) {
 }
 """,
 )
+
+
+def small_int_pair_constants(nb: int) -> list[tuple[int, int, int, int] | None]:
+    """The four words (mask, key, multiplier, bias) of ``tl_ik<nb>``'s entry for a pair of
+    ``nb``-bit integer codes whose first starts at bit ``o`` (0-7) of a byte, [unsigned,
+    signed][o]; None where a code would not fit under f16's 10 mantissa bits.
+
+    After a byte permute has put the 16 bits holding each code in one half of a word (the
+    first code at bit ``o``, the second at ``(o + nb) % 8`` of its half), ``(w & mask) ^ key``
+    keeps the two codes under the exponent bits of 1024.0 (each half is ``1024 + u * 2^o``)
+    and flips a signed code's sign bit (``u = c + 2^(nb-1)``), and one ``fma.rn.f16x2`` by
+    ``2^-o`` plus ``-(1024 * 2^-o + bias)`` leaves the integer exactly."""
+    import numpy as np
+
+    def f16(v: float) -> int:
+        return int(np.array(v, np.float16).view(np.uint16))
+
+    out = []
+    for signed in (False, True):
+        for o0 in range(8):
+            o1 = (o0 + nb) % 8
+            if o0 + nb > 10 or o1 + nb > 10:
+                out.append(None)
+                continue
+            m = (1 << nb) - 1
+            s = 1 << (nb - 1) if signed else 0
+            flip = ((1 << (o0 + nb - 1)) | (1 << (16 + o1 + nb - 1))) if signed else 0
+            mul = f16(2.0**-o0) | f16(2.0**-o1) << 16
+            bias = f16(-(1024 * 2.0**-o0 + s)) | f16(-(1024 * 2.0**-o1 + s)) << 16
+            out.append(((m << o0) | (m << (16 + o1)), 0x64006400 | flip, mul, bias))
+    return out
+
+
+def _small_int_table(nb: int) -> str:
+    rows = [e or (0, 0, 0, 0) for e in small_int_pair_constants(nb)]
+    body = ",\n    ".join("{" + ", ".join(f"{v:#010x}u" for v in r) + "}" for r in rows)
+    return f"__constant__ struct tl_ik{nb} {{ uint32_t k[16][4]; }} tl_ik{nb} = {{{{\n    {body}}}}};\n"
+
+
+#: The constants of the paired magic-number cast of ``nb``-bit integers to f16
+#: (``lowbit_rules._small_int_to_half``), in constant memory for the reason of ``tl_i4k``:
+#: ``tl_ik<nb>.k[8 * signed + o]`` is (mask, key, multiplier, bias).
+SMALL_INT_CONSTANTS = {
+    nb: register(FAMILY, f"tl_ik{nb}", _small_int_table(nb)) for nb in (1, 2, 3, 5, 6, 7)
+}
