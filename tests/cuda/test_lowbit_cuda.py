@@ -29,7 +29,7 @@ def _cache(tmp_path, monkeypatch):
 #: straddle bytes and words, 5-7 bits leave some pairs to the element path), and each float
 #: family shape (IEEE-like X=5 included); the GPU tier runs every type
 EMULATED = [tilus.int4b, tilus.uint1b, tilus.int2b, tilus.uint3b, tilus.int5b, tilus.uint6b,
-            tilus.int7b, tilus.float4_e2m1, tilus.float6_e3m2, tilus.float7_e5m1]  # fmt: skip
+            tilus.int7b, tilus.float3_e1m1, tilus.float4_e2m1, tilus.float6_e3m2, tilus.float7_e5m1]  # fmt: skip
 
 
 @needs_nvrtc

@@ -349,9 +349,13 @@ def _small_float_to_f16(ctx, src, out, n) -> int:
                 ctx.emit(f"{R.elem(ctx, out, 8 * k + j)} = (uint16_t)({h} & 0xffffu);")
                 ctx.emit(f"{R.elem(ctx, out, 8 * k + j + 4)} = (uint16_t)({h} >> 16);")
         return n
+    nb = dt.nbits
     for i in range(0, n - 1, 2):
-        w = ctx.fresh("w")
-        ctx.emit(f"const uint32_t {w} = {B.get(ctx, src, i)} | ({B.get(ctx, src, i + 1)} << 16);")
+        # the pair's 2 nb bits at once, code i + 1 copied up to bit 16 (the bits between are
+        # masked off below)
+        f, w = ctx.fresh("f"), ctx.fresh("w")
+        ctx.emit(f"const uint32_t {f} = {B.get_bits(ctx.name(src), i * nb, 2 * nb)};")
+        ctx.emit(f"const uint32_t {w} = {f} | ({f} << {16 - nb});")
         h = ctx.fresh("h")
         ctx.emit(
             f"const uint32_t {h} = tl_hmul2((({w} << {sh}) & {em2:#x}u) | (({w} << {ssh}) & "
