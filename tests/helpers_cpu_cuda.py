@@ -84,6 +84,19 @@ static inline uint16_t tl_f2b(float f) {
   if (std::isnan(f)) return 0x7fc0;
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+// the pair ops (f16x2 / bf16x2): each half the float op rounded
+#define TL_PAIR(name, op, to, from) \
+  static inline void name(uint16_t &o0, uint16_t &o1, uint16_t a0, uint16_t a1, uint16_t b0, \
+                          uint16_t b1) { \
+    uint16_t r0 = to(from(a0) op from(b0)), r1 = to(from(a1) op from(b1)); o0 = r0; o1 = r1; }
+TL_PAIR(tl_hmul_pair, *, tl_f2h, tl_h2f) TL_PAIR(tl_hadd_pair, +, tl_f2h, tl_h2f)
+TL_PAIR(tl_hsub_pair, -, tl_f2h, tl_h2f) TL_PAIR(tl_bmul_pair, *, tl_f2b, tl_b2f)
+TL_PAIR(tl_badd_pair, +, tl_f2b, tl_b2f) TL_PAIR(tl_bsub_pair, -, tl_f2b, tl_b2f)
+static inline uint16_t tl_badd1(uint16_t a, uint16_t b) { return tl_f2b(tl_b2f(a) + tl_b2f(b)); }
+template <class T> static inline void tl_unpack2(uint32_t w, T &lo, T &hi) {
+  uint16_t a = (uint16_t)(w & 0xffffu), b = (uint16_t)(w >> 16);
+  std::memcpy(&lo, &a, 2); std::memcpy(&hi, &b, 2);
+}
 static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 using std::isinf;
 using std::isnan;

@@ -5,12 +5,15 @@ of X and any weight type of ``WEIGHT_TYPES``. Each thread owns runs of 32 consec
 (``nbits`` 32-bit words) of ``rows`` weight rows; a warp reads 32 runs of a row at a time,
 and ``reps`` such loads a row are in flight per thread, straight into registers
 (``stages`` = 0) or through a cp.async ring of ``stages`` slots (``persist``: blocks that
-stream several row tiles through one ring). The codes are cast to fp16 two at a time by
-magic numbers (integers; the bit placement of sub-byte floats), an unsigned code's zero point
-removed by viewing ``c ^ z`` as the signed code of ``c - z`` (1-4-bit codes; the wider ones
-subtract ``z`` times the run's sum of X), widened to fp32, multiplied by X (``block_m`` rows
-of it a block) and summed over the run in fp32; each run's sum is scaled by its group's scale
-and accumulated per thread. Only at the end are the threads of a row reduced and Y stored.
+stream several row tiles through one ring). An unsigned code's zero point is removed by
+viewing ``c ^ z`` as the signed code of ``c - z`` (``z = 2^(nbits - 1)``: its top bit
+flipped), the codes are cast to fp16 two at a time (magic numbers for integers, bit placement
+for sub-byte floats), multiplied by X (``block_m`` rows of it a block) and summed over the run:
+by default in fp16 pairs (HMUL2, then a pairwise HADD2 tree: about 3 instructions a code)
+where a code's magnitude is at most ``FP16_RUN_BOUND``, else (``run_dtype=float32``, and
+int7/int8 and the 4-5-exponent-bit floats by default) in fp32. Each run's sum is scaled by its
+group's scale and accumulated per thread in fp32; only at the end are the threads of a row
+reduced and Y stored.
 """
 
 from __future__ import annotations
@@ -21,10 +24,17 @@ from tilus.errors import TilusArgumentError
 from tilus.ir.layout import local, reduce, shared_row_major
 from tilus.utils import cdiv
 
-#: the sign bits of the codes in a word of a run of 32 ``nbits``-bit codes (3 bits: of its
-#: last word; word ``w`` holds them shifted right by ``2 - w``): ``c ^ z`` is the signed code
-#: of ``c - z``
-SIGN_BITS = {1: 0xFFFFFFFF, 2: 0xAAAAAAAA, 3: 0x92492492}
+
+def sign_bits(nbits: int) -> list[int]:
+    """Per 32-bit word of a run of 32 ``nbits``-bit codes (``nbits`` words), the mask of its
+    codes' top bits: ``c ^ mask`` is the signed code of ``c - 2^(nbits - 1)``."""
+    words = [0] * nbits
+    for i in range(32):
+        bit = i * nbits + nbits - 1
+        words[bit // 32] |= 1 << (bit % 32)
+    return words
+
+
 RUN = 32  # codes a run: a thread's load (16 bytes of int4, nbits 32-bit words in general)
 
 #: the weight types: 1-8-bit integers and the sub-byte floats
@@ -34,6 +44,18 @@ WEIGHT_TYPES = [
     *(getattr(tilus, n) for n in dir(tilus) if n.startswith("float") and "_e" in n[6:]
       and getattr(tilus, n).nbits < 8),
 ]  # fmt: skip
+
+
+def code_bound(wdtype) -> float:
+    """The largest magnitude of a code once its zero point is removed."""
+    if wdtype.is_float():
+        return float(max(wdtype.max_value(), -wdtype.min_value()))
+    return float(1 << (wdtype.nbits - 1))
+
+
+#: the largest code magnitude whose runs are summed in fp16 by default: a run of 32 products
+#: then overflows only where X's magnitudes average above 65504 / (32 * 32) = 64 over it
+FP16_RUN_BOUND = 32
 
 
 def zero_point(wdtype) -> float:
@@ -52,7 +74,7 @@ class MatmulWxA16Decode(tilus.Script):
     def __init__(
         self, wdtype=tilus.uint4b, group: int = 128, rows: int = 4, reps: int = 1,
         block_m: int = 1, warps: int = 4, stages: int = 0, persist: int = 0,
-        num_sms: int | None = None,
+        num_sms: int | None = None, run_dtype=None,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in WEIGHT_TYPES:
@@ -70,6 +92,15 @@ class MatmulWxA16Decode(tilus.Script):
                 f"persist must be 0 or (with a ring, stages >= 2) the blocks an SM, got {persist}"
             )
         self.stages, self.prologue = stages, list(range(max(stages - 1, 0)))
+        self.words = list(range(wdtype.nbits))  # a host list: the words of a run
+        # the dtype a run's products are summed in: fp16 (pairs, about 2.5 instructions a
+        # code) where the codes are small enough, else fp32
+        if run_dtype is None:
+            run_dtype = float16 if code_bound(wdtype) <= FP16_RUN_BOUND else float32
+        run_dtype = {"float16": float16, "float32": float32}.get(str(run_dtype), run_dtype)
+        if run_dtype not in (float16, float32):
+            raise TilusArgumentError(f"run_dtype must be float16 or float32, got {run_dtype}")
+        self.run_dtype = run_dtype
         self.persist, self.num_sms = persist, num_sms  # num_sms: the GPU's by default
 
     def __call__(
@@ -179,35 +210,40 @@ class MatmulWxA16Decode(tilus.Script):
         """Add to each ``accs[mi]`` the run sums of the packed weight tile ``qb`` times X
         row ``xs[mi]`` (both in registers), scaled by the fp32 group scales ``sf``."""
         wd = self.wdtype
-        int4 = wd in (tilus.int4b, tilus.uint4b)  # the magic-number cast to fp16
-        # a sub-byte float without inf/NaN codes is exact in fp16 and casts to it by bit
-        # placement and one f16x2 scaling a pair (to fp32 directly: a decode per element)
-        via_f16 = wd.is_float() and wd.exponent_bits < 5
-        if wd == tilus.uint4b:  # c - 8 is int4b(c ^ 8): the magic-number cast's own bias
-            qb = qb ^ 0x88888888
-        elif wd.kind == "uint" and wd.nbits in SIGN_BITS:  # c - z is int(c ^ z) likewise
-            nb, top = wd.nbits, SIGN_BITS[wd.nbits]
-            # word w of a run: the sign bits of its codes (3 bits: a pattern shifted a word)
-            shift = (lambda w: nb - 1 - w) if nb == 3 else (lambda w: 0)
-            flip = self.register_tensor(
-                dtype=uint32, shape=[nb], init=lambda w: uint32(top) >> shift(w)
-            )
-            qb = qb ^ flip
-            wd = getattr(tilus, f"int{nb}b")
-        if int4:
-            wf = self.cast(self.cast(self.view(qb, dtype=tilus.int4b), float16), float32)
-        elif via_f16:  # bits placed and scaled two codes at a time, then widened
-            wf = self.cast(self.cast(self.view(qb, dtype=wd), float16), float32)
+        if wd.kind == "uint":  # c - z is the signed code of c ^ z (z = 2^(nbits - 1))
+            flips = sign_bits(wd.nbits)
+            if len(set(flips)) == 1:  # the same mask in every word
+                qb = qb ^ uint32(flips[0])
+            else:  # word w of a run: flips[w] (constants once unrolled)
+                w = self.register_tensor(dtype=int32, shape=[wd.nbits], init=lambda i: i)
+                flip = self.register_tensor(dtype=uint32, shape=[wd.nbits], init=flips[-1])
+                for k in self.words[:-1]:
+                    flip = self.where(w == k, uint32(flips[k]), flip)
+                qb = qb ^ flip
+            wd = getattr(tilus, f"int{wd.nbits}b") if wd.nbits < 8 else tilus.int8
+        codes = self.view(qb, dtype=wd)
+        if self.run_dtype == float16:
+            # every code is exact in fp16: cast two at a time, the products fp16 pairs (HMUL2)
+            # and a run's 32 of them summed in fp16 pairs (HADD2), then widened once a run
+            wh = self.cast(codes, float16)
+            for mi in self.block_rows:
+                x = xs[mi]
+                self.annotate_layout(x, self.x_layout)
+                part = self.sum(wh * x, dim=3, acc_dtype=float16)
+                self.add(accs[mi], self.cast(part, float32) * sf, out=accs[mi])
         else:
-            wf = self.cast(self.view(qb, dtype=wd), float32)
-        for mi in self.block_rows:
-            x = xs[mi]
-            self.annotate_layout(x, self.x_layout)
-            xf = self.cast(x, float32)
-            part = self.sum(wf * xf, dim=3)
-            if wd.kind == "uint" and not int4:  # sum (c - z) x = sum c x - z sum x
-                part = part - self.sum(xf, dim=2) * zero_point(wd)
-            self.add(accs[mi], part * sf, out=accs[mi])
+            # fp32 products and sums; a code with no inf/NaN code passes through fp16, where
+            # the casts take two at a time
+            via_f16 = wd.nbits < 8 and (not wd.is_float() or wd.exponent_bits < 5)
+            if via_f16:
+                wf = self.cast(self.cast(codes, float16), float32)
+            else:
+                wf = self.cast(codes, float32)
+            for mi in self.block_rows:
+                x = xs[mi]
+                self.annotate_layout(x, self.x_layout)
+                part = self.sum(wf * self.cast(x, float32), dim=3)
+                self.add(accs[mi], part * sf, out=accs[mi])
 
     def store_rows(self, gy, accs, om: int32, on: int32):
         """Reduce each accumulator over the threads of a row and store Y[om + mi, on:]."""

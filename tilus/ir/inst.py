@@ -258,13 +258,28 @@ class Where(Inst):
 
 @instruction("reduce")
 class Reduce(Inst):
-    """Reduce ``src`` along ``dim`` with ``op`` in sum/max/min/any/all."""
+    """Reduce ``src`` along ``dim`` with ``op`` in sum/max/min/any/all. ``acc``: the dtype a
+    sum of 16-bit floats accumulates in (None: float32; the tile's own dtype: each partial
+    sum rounded to it, pairs at a time on the GPU)."""
 
     out: TensorVar
     src: TensorVar
     op: str
     dim: int
     keepdim: bool
+    acc: object = None
+
+    def validate(self) -> None:
+        """An accumulator dtype only for sums of 16-bit floats: float32 or their own."""
+        if self.acc is None:
+            return
+        src = self.src.dtype
+        if self.op != "sum" or src.name not in ("float16", "bfloat16"):
+            raise InstError(
+                f"acc_dtype is for sums of float16/bfloat16 tiles, not {self.op} of {src}"
+            )
+        if self.acc.name not in ("float32", src.name):
+            raise InstError(f"acc_dtype of a {src} sum must be float32 or {src}, got {self.acc}")
 
 
 @instruction("scan")

@@ -443,8 +443,11 @@ class GenericInstructions:
         b.inst(I.Where(out, cond, xs[0], xs[1]))
         return out
 
-    def _reduce(self, op, x, dim, keepdim, out):
+    def _reduce(self, op, x, dim, keepdim, out, acc=None):
         b = current()
+        if acc is not None:
+            acc = _dtype(b, acc)
+            acc = None if acc == float32 else acc  # float32 is the default
         b.expect_tensor(x, (TensorKind.REGISTER,), f"{op}'s operand")
         if op in ("any", "all") and x.dtype != boolean:
             raise b.error(f"{op} needs a boolean tile, got {x.dtype}")
@@ -461,13 +464,16 @@ class GenericInstructions:
                 else cur.shape[:d] + cur.shape[d + 1 :]
             )
             o = out if (i == len(dims) - 1 and out is not None) else b.register(x.dtype, shape, "t")
-            b.inst(I.Reduce(o, cur, op, d, bool(keepdim)))
+            b.inst(I.Reduce(o, cur, op, d, bool(keepdim), acc))
             cur = o
         return cur
 
-    def sum(self, x, *, dim=None, keepdim=False, out=None):
-        """Sum over ``dim`` (all dims when None)."""
-        return self._reduce("sum", x, dim, keepdim, out)
+    def sum(self, x, *, dim=None, keepdim=False, out=None, acc_dtype=None):
+        """Sum over ``dim`` (all dims when None). A float16/bfloat16 tile is summed in float32
+        unless ``acc_dtype`` is its own dtype: then every partial sum is rounded to it (on the
+        GPU two at a time, HADD2 on pairs: half the instructions, fp16's precision; the
+        interpreter adds in a pairwise tree too, its order may differ from the GPU's)."""
+        return self._reduce("sum", x, dim, keepdim, out, acc_dtype)
 
     def max(self, x, *, dim=None, keepdim=False, out=None):
         """Maximum over ``dim``."""

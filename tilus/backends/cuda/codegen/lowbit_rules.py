@@ -220,8 +220,9 @@ def _int4_to_f16(ctx, src, out, n):
                 f"const uint32_t {h} = tl_hfma2((tl_prmt({word}, 0u, {sel:#06x}u) & tl_i4k.mask) ^ "
                 f"{key}, tl_i4k.mul, {bias});"
             )
-            ctx.emit(f"{R.elem(ctx, out, 8 * k + 2 * i)} = (uint16_t)({h} & 0xffffu);")
-            ctx.emit(f"{R.elem(ctx, out, 8 * k + 2 * i + 1)} = (uint16_t)({h} >> 16);")
+            R.split_word(
+                ctx, h, R.elem(ctx, out, 8 * k + 2 * i), R.elem(ctx, out, 8 * k + 2 * i + 1)
+            )
 
 
 def _small_int_to_half(sd, dd) -> bool:
@@ -264,14 +265,12 @@ def _small_int_pairs_to_half(ctx, src, out, n) -> set:
             f"const uint32_t {h} = tl_hfma2((tl_prmt({words}[{k}], {hi}, {sel:#06x}u) & {e}[0]) ^ "
             f"{e}[1], {e}[2], {e}[3]);"
         )
-        for j, half in (
-            (2 * m, f"(uint16_t)({h} & 0xffffu)"),
-            (2 * m + 1, f"(uint16_t)({h} >> 16)"),
-        ):
-            ctx.emit(
-                f"{R.elem(ctx, out, j)} = {half if dd.name == 'float16' else f'tl_h2f({half})'};"
-            )
-            done.add(j)
+        if dd.name == "float16":
+            R.split_word(ctx, h, R.elem(ctx, out, 2 * m), R.elem(ctx, out, 2 * m + 1))
+        else:
+            ctx.emit(f"{R.elem(ctx, out, 2 * m)} = tl_h2f((uint16_t)({h} & 0xffffu));")
+            ctx.emit(f"{R.elem(ctx, out, 2 * m + 1)} = tl_h2f((uint16_t)({h} >> 16));")
+        done.update((2 * m, 2 * m + 1))
     return done
 
 
@@ -346,8 +345,7 @@ def _small_float_to_f16(ctx, src, out, n) -> int:
                     f"const uint32_t {h} = tl_hmul2(({em_} & {em2:#x}u) | ({sg} & {s2:#x}u), "
                     f"{scale * 0x10001:#x}u);"
                 )
-                ctx.emit(f"{R.elem(ctx, out, 8 * k + j)} = (uint16_t)({h} & 0xffffu);")
-                ctx.emit(f"{R.elem(ctx, out, 8 * k + j + 4)} = (uint16_t)({h} >> 16);")
+                R.split_word(ctx, h, R.elem(ctx, out, 8 * k + j), R.elem(ctx, out, 8 * k + j + 4))
         return n
     nb = dt.nbits
     for i in range(0, n - 1, 2):
@@ -361,8 +359,7 @@ def _small_float_to_f16(ctx, src, out, n) -> int:
             f"const uint32_t {h} = tl_hmul2((({w} << {sh}) & {em2:#x}u) | (({w} << {ssh}) & "
             f"{s2:#x}u), {scale * 0x10001:#x}u);"
         )
-        ctx.emit(f"{R.elem(ctx, out, i)} = (uint16_t)({h} & 0xffffu);")
-        ctx.emit(f"{R.elem(ctx, out, i + 1)} = (uint16_t)({h} >> 16);")
+        R.split_word(ctx, h, R.elem(ctx, out, i), R.elem(ctx, out, i + 1))
     return n - n % 2
 
 

@@ -458,7 +458,7 @@ def _shared_access(ctx, inst, tile, reg, load: bool):
             if load:
                 word = ctx.fresh("w")
                 ctx.emit(f"const uint32_t {word} = *((const uint32_t*)({addr}));")
-                ctx.emit(f"{v0} = ({ct})({word} & 0xffffu); {v1} = ({ct})({word} >> 16);")
+                R.split_word(ctx, word, v0, v1)
             else:
                 ctx.emit(f"*((uint32_t*)({addr})) = (uint32_t){v0} | ((uint32_t){v1} << 16);")
         elif load:

@@ -44,8 +44,20 @@ COMBINE = {
 }
 
 
+class HalfAcc(str):
+    """The C type of a 16-bit float accumulator (its bits, ``uint16_t``); ``fn`` is the C
+    function that adds two of them rounded (one f16/bf16 instruction)."""
+
+    def __new__(cls, fn: str):
+        obj = super().__new__(cls, "uint16_t")
+        obj.fn = fn
+        return obj
+
+
 def combine(op: str, a: str, b: str, T: str) -> str:
     """C code combining accumulators ``a`` and ``b`` of C type ``T`` by ``op``."""
+    if isinstance(T, HalfAcc):
+        return f"{T.fn}({a}, (uint16_t)({b}))"
     if op in ("max", "min"):
         return minmax(op, T, a, b)
     return COMBINE[op].format(a=a, b=b, T=T)
@@ -95,7 +107,7 @@ def reduce_(ctx, inst, expr):
     if reduce_layout(ls, dim, inst.keepdim) != lo:
         raise ctx.error(f"the layout of %{out.name} is not the reduced layout of %{src.name}")
     g = ctx.group
-    T = acc_type(op, src.dtype)
+    T = acc_type(op, src.dtype) if inst.acc is None else _half_acc(ctx, inst.acc)
     masks, slots = thread_stages(ls, dim, g.size)
     R.declare(ctx, out)
     nslots = math.prod(e for e, _ in slots)
@@ -116,7 +128,10 @@ def reduce_(ctx, inst, expr):
         groups[where[tuple(c)]].append(i)
     acc = ctx.fresh("acc")
     ctx.emit(f"{T} {acc}[{lo.local_size}];")
-    if not _in_thread_loop(ctx, src, groups, acc, op, T):
+    if isinstance(T, HalfAcc):
+        for j, regs in enumerate(groups):
+            ctx.emit(f"{acc}[{j}] = {_pair_tree(ctx, src, regs, T)};")
+    elif not _in_thread_loop(ctx, src, groups, acc, op, T):
         for j, regs in enumerate(groups):
             codes = [f"({T})({to_float(R.elem(ctx, src, i), src.dtype)})" for i in regs]
             ctx.emit(f"{acc}[{j}] = {_tree(ctx, codes, op, T)};")
@@ -131,7 +146,7 @@ def reduce_(ctx, inst, expr):
     # stage 3: slots in shared memory across warps
     if slots:
         _cross_warps(ctx, inst, lo, g, slots, masks, acc, T)
-    conv = from_float if out.dtype.name in HALF else None
+    conv = from_float if out.dtype.name in HALF and not isinstance(T, HalfAcc) else None
     loop = lo.local_size >= LOOP_MIN
     for j in [R.unrolled(ctx, lo.local_size)] if loop else range(lo.local_size):
         v = f"{acc}[{j}]"
@@ -145,6 +160,42 @@ def reduce_(ctx, inst, expr):
     if loop:
         ctx.close()
     ctx.close()
+
+
+def _half_acc(ctx, dtype) -> HalfAcc:
+    """The accumulator of a sum rounded to ``dtype`` at every step (its scalar add's helper
+    joins the kernel's prelude)."""
+    name = "float16" if dtype.name == "float16" else "bfloat16"
+    fn, frag = R.HALF_ADD[name]
+    if frag not in ctx.fragments:
+        ctx.fragments.append(frag)
+    return HalfAcc(fn)
+
+
+def _pair_tree(ctx, src, regs, T) -> str:
+    """Stage 1 of a 16-bit float sum: the registers ``regs`` of ``src`` added two pairs at a
+    time (registers 2i, 2i + 1 as one f16x2 operand) level by level, then the two halves of
+    the last pair. Returns the C expression of the sum."""
+    codes = [R.elem(ctx, src, i) for i in regs]
+    if len(codes) < 4:
+        return _tree(ctx, codes, "sum", T)
+    name, frag = R.PAIR_OPS[(src.dtype.name, "+")]
+    if frag not in ctx.fragments:
+        ctx.fragments.append(frag)
+    pairs = [(codes[k], codes[k + 1]) for k in range(0, len(codes) - 1, 2)]
+    last = codes[-1] if len(codes) % 2 else None
+    while len(pairs) > 1:
+        nxt = []
+        for k in range(0, len(pairs) - 1, 2):
+            lo, hi = ctx.fresh("p"), ctx.fresh("p")
+            ctx.emit(f"uint16_t {lo}, {hi};")
+            ctx.emit(f"{name}({lo}, {hi}, {', '.join(pairs[k])}, {', '.join(pairs[k + 1])});")
+            nxt.append((lo, hi))
+        if len(pairs) % 2:
+            nxt.append(pairs[-1])
+        pairs = nxt
+    total = combine("sum", pairs[0][0], pairs[0][1], T)
+    return total if last is None else combine("sum", total, last, T)
 
 
 #: Partial accumulators of the in-thread loop: independent chains the SM overlaps.

@@ -30,10 +30,11 @@ UNARY_F32 = {
 BINARY_FUNCS = {"max": "tl_max", "min": "tl_min"}
 
 
-def _f16_op(name: str, ptx: str) -> Fragment:
+def _f16_op(name: str, ptx: str, suffix: str = "f16") -> Fragment:
     text = (
         f"__device__ __forceinline__ uint16_t {name}(uint16_t a, uint16_t b) {{\n"
-        f'  uint16_t r; asm("{ptx}.rn.f16 %0, %1, %2;" : "=h"(r) : "h"(a), "h"(b)); return r;\n'
+        f'  uint16_t r; asm("{ptx}.rn.{suffix} %0, %1, %2;" : "=h"(r) : "h"(a), "h"(b)); '
+        "return r;\n"
         "}\n"
     )
     return Fragment(name, "ldst", text)
@@ -46,6 +47,55 @@ F16_OPS = {
     "*": ("tl_hmul1", _f16_op("tl_hmul1", "mul")),
     "+": ("tl_hadd1", _f16_op("tl_hadd1", "add")),
     "-": ("tl_hsub1", _f16_op("tl_hsub1", "sub")),
+}
+
+
+def _pair_op(name: str, ptx: str) -> Fragment:
+    # two 16-bit floats a side; ptxas keeps halves that sit in one register where they are,
+    # so the packing movs cost nothing when the operands were made as pairs
+    text = (
+        f"__device__ __forceinline__ void {name}(uint16_t &o0, uint16_t &o1, uint16_t a0, "
+        "uint16_t a1, uint16_t b0, uint16_t b1) {\n"
+        f'  asm("{{.reg .b32 a, b, r; mov.b32 a, {{%2, %3}}; mov.b32 b, {{%4, %5}}; '
+        f'{ptx} r, a, b; mov.b32 {{%0, %1}}, r;}}"\n'
+        '      : "=h"(o0), "=h"(o1) : "h"(a0), "h"(a1), "h"(b0), "h"(b1));\n'
+        "}\n"
+    )
+    return Fragment(name, "ldst", text)
+
+
+#: ``* + -`` of two 16-bit floats at once (HMUL2/HADD2 on a pair, bf16x2 on sm_90): the same
+#: bits as one at a time (each half rounded on its own), half the instructions
+PAIR_OPS = {
+    (dt, op): (f"tl_{pre}{name}_pair", _pair_op(f"tl_{pre}{name}_pair", f"{name}.rn.{suf}x2"))
+    for dt, pre, suf in (("float16", "h", "f16"), ("bfloat16", "b", "bf16"))
+    for op, name in (("*", "mul"), ("+", "add"), ("-", "sub"))
+}
+
+
+_UNPACK = Fragment(
+    "tl_unpack2",
+    "ldst",
+    "template <class T> __device__ __forceinline__ void tl_unpack2(uint32_t w, T &lo, T &hi) {\n"
+    '  asm("mov.b32 {%0, %1}, %2;" : "=h"(*(uint16_t*)&lo), "=h"(*(uint16_t*)&hi) : "r"(w));\n'
+    "}\n",
+)
+
+
+def split_word(ctx, word: str, lo: str, hi: str):
+    """Emit the two 16-bit halves of the 32-bit ``word`` into the lvalues ``lo`` and ``hi``
+    as one PTX unpack (``mov.b32 {lo, hi}``): ptxas then knows them as the halves of one
+    register, and a pair op on them (or a store of the pair) needs no repacking (shifts and
+    masks instead leave two registers that PRMT must merge again)."""
+    if _UNPACK not in ctx.fragments:
+        ctx.fragments.append(_UNPACK)
+    ctx.emit(f"tl_unpack2({word}, {lo}, {hi});")
+
+
+#: the rounded scalar add of a 16-bit float sum's accumulator, by dtype
+HALF_ADD = {
+    "float16": F16_OPS["+"],
+    "bfloat16": ("tl_badd1", _f16_op("tl_badd1", "add", "bf16")),
 }
 
 
@@ -419,13 +469,18 @@ def _declare_unless_same(ctx, out, ops):
 
 @rule(I.ElementwiseBinary)
 def binary(ctx, inst, expr):
-    """Elementwise ``a op b`` (fp16 ``* + -`` as f16 instructions, other 16-bit float ops
-    computed in float and rounded: the same bits either way)."""
+    """Elementwise ``a op b`` (16-bit float ``* + -`` two at a time as f16x2/bf16x2
+    instructions, the other 16-bit float ops computed in float and rounded: the same bits
+    either way)."""
     out, a, b = inst.out, inst.a, inst.b
     ops = (a, b)
     layout, maps = _maps(ctx, out, ops)
     pre = _scalar_operands(ctx, ops, expr)
     _declare_unless_same(ctx, out, ops)
+    pair = PAIR_OPS.get((out.dtype.name, inst.op))
+    if pair and all(v.dtype == out.dtype for v in ops) and layout.local_size >= 2:
+        _binary_pairs(ctx, pair, layout, out, ops, maps, pre)
+        return
     i, exprs = _each(ctx, layout, maps)
     if i is None:
         for k in range(layout.local_size):
@@ -433,6 +488,50 @@ def binary(ctx, inst, expr):
         return
     _binary_one(ctx, inst, i, *(_at_loop(ctx, x, i, e, pre) for x, e in zip(ops, exprs)))
     ctx.close()
+
+
+def _binary_pairs(ctx, pair, layout, out, ops, maps, pre):
+    """A 16-bit float ``* + -`` two registers at a time (registers 2p and 2p + 1; an odd last
+    one as a pair with itself): a loop over the pairs when every operand's registers have a
+    closed form, else straight-line."""
+    name, frag = pair
+    if frag not in ctx.fragments:
+        ctx.fragments.append(frag)
+    n = layout.local_size
+
+    def emit(i0, i1, reads):
+        args = ", ".join(a for r in reads for a in r)
+        ctx.emit(f"{name}({elem(ctx, out, i0)}, {elem(ctx, out, i1)}, {args});")
+
+    p = ctx.fresh("p")
+    lo, hi = f"2 * {p}", f"2 * {p} + 1"
+    exprs = [None if m is None else (fitted_expr(m, lo), fitted_expr(m, hi)) for m in maps]
+    if n >= 4 and all(e is None or None not in e for e in exprs):
+        ctx.emit("#pragma unroll")
+        ctx.open(f"for (int {p} = 0; {p} < {n // 2}; ++{p})")
+        reads = []
+        for x, e in zip(ops, exprs):
+            if not isinstance(x, TensorVar):
+                reads.append((pre[id(x)], pre[id(x)]))
+            elif e is None:
+                reads.append((elem(ctx, x, f"({lo})"), elem(ctx, x, f"({hi})")))
+            else:
+                reads.append((elem(ctx, x, f"({e[0]})"), elem(ctx, x, f"({e[1]})")))
+        emit(f"({lo})", f"({hi})", reads)
+        ctx.close()
+        start = n - n % 2
+    else:
+        start = 0
+    for k in range(start, n, 2):
+        k1 = min(k + 1, n - 1)
+        reads = [(_at(ctx, x, k, m, pre), _at(ctx, x, k1, m, pre)) for x, m in zip(ops, maps)]
+        if k1 == k:  # the odd last register: computed twice into a scratch half
+            t = ctx.fresh("h")
+            ctx.emit(f"uint16_t {t};")
+            args = ", ".join(a for r in reads for a in r)
+            ctx.emit(f"{name}({elem(ctx, out, k)}, {t}, {args});")
+        else:
+            emit(k, k1, reads)
 
 
 def _binary_one(ctx, inst, i, x, y):

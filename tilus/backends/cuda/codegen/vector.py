@@ -302,9 +302,8 @@ def unpack(ctx, out, i0, nwords: int, v: str) -> None:
             for j in range(4):
                 ctx.emit(f"{R.elem(ctx, out, _plus(i0, 4 * k + j))} = ({ct})({word} >> {8 * j});")
         else:
-            ct = ctype(out.dtype)
-            ctx.emit(f"{R.elem(ctx, out, _plus(i0, 2 * k))} = ({ct})({word} & 0xffffu);")
-            ctx.emit(f"{R.elem(ctx, out, _plus(i0, 2 * k + 1))} = ({ct})({word} >> 16);")
+            lo, hi = R.elem(ctx, out, _plus(i0, 2 * k)), R.elem(ctx, out, _plus(i0, 2 * k + 1))
+            R.split_word(ctx, word, lo, hi)
 
 
 def store_run(
