@@ -76,6 +76,32 @@ def test_unsupported_arguments_are_refused(args, what):
 
 
 @needs_nvrtc
+@needs_nvrtc
+@pytest.mark.parametrize("wdtype", [tilus.uint1b, tilus.uint3b, tilus.int8, tilus.uint7b],
+                         ids=str)  # fmt: skip
+def test_every_config_of_each_run_dtype_builds_without_spills(wdtype):
+    """fp16 runs (up to 8 rows a thread) and fp32 runs (up to 4): the default space of
+    ``decode_kernel`` (M is a runtime argument: one build a config)."""
+    kernel = dec.decode_kernel(wdtype, 128)
+    assert kernel.script_cls.__name__ == ("MatmulWxA16DecodeF32" if wdtype.nbits > 6 else
+                                     "MatmulWxA16Decode")  # fmt: skip
+    for cfg in kernel.configs:
+        ck = tilus.compile(kernel, 16, 100, 1024, F16, tilus.uint8, F16, F16, config=cfg)
+        assert ck.resources["spill_store_bytes"] == 0, (wdtype, cfg, ck.log)
+
+
+def test_fp32_runs_refuse_more_rows_than_their_registers_hold():
+    def build(**kw):
+        kernel = dec.MatmulWxA16Decode(tilus.int8, 128, block_m=1, reps=1, stages=0, **kw)
+        return tilus.compile(kernel, 1, 100, 1024, F16, tilus.uint8, F16, F16)
+
+    with pytest.raises(tilus.TilusArgumentError, match="rows = 8 with fp32 runs"):
+        build(rows=8)
+    with pytest.raises(tilus.TilusArgumentError, match="run_dtype must be float16 or float32"):
+        build(rows=2, run_dtype="int32")
+    build(rows=4, run_dtype="float16")  # the caller's choice: fp16 runs of int8 codes
+
+
 def test_every_config_builds_without_spills():
     for cfg in dec.MatmulWxA16Decode().configs:
         ck = tilus.compile(dec.MatmulWxA16Decode(tilus.uint4b, 128, **cfg), 1, 100, 1024, F16,

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import matmul_wx_a16_mma as mma
 import numpy as np
-from matmul_wx_a16_decode import WEIGHT_TYPES, MatmulWxA16Decode, zero_point
+from matmul_wx_a16_decode import WEIGHT_TYPES, MatmulWxA16Decode, decode_kernel, zero_point
 from matmul_wx_a16_pipe import MatmulWxA16Pipe
 from matmul_wx_a16_prefill import MatmulWxA16Prefill
 from split_k import SplitKParts
@@ -249,7 +249,7 @@ def pick_kernel(m: int, weights: WxA16Weights):
     if weights.w_prepacked is not None and m <= MMA_MAX_M:
         return mma.MatmulWxA16Mma(wd, g), weights.w_prepacked
     if m <= DECODE_M or wd not in (tilus.uint4b, tilus.int4b):
-        return MatmulWxA16Decode(wd, g), weights.w_packed
+        return decode_kernel(wd, g), weights.w_packed
     if PREFILL_MIN_M is not None and m >= PREFILL_MIN_M and g % 128 == 0:
         return MatmulWxA16Prefill(wd, g), weights.w_packed
     return MatmulWxA16Pipe(wd, g), weights.w_packed

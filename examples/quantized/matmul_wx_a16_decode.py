@@ -58,14 +58,22 @@ def code_bound(wdtype) -> float:
 FP16_RUN_BOUND = 32
 
 
+#: the most weight rows a thread whose runs are summed in fp32 keeps in registers
+FP32_MAX_ROWS = 4
+
+
 def zero_point(wdtype) -> float:
     """The code subtracted before scaling: half the range of an unsigned type, else 0."""
     return float(1 << (wdtype.nbits - 1)) if wdtype.kind == "uint" else 0.0
 
 
-@tilus.autotune("rows", [1, 2, 4])
+#: (rows, block_m) of the autotune space: 8 weight rows a thread for one row of X (fewer
+#: loads of X and the scales a code), 2 or 4 for four rows of X (registers for four sums)
+ROWS_BLOCK_M = [(2, 1), (4, 1), (8, 1), (2, 4), (4, 4)]
+
+
+@tilus.autotune("rows, block_m", ROWS_BLOCK_M)
 @tilus.autotune("reps", [1])
-@tilus.autotune("block_m", [1, 4])
 @tilus.autotune("stages", [0, 4, 6])
 class MatmulWxA16Decode(tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` for few M, memory-streaming (``block_m`` rows
@@ -101,6 +109,11 @@ class MatmulWxA16Decode(tilus.Script):
         if run_dtype not in (float16, float32):
             raise TilusArgumentError(f"run_dtype must be float16 or float32, got {run_dtype}")
         self.run_dtype = run_dtype
+        if run_dtype == float32 and rows > FP32_MAX_ROWS:  # their tiles would spill
+            raise TilusArgumentError(
+                f"rows = {rows} with fp32 runs ({wdtype}): at most {FP32_MAX_ROWS} (see "
+                "decode_kernel)"
+            )
         self.persist, self.num_sms = persist, num_sms  # num_sms: the GPU's by default
 
     def __call__(
@@ -265,3 +278,19 @@ class MatmulWxA16Decode(tilus.Script):
         self.copy_async(gw, sw[slot], offsets=[on, kt * bg, 0, 0])
         self.copy_async(gx, sx[slot], offsets=[om, kt * bg, 0, 0])
         self.copy_async_commit_group()
+
+
+@tilus.autotune("rows, block_m", [(2, 1), (FP32_MAX_ROWS, 1), (2, 4)])
+class MatmulWxA16DecodeF32(MatmulWxA16Decode):
+    """``MatmulWxA16Decode`` for weights whose runs are summed in fp32 (int7/int8 and the
+    floats with 4-5 exponent bits by default): its widest row tile is ``FP32_MAX_ROWS``, and
+    2 for four rows of X (6 and, for four rows of X, 4 spill with the ring)."""
+
+
+def decode_kernel(wdtype=tilus.uint4b, group: int = 128, **kwargs):
+    """The decode kernel for a weight type: ``MatmulWxA16Decode``, or
+    ``MatmulWxA16DecodeF32`` where the runs are summed in fp32 (``run_dtype``, by default
+    from the codes' magnitude)."""
+    run = kwargs.get("run_dtype")
+    fp32 = str(run) == "float32" if run is not None else code_bound(wdtype) > FP16_RUN_BOUND
+    return (MatmulWxA16DecodeF32 if fp32 else MatmulWxA16Decode)(wdtype, group, **kwargs)

@@ -567,7 +567,13 @@ def _line(stmt) -> str:
 def tile_registers_error(t: TensorVar, layout: RegisterLayout, num_threads: int) -> str | None:
     """Why register tile ``t`` in ``layout`` over ``num_threads`` threads cannot be held in
     registers without spilling (None when it can)."""
-    regs = layout.local_size * max(1, t.dtype.nbits // 32)
+    nbits = t.dtype.nbits
+    if nbits % 8:  # sub-byte tiles are packed 32-bit words
+        regs = -(-layout.local_size * nbits // 32)
+    elif nbits == 16:  # ptxas keeps two halves in a register
+        regs = -(-layout.local_size // 2)
+    else:  # a register an element (8-bit ones too: ptxas seldom packs bytes)
+        regs = layout.local_size * max(1, nbits // 32)
     if regs <= MAX_TILE_REGISTERS:
         return None
     return tile_registers_message(
