@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.gpu, needs_gpu]
      (tilus.uint4b, 128, ex.MMA_MAX_M + 3, "MatmulWxA16Pipe"),  # just past the boundary
      (tilus.uint4b, 128, 130, "MatmulWxA16Pipe"),  # several M tiles
      (tilus.uint4b, 64, 2, "MatmulWxA16Decode"),  # a group the mma packing cannot serve
-     (tilus.int8, 128, 5, "MatmulWxA16Decode")],  # another bit width
+     (tilus.int8, 128, 5, "MatmulWxA16DecodeF32")],  # another bit width (fp32 runs)
     ids=str,
 )  # fmt: skip
 def test_entry_on_prepared_weights_matches_torch(wdtype, group, m, kernel):

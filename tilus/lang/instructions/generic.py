@@ -470,9 +470,11 @@ class GenericInstructions:
 
     def sum(self, x, *, dim=None, keepdim=False, out=None, acc_dtype=None):
         """Sum over ``dim`` (all dims when None). A float16/bfloat16 tile is summed in float32
-        unless ``acc_dtype`` is its own dtype: then every partial sum is rounded to it (on the
-        GPU two at a time, HADD2 on pairs: half the instructions, fp16's precision; the
-        interpreter adds in a pairwise tree too, its order may differ from the GPU's)."""
+        unless ``acc_dtype`` is its own dtype: then every partial sum is rounded to it, the
+        even and odd elements as the halves of pairs (HADD2 on the GPU: half the
+        instructions, the dtype's precision). The interpreter adds in that order, so the two
+        agree bit for bit where a thread holds the whole reduced dim in order; across
+        threads the GPU's partial sums meet in a butterfly."""
         return self._reduce("sum", x, dim, keepdim, out, acc_dtype)
 
     def max(self, x, *, dim=None, keepdim=False, out=None):
