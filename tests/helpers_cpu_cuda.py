@@ -93,6 +93,19 @@ TL_PAIR(tl_hmul_pair, *, tl_f2h, tl_h2f) TL_PAIR(tl_hadd_pair, +, tl_f2h, tl_h2f
 TL_PAIR(tl_hsub_pair, -, tl_f2h, tl_h2f) TL_PAIR(tl_bmul_pair, *, tl_f2b, tl_b2f)
 TL_PAIR(tl_badd_pair, +, tl_f2b, tl_b2f) TL_PAIR(tl_bsub_pair, -, tl_f2b, tl_b2f)
 static inline uint16_t tl_badd1(uint16_t a, uint16_t b) { return tl_f2b(tl_b2f(a) + tl_b2f(b)); }
+static inline uint16_t tl_hfma1(uint16_t a, uint16_t b, uint16_t c) {
+  _Float16 x, y, z; std::memcpy(&x, &a, 2); std::memcpy(&y, &b, 2); std::memcpy(&z, &c, 2);
+  _Float16 r = (_Float16)((double)x * (double)y + (double)z); uint16_t h; std::memcpy(&h, &r, 2);
+  return h;
+}
+static inline uint16_t tl_bfma1(uint16_t a, uint16_t b, uint16_t c) {
+  return tl_f2b((float)((double)tl_b2f(a) * tl_b2f(b) + tl_b2f(c)));
+}
+#define TL_FMA_PAIR(name, one) \
+  static inline void name(uint16_t &o0, uint16_t &o1, uint16_t a0, uint16_t a1, uint16_t b0, \
+                          uint16_t b1, uint16_t c0, uint16_t c1) { \
+    uint16_t r0 = one(a0, b0, c0), r1 = one(a1, b1, c1); o0 = r0; o1 = r1; }
+TL_FMA_PAIR(tl_hfma_pair, tl_hfma1) TL_FMA_PAIR(tl_bfma_pair, tl_bfma1)
 template <class T> static inline void tl_unpack2(uint32_t w, T &lo, T &hi) {
   uint16_t a = (uint16_t)(w & 0xffffu), b = (uint16_t)(w >> 16);
   std::memcpy(&lo, &a, 2); std::memcpy(&hi, &b, 2);

@@ -155,3 +155,65 @@ def test_acc_dtype_is_refused_where_it_does_not_apply():
         tilus.compile(Bad(), np.ones(32, np.float16))
     assert "acc_dtype of a float16 sum must be float32 or float16" in str(info.value)
     assert info.value.loc.line == marker_line(Bad, "BAD")
+
+
+class HalfDot(tilus.Script):
+    """``y[r] = sum(a[r, :] * b[0, :])`` in ``dtype`` (``b`` broadcast over the rows): the
+    CUDA backend fuses the products into the sum (pair FMAs)."""
+
+    def __init__(self, dtype, cols, local_rows):
+        super().__init__()
+        self.dtype, self.cols, self.local_rows = dtype, cols, local_rows
+
+    def __call__(self, a_ptr: void_p, b_ptr: void_p, y_ptr: void_p):
+        dt, c = self.dtype, self.cols
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1 if self.local_rows else 4
+        ga = self.global_view(a_ptr, dtype=dt, shape=[32, c])
+        gb = self.global_view(b_ptr, dtype=dt, shape=[1, c])
+        gy = self.global_view(y_ptr, dtype=dt, shape=[32, 1])
+        a = self.load_global(ga, offsets=[0, 0], shape=[32, c])
+        b = self.load_global(gb, offsets=[0, 0], shape=[1, c])
+        if self.local_rows:
+            self.annotate_layout(a, spatial(32, 1).local(1, c))
+        y = self.sum(a * b, dim=1, keepdim=True, acc_dtype=dt)
+        self.store_global(gy, y, offsets=[0, 0])
+
+
+@needs_nvrtc
+@needs_gxx
+@pytest.mark.parametrize("dt", [float16, bfloat16], ids=str)
+@pytest.mark.parametrize("cols, local_rows", [(32, True), (7, True), (1, True), (96, False)])
+def test_sum_of_products_is_fused_into_pair_fmas(dt, cols, local_rows):
+    """Within the dtype's rounding of a float64 reference on the CPU emulator and the
+    interpreter (which rounds each product: the two may differ in the last bits)."""
+    import torch
+
+    rng = np.random.default_rng()
+    a = _inputs(rng, dt, 32, cols)[0]
+    b = _inputs(rng, dt, 1, cols)[0]
+    y = np.full((32, 1), 0x7E00, np.uint16)
+    kernel = HalfDot(dt, cols, local_rows)
+    ck = emulate(kernel, (a, b, y), [1])
+    if cols > 1:
+        assert ("tl_hfma_pair" if dt == float16 else "tl_bfma_pair") in ck.source
+    want = np.full_like(y, 0x7E00)
+    tdt = torch.float16 if dt == float16 else torch.bfloat16
+    with tilus.option.scoped(interpret=True):
+        kernel(*(torch.from_numpy(v).view(tdt) for v in (a, b, want)))
+    prod = _as_float(a, dt) * _as_float(b, dt)
+    ref, scale = prod.sum(axis=1, keepdims=True), np.abs(prod).sum(axis=1, keepdims=True)
+    eps = 2.0**-10 if dt == float16 else 2.0**-7
+    for got in (y, want):
+        assert (np.abs(_as_float(got, dt) - ref) <= eps * np.log2(4 * cols) * scale).all()
+
+
+@needs_nvrtc
+def test_fused_sum_of_products_has_no_separate_multiplies():
+    from tilus.runtime.sass import sass_opcodes
+
+    a = np.ones((32, 64), np.uint16)
+    ck = tilus.compile(HalfDot(float16, 64, True), a, a[:1].copy(), a[:, :1].copy())
+    ops = sass_opcodes(ck.sass())
+    # a lane's row of 64: one HMUL2 to start the chain, 31 HFMA2, one HADD2 for the halves
+    assert ops.get("HMUL2", 0) <= 1 and ops.get("HFMA2", 0) >= 31, ops

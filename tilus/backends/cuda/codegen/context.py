@@ -48,6 +48,9 @@ class Context:
         self.block_seq = 0
         self.decl_scope: dict = {}  # id(register tile) -> open blocks at its declaration
         self.wgmma_accs: dict = {}  # id(tile) -> tile, every wgmma accumulator so far
+        # id(Reduce) -> (a, b): a 16-bit sum of the product a * b, emitted as FMA chains
+        # (codegen.stmts fuses the product into the sum)
+        self.fused_products: dict = {}
 
     # --- output ------------------------------------------------------------------------------
     def emit(self, line: str = ""):

@@ -220,9 +220,8 @@ def _int4_to_f16(ctx, src, out, n):
                 f"const uint32_t {h} = tl_hfma2((tl_prmt({word}, 0u, {sel:#06x}u) & tl_i4k.mask) ^ "
                 f"{key}, tl_i4k.mul, {bias});"
             )
-            R.split_word(
-                ctx, h, R.elem(ctx, out, 8 * k + 2 * i), R.elem(ctx, out, 8 * k + 2 * i + 1)
-            )
+            ctx.emit(f"{R.elem(ctx, out, 8 * k + 2 * i)} = (uint16_t)({h} & 0xffffu);")
+            ctx.emit(f"{R.elem(ctx, out, 8 * k + 2 * i + 1)} = (uint16_t)({h} >> 16);")
 
 
 def _small_int_to_half(sd, dd) -> bool:

@@ -128,7 +128,12 @@ def reduce_(ctx, inst, expr):
         groups[where[tuple(c)]].append(i)
     acc = ctx.fresh("acc")
     ctx.emit(f"{T} {acc}[{lo.local_size}];")
-    if isinstance(T, HalfAcc):
+    fused = ctx.fused_products.get(id(inst))
+    if fused is not None:  # sum(a * b): the products fused into the additions
+        _, maps = R._maps(ctx, src, fused)
+        for j, regs in enumerate(groups):
+            ctx.emit(f"{acc}[{j}] = {_fma_chain(ctx, src, fused, maps, regs, T)};")
+    elif isinstance(T, HalfAcc):
         for j, regs in enumerate(groups):
             ctx.emit(f"{acc}[{j}] = {_pair_tree(ctx, src, regs, T)};")
     elif not _in_thread_loop(ctx, src, groups, acc, op, T):
@@ -196,6 +201,51 @@ def _pair_tree(ctx, src, regs, T) -> str:
         pairs = nxt
     total = combine("sum", pairs[0][0], pairs[0][1], T)
     return total if last is None else combine("sum", total, last, T)
+
+
+def _fma_chain(ctx, src, ops, maps, regs, T) -> str:
+    """Stage 1 of ``sum(a * b)`` in a 16-bit float (``ops`` = (a, b), read through their
+    broadcast ``maps`` onto ``src``'s registers ``regs``): one chain of pair FMAs over
+    registers (2i, 2i + 1) (HFMA2: a product and an addition in one instruction, each half
+    rounded once), then the two halves, then an odd last product by a scalar FMA."""
+    dt = src.dtype.name
+    (pair, pfrag), (one, ofrag) = R.HALF_FMA[dt]
+    mul, mfrag = R.PAIR_OPS[(dt, "*")]
+    for f in (pfrag, ofrag, mfrag):
+        if f not in ctx.fragments:
+            ctx.fragments.append(f)
+
+    def read(k, i):
+        m = maps[k]
+        return R.elem(ctx, ops[k], i if m is None else m[i])
+
+    if len(regs) == 1:
+        return _one_product(ctx, dt, read(0, regs[0]), read(1, regs[0]))
+    lo, hi = ctx.fresh("c"), ctx.fresh("c")
+    ctx.emit(f"uint16_t {lo}, {hi};")
+    for k in range(0, len(regs) - 1, 2):
+        i0, i1 = regs[k], regs[k + 1]
+        args = f"{read(0, i0)}, {read(0, i1)}, {read(1, i0)}, {read(1, i1)}"
+        if k == 0:
+            ctx.emit(f"{mul}({lo}, {hi}, {args});")
+        else:
+            ctx.emit(f"{pair}({lo}, {hi}, {args}, {lo}, {hi});")
+    total = combine("sum", lo, hi, T)
+    if len(regs) % 2:
+        last = regs[-1]
+        total = f"{one}({read(0, last)}, {read(1, last)}, {total})"
+    return total
+
+
+def _one_product(ctx, dt, a, b) -> str:
+    """One 16-bit float product (rounded): a one-register sum of products."""
+    mul, frag = R.PAIR_OPS[(dt, "*")]
+    if frag not in ctx.fragments:
+        ctx.fragments.append(frag)
+    t = ctx.fresh("c")
+    ctx.emit(f"uint16_t {t}, {t}_;")
+    ctx.emit(f"{mul}({t}, {t}_, {a}, {a}, {b}, {b});")
+    return t
 
 
 #: Partial accumulators of the in-thread loop: independent chains the SM overlaps.

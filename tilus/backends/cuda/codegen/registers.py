@@ -64,6 +64,36 @@ def _pair_op(name: str, ptx: str) -> Fragment:
     return Fragment(name, "ldst", text)
 
 
+def _fma_pair_op(name: str, suf: str) -> Fragment:
+    # (o0, o1) = (a0, a1) * (b0, b1) + (c0, c1), each half rounded once
+    text = (
+        f"__device__ __forceinline__ void {name}(uint16_t &o0, uint16_t &o1, uint16_t a0, "
+        "uint16_t a1, uint16_t b0, uint16_t b1, uint16_t c0, uint16_t c1) {\n"
+        '  asm("{.reg .b32 a, b, c, r; mov.b32 a, {%2, %3}; mov.b32 b, {%4, %5}; '
+        f'mov.b32 c, {{%6, %7}}; fma.rn.{suf}x2 r, a, b, c; mov.b32 {{%0, %1}}, r;}}"\n'
+        '      : "=h"(o0), "=h"(o1) : "h"(a0), "h"(a1), "h"(b0), "h"(b1), "h"(c0), "h"(c1));\n'
+        "}\n"
+    )
+    return Fragment(name, "ldst", text)
+
+
+def _fma_op(name: str, suf: str) -> Fragment:
+    text = (
+        f"__device__ __forceinline__ uint16_t {name}(uint16_t a, uint16_t b, uint16_t c) {{\n"
+        f'  uint16_t r; asm("fma.rn.{suf} %0, %1, %2, %3;" : "=h"(r) : "h"(a), "h"(b), '
+        '"h"(c)); return r;\n'
+        "}\n"
+    )
+    return Fragment(name, "ldst", text)
+
+
+#: ``a * b + c`` of 16-bit floats rounded once, by dtype: (the pair op, the scalar op)
+HALF_FMA = {
+    dt: ((f"tl_{pre}fma_pair", _fma_pair_op(f"tl_{pre}fma_pair", suf)),
+         (f"tl_{pre}fma1", _fma_op(f"tl_{pre}fma1", suf)))
+    for dt, pre, suf in (("float16", "h", "f16"), ("bfloat16", "b", "bf16"))
+}  # fmt: skip
+
 #: ``* + -`` of two 16-bit floats at once (HMUL2/HADD2 on a pair, bf16x2 on sm_90): the same
 #: bits as one at a time (each half rounded on its own), half the instructions
 PAIR_OPS = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 from tilus.backends.cuda.codegen import (  # noqa: F401 - register rules
     async_copy,
@@ -36,7 +37,9 @@ from tilus.ir.stmt import (
     ThreadGroupStmt,
     WhileStmt,
 )
+from tilus.ir.tensor import TensorVar
 from tilus.ir.visit import own_nodes
+from tilus.ir.visit import walk as walk_nodes
 from tilus.passes.walk import walk
 
 rule = CODEGEN_RULES.rule
@@ -164,6 +167,36 @@ class StmtEmitter:
         finally:
             ctx.stmt = prev
 
+    def _fuses(self, s, nxt) -> bool:
+        """Whether ``s`` is ``t = a * b`` of 16-bit float tiles whose only use is the next
+        statement, a sum of ``t`` in its own dtype: the sum then computes the products in
+        its additions (pair FMAs, one rounding for each product and addition, as CUDA
+        contracts float32 ``a * b + c``), recorded in ``ctx.fused_products``."""
+        if not (isinstance(s, InstStmt) and isinstance(nxt, InstStmt)):
+            return False
+        mul, red = s.inst, nxt.inst
+        if not (isinstance(mul, I.ElementwiseBinary) and mul.op == "*"):
+            return False
+        t = mul.out
+        if not (isinstance(red, I.Reduce) and red.src is t and red.acc == t.dtype):
+            return False
+        ops = (mul.a, mul.b)
+        if not all(isinstance(x, TensorVar) and x.dtype == t.dtype for x in ops):
+            return False
+        if t in ops or self._uses(t) != 2:  # defined here, read by the sum: nothing else
+            return False
+        self.ctx.fused_products[id(red)] = ops
+        return True
+
+    def _uses(self, t) -> int:
+        """How often tile ``t`` occurs in the function (its definition included)."""
+        counts = getattr(self, "_tile_counts", None)
+        if counts is None:
+            counts = self._tile_counts = Counter(
+                id(n) for n in walk_nodes(self.ctx.fn.body) if isinstance(n, TensorVar)
+            )
+        return counts[id(t)]
+
     def _broadcast_reads(self, s) -> list:
         return [
             x for x in own_nodes(s) if isinstance(x, TensorElement) and x in self.ctx.plan.scratch
@@ -185,7 +218,10 @@ class StmtEmitter:
     def _stmt(self, s):
         ctx, expr = self.ctx, self.expr
         if isinstance(s, SeqStmt):
-            for x in s.stmts:
+            for k, x in enumerate(s.stmts):
+                if self._fuses(x, s.stmts[k + 1] if k + 1 < len(s.stmts) else None):
+                    ctx.source_comment(x)  # the product is computed inside the sum
+                    continue
                 self.stmt(x)
         elif isinstance(s, DeclareStmt):
             ctx.source_comment(s)
