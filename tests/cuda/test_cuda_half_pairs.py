@@ -56,8 +56,11 @@ def _inputs(rng, dt, r, c):
 
 @needs_nvrtc
 @needs_gxx
-@pytest.mark.parametrize("dt", [float16, bfloat16], ids=str)
-@pytest.mark.parametrize("rows, cols", [(8, 12), (5, 7), (32, 64)])  # 3, 35/32, 64 a thread
+@pytest.mark.parametrize(
+    "dt, rows, cols",  # 3, 35/32 (an odd count), 64 a thread
+    [(float16, 8, 12), (float16, 5, 7), (bfloat16, 5, 7), (bfloat16, 32, 64)],
+    ids=str,
+)
 def test_pairs_match_the_interpreter_bit_for_bit(dt, rows, cols):
     rng = np.random.default_rng()
     a, b, c, y = _inputs(rng, dt, rows, cols)
@@ -115,9 +118,12 @@ def _as_float(words, dt):
 
 @needs_nvrtc
 @needs_gxx
-@pytest.mark.parametrize("dt", [float16, bfloat16], ids=str)
-@pytest.mark.parametrize("cols, local_rows", [(32, True), (7, True), (2, True), (256, False),
-                                              (100, False)])  # fmt: skip
+@pytest.mark.parametrize(
+    "dt, cols, local_rows",
+    [(float16, 32, True), (float16, 7, True), (bfloat16, 2, True), (bfloat16, 32, True),
+     (float16, 256, False), (bfloat16, 100, False)],
+    ids=str,
+)  # fmt: skip
 def test_half_accumulated_sum(dt, cols, local_rows):
     """Bit-identical to the interpreter when a row is one thread's registers in order (the
     same tree), else within the dtype's rounding of a float64 reference."""
@@ -182,8 +188,11 @@ class HalfDot(tilus.Script):
 
 @needs_nvrtc
 @needs_gxx
-@pytest.mark.parametrize("dt", [float16, bfloat16], ids=str)
-@pytest.mark.parametrize("cols, local_rows", [(32, True), (7, True), (1, True), (96, False)])
+@pytest.mark.parametrize(
+    "dt, cols, local_rows",
+    [(float16, 32, True), (bfloat16, 7, True), (float16, 1, True), (bfloat16, 96, False)],
+    ids=str,
+)
 def test_sum_of_products_is_fused_into_pair_fmas(dt, cols, local_rows):
     """Within the dtype's rounding of a float64 reference on the CPU emulator and the
     interpreter (which rounds each product: the two may differ in the last bits)."""

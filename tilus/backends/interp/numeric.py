@@ -62,3 +62,26 @@ def poison(shape, dt: DataType) -> np.ndarray:
     a = np.empty(shape, dtype=st)
     a.view(np.uint8)[...] = POISON_INT
     return a
+
+
+def _pairwise(a, dtype):
+    """Sum along the last axis in a pairwise tree (2i with 2i + 1 level by level, an odd last
+    one carried up), each partial sum rounded to ``dtype``."""
+    while a.shape[-1] > 1:
+        n = a.shape[-1]
+        s = convert(a[..., 0 : n - 1 : 2] + a[..., 1::2], dtype)
+        a = np.concatenate([s, a[..., -1:]], axis=-1) if n % 2 else s
+    return a[..., 0]
+
+
+def rounded_tree_sum(a, axis: int, dtype):
+    """Sum along ``axis`` rounded to ``dtype`` at every step, in the order the CUDA backend
+    adds a thread's registers: the even and the odd elements as the two halves of pairs (each
+    a pairwise tree), then the halves, then an odd last element."""
+    a = np.moveaxis(convert(a, dtype), axis, -1)
+    n = a.shape[-1]
+    if n == 1:
+        return a[..., 0]
+    even, odd = a[..., 0 : n - 1 : 2], a[..., 1::2]
+    r = convert(_pairwise(even, dtype) + _pairwise(odd, dtype), dtype)
+    return convert(r + a[..., -1], dtype) if n % 2 else r

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from tilus.backends.interp import races
-from tilus.backends.interp.numeric import convert, poison
+from tilus.backends.interp.numeric import convert, poison, rounded_tree_sum
 from tilus.backends.interp.packed import PackedGlobalView, is_packed, packed_view, read_region
 from tilus.backends.interp.sched import Sync
 from tilus.backends.interp.values import (
@@ -471,35 +471,12 @@ def _where(task, inst, loc):
     task.env[inst.out] = np.broadcast_to(convert(np.where(c, x, y), dt), inst.out.shape).copy()
 
 
-def _pairwise(a, dtype):
-    """Sum along the last axis in a pairwise tree (2i with 2i + 1 level by level, an odd last
-    one carried up), each partial sum rounded to ``dtype``."""
-    while a.shape[-1] > 1:
-        n = a.shape[-1]
-        s = convert(a[..., 0 : n - 1 : 2] + a[..., 1::2], dtype)
-        a = np.concatenate([s, a[..., -1:]], axis=-1) if n % 2 else s
-    return a[..., 0]
-
-
-def _rounded_tree_sum(a, axis: int, dtype):
-    """Sum along ``axis`` rounded to ``dtype`` at every step, in the order the CUDA backend
-    adds a thread's registers: the even and the odd elements as the two halves of pairs (each
-    a pairwise tree), then the halves, then an odd last element."""
-    a = np.moveaxis(convert(a, dtype), axis, -1)
-    n = a.shape[-1]
-    if n == 1:
-        return a[..., 0]
-    even, odd = a[..., 0 : n - 1 : 2], a[..., 1::2]
-    r = convert(_pairwise(even, dtype) + _pairwise(odd, dtype), dtype)
-    return convert(r + a[..., -1], dtype) if n % 2 else r
-
-
 @rule(I.Reduce)
 def _reduce(task, inst, loc):
     a = reg(task, inst.src, loc)
     kw = {"axis": inst.dim, "keepdims": inst.keepdim}
     if inst.op == "sum" and inst.acc is not None:  # 16-bit float partial sums
-        r = _rounded_tree_sum(a, inst.dim, inst.acc)
+        r = rounded_tree_sum(a, inst.dim, inst.acc)
         if inst.keepdim:
             r = np.expand_dims(r, inst.dim)
     elif inst.op == "sum":

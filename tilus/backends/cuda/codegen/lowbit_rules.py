@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tilus.backends.cuda.codegen import lowbit as B
 from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.codegen.half import split_word
 from tilus.backends.cuda.ptx.lowbit import SMALL_INT_CONSTANTS, small_int_pair_constants
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst_lowbit as L
@@ -265,7 +266,7 @@ def _small_int_pairs_to_half(ctx, src, out, n) -> set:
             f"{e}[1], {e}[2], {e}[3]);"
         )
         if dd.name == "float16":
-            R.split_word(ctx, h, R.elem(ctx, out, 2 * m), R.elem(ctx, out, 2 * m + 1))
+            split_word(ctx, h, R.elem(ctx, out, 2 * m), R.elem(ctx, out, 2 * m + 1))
         else:
             ctx.emit(f"{R.elem(ctx, out, 2 * m)} = tl_h2f((uint16_t)({h} & 0xffffu));")
             ctx.emit(f"{R.elem(ctx, out, 2 * m + 1)} = tl_h2f((uint16_t)({h} >> 16));")
@@ -344,7 +345,7 @@ def _small_float_to_f16(ctx, src, out, n) -> int:
                     f"const uint32_t {h} = tl_hmul2(({em_} & {em2:#x}u) | ({sg} & {s2:#x}u), "
                     f"{scale * 0x10001:#x}u);"
                 )
-                R.split_word(ctx, h, R.elem(ctx, out, 8 * k + j), R.elem(ctx, out, 8 * k + j + 4))
+                split_word(ctx, h, R.elem(ctx, out, 8 * k + j), R.elem(ctx, out, 8 * k + j + 4))
         return n
     nb = dt.nbits
     for i in range(0, n - 1, 2):
@@ -358,7 +359,7 @@ def _small_float_to_f16(ctx, src, out, n) -> int:
             f"const uint32_t {h} = tl_hmul2((({w} << {sh}) & {em2:#x}u) | (({w} << {ssh}) & "
             f"{s2:#x}u), {scale * 0x10001:#x}u);"
         )
-        R.split_word(ctx, h, R.elem(ctx, out, i), R.elem(ctx, out, i + 1))
+        split_word(ctx, h, R.elem(ctx, out, i), R.elem(ctx, out, i + 1))
     return n - n % 2
 
 

@@ -7,6 +7,7 @@ import sys
 from tilus.backends.cuda.codegen import ldmatrix, lowbit_rules
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen import vector as V
+from tilus.backends.cuda.codegen.half import split_word
 from tilus.backends.cuda.codegen.loops import LOOP_MIN, local_coord_exprs
 from tilus.backends.cuda.codegen.scalar import ctype
 from tilus.backends.cuda.ptx.ldst import GUARDED_SUFFIX
@@ -458,7 +459,7 @@ def _shared_access(ctx, inst, tile, reg, load: bool):
             if load:
                 word = ctx.fresh("w")
                 ctx.emit(f"const uint32_t {word} = *((const uint32_t*)({addr}));")
-                R.split_word(ctx, word, v0, v1)
+                split_word(ctx, word, v0, v1)
             else:
                 ctx.emit(f"*((uint32_t*)({addr})) = (uint32_t){v0} | ((uint32_t){v1} << 16);")
         elif load:

@@ -17,6 +17,7 @@ import math
 
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.convert import row_major, through_shared
+from tilus.backends.cuda.codegen.half import HALF_ADD, HALF_FMA, PAIR_OPS
 from tilus.backends.cuda.codegen.loops import LOOP_MIN, fitted_expr
 from tilus.backends.cuda.codegen.scalar import HALF, ctype, from_float, minmax, to_float
 from tilus.backends.cuda.layout.reduction import thread_stages
@@ -171,7 +172,7 @@ def _half_acc(ctx, dtype) -> HalfAcc:
     """The accumulator of a sum rounded to ``dtype`` at every step (its scalar add's helper
     joins the kernel's prelude)."""
     name = "float16" if dtype.name == "float16" else "bfloat16"
-    fn, frag = R.HALF_ADD[name]
+    fn, frag = HALF_ADD[name]
     if frag not in ctx.fragments:
         ctx.fragments.append(frag)
     return HalfAcc(fn)
@@ -184,7 +185,7 @@ def _pair_tree(ctx, src, regs, T) -> str:
     codes = [R.elem(ctx, src, i) for i in regs]
     if len(codes) < 4:
         return _tree(ctx, codes, "sum", T)
-    name, frag = R.PAIR_OPS[(src.dtype.name, "+")]
+    name, frag = PAIR_OPS[(src.dtype.name, "+")]
     if frag not in ctx.fragments:
         ctx.fragments.append(frag)
     pairs = [(codes[k], codes[k + 1]) for k in range(0, len(codes) - 1, 2)]
@@ -209,8 +210,8 @@ def _fma_chain(ctx, src, ops, maps, regs, T) -> str:
     registers (2i, 2i + 1) (HFMA2: a product and an addition in one instruction, each half
     rounded once), then the two halves, then an odd last product by a scalar FMA."""
     dt = src.dtype.name
-    (pair, pfrag), (one, ofrag) = R.HALF_FMA[dt]
-    mul, mfrag = R.PAIR_OPS[(dt, "*")]
+    (pair, pfrag), (one, ofrag) = HALF_FMA[dt]
+    mul, mfrag = PAIR_OPS[(dt, "*")]
     for f in (pfrag, ofrag, mfrag):
         if f not in ctx.fragments:
             ctx.fragments.append(f)
@@ -239,7 +240,7 @@ def _fma_chain(ctx, src, ops, maps, regs, T) -> str:
 
 def _one_product(ctx, dt, a, b) -> str:
     """One 16-bit float product (rounded): a one-register sum of products."""
-    mul, frag = R.PAIR_OPS[(dt, "*")]
+    mul, frag = PAIR_OPS[(dt, "*")]
     if frag not in ctx.fragments:
         ctx.fragments.append(frag)
     t = ctx.fresh("c")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.codegen.half import split_word
 from tilus.backends.cuda.codegen.scalar import ctype
 from tilus.backends.cuda.ptx import cache_hint as H
 from tilus.ir.expr import Binary, Const, Var
@@ -303,7 +304,7 @@ def unpack(ctx, out, i0, nwords: int, v: str) -> None:
                 ctx.emit(f"{R.elem(ctx, out, _plus(i0, 4 * k + j))} = ({ct})({word} >> {8 * j});")
         else:
             lo, hi = R.elem(ctx, out, _plus(i0, 2 * k)), R.elem(ctx, out, _plus(i0, 2 * k + 1))
-            R.split_word(ctx, word, lo, hi)
+            split_word(ctx, word, lo, hi)
 
 
 def store_run(
