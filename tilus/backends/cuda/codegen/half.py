@@ -29,28 +29,19 @@ F16_OPS = {
 }
 
 
-def _pair_op(name: str, ptx: str) -> Fragment:
-    # two 16-bit floats a side; ptxas keeps halves that sit in one register where they are,
-    # so the packing movs cost nothing when the operands were made as pairs
+def _pair_op(name: str, ptx: str, nargs: int = 2) -> Fragment:
+    """``(o0, o1) = ptx(a, b[, c])`` on pairs of 16-bit floats (``nargs`` operand pairs). The
+    halves go in and out through ``mov.b32 {lo, hi}``: ptxas keeps halves that sit in one
+    register where they are, so the packing costs nothing when the operands were pairs."""
+    names = "abc"[:nargs]
+    params = ", ".join(f"uint16_t {x}0, uint16_t {x}1" for x in names)
+    packs = " ".join(f"mov.b32 {x}, {{%{2 + 2 * k}, %{3 + 2 * k}}};" for k, x in enumerate(names))
+    ins = ", ".join(f'"h"({x}0), "h"({x}1)' for x in names)
     text = (
-        f"__device__ __forceinline__ void {name}(uint16_t &o0, uint16_t &o1, uint16_t a0, "
-        "uint16_t a1, uint16_t b0, uint16_t b1) {\n"
-        f'  asm("{{.reg .b32 a, b, r; mov.b32 a, {{%2, %3}}; mov.b32 b, {{%4, %5}}; '
-        f'{ptx} r, a, b; mov.b32 {{%0, %1}}, r;}}"\n'
-        '      : "=h"(o0), "=h"(o1) : "h"(a0), "h"(a1), "h"(b0), "h"(b1));\n'
-        "}\n"
-    )
-    return Fragment(name, "ldst", text)
-
-
-def _fma_pair_op(name: str, suf: str) -> Fragment:
-    # (o0, o1) = (a0, a1) * (b0, b1) + (c0, c1), each half rounded once
-    text = (
-        f"__device__ __forceinline__ void {name}(uint16_t &o0, uint16_t &o1, uint16_t a0, "
-        "uint16_t a1, uint16_t b0, uint16_t b1, uint16_t c0, uint16_t c1) {\n"
-        '  asm("{.reg .b32 a, b, c, r; mov.b32 a, {%2, %3}; mov.b32 b, {%4, %5}; '
-        f'mov.b32 c, {{%6, %7}}; fma.rn.{suf}x2 r, a, b, c; mov.b32 {{%0, %1}}, r;}}"\n'
-        '      : "=h"(o0), "=h"(o1) : "h"(a0), "h"(a1), "h"(b0), "h"(b1), "h"(c0), "h"(c1));\n'
+        f"__device__ __forceinline__ void {name}(uint16_t &o0, uint16_t &o1, {params}) {{\n"
+        f'  asm("{{.reg .b32 {", ".join(names)}, r; {packs} {ptx} r, {", ".join(names)}; '
+        'mov.b32 {%0, %1}, r;}"\n'
+        f'      : "=h"(o0), "=h"(o1) : {ins});\n'
         "}\n"
     )
     return Fragment(name, "ldst", text)
@@ -68,7 +59,7 @@ def _fma_op(name: str, suf: str) -> Fragment:
 
 #: ``a * b + c`` of 16-bit floats rounded once, by dtype: (the pair op, the scalar op)
 HALF_FMA = {
-    dt: ((f"tl_{pre}fma_pair", _fma_pair_op(f"tl_{pre}fma_pair", suf)),
+    dt: ((f"tl_{pre}fma_pair", _pair_op(f"tl_{pre}fma_pair", f"fma.rn.{suf}x2", 3)),
          (f"tl_{pre}fma1", _fma_op(f"tl_{pre}fma1", suf)))
     for dt, pre, suf in (("float16", "h", "f16"), ("bfloat16", "b", "bf16"))
 }  # fmt: skip
