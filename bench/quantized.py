@@ -18,9 +18,12 @@ rounds:
   it: on weights made once by ``prepare_weights`` (uint4b, group-128 fp16 scales), the kernel
   it picks for M with its default constructor tuned on first use, beside fp16 cuBLAS
   (``torch.matmul(x, w_fp16.T)``) at M = 1, 16, 4096 with N = K = 8192 and N = 28672,
-  K = 4096, and the other weight types (``--wx-types``, default ``WX_TYPES``) at M = 1,
-  N = K = 8192: GB/s of the weight read (packed codes and scales, or fp16), the ratio to
-  cuBLAS, and below the table the kernel and tuned config of each tilus row.
+  K = 4096, and the other weight types (``--wx-types``, default ``WX_TYPES``) at M = 1 (or
+  ``--wx-m``), N = K = 8192: GB/s of the weight read (packed codes and scales, or fp16), the
+  ratio to cuBLAS, and below the table the kernel and tuned config of each tilus row.
+* ``dequant``: ``DequantWx`` of ``examples/quantized/matmul_wx_a16_dequant.py`` (the fp16
+  weights of the large-M path), tuned, checked bit-exact against torch's dequantize, beside a
+  ``copy_`` that moves as many bytes: GB/s (read + written) and the ratio to the copy.
 
 ``--flush dirty`` (the default) empties the L2 before each timed run with a 256 MiB
 ``zero_()``, which leaves it full of dirty lines: the timed kernel's first reads also write
@@ -320,11 +323,74 @@ def w4a16_bench(torch, args, flush):
     rows, ok_all = [], True
     keep = {int(m) for m in args.w4a16_m.split(",") if m} if args.w4a16_m else None
     cases = [(m, n, k, "uint4b") for m, n, k in W4A16_SHAPES if keep is None or m in keep]
-    cases += [(1, 8192, 8192, t) for t in args.wx_types.split(",") if t]
+    wx_m = [int(m) for m in args.wx_m.split(",") if m]
+    cases += [(m, 8192, 8192, t) for m in wx_m for t in args.wx_types.split(",") if t]
     for m, n, k, wname in cases:
         r, ok = _w4a16_rows(torch, args, flush, m, n, k, wname)
         rows += r
         ok_all &= ok
+    return rows, ok_all
+
+
+# --- the dequantize kernel (fp16 weights for the large-M path) ---------------------------
+
+#: (N, K) of the weights dequantized, and their types (group 128)
+DEQUANT_SHAPES = [(8192, 8192), (28672, 4096)]
+DEQUANT_TYPES = ["uint4b", "uint3b", "int8"]
+
+
+def dequant_dry() -> bool:
+    """``DequantWx`` on the interpreter, bit-exact at a ragged size for two types."""
+    import matmul_wx_a16_dequant as dq
+
+    import tilus
+
+    ok_all = True
+    for wdtype in (tilus.uint4b, tilus.uint3b):
+        bad = dq.run_dequant(wdtype, 64, 37, 5 * 64, rows=2, reps=1, warps=4)
+        print(f"dequant {wdtype} 37x320 interpreter: {bad} elements differ "
+              f"{'ok' if bad == 0 else 'FAIL'}")  # fmt: skip
+        ok_all &= bad == 0
+    return ok_all
+
+
+def dequant_bench(torch, args, flush):
+    """``DequantWx`` (its default constructor, tuned) beside a ``copy_`` that moves as many
+    bytes (read + written); ratio = copy ms / tilus ms, GB/s of the bytes moved."""
+    import matmul_wx_a16 as ex
+    import matmul_wx_a16_dequant as dq
+    from rowwise import winner
+
+    import tilus
+
+    rows, ok_all = [], True
+    for n, k in DEQUANT_SHAPES:
+        for wname in DEQUANT_TYPES:
+            wdtype = getattr(tilus, wname)
+            _x, w, s, w16 = ex.torch_problem(torch, 1, n, k, 128, wdtype)
+            out = torch.full((n, k), float("nan"), dtype=torch.float16, device="cuda")
+            kernel = dq.DequantWx(wdtype, 128)
+            kernel(n, k, w, s, out)  # compile + tune
+            ok = bool(torch.equal(out.view(torch.int16), w16.view(torch.int16)))
+            if not ok:
+                print(f"dequant {wname} {n}x{k}: differs from the torch dequantize")
+            ok_all &= ok
+            moved = w.numel() + 2 * s.numel() + 2 * n * k
+            src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")
+            dst = torch.empty_like(src)
+            tag = f"tilus {wname}"
+            runs = {
+                tag: lambda a=(kernel, n, k, w, s, out): a[0](*a[1:]),
+                "copy_": lambda d=dst, c=src: d.copy_(c),
+            }
+            rounds = _interleaved(runs, torch, flush, args)
+            base = statistics.median(rounds["copy_"])
+            for name, ts in rounds.items():
+                ms = statistics.median(ts)
+                rows.append(dict(case="dequant", impl=name, shape=f"{n}x{k}", ms=ms,
+                                 metric="GB/s", value=moved / ms / 1e6, ratio=base / ms,
+                                 rounds_ms=ts,
+                                 config=f"DequantWx {winner(kernel)}" if name == tag else ""))  # fmt: skip
     return rows, ok_all
 
 
@@ -333,6 +399,7 @@ CASES = [
     Case("fp8_matmul", fp8_matmul_dry, fp8_matmul_bench),
     Case("fp8_cast", fp8_cast_dry, fp8_cast_bench),
     Case("w4a16", w4a16_dry, w4a16_bench),
+    Case("dequant", dequant_dry, dequant_bench),
 ]
 
 
@@ -370,7 +437,7 @@ def bench(args) -> int:
             print(f"{r['case']} {r['shape']} {r['impl']}: {r['config']}")
     print(f"L2 flush before each run: {args.flush}")
     print("ratio: fp8_matmul to cuBLAS with the same scales; fp8_cast to the copy; w4a16 to "
-          "cuBLAS fp16 (GB/s: of the weight read)")  # fmt: skip
+          "cuBLAS fp16 (GB/s: of the weight read); dequant to a copy_ of as many bytes")  # fmt: skip
     meta = dict(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         gpu=torch.cuda.get_device_name(),
@@ -400,7 +467,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--reps", type=int, default=20, help="timed runs per kernel per round")
     ap.add_argument("--wx-types", default=",".join(WX_TYPES),
-                    help="w4a16: the other weight types timed at M = 1 (comma-separated)")  # fmt: skip
+                    help="w4a16: the other weight types timed at --wx-m (comma-separated)")  # fmt: skip
+    ap.add_argument("--wx-m", default="1",
+                    help="w4a16: the M the --wx-types are timed at (comma-separated)")  # fmt: skip
     ap.add_argument("--w4a16-m", default="",
                     help="w4a16: only these M of W4A16_SHAPES (comma-separated; default all)")  # fmt: skip
     ap.add_argument("--fp8-matmul-shapes", type=int, default=0,

@@ -45,6 +45,7 @@ EXAMPLES = [
     "quantized/per_token_cast.py",
     "quantized/matmul_wx_a16.py",
     "quantized/matmul_wx_a16_mma.py",
+    "quantized/matmul_wx_a16_dequant.py",
 ]
 HELPERS = [
     "example_support.py",

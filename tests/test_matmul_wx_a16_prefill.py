@@ -119,6 +119,8 @@ def test_entry_picks_the_prefill_kernel_at_prefill_m(monkeypatch):
     assert ex.PREFILL_MIN_M is None  # off by default: it measured slower than the pipe kernel
     _x, w, s, _w16 = ex.torch_problem(torch, 1, 70, 384, 128, device="cpu")
     weights = ex.prepare_weights(w, s, wdtype=tilus.uint4b, group=128)
+    assert ex.pick_kernel(1 << 20, weights)[0].script_cls.__name__ == "MatmulWxA16Dequant"
+    monkeypatch.setattr(ex, "DEQUANT_MIN_M", None)  # the dequantize path off
     assert ex.pick_kernel(1 << 20, weights)[0].script_cls.__name__ == "MatmulWxA16Pipe"
     monkeypatch.setattr(ex, "PREFILL_MIN_M", 2048)
 

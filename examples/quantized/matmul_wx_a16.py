@@ -11,9 +11,11 @@ Up to ``MMA_MAX_M`` rows of X (the boundary measured on an H200) prepared 4-bit 
 the mma.sync kernel of ``matmul_wx_a16_mma.py`` on the copy ``prepare_weights`` packed in
 fragment order; more rows the pipelined WGMMA kernel of ``matmul_wx_a16_pipe.py`` (and from
 ``PREFILL_MIN_M`` rows, when set, the persistent one of ``matmul_wx_a16_prefill.py``: off, as
-it measured slower); other bit widths
-(1-8-bit integers, fp4/fp6 floats) and groups that are not whole 128-K chunks the
-memory-streaming kernel of ``matmul_wx_a16_decode.py`` at decode M. ``matmul_wx_a16(x,
+it measured slower); other bit widths (1-8-bit integers, fp4/fp6 floats) and groups that are
+not whole 128-K chunks the memory-streaming kernel of ``matmul_wx_a16_decode.py`` at decode
+M. From ``DEQUANT_MIN_M`` rows (``DEQUANT_MIN_M_OTHER`` for the other types) the weights are
+dequantized to an fp16 workspace and V7 multiplies (``matmul_wx_a16_dequant.py``): at prefill
+M the matmul is compute-bound and the dequantize costs one pass over the weights. ``matmul_wx_a16(x,
 w_packed, scales, wdtype=, group=)`` on the plain bytes still works (without the mma kernel).
 The rest of this file is the simple one-warp-group WGMMA kernel ``MatmulWxA16`` and the
 shared checks, reference and random problems.
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 import matmul_wx_a16_mma as mma
 import numpy as np
 from matmul_wx_a16_decode import WEIGHT_TYPES, MatmulWxA16Decode, decode_kernel, zero_point
+from matmul_wx_a16_dequant import MatmulWxA16Dequant
 from matmul_wx_a16_pipe import MatmulWxA16Pipe
 from matmul_wx_a16_prefill import MatmulWxA16Prefill
 from split_k import SplitKParts
@@ -67,6 +70,14 @@ MMA_MAX_M = 32
 #: cuBLAS at N = K = 8192 / N = 28672, K = 4096: tuned prefill 0.73 / 0.71, the pipelined
 #: kernel's best 0.78 / 0.75), so the pipelined one stays the default
 PREFILL_MIN_M = None
+#: from this many rows of X, 4-bit weights (other types: ``DEQUANT_MIN_M_OTHER``) are
+#: dequantized to an fp16 workspace and multiplied by V7 (``matmul_wx_a16_dequant.py``);
+#: None: never. Measured on an H200 (2026-12-03, ratios to fp16 cuBLAS at N = K = 8192): uint4b
+#: at M = 1024 dequantize+V7 0.76 vs the pipelined kernel's 0.79 (N = 28672: 0.76 / 0.75), at
+#: 2048 0.86 / 0.76, at 4096 0.93 / 0.74; the other types at M = 16 0.41 / decode 0.39
+#: (uint3b), 0.39 / 0.25 (int8), 0.40 / 0.42 (fp4), at 32 dequantize wins by 2-3x
+DEQUANT_MIN_M = 1024
+DEQUANT_MIN_M_OTHER = 16
 
 
 @tilus.autotune("block_m", [16, 64, 128])
@@ -243,12 +254,18 @@ def pick_kernel(m: int, weights: WxA16Weights):
     ``DECODE_M`` rows (and every M for types other than int4b/uint4b) the memory-streaming
     decode kernel (``matmul_wx_a16_decode.py``), more rows the pipelined WGMMA one
     (``matmul_wx_a16_pipe.py``), from ``PREFILL_MIN_M`` rows if set (groups that are
-    multiples of 128) the persistent prefill one (``matmul_wx_a16_prefill.py``). Each is its
-    default constructor, tuned on first use."""
+    multiples of 128) the persistent prefill one (``matmul_wx_a16_prefill.py``); from
+    ``DEQUANT_MIN_M`` rows (``DEQUANT_MIN_M_OTHER`` for types other than int4b/uint4b) the
+    weights dequantized to fp16, then V7 (``matmul_wx_a16_dequant.py``). Each is its default
+    constructor, tuned on first use."""
     wd, g = weights.wdtype, weights.group
+    four = wd in (tilus.uint4b, tilus.int4b)
+    from_m = DEQUANT_MIN_M if four else DEQUANT_MIN_M_OTHER
+    if from_m is not None and m >= from_m:
+        return MatmulWxA16Dequant(wd, g), weights.w_packed
     if weights.w_prepacked is not None and m <= MMA_MAX_M:
         return mma.MatmulWxA16Mma(wd, g), weights.w_prepacked
-    if m <= DECODE_M or wd not in (tilus.uint4b, tilus.int4b):
+    if m <= DECODE_M or not four:
         return decode_kernel(wd, g), weights.w_packed
     if PREFILL_MIN_M is not None and m >= PREFILL_MIN_M and g % 128 == 0:
         return MatmulWxA16Prefill(wd, g), weights.w_packed

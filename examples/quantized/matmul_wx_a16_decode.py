@@ -72,10 +72,41 @@ def zero_point(wdtype) -> float:
 ROWS_BLOCK_M = [(2, 1), (4, 1), (8, 1), (2, 4), (4, 4)]
 
 
+def signed_type(wdtype):
+    """The type of a code of ``wdtype`` less its zero point: the signed integer of its width
+    for an unsigned type, else ``wdtype``."""
+    if wdtype.kind != "uint":
+        return wdtype
+    return getattr(tilus, f"int{wdtype.nbits}b") if wdtype.nbits < 8 else tilus.int8
+
+
+class SignedCodes:
+    """Mixin of the kernels that read packed weight runs (``self.wdtype``, ``self.words`` the
+    host list ``range(nbits)``): the codes of a tile of uint32 run words, less their zero
+    point."""
+
+    def signed_codes(self, qb):
+        """``qb`` (uint32 words of runs of 32 codes) viewed as codes: an unsigned code ``c``
+        as the signed code of ``c - z`` (``c ^ z``, ``z = 2^(nbits - 1)``: its top bit
+        flipped), other codes as they are."""
+        wd = self.wdtype
+        if wd.kind == "uint":
+            flips = sign_bits(wd.nbits)
+            if len(set(flips)) == 1:  # the same mask in every word
+                qb = qb ^ uint32(flips[0])
+            else:  # word w of a run: flips[w] (constants once unrolled)
+                w = self.register_tensor(dtype=int32, shape=[wd.nbits], init=lambda i: i)
+                flip = self.register_tensor(dtype=uint32, shape=[wd.nbits], init=flips[-1])
+                for k in self.words[:-1]:
+                    flip = self.where(w == k, uint32(flips[k]), flip)
+                qb = qb ^ flip
+        return self.view(qb, dtype=signed_type(wd))
+
+
 @tilus.autotune("rows, block_m", ROWS_BLOCK_M)
 @tilus.autotune("reps", [1])
 @tilus.autotune("stages", [0, 4, 6])
-class MatmulWxA16Decode(tilus.Script):
+class MatmulWxA16Decode(SignedCodes, tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` for few M, memory-streaming (``block_m`` rows
     of X a block, each with its own accumulator over the same dequantized weights)."""
 
@@ -222,19 +253,8 @@ class MatmulWxA16Decode(tilus.Script):
     def accumulate(self, accs, qb, xs, sf):
         """Add to each ``accs[mi]`` the run sums of the packed weight tile ``qb`` times X
         row ``xs[mi]`` (both in registers), scaled by the fp32 group scales ``sf``."""
-        wd = self.wdtype
-        if wd.kind == "uint":  # c - z is the signed code of c ^ z (z = 2^(nbits - 1))
-            flips = sign_bits(wd.nbits)
-            if len(set(flips)) == 1:  # the same mask in every word
-                qb = qb ^ uint32(flips[0])
-            else:  # word w of a run: flips[w] (constants once unrolled)
-                w = self.register_tensor(dtype=int32, shape=[wd.nbits], init=lambda i: i)
-                flip = self.register_tensor(dtype=uint32, shape=[wd.nbits], init=flips[-1])
-                for k in self.words[:-1]:
-                    flip = self.where(w == k, uint32(flips[k]), flip)
-                qb = qb ^ flip
-            wd = getattr(tilus, f"int{wd.nbits}b") if wd.nbits < 8 else tilus.int8
-        codes = self.view(qb, dtype=wd)
+        codes = self.signed_codes(qb)
+        wd = signed_type(self.wdtype)
         if self.run_dtype == float16:
             # every code is exact in fp16: cast two at a time, the products fp16 pairs (HMUL2)
             # and a run's 32 of them summed in fp16 pairs (HADD2), then widened once a run

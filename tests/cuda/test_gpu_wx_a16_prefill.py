@@ -78,6 +78,7 @@ def test_entry_at_prefill_m_runs_the_prefill_kernel(monkeypatch):
     import torch
 
     monkeypatch.setattr(ex, "PREFILL_MIN_M", 2048)  # off by default (slower than the pipe one)
+    monkeypatch.setattr(ex, "DEQUANT_MIN_M", None)  # which would take this M
     m, n, k, g = ex.PREFILL_MIN_M + 37, 1160, 1024, 128  # ragged M and N (N % 16 = 8)
     x, w, s, w16 = ex.torch_problem(torch, m, n, k, g)
     weights = ex.prepare_weights(w, s, wdtype=tilus.uint4b, group=g)

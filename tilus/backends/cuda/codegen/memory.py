@@ -33,7 +33,11 @@ def global_view(ctx, inst, expr):
         strides, acc = [], "1"
         for s in reversed(shape):
             strides.append(acc)
-            acc = s if acc == "1" else f"{acc} * (int64_t)({s})"
+            a, b = V.static_int(acc), V.static_int(s)
+            if a is not None and b is not None:  # a literal: the vector paths read it
+                acc = str(a * b)
+            else:
+                acc = s if acc == "1" else f"{acc} * (int64_t)({s})"
         strides = [x if x == "1" else f"(int64_t)({x})" for x in reversed(strides)]
     ctx.gview_info[t] = (ctx.name(t), shape, strides)
     if any(
