@@ -104,3 +104,4 @@ def test_every_config_builds_without_spills_and_stores_16_bytes(wdtype):
         # static strides fold to literals, so no run tests its own address's alignment
         assert "& 15) == 0" not in ck.source, cfg
         assert ck.kernel.smem_bytes <= 65 * 1024, cfg  # the staged tile: at most 64 KiB
+        assert "tl_swz<64>" in ck.source, cfg  # its chunks swizzled: no bank conflicts

@@ -34,7 +34,7 @@ from matmul_wx_a16_decode import RUN, WEIGHT_TYPES, SignedCodes, zero_point
 import tilus
 from tilus import float16, int32, uint32, void_p
 from tilus.errors import TilusArgumentError
-from tilus.ir.layout import local, reduce
+from tilus.ir.layout import local, reduce, shared_reshape, shared_row_major_swizzle
 from tilus.utils import cdiv
 
 _HOPPER = Path(__file__).resolve().parent.parent / "hopper_matmul"
@@ -51,7 +51,8 @@ class DequantWx(SignedCodes, tilus.Script):
     thread dequantizes ``rows x reps`` runs of 32 codes; a warp's lanes lie along K. The fp16
     tile goes out through shared memory, so that a warp's stores are 512 contiguous bytes (a
     lane holds a whole 64-byte run, whose own stores would write every 32-byte sector half at
-    a time: 0.26x of a copy's bandwidth where this takes 0.74-0.83x)."""
+    a time: 0.26x of a copy's bandwidth where this takes 0.88-0.92x), its 16-byte chunks
+    swizzled so that neither the runs' writes nor the rows' reads conflict on banks."""
 
     def __init__(self, wdtype=tilus.uint4b, group: int = 128, rows: int = 2, reps: int = 1,
                  warps: int = 4):  # fmt: skip
@@ -90,7 +91,9 @@ class DequantWx(SignedCodes, tilus.Script):
         s = self.load_global(gs, offsets=[on, og, 0, 0], shape=[bn, bg, 1, 1])
         self.annotate_layout(s, reduce(tile.local(1, 1, 1, RUN), [2, 3], keepdims=True))
         w = self.cast(self.signed_codes(qb), float16) * s
-        buf = self.shared_tensor(dtype=float16, shape=[bn, bg, cpg, RUN])
+        shape = [bn, bg, cpg, RUN]  # 16-byte chunks swizzled: conflict-free both ways
+        rows = shared_row_major_swizzle([bn * bg * cpg, RUN], 2)
+        buf = self.shared_tensor(dtype=float16, shape=shape, layout=shared_reshape(rows, shape))
         self.store_shared(buf, w)
         self.sync()  # re-read in the blocked layout that a coalesced store takes
         self.store_global(go, self.load_shared(buf), offsets=[on, og, 0, 0])
