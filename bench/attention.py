@@ -46,7 +46,7 @@ for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent
         sys.path.insert(0, str(p))
 
 from l2_flush import make_flush  # noqa: E402
-from rowwise import git_commit, time_ms  # noqa: E402
+from rowwise import git_commit, interleaved_rounds  # noqa: E402
 
 FORWARD = (
     "4x32x4096x128,4x32x4096x128c,2x16x8192x128,4x32x4096x64,16x16x1024x128,"
@@ -86,13 +86,7 @@ def sdpa_runs(torch, q, k, v, causal):
 
 def timed(torch, runs, flush, rounds, reps):
     """name -> (median of the rounds' medians in ms, the rounds), interleaved."""
-    for fn in runs.values():
-        fn()
-    torch.cuda.synchronize()
-    out = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, fn in runs.items():
-            out[name].append(time_ms(fn, torch, flush, reps))
+    out = interleaved_rounds(runs, torch, flush, rounds, reps)
     return {name: (statistics.median(ts), ts) for name, ts in out.items()}
 
 

@@ -51,7 +51,7 @@ for p in (REPO, REPO / "bench", REPO / "examples" / "quantized"):
         sys.path.insert(0, str(p))
 
 from l2_flush import FLUSHES, make_flush  # noqa: E402 - the L2 flush protocols
-from rowwise import git_commit, time_ms  # noqa: E402 - the shared timing helpers
+from rowwise import git_commit, interleaved_rounds  # noqa: E402 - the shared timing helpers
 
 MATMUL_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4000, 3008, 4000)]
 CAST_SHAPES = [(4096, 7168), (16384, 4096), (3000, 5000)]
@@ -76,14 +76,7 @@ class Case:
 
 def _interleaved(runs: dict, torch, flush, args) -> dict:
     """name -> list of per-round median ms, the implementations interleaved in each round."""
-    for fn in runs.values():  # warm up (compiles and tunes here)
-        fn()
-    torch.cuda.synchronize()
-    rounds = {name: [] for name in runs}
-    for _ in range(args.rounds):
-        for name, fn in runs.items():
-            rounds[name].append(time_ms(fn, torch, flush, args.reps))
-    return rounds
+    return interleaved_rounds(runs, torch, flush, args.rounds, args.reps)
 
 
 # --- fp8 matmul ---------------------------------------------------------------------------------

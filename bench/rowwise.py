@@ -115,6 +115,19 @@ def time_ms(fn, torch, flush, reps):
     return statistics.median(times)
 
 
+def interleaved_rounds(runs: dict, torch, flush, rounds: int, reps: int) -> dict:
+    """name -> per-round median ms of each callable of ``runs``, called once first (compiles,
+    tunes), then ``rounds`` rounds in which every implementation is timed in turn."""
+    for fn in runs.values():
+        fn()
+    torch.cuda.synchronize()
+    out = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            out[name].append(time_ms(fn, torch, flush, reps))
+    return out
+
+
 def winner(kernel) -> str:
     """The config the tuner chose for the last call of ``kernel`` (an InstantiatedScript)."""
     for state in getattr(kernel, "_backend_states", {}).values():  # the CUDA dispatchers
@@ -233,13 +246,8 @@ def bench(args) -> int:
                     print(f"{op} {m}x{n} {label}: max error {err:.2e} FAILS")
                     status = 1
                 runs[label] = lambda k=k, a=a, mn=(m, n): k(*mn, *a)
-            for fn in runs.values():  # warm up (torch.compile compiles here)
-                fn()
-            torch.cuda.synchronize()
-            rounds = {name: [] for name in runs}
-            for _ in range(args.rounds):
-                for name, fn in runs.items():
-                    rounds[name].append(time_ms(fn, torch, flush, args.reps))
+            # the warm-up call of each: torch.compile compiles there
+            rounds = interleaved_rounds(runs, torch, flush, args.rounds, args.reps)
             moved = 2 * m * n * 2  # fp16 read once and written once
             copy_ms = statistics.median(rounds["copy"])
             for name, ts in rounds.items():

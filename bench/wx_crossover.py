@@ -25,7 +25,7 @@ for p in (REPO, REPO / "bench", REPO / "examples" / "quantized"):
         sys.path.insert(0, str(p))
 
 from l2_flush import make_flush  # noqa: E402
-from rowwise import git_commit, time_ms  # noqa: E402
+from rowwise import git_commit, interleaved_rounds  # noqa: E402
 
 SHAPES = [(8192, 8192), (28672, 4096)]
 GROUP = 128
@@ -73,13 +73,7 @@ def one(torch, flush, args, wname, n, k, m) -> dict:
             continue
         runs[name] = lambda kern=kern, y=y: kern(m, n, k, x, w, s, y)
     runs["cublas"] = lambda: torch.matmul(x, w16.T)
-    for fn in runs.values():
-        fn()
-    torch.cuda.synchronize()
-    rounds = {name: [] for name in runs}
-    for _ in range(args.rounds):
-        for name, fn in runs.items():
-            rounds[name].append(time_ms(fn, torch, flush, args.reps))
+    rounds = interleaved_rounds(runs, torch, flush, args.rounds, args.reps)
     ms = {name: statistics.median(v) for name, v in rounds.items()}
     weights = ex.prepare_weights(w, s, wdtype=wdtype, group=GROUP)
     picked = ex.pick_kernel(m, weights)[0].script_cls.__name__

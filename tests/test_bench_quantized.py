@@ -32,3 +32,8 @@ def test_dry_run_checks_every_case():
 def test_unknown_case_is_refused():
     p = _run("--dry-run", "--cases", "fp8_matmul,nope")
     assert p.returncode != 0 and "nope" in (p.stdout + p.stderr)
+
+
+def test_crossover_bench_help():
+    p = run_bench("wx_crossover.py", "--help")
+    assert p.returncode == 0 and "--types" in p.stdout
