@@ -75,8 +75,10 @@ PREFILL_MIN_M = None
 #: None: never. Measured on an H200 (2026-12-03, ratios to fp16 cuBLAS at N = K = 8192): uint4b
 #: at M = 1024 dequantize+V7 0.76 vs the pipelined kernel's 0.79 (N = 28672: 0.76 / 0.75), at
 #: 2048 0.86 / 0.76, at 4096 0.93 / 0.74 (r69; r70's swizzled dequantize: 0.94); the other types at M = 16 0.41 / decode 0.39
-#: (uint3b), 0.39 / 0.25 (int8), 0.40 / 0.42 (fp4), at 32 dequantize wins by 2-3x
-DEQUANT_MIN_M = 1024
+#: (uint3b), 0.39 / 0.25 (int8), 0.40 / 0.42 (fp4), at 32 dequantize wins by 2-3x. r71 (the
+#: swizzled dequantize), uint4b: at 512 0.66 / 0.81 (0.63 / 0.68), at 768 0.71 / 0.63 (0.70 /
+#: 0.70), at 1024 0.79 / 0.79 (0.79 / 0.75)
+DEQUANT_MIN_M = 768
 DEQUANT_MIN_M_OTHER = 16
 
 
