@@ -15,8 +15,9 @@ it measured slower); other bit widths (1-8-bit integers, fp4/fp6 floats) and gro
 not whole 128-K chunks the memory-streaming kernel of ``matmul_wx_a16_decode.py`` at decode
 M. From ``DEQUANT_MIN_M`` rows (``DEQUANT_MIN_M_OTHER`` for the other types) the weights are
 dequantized to an fp16 workspace and V7 multiplies (``matmul_wx_a16_dequant.py``): at prefill
-M the matmul is compute-bound and the dequantize costs one pass over the weights. ``matmul_wx_a16(x,
-w_packed, scales, wdtype=, group=)`` on the plain bytes still works (without the mma kernel).
+M the matmul is compute-bound and the dequantize costs one pass over the weights.
+``matmul_wx_a16(x, w_packed, scales, wdtype=, group=)`` on the plain bytes still works
+(without the mma kernel).
 The rest of this file is the simple one-warp-group WGMMA kernel ``MatmulWxA16`` and the
 shared checks, reference and random problems.
 
@@ -72,12 +73,12 @@ MMA_MAX_M = 32
 PREFILL_MIN_M = None
 #: from this many rows of X, 4-bit weights (other types: ``DEQUANT_MIN_M_OTHER``) are
 #: dequantized to an fp16 workspace and multiplied by V7 (``matmul_wx_a16_dequant.py``);
-#: None: never. Measured on an H200 (2026-12-03, ratios to fp16 cuBLAS at N = K = 8192): uint4b
-#: at M = 1024 dequantize+V7 0.76 vs the pipelined kernel's 0.79 (N = 28672: 0.76 / 0.75), at
-#: 2048 0.86 / 0.76, at 4096 0.93 / 0.74 (r69; r70's swizzled dequantize: 0.94); the other types at M = 16 0.41 / decode 0.39
-#: (uint3b), 0.39 / 0.25 (int8), 0.40 / 0.42 (fp4), at 32 dequantize wins by 2-3x. r71 (the
-#: swizzled dequantize), uint4b: at 512 0.66 / 0.81 (0.63 / 0.68), at 768 0.71 / 0.63 (0.70 /
-#: 0.70), at 1024 0.79 / 0.79 (0.79 / 0.75)
+#: None: never. Measured on an H200 (2026-12-03), ratios to fp16 cuBLAS at N = K = 8192 (N =
+#: 28672, K = 4096 in brackets), dequantize+V7 / the pipelined kernel: uint4b at M = 512 0.66
+#: / 0.81 (0.63 / 0.68), at 768 0.71 / 0.63 (0.70 / 0.70), at 1024 0.79 / 0.79 (0.79 / 0.75),
+#: at 4096 0.94 (0.94) against r48's 0.78 (0.75) (r70, r71); the other types, dequantize+V7 /
+#: decode at M = 16: 0.41 / 0.39 (uint3b), 0.39 / 0.25 (int8), 0.40 / 0.42 (fp4), at 32 the
+#: dequantize wins by 2-3x (r69)
 DEQUANT_MIN_M = 768
 DEQUANT_MIN_M_OTHER = 16
 

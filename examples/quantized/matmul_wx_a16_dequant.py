@@ -15,8 +15,9 @@ weights, 2 bytes a code, for the length of the call.
 point with one xor, the casts two codes at a time), multiplies each by its group's fp16 scale
 (the product is rounded once: the code and the scale are exact in fp16 and their product in
 fp32, so this is the fp32 dequantize rounded to fp16) and stores the tile through shared
-memory, so that a warp writes 512 contiguous bytes at a time. Every weight type of ``WEIGHT_TYPES`` and every group of 32-1024 works; N and K
-need not be multiples of the tile (K a multiple of the group, as everywhere).
+memory, so that a warp writes 512 contiguous bytes at a time. Every weight type of
+``WEIGHT_TYPES`` and every group of 32-1024 works; N and K need not be multiples of the tile
+(K a multiple of the group, as everywhere).
 
 Run ``python examples/quantized/matmul_wx_a16_dequant.py``: the dequantize kernel against NumPy
 for several weight types and the whole path against a float32 reference, at ragged sizes, on
