@@ -27,20 +27,38 @@ def test_prepack_puts_each_lanes_fragment_codes_in_its_32_bytes():
     packed = mma.prepack(codes, tilus.int4b)
     assert packed.shape == (32, 128)  # N padded to 16
     flat = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(-1)  # the codes in order
-    # chunk (R=0, G=1), lane g=3, q=2: its 64 codes are rows 3 and 11, K 128 + 16s + 8h + 4 + e
+    # chunk (R=0, G=1), lane g=3, q=2: its 64 codes are rows 3 and 11, K 128 + 16s + 8h + 4 + e;
+    # word s holds fragment register j = 2h + rh's element e in nibble j + 4e
     base = (0 * (k // 128) + 1) * 2048 + (3 * 4 + 2) * 64
-    got = flat[base : base + 64].reshape(8, 2, 2, 2)  # s, h, rh, e
+    got = flat[base : base + 64].reshape(8, 2, 2, 2)  # s, e, h, rh
     for s in range(8):
         for h in range(2):
             for rh in range(2):
                 for e in range(2):
                     kk = 128 + 16 * s + 8 * h + 2 * 2 + e
-                    assert got[s, h, rh, e] == codes[3 + 8 * rh, kk]
+                    assert got[s, e, h, rh] == codes[3 + 8 * rh, kk]
     padded = np.zeros((32, k), codes.dtype)
     padded[:n] = codes
     assert (mma.prepack(padded, tilus.int4b) == packed).all()  # the padding rows are zeros
     with pytest.raises(tilus.TilusArgumentError, match="multiple of 128"):
         mma.prepack(codes[:, :192])
+
+
+def test_magic_numbers_dequantize_every_code_of_every_register_exactly():
+    # a word's fragment register j: nibbles j and j + 4 shifted to bits 4-7 and 20-23, masked
+    # under the key, then less the bias in f16 (the kernel's ``fragment``): 16 c exactly
+    assert [mma.magic_shl(j) for j in range(4)] == list(mma.MAGIC_SHL)
+    assert [mma.magic_shr(j) for j in range(4)] == list(mma.MAGIC_SHR)
+    rng = np.random.default_rng()
+    for _ in range(64):
+        c = rng.integers(-8, 8, 8)  # int4b codes, as prepack stores them (nibble j = code j)
+        word = int(sum((int(v) & 0xF) << (4 * j) for j, v in enumerate(c)))
+        for j in range(4):
+            f = (((word << mma.MAGIC_SHL[j]) & 0xFFFFFFFF) >> mma.MAGIC_SHR[j]) & 0x00F000F0
+            f ^= mma.MAGIC_KEY
+            halves = np.array([f & 0xFFFF, f >> 16], np.uint16).view(np.float16)
+            got = halves.astype(np.float32) - mma.MAGIC_BIAS
+            assert (got == 16 * c[[j, j + 4]]).all(), (c, j, got)
 
 
 @pytest.mark.parametrize(

@@ -3,12 +3,15 @@
 ``Y = X @ dequant(W)^T`` as in ``matmul_wx_a16.py`` for M <= ``block_m`` (8 or 16), with the
 weights repacked once by :func:`prepack` so that each lane's share of an mma.sync A fragment
 (``m16n8k16``: rows ``lane / 4`` and ``lane / 4 + 8``, K pairs ``2 * (lane % 4)`` and 8 past
-it, for the 8 K steps of a 128-K chunk) is 32 contiguous bytes. The kernel's global view of
-the packed bytes is an 8-d one whose strides undo that order, so a tile of it is the logical
-[16 rows, 128 K] weight tile and its load is two 16-byte loads a lane; the magic-number cast
-makes the fp16 A fragment in registers, X (through a transposed register view) is the B
-fragment, and each 128-K chunk's fp32 products are scaled by their group's scales and summed
-in registers. Each warp owns 16 rows; ``split_k`` blocks share the K range of a row tile and
+it, for the 8 K steps of a 128-K chunk) is 32 contiguous bytes, one 32-bit word a K step, in
+which nibble ``j + 4 e`` holds element ``e`` of fragment register ``j``. A lane loads its
+words (two 16-byte loads) and dequantizes them by magic numbers in the kernel itself
+(``fragment``): register ``j``'s two codes lie 16 bits apart, so a shift and one logic op put
+both under the exponent of 1024.0 (bits 4-7 and 20-23, sign bits flipped), which makes the
+fp16 pair ``1024 + 16 (c + 8)`` of codes ``c``, and one f16x2 subtraction of 1152 leaves
+``16 c`` exactly: no byte permute a pair, and the shifts serve four pairs (the group's scale
+over 16 scales the products). X (through a transposed register view) is the B fragment, and
+each 128-K chunk's fp32 products are summed in registers. Each warp owns 16 rows; ``split_k`` blocks share the K range of a row tile and
 meet in an fp32 workspace (as in ``matmul_wx_a16.py``). At M = 1 the tensor cores do 8x the
 needed products for free; what counts is the instructions a weight byte: a few per code.
 
@@ -42,18 +45,43 @@ import numpy as np
 from split_k import SplitKParts
 
 import tilus
-from tilus import float16, float32, int32, uint8, uint32, void_p
+from tilus import float16, float32, int32, uint32, void_p
 from tilus.errors import TilusArgumentError
 from tilus.ir.layout import reduce, shared_row_major_swizzle, spatial
-from tilus.ir.layout import reshape as reshape_layout
-from tilus.ir.layout.register import mma_a, mma_c
+from tilus.ir.layout.register import mma_c
 from tilus.utils import cdiv
 
 CHUNK = 128  # K of one packed chunk: the 8 k16 steps a lane's 32 bytes cover
 #: the packed order (outer to inner) of a 16-row x 128-K chunk's codes: the lane's row
-#: (g = lane / 4), K pair (q = lane % 4), then its registers: K step s, the K half h (8 past),
-#: the row half rh (8 rows down), the pair element e
-PACK_ORDER = "g q s h rh e"
+#: (g = lane / 4), K pair (q = lane % 4), then its registers: K step s (a 32-bit word), the
+#: pair element e, the K half h (8 past), the row half rh (8 rows down); so a word's nibbles
+#: j and j + 4 are fragment register j = 2 h + rh
+PACK_ORDER = "g q s e h rh"
+#: the shifts of a word that move fragment register j's nibbles (j and j + 4) to bits 4-7
+#: and 20-23: left by ``MAGIC_SHL[j]``, then right by ``MAGIC_SHR[j]``
+MAGIC_SHL = (4, 0, 0, 0)
+MAGIC_SHR = (0, 0, 4, 8)
+#: over the nibbles at bits 4-7 and 20-23: the exponent bits of 1024.0 and their sign bits
+#: (an int4b code c becomes c + 8); the f16 halves are then 1024 + 16 (c + 8)
+MAGIC_KEY = 0x64806480
+#: 1024 + 16 * 8: what the halves hold beside 16 c (subtracted in f16: exact)
+MAGIC_BIAS = 1152.0
+
+
+def magic_shl(j):
+    """``MAGIC_SHL[j]`` as arithmetic (also on the index expressions of a tile's init)."""
+    return (4 >> j) & 4
+
+
+def magic_shr(j):
+    """``MAGIC_SHR[j]`` as arithmetic."""
+    return (j >> 1) * (4 * j - 4)
+
+
+def words_layout(warps: int):
+    """A chunk's packed words [warps, 256] in registers: lane l of warp w holds words
+    8l .. 8l + 7 (its 32 bytes)."""
+    return spatial(warps, 32).local(1, 8)
 
 
 def packed_shape(n: int, k: int) -> tuple[int, int]:
@@ -72,8 +100,8 @@ def prepack(codes: np.ndarray, wdtype=tilus.uint4b) -> np.ndarray:
     rows, _ = packed_shape(n, k)
     c = np.zeros((rows, k), np.uint8)
     c[:n] = codes.astype(np.uint8) ^ (8 if wdtype == tilus.uint4b else 0)
-    # [R, rh, g, G, s, h, q, e] -> [R, G, g, q, s, h, rh, e]
-    c = c.reshape(rows // 16, 2, 8, k // CHUNK, 8, 2, 4, 2).transpose(0, 3, 2, 6, 4, 5, 1, 7)
+    # [R, rh, g, G, s, h, q, e] -> [R, G, g, q, s, e, h, rh]
+    c = c.reshape(rows // 16, 2, 8, k // CHUNK, 8, 2, 4, 2).transpose(0, 3, 2, 6, 4, 7, 5, 1)
     c = c.reshape(-1, 2)
     return (c[:, 0] | (c[:, 1] << 4)).astype(np.uint8).reshape(rows, k // 2)
 
@@ -91,7 +119,7 @@ def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
     c = torch.stack([lo, hi], dim=-1).reshape(n, k)
     if rows != n:
         c = torch.cat([c, torch.zeros(rows - n, k, dtype=c.dtype, device=c.device)])
-    c = c.reshape(rows // 16, 2, 8, k // CHUNK, 8, 2, 4, 2).permute(0, 3, 2, 6, 4, 5, 1, 7)
+    c = c.reshape(rows // 16, 2, 8, k // CHUNK, 8, 2, 4, 2).permute(0, 3, 2, 6, 4, 7, 5, 1)
     c = c.reshape(-1, 2)
     return (c[:, 0] | (c[:, 1] << 4)).reshape(rows, kb).contiguous()
 
@@ -205,22 +233,13 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         self.attrs.blocks = [num_n, cdiv(m_size, bm), self.split_k]
         self.attrs.warps = nw
         self.attrs.min_blocks = self.min_blocks
-        # the packed weights as [R, rh, g, G, s, h, q, e] (row 16R + 8rh + g, K 128G + 16s +
-        # 8h + 2q + e), strides in codes from PACK_ORDER
-        gw = self.global_view(
-            w_ptr, dtype=tilus.int4b,  # uint4b codes were stored XOR 8: code - 8
-            shape=[cdiv(n_size, 16), 2, 8, kc, 8, 2, 4, 2],
-            strides=[kc * 2048, 2, 256, 2048, 8, 4, 64, 1],
-        )  # fmt: skip
-        # the same bytes as 32-bit words [G, R, 256]: a chunk of a row tile is 1 KB, 32 bytes
-        # a lane (the w_ring copies)
-        gw32 = None
+        # the packed weights as 32-bit words [G, R, 256]: a chunk of a row tile is 1 KB, 32
+        # bytes (8 words, a K step each) a lane; uint4b codes were stored XOR 8: code - 8
+        gw32 = self.global_view(w_ptr, dtype=uint32, shape=[kc, cdiv(n_size, 16), 256],
+                                strides=[256, kc * 256, 1])  # fmt: skip
         gwt = None
         if self.w_tma:  # TMA needs a compact view: [R, G, 256 words]
             gwt = self.global_view(w_ptr, dtype=uint32, shape=[cdiv(n_size, 16), kc, 256])
-        if self.w_ring:
-            gw32 = self.global_view(w_ptr, dtype=uint32, shape=[kc, cdiv(n_size, 16), 256],
-                                    strides=[256, kc * 256, 1])  # fmt: skip
         gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, k_size // g])
         gyt = self.global_view(y_ptr, dtype=float16, shape=[n_size, m_size], strides=[1, n_size])
         split: int32 = 1
@@ -238,14 +257,9 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             cnt = self.global_tensor(int32, [num_n], requires_clean=True)
         # a warp a 16-row slice of the accumulator (the split choose_warps makes)
         s_layout = reduce(mma_c(bn, bm, nw, 1, nw), [1], keepdims=True)
-        # the packed chunk as loaded: the A fragment's layout seen through the 8-d view's
-        # index, so each lane's registers (s, h, rh, e) are its 64 contiguous packed codes
-        w_layout = reshape_layout(mma_a(bn, CHUNK, nw, 1, nw), [nw, 2, 8, 1, 8, 2, 4, 2])
         wbar = None
-        wph = None
         if self.w_tma:  # barriers live at the kernel's top level
             wbar = self.mbarrier.alloc(counts=[1] * self.stages)  # a slot's weights landed
-            wph = self.register_tensor(dtype=uint32, shape=[self.stages], init=0)
         if part < split:
             # X tiles through a cp.async ring (ns - 1 steps ahead), read as B fragments with
             # ldmatrix; X chunk-major: [K / 128, M, 128]
@@ -277,7 +291,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     k_pre = (s_hi - 1) * u  # past the part: its last step again (cached)
                 for c0 in self.chunks:
                     if not self.w_ring:
-                        row.append(self.wcodes(gw, on, k_pre + c0))
+                        row.append(self.wcodes(gw32, on, k_pre + c0))
                     srow.append(self.wscales(gs, on, k_pre + c0, s_layout))
                 wbuf.append(row)
                 sbuf.append(srow)
@@ -296,33 +310,32 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     if w_end > s_hi:
                         w_end = s_hi
                     for st in self.range(w0, w_end, unroll=self.unroll_steps):
-                        ws_, ss = self.step_weights(gw, gs, st, s_hi, on, wbuf,
+                        ws_, ss = self.step_weights(gw32, gs, st, s_hi, on, wbuf,
                                                     sbuf, s_layout)  # fmt: skip
                         xs = []
                         for c in self.chunks:
                             xs.append(sxa[(st - w0) * u + c])
-                        self.products(ws_, ss, xs, acc, w_layout)
+                        self.products(ws_, ss, xs, acc)
                     self.sync()  # every warp is done with the window before it is refilled
             else:
                 for i in self.x_prologue:
                     self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc, gw32, sw, on, wbar, gwt, gxt)
                 for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
                     t: int32 = st - s_lo
-                    ws_, ss = self.step_weights(gw, gs, st, s_hi, on, wbuf,
+                    ws_, ss = self.step_weights(gw32, gs, st, s_hi, on, wbuf,
                                                 sbuf, s_layout)  # fmt: skip
                     self.copy_async_wait_group(ns - 2)  # this thread's X copies of step t landed
                     self.sync()  # everyone's did, and everyone is done with the slot refilled
                     self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc, gw32, sw,
                                 on, wbar, gwt, gxt)  # fmt: skip
-                    if self.w_tma:
-                        self.mbarrier.wait(wbar[t % ns], phase=wph[t % ns])
-                        wph[t % ns] ^= 1
+                    if self.w_tma:  # a slot's (t // ns)-th use: that parity
+                        self.mbarrier.wait(wbar[t % ns], phase=(t // ns) % 2)
                     xs = []
                     for c in self.chunks:
                         xs.append(sx[t % ns, c])
                         if self.w_ring:
-                            ws_.append(self.ring_codes(sw[t % ns, c]))
-                    self.products(ws_, ss, xs, acc, w_layout)
+                            ws_.append(self.ring_words(sw[t % ns, c]))
+                    self.products(ws_, ss, xs, acc)
             self.copy_async_wait_all()  # the zero-filled copies past the end
             store: int32 = 1
             if self.split_k > 1:
@@ -331,7 +344,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             if store == 1:
                 self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
 
-    def step_weights(self, gw, gs, st: int32, s_hi: int32, on: int32, wbuf, sbuf,
+    def step_weights(self, gw32, gs, st: int32, s_hi: int32, on: int32, wbuf, sbuf,
                      s_layout):  # fmt: skip
         """The weight codes and scales of step ``st``, per chunk: loaded now, or with
         prefetch taken from the register buffers, which then load step ``st + prefetch``."""
@@ -345,12 +358,13 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         for c in self.chunks:
             if self.prefetch:
                 if not self.w_ring:
-                    cur = self.register_tensor(dtype=tilus.int4b, shape=[nw, 2, 8, 1, 8, 2, 4, 2])
+                    cur = self.register_tensor(dtype=uint32, shape=[nw, 256])
+                    self.annotate_layout(cur, words_layout(nw))
                     self.assign(cur, wbuf[0][c])
                     ws_.append(cur)
                     for j in self.ahead[1:]:  # the buffers move up a step
                         self.assign(wbuf[j - 1][c], wbuf[j][c])
-                    self.assign(wbuf[-1][c], self.wcodes(gw, on, k_next + c))
+                    self.assign(wbuf[-1][c], self.wcodes(gw32, on, k_next + c))
                 sc = self.register_tensor(dtype=float16, shape=[16 * nw, 1])
                 self.annotate_layout(sc, s_layout)
                 self.assign(sc, sbuf[0][c])
@@ -360,7 +374,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 ss.append(sc)
             else:
                 if not self.w_ring:
-                    ws_.append(self.wcodes(gw, on, st * u + c))
+                    ws_.append(self.wcodes(gw32, on, st * u + c))
                 ss.append(self.wscales(gs, on, st * u + c, s_layout))
         return ws_, ss
 
@@ -371,26 +385,38 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         self.annotate_layout(sc, s_layout)  # the accumulator's rows
         return sc
 
-    def products(self, ws_, ss, xs, acc, w_layout):
-        """``acc += scale * (W chunk @ X chunk^T)`` for the chunks of a step: their codes or
-        bytes ``ws_``, scales ``ss`` and X tiles in shared memory ``xs``."""
-        bn = 16 * self.warps
+    def products(self, ws_, ss, xs, acc):
+        """``acc += scale * (W chunk @ X chunk^T)`` for the chunks of a step: their packed
+        words ``ws_``, scales ``ss`` and X tiles in shared memory ``xs``."""
         for c in self.chunks:
-            if self.w_ring:
-                w16 = ws_[c]  # cast already, [bn, CHUNK]
-            else:
-                w16 = self.cast(ws_[c], float16)
-                self.annotate_layout(w16, w_layout)
-                w16 = self.reshape(w16, [bn, CHUNK])
+            w16 = self.fragment(ws_[c])  # 16 c, [16 * warps, CHUNK]
             p = self.dot(w16, self.transpose(self.load_shared(xs[c])), acc_dtype=float32)
-            acc += p * self.cast(ss[c], float32)
+            acc += p * (self.cast(ss[c], float32) * 0.0625)  # the scale over 16: exact
 
-    def wcodes(self, gw, on: int32, chunk: int32):
-        """The packed codes of chunk ``chunk`` of the block's rows (each lane's 32 contiguous
-        bytes: two 16-byte loads) as int4b registers."""
+    def fragment(self, raw):
+        """A chunk's packed words (uint32 [warps, 256]: lane l's 8, a K step each) as the fp16
+        A tile [16 * warps, CHUNK] of ``16 c`` for its codes ``c`` (exact): fragment register
+        j of each word from its nibbles j and j + 4, shifted by ``magic_shl(j)`` and
+        ``magic_shr(j)`` to bits 4-7 and 20-23 and masked under ``MAGIC_KEY`` (a shift and one
+        logic op for two codes: ``1024 + 16 (c + 8)``), less ``MAGIC_BIAS`` (one f16x2
+        subtraction), then the dims permuted to rows x K (no register moves)."""
         nw = self.warps
-        return self.load_global(gw, offsets=[on // 16, 0, 0, chunk, 0, 0, 0, 0],
-                                shape=[nw, 2, 8, 1, 8, 2, 4, 2])  # fmt: skip
+        w = self.reshape(raw, [nw, 8, 4, 8, 1])  # [warp, g, q, s, 1]
+        shl = self.register_tensor(dtype=uint32, shape=[4], init=magic_shl)
+        shr = self.register_tensor(dtype=uint32, shape=[4], init=magic_shr)
+        f = (((w << shl) >> shr) & 0x00F000F0) ^ MAGIC_KEY  # [warp, g, q, s, j]
+        # the lane's words, a register j of each (the broadcast adds j to its registers)
+        self.annotate_layout(f, spatial(nw, 8, 4, 1, 1).local(1, 1, 1, 8, 4))
+        h = self.reshape(self.view(f, dtype=float16), [nw, 8, 4, 8, 2, 2, 2])  # s, h, rh, e
+        return self.reshape((h - MAGIC_BIAS).permute(0, 5, 1, 3, 4, 2, 6), [16 * nw, CHUNK])
+
+    def wcodes(self, gw32, on: int32, chunk: int32):
+        """The packed words of chunk ``chunk`` of the block's rows (uint32 [warps, 256]: each
+        lane's 32 contiguous bytes, two 16-byte loads)."""
+        nw = self.warps
+        raw = self.load_global(gw32, offsets=[chunk, on // 16, 0], shape=[nw, 256], dims=[1, 2])
+        self.annotate_layout(raw, words_layout(nw))  # lane l: words 8l .. 8l + 7
+        return raw
 
     def fill_x(self, gxk, sx, step: int32, slot: int32, s_hi: int32, om: int32, kc: int,
                gw32, sw, on: int32, wbar, gwt, gxt):  # fmt: skip
@@ -420,18 +446,12 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             self.copy_async(gw32, sw[slot], offsets=[k0, on // 16, 0])
         self.copy_async_commit_group()
 
-    def ring_codes(self, sw_c):
-        """A chunk's weights from the ring (uint32 [warps, 256]: a lane's 32 bytes) as the fp16
-        A tile [16 * warps, CHUNK]: two 16-byte shared loads a lane, the bits seen as the
-        lane's codes in PACK_ORDER, cast, then the dims permuted to rows x K (no register
-        moves)."""
-        nw = self.warps
+    def ring_words(self, sw_c):
+        """A chunk's packed words from the ring (uint32 [warps, 256]: a lane's 32 bytes, two
+        16-byte shared loads)."""
         raw = self.load_shared(sw_c)
-        self.annotate_layout(raw, spatial(nw, 32).local(1, 8))  # lane l: words 8l .. 8l + 7
-        r = self.reshape(raw, [nw, 8, 4, 8])  # [warp, g, q, s]
-        b = self.reshape(self.view(r, dtype=uint8), [nw, 8, 4, 8, 2, 2, 1])  # [.., s, h, rh, 1]
-        w16 = self.cast(self.view(b, dtype=tilus.int4b), float16)  # [w, g, q, s, h, rh, e]
-        return self.reshape(w16.permute(0, 5, 1, 3, 4, 2, 6), [16 * nw, CHUNK])
+        self.annotate_layout(raw, words_layout(self.warps))  # lane l: words 8l .. 8l + 7
+        return raw
 
 
 def pinned(**kw) -> dict:

@@ -81,10 +81,11 @@ def prelude(wanted: Iterable[str | Fragment] = ()) -> str:
 # --- only what a kernel uses ---------------------------------------------------------------------
 
 _NAME = re.compile(r"\btl_\w+")
-# a definition: `__forceinline__ <type words> tl_name` (functions, templates), `struct tl_name`
-# or an aligned `__device__` variable
+# a definition: `__forceinline__ <type words> tl_name` (functions, templates), `struct tl_name`,
+# an aligned `__device__` variable or a `__constant__` one
 _DEFINES = re.compile(
-    r"(?:__forceinline__|struct|__device__ __align__\(\d+\))\s+(?:[\w:]+\s+[*&]*)*?(tl_\w+)\b"
+    r"(?:__forceinline__|struct|__device__ __align__\(\d+\)|__constant__)\s+"
+    r"(?:[\w:]+\s+[*&]*)*?(tl_\w+)\b"
 )
 # what brace counting ignores: string literals (inline asm templates) and line comments
 _NOT_CODE = re.compile(r'"(?:[^"\\]|\\.)*"|//.*')

@@ -302,6 +302,11 @@ def view(ctx, inst, expr):
     if B.packed(dd):
         for k in range(nw):
             ctx.emit(f"{ctx.name(out)}[{k}] = {words}[{k}];")
+    elif dd.nbits == 16 and lo.local_size % 2 == 0:
+        # each word's halves by one unpack: a pair op (or mma fragment) on them then reads
+        # the word's register as it is, where shifted halves would be merged again by PRMT
+        for k in range(lo.local_size // 2):
+            split_word(ctx, f"{words}[{k}]", R.elem(ctx, out, 2 * k), R.elem(ctx, out, 2 * k + 1))
     else:
         for j in range(lo.local_size):
             if dd.nbits == 64:

@@ -384,14 +384,37 @@ def assign(ctx, inst, expr):
     ctx.close()
 
 
-def _scalar_operands(ctx, ops, expr):
+def _scalar_operands(ctx, ops, expr, op: str = ""):
     pre = {}
     for x in ops:
         if not isinstance(x, TensorVar):
             v = ctx.fresh("s")
-            ctx.emit(f"const {ctype(x.dtype)} {v} = {expr(x)};")
+            value = _bank_constant(ctx, x) if op in BITWISE else None
+            ctx.emit(f"const {ctype(x.dtype)} {v} = {value or expr(x)};")
             pre[id(x)] = v
     return pre
+
+
+#: Bitwise ops whose 32-bit literal operands are read from constant memory: ptxas folds an
+#: expression's two literals (a mask and a key) into one LOP3 and rematerializes one of them
+#: in a register before every use (an IMAD.MOV each, in unrolled dequantization loops), while
+#: a constant-bank value is loaded once and kept (as the backend's own ``tl_i4k`` is).
+BITWISE = ("&", "|", "^")
+
+
+def _bank_constant(ctx, x) -> str | None:
+    """``x`` read from a ``__constant__`` word when it is a 32-bit integer literal other than
+    0 and ~0 (which fold away), else None."""
+    if not (isinstance(x, Const) and x.dtype.kind in ("int", "uint") and x.dtype.nbits == 32):
+        return None
+    v = int(x.value) & 0xFFFFFFFF
+    if v in (0, 0xFFFFFFFF):
+        return None
+    name = f"tl_kc_{v:08x}"
+    frag = Fragment(name, "consts", f"__constant__ uint32_t {name} = {v:#010x}u;\n")
+    if frag not in ctx.fragments:
+        ctx.fragments.append(frag)
+    return f"({ctype(x.dtype)}){name}"
 
 
 def _declare_unless_same(ctx, out, ops):
@@ -407,7 +430,7 @@ def binary(ctx, inst, expr):
     out, a, b = inst.out, inst.a, inst.b
     ops = (a, b)
     layout, maps = _maps(ctx, out, ops)
-    pre = _scalar_operands(ctx, ops, expr)
+    pre = _scalar_operands(ctx, ops, expr, inst.op)
     _declare_unless_same(ctx, out, ops)
     pair = PAIR_OPS.get((out.dtype.name, inst.op))
     if pair and all(v.dtype == out.dtype for v in ops) and layout.local_size >= 2:
