@@ -1,0 +1,124 @@
+"""Two versions of one example kernel module side by side on a GPU (A/B), beside cuBLAS fp16.
+
+``python3 bench/module_ab.py --old OLD.py [--new examples/quantized/matmul_wx_a16_mma.py]``
+loads both files as modules (the old one, e.g. ``git show REV:PATH > OLD.py``, under another
+name so that their kernels keep apart in the dispatch table) and, for the W4A16 mma.sync
+kernel's decode shapes (``--shapes``), runs each module's ``MatmulWxA16Mma(uint4b, 128)`` by
+its default constructor (tuned on first use) on weights packed by that module's
+``prepack_torch``, checks both against torch in float32 (NaN-poisoned outputs), then times
+old, new and ``torch.matmul`` on the fp16 weights in interleaved rounds (the median of
+``--rounds`` round medians of ``--reps`` CUDA-event timings), the L2 flushed before every run
+under each ``--flush`` protocol (``bench/l2_flush.py``). Prints a line a shape and protocol
+(microseconds, the ratio to cuBLAS, new over old); ``--out FILE`` keeps the rounds as JSON.
+``--dry-run`` (no GPU) runs both modules on the interpreter at a small ragged size instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+for p in (REPO, REPO / "bench", REPO / "examples" / "quantized"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+DEFAULT_NEW = REPO / "examples" / "quantized" / "matmul_wx_a16_mma.py"
+SHAPES = "1x8192x8192,1x28672x4096,16x8192x8192,16x28672x4096"
+
+
+def load(path: Path, name: str):
+    """The Python file ``path`` imported as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def dry_run(mods: dict) -> bool:
+    """Each module's kernel on the interpreter at a ragged size: True when both match."""
+    import tilus
+
+    ok_all = True
+    for name, mod in mods.items():
+        with tilus.option.scoped(interpret=True):
+            err = mod.run_interp(tilus.uint4b, 128, 3, 37, 384, block_m=8, split_k=2, unroll=1)
+        ok = err < 1e-2
+        print(f"{name}: interpreter max rel err {err:.1e} {'ok' if ok else 'FAIL'}")
+        ok_all &= ok
+    return ok_all
+
+
+def measure(mods: dict, shapes, flushes, rounds: int, reps: int) -> tuple[list, bool]:
+    """Check, then time every module's tuned kernel and cuBLAS at each shape and flush."""
+    import matmul_wx_a16 as ex
+    import torch
+    from l2_flush import make_flush
+    from rowwise import interleaved_rounds, winner
+
+    import tilus
+
+    out, ok_all = [], True
+    for m, n, k in shapes:
+        x, w, s, w16 = ex.torch_problem(torch, m, n, k, 128, tilus.uint4b)
+        ref = torch.matmul(x.float(), w16.float().T)
+        runs, cfg = {}, {}
+        for name, mod in mods.items():
+            wp = mod.prepack_torch(torch, w, tilus.uint4b)
+            kern = mod.MatmulWxA16Mma(tilus.uint4b, 128)
+            y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+            kern(m, n, k, x, wp, s, y)  # compiles and tunes
+            err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
+            ok = not torch.isnan(y).any().item() and err < 1e-2
+            ok_all &= ok
+            cfg[name] = winner(kern)
+            print(f"{m}x{n}x{k} {name}: max rel err {err:.2e} {'ok' if ok else 'FAIL'} "
+                  f"[{cfg[name]}]", flush=True)  # fmt: skip
+            args = (m, n, k, x, wp, s, y)
+            runs[name] = lambda kern=kern, args=args: kern(*args)
+        runs["cublas"] = lambda x=x, w16=w16: torch.matmul(x, w16.T)
+        for fl in flushes:
+            flush = make_flush(torch, fl)
+            r = interleaved_rounds(runs, torch, flush, rounds, reps)
+            med = {key: statistics.median(v) for key, v in r.items()}
+            out.append(dict(shape=f"{m}x{n}x{k}", flush=fl, ms=med, rounds=r, config=cfg))
+            base = med["cublas"]
+            text = "  ".join(f"{key} {med[key] * 1e3:6.1f} us ({base / med[key]:.2f}x)"
+                             for key in mods)  # fmt: skip
+            print(f"{m}x{n}x{k} {fl:5s} cublas {base * 1e3:6.1f} us  {text}  new/old "
+                  f"{med['old'] / med['new']:.3f}", flush=True)  # fmt: skip
+            del flush
+    return out, ok_all
+
+
+def main(argv=None) -> int:
+    """Parse the arguments, load both modules, then dry-run or measure; the exit status."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--old", required=True, help="the old version of the module (a file)")
+    ap.add_argument("--new", default=str(DEFAULT_NEW), help="the new version (default: main's)")
+    ap.add_argument("--shapes", default=SHAPES, help="comma-separated MxNxK")
+    ap.add_argument("--flush", default="dirty,clean", help="comma-separated L2 flush protocols")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--out", default=None, help="write the rounds as JSON")
+    ap.add_argument("--dry-run", action="store_true", help="the interpreter at a small size")
+    args = ap.parse_args(argv)
+    mods = {"old": load(Path(args.old), "ab_old"), "new": load(Path(args.new), "ab_new")}
+    if args.dry_run:
+        return 0 if dry_run(mods) else 1
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
+    rows, ok = measure(mods, shapes, args.flush.split(","), args.rounds, args.reps)
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
