@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import linecache
 from dataclasses import dataclass
+
+from tilus import source_cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +21,7 @@ class SourceLoc:
 
     def snippet(self) -> str:
         """The source line with a caret under the column (empty if the file is unreadable)."""
-        text = linecache.getline(self.file, self.line).rstrip("\n")
+        text = source_cache.line(self.file, self.line).rstrip("\n")
         if not text:
             return ""
         return f"    {text}\n    {' ' * self.col}^"

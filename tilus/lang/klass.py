@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+
+from tilus import source_cache
 from tilus.lang.instructions.generic import GenericInstructions
 from tilus.lang.instructions.hopper import HopperInstructions
 from tilus.lang.instructions.named_barriers import NamedBarrierInstructions
@@ -14,3 +17,8 @@ class Class(GenericInstructions, HopperInstructions, NamedBarrierInstructions):
     inlined at each call. Attributes annotated with a dtype (``self.stage: int32 = 0``) become
     kernel variables whose value persists across method calls.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # the source as imported, which is what tilus transpiles (tilus/source_cache.py)
+        source_cache.snapshot(cls, sys._getframe(1))

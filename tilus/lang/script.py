@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
+import sys
 import warnings
 
 import numpy as np
 
+from tilus import source_cache
 from tilus.dtypes import PointerType
 from tilus.errors import TilusArgumentError, TilusCompileError, TilusError, TilusProgramError
 from tilus.ir.function import POINTER_ALIGN, UNALIGNED_ARG
@@ -59,6 +61,11 @@ class Script(
     """
 
     debug_schedule: dict | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # the source as imported, which is what tilus transpiles (tilus/source_cache.py)
+        source_cache.snapshot(cls, sys._getframe(1))
 
     def __new__(cls, *args, **kwargs):
         key = (cls, _hashable(args), _hashable(kwargs))

@@ -21,10 +21,10 @@ not take; the launcher raises ``TilusArgumentError`` otherwise.
 
 from __future__ import annotations
 
-import linecache
 import os
 from dataclasses import dataclass, field
 
+from tilus import source_cache
 from tilus.dtypes import PointerType
 from tilus.errors import SourceLoc
 from tilus.ir.enums import VarKind
@@ -83,7 +83,7 @@ class HostDivisor:
         """``file.py:LINE `source``` of the ``fast_divmod`` call (or an empty string)."""
         if self.loc is None:
             return ""
-        line = linecache.getline(self.loc.file, self.loc.line).strip()
+        line = source_cache.line(self.loc.file, self.loc.line).strip()
         return f"{os.path.basename(self.loc.file)}:{self.loc.line}" + (f" `{line}`" if line else "")
 
 

@@ -8,6 +8,7 @@ import textwrap
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from tilus import source_cache
 from tilus.errors import SourceLoc, TilusProgramError
 
 
@@ -29,26 +30,47 @@ class ParsedFunction:
         )
 
 
-@lru_cache(maxsize=512)
-def parse_function(func) -> ParsedFunction:
-    """Parse ``func``'s source (cached); raises a located error if the source is unavailable."""
+def _source_lines(func) -> tuple[list[str], int, str]:
+    """``func``'s lines, its first line and its file: from the file as imported when a kernel
+    class of that file kept it (``tilus.source_cache``), else from the file now."""
     try:
-        lines, first = inspect.getsourcelines(func)
         filename = inspect.getsourcefile(func) or inspect.getfile(func)
-    except (OSError, TypeError) as e:
+        if source_cache.has_snapshot(filename):
+            first = inspect.unwrap(getattr(func, "__func__", func)).__code__.co_firstlineno
+            return inspect.getblock(source_cache.lines(filename)[first - 1 :]), first, filename
+        lines, first = inspect.getsourcelines(func)
+        return lines, first, filename
+    except (OSError, TypeError, AttributeError, IndexError) as e:
         raise TilusProgramError(
             f"cannot read the source of {func.__qualname__}: tilus transpiles kernel source, so "
             f"it must live in a file ({e})"
         ) from None
+
+
+@lru_cache(maxsize=512)
+def parse_function(func) -> ParsedFunction:
+    """Parse ``func``'s source (cached); raises a located error if the source is unavailable or
+    no longer defines ``func`` (its file was edited after the import)."""
+    lines, first, filename = _source_lines(func)
     text = "".join(lines)
     dedented = textwrap.dedent(text)
     shift = len(lines[0]) - len(lines[0].lstrip()) if lines else 0
     shift -= len(dedented.splitlines()[0]) - len(dedented.splitlines()[0].lstrip())
-    tree = ast.parse(dedented)
-    ast.increment_lineno(tree, first - 1)
-    node = tree.body[0]
+    try:
+        tree = ast.parse(dedented)
+    except SyntaxError:
+        tree = None
+    node = tree.body[0] if tree is not None and tree.body else None
+    if tree is None or (isinstance(node, ast.FunctionDef) and node.name != func.__name__):
+        raise TilusProgramError(
+            f"{filename}:{first} no longer defines {func.__qualname__}: the file changed after it "
+            "was imported; re-import the module (or restart) so that tilus and Python see the "
+            "same source",
+            SourceLoc(filename, first, 0, func.__name__),
+        )
     if not isinstance(node, ast.FunctionDef):
         raise TilusProgramError(f"{func.__qualname__} is not a plain function definition")
+    ast.increment_lineno(tree, first - 1)
     return ParsedFunction(node, filename, shift, func.__name__)
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import ast
 import io
-import linecache
 import tokenize
 
-#: per file: (the linecache list it was built from, statement spans, lookups done)
+from tilus import source_cache
+
+#: per file: (the lines list it was built from, statement spans, lookups done)
 _FILES: dict[str, tuple[list, list, dict]] = {}
 
 
@@ -87,7 +88,7 @@ def statement_text(file: str, line: int, col: int = 0) -> tuple[int, str]:
     """(first line, text) of the innermost statement of ``file`` holding ``line:col`` (its
     header for a compound statement), collapsed onto one line; the line itself when the file
     does not parse."""
-    lines = linecache.getlines(file)
+    lines = source_cache.lines(file)  # as imported: see tilus/source_cache.py
     cached = _FILES.get(file)
     if cached is None or cached[0] is not lines:
         cached = _FILES[file] = (lines, _spans(lines), {})
