@@ -160,7 +160,7 @@ tl_MatmulTMA(
       const int tl_c3 = ((tl_lt / 4) % 8);
       const int tl_c4 = (tl_lt % 4) * 2;
       uint32_t tl_lm5[4];
-      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<32>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[0] = (uint16_t)((tl_lm5[0] >> 0) & 0xffffu);
       a[1] = (uint16_t)((tl_lm5[0] >> 16) & 0xffffu);
       a[2] = (uint16_t)((tl_lm5[1] >> 0) & 0xffffu);
@@ -170,7 +170,7 @@ tl_MatmulTMA(
       a[6] = (uint16_t)((tl_lm5[3] >> 0) & 0xffffu);
       a[7] = (uint16_t)((tl_lm5[3] >> 16) & 0xffffu);
       uint32_t tl_lm6[4];
-      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<32>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[8] = (uint16_t)((tl_lm6[0] >> 0) & 0xffffu);
       a[9] = (uint16_t)((tl_lm6[0] >> 16) & 0xffffu);
       a[10] = (uint16_t)((tl_lm6[1] >> 0) & 0xffffu);
@@ -180,7 +180,7 @@ tl_MatmulTMA(
       a[14] = (uint16_t)((tl_lm6[3] >> 0) & 0xffffu);
       a[15] = (uint16_t)((tl_lm6[3] >> 16) & 0xffffu);
       uint32_t tl_lm7[4];
-      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<32>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[16] = (uint16_t)((tl_lm7[0] >> 0) & 0xffffu);
       a[17] = (uint16_t)((tl_lm7[0] >> 16) & 0xffffu);
       a[18] = (uint16_t)((tl_lm7[1] >> 0) & 0xffffu);
@@ -190,7 +190,7 @@ tl_MatmulTMA(
       a[22] = (uint16_t)((tl_lm7[3] >> 0) & 0xffffu);
       a[23] = (uint16_t)((tl_lm7[3] >> 16) & 0xffffu);
       uint32_t tl_lm8[4];
-      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<32>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[24] = (uint16_t)((tl_lm8[0] >> 0) & 0xffffu);
       a[25] = (uint16_t)((tl_lm8[0] >> 16) & 0xffffu);
       a[26] = (uint16_t)((tl_lm8[1] >> 0) & 0xffffu);
@@ -209,7 +209,7 @@ tl_MatmulTMA(
       const int tl_c9 = ((tl_lt / 4) % 8) + (tl_lt / 32) * 32;
       const int tl_c10 = (tl_lt % 4) * 2;
       uint32_t tl_lm11[4];
-      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<32>(2048u + (tl_c9 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm11, tl_smem + 2048u + tl_swz<32>((tl_c9 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
       b[0] = (uint16_t)((tl_lm11[0] >> 0) & 0xffffu);
       b[1] = (uint16_t)((tl_lm11[0] >> 16) & 0xffffu);
       b[2] = (uint16_t)((tl_lm11[1] >> 0) & 0xffffu);
@@ -219,7 +219,7 @@ tl_MatmulTMA(
       b[6] = (uint16_t)((tl_lm11[3] >> 0) & 0xffffu);
       b[7] = (uint16_t)((tl_lm11[3] >> 16) & 0xffffu);
       uint32_t tl_lm12[4];
-      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<32>(2048u + (tl_c9 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm12, tl_smem + 2048u + tl_swz<32>((tl_c9 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
       b[8] = (uint16_t)((tl_lm12[0] >> 0) & 0xffffu);
       b[9] = (uint16_t)((tl_lm12[0] >> 16) & 0xffffu);
       b[10] = (uint16_t)((tl_lm12[1] >> 0) & 0xffffu);
@@ -729,7 +729,7 @@ tl_MatmulTMA(
       const int tl_c3 = ((tl_lt / 4) % 8) + (tl_lt / 64) * 64;
       const int tl_c4 = (tl_lt % 4) * 2;
       uint32_t tl_lm5[4];
-      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<32>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[0] = (uint16_t)((tl_lm5[0] >> 0) & 0xffffu);
       a[1] = (uint16_t)((tl_lm5[0] >> 16) & 0xffffu);
       a[2] = (uint16_t)((tl_lm5[1] >> 0) & 0xffffu);
@@ -739,7 +739,7 @@ tl_MatmulTMA(
       a[6] = (uint16_t)((tl_lm5[3] >> 0) & 0xffffu);
       a[7] = (uint16_t)((tl_lm5[3] >> 16) & 0xffffu);
       uint32_t tl_lm6[4];
-      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<32>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[8] = (uint16_t)((tl_lm6[0] >> 0) & 0xffffu);
       a[9] = (uint16_t)((tl_lm6[0] >> 16) & 0xffffu);
       a[10] = (uint16_t)((tl_lm6[1] >> 0) & 0xffffu);
@@ -749,7 +749,7 @@ tl_MatmulTMA(
       a[14] = (uint16_t)((tl_lm6[3] >> 0) & 0xffffu);
       a[15] = (uint16_t)((tl_lm6[3] >> 16) & 0xffffu);
       uint32_t tl_lm7[4];
-      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<32>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[16] = (uint16_t)((tl_lm7[0] >> 0) & 0xffffu);
       a[17] = (uint16_t)((tl_lm7[0] >> 16) & 0xffffu);
       a[18] = (uint16_t)((tl_lm7[1] >> 0) & 0xffffu);
@@ -759,7 +759,7 @@ tl_MatmulTMA(
       a[22] = (uint16_t)((tl_lm7[3] >> 0) & 0xffffu);
       a[23] = (uint16_t)((tl_lm7[3] >> 16) & 0xffffu);
       uint32_t tl_lm8[4];
-      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<32>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<32>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 32 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[24] = (uint16_t)((tl_lm8[0] >> 0) & 0xffffu);
       a[25] = (uint16_t)((tl_lm8[0] >> 16) & 0xffffu);
       a[26] = (uint16_t)((tl_lm8[1] >> 0) & 0xffffu);
@@ -778,7 +778,7 @@ tl_MatmulTMA(
       const int tl_c9 = ((tl_lt / 4) % 8) + ((tl_lt / 32) % 2) * 64;
       const int tl_c10 = (tl_lt % 4) * 2;
       uint32_t tl_lm11[4];
-      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<32>(4096u + (tl_c9 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm11, tl_smem + 4096u + tl_swz<32>((tl_c9 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
       b[0] = (uint16_t)((tl_lm11[0] >> 0) & 0xffffu);
       b[1] = (uint16_t)((tl_lm11[0] >> 16) & 0xffffu);
       b[2] = (uint16_t)((tl_lm11[1] >> 0) & 0xffffu);
@@ -788,7 +788,7 @@ tl_MatmulTMA(
       b[6] = (uint16_t)((tl_lm11[3] >> 0) & 0xffffu);
       b[7] = (uint16_t)((tl_lm11[3] >> 16) & 0xffffu);
       uint32_t tl_lm12[4];
-      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<32>(4096u + (tl_c9 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm12, tl_smem + 4096u + tl_swz<32>((tl_c9 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
       b[8] = (uint16_t)((tl_lm12[0] >> 0) & 0xffffu);
       b[9] = (uint16_t)((tl_lm12[0] >> 16) & 0xffffu);
       b[10] = (uint16_t)((tl_lm12[1] >> 0) & 0xffffu);
@@ -798,7 +798,7 @@ tl_MatmulTMA(
       b[14] = (uint16_t)((tl_lm12[3] >> 0) & 0xffffu);
       b[15] = (uint16_t)((tl_lm12[3] >> 16) & 0xffffu);
       uint32_t tl_lm13[4];
-      tl_ldmatrix_x4(tl_lm13, tl_smem + tl_swz<32>(4096u + (tl_c9 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm13, tl_smem + 4096u + tl_swz<32>((tl_c9 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
       b[16] = (uint16_t)((tl_lm13[0] >> 0) & 0xffffu);
       b[17] = (uint16_t)((tl_lm13[0] >> 16) & 0xffffu);
       b[18] = (uint16_t)((tl_lm13[1] >> 0) & 0xffffu);
@@ -808,7 +808,7 @@ tl_MatmulTMA(
       b[22] = (uint16_t)((tl_lm13[3] >> 0) & 0xffffu);
       b[23] = (uint16_t)((tl_lm13[3] >> 16) & 0xffffu);
       uint32_t tl_lm14[4];
-      tl_ldmatrix_x4(tl_lm14, tl_smem + tl_swz<32>(4096u + (tl_c9 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm14, tl_smem + 4096u + tl_swz<32>((tl_c9 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 32 + (tl_c10 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 2));
       b[24] = (uint16_t)((tl_lm14[0] >> 0) & 0xffffu);
       b[25] = (uint16_t)((tl_lm14[0] >> 16) & 0xffffu);
       b[26] = (uint16_t)((tl_lm14[1] >> 0) & 0xffffu);
@@ -1614,7 +1614,7 @@ tl_MatmulTMA(
       const int tl_c3 = ((tl_lt / 4) % 8);
       const int tl_c4 = (tl_lt % 4) * 2;
       uint32_t tl_lm5[4];
-      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[0] = (uint16_t)((tl_lm5[0] >> 0) & 0xffffu);
       a[1] = (uint16_t)((tl_lm5[0] >> 16) & 0xffffu);
       a[2] = (uint16_t)((tl_lm5[1] >> 0) & 0xffffu);
@@ -1624,7 +1624,7 @@ tl_MatmulTMA(
       a[6] = (uint16_t)((tl_lm5[3] >> 0) & 0xffffu);
       a[7] = (uint16_t)((tl_lm5[3] >> 16) & 0xffffu);
       uint32_t tl_lm6[4];
-      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[8] = (uint16_t)((tl_lm6[0] >> 0) & 0xffffu);
       a[9] = (uint16_t)((tl_lm6[0] >> 16) & 0xffffu);
       a[10] = (uint16_t)((tl_lm6[1] >> 0) & 0xffffu);
@@ -1634,7 +1634,7 @@ tl_MatmulTMA(
       a[14] = (uint16_t)((tl_lm6[3] >> 0) & 0xffffu);
       a[15] = (uint16_t)((tl_lm6[3] >> 16) & 0xffffu);
       uint32_t tl_lm7[4];
-      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[16] = (uint16_t)((tl_lm7[0] >> 0) & 0xffffu);
       a[17] = (uint16_t)((tl_lm7[0] >> 16) & 0xffffu);
       a[18] = (uint16_t)((tl_lm7[1] >> 0) & 0xffffu);
@@ -1644,7 +1644,7 @@ tl_MatmulTMA(
       a[22] = (uint16_t)((tl_lm7[3] >> 0) & 0xffffu);
       a[23] = (uint16_t)((tl_lm7[3] >> 16) & 0xffffu);
       uint32_t tl_lm8[4];
-      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[24] = (uint16_t)((tl_lm8[0] >> 0) & 0xffffu);
       a[25] = (uint16_t)((tl_lm8[0] >> 16) & 0xffffu);
       a[26] = (uint16_t)((tl_lm8[1] >> 0) & 0xffffu);
@@ -1654,7 +1654,7 @@ tl_MatmulTMA(
       a[30] = (uint16_t)((tl_lm8[3] >> 0) & 0xffffu);
       a[31] = (uint16_t)((tl_lm8[3] >> 16) & 0xffffu);
       uint32_t tl_lm9[4];
-      tl_ldmatrix_x4(tl_lm9, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm9, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[32] = (uint16_t)((tl_lm9[0] >> 0) & 0xffffu);
       a[33] = (uint16_t)((tl_lm9[0] >> 16) & 0xffffu);
       a[34] = (uint16_t)((tl_lm9[1] >> 0) & 0xffffu);
@@ -1664,7 +1664,7 @@ tl_MatmulTMA(
       a[38] = (uint16_t)((tl_lm9[3] >> 0) & 0xffffu);
       a[39] = (uint16_t)((tl_lm9[3] >> 16) & 0xffffu);
       uint32_t tl_lm10[4];
-      tl_ldmatrix_x4(tl_lm10, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm10, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[40] = (uint16_t)((tl_lm10[0] >> 0) & 0xffffu);
       a[41] = (uint16_t)((tl_lm10[0] >> 16) & 0xffffu);
       a[42] = (uint16_t)((tl_lm10[1] >> 0) & 0xffffu);
@@ -1674,7 +1674,7 @@ tl_MatmulTMA(
       a[46] = (uint16_t)((tl_lm10[3] >> 0) & 0xffffu);
       a[47] = (uint16_t)((tl_lm10[3] >> 16) & 0xffffu);
       uint32_t tl_lm11[4];
-      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[48] = (uint16_t)((tl_lm11[0] >> 0) & 0xffffu);
       a[49] = (uint16_t)((tl_lm11[0] >> 16) & 0xffffu);
       a[50] = (uint16_t)((tl_lm11[1] >> 0) & 0xffffu);
@@ -1684,7 +1684,7 @@ tl_MatmulTMA(
       a[54] = (uint16_t)((tl_lm11[3] >> 0) & 0xffffu);
       a[55] = (uint16_t)((tl_lm11[3] >> 16) & 0xffffu);
       uint32_t tl_lm12[4];
-      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[56] = (uint16_t)((tl_lm12[0] >> 0) & 0xffffu);
       a[57] = (uint16_t)((tl_lm12[0] >> 16) & 0xffffu);
       a[58] = (uint16_t)((tl_lm12[1] >> 0) & 0xffffu);
@@ -1703,7 +1703,7 @@ tl_MatmulTMA(
       const int tl_c13 = ((tl_lt / 4) % 8) + (tl_lt / 32) * 32;
       const int tl_c14 = (tl_lt % 4) * 2;
       uint32_t tl_lm15[4];
-      tl_ldmatrix_x4(tl_lm15, tl_smem + tl_swz<64>(4096u + (tl_c13 + 0) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm15, tl_smem + 4096u + tl_swz<64>((tl_c13 + 0) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[0] = (uint16_t)((tl_lm15[0] >> 0) & 0xffffu);
       b[1] = (uint16_t)((tl_lm15[0] >> 16) & 0xffffu);
       b[2] = (uint16_t)((tl_lm15[1] >> 0) & 0xffffu);
@@ -1713,7 +1713,7 @@ tl_MatmulTMA(
       b[6] = (uint16_t)((tl_lm15[3] >> 0) & 0xffffu);
       b[7] = (uint16_t)((tl_lm15[3] >> 16) & 0xffffu);
       uint32_t tl_lm16[4];
-      tl_ldmatrix_x4(tl_lm16, tl_smem + tl_swz<64>(4096u + (tl_c13 + 8) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm16, tl_smem + 4096u + tl_swz<64>((tl_c13 + 8) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[8] = (uint16_t)((tl_lm16[0] >> 0) & 0xffffu);
       b[9] = (uint16_t)((tl_lm16[0] >> 16) & 0xffffu);
       b[10] = (uint16_t)((tl_lm16[1] >> 0) & 0xffffu);
@@ -1723,7 +1723,7 @@ tl_MatmulTMA(
       b[14] = (uint16_t)((tl_lm16[3] >> 0) & 0xffffu);
       b[15] = (uint16_t)((tl_lm16[3] >> 16) & 0xffffu);
       uint32_t tl_lm17[4];
-      tl_ldmatrix_x4(tl_lm17, tl_smem + tl_swz<64>(4096u + (tl_c13 + 16) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm17, tl_smem + 4096u + tl_swz<64>((tl_c13 + 16) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[16] = (uint16_t)((tl_lm17[0] >> 0) & 0xffffu);
       b[17] = (uint16_t)((tl_lm17[0] >> 16) & 0xffffu);
       b[18] = (uint16_t)((tl_lm17[1] >> 0) & 0xffffu);
@@ -1733,7 +1733,7 @@ tl_MatmulTMA(
       b[22] = (uint16_t)((tl_lm17[3] >> 0) & 0xffffu);
       b[23] = (uint16_t)((tl_lm17[3] >> 16) & 0xffffu);
       uint32_t tl_lm18[4];
-      tl_ldmatrix_x4(tl_lm18, tl_smem + tl_swz<64>(4096u + (tl_c13 + 24) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm18, tl_smem + 4096u + tl_swz<64>((tl_c13 + 24) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[24] = (uint16_t)((tl_lm18[0] >> 0) & 0xffffu);
       b[25] = (uint16_t)((tl_lm18[0] >> 16) & 0xffffu);
       b[26] = (uint16_t)((tl_lm18[1] >> 0) & 0xffffu);
@@ -2291,7 +2291,7 @@ tl_MatmulTMA(
       const int tl_c3 = ((tl_lt / 4) % 8) + (tl_lt / 64) * 64;
       const int tl_c4 = (tl_lt % 4) * 2;
       uint32_t tl_lm5[4];
-      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[0] = (uint16_t)((tl_lm5[0] >> 0) & 0xffffu);
       a[1] = (uint16_t)((tl_lm5[0] >> 16) & 0xffffu);
       a[2] = (uint16_t)((tl_lm5[1] >> 0) & 0xffffu);
@@ -2301,7 +2301,7 @@ tl_MatmulTMA(
       a[6] = (uint16_t)((tl_lm5[3] >> 0) & 0xffffu);
       a[7] = (uint16_t)((tl_lm5[3] >> 16) & 0xffffu);
       uint32_t tl_lm6[4];
-      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[8] = (uint16_t)((tl_lm6[0] >> 0) & 0xffffu);
       a[9] = (uint16_t)((tl_lm6[0] >> 16) & 0xffffu);
       a[10] = (uint16_t)((tl_lm6[1] >> 0) & 0xffffu);
@@ -2311,7 +2311,7 @@ tl_MatmulTMA(
       a[14] = (uint16_t)((tl_lm6[3] >> 0) & 0xffffu);
       a[15] = (uint16_t)((tl_lm6[3] >> 16) & 0xffffu);
       uint32_t tl_lm7[4];
-      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[16] = (uint16_t)((tl_lm7[0] >> 0) & 0xffffu);
       a[17] = (uint16_t)((tl_lm7[0] >> 16) & 0xffffu);
       a[18] = (uint16_t)((tl_lm7[1] >> 0) & 0xffffu);
@@ -2321,7 +2321,7 @@ tl_MatmulTMA(
       a[22] = (uint16_t)((tl_lm7[3] >> 0) & 0xffffu);
       a[23] = (uint16_t)((tl_lm7[3] >> 16) & 0xffffu);
       uint32_t tl_lm8[4];
-      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[24] = (uint16_t)((tl_lm8[0] >> 0) & 0xffffu);
       a[25] = (uint16_t)((tl_lm8[0] >> 16) & 0xffffu);
       a[26] = (uint16_t)((tl_lm8[1] >> 0) & 0xffffu);
@@ -2331,7 +2331,7 @@ tl_MatmulTMA(
       a[30] = (uint16_t)((tl_lm8[3] >> 0) & 0xffffu);
       a[31] = (uint16_t)((tl_lm8[3] >> 16) & 0xffffu);
       uint32_t tl_lm9[4];
-      tl_ldmatrix_x4(tl_lm9, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm9, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[32] = (uint16_t)((tl_lm9[0] >> 0) & 0xffffu);
       a[33] = (uint16_t)((tl_lm9[0] >> 16) & 0xffffu);
       a[34] = (uint16_t)((tl_lm9[1] >> 0) & 0xffffu);
@@ -2341,7 +2341,7 @@ tl_MatmulTMA(
       a[38] = (uint16_t)((tl_lm9[3] >> 0) & 0xffffu);
       a[39] = (uint16_t)((tl_lm9[3] >> 16) & 0xffffu);
       uint32_t tl_lm10[4];
-      tl_ldmatrix_x4(tl_lm10, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm10, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[40] = (uint16_t)((tl_lm10[0] >> 0) & 0xffffu);
       a[41] = (uint16_t)((tl_lm10[0] >> 16) & 0xffffu);
       a[42] = (uint16_t)((tl_lm10[1] >> 0) & 0xffffu);
@@ -2351,7 +2351,7 @@ tl_MatmulTMA(
       a[46] = (uint16_t)((tl_lm10[3] >> 0) & 0xffffu);
       a[47] = (uint16_t)((tl_lm10[3] >> 16) & 0xffffu);
       uint32_t tl_lm11[4];
-      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 64 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[48] = (uint16_t)((tl_lm11[0] >> 0) & 0xffffu);
       a[49] = (uint16_t)((tl_lm11[0] >> 16) & 0xffffu);
       a[50] = (uint16_t)((tl_lm11[1] >> 0) & 0xffffu);
@@ -2361,7 +2361,7 @@ tl_MatmulTMA(
       a[54] = (uint16_t)((tl_lm11[3] >> 0) & 0xffffu);
       a[55] = (uint16_t)((tl_lm11[3] >> 16) & 0xffffu);
       uint32_t tl_lm12[4];
-      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<64>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<64>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 64 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[56] = (uint16_t)((tl_lm12[0] >> 0) & 0xffffu);
       a[57] = (uint16_t)((tl_lm12[0] >> 16) & 0xffffu);
       a[58] = (uint16_t)((tl_lm12[1] >> 0) & 0xffffu);
@@ -2380,7 +2380,7 @@ tl_MatmulTMA(
       const int tl_c13 = ((tl_lt / 4) % 8) + ((tl_lt / 32) % 2) * 64;
       const int tl_c14 = (tl_lt % 4) * 2;
       uint32_t tl_lm15[4];
-      tl_ldmatrix_x4(tl_lm15, tl_smem + tl_swz<64>(8192u + (tl_c13 + 0) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm15, tl_smem + 8192u + tl_swz<64>((tl_c13 + 0) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[0] = (uint16_t)((tl_lm15[0] >> 0) & 0xffffu);
       b[1] = (uint16_t)((tl_lm15[0] >> 16) & 0xffffu);
       b[2] = (uint16_t)((tl_lm15[1] >> 0) & 0xffffu);
@@ -2390,7 +2390,7 @@ tl_MatmulTMA(
       b[6] = (uint16_t)((tl_lm15[3] >> 0) & 0xffffu);
       b[7] = (uint16_t)((tl_lm15[3] >> 16) & 0xffffu);
       uint32_t tl_lm16[4];
-      tl_ldmatrix_x4(tl_lm16, tl_smem + tl_swz<64>(8192u + (tl_c13 + 8) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm16, tl_smem + 8192u + tl_swz<64>((tl_c13 + 8) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[8] = (uint16_t)((tl_lm16[0] >> 0) & 0xffffu);
       b[9] = (uint16_t)((tl_lm16[0] >> 16) & 0xffffu);
       b[10] = (uint16_t)((tl_lm16[1] >> 0) & 0xffffu);
@@ -2400,7 +2400,7 @@ tl_MatmulTMA(
       b[14] = (uint16_t)((tl_lm16[3] >> 0) & 0xffffu);
       b[15] = (uint16_t)((tl_lm16[3] >> 16) & 0xffffu);
       uint32_t tl_lm17[4];
-      tl_ldmatrix_x4(tl_lm17, tl_smem + tl_swz<64>(8192u + (tl_c13 + 16) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm17, tl_smem + 8192u + tl_swz<64>((tl_c13 + 16) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[16] = (uint16_t)((tl_lm17[0] >> 0) & 0xffffu);
       b[17] = (uint16_t)((tl_lm17[0] >> 16) & 0xffffu);
       b[18] = (uint16_t)((tl_lm17[1] >> 0) & 0xffffu);
@@ -2410,7 +2410,7 @@ tl_MatmulTMA(
       b[22] = (uint16_t)((tl_lm17[3] >> 0) & 0xffffu);
       b[23] = (uint16_t)((tl_lm17[3] >> 16) & 0xffffu);
       uint32_t tl_lm18[4];
-      tl_ldmatrix_x4(tl_lm18, tl_smem + tl_swz<64>(8192u + (tl_c13 + 24) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm18, tl_smem + 8192u + tl_swz<64>((tl_c13 + 24) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[24] = (uint16_t)((tl_lm18[0] >> 0) & 0xffffu);
       b[25] = (uint16_t)((tl_lm18[0] >> 16) & 0xffffu);
       b[26] = (uint16_t)((tl_lm18[1] >> 0) & 0xffffu);
@@ -2420,7 +2420,7 @@ tl_MatmulTMA(
       b[30] = (uint16_t)((tl_lm18[3] >> 0) & 0xffffu);
       b[31] = (uint16_t)((tl_lm18[3] >> 16) & 0xffffu);
       uint32_t tl_lm19[4];
-      tl_ldmatrix_x4(tl_lm19, tl_smem + tl_swz<64>(8192u + (tl_c13 + 32) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm19, tl_smem + 8192u + tl_swz<64>((tl_c13 + 32) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[32] = (uint16_t)((tl_lm19[0] >> 0) & 0xffffu);
       b[33] = (uint16_t)((tl_lm19[0] >> 16) & 0xffffu);
       b[34] = (uint16_t)((tl_lm19[1] >> 0) & 0xffffu);
@@ -2430,7 +2430,7 @@ tl_MatmulTMA(
       b[38] = (uint16_t)((tl_lm19[3] >> 0) & 0xffffu);
       b[39] = (uint16_t)((tl_lm19[3] >> 16) & 0xffffu);
       uint32_t tl_lm20[4];
-      tl_ldmatrix_x4(tl_lm20, tl_smem + tl_swz<64>(8192u + (tl_c13 + 40) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm20, tl_smem + 8192u + tl_swz<64>((tl_c13 + 40) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[40] = (uint16_t)((tl_lm20[0] >> 0) & 0xffffu);
       b[41] = (uint16_t)((tl_lm20[0] >> 16) & 0xffffu);
       b[42] = (uint16_t)((tl_lm20[1] >> 0) & 0xffffu);
@@ -2440,7 +2440,7 @@ tl_MatmulTMA(
       b[46] = (uint16_t)((tl_lm20[3] >> 0) & 0xffffu);
       b[47] = (uint16_t)((tl_lm20[3] >> 16) & 0xffffu);
       uint32_t tl_lm21[4];
-      tl_ldmatrix_x4(tl_lm21, tl_smem + tl_swz<64>(8192u + (tl_c13 + 48) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm21, tl_smem + 8192u + tl_swz<64>((tl_c13 + 48) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[48] = (uint16_t)((tl_lm21[0] >> 0) & 0xffffu);
       b[49] = (uint16_t)((tl_lm21[0] >> 16) & 0xffffu);
       b[50] = (uint16_t)((tl_lm21[1] >> 0) & 0xffffu);
@@ -2450,7 +2450,7 @@ tl_MatmulTMA(
       b[54] = (uint16_t)((tl_lm21[3] >> 0) & 0xffffu);
       b[55] = (uint16_t)((tl_lm21[3] >> 16) & 0xffffu);
       uint32_t tl_lm22[4];
-      tl_ldmatrix_x4(tl_lm22, tl_smem + tl_swz<64>(8192u + (tl_c13 + 56) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm22, tl_smem + 8192u + tl_swz<64>((tl_c13 + 56) * 64 + (tl_c14 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[56] = (uint16_t)((tl_lm22[0] >> 0) & 0xffffu);
       b[57] = (uint16_t)((tl_lm22[0] >> 16) & 0xffffu);
       b[58] = (uint16_t)((tl_lm22[1] >> 0) & 0xffffu);
@@ -3352,7 +3352,7 @@ tl_MatmulTMA(
       const int tl_c3 = ((tl_lt / 4) % 8);
       const int tl_c4 = (tl_lt % 4) * 2;
       uint32_t tl_lm5[4];
-      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[0] = (uint16_t)((tl_lm5[0] >> 0) & 0xffffu);
       a[1] = (uint16_t)((tl_lm5[0] >> 16) & 0xffffu);
       a[2] = (uint16_t)((tl_lm5[1] >> 0) & 0xffffu);
@@ -3362,7 +3362,7 @@ tl_MatmulTMA(
       a[6] = (uint16_t)((tl_lm5[3] >> 0) & 0xffffu);
       a[7] = (uint16_t)((tl_lm5[3] >> 16) & 0xffffu);
       uint32_t tl_lm6[4];
-      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[8] = (uint16_t)((tl_lm6[0] >> 0) & 0xffffu);
       a[9] = (uint16_t)((tl_lm6[0] >> 16) & 0xffffu);
       a[10] = (uint16_t)((tl_lm6[1] >> 0) & 0xffffu);
@@ -3372,7 +3372,7 @@ tl_MatmulTMA(
       a[14] = (uint16_t)((tl_lm6[3] >> 0) & 0xffffu);
       a[15] = (uint16_t)((tl_lm6[3] >> 16) & 0xffffu);
       uint32_t tl_lm7[4];
-      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
       a[16] = (uint16_t)((tl_lm7[0] >> 0) & 0xffffu);
       a[17] = (uint16_t)((tl_lm7[0] >> 16) & 0xffffu);
       a[18] = (uint16_t)((tl_lm7[1] >> 0) & 0xffffu);
@@ -3382,7 +3382,7 @@ tl_MatmulTMA(
       a[22] = (uint16_t)((tl_lm7[3] >> 0) & 0xffffu);
       a[23] = (uint16_t)((tl_lm7[3] >> 16) & 0xffffu);
       uint32_t tl_lm8[4];
-      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
       a[24] = (uint16_t)((tl_lm8[0] >> 0) & 0xffffu);
       a[25] = (uint16_t)((tl_lm8[0] >> 16) & 0xffffu);
       a[26] = (uint16_t)((tl_lm8[1] >> 0) & 0xffffu);
@@ -3392,7 +3392,7 @@ tl_MatmulTMA(
       a[30] = (uint16_t)((tl_lm8[3] >> 0) & 0xffffu);
       a[31] = (uint16_t)((tl_lm8[3] >> 16) & 0xffffu);
       uint32_t tl_lm9[4];
-      tl_ldmatrix_x4(tl_lm9, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm9, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[32] = (uint16_t)((tl_lm9[0] >> 0) & 0xffffu);
       a[33] = (uint16_t)((tl_lm9[0] >> 16) & 0xffffu);
       a[34] = (uint16_t)((tl_lm9[1] >> 0) & 0xffffu);
@@ -3402,7 +3402,7 @@ tl_MatmulTMA(
       a[38] = (uint16_t)((tl_lm9[3] >> 0) & 0xffffu);
       a[39] = (uint16_t)((tl_lm9[3] >> 16) & 0xffffu);
       uint32_t tl_lm10[4];
-      tl_ldmatrix_x4(tl_lm10, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm10, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[40] = (uint16_t)((tl_lm10[0] >> 0) & 0xffffu);
       a[41] = (uint16_t)((tl_lm10[0] >> 16) & 0xffffu);
       a[42] = (uint16_t)((tl_lm10[1] >> 0) & 0xffffu);
@@ -3412,7 +3412,7 @@ tl_MatmulTMA(
       a[46] = (uint16_t)((tl_lm10[3] >> 0) & 0xffffu);
       a[47] = (uint16_t)((tl_lm10[3] >> 16) & 0xffffu);
       uint32_t tl_lm11[4];
-      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
       a[48] = (uint16_t)((tl_lm11[0] >> 0) & 0xffffu);
       a[49] = (uint16_t)((tl_lm11[0] >> 16) & 0xffffu);
       a[50] = (uint16_t)((tl_lm11[1] >> 0) & 0xffffu);
@@ -3422,7 +3422,7 @@ tl_MatmulTMA(
       a[54] = (uint16_t)((tl_lm11[3] >> 0) & 0xffffu);
       a[55] = (uint16_t)((tl_lm11[3] >> 16) & 0xffffu);
       uint32_t tl_lm12[4];
-      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
       a[56] = (uint16_t)((tl_lm12[0] >> 0) & 0xffffu);
       a[57] = (uint16_t)((tl_lm12[0] >> 16) & 0xffffu);
       a[58] = (uint16_t)((tl_lm12[1] >> 0) & 0xffffu);
@@ -3432,7 +3432,7 @@ tl_MatmulTMA(
       a[62] = (uint16_t)((tl_lm12[3] >> 0) & 0xffffu);
       a[63] = (uint16_t)((tl_lm12[3] >> 16) & 0xffffu);
       uint32_t tl_lm13[4];
-      tl_ldmatrix_x4(tl_lm13, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm13, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[64] = (uint16_t)((tl_lm13[0] >> 0) & 0xffffu);
       a[65] = (uint16_t)((tl_lm13[0] >> 16) & 0xffffu);
       a[66] = (uint16_t)((tl_lm13[1] >> 0) & 0xffffu);
@@ -3442,7 +3442,7 @@ tl_MatmulTMA(
       a[70] = (uint16_t)((tl_lm13[3] >> 0) & 0xffffu);
       a[71] = (uint16_t)((tl_lm13[3] >> 16) & 0xffffu);
       uint32_t tl_lm14[4];
-      tl_ldmatrix_x4(tl_lm14, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm14, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[72] = (uint16_t)((tl_lm14[0] >> 0) & 0xffffu);
       a[73] = (uint16_t)((tl_lm14[0] >> 16) & 0xffffu);
       a[74] = (uint16_t)((tl_lm14[1] >> 0) & 0xffffu);
@@ -3452,7 +3452,7 @@ tl_MatmulTMA(
       a[78] = (uint16_t)((tl_lm14[3] >> 0) & 0xffffu);
       a[79] = (uint16_t)((tl_lm14[3] >> 16) & 0xffffu);
       uint32_t tl_lm15[4];
-      tl_ldmatrix_x4(tl_lm15, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      tl_ldmatrix_x4(tl_lm15, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
       a[80] = (uint16_t)((tl_lm15[0] >> 0) & 0xffffu);
       a[81] = (uint16_t)((tl_lm15[0] >> 16) & 0xffffu);
       a[82] = (uint16_t)((tl_lm15[1] >> 0) & 0xffffu);
@@ -3462,7 +3462,7 @@ tl_MatmulTMA(
       a[86] = (uint16_t)((tl_lm15[3] >> 0) & 0xffffu);
       a[87] = (uint16_t)((tl_lm15[3] >> 16) & 0xffffu);
       uint32_t tl_lm16[4];
-      tl_ldmatrix_x4(tl_lm16, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm16, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
       a[88] = (uint16_t)((tl_lm16[0] >> 0) & 0xffffu);
       a[89] = (uint16_t)((tl_lm16[0] >> 16) & 0xffffu);
       a[90] = (uint16_t)((tl_lm16[1] >> 0) & 0xffffu);
@@ -3472,7 +3472,7 @@ tl_MatmulTMA(
       a[94] = (uint16_t)((tl_lm16[3] >> 0) & 0xffffu);
       a[95] = (uint16_t)((tl_lm16[3] >> 16) & 0xffffu);
       uint32_t tl_lm17[4];
-      tl_ldmatrix_x4(tl_lm17, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm17, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[96] = (uint16_t)((tl_lm17[0] >> 0) & 0xffffu);
       a[97] = (uint16_t)((tl_lm17[0] >> 16) & 0xffffu);
       a[98] = (uint16_t)((tl_lm17[1] >> 0) & 0xffffu);
@@ -3482,7 +3482,7 @@ tl_MatmulTMA(
       a[102] = (uint16_t)((tl_lm17[3] >> 0) & 0xffffu);
       a[103] = (uint16_t)((tl_lm17[3] >> 16) & 0xffffu);
       uint32_t tl_lm18[4];
-      tl_ldmatrix_x4(tl_lm18, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm18, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[104] = (uint16_t)((tl_lm18[0] >> 0) & 0xffffu);
       a[105] = (uint16_t)((tl_lm18[0] >> 16) & 0xffffu);
       a[106] = (uint16_t)((tl_lm18[1] >> 0) & 0xffffu);
@@ -3492,7 +3492,7 @@ tl_MatmulTMA(
       a[110] = (uint16_t)((tl_lm18[3] >> 0) & 0xffffu);
       a[111] = (uint16_t)((tl_lm18[3] >> 16) & 0xffffu);
       uint32_t tl_lm19[4];
-      tl_ldmatrix_x4(tl_lm19, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      tl_ldmatrix_x4(tl_lm19, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
       a[112] = (uint16_t)((tl_lm19[0] >> 0) & 0xffffu);
       a[113] = (uint16_t)((tl_lm19[0] >> 16) & 0xffffu);
       a[114] = (uint16_t)((tl_lm19[1] >> 0) & 0xffffu);
@@ -3502,7 +3502,7 @@ tl_MatmulTMA(
       a[118] = (uint16_t)((tl_lm19[3] >> 0) & 0xffffu);
       a[119] = (uint16_t)((tl_lm19[3] >> 16) & 0xffffu);
       uint32_t tl_lm20[4];
-      tl_ldmatrix_x4(tl_lm20, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm20, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
       a[120] = (uint16_t)((tl_lm20[0] >> 0) & 0xffffu);
       a[121] = (uint16_t)((tl_lm20[0] >> 16) & 0xffffu);
       a[122] = (uint16_t)((tl_lm20[1] >> 0) & 0xffffu);
@@ -3521,7 +3521,7 @@ tl_MatmulTMA(
       const int tl_c21 = ((tl_lt / 4) % 8) + (tl_lt / 32) * 32;
       const int tl_c22 = (tl_lt % 4) * 2;
       uint32_t tl_lm23[4];
-      tl_ldmatrix_x4(tl_lm23, tl_smem + tl_swz<128>(8192u + (tl_c21 + 0) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm23, tl_smem + 8192u + tl_swz<128>((tl_c21 + 0) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[0] = (uint16_t)((tl_lm23[0] >> 0) & 0xffffu);
       b[1] = (uint16_t)((tl_lm23[0] >> 16) & 0xffffu);
       b[2] = (uint16_t)((tl_lm23[1] >> 0) & 0xffffu);
@@ -3531,7 +3531,7 @@ tl_MatmulTMA(
       b[6] = (uint16_t)((tl_lm23[3] >> 0) & 0xffffu);
       b[7] = (uint16_t)((tl_lm23[3] >> 16) & 0xffffu);
       uint32_t tl_lm24[4];
-      tl_ldmatrix_x4(tl_lm24, tl_smem + tl_swz<128>(8192u + (tl_c21 + 0) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm24, tl_smem + 8192u + tl_swz<128>((tl_c21 + 0) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
       b[8] = (uint16_t)((tl_lm24[0] >> 0) & 0xffffu);
       b[9] = (uint16_t)((tl_lm24[0] >> 16) & 0xffffu);
       b[10] = (uint16_t)((tl_lm24[1] >> 0) & 0xffffu);
@@ -3541,7 +3541,7 @@ tl_MatmulTMA(
       b[14] = (uint16_t)((tl_lm24[3] >> 0) & 0xffffu);
       b[15] = (uint16_t)((tl_lm24[3] >> 16) & 0xffffu);
       uint32_t tl_lm25[4];
-      tl_ldmatrix_x4(tl_lm25, tl_smem + tl_swz<128>(8192u + (tl_c21 + 8) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm25, tl_smem + 8192u + tl_swz<128>((tl_c21 + 8) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[16] = (uint16_t)((tl_lm25[0] >> 0) & 0xffffu);
       b[17] = (uint16_t)((tl_lm25[0] >> 16) & 0xffffu);
       b[18] = (uint16_t)((tl_lm25[1] >> 0) & 0xffffu);
@@ -3551,7 +3551,7 @@ tl_MatmulTMA(
       b[22] = (uint16_t)((tl_lm25[3] >> 0) & 0xffffu);
       b[23] = (uint16_t)((tl_lm25[3] >> 16) & 0xffffu);
       uint32_t tl_lm26[4];
-      tl_ldmatrix_x4(tl_lm26, tl_smem + tl_swz<128>(8192u + (tl_c21 + 8) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm26, tl_smem + 8192u + tl_swz<128>((tl_c21 + 8) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
       b[24] = (uint16_t)((tl_lm26[0] >> 0) & 0xffffu);
       b[25] = (uint16_t)((tl_lm26[0] >> 16) & 0xffffu);
       b[26] = (uint16_t)((tl_lm26[1] >> 0) & 0xffffu);
@@ -3561,7 +3561,7 @@ tl_MatmulTMA(
       b[30] = (uint16_t)((tl_lm26[3] >> 0) & 0xffffu);
       b[31] = (uint16_t)((tl_lm26[3] >> 16) & 0xffffu);
       uint32_t tl_lm27[4];
-      tl_ldmatrix_x4(tl_lm27, tl_smem + tl_swz<128>(8192u + (tl_c21 + 16) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm27, tl_smem + 8192u + tl_swz<128>((tl_c21 + 16) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[32] = (uint16_t)((tl_lm27[0] >> 0) & 0xffffu);
       b[33] = (uint16_t)((tl_lm27[0] >> 16) & 0xffffu);
       b[34] = (uint16_t)((tl_lm27[1] >> 0) & 0xffffu);
@@ -3571,7 +3571,7 @@ tl_MatmulTMA(
       b[38] = (uint16_t)((tl_lm27[3] >> 0) & 0xffffu);
       b[39] = (uint16_t)((tl_lm27[3] >> 16) & 0xffffu);
       uint32_t tl_lm28[4];
-      tl_ldmatrix_x4(tl_lm28, tl_smem + tl_swz<128>(8192u + (tl_c21 + 16) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm28, tl_smem + 8192u + tl_swz<128>((tl_c21 + 16) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
       b[40] = (uint16_t)((tl_lm28[0] >> 0) & 0xffffu);
       b[41] = (uint16_t)((tl_lm28[0] >> 16) & 0xffffu);
       b[42] = (uint16_t)((tl_lm28[1] >> 0) & 0xffffu);
@@ -3581,7 +3581,7 @@ tl_MatmulTMA(
       b[46] = (uint16_t)((tl_lm28[3] >> 0) & 0xffffu);
       b[47] = (uint16_t)((tl_lm28[3] >> 16) & 0xffffu);
       uint32_t tl_lm29[4];
-      tl_ldmatrix_x4(tl_lm29, tl_smem + tl_swz<128>(8192u + (tl_c21 + 24) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm29, tl_smem + 8192u + tl_swz<128>((tl_c21 + 24) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[48] = (uint16_t)((tl_lm29[0] >> 0) & 0xffffu);
       b[49] = (uint16_t)((tl_lm29[0] >> 16) & 0xffffu);
       b[50] = (uint16_t)((tl_lm29[1] >> 0) & 0xffffu);
@@ -3591,7 +3591,7 @@ tl_MatmulTMA(
       b[54] = (uint16_t)((tl_lm29[3] >> 0) & 0xffffu);
       b[55] = (uint16_t)((tl_lm29[3] >> 16) & 0xffffu);
       uint32_t tl_lm30[4];
-      tl_ldmatrix_x4(tl_lm30, tl_smem + tl_swz<128>(8192u + (tl_c21 + 24) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm30, tl_smem + 8192u + tl_swz<128>((tl_c21 + 24) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
       b[56] = (uint16_t)((tl_lm30[0] >> 0) & 0xffffu);
       b[57] = (uint16_t)((tl_lm30[0] >> 16) & 0xffffu);
       b[58] = (uint16_t)((tl_lm30[1] >> 0) & 0xffffu);
@@ -4245,7 +4245,7 @@ tl_MatmulTMA(
       const int tl_c3 = ((tl_lt / 4) % 8) + (tl_lt / 64) * 64;
       const int tl_c4 = (tl_lt % 4) * 2;
       uint32_t tl_lm5[4];
-      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm5, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[0] = (uint16_t)((tl_lm5[0] >> 0) & 0xffffu);
       a[1] = (uint16_t)((tl_lm5[0] >> 16) & 0xffffu);
       a[2] = (uint16_t)((tl_lm5[1] >> 0) & 0xffffu);
@@ -4255,7 +4255,7 @@ tl_MatmulTMA(
       a[6] = (uint16_t)((tl_lm5[3] >> 0) & 0xffffu);
       a[7] = (uint16_t)((tl_lm5[3] >> 16) & 0xffffu);
       uint32_t tl_lm6[4];
-      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm6, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[8] = (uint16_t)((tl_lm6[0] >> 0) & 0xffffu);
       a[9] = (uint16_t)((tl_lm6[0] >> 16) & 0xffffu);
       a[10] = (uint16_t)((tl_lm6[1] >> 0) & 0xffffu);
@@ -4265,7 +4265,7 @@ tl_MatmulTMA(
       a[14] = (uint16_t)((tl_lm6[3] >> 0) & 0xffffu);
       a[15] = (uint16_t)((tl_lm6[3] >> 16) & 0xffffu);
       uint32_t tl_lm7[4];
-      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      tl_ldmatrix_x4(tl_lm7, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
       a[16] = (uint16_t)((tl_lm7[0] >> 0) & 0xffffu);
       a[17] = (uint16_t)((tl_lm7[0] >> 16) & 0xffffu);
       a[18] = (uint16_t)((tl_lm7[1] >> 0) & 0xffffu);
@@ -4275,7 +4275,7 @@ tl_MatmulTMA(
       a[22] = (uint16_t)((tl_lm7[3] >> 0) & 0xffffu);
       a[23] = (uint16_t)((tl_lm7[3] >> 16) & 0xffffu);
       uint32_t tl_lm8[4];
-      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm8, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 0 : 8)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
       a[24] = (uint16_t)((tl_lm8[0] >> 0) & 0xffffu);
       a[25] = (uint16_t)((tl_lm8[0] >> 16) & 0xffffu);
       a[26] = (uint16_t)((tl_lm8[1] >> 0) & 0xffffu);
@@ -4285,7 +4285,7 @@ tl_MatmulTMA(
       a[30] = (uint16_t)((tl_lm8[3] >> 0) & 0xffffu);
       a[31] = (uint16_t)((tl_lm8[3] >> 16) & 0xffffu);
       uint32_t tl_lm9[4];
-      tl_ldmatrix_x4(tl_lm9, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm9, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[32] = (uint16_t)((tl_lm9[0] >> 0) & 0xffffu);
       a[33] = (uint16_t)((tl_lm9[0] >> 16) & 0xffffu);
       a[34] = (uint16_t)((tl_lm9[1] >> 0) & 0xffffu);
@@ -4295,7 +4295,7 @@ tl_MatmulTMA(
       a[38] = (uint16_t)((tl_lm9[3] >> 0) & 0xffffu);
       a[39] = (uint16_t)((tl_lm9[3] >> 16) & 0xffffu);
       uint32_t tl_lm10[4];
-      tl_ldmatrix_x4(tl_lm10, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm10, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[40] = (uint16_t)((tl_lm10[0] >> 0) & 0xffffu);
       a[41] = (uint16_t)((tl_lm10[0] >> 16) & 0xffffu);
       a[42] = (uint16_t)((tl_lm10[1] >> 0) & 0xffffu);
@@ -4305,7 +4305,7 @@ tl_MatmulTMA(
       a[46] = (uint16_t)((tl_lm10[3] >> 0) & 0xffffu);
       a[47] = (uint16_t)((tl_lm10[3] >> 16) & 0xffffu);
       uint32_t tl_lm11[4];
-      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      tl_ldmatrix_x4(tl_lm11, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
       a[48] = (uint16_t)((tl_lm11[0] >> 0) & 0xffffu);
       a[49] = (uint16_t)((tl_lm11[0] >> 16) & 0xffffu);
       a[50] = (uint16_t)((tl_lm11[1] >> 0) & 0xffffu);
@@ -4315,7 +4315,7 @@ tl_MatmulTMA(
       a[54] = (uint16_t)((tl_lm11[3] >> 0) & 0xffffu);
       a[55] = (uint16_t)((tl_lm11[3] >> 16) & 0xffffu);
       uint32_t tl_lm12[4];
-      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm12, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 24 : (tl_lj == 2 ? 16 : 24)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
       a[56] = (uint16_t)((tl_lm12[0] >> 0) & 0xffffu);
       a[57] = (uint16_t)((tl_lm12[0] >> 16) & 0xffffu);
       a[58] = (uint16_t)((tl_lm12[1] >> 0) & 0xffffu);
@@ -4325,7 +4325,7 @@ tl_MatmulTMA(
       a[62] = (uint16_t)((tl_lm12[3] >> 0) & 0xffffu);
       a[63] = (uint16_t)((tl_lm12[3] >> 16) & 0xffffu);
       uint32_t tl_lm13[4];
-      tl_ldmatrix_x4(tl_lm13, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm13, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[64] = (uint16_t)((tl_lm13[0] >> 0) & 0xffffu);
       a[65] = (uint16_t)((tl_lm13[0] >> 16) & 0xffffu);
       a[66] = (uint16_t)((tl_lm13[1] >> 0) & 0xffffu);
@@ -4335,7 +4335,7 @@ tl_MatmulTMA(
       a[70] = (uint16_t)((tl_lm13[3] >> 0) & 0xffffu);
       a[71] = (uint16_t)((tl_lm13[3] >> 16) & 0xffffu);
       uint32_t tl_lm14[4];
-      tl_ldmatrix_x4(tl_lm14, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm14, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[72] = (uint16_t)((tl_lm14[0] >> 0) & 0xffffu);
       a[73] = (uint16_t)((tl_lm14[0] >> 16) & 0xffffu);
       a[74] = (uint16_t)((tl_lm14[1] >> 0) & 0xffffu);
@@ -4345,7 +4345,7 @@ tl_MatmulTMA(
       a[78] = (uint16_t)((tl_lm14[3] >> 0) & 0xffffu);
       a[79] = (uint16_t)((tl_lm14[3] >> 16) & 0xffffu);
       uint32_t tl_lm15[4];
-      tl_ldmatrix_x4(tl_lm15, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      tl_ldmatrix_x4(tl_lm15, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
       a[80] = (uint16_t)((tl_lm15[0] >> 0) & 0xffffu);
       a[81] = (uint16_t)((tl_lm15[0] >> 16) & 0xffffu);
       a[82] = (uint16_t)((tl_lm15[1] >> 0) & 0xffffu);
@@ -4355,7 +4355,7 @@ tl_MatmulTMA(
       a[86] = (uint16_t)((tl_lm15[3] >> 0) & 0xffffu);
       a[87] = (uint16_t)((tl_lm15[3] >> 16) & 0xffffu);
       uint32_t tl_lm16[4];
-      tl_ldmatrix_x4(tl_lm16, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm16, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 32 : 40)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
       a[88] = (uint16_t)((tl_lm16[0] >> 0) & 0xffffu);
       a[89] = (uint16_t)((tl_lm16[0] >> 16) & 0xffffu);
       a[90] = (uint16_t)((tl_lm16[1] >> 0) & 0xffffu);
@@ -4365,7 +4365,7 @@ tl_MatmulTMA(
       a[94] = (uint16_t)((tl_lm16[3] >> 0) & 0xffffu);
       a[95] = (uint16_t)((tl_lm16[3] >> 16) & 0xffffu);
       uint32_t tl_lm17[4];
-      tl_ldmatrix_x4(tl_lm17, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
+      tl_ldmatrix_x4(tl_lm17, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 0 : (tl_lj == 2 ? 8 : 8)))) * 2));
       a[96] = (uint16_t)((tl_lm17[0] >> 0) & 0xffffu);
       a[97] = (uint16_t)((tl_lm17[0] >> 16) & 0xffffu);
       a[98] = (uint16_t)((tl_lm17[1] >> 0) & 0xffffu);
@@ -4375,7 +4375,7 @@ tl_MatmulTMA(
       a[102] = (uint16_t)((tl_lm17[3] >> 0) & 0xffffu);
       a[103] = (uint16_t)((tl_lm17[3] >> 16) & 0xffffu);
       uint32_t tl_lm18[4];
-      tl_ldmatrix_x4(tl_lm18, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm18, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 16 : (tl_lj == 1 ? 16 : (tl_lj == 2 ? 24 : 24)))) * 2));
       a[104] = (uint16_t)((tl_lm18[0] >> 0) & 0xffffu);
       a[105] = (uint16_t)((tl_lm18[0] >> 16) & 0xffffu);
       a[106] = (uint16_t)((tl_lm18[1] >> 0) & 0xffffu);
@@ -4385,7 +4385,7 @@ tl_MatmulTMA(
       a[110] = (uint16_t)((tl_lm18[3] >> 0) & 0xffffu);
       a[111] = (uint16_t)((tl_lm18[3] >> 16) & 0xffffu);
       uint32_t tl_lm19[4];
-      tl_ldmatrix_x4(tl_lm19, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
+      tl_ldmatrix_x4(tl_lm19, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 32 : (tl_lj == 2 ? 40 : 40)))) * 2));
       a[112] = (uint16_t)((tl_lm19[0] >> 0) & 0xffffu);
       a[113] = (uint16_t)((tl_lm19[0] >> 16) & 0xffffu);
       a[114] = (uint16_t)((tl_lm19[1] >> 0) & 0xffffu);
@@ -4395,7 +4395,7 @@ tl_MatmulTMA(
       a[118] = (uint16_t)((tl_lm19[3] >> 0) & 0xffffu);
       a[119] = (uint16_t)((tl_lm19[3] >> 16) & 0xffffu);
       uint32_t tl_lm20[4];
-      tl_ldmatrix_x4(tl_lm20, tl_smem + tl_swz<128>(0u + (tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm20, tl_smem + tl_swz<128>((tl_c3 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 56 : (tl_lj == 2 ? 48 : 56)))) * 128 + (tl_c4 + (tl_lj == 0 ? 48 : (tl_lj == 1 ? 48 : (tl_lj == 2 ? 56 : 56)))) * 2));
       a[120] = (uint16_t)((tl_lm20[0] >> 0) & 0xffffu);
       a[121] = (uint16_t)((tl_lm20[0] >> 16) & 0xffffu);
       a[122] = (uint16_t)((tl_lm20[1] >> 0) & 0xffffu);
@@ -4414,7 +4414,7 @@ tl_MatmulTMA(
       const int tl_c21 = ((tl_lt / 4) % 8) + ((tl_lt / 32) % 2) * 64;
       const int tl_c22 = (tl_lt % 4) * 2;
       uint32_t tl_lm23[4];
-      tl_ldmatrix_x4(tl_lm23, tl_smem + tl_swz<128>(16384u + (tl_c21 + 0) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm23, tl_smem + 16384u + tl_swz<128>((tl_c21 + 0) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[0] = (uint16_t)((tl_lm23[0] >> 0) & 0xffffu);
       b[1] = (uint16_t)((tl_lm23[0] >> 16) & 0xffffu);
       b[2] = (uint16_t)((tl_lm23[1] >> 0) & 0xffffu);
@@ -4424,7 +4424,7 @@ tl_MatmulTMA(
       b[6] = (uint16_t)((tl_lm23[3] >> 0) & 0xffffu);
       b[7] = (uint16_t)((tl_lm23[3] >> 16) & 0xffffu);
       uint32_t tl_lm24[4];
-      tl_ldmatrix_x4(tl_lm24, tl_smem + tl_swz<128>(16384u + (tl_c21 + 0) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm24, tl_smem + 16384u + tl_swz<128>((tl_c21 + 0) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
       b[8] = (uint16_t)((tl_lm24[0] >> 0) & 0xffffu);
       b[9] = (uint16_t)((tl_lm24[0] >> 16) & 0xffffu);
       b[10] = (uint16_t)((tl_lm24[1] >> 0) & 0xffffu);
@@ -4434,7 +4434,7 @@ tl_MatmulTMA(
       b[14] = (uint16_t)((tl_lm24[3] >> 0) & 0xffffu);
       b[15] = (uint16_t)((tl_lm24[3] >> 16) & 0xffffu);
       uint32_t tl_lm25[4];
-      tl_ldmatrix_x4(tl_lm25, tl_smem + tl_swz<128>(16384u + (tl_c21 + 8) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm25, tl_smem + 16384u + tl_swz<128>((tl_c21 + 8) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[16] = (uint16_t)((tl_lm25[0] >> 0) & 0xffffu);
       b[17] = (uint16_t)((tl_lm25[0] >> 16) & 0xffffu);
       b[18] = (uint16_t)((tl_lm25[1] >> 0) & 0xffffu);
@@ -4444,7 +4444,7 @@ tl_MatmulTMA(
       b[22] = (uint16_t)((tl_lm25[3] >> 0) & 0xffffu);
       b[23] = (uint16_t)((tl_lm25[3] >> 16) & 0xffffu);
       uint32_t tl_lm26[4];
-      tl_ldmatrix_x4(tl_lm26, tl_smem + tl_swz<128>(16384u + (tl_c21 + 8) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm26, tl_smem + 16384u + tl_swz<128>((tl_c21 + 8) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
       b[24] = (uint16_t)((tl_lm26[0] >> 0) & 0xffffu);
       b[25] = (uint16_t)((tl_lm26[0] >> 16) & 0xffffu);
       b[26] = (uint16_t)((tl_lm26[1] >> 0) & 0xffffu);
@@ -4454,7 +4454,7 @@ tl_MatmulTMA(
       b[30] = (uint16_t)((tl_lm26[3] >> 0) & 0xffffu);
       b[31] = (uint16_t)((tl_lm26[3] >> 16) & 0xffffu);
       uint32_t tl_lm27[4];
-      tl_ldmatrix_x4(tl_lm27, tl_smem + tl_swz<128>(16384u + (tl_c21 + 16) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm27, tl_smem + 16384u + tl_swz<128>((tl_c21 + 16) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[32] = (uint16_t)((tl_lm27[0] >> 0) & 0xffffu);
       b[33] = (uint16_t)((tl_lm27[0] >> 16) & 0xffffu);
       b[34] = (uint16_t)((tl_lm27[1] >> 0) & 0xffffu);
@@ -4464,7 +4464,7 @@ tl_MatmulTMA(
       b[38] = (uint16_t)((tl_lm27[3] >> 0) & 0xffffu);
       b[39] = (uint16_t)((tl_lm27[3] >> 16) & 0xffffu);
       uint32_t tl_lm28[4];
-      tl_ldmatrix_x4(tl_lm28, tl_smem + tl_swz<128>(16384u + (tl_c21 + 16) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm28, tl_smem + 16384u + tl_swz<128>((tl_c21 + 16) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
       b[40] = (uint16_t)((tl_lm28[0] >> 0) & 0xffffu);
       b[41] = (uint16_t)((tl_lm28[0] >> 16) & 0xffffu);
       b[42] = (uint16_t)((tl_lm28[1] >> 0) & 0xffffu);
@@ -4474,7 +4474,7 @@ tl_MatmulTMA(
       b[46] = (uint16_t)((tl_lm28[3] >> 0) & 0xffffu);
       b[47] = (uint16_t)((tl_lm28[3] >> 16) & 0xffffu);
       uint32_t tl_lm29[4];
-      tl_ldmatrix_x4(tl_lm29, tl_smem + tl_swz<128>(16384u + (tl_c21 + 24) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm29, tl_smem + 16384u + tl_swz<128>((tl_c21 + 24) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[48] = (uint16_t)((tl_lm29[0] >> 0) & 0xffffu);
       b[49] = (uint16_t)((tl_lm29[0] >> 16) & 0xffffu);
       b[50] = (uint16_t)((tl_lm29[1] >> 0) & 0xffffu);
@@ -4484,7 +4484,7 @@ tl_MatmulTMA(
       b[54] = (uint16_t)((tl_lm29[3] >> 0) & 0xffffu);
       b[55] = (uint16_t)((tl_lm29[3] >> 16) & 0xffffu);
       uint32_t tl_lm30[4];
-      tl_ldmatrix_x4(tl_lm30, tl_smem + tl_swz<128>(16384u + (tl_c21 + 24) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm30, tl_smem + 16384u + tl_swz<128>((tl_c21 + 24) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
       b[56] = (uint16_t)((tl_lm30[0] >> 0) & 0xffffu);
       b[57] = (uint16_t)((tl_lm30[0] >> 16) & 0xffffu);
       b[58] = (uint16_t)((tl_lm30[1] >> 0) & 0xffffu);
@@ -4494,7 +4494,7 @@ tl_MatmulTMA(
       b[62] = (uint16_t)((tl_lm30[3] >> 0) & 0xffffu);
       b[63] = (uint16_t)((tl_lm30[3] >> 16) & 0xffffu);
       uint32_t tl_lm31[4];
-      tl_ldmatrix_x4(tl_lm31, tl_smem + tl_swz<128>(16384u + (tl_c21 + 32) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm31, tl_smem + 16384u + tl_swz<128>((tl_c21 + 32) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[64] = (uint16_t)((tl_lm31[0] >> 0) & 0xffffu);
       b[65] = (uint16_t)((tl_lm31[0] >> 16) & 0xffffu);
       b[66] = (uint16_t)((tl_lm31[1] >> 0) & 0xffffu);
@@ -4504,7 +4504,7 @@ tl_MatmulTMA(
       b[70] = (uint16_t)((tl_lm31[3] >> 0) & 0xffffu);
       b[71] = (uint16_t)((tl_lm31[3] >> 16) & 0xffffu);
       uint32_t tl_lm32[4];
-      tl_ldmatrix_x4(tl_lm32, tl_smem + tl_swz<128>(16384u + (tl_c21 + 32) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm32, tl_smem + 16384u + tl_swz<128>((tl_c21 + 32) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
       b[72] = (uint16_t)((tl_lm32[0] >> 0) & 0xffffu);
       b[73] = (uint16_t)((tl_lm32[0] >> 16) & 0xffffu);
       b[74] = (uint16_t)((tl_lm32[1] >> 0) & 0xffffu);
@@ -4514,7 +4514,7 @@ tl_MatmulTMA(
       b[78] = (uint16_t)((tl_lm32[3] >> 0) & 0xffffu);
       b[79] = (uint16_t)((tl_lm32[3] >> 16) & 0xffffu);
       uint32_t tl_lm33[4];
-      tl_ldmatrix_x4(tl_lm33, tl_smem + tl_swz<128>(16384u + (tl_c21 + 40) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm33, tl_smem + 16384u + tl_swz<128>((tl_c21 + 40) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[80] = (uint16_t)((tl_lm33[0] >> 0) & 0xffffu);
       b[81] = (uint16_t)((tl_lm33[0] >> 16) & 0xffffu);
       b[82] = (uint16_t)((tl_lm33[1] >> 0) & 0xffffu);
@@ -4524,7 +4524,7 @@ tl_MatmulTMA(
       b[86] = (uint16_t)((tl_lm33[3] >> 0) & 0xffffu);
       b[87] = (uint16_t)((tl_lm33[3] >> 16) & 0xffffu);
       uint32_t tl_lm34[4];
-      tl_ldmatrix_x4(tl_lm34, tl_smem + tl_swz<128>(16384u + (tl_c21 + 40) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm34, tl_smem + 16384u + tl_swz<128>((tl_c21 + 40) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
       b[88] = (uint16_t)((tl_lm34[0] >> 0) & 0xffffu);
       b[89] = (uint16_t)((tl_lm34[0] >> 16) & 0xffffu);
       b[90] = (uint16_t)((tl_lm34[1] >> 0) & 0xffffu);
@@ -4534,7 +4534,7 @@ tl_MatmulTMA(
       b[94] = (uint16_t)((tl_lm34[3] >> 0) & 0xffffu);
       b[95] = (uint16_t)((tl_lm34[3] >> 16) & 0xffffu);
       uint32_t tl_lm35[4];
-      tl_ldmatrix_x4(tl_lm35, tl_smem + tl_swz<128>(16384u + (tl_c21 + 48) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm35, tl_smem + 16384u + tl_swz<128>((tl_c21 + 48) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[96] = (uint16_t)((tl_lm35[0] >> 0) & 0xffffu);
       b[97] = (uint16_t)((tl_lm35[0] >> 16) & 0xffffu);
       b[98] = (uint16_t)((tl_lm35[1] >> 0) & 0xffffu);
@@ -4544,7 +4544,7 @@ tl_MatmulTMA(
       b[102] = (uint16_t)((tl_lm35[3] >> 0) & 0xffffu);
       b[103] = (uint16_t)((tl_lm35[3] >> 16) & 0xffffu);
       uint32_t tl_lm36[4];
-      tl_ldmatrix_x4(tl_lm36, tl_smem + tl_swz<128>(16384u + (tl_c21 + 48) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm36, tl_smem + 16384u + tl_swz<128>((tl_c21 + 48) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
       b[104] = (uint16_t)((tl_lm36[0] >> 0) & 0xffffu);
       b[105] = (uint16_t)((tl_lm36[0] >> 16) & 0xffffu);
       b[106] = (uint16_t)((tl_lm36[1] >> 0) & 0xffffu);
@@ -4554,7 +4554,7 @@ tl_MatmulTMA(
       b[110] = (uint16_t)((tl_lm36[3] >> 0) & 0xffffu);
       b[111] = (uint16_t)((tl_lm36[3] >> 16) & 0xffffu);
       uint32_t tl_lm37[4];
-      tl_ldmatrix_x4(tl_lm37, tl_smem + tl_swz<128>(16384u + (tl_c21 + 56) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
+      tl_ldmatrix_x4(tl_lm37, tl_smem + 16384u + tl_swz<128>((tl_c21 + 56) * 128 + (tl_c22 + (tl_lj == 0 ? 0 : (tl_lj == 1 ? 8 : (tl_lj == 2 ? 16 : 24)))) * 2));
       b[112] = (uint16_t)((tl_lm37[0] >> 0) & 0xffffu);
       b[113] = (uint16_t)((tl_lm37[0] >> 16) & 0xffffu);
       b[114] = (uint16_t)((tl_lm37[1] >> 0) & 0xffffu);
@@ -4564,7 +4564,7 @@ tl_MatmulTMA(
       b[118] = (uint16_t)((tl_lm37[3] >> 0) & 0xffffu);
       b[119] = (uint16_t)((tl_lm37[3] >> 16) & 0xffffu);
       uint32_t tl_lm38[4];
-      tl_ldmatrix_x4(tl_lm38, tl_smem + tl_swz<128>(16384u + (tl_c21 + 56) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
+      tl_ldmatrix_x4(tl_lm38, tl_smem + 16384u + tl_swz<128>((tl_c21 + 56) * 128 + (tl_c22 + (tl_lj == 0 ? 32 : (tl_lj == 1 ? 40 : (tl_lj == 2 ? 48 : 56)))) * 2));
       b[120] = (uint16_t)((tl_lm38[0] >> 0) & 0xffffu);
       b[121] = (uint16_t)((tl_lm38[0] >> 16) & 0xffffu);
       b[122] = (uint16_t)((tl_lm38[1] >> 0) & 0xffffu);

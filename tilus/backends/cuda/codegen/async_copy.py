@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tilus.backends.cuda.codegen.memory import _address, _shared_elem, shared_offset
+from tilus.backends.cuda.codegen.memory import _address, _shared_elem, shared_offset, swizzled
 from tilus.backends.cuda.codegen.scalar import ctype
 from tilus.backends.cuda.codegen.vector import base_alignment, known_aligned, static_int
 from tilus.backends.cuda.ptx.cp_async import COPIES
@@ -107,9 +107,8 @@ def _chunks(ctx, inst, offs, base, whole: bool, path: str) -> None:
     last = len(shape) - 1
     dst = ctx.fresh("dst")
     lin = _shared_elem(view, coords)
-    ctx.emit(
-        f"const uint32_t {dst} = tl_swz<{view.layout.swizzle}>({shared_offset(ctx, s)} + {lin});"
-    )
+    addr = swizzled(ctx, view.layout.swizzle, s, shared_offset(ctx, s), lin)
+    ctx.emit(f"const uint32_t {dst} = {addr};")
     src = ctx.fresh("src")
     ctx.emit(f"const {ct}* const {src} = {name} + {_address(gi, strides)};")
     nin, rok = ctx.fresh("nin"), ctx.fresh("rok")  # elements of the chunk inside the tensor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tilus.backends.cuda.codegen.memory import _address, _shared_elem, shared_offset
+from tilus.backends.cuda.codegen.memory import _address, _shared_elem, shared_offset, swizzled
 from tilus.backends.cuda.codegen.registers import declare, elem, emit_thread_coords, layout_of
 from tilus.backends.cuda.codegen.scalar import ctype
 from tilus.backends.cuda.layout.reads import result_used
@@ -75,7 +75,8 @@ def _element_addresses(ctx, inst, values, indices, dim):
         elif dst.kind == TensorKind.GLOBAL:
             addr = f"(void*)({name} + {_address(coords, strides)})"
         else:
-            addr = f"tl_smem + tl_swz<{view.layout.swizzle}>({off} + {_shared_elem(view, coords)})"
+            lin = _shared_elem(view, coords)
+            addr = f"tl_smem + {swizzled(ctx, view.layout.swizzle, dst, off, lin)}"
         out.append((addr, " && ".join(conds)))
     return layout, out
 

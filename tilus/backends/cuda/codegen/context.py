@@ -44,6 +44,7 @@ class Context:
         self.gview_info: dict = {}  # global TensorVar -> (C name, shape codes, stride codes)
         self.aligned_bases: dict = {}  # C name of a view on a pointer argument -> its alignment
         self.shared_names: dict = {}  # shared view TensorVar -> C name of its byte offset
+        self.shared_align: dict = {}  # shared view TensorVar -> a power of two dividing it
         self.blocks: list[int] = [0]  # ids of the open C blocks (for scope checks)
         self.block_seq = 0
         self.decl_scope: dict = {}  # id(register tile) -> open blocks at its declaration

@@ -120,13 +120,14 @@ def _select(index: str, values: list[str]) -> str:
     return code
 
 
-def emit_load(ctx, plan: LdmatrixPlan, view, off: str, reg, lin) -> None:
+def emit_load(ctx, plan: LdmatrixPlan, view, off: str, reg, lin, swz) -> None:
     """Load register tile ``reg`` from shared ``view`` (byte offset ``off``) with ldmatrix;
-    ``lin(coords)`` is the linear byte offset of tile coordinates (C code)."""
+    ``lin(coords)`` is the linear byte offset of tile coordinates (C code), ``swz(off, lin)``
+    the swizzled byte offset (``memory.swizzled``)."""
     layout = R.layout_of(ctx, reg)
     ct = R.ctype(reg.dtype)
     tid = ctx.tid(ctx.group)
-    p, w = plan.pack, view.layout.swizzle
+    p = plan.pack
     ctx.open("")
     ctx.emit(f"const int tl_lr = {tid} & 7, tl_lj = ({tid} >> 3) & 3;")
     lane = "(tl_lr >> 1)" if plan.trans else "(tl_lr << 2)"
@@ -147,7 +148,7 @@ def emit_load(ctx, plan: LdmatrixPlan, view, off: str, reg, lin) -> None:
             vals = [str(layout.local_coords((w0 + m) * p + e)[d]) for m, e in combos]
             coords.append(f"{b} + {_select(sel, vals)}")
         r = ctx.fresh("lm")
-        addr = f"tl_smem + tl_swz<{w}>({off} + {lin(coords)})"
+        addr = f"tl_smem + {swz(off, lin(coords))}"
         frag = P.LDMATRIX[(x, plan.trans)]
         ctx.emit(f"uint32_t {r}[{x}];")
         ctx.emit(f"{frag.name}({r}, {addr});")

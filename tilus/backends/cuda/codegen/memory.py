@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 from tilus.backends.cuda.codegen import ldmatrix, lowbit_rules
@@ -61,16 +62,43 @@ def shared_slice(ctx, inst, expr):
     """A view of a shared tile: ``const uint32_t v = base + index * stride;``."""
     view = ctx.plan.shared[inst.out]
     strides = view.layout.strides_bytes()
-    base, terms = ctx.smem.offsets[view.root], ""
+    base, terms, align = ctx.smem.offsets[view.root], "", 0
     for i, x in enumerate(view.index):
         if isinstance(x, Const):  # fold constant indices into the base (uint32 arithmetic)
             base = wrap(base + cconvert(x.value, uint32) * strides[i], uint32)
         else:
             terms += f" + (uint32_t)({expr(x)}) * {strides[i]}u"
+            align = math.gcd(align, strides[i])
     code = f"{base}u{terms}"
     name = ctx.name(inst.out)
     ctx.shared_names[inst.out] = name
+    ctx.shared_align[inst.out] = _pow2(math.gcd(align, base))
     ctx.emit(f"const uint32_t {name} = {code};")
+
+
+def _pow2(n: int) -> int:
+    """The largest power of two dividing ``n`` (a large one for 0)."""
+    return n & -n if n else 1 << 30
+
+
+def offset_align(ctx, t: TensorVar) -> int:
+    """A power of two that divides the byte offset of shared tile or view ``t`` (1 if none is
+    known)."""
+    if t in ctx.smem.offsets:
+        return _pow2(ctx.smem.offsets[t])
+    return ctx.shared_align.get(t, 1)
+
+
+def swizzled(ctx, w: int, t: TensorVar, off: str, lin: str) -> str:
+    """The swizzled byte offset ``tl_swz<w>(off + lin)`` of element offset ``lin`` in shared
+    tile ``t`` (at ``off``). The swizzle XORs bits 7 and up into bits 4-6, a pattern that
+    repeats every ``8 w`` bytes; when ``off`` is a whole number of repeats (a ring slot chosen
+    at run time: its index times the slot's size) it is written ``off + tl_swz<w>(lin)``,
+    whose swizzle depends on the lane and constants only, so ptxas computes it once outside
+    the loop instead of two ALU instructions an access in it."""
+    if w and offset_align(ctx, t) % (8 * w) == 0:
+        return f"tl_swz<{w}>({lin})" if off == "0u" else f"{off} + tl_swz<{w}>({lin})"
+    return f"tl_swz<{w}>({off} + {lin})"
 
 
 def _tile_base(ctx, layout, offsets, expr):
@@ -450,14 +478,14 @@ def _shared_access(ctx, inst, tile, reg, load: bool):
     ctx.open("")
     base = R.emit_thread_coords(ctx, layout, ctx.group)
     if vw:
-        _shared_vectors(ctx, reg, layout, view, base, off, vw, load)
+        _shared_vectors(ctx, reg, layout, view, base, off, vw, load, tile)
         ctx.close()
         return
     for i in range(0, layout.local_size, 2 if pairs else 1):
         lc = layout.local_coords(i)
         coords = [R.coord(b, k) for b, k in zip(base, lc)]
         lin = _shared_elem(view, coords)
-        addr = f"tl_smem_ptr + tl_swz<{w}>({off} + {lin})"
+        addr = f"tl_smem_ptr + {swizzled(ctx, w, tile, off, lin)}"
         if pairs:
             v0, v1 = R.elem(ctx, reg, i), R.elem(ctx, reg, i + 1)
             if load:
@@ -499,13 +527,14 @@ def _shared_vector_width(reg, layout, view) -> int:
     return w
 
 
-def _shared_vectors(ctx, reg, layout, view, base, off, w: int, load: bool) -> None:
+def _shared_vectors(ctx, reg, layout, view, base, off, w: int, load: bool, tile) -> None:
     """Move ``reg`` to or from shared memory ``w`` registers (8 or 16 bytes) at a time."""
     nwords = w * reg.dtype.nbits // 32
     wt = V.word_type(nwords)
     for i in range(0, layout.local_size, w):
         coords = [R.coord(b, k) for b, k in zip(base, layout.local_coords(i))]
-        addr = f"tl_smem_ptr + tl_swz<{view.layout.swizzle}>({off} + {_shared_elem(view, coords)})"
+        lin = _shared_elem(view, coords)
+        addr = f"tl_smem_ptr + {swizzled(ctx, view.layout.swizzle, tile, off, lin)}"
         if load:
             v = ctx.fresh("vw")
             ctx.emit(f"const {wt} {v} = *((const {wt}*)({addr}));")
@@ -526,7 +555,15 @@ def load_shared(ctx, inst, expr):
     g = ctx.group
     if plan is not None and ldmatrix.view_fits(view) and g.begin % 32 == 0 and g.size % 32 == 0:
         off = shared_offset(ctx, inst.src)
-        ldmatrix.emit_load(ctx, plan, view, off, inst.out, lambda c: _shared_elem(view, c))
+        ldmatrix.emit_load(
+            ctx,
+            plan,
+            view,
+            off,
+            inst.out,
+            lambda c: _shared_elem(view, c),
+            lambda o, lin: swizzled(ctx, view.layout.swizzle, inst.src, o, lin),
+        )
         return
     _shared_access(ctx, inst, inst.src, inst.out, True)
 

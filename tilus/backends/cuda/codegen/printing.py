@@ -12,7 +12,7 @@ from __future__ import annotations
 from tilus.backends.cuda.codegen import lowbit as B
 from tilus.backends.cuda.codegen.convert import gather
 from tilus.backends.cuda.codegen.memory import _shared_elem as shared_elem
-from tilus.backends.cuda.codegen.memory import shared_offset
+from tilus.backends.cuda.codegen.memory import shared_offset, swizzled
 from tilus.backends.cuda.codegen.scalar import ctype, to_float
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.dtypes import float32, int32
@@ -89,9 +89,8 @@ def print_tensor(ctx, inst, expr):
         shape = [str(n) for n in t.shape]
 
         def read(k, coords):
-            return (
-                f"*((const {ct}*)(tl_smem_ptr + tl_swz<{w}>({off} + {shared_elem(view, coords)})))"
-            )
+            addr = swizzled(ctx, w, t, off, shared_elem(view, coords))
+            return f"*((const {ct}*)(tl_smem_ptr + {addr}))"
 
     else:
         sync(ctx, None, None)

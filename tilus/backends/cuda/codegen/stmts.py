@@ -104,6 +104,7 @@ def _permute(ctx, inst, expr):
         return
     name = ctx.name(inst.out)
     ctx.shared_names[inst.out] = name
+    ctx.shared_align[inst.out] = memory.offset_align(ctx, inst.src)
     ctx.emit(f"const uint32_t {name} = {memory.shared_offset(ctx, inst.src)};  // transposed view")
 
 
