@@ -28,16 +28,17 @@ def test_prepack_puts_each_lanes_fragment_codes_in_its_32_bytes():
     assert packed.shape == (32, 128)  # N padded to 16
     flat = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(-1)  # the codes in order
     # chunk (R=0, G=1), lane g=3, q=2: its 64 codes are rows 3 and 11, K 128 + 16s + 8h + 4 + e;
-    # word s holds fragment register j = 2h + rh's element e in nibble j + 4e
+    # word s holds fragment register j = 2h + rh's element e in nibble j + 4e, an int4b code
+    # XOR 8 (c + 8)
     base = (0 * (k // 128) + 1) * 2048 + (3 * 4 + 2) * 64
-    got = flat[base : base + 64].reshape(8, 2, 2, 2)  # s, e, h, rh
+    got = flat[base : base + 64].reshape(8, 2, 2, 2) ^ 8  # s, e, h, rh
     for s in range(8):
         for h in range(2):
             for rh in range(2):
                 for e in range(2):
                     kk = 128 + 16 * s + 8 * h + 2 * 2 + e
                     assert got[s, e, h, rh] == codes[3 + 8 * rh, kk]
-    padded = np.zeros((32, k), codes.dtype)
+    padded = np.full((32, k), 8, codes.dtype)  # int4b 8 = -8: stored as the nibble 0
     padded[:n] = codes
     assert (mma.prepack(padded, tilus.int4b) == packed).all()  # the padding rows are zeros
     with pytest.raises(tilus.TilusArgumentError, match="multiple of 128"):
@@ -45,20 +46,19 @@ def test_prepack_puts_each_lanes_fragment_codes_in_its_32_bytes():
 
 
 def test_magic_numbers_dequantize_every_code_of_every_register_exactly():
-    # a word's fragment register j: nibbles j and j + 4 shifted to bits 4-7 and 20-23, masked
-    # under the key, then less the bias in f16 (the kernel's ``fragment``): 16 c exactly
-    assert [mma.magic_shl(j) for j in range(4)] == list(mma.MAGIC_SHL)
+    # a word's fragment register j: nibbles j and j + 4 shifted and masked under the exponent
+    # of 1024, then less the bias in f16 (the kernel's ``fragment``): c, or 16 c in row half 1
     assert [mma.magic_shr(j) for j in range(4)] == list(mma.MAGIC_SHR)
-    rng = np.random.default_rng()
-    for _ in range(64):
-        c = rng.integers(-8, 8, 8)  # int4b codes, as prepack stores them (nibble j = code j)
-        word = int(sum((int(v) & 0xF) << (4 * j) for j, v in enumerate(c)))
+    assert [mma.magic_mask(j) for j in range(4)] == list(mma.MAGIC_MASK)
+    assert [mma.magic_bias(rh, 0) for rh in range(2)] == list(mma.MAGIC_BIAS)
+    assert [mma.magic_row_scale(r, 0) for r in (0, 7, 8, 15, 16)] == [1, 1, 0.0625, 0.0625, 1]
+    for c in [np.arange(-8, 0), np.arange(0, 8)] + [np.random.default_rng().integers(-8, 8, 8)]:
+        word = int(sum(((int(v) + 8) & 0xF) << (4 * j) for j, v in enumerate(c)))  # prepack's
         for j in range(4):
-            f = (((word << mma.MAGIC_SHL[j]) & 0xFFFFFFFF) >> mma.MAGIC_SHR[j]) & 0x00F000F0
-            f ^= mma.MAGIC_KEY
+            f = ((word >> mma.MAGIC_SHR[j]) & mma.MAGIC_MASK[j]) | mma.MAGIC_EXP
             halves = np.array([f & 0xFFFF, f >> 16], np.uint16).view(np.float16)
-            got = halves.astype(np.float32) - mma.MAGIC_BIAS
-            assert (got == 16 * c[[j, j + 4]]).all(), (c, j, got)
+            got = halves.astype(np.float32) - mma.MAGIC_BIAS[j & 1]  # rh = j & 1
+            assert (got == c[[j, j + 4]] * (16 if j & 1 else 1)).all(), (c, j, got)
 
 
 @pytest.mark.parametrize(

@@ -4,14 +4,16 @@
 weights repacked once by :func:`prepack` so that each lane's share of an mma.sync A fragment
 (``m16n8k16``: rows ``lane / 4`` and ``lane / 4 + 8``, K pairs ``2 * (lane % 4)`` and 8 past
 it, for the 8 K steps of a 128-K chunk) is 32 contiguous bytes, one 32-bit word a K step, in
-which nibble ``j + 4 e`` holds element ``e`` of fragment register ``j``. A lane loads its
-words (two 16-byte loads) and dequantizes them by magic numbers in the kernel itself
-(``fragment``): register ``j``'s two codes lie 16 bits apart, so a shift and one logic op put
-both under the exponent of 1024.0 (bits 4-7 and 20-23, sign bits flipped), which makes the
-fp16 pair ``1024 + 16 (c + 8)`` of codes ``c``, and one f16x2 subtraction of 1152 leaves
-``16 c`` exactly: no byte permute a pair, and the shifts serve four pairs (the group's scale
-over 16 scales the products). X (through a transposed register view) is the B fragment, and
-each 128-K chunk's fp32 products are summed in registers. Each warp owns 16 rows; ``split_k`` blocks share the K range of a row tile and
+which nibble ``j + 4 e`` holds ``c + 8`` for element ``e`` of fragment register ``j`` (a
+weight ``c``). A lane loads its words (two 16-byte loads) and dequantizes them by magic
+numbers in the kernel itself (``fragment``): register ``j``'s two codes lie 16 bits apart, so
+one logic op puts both under the exponent of 1024.0 (bits 0-3 and 16-19 for the rows of row
+half 0, bits 4-7 and 20-23 for row half 1; the word shifted by 8 for the K half 1), making
+the fp16 pair ``1024 + (c + 8)`` or ``1024 + 16 (c + 8)``, and one f16x2 subtraction leaves
+``c`` or ``16 c`` exactly (the second half's scales are divided by 16): per word of 8 codes
+one shift, four logic ops and four subtractions, no byte permute. X (through a transposed
+register view) is the B fragment, and each 128-K chunk's fp32 products are summed in
+registers. Each warp owns 16 rows; ``split_k`` blocks share the K range of a row tile and
 meet in an fp32 workspace (as in ``matmul_wx_a16.py``). At M = 1 the tensor cores do 8x the
 needed products for free; what counts is the instructions a weight byte: a few per code.
 
@@ -25,9 +27,8 @@ On an H200 these were no faster than the default (see ``MMA_SPACE``), which the 
 space keeps. ``w_ring`` sends the weights through the X ring instead: each slot also holds
 the step's packed chunks, copied by cp.async as 32-bit words (1 KB a warp a chunk, a lane's
 32 bytes contiguous) ``stages - 1`` steps ahead, so the bytes in flight cost no registers; a
-lane reads its 32 bytes with two 16-byte shared loads, and ``view``/``reshape`` see them as
-its codes in ``PACK_ORDER`` ([warp, g, q, s, h, rh, e]), cast to fp16 and permuted to the
-A tile's rows x K (registers stay where they are); ``prefetch`` then moves only the scales.
+lane reads its 32 bytes with two 16-byte shared loads and dequantizes them as above (the
+registers stay where they are); ``prefetch`` then moves only the scales.
 ``w_tma`` copies a slot's weights as TMA boxes (one thread, an mbarrier a slot) instead of
 16-byte cp.async copies by every thread; ``x_tma`` the X tiles too (on the same barriers,
 a hardware-swizzled X tile), so that no cp.async is left in the loop.
@@ -57,25 +58,38 @@ CHUNK = 128  # K of one packed chunk: the 8 k16 steps a lane's 32 bytes cover
 #: pair element e, the K half h (8 past), the row half rh (8 rows down); so a word's nibbles
 #: j and j + 4 are fragment register j = 2 h + rh
 PACK_ORDER = "g q s e h rh"
-#: the shifts of a word that move fragment register j's nibbles (j and j + 4) to bits 4-7
-#: and 20-23: left by ``MAGIC_SHL[j]``, then right by ``MAGIC_SHR[j]``
-MAGIC_SHL = (4, 0, 0, 0)
-MAGIC_SHR = (0, 0, 4, 8)
-#: over the nibbles at bits 4-7 and 20-23: the exponent bits of 1024.0 and their sign bits
-#: (an int4b code c becomes c + 8); the f16 halves are then 1024 + 16 (c + 8)
-MAGIC_KEY = 0x64806480
-#: 1024 + 16 * 8: what the halves hold beside 16 c (subtracted in f16: exact)
-MAGIC_BIAS = 1152.0
-
-
-def magic_shl(j):
-    """``MAGIC_SHL[j]`` as arithmetic (also on the index expressions of a tile's init)."""
-    return (4 >> j) & 4
+#: fragment register j's nibbles (j and j + 4, 16 bits apart) of a word shifted right by
+#: ``MAGIC_SHR[j]`` lie under ``MAGIC_MASK[j]``: bits 0-3 and 16-19 (j even: the row half
+#: rh = 0) or 4-7 and 20-23 (j odd: rh = 1), so one shift serves four pairs
+MAGIC_SHR = (0, 0, 8, 8)
+MAGIC_MASK = (0x000F000F, 0x00F000F0, 0x000F000F, 0x00F000F0)
+#: the exponent bits of 1024.0 over both halves: a nibble v under the mask makes the f16
+#: 1024 + v (rh = 0) or 1024 + 16 v (rh = 1); v is c + 8 for the code c (see ``prepack``)
+MAGIC_EXP = 0x64006400
+#: what the halves hold beside c (rh = 0) or 16 c (rh = 1): subtracted in f16, exactly; the
+#: scale of an rh = 1 row is divided by 16 (``MAGIC_ROW_SCALE``)
+MAGIC_BIAS = (1032.0, 1152.0)
+MAGIC_ROW_SCALE = (1.0, 0.0625)
 
 
 def magic_shr(j):
-    """``MAGIC_SHR[j]`` as arithmetic."""
-    return (j >> 1) * (4 * j - 4)
+    """``MAGIC_SHR[j]`` as arithmetic (also on the index expressions of a tile's init)."""
+    return (j >> 1) * 8
+
+
+def magic_mask(j):
+    """``MAGIC_MASK[j]`` as arithmetic."""
+    return 0x000F000F << (4 * (j & 1))
+
+
+def magic_bias(rh, _e):
+    """``MAGIC_BIAS[rh]`` as arithmetic."""
+    return MAGIC_BIAS[0] + rh * (MAGIC_BIAS[1] - MAGIC_BIAS[0])
+
+
+def magic_row_scale(r, _c):
+    """``MAGIC_ROW_SCALE`` of row ``r`` of a tile of 16-row fragments."""
+    return MAGIC_ROW_SCALE[0] + ((r >> 3) & 1) * (MAGIC_ROW_SCALE[1] - MAGIC_ROW_SCALE[0])
 
 
 def words_layout(warps: int):
@@ -93,13 +107,14 @@ def prepack(codes: np.ndarray, wdtype=tilus.uint4b) -> np.ndarray:
     """The [N, K] 4-bit codes (integers 0..15) of ``wdtype`` repacked for
     :class:`MatmulWxA16Mma`: uint8 bytes in ``PACK_ORDER`` within each 16-row x 128-K chunk,
     chunks row-major (N padded with zero rows to a multiple of 16; K a multiple of 128).
-    uint4b codes are stored XOR 8, as the int4b of ``code - 8`` (the zero point applied)."""
+    Every nibble holds ``c + 8`` for the weight ``c``: a uint4b code as it is (its zero point
+    8), an int4b one (two's complement) XOR 8."""
     n, k = codes.shape
     if k % CHUNK:
         raise TilusArgumentError(f"prepack: K = {k} is not a multiple of {CHUNK}")
     rows, _ = packed_shape(n, k)
     c = np.zeros((rows, k), np.uint8)
-    c[:n] = codes.astype(np.uint8) ^ (8 if wdtype == tilus.uint4b else 0)
+    c[:n] = codes.astype(np.uint8) ^ (8 if wdtype == tilus.int4b else 0)
     # [R, rh, g, G, s, h, q, e] -> [R, G, g, q, s, e, h, rh]
     c = c.reshape(rows // 16, 2, 8, k // CHUNK, 8, 2, 4, 2).transpose(0, 3, 2, 6, 4, 7, 5, 1)
     c = c.reshape(-1, 2)
@@ -114,7 +129,7 @@ def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
     if k % CHUNK:
         raise TilusArgumentError(f"prepack: K = {k} is not a multiple of {CHUNK}")
     rows = cdiv(n, 16) * 16
-    w_packed = w_packed ^ (0x88 if wdtype == tilus.uint4b else 0)
+    w_packed = w_packed ^ (0x88 if wdtype == tilus.int4b else 0)
     lo, hi = w_packed & 0xF, w_packed >> 4
     c = torch.stack([lo, hi], dim=-1).reshape(n, k)
     if rows != n:
@@ -234,7 +249,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         self.attrs.warps = nw
         self.attrs.min_blocks = self.min_blocks
         # the packed weights as 32-bit words [G, R, 256]: a chunk of a row tile is 1 KB, 32
-        # bytes (8 words, a K step each) a lane; uint4b codes were stored XOR 8: code - 8
+        # bytes (8 words, a K step each) a lane
         gw32 = self.global_view(w_ptr, dtype=uint32, shape=[kc, cdiv(n_size, 16), 256],
                                 strides=[256, kc * 256, 1])  # fmt: skip
         gwt = None
@@ -257,6 +272,9 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             cnt = self.global_tensor(int32, [num_n], requires_clean=True)
         # a warp a 16-row slice of the accumulator (the split choose_warps makes)
         s_layout = reduce(mma_c(bn, bm, nw, 1, nw), [1], keepdims=True)
+        # each row's share of MAGIC_ROW_SCALE, in the scales' layout
+        rsc = self.register_tensor(dtype=float32, shape=[bn, 1], init=magic_row_scale)
+        self.annotate_layout(rsc, s_layout)
         wbar = None
         if self.w_tma:  # barriers live at the kernel's top level
             wbar = self.mbarrier.alloc(counts=[1] * self.stages)  # a slot's weights landed
@@ -315,7 +333,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                         xs = []
                         for c in self.chunks:
                             xs.append(sxa[(st - w0) * u + c])
-                        self.products(ws_, ss, xs, acc)
+                        self.products(ws_, ss, xs, acc, rsc)
                     self.sync()  # every warp is done with the window before it is refilled
             else:
                 for i in self.x_prologue:
@@ -335,7 +353,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                         xs.append(sx[t % ns, c])
                         if self.w_ring:
                             ws_.append(self.ring_words(sw[t % ns, c]))
-                    self.products(ws_, ss, xs, acc)
+                    self.products(ws_, ss, xs, acc, rsc)
             self.copy_async_wait_all()  # the zero-filled copies past the end
             store: int32 = 1
             if self.split_k > 1:
@@ -385,30 +403,33 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         self.annotate_layout(sc, s_layout)  # the accumulator's rows
         return sc
 
-    def products(self, ws_, ss, xs, acc):
+    def products(self, ws_, ss, xs, acc, rsc):
         """``acc += scale * (W chunk @ X chunk^T)`` for the chunks of a step: their packed
-        words ``ws_``, scales ``ss`` and X tiles in shared memory ``xs``."""
+        words ``ws_``, scales ``ss`` and X tiles in shared memory ``xs``; ``rsc``: each row's
+        factor of ``MAGIC_ROW_SCALE`` (``fragment`` makes 16 c in every other 8 rows)."""
         for c in self.chunks:
-            w16 = self.fragment(ws_[c])  # 16 c, [16 * warps, CHUNK]
+            w16 = self.fragment(ws_[c])  # c or 16 c, [16 * warps, CHUNK]
             p = self.dot(w16, self.transpose(self.load_shared(xs[c])), acc_dtype=float32)
-            acc += p * (self.cast(ss[c], float32) * 0.0625)  # the scale over 16: exact
+            acc += p * (self.cast(ss[c], float32) * rsc)
 
     def fragment(self, raw):
         """A chunk's packed words (uint32 [warps, 256]: lane l's 8, a K step each) as the fp16
-        A tile [16 * warps, CHUNK] of ``16 c`` for its codes ``c`` (exact): fragment register
-        j of each word from its nibbles j and j + 4, shifted by ``magic_shl(j)`` and
-        ``magic_shr(j)`` to bits 4-7 and 20-23 and masked under ``MAGIC_KEY`` (a shift and one
-        logic op for two codes: ``1024 + 16 (c + 8)``), less ``MAGIC_BIAS`` (one f16x2
-        subtraction), then the dims permuted to rows x K (no register moves)."""
+        A tile [16 * warps, CHUNK] of its weights ``c``, times 16 in the rows of row half
+        rh = 1 (exact): fragment register j of each word from its nibbles j and j + 4, shifted
+        by ``magic_shr(j)`` (x >> 8 serves j = 2, 3), masked by ``magic_mask(j)`` under
+        ``MAGIC_EXP`` (one logic op for two codes: 1024 + (c + 8) or 1024 + 16 (c + 8)), less
+        ``MAGIC_BIAS`` (one f16x2 subtraction), then the dims permuted to rows x K (no
+        register moves)."""
         nw = self.warps
         w = self.reshape(raw, [nw, 8, 4, 8, 1])  # [warp, g, q, s, 1]
-        shl = self.register_tensor(dtype=uint32, shape=[4], init=magic_shl)
         shr = self.register_tensor(dtype=uint32, shape=[4], init=magic_shr)
-        f = (((w << shl) >> shr) & 0x00F000F0) ^ MAGIC_KEY  # [warp, g, q, s, j]
+        mask = self.register_tensor(dtype=uint32, shape=[4], init=magic_mask)
+        f = ((w >> shr) & mask) | MAGIC_EXP  # [warp, g, q, s, j]
         # the lane's words, a register j of each (the broadcast adds j to its registers)
         self.annotate_layout(f, spatial(nw, 8, 4, 1, 1).local(1, 1, 1, 8, 4))
         h = self.reshape(self.view(f, dtype=float16), [nw, 8, 4, 8, 2, 2, 2])  # s, h, rh, e
-        return self.reshape((h - MAGIC_BIAS).permute(0, 5, 1, 3, 4, 2, 6), [16 * nw, CHUNK])
+        bias = self.register_tensor(dtype=float16, shape=[2, 1], init=magic_bias)  # [rh, 1]
+        return self.reshape((h - bias).permute(0, 5, 1, 3, 4, 2, 6), [16 * nw, CHUNK])
 
     def wcodes(self, gw32, on: int32, chunk: int32):
         """The packed words of chunk ``chunk`` of the block's rows (uint32 [warps, 256]: each
