@@ -339,7 +339,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 for i in self.x_prologue:
                     self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc, gw32, sw, on, wbar, gwt, gxt)
                 for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
-                    t: int32 = st - s_lo
+                    t: uint32 = st - s_lo  # unsigned: its % and // by the ring size are bit ops
                     ws_, ss = self.step_weights(gw32, gs, st, s_hi, on, wbuf,
                                                 sbuf, s_layout)  # fmt: skip
                     self.copy_async_wait_group(ns - 2)  # this thread's X copies of step t landed
