@@ -234,6 +234,7 @@ class NarrowArith(tilus.Script):
         b = self.cast(self.load_global(gb, offsets=[0], shape=[64]), dtype=self.dtype)
         s = self.shared_tensor(dtype=self.dtype, shape=[2, 64])
         self.store_shared(s[1], a - b)
+        self.sync()  # the load's elements were stored by other threads of the warp
         for k, r in [(0, a + b), (1, a * b), (2, a / b), (3, self.load_shared(s[1]))]:
             self.store_global(go, self.cast(r, dtype=float32), offsets=[k, 0], dims=[1])
         self.free_shared(s)

@@ -193,10 +193,16 @@ class LoadShared(Inst):
 
 @instruction("store_shared")
 class StoreShared(Inst):
-    """Copy a register tile into a whole shared tile."""
+    """Copy a register tile into a shared tile: the whole tile, or with ``offsets`` (one per
+    shared dim) the sub-tile there, spanning shared dims ``dims`` (the others fixed at their
+    offset); elements outside the shared tile are skipped."""
 
     dst: TensorVar
     src: TensorVar
+    offsets: tuple | None = None
+    dims: tuple[int, ...] | None = None
+
+    QUIET_NONE: ClassVar[tuple] = ("offsets", "dims")  # a whole-tile store prints as before
 
 
 @instruction("assign")

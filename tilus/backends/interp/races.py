@@ -6,10 +6,12 @@ Synchronization joins clocks: an mbarrier arrive or a TMA load's completion rele
 barrier's current phase, a wait acquires the last completed phase, a fork hands the parent's
 clock to the child, a ``sync()`` joins the clocks of the group's ended children. An access
 (``Access``) records its byte range, kind, proxy, key and epoch; an access is ordered after an
-earlier one when its group's clock covers the earlier epoch. Accesses of one group are in
-program order. A group of several threads makes its generic accesses under a second key (its
-*spread* key): which thread touches which byte depends on the layout, so a ``single_thread()``
-or smaller group forked from it sees them only up to the group's last ``sync()``.
+earlier one when its group's clock covers the earlier epoch. A group of several threads makes
+its generic accesses under a second key (its *spread* key): which thread touches which byte
+depends on the layout, so a ``single_thread()`` or smaller group forked from it sees them only
+up to the group's last ``sync()``, and the group's own later statements conflicting with them
+(a read after a write, a write after a read, writes of differently shaped regions) need that
+``sync()`` too; other accesses of one group are in program order.
 
 Asynchronous accesses are recorded when they complete: a TMA load's write under its mbarrier's
 key at the phase it completes, a WGMMA's operand reads and a TMA store's source reads under the
@@ -149,6 +151,19 @@ def check_shared(task, view, write: bool, proxy: str, loc, what: str):
     for r in recs:
         if not (write or r.write) or not _overlap(r, lo, hi, arr, dense):
             continue
+        if proxy is GENERIC and _unsynced_in_group(task, r, loc, write, arr):
+            verb = "writes" if write else "reads"
+            did = "wrote" if r.write else "read"
+            raise TilusRuntimeError(
+                f"race within {task.label} on {_range(lo, hi, r, base)} of shared tile "
+                f"`{view.alloc.name}`: {what} {verb} them and the group's {r.what} at "
+                f"{at(r.loc)} {did} them with no sync() of the group between: a group spreads "
+                "each access over its threads by the tile's layout, so one thread's part of the "
+                "first is not ordered before another's of the second; call self.sync() between "
+                "them",
+                loc,
+                _note(r),
+            )
         if not ordered(task, r.key, r.epoch):
             verb = "writes" if write else "reads"
             did = "wrote" if r.write else "read"
@@ -171,6 +186,18 @@ def check_shared(task, view, write: bool, proxy: str, loc, what: str):
                     loc,
                     _note(r),
                 )
+
+
+def _unsynced_in_group(task, r: Access, loc, write: bool, arr) -> bool:
+    """Whether ``r`` is a generic access of ``task``'s own group (several threads) made since
+    its last ``sync()`` by another statement, which this one conflicts with across threads: a
+    read after a write or a write after a read, or two writes of regions of different shapes
+    (two writes of one shape are taken to spread alike: rewriting a tile in place)."""
+    if task.size <= 1 or r.key != task.skey or r.epoch <= task.synced or r.loc == loc:
+        return False
+    if r.proxy is not GENERIC or r.what == "copy_async":  # (copy_async has its own checks)
+        return False
+    return not (write and r.write) or r.arr.shape != arr.shape
 
 
 def record_shared(view, write: bool, proxy: str, key, epoch, loc, what: str, who: str):

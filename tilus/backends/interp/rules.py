@@ -308,9 +308,16 @@ def _load_shared(task, inst, loc):
 @rule(I.StoreShared)
 def _store_shared(task, inst, loc):
     v = shared(task, inst.dst, loc)
+    src = reg(task, inst.src, loc)
+    if inst.offsets is not None:  # a sub-tile: only its elements inside the tile, as a view
+        offs = [int(scal(task, o, loc)) for o in inst.offsets]
+        sidx, tidx = box_index(v.arr, offs, inst.dims, src.shape)
+        if sidx is None:
+            return
+        v, src = SharedView.of(v.alloc, v.arr[sidx + (...,)], v.dtype, v.name), src[tidx]
     task.cta.units.check_write(v, loc, "store_shared")
     races.access_shared(task, v, True, loc, "store_shared")
-    v.arr[...] = _stored(reg(task, inst.src, loc), inst.src.dtype, inst.dst.dtype)
+    v.arr[...] = _stored(src, inst.src.dtype, inst.dst.dtype)
 
 
 @rule(I.AssignTensor)

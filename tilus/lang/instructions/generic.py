@@ -21,12 +21,16 @@ from tilus.lang.instructions.tiles import (  # noqa: F401 - re-exported for the 
     _dtype,
     _int_list,
     broadcast_shape,
+    into,
+    out_tile,
     permute_tensor,
     reshape_tensor,
     slice_tensor,
     squeeze_tensor,
+    sub_tile_args,
     tensor_binary,
     tensor_unary,
+    tile_dims,
     unsqueeze_tensor,
 )
 
@@ -286,17 +290,18 @@ class GenericInstructions:
         return out
 
     # --- data movement -------------------------------------------------------------------------
-    def load_global(self, src, /, *, offsets, shape, dims=None, cache=None) -> TensorVar:
-        """Load a tile of ``shape`` at ``offsets``; out-of-bounds elements read 0. ``cache``:
-        a hint for the vector accesses, ``"evict_first"`` (data read once: evicted first from
-        the L1 and the L2), ``"evict_last"`` (data read again soon: kept), ``"no_allocate"``
-        (not kept in the L1); None (default) the hardware's policy. A hint changes no result."""
+    def load_global(self, src, /, *, offsets, shape, dims=None, out=None, cache=None):
+        """Load a tile of ``shape`` at ``offsets``; out-of-bounds elements read 0. ``out``: a
+        register tile of that shape and dtype to load into (and return). ``cache``: a hint for
+        the vector accesses, ``"evict_first"`` (data read once: evicted first from the L1 and
+        the L2), ``"evict_last"`` (data read again soon: kept), ``"no_allocate"`` (not kept in
+        the L1); None (default) the hardware's policy. A hint changes no result."""
         b = current()
         b.expect_tensor(src, (TensorKind.GLOBAL,), "load_global's source")
         shape = _int_list(b, shape, "shape")
         offs = b.expect_offsets(offsets, src.ndim, "offsets")
         dims = self._tile_dims(src, len(shape), dims, "load_global")
-        out = b.register(src.dtype, shape, "r")
+        out = out_tile(b, out, src.dtype, shape, "load_global")
         b.inst(I.LoadGlobal(out, src, offs, dims, cache))
         return out
 
@@ -318,27 +323,7 @@ class GenericInstructions:
         )
         b.inst(I.StoreGlobal(dst, src, offs, dims, cache))
 
-    @staticmethod
-    def _tile_dims(g, tile_rank, dims, name, what="a tile") -> tuple[int, ...]:
-        b = current()
-        if dims is None:
-            if tile_rank != g.ndim:
-                raise b.error(
-                    f"{name}: {what} of rank {g.ndim} needs dims= to say which "
-                    f"{tile_rank} dims of the global tensor the tile spans"
-                )
-            return tuple(range(g.ndim))
-        dims = tuple(dims)
-        if (
-            len(dims) != tile_rank
-            or len(set(dims)) != len(dims)
-            or any(not 0 <= d < g.ndim for d in dims)
-        ):
-            raise b.error(
-                f"{name}: dims={list(dims)} must list {tile_rank} distinct dims of a "
-                f"rank-{g.ndim} tensor"
-            )
-        return dims
+    _tile_dims = staticmethod(tile_dims)
 
     def load_shared(self, src, *, out=None) -> TensorVar:
         """Copy a whole shared tile into a register tile."""
@@ -348,14 +333,21 @@ class GenericInstructions:
         b.inst(I.LoadShared(out, src))
         return out
 
-    def store_shared(self, dst, src):
-        """Copy a register tile into a whole shared tile of the same shape."""
+    def store_shared(self, dst, src, *, offsets=None, dims=None):
+        """Copy a register tile into a shared tile: the whole tile (same shape), or with
+        ``offsets`` (one per shared dim) into the sub-tile there; ``dims`` lists which shared
+        dims the register tile spans (the others are fixed at their offset), as for
+        ``load_global``. Elements that fall outside the shared tile are skipped."""
         b = current()
         b.expect_tensor(dst, (TensorKind.SHARED,), "store_shared's destination")
         b.expect_tensor(src, (TensorKind.REGISTER,), "store_shared's source")
-        if dst.shape != src.shape or dst.dtype != src.dtype:
-            raise b.error(f"store_shared of {src.type_str()} into {dst.type_str()}")
-        b.inst(I.StoreShared(dst, src))
+        if offsets is None and dims is None:
+            if dst.shape != src.shape or dst.dtype != src.dtype:
+                raise b.error(f"store_shared of {src.type_str()} into {dst.type_str()}")
+            b.inst(I.StoreShared(dst, src))
+            return
+        offs, dims = sub_tile_args(b, dst, src, offsets, dims, "store_shared")
+        b.inst(I.StoreShared(dst, src, offs, dims))
 
     # --- compute -------------------------------------------------------------------------------
     def cast(self, x, dtype) -> TensorVar:
@@ -531,13 +523,18 @@ class GenericInstructions:
         b.expect_tensor(x, (TensorKind.SHARED,), "reshape_shared's operand")
         return reshape_tensor(x, shape, "reshape_shared")
 
-    def squeeze(self, x, *, dim: int) -> TensorVar:
-        """Drop dim ``dim`` (of size 1)."""
-        return squeeze_tensor(x, dim)
+    def squeeze(self, x, *, dim: int, out=None) -> TensorVar:
+        """Drop dim ``dim`` (of size 1); ``out``: a register tile to copy the result into."""
+        return into(self, squeeze_tensor(x, dim), out, "squeeze")
 
-    def unsqueeze(self, x, *, dim: int) -> TensorVar:
-        """Insert a dim of size 1 at ``dim``."""
-        return unsqueeze_tensor(x, dim)
+    def unsqueeze(self, x, *, dim: int, out=None) -> TensorVar:
+        """Insert a dim of size 1 at ``dim``; ``out``: a register tile to copy it into."""
+        return into(self, unsqueeze_tensor(x, dim), out, "unsqueeze")
+
+    def flatten(self, x, *, out=None) -> TensorVar:
+        """A register tile's elements in row-major order as one dim (``reshape`` to its size);
+        ``out``: a register tile to copy them into."""
+        return into(self, reshape_tensor(x, [x.size], "flatten"), out, "flatten")
 
     def assign(self, dst, src):
         """Copy register tile ``src`` into ``dst``."""

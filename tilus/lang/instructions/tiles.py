@@ -205,3 +205,81 @@ def unsqueeze_tensor(x, dim: int) -> TensorVar:
         raise b.error(f"unsqueeze(dim={dim}) is out of range")
     d = dim % (x.ndim + 1)
     return reshape_tensor(x, x.shape[:d] + (1,) + x.shape[d:], "unsqueeze")
+
+
+def out_tile(b, out, dtype, shape, what: str) -> TensorVar:
+    """The register tile an instruction writes: ``out`` when given (checked against the
+    result's dtype and shape), else a new one."""
+    if out is None:
+        return b.register(dtype, tuple(shape), "r")
+    b.expect_tensor(out, (TensorKind.REGISTER,), f"{what}'s out=")
+    if out.dtype != dtype or tuple(out.shape) != tuple(shape):
+        raise b.error(
+            f"{what}: out= tile is {out.type_str()} but the result is "
+            f"register[{dtype}; {', '.join(map(str, shape))}]"
+        )
+    return out
+
+
+def into(script, t: TensorVar, out, what: str) -> TensorVar:
+    """``t``, or with ``out`` given its copy in ``out`` (checked like ``out_tile``)."""
+    if out is None:
+        return t
+    script.assign(out_tile(current(), out, t.dtype, t.shape, what), t)
+    return out
+
+
+def sub_tile_args(b, dst, src, offsets, dims, what: str) -> tuple[tuple, tuple[int, ...]]:
+    """The checked ``offsets`` and ``dims`` of a register tile ``src`` stored into part of
+    shared tile ``dst`` (``dims``: the shared dims it spans, in order; by default all, when
+    the ranks agree): one offset per shared dim, no dim of ``src`` larger than its own."""
+    if offsets is None:
+        offsets = [0] * dst.ndim
+    offs = b.expect_offsets(offsets, dst.ndim, f"{what}'s offsets")
+    if dims is None:
+        if src.ndim != dst.ndim:
+            raise b.error(
+                f"{what}: a rank-{src.ndim} tile into a rank-{dst.ndim} shared tile needs dims= "
+                f"to say which {src.ndim} shared dims it spans"
+            )
+        dims = tuple(range(dst.ndim))
+    dims = tuple(dims)
+    if len(dims) != src.ndim or len(set(dims)) != len(dims):
+        raise b.error(f"{what}: dims={list(dims)} must list {src.ndim} distinct shared dims")
+    if any(not isinstance(d, int) or not 0 <= d < dst.ndim for d in dims):
+        raise b.error(f"{what}: dims={list(dims)} must be dims of a rank-{dst.ndim} tile")
+    if list(dims) != sorted(dims):
+        raise b.error(f"{what}: dims={list(dims)} must be in increasing order")
+    for k, d in enumerate(dims):
+        if src.shape[k] > dst.shape[d]:
+            raise b.error(
+                f"{what}: the tile's dim {k} ({src.shape[k]}) is larger than the shared tile's "
+                f"dim {d} ({dst.shape[d]})"
+            )
+    if src.dtype != dst.dtype:
+        raise b.error(f"{what} of {src.type_str()} into {dst.type_str()}")
+    return offs, dims
+
+
+def tile_dims(g, tile_rank, dims, name, what="a tile") -> tuple[int, ...]:
+    """The dims of tensor ``g`` a tile of rank ``tile_rank`` spans: ``dims`` checked, or all
+    of them when the ranks agree."""
+    b = current()
+    if dims is None:
+        if tile_rank != g.ndim:
+            raise b.error(
+                f"{name}: {what} of rank {g.ndim} needs dims= to say which "
+                f"{tile_rank} dims of the global tensor the tile spans"
+            )
+        return tuple(range(g.ndim))
+    dims = tuple(dims)
+    if (
+        len(dims) != tile_rank
+        or len(set(dims)) != len(dims)
+        or any(not 0 <= d < g.ndim for d in dims)
+    ):
+        raise b.error(
+            f"{name}: dims={list(dims)} must list {tile_rank} distinct dims of a "
+            f"rank-{g.ndim} tensor"
+        )
+    return dims

@@ -568,8 +568,7 @@ def load_shared(ctx, inst, expr):
     _shared_access(ctx, inst, inst.src, inst.out, True)
 
 
-@rule(I.StoreShared)
-def store_shared(ctx, inst, expr):
-    """Copy a register tile into a whole shared tile."""
+def store_whole_shared(ctx, inst):
+    """Copy a register tile into a whole shared tile (the rule: ``shared_sub.store_shared``)."""
     # A tile every thread holds whole is written by each of them with the same values.
     _shared_access(ctx, inst, inst.dst, inst.src, False)
