@@ -11,6 +11,7 @@ from tilus.ir import inst_layout as LY
 from tilus.ir import inst_lowbit as L
 from tilus.ir import inst_memory as M
 from tilus.ir import inst_prefetch as PF
+from tilus.ir import inst_random as RN
 from tilus.ir import inst_sync as SY
 from tilus.ir.rules import RuleTable
 
@@ -66,7 +67,7 @@ for _cls in (
     I.Scan,
     I.Dot,
     I.MBarrierAlloc,
-    I.Random,
+    RN.Random,
     M.Atomic,
     L.ViewTensor,
 ):

@@ -43,8 +43,8 @@ SPEC_NAMES = (
 
 
 #: The names the front end imports the IR instruction modules as (inst, inst_memory,
-#: inst_cluster, inst_lowbit, inst_layout, inst_sync, inst_prefetch).
-IR_MODULES = ("I", "M", "C", "L", "LY", "SY", "PF")
+#: inst_cluster, inst_lowbit, inst_layout, inst_sync, inst_prefetch, inst_random).
+IR_MODULES = ("I", "M", "C", "L", "LY", "SY", "PF", "RN")
 
 
 def missing_spec_names() -> list[str]:

@@ -8,6 +8,7 @@ from tilus.ir import inst_layout as LY
 from tilus.ir import inst_lowbit as L
 from tilus.ir import inst_memory as M
 from tilus.ir import inst_prefetch as PF
+from tilus.ir import inst_random as RN
 from tilus.ir import inst_sync as SY
 from tilus.ir.rules import RuleTable
 
@@ -47,7 +48,7 @@ for _cls in (
     I.Dot,
     I.Sync,
     I.Printf,
-    I.Random,
+    RN.Random,
     I.Reduce,
     I.Scan,
     I.ReshapeTensor,

@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from tilus.backends.interp.rules import reg, rule, scal
-from tilus.ir import inst as I
+from tilus.ir import inst_random as RN
 
 _MASK = 0xFFFFFFFF
 
 
 def philox4x32(seed: int, offset: np.ndarray, rounds: int) -> tuple[np.ndarray, ...]:
     """The four output words for counters ``(offset, 0, 0, 0)`` under key ``seed`` (uint64)."""
-    m0, m1 = (np.uint64(m) for m in I.Random.MULTIPLIERS)
-    w0, w1 = I.Random.KEY_STEPS
+    m0, m1 = (np.uint64(m) for m in RN.Random.MULTIPLIERS)
+    w0, w1 = RN.Random.KEY_STEPS
     k0, k1 = seed & _MASK, (seed >> 32) & _MASK
     c0 = offset.astype(np.uint32)
     c1 = c2 = c3 = np.zeros_like(c0)
@@ -43,15 +43,15 @@ def normal(w0: np.ndarray, w1: np.ndarray) -> np.ndarray:
     )
 
 
-@rule(I.Random)
+@rule(RN.Random)
 def _random(task, inst, loc):
     seed = int(scal(task, inst.seed, loc)) & ((1 << 64) - 1)
     offset = reg(task, inst.offset, loc).astype(np.int64).astype(np.uint32)
     words = philox4x32(seed, offset, inst.rounds)
     kind = inst.kind
-    if kind is I.RandomKind.UNIFORM:
+    if kind is RN.RandomKind.UNIFORM:
         out = uniform(words[0])
-    elif kind is I.RandomKind.NORMAL:
+    elif kind is RN.RandomKind.NORMAL:
         out = normal(words[0], words[1])
     else:
         out = words[kind.value]

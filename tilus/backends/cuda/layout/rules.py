@@ -14,6 +14,7 @@ from tilus.ir import inst_cluster as C
 from tilus.ir import inst_lowbit as L
 from tilus.ir import inst_memory as M
 from tilus.ir import inst_prefetch as PF
+from tilus.ir import inst_random as RN
 from tilus.ir import inst_sync as SY
 from tilus.ir.enums import TensorKind, VarKind
 from tilus.ir.expr import Const, Expr, Var
@@ -180,7 +181,7 @@ def _same_layout(inf, stmt, inst, g):
     inf.uf.union(inst.out, inst.src)
 
 
-@rule(I.Random)
+@rule(RN.Random)
 def _random(inf, stmt, inst, g):
     """Random numbers take the layout of their offsets."""
     inf.no_perm(stmt, inst.offset)

@@ -6,12 +6,12 @@ Used only by kernels that draw random numbers: the code generator adds the fragm
 from __future__ import annotations
 
 from tilus.backends.cuda.ptx.registry import register
-from tilus.ir import inst as I
+from tilus.ir import inst_random as RN
 
 FAMILY = "random"
 
-_M0, _M1 = I.Random.MULTIPLIERS
-_W0, _W1 = I.Random.KEY_STEPS
+_M0, _M1 = RN.Random.MULTIPLIERS
+_W0, _W1 = RN.Random.KEY_STEPS
 
 #: Philox-4x32 with counter (c0, 0, 0, 0): the same steps as the interpreter's philox4x32.
 PHILOX = register(
