@@ -76,7 +76,7 @@ class Task:
         self.key = self.skey = 0
         self.epoch = 1
         self.vc: dict = {}
-        self.synced = -1  # the epoch of its last sync(): none yet
+        self.synced = 0
         self.unjoined: dict = {}  # clocks of ended children, joined at the next sync()
         self.elected_key = None  # the key of its single_thread() children (one thread)
         self.elected_last = None  # (epoch, clock) of its last ended single_thread() child

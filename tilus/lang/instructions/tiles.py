@@ -236,18 +236,7 @@ def sub_tile_args(b, dst, src, offsets, dims, what: str) -> tuple[tuple, tuple[i
     if offsets is None:
         offsets = [0] * dst.ndim
     offs = b.expect_offsets(offsets, dst.ndim, f"{what}'s offsets")
-    if dims is None:
-        if src.ndim != dst.ndim:
-            raise b.error(
-                f"{what}: a rank-{src.ndim} tile into a rank-{dst.ndim} shared tile needs dims= "
-                f"to say which {src.ndim} shared dims it spans"
-            )
-        dims = tuple(range(dst.ndim))
-    dims = tuple(dims)
-    if len(dims) != src.ndim or len(set(dims)) != len(dims):
-        raise b.error(f"{what}: dims={list(dims)} must list {src.ndim} distinct shared dims")
-    if any(not isinstance(d, int) or not 0 <= d < dst.ndim for d in dims):
-        raise b.error(f"{what}: dims={list(dims)} must be dims of a rank-{dst.ndim} tile")
+    dims = tile_dims(dst, src.ndim, dims, what, what=f"a rank-{src.ndim} tile into a tile")
     if list(dims) != sorted(dims):
         raise b.error(f"{what}: dims={list(dims)} must be in increasing order")
     for k, d in enumerate(dims):
@@ -269,7 +258,7 @@ def tile_dims(g, tile_rank, dims, name, what="a tile") -> tuple[int, ...]:
         if tile_rank != g.ndim:
             raise b.error(
                 f"{name}: {what} of rank {g.ndim} needs dims= to say which "
-                f"{tile_rank} dims of the global tensor the tile spans"
+                f"{tile_rank} dims of the tensor the tile spans"
             )
         return tuple(range(g.ndim))
     dims = tuple(dims)
