@@ -79,6 +79,39 @@ def test_clusters_and_coop_with_a_pair_past_the_last_column(v7):
         _run(v7.MatmulV7(num_sms=4, **cfg), "float16", 3, size=(200, n, 392))
 
 
+#: pairs of M tiles sharing the B tile (``cluster_m=2``: each block multicasts half of it)
+CLUSTER_M = [
+    dict(block_m=128, block_n=128, num_stages=4, swizzle=1, coop=1),
+    dict(block_m=128, block_n=128, num_stages=4, swizzle=1, coop=1, epilogue="direct"),
+    dict(block_m=64, block_n=128, num_stages=4, swizzle=2),
+    dict(block_m=128, block_n=256, num_stages=3, swizzle=8, coop=1, epilogue="tma1"),
+]
+
+
+@pytest.mark.parametrize("i", range(len(CLUSTER_M)))
+def test_cluster_m_pairs_with_a_tile_below_the_last_row(v7, i):
+    # M = 3 tiles - 56 rows: the last pair's second M tile lies below C (its A rows load as
+    # zeros, its tile is never stored); 4 "SMs" = 2 clusters, shuffled schedules
+    cfg = dict(block_k=64, split_k=1, cluster_n=1, coop=0, epilogue="tma", stream_k=0)
+    cfg.update(CLUSTER_M[i], cluster_m=2)
+    m = 3 * cfg["block_m"] - 56
+    _run(v7.MatmulV7(num_sms=4, **cfg), "float16", 7, size=(m, 200, 392))
+
+
+def test_cluster_m_refusals(v7):
+    base = dict(num_stages=4, block_m=128, block_n=128, block_k=64, swizzle=8, num_sms=4)
+    base.update(split_k=1, cluster_n=1, coop=1, epilogue="tma", stream_k=0)
+    x = np.zeros((8, 8), dtype=np.float16)
+    for bad, msg in ((dict(cluster_m=3), "cluster_m must be 1 or 2"),
+                     (dict(cluster_m=2, split_k=2), "cluster_m must be 1 or 2"),
+                     (dict(cluster_m=2, cluster_n=2), "cluster_m must be 1 or 2"),
+                     (dict(cluster_m=2, stream_k=1), "stream_k must be 0 or 1"),
+                     (dict(cluster_m=2, block_n=40, coop=0, block_m=64), "multiple of 16")):  # fmt: skip
+        with pytest.raises(tilus.TilusArgumentError, match=msg):
+            with tilus.option.scoped(interpret=True):
+                v7.MatmulV7(**{**base, **bad})(8, 8, 8, x, x, x.copy())
+
+
 def test_cluster_and_coop_need_128_row_tiles_without_split_k(v7):
     base = dict(num_stages=4, block_n=128, block_k=64, swizzle=8, num_sms=4)
     base.update(split_k=1, cluster_n=1, coop=0, epilogue="tma", stream_k=0)

@@ -72,6 +72,15 @@
    store their fp32 sums in a workspace, and the last to count in on the tile's counter sums
    them and stores C.
 
+10. **Clusters along M** (``cluster_m=2``, an option outside the space): the pair computes
+   neighbouring M tiles of the same N tile and shares its B tile, each block multicasting
+   ``block_n / 2`` rows of it (a slot's two halves are read as one ``[block_n, block_k]``
+   operand through ``reshape_shared``), freed as with ``cluster_n``. cuBLAS runs 2x1
+   clusters at M = 256, N = K = 8192, but here, pinned on an H200, the pair ran 0.891x cuBLAS
+   against 0.926x for the same coop 128 x 128 tiles unclustered, and 128 x 256 pairs 1.022x at
+   8192^3 against 1.038x for ``cluster_n=2``
+   (``bench/results/2026-12-04-h200-r77-v7-cluster-m.txt``).
+
 Everything else is V6's: persistent blocks (one per SM), V4's tile order (groups of
 ``swizzle`` N tiles swept down M, so blocks running together share B tiles in L2), a producer
 warp issuing TMA copies, ``setmaxnreg`` (producer 40, consumers 232 registers per thread), and
@@ -149,7 +158,7 @@ class MatmulV7(V7Schedule):
 
     def __init__(
         self, num_stages, block_m, block_n, block_k, swizzle, split_k=1, cluster_n=1, coop=0,
-        num_sms=None, partials="store", epilogue="tma", stream_k=0,
+        num_sms=None, partials="store", epilogue="tma", stream_k=0, cluster_m=1,
     ):  # fmt: skip
         super().__init__(num_stages, block_m, block_n, block_k, swizzle)
         if coop and block_m not in (128, 256):
@@ -160,13 +169,22 @@ class MatmulV7(V7Schedule):
             raise tilus.TilusArgumentError(
                 f"cluster_n must be 1 or 2 (2 with 128-row tiles and no split-K), got {cluster_n}"
             )
+        if cluster_m not in (1, 2) or (cluster_m == 2 and (split_k != 1 or cluster_n != 1)):
+            raise tilus.TilusArgumentError(
+                f"cluster_m must be 1 or 2 (2 without split-K and cluster_n), got {cluster_m}"
+            )
+        if cluster_m == 2 and block_n % 16:
+            raise tilus.TilusArgumentError(
+                f"cluster_m=2 multicasts block_n / 2 rows of B: block_n must be a multiple of "
+                f"16, got {block_n}"
+            )
         if partials not in ("store", "add"):
             raise tilus.TilusArgumentError(f"partials must be 'store' or 'add', got {partials!r}")
         if epilogue not in ("tma", "tma1", "direct"):
             raise tilus.TilusArgumentError(
                 f"epilogue must be 'tma', 'tma1' or 'direct', got {epilogue!r}"
             )
-        if stream_k not in (0, 1) or (stream_k and (split_k != 1 or cluster_n != 1)):
+        if stream_k not in (0, 1) or (stream_k and (split_k != 1 or cluster_n * cluster_m != 1)):
             raise tilus.TilusArgumentError(
                 f"stream_k must be 0 or 1 (1 without split-K and clusters), got {stream_k}"
             )
@@ -176,12 +194,14 @@ class MatmulV7(V7Schedule):
         self.partials = partials
         self.epilogue = epilogue
         self.cluster_n = cluster_n
+        self.cluster_m = cluster_m
+        self.cluster_size = cluster_m * cluster_n  # blocks of a cluster
         self.coop = coop
         # the A tile in 64-row halves: the cluster's blocks load one each, coop groups use one each
         self.halves = cluster_n == 2 or coop
         self.num_sms = self.num_sms_arg(num_sms)
         # persistent clusters: cluster c runs units c, c + num_clusters, ... in each of its blocks
-        self.num_clusters = max(self.num_sms // cluster_n, 1)
+        self.num_clusters = max(self.num_sms // self.cluster_size, 1)
 
     @staticmethod
     def num_sms_arg(num_sms):
@@ -230,19 +250,29 @@ class MatmulV7(V7Schedule):
                         mbarrier=pipe.producer_barrier(),
                         multicast_mask=0b11,
                     )
-                self.tma.global_to_shared(
-                    src=gb,
-                    dst=sb[stage],
-                    offsets=[n_tile * self.block_n, offset_k],
-                    mbarrier=pipe.producer_barrier(),
-                )
+                if self.cluster_m == 1:
+                    self.tma.global_to_shared(
+                        src=gb,
+                        dst=sb[stage],
+                        offsets=[n_tile * self.block_n, offset_k],
+                        mbarrier=pipe.producer_barrier(),
+                    )
+                else:  # half of the pair's B tile, multicast to both blocks (and barriers)
+                    rank = self.cluster.blockRank
+                    self.tma.global_to_shared(
+                        src=gb,
+                        dst=sb[stage, rank],
+                        offsets=[n_tile * self.block_n + rank * (self.block_n // 2), offset_k],
+                        mbarrier=pipe.producer_barrier(),
+                        multicast_mask=0b11,
+                    )
                 pipe.producer_advance()
         return filled
 
     def release(self, pipe, stage: int32, peer_empty):
         """Free ring slot ``stage``: in a cluster, in both blocks (the peer's producer
         multicasts into this block's slot too)."""
-        if self.cluster_n == 1:
+        if self.cluster_size == 1:
             pipe.consumer_release(stage)
         else:
             with self.single_thread():
@@ -262,7 +292,11 @@ class MatmulV7(V7Schedule):
         for i in self.range(num_k, unroll=self.num_stages):
             pipe.consumer_acquire()
             self.wgmma.fence()
-            b_tile = sb[pipe.consumer_stage].transpose()
+            if self.cluster_m == 1:
+                b_tile = sb[pipe.consumer_stage].transpose()
+            else:  # the two multicast halves are one [block_n, block_k] tile
+                whole = self.reshape_shared(sb[pipe.consumer_stage], [self.block_n, self.block_k])
+                b_tile = whole.transpose()
             if not self.halves:
                 self.wgmma.mma(sa[pipe.consumer_stage], b_tile, acc)
             elif self.coop:
@@ -324,7 +358,7 @@ class MatmulV7(V7Schedule):
             if self.split_k > 1:
                 if parts > 1:
                     store = self.add_parts(acc, ws, cnt, flag, entry, part, parts)
-            if n_tile >= num_n:  # a cluster's second tile right of the last column of C
+            if n_tile >= num_n or m_tile >= num_m:  # a cluster's second tile past C
                 store = 0
             row, col = m_tile * bm, n_tile * bn
             # a split tile's part leaves C to the last part to count in; on its own path,
@@ -374,7 +408,7 @@ class MatmulV7(V7Schedule):
             if self.split_k > 1:
                 if parts > 1:
                     store = self.add_parts(acc, ws, cnt, flag, 2 * entry + group, part, parts)
-            if n_tile >= num_n:  # a cluster's second tile right of the last column of C
+            if n_tile >= num_n or m_tile >= num_m:  # a cluster's second tile past C
                 store = 0
             col = n_tile * bn
             if self.stream_k and parts > 1:  # as in consume_all
@@ -387,13 +421,15 @@ class MatmulV7(V7Schedule):
 
     def launch(self, m_size: int32, n_size: int):
         """Grid and block size (set in ``__call__``, from the parameters themselves)."""
-        num_tiles = cdiv(m_size, self.block_m) * cdiv(n_size, self.block_n * self.cluster_n)
+        num_tiles = cdiv(m_size, self.block_m * self.cluster_m) * cdiv(
+            n_size, self.block_n * self.cluster_n
+        )
         # with split-K, a block per unit of the largest split (blocks without units exit)
-        self.attrs.blocks = min(num_tiles * self.split_k, self.num_clusters) * self.cluster_n
+        self.attrs.blocks = min(num_tiles * self.split_k, self.num_clusters) * self.cluster_size
         if self.stream_k:  # every block takes a run of K tiles
             self.attrs.blocks = self.num_sms
-        if self.cluster_n > 1:
-            self.attrs.cluster_blocks = self.cluster_n
+        if self.cluster_size > 1:
+            self.attrs.cluster_blocks = self.cluster_size
         self.attrs.warps = 12  # two consumer warp groups + a producer warp group
 
     def matmul(self, m_size: int32, n_size: int, k_size: int, ga, gb, gc):
@@ -406,9 +442,14 @@ class MatmulV7(V7Schedule):
             sa = self.shared_tensor(dtype=dt, shape=[num_stages, block_m, block_k])
         else:  # the 64-row halves (loaded by the cluster's two blocks, used by coop groups)
             sa = self.shared_tensor(dtype=dt, shape=[num_stages, 2, block_m // 2, block_k])
-        sb = self.shared_tensor(dtype=dt, shape=[num_stages, block_n, block_k])
+        if self.cluster_m == 1:
+            sb = self.shared_tensor(dtype=dt, shape=[num_stages, block_n, block_k])
+        else:  # the halves of B loaded by the cluster's two blocks
+            sb = self.shared_tensor(dtype=dt, shape=[num_stages, 2, block_n // 2, block_k])
         groups = 2 if self.coop else 1  # consumer groups that read each slot
-        pipe = Pipeline(num_stages, producer_arrivals=1, consumer_arrivals=groups * self.cluster_n)
+        pipe = Pipeline(
+            num_stages, producer_arrivals=1, consumer_arrivals=groups * self.cluster_size
+        )
         order = None  # order[g]: the other group left the tensor cores (ping-pong)
         if not self.coop:
             order = self.mbarrier.alloc([1, 1])
@@ -437,7 +478,7 @@ class MatmulV7(V7Schedule):
             # one thread's arrival after a named-barrier sync)
             turn = self.mbarrier.alloc([128, 128])
         peer_empty = None
-        if self.cluster_n > 1:  # the peer's empty barriers; both blocks' exist after the sync
+        if self.cluster_size > 1:  # the peer's empty barriers; both blocks' exist after the sync
             peer_empty = self.cluster.map_shared_addr(pipe.empty, 1 - self.cluster.blockRank)
             self.cluster.sync()
 
@@ -460,7 +501,7 @@ class MatmulV7(V7Schedule):
             self.consume(
                 1, pipe, order, sa, sb, gc, ws, cnt, k_size, num_m, num_n, peer_empty, sc, turn
             )
-        if self.cluster_n > 1:  # no block exits while its peer may still arrive on its barriers
+        if self.cluster_size > 1:  # no block exits while its peer may still arrive on its barriers
             self.cluster.sync()
 
     def __call__(

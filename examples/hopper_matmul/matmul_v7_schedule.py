@@ -34,7 +34,7 @@ class V7Schedule(V7Epilogue):
 
     def first_unit(self):
         """The first work unit of the block (the same in both blocks of a cluster)."""
-        return self.blockIdx.x // self.cluster_n
+        return self.blockIdx.x // self.cluster_size
 
     def splits(self, num_m: int32, k_size: int):
         """How many K parts each tile has in this launch: ``split_k`` when M has at most
@@ -51,7 +51,7 @@ class V7Schedule(V7Epilogue):
     def units(self, num_m: int32, num_n: int, split: int32):
         """How many work units the launch has (a unit: a C tile, a pair of M tiles in a
         cluster, or one K part of a tile)."""
-        return num_m * cdiv(num_n, self.cluster_n) * split
+        return cdiv(num_m, self.cluster_m) * cdiv(num_n, self.cluster_n) * split
 
     def sk_plan(self, num_m: int32, num_n: int, k_size: int):
         """Stream-K: ``(whole, iters, lo, hi, dp)``: the tiles run whole (the first waves),
@@ -147,7 +147,10 @@ class V7Schedule(V7Epilogue):
 
     def coords(self, tile: int32, num_m: int32, num_n: int):
         """``(m tile, n tile)`` of tile ``tile`` in V4's order (in a cluster: of the pair)."""
-        if self.cluster_n == 1:
+        if self.cluster_m == 2:  # a unit is a pair of M tiles sharing the B tile
+            m_pair, n_tile = self.tile_coords(tile, cdiv(num_m, 2), num_n)
+            m_tile = 2 * m_pair + self.cluster.blockRank
+        elif self.cluster_n == 1:
             m_tile, n_tile = self.tile_coords(tile, num_m, num_n)
         else:  # a unit is a pair of N tiles; the block of rank r takes the pair's tile r
             m_tile, n_pair = self.tile_coords(tile, num_m, cdiv(num_n, 2))

@@ -48,6 +48,13 @@ EXTRA = [
     dict(block_m=256, block_n=128, num_stages=4, swizzle=4, cluster_n=2, coop=1, epilogue="tma1"),
     dict(block_m=256, block_n=128, num_stages=4, swizzle=2, cluster_n=2, coop=1, epilogue="direct"),
     dict(block_m=256, block_n=64, num_stages=4, split_k=2, swizzle=2, coop=1, epilogue="tma1"),
+    # pairs of M tiles sharing a multicast B tile (cluster_m=2): coop, ping-pong, every epilogue
+    dict(block_m=128, block_n=128, num_stages=6, swizzle=1, coop=1, cluster_m=2),
+    dict(block_m=128, block_n=128, num_stages=7, swizzle=1, coop=1, epilogue="direct", cluster_m=2),
+    dict(block_m=64, block_n=128, num_stages=6, swizzle=2, cluster_m=2),
+    dict(block_m=128, block_n=64, num_stages=8, swizzle=2, cluster_m=2),
+    dict(block_m=128, block_n=256, num_stages=4, swizzle=8, coop=1, epilogue="tma1", cluster_m=2),
+    dict(block_m=256, block_n=128, num_stages=4, swizzle=8, coop=1, epilogue="tma1", cluster_m=2),
 ]
 
 

@@ -76,6 +76,15 @@ def shared_slice(ctx, inst, expr):
     ctx.emit(f"const uint32_t {name} = {code};")
 
 
+def shared_alias(ctx, inst, what: str):
+    """A view of a shared tile at the same bytes (a transpose, a reshape within whole rows):
+    ``const uint32_t v = <the source's offset>;``."""
+    name = ctx.name(inst.out)
+    ctx.shared_names[inst.out] = name
+    ctx.shared_align[inst.out] = offset_align(ctx, inst.src)
+    ctx.emit(f"const uint32_t {name} = {shared_offset(ctx, inst.src)};  // {what}")
+
+
 def _pow2(n: int) -> int:
     """The largest power of two dividing ``n`` (a large one for 0)."""
     return n & -n if n else 1 << 30

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from tilus.backends.cuda.codegen import memory
 from tilus.backends.cuda.codegen import registers as R
 from tilus.backends.cuda.codegen.convert import row_major, through_shared
 from tilus.backends.cuda.codegen.half import HALF_ADD, HALF_FMA, PAIR_OPS
@@ -24,6 +25,7 @@ from tilus.backends.cuda.layout.reduction import thread_stages
 from tilus.backends.cuda.layout.reshape import moves_in_place
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
+from tilus.ir.enums import TensorKind
 from tilus.ir.layout.derived import reduce_layout
 
 rule = CODEGEN_RULES.rule
@@ -365,8 +367,12 @@ def lane_parallel(g, nslots: int, masks) -> bool:
 
 @rule(I.ReshapeTensor)
 def reshape(ctx, inst, expr):
-    """Add or drop size-1 dims (or reshape a row-major replicated tile): a register copy."""
+    """Add or drop size-1 dims (or reshape a row-major replicated tile): a register copy; a
+    shared view reshaped within whole rows: the same bytes."""
     src, out = inst.src, inst.out
+    if out.kind == TensorKind.SHARED:
+        memory.shared_alias(ctx, inst, f"reshaped view {list(out.shape)}")
+        return
     ls, lo = R.layout_of(ctx, src), R.layout_of(ctx, out)
     if not moves_in_place(inst, ls, lo):  # elements change threads: through shared memory
         through_shared(ctx, inst, src, out, lambda c: row_major(c, out.shape))

@@ -102,10 +102,7 @@ def _permute(ctx, inst, expr):
     if inst.out.kind == TensorKind.GLOBAL:
         global_views.permute_global(ctx, inst)
         return
-    name = ctx.name(inst.out)
-    ctx.shared_names[inst.out] = name
-    ctx.shared_align[inst.out] = memory.offset_align(ctx, inst.src)
-    ctx.emit(f"const uint32_t {name} = {memory.shared_offset(ctx, inst.src)};  // transposed view")
+    memory.shared_alias(ctx, inst, "transposed view")
 
 
 @rule(I.Printf)

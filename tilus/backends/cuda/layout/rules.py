@@ -5,7 +5,6 @@ from __future__ import annotations
 from tilus.backends.cuda.layout.inference import err, free_vars
 from tilus.backends.cuda.layout.plan import Group, SharedView, TmaMap
 from tilus.backends.cuda.layout.reads import result_used
-from tilus.backends.cuda.layout.reshape import reshaped_layout
 from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.dtypes import uint32
 from tilus.errors import at
@@ -281,26 +280,6 @@ def _print_tensor(inf, stmt, inst, g):
         return
     inf.no_perm(stmt, t)
     inf.use(t, g, stmt)
-    inf.converts.append((inst, g))
-
-
-@rule(I.ReshapeTensor)
-def _reshape(inf, stmt, inst, g):
-    """Register reshapes that only add or drop size-1 dims keep every register in place. A
-    transposed (permuted) register view is reshaped as the view: the source's registers seen
-    with dims permuted, then reshaped (so a tile loaded in one dim order can feed a dot in
-    another without moving a register)."""
-    if inst.src.kind != TensorKind.REGISTER:
-        raise err(stmt, "reshape of a shared tile is not supported by the CUDA backend yet")
-    inf.use(inst.src, g, stmt)
-    inf.define(inst.out, g, stmt)
-    shape = tuple(inst.out.shape)
-    if inst.src in inf.perms:
-        base, dims = inf.base(inst.src)
-        inf.derive(inst.out, base, lambda lo, d=dims: reshaped_layout(permute(lo, d), shape),
-                   stmt, "reshape")  # fmt: skip
-    else:
-        inf.derive(inst.out, inst.src, lambda lo: reshaped_layout(lo, shape), stmt, "reshape")
     inf.converts.append((inst, g))
 
 
