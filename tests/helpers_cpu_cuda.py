@@ -65,6 +65,15 @@ template <class T> static inline T __shfl_xor_sync(unsigned, T v, int m) {
   (*tl_warp_bars)[w]->arrive_and_wait();
   T r; std::memcpy(&r, &o, sizeof(T)); return r;
 }
+template <class T> static inline T __shfl_sync(unsigned, T v, int lane) {  // whole warps
+  unsigned t = threadIdx.x, w = t / 32;
+  uint64_t bits = 0; std::memcpy(&bits, &v, sizeof(T));
+  (*tl_lanes)[t] = bits;
+  (*tl_warp_bars)[w]->arrive_and_wait();
+  uint64_t o = (*tl_lanes)[w * 32 + (lane & 31)];
+  (*tl_warp_bars)[w]->arrive_and_wait();
+  T r; std::memcpy(&r, &o, sizeof(T)); return r;
+}
 static inline uint32_t tl_smem_addr(const void* p) {
   return (uint32_t)((const uint8_t*)p - tl_smem_base);
 }

@@ -90,8 +90,13 @@ def test_seed_v4_compiles_warp_specialized():
     ops = assert_clean(ck)
     assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0
     src = ck.source
-    assert "threadIdx.x >= 256 && threadIdx.x < 288" in src  # producer warp
-    assert "threadIdx.x >= 128 && threadIdx.x < 256" in src  # consumer warp group 1
+    # groups branch on the warp index made warp-uniform by a shuffle, so the consumers'
+    # WGMMA descriptors stay in uniform registers (no R2UR move before each HGMMA)
+    assert "const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);" in src
+    assert "if (tl_warp == 8) {  // threads [256, 288)" in src  # producer warp
+    assert "if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)" in src  # consumer group 1
+    assert "__builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);" in src
+    assert ops.get("R2UR", 0) < ops["HGMMA"], ops
     assert "tl_elect_one()" in src
     assert "__launch_bounds__(288, 1)" in src
     assert ck.kernel.smem_bytes <= SMEM_LIMIT

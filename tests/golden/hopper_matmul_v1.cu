@@ -125,6 +125,7 @@ tl_MatmulWGMMA(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -161,7 +162,7 @@ tl_MatmulWGMMA(
   // matmul_v1.py:62  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 16) {
     // matmul_v1.py:63  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 6144u), 6144u);
       // matmul_v1.py:67  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
@@ -507,6 +508,7 @@ tl_MatmulWGMMA(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -543,7 +545,7 @@ tl_MatmulWGMMA(
   // matmul_v1.py:62  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 16) {
     // matmul_v1.py:63  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 8192u), 8192u);
       // matmul_v1.py:67  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
@@ -1023,6 +1025,7 @@ tl_MatmulWGMMA(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1059,7 +1062,7 @@ tl_MatmulWGMMA(
   // matmul_v1.py:62  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 32) {
     // matmul_v1.py:63  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 12288u), 12288u);
       // matmul_v1.py:67  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
@@ -1406,6 +1409,7 @@ tl_MatmulWGMMA(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1442,7 +1446,7 @@ tl_MatmulWGMMA(
   // matmul_v1.py:62  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 32) {
     // matmul_v1.py:63  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 16384u), 16384u);
       // matmul_v1.py:67  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
@@ -1924,6 +1928,7 @@ tl_MatmulWGMMA(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1960,7 +1965,7 @@ tl_MatmulWGMMA(
   // matmul_v1.py:62  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
     // matmul_v1.py:63  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 24576u), 24576u);
       // matmul_v1.py:67  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
@@ -2309,6 +2314,7 @@ tl_MatmulWGMMA(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2345,7 +2351,7 @@ tl_MatmulWGMMA(
   // matmul_v1.py:62  for offset_k in range(0, k_size, block_k):
   for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
     // matmul_v1.py:63  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v1.py:64  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 32768u), 32768u);
       // matmul_v1.py:67  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])

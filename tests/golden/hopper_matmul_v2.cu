@@ -126,6 +126,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -181,7 +182,7 @@ tl_MatmulWGMMAV2(
       int offset_n_1 = offset_n;
       int offset_k = (s * 32);
       // matmul_v2.py:54  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 12288u);
         // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -241,7 +242,7 @@ tl_MatmulWGMMAV2(
         int offset_n_2 = offset_n;
         int offset_k_1 = (refill * 32);
         // matmul_v2.py:54  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 12288u);
           // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -559,6 +560,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -615,7 +617,7 @@ tl_MatmulWGMMAV2(
       int offset_n_1 = offset_n;
       int offset_k = (s * 32);
       // matmul_v2.py:54  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 12288u);
         // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -676,7 +678,7 @@ tl_MatmulWGMMAV2(
         int offset_n_2 = offset_n;
         int offset_k_1 = (refill * 32);
         // matmul_v2.py:54  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 12288u);
           // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -994,6 +996,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1051,7 +1054,7 @@ tl_MatmulWGMMAV2(
       int offset_n_1 = offset_n;
       int offset_k = (s * 32);
       // matmul_v2.py:54  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 12288u);
         // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -1113,7 +1116,7 @@ tl_MatmulWGMMAV2(
         int offset_n_2 = offset_n;
         int offset_k_1 = (refill * 32);
         // matmul_v2.py:54  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 12288u);
           // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -1431,6 +1434,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1486,7 +1490,7 @@ tl_MatmulWGMMAV2(
       int offset_n_1 = offset_n;
       int offset_k = (s * 32);
       // matmul_v2.py:54  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 16384u);
         // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -1548,7 +1552,7 @@ tl_MatmulWGMMAV2(
         int offset_n_2 = offset_n;
         int offset_k_1 = (refill * 32);
         // matmul_v2.py:54  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 16384u);
           // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -1998,6 +2002,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2054,7 +2059,7 @@ tl_MatmulWGMMAV2(
       int offset_n_1 = offset_n;
       int offset_k = (s * 32);
       // matmul_v2.py:54  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 16384u);
         // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -2117,7 +2122,7 @@ tl_MatmulWGMMAV2(
         int offset_n_2 = offset_n;
         int offset_k_1 = (refill * 32);
         // matmul_v2.py:54  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 16384u);
           // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -2567,6 +2572,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2624,7 +2630,7 @@ tl_MatmulWGMMAV2(
       int offset_n_1 = offset_n;
       int offset_k = (s * 32);
       // matmul_v2.py:54  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 16384u);
         // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -2688,7 +2694,7 @@ tl_MatmulWGMMAV2(
         int offset_n_2 = offset_n;
         int offset_k_1 = (refill * 32);
         // matmul_v2.py:54  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 16384u);
           // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -3138,6 +3144,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3193,7 +3200,7 @@ tl_MatmulWGMMAV2(
       int offset_n_1 = offset_n;
       int offset_k = (s * 64);
       // matmul_v2.py:54  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 24576u);
         // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -3255,7 +3262,7 @@ tl_MatmulWGMMAV2(
         int offset_n_2 = offset_n;
         int offset_k_1 = (refill * 64);
         // matmul_v2.py:54  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 24576u);
           // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -3573,6 +3580,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3629,7 +3637,7 @@ tl_MatmulWGMMAV2(
       int offset_n_1 = offset_n;
       int offset_k = (s * 64);
       // matmul_v2.py:54  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 24576u);
         // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -3692,7 +3700,7 @@ tl_MatmulWGMMAV2(
         int offset_n_2 = offset_n;
         int offset_k_1 = (refill * 64);
         // matmul_v2.py:54  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 24576u);
           // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -4010,6 +4018,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4067,7 +4076,7 @@ tl_MatmulWGMMAV2(
       int offset_n_1 = offset_n;
       int offset_k = (s * 64);
       // matmul_v2.py:54  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 24576u);
         // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -4131,7 +4140,7 @@ tl_MatmulWGMMAV2(
         int offset_n_2 = offset_n;
         int offset_k_1 = (refill * 64);
         // matmul_v2.py:54  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 24576u);
           // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -4449,6 +4458,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4504,7 +4514,7 @@ tl_MatmulWGMMAV2(
       int offset_n_1 = offset_n;
       int offset_k = (s * 64);
       // matmul_v2.py:54  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 32768u);
         // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -4570,7 +4580,7 @@ tl_MatmulWGMMAV2(
         int offset_n_2 = offset_n;
         int offset_k_1 = (refill * 64);
         // matmul_v2.py:54  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 32768u);
           // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -5020,6 +5030,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -5076,7 +5087,7 @@ tl_MatmulWGMMAV2(
       int offset_n_1 = offset_n;
       int offset_k = (s * 64);
       // matmul_v2.py:54  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 32768u);
         // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -5143,7 +5154,7 @@ tl_MatmulWGMMAV2(
         int offset_n_2 = offset_n;
         int offset_k_1 = (refill * 64);
         // matmul_v2.py:54  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 32768u);
           // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -5593,6 +5604,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -5650,7 +5662,7 @@ tl_MatmulWGMMAV2(
       int offset_n_1 = offset_n;
       int offset_k = (s * 64);
       // matmul_v2.py:54  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
         tl_mbar_arrive_expect_tx(barrier, 32768u);
         // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)
@@ -5718,7 +5730,7 @@ tl_MatmulWGMMAV2(
         int offset_n_2 = offset_n;
         int offset_k_1 = (refill * 64);
         // matmul_v2.py:54  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:55  self.mbarrier.arrive_and_expect_tx(barrier, transaction_bytes=sa.nbytes + sb.nbytes)
           tl_mbar_arrive_expect_tx(barrier_1, 32768u);
           // matmul_v2.py:56  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=barrier)

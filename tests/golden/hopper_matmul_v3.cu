@@ -134,6 +134,7 @@ tl_MatmulWGMMAV3(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 160u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -165,7 +166,8 @@ tl_MatmulWGMMAV3(
   // matmul_v3.py:73  empty = self.mbarrier.alloc(counts=[128] * num_stages)
   // 2 mbarrier(s) at shared offset 32784 (initialized at entry)
   // matmul_v3.py:75  with self.thread_group(128, 32):  # producer warp
-  if (threadIdx.x >= 128 && threadIdx.x < 160) {  // threads [128, 160)
+  if (tl_warp == 4) {  // threads [128, 160)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 160u);
     // matmul_v3.py:76  p_stage: int32 = 0
     int p_stage = 0;
     // matmul_v3.py:77  p_phase: uint32 = 1
@@ -176,7 +178,7 @@ tl_MatmulWGMMAV3(
       // matmul_v3.py:79  self.mbarrier.wait(empty[p_stage], phase=p_phase)  # slot released?
       tl_mbar_wait_parity((tl_smem + 32784u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
       // matmul_v3.py:80  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(full[p_stage], transaction_bytes=sa[p_stage].nbytes + sb[p_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(p_stage) * 8192u;
         const uint32_t sb_1 = 16384u + (uint32_t)(p_stage) * 8192u;
@@ -210,7 +212,8 @@ tl_MatmulWGMMAV3(
     }
   }
   // matmul_v3.py:106  with self.thread_group(0, 128):  # consumer warp group
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v3.py:107  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
     // %acc [128, 128]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     float acc[2][64];
@@ -710,6 +713,7 @@ tl_MatmulWGMMAV3(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 160u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -743,7 +747,8 @@ tl_MatmulWGMMAV3(
   // matmul_v3.py:73  empty = self.mbarrier.alloc(counts=[128] * num_stages)
   // 3 mbarrier(s) at shared offset 49176 (initialized at entry)
   // matmul_v3.py:75  with self.thread_group(128, 32):  # producer warp
-  if (threadIdx.x >= 128 && threadIdx.x < 160) {  // threads [128, 160)
+  if (tl_warp == 4) {  // threads [128, 160)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 160u);
     // matmul_v3.py:76  p_stage: int32 = 0
     int p_stage = 0;
     // matmul_v3.py:77  p_phase: uint32 = 1
@@ -754,7 +759,7 @@ tl_MatmulWGMMAV3(
       // matmul_v3.py:79  self.mbarrier.wait(empty[p_stage], phase=p_phase)  # slot released?
       tl_mbar_wait_parity((tl_smem + 49176u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
       // matmul_v3.py:80  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(full[p_stage], transaction_bytes=sa[p_stage].nbytes + sb[p_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(p_stage) * 8192u;
         const uint32_t sb_1 = 24576u + (uint32_t)(p_stage) * 8192u;
@@ -788,7 +793,8 @@ tl_MatmulWGMMAV3(
     }
   }
   // matmul_v3.py:106  with self.thread_group(0, 128):  # consumer warp group
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v3.py:107  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
     // %acc [128, 128]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     float acc[2][64];
@@ -1288,6 +1294,7 @@ tl_MatmulWGMMAV3(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 160u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1323,7 +1330,8 @@ tl_MatmulWGMMAV3(
   // matmul_v3.py:73  empty = self.mbarrier.alloc(counts=[128] * num_stages)
   // 4 mbarrier(s) at shared offset 65568 (initialized at entry)
   // matmul_v3.py:75  with self.thread_group(128, 32):  # producer warp
-  if (threadIdx.x >= 128 && threadIdx.x < 160) {  // threads [128, 160)
+  if (tl_warp == 4) {  // threads [128, 160)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 160u);
     // matmul_v3.py:76  p_stage: int32 = 0
     int p_stage = 0;
     // matmul_v3.py:77  p_phase: uint32 = 1
@@ -1334,7 +1342,7 @@ tl_MatmulWGMMAV3(
       // matmul_v3.py:79  self.mbarrier.wait(empty[p_stage], phase=p_phase)  # slot released?
       tl_mbar_wait_parity((tl_smem + 65568u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
       // matmul_v3.py:80  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(full[p_stage], transaction_bytes=sa[p_stage].nbytes + sb[p_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(p_stage) * 8192u;
         const uint32_t sb_1 = 32768u + (uint32_t)(p_stage) * 8192u;
@@ -1368,7 +1376,8 @@ tl_MatmulWGMMAV3(
     }
   }
   // matmul_v3.py:106  with self.thread_group(0, 128):  # consumer warp group
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v3.py:107  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
     // %acc [128, 128]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     float acc[2][64];
@@ -1871,6 +1880,7 @@ tl_MatmulWGMMAV3(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 160u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1902,7 +1912,8 @@ tl_MatmulWGMMAV3(
   // matmul_v3.py:73  empty = self.mbarrier.alloc(counts=[128] * num_stages)
   // 2 mbarrier(s) at shared offset 65552 (initialized at entry)
   // matmul_v3.py:75  with self.thread_group(128, 32):  # producer warp
-  if (threadIdx.x >= 128 && threadIdx.x < 160) {  // threads [128, 160)
+  if (tl_warp == 4) {  // threads [128, 160)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 160u);
     // matmul_v3.py:76  p_stage: int32 = 0
     int p_stage = 0;
     // matmul_v3.py:77  p_phase: uint32 = 1
@@ -1913,7 +1924,7 @@ tl_MatmulWGMMAV3(
       // matmul_v3.py:79  self.mbarrier.wait(empty[p_stage], phase=p_phase)  # slot released?
       tl_mbar_wait_parity((tl_smem + 65552u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
       // matmul_v3.py:80  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(full[p_stage], transaction_bytes=sa[p_stage].nbytes + sb[p_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(p_stage) * 16384u;
         const uint32_t sb_1 = 32768u + (uint32_t)(p_stage) * 16384u;
@@ -1947,7 +1958,8 @@ tl_MatmulWGMMAV3(
     }
   }
   // matmul_v3.py:106  with self.thread_group(0, 128):  # consumer warp group
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v3.py:107  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
     // %acc [128, 128]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     float acc[2][64];
@@ -2451,6 +2463,7 @@ tl_MatmulWGMMAV3(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 160u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2484,7 +2497,8 @@ tl_MatmulWGMMAV3(
   // matmul_v3.py:73  empty = self.mbarrier.alloc(counts=[128] * num_stages)
   // 3 mbarrier(s) at shared offset 98328 (initialized at entry)
   // matmul_v3.py:75  with self.thread_group(128, 32):  # producer warp
-  if (threadIdx.x >= 128 && threadIdx.x < 160) {  // threads [128, 160)
+  if (tl_warp == 4) {  // threads [128, 160)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 160u);
     // matmul_v3.py:76  p_stage: int32 = 0
     int p_stage = 0;
     // matmul_v3.py:77  p_phase: uint32 = 1
@@ -2495,7 +2509,7 @@ tl_MatmulWGMMAV3(
       // matmul_v3.py:79  self.mbarrier.wait(empty[p_stage], phase=p_phase)  # slot released?
       tl_mbar_wait_parity((tl_smem + 98328u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
       // matmul_v3.py:80  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(full[p_stage], transaction_bytes=sa[p_stage].nbytes + sb[p_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(p_stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(p_stage) * 16384u;
@@ -2529,7 +2543,8 @@ tl_MatmulWGMMAV3(
     }
   }
   // matmul_v3.py:106  with self.thread_group(0, 128):  # consumer warp group
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v3.py:107  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
     // %acc [128, 128]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     float acc[2][64];
@@ -3033,6 +3048,7 @@ tl_MatmulWGMMAV3(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 160u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3068,7 +3084,8 @@ tl_MatmulWGMMAV3(
   // matmul_v3.py:73  empty = self.mbarrier.alloc(counts=[128] * num_stages)
   // 4 mbarrier(s) at shared offset 131104 (initialized at entry)
   // matmul_v3.py:75  with self.thread_group(128, 32):  # producer warp
-  if (threadIdx.x >= 128 && threadIdx.x < 160) {  // threads [128, 160)
+  if (tl_warp == 4) {  // threads [128, 160)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 160u);
     // matmul_v3.py:76  p_stage: int32 = 0
     int p_stage = 0;
     // matmul_v3.py:77  p_phase: uint32 = 1
@@ -3079,7 +3096,7 @@ tl_MatmulWGMMAV3(
       // matmul_v3.py:79  self.mbarrier.wait(empty[p_stage], phase=p_phase)  # slot released?
       tl_mbar_wait_parity((tl_smem + 131104u + 8u * (uint32_t)(p_stage)), (uint32_t)(p_phase));
       // matmul_v3.py:80  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v3.py:81  self.mbarrier.arrive_and_expect_tx(full[p_stage], transaction_bytes=sa[p_stage].nbytes + sb[p_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(p_stage) * 16384u;
         const uint32_t sb_1 = 65536u + (uint32_t)(p_stage) * 16384u;
@@ -3113,7 +3130,8 @@ tl_MatmulWGMMAV3(
     }
   }
   // matmul_v3.py:106  with self.thread_group(0, 128):  # consumer warp group
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v3.py:107  acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
     // %acc [128, 128]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     float acc[2][64];

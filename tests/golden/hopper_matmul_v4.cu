@@ -153,6 +153,7 @@ tl_MatmulWGMMAV4(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -219,7 +220,8 @@ tl_MatmulWGMMAV4(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -231,7 +233,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
@@ -273,7 +275,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -317,7 +320,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 98328u + 8u * (uint32_t)(stage_1)));
       }
@@ -509,7 +512,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -553,7 +557,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 98328u + 8u * (uint32_t)(stage_2)));
       }
@@ -898,6 +902,7 @@ tl_MatmulWGMMAV4(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -966,7 +971,8 @@ tl_MatmulWGMMAV4(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -978,7 +984,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 65536u + (uint32_t)(stage) * 16384u;
@@ -1020,7 +1026,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -1064,7 +1071,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 131104u + 8u * (uint32_t)(stage_1)));
       }
@@ -1256,7 +1263,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -1300,7 +1308,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 131104u + 8u * (uint32_t)(stage_2)));
       }
@@ -1653,6 +1661,7 @@ tl_MatmulWGMMAV4(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1719,7 +1728,8 @@ tl_MatmulWGMMAV4(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -1731,7 +1741,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 32768u;
@@ -1773,7 +1783,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -1817,7 +1828,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 147480u + 8u * (uint32_t)(stage_1)));
       }
@@ -2169,7 +2180,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -2213,7 +2225,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 147480u + 8u * (uint32_t)(stage_2)));
       }
@@ -2726,6 +2738,7 @@ tl_MatmulWGMMAV4(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2794,7 +2807,8 @@ tl_MatmulWGMMAV4(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -2806,7 +2820,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 65536u + (uint32_t)(stage) * 32768u;
@@ -2848,7 +2862,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -2892,7 +2907,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 196640u + 8u * (uint32_t)(stage_1)));
       }
@@ -3244,7 +3259,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -3288,7 +3304,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 196640u + 8u * (uint32_t)(stage_2)));
       }
@@ -3793,6 +3809,7 @@ tl_MatmulWGMMAV4(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3859,7 +3876,8 @@ tl_MatmulWGMMAV4(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -3871,7 +3889,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
@@ -3913,7 +3931,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -3957,7 +3976,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 98328u + 8u * (uint32_t)(stage_1)));
       }
@@ -4149,7 +4168,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -4193,7 +4213,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 98328u + 8u * (uint32_t)(stage_2)));
       }
@@ -4538,6 +4558,7 @@ tl_MatmulWGMMAV4(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4606,7 +4627,8 @@ tl_MatmulWGMMAV4(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -4618,7 +4640,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 65536u + (uint32_t)(stage) * 16384u;
@@ -4660,7 +4682,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -4704,7 +4727,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 131104u + 8u * (uint32_t)(stage_1)));
       }
@@ -4896,7 +4919,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -4940,7 +4964,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 131104u + 8u * (uint32_t)(stage_2)));
       }
@@ -5293,6 +5317,7 @@ tl_MatmulWGMMAV4(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -5359,7 +5384,8 @@ tl_MatmulWGMMAV4(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -5371,7 +5397,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 32768u;
@@ -5413,7 +5439,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -5457,7 +5484,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 147480u + 8u * (uint32_t)(stage_1)));
       }
@@ -5809,7 +5836,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -5853,7 +5881,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 147480u + 8u * (uint32_t)(stage_2)));
       }
@@ -6366,6 +6394,7 @@ tl_MatmulWGMMAV4(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -6434,7 +6463,8 @@ tl_MatmulWGMMAV4(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -6446,7 +6476,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 65536u + (uint32_t)(stage) * 32768u;
@@ -6488,7 +6518,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -6532,7 +6563,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_1 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 196640u + 8u * (uint32_t)(stage_1)));
       }
@@ -6884,7 +6915,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v4.py:159  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -6928,7 +6960,7 @@ tl_MatmulWGMMAV4(
       // matmul_v4.py:75  def consumer_release(self, stage: int32):
       int stage_2 = pipe_consumer_stage;
       // matmul_v4.py:78  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
         tl_mbar_arrive((tl_smem + 196640u + 8u * (uint32_t)(stage_2)));
       }

@@ -174,6 +174,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -238,7 +239,8 @@ tl_MatmulWGMMAV5(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -250,7 +252,7 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 16384u;
@@ -292,7 +294,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -340,7 +343,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_1)));
         }
@@ -364,7 +367,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_2)));
     }
@@ -418,7 +421,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(1, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 65536u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
       tl_tma_store_2d(&tl_map2, tl_smem + 65536u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -429,7 +432,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -477,7 +481,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_3)));
         }
@@ -501,7 +505,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_4)));
     }
@@ -555,7 +559,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(2, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 81920u, (int32_t)(offset_n_3), (int32_t)((offset_m_3 + 64)));
       tl_tma_store_2d(&tl_map2, tl_smem + 81920u + 8192u, (int32_t)(offset_n_3) + 64, (int32_t)((offset_m_3 + 64)));
@@ -740,6 +744,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -806,7 +811,8 @@ tl_MatmulWGMMAV5(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -818,7 +824,7 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
@@ -860,7 +866,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -908,7 +915,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_1)));
         }
@@ -932,7 +939,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_2)));
     }
@@ -986,7 +993,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(1, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 98304u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
       tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -997,7 +1004,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -1045,7 +1053,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_3)));
         }
@@ -1069,7 +1077,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_4)));
     }
@@ -1123,7 +1131,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(2, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 114688u, (int32_t)(offset_n_3), (int32_t)((offset_m_3 + 64)));
       tl_tma_store_2d(&tl_map2, tl_smem + 114688u + 8192u, (int32_t)(offset_n_3) + 64, (int32_t)((offset_m_3 + 64)));
@@ -1316,6 +1324,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1380,7 +1389,8 @@ tl_MatmulWGMMAV5(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -1392,7 +1402,7 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 32768u;
@@ -1434,7 +1444,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -1482,7 +1493,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_1)));
         }
@@ -1506,7 +1517,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_2)));
     }
@@ -1592,7 +1603,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(1, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 98304u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
       tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -1605,7 +1616,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -1653,7 +1665,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_3)));
         }
@@ -1677,7 +1689,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_4)));
     }
@@ -1763,7 +1775,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(2, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 131072u, (int32_t)(offset_n_3), (int32_t)((offset_m_3 + 64)));
       tl_tma_store_2d(&tl_map2, tl_smem + 131072u + 8192u, (int32_t)(offset_n_3) + 64, (int32_t)((offset_m_3 + 64)));
@@ -1958,6 +1970,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2024,7 +2037,8 @@ tl_MatmulWGMMAV5(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -2036,7 +2050,7 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 32768u;
@@ -2078,7 +2092,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -2126,7 +2141,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_1)));
         }
@@ -2150,7 +2165,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_2)));
     }
@@ -2236,7 +2251,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(1, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 147456u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
       tl_tma_store_2d(&tl_map2, tl_smem + 147456u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -2249,7 +2264,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -2297,7 +2313,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_3)));
         }
@@ -2321,7 +2337,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_4)));
     }
@@ -2407,7 +2423,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(2, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 180224u, (int32_t)(offset_n_3), (int32_t)((offset_m_3 + 64)));
       tl_tma_store_2d(&tl_map2, tl_smem + 180224u + 8192u, (int32_t)(offset_n_3) + 64, (int32_t)((offset_m_3 + 64)));
@@ -2594,6 +2610,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2658,7 +2675,8 @@ tl_MatmulWGMMAV5(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -2670,7 +2688,7 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 16384u;
@@ -2712,7 +2730,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -2760,7 +2779,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_1)));
         }
@@ -2784,7 +2803,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_2)));
     }
@@ -2838,7 +2857,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(1, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 65536u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
       tl_tma_store_2d(&tl_map2, tl_smem + 65536u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -2849,7 +2868,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -2897,7 +2917,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_3)));
         }
@@ -2921,7 +2941,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_4)));
     }
@@ -2975,7 +2995,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(2, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 81920u, (int32_t)(offset_n_3), (int32_t)((offset_m_3 + 64)));
       tl_tma_store_2d(&tl_map2, tl_smem + 81920u + 8192u, (int32_t)(offset_n_3) + 64, (int32_t)((offset_m_3 + 64)));
@@ -3160,6 +3180,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3226,7 +3247,8 @@ tl_MatmulWGMMAV5(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -3238,7 +3260,7 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
@@ -3280,7 +3302,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -3328,7 +3351,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_1)));
         }
@@ -3352,7 +3375,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_2)));
     }
@@ -3406,7 +3429,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(1, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 98304u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
       tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -3417,7 +3440,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -3465,7 +3489,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_3)));
         }
@@ -3489,7 +3513,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_4)));
     }
@@ -3543,7 +3567,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(2, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 114688u, (int32_t)(offset_n_3), (int32_t)((offset_m_3 + 64)));
       tl_tma_store_2d(&tl_map2, tl_smem + 114688u + 8192u, (int32_t)(offset_n_3) + 64, (int32_t)((offset_m_3 + 64)));
@@ -3736,6 +3760,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3800,7 +3825,8 @@ tl_MatmulWGMMAV5(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -3812,7 +3838,7 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 32768u;
@@ -3854,7 +3880,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -3902,7 +3929,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_1)));
         }
@@ -3926,7 +3953,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_2)));
     }
@@ -4012,7 +4039,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(1, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 98304u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
       tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -4025,7 +4052,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -4073,7 +4101,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_3)));
         }
@@ -4097,7 +4125,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_4)));
     }
@@ -4183,7 +4211,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(2, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 131072u, (int32_t)(offset_n_3), (int32_t)((offset_m_3 + 64)));
       tl_tma_store_2d(&tl_map2, tl_smem + 131072u + 8192u, (int32_t)(offset_n_3) + 64, (int32_t)((offset_m_3 + 64)));
@@ -4378,6 +4406,7 @@ tl_MatmulWGMMAV5(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4444,7 +4473,8 @@ tl_MatmulWGMMAV5(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v4.py:213  with self.thread_group(256, 32):  # producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:121  def produce(self, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, ga: GlobalTensor, gb: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_1 = offset_m;
     int offset_n_1 = offset_n;
@@ -4456,7 +4486,7 @@ tl_MatmulWGMMAV5(
       // matmul_v4.py:137  stage = pipe.producer_stage
       int stage = pipe_producer_stage;
       // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 32768u;
@@ -4498,7 +4528,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:220  with self.thread_group(0, 128):  # consumer warp group 0: rows [0, block_m / 2)
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_2 = offset_m;
     int offset_n_2 = offset_n;
@@ -4546,7 +4577,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_1 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_1)));
         }
@@ -4570,7 +4601,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_2 = prev_stage;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_2)));
     }
@@ -4656,7 +4687,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(1, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 147456u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
       tl_tma_store_2d(&tl_map2, tl_smem + 147456u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -4669,7 +4700,8 @@ tl_MatmulWGMMAV5(
     }
   }
   // matmul_v4.py:222  with self.thread_group(128, 128):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v5.py:77  def consume(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, offset_m: int32, offset_n: int32):
     int offset_m_3 = offset_m;
     int offset_n_3 = offset_n;
@@ -4717,7 +4749,7 @@ tl_MatmulWGMMAV5(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_3 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_3)));
         }
@@ -4741,7 +4773,7 @@ tl_MatmulWGMMAV5(
     // matmul_v4.py:75  def consumer_release(self, stage: int32):
     int stage_4 = prev_stage_1;
     // matmul_v4.py:78  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
       tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_4)));
     }
@@ -4827,7 +4859,7 @@ tl_MatmulWGMMAV5(
     // matmul_v5.py:95  self.sync()  # every thread of the warp group has written its part
     tl_bar_sync(2, 128);
     // matmul_v5.py:96  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v5.py:97  self.tma.shared_to_global(sc, gc, offsets=[offset_m + half * block_m_half, offset_n])
       tl_tma_store_2d(&tl_map2, tl_smem + 180224u, (int32_t)(offset_n_3), (int32_t)((offset_m_3 + 64)));
       tl_tma_store_2d(&tl_map2, tl_smem + 180224u + 8192u, (int32_t)(offset_n_3) + 64, (int32_t)((offset_m_3 + 64)));

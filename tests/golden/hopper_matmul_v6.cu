@@ -183,6 +183,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 384u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -220,11 +221,13 @@ tl_MatmulWGMMAV6(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
-  if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
+  if (tl_warp >= 8 && tl_warp < 12) {  // threads [256, 384)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 384u);
     // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
     // matmul_v6.py:105  with self.single_warp(0):
-    if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    if (tl_warp == 8) {  // threads [256, 288)
+      __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
       // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 32);
@@ -263,7 +266,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-            if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 16384u;
@@ -308,7 +311,8 @@ tl_MatmulWGMMAV6(
     }
   }
   // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -390,7 +394,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_1)));
             }
@@ -414,12 +418,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_2)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -473,7 +477,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 65536u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 65536u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
@@ -483,13 +487,14 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
   // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -571,7 +576,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_3)));
             }
@@ -595,12 +600,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_4)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -654,7 +659,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 81920u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 81920u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -664,7 +669,7 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
@@ -853,6 +858,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 384u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -892,11 +898,13 @@ tl_MatmulWGMMAV6(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
-  if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
+  if (tl_warp >= 8 && tl_warp < 12) {  // threads [256, 384)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 384u);
     // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
     // matmul_v6.py:105  with self.single_warp(0):
-    if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    if (tl_warp == 8) {  // threads [256, 288)
+      __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
       // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 32);
@@ -935,7 +943,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-            if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
@@ -980,7 +988,8 @@ tl_MatmulWGMMAV6(
     }
   }
   // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -1062,7 +1071,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_1)));
             }
@@ -1086,12 +1095,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_2)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -1145,7 +1154,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
@@ -1155,13 +1164,14 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
   // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -1243,7 +1253,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_3)));
             }
@@ -1267,12 +1277,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_4)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -1326,7 +1336,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 114688u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 114688u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -1336,7 +1346,7 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
@@ -1533,6 +1543,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 384u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1570,11 +1581,13 @@ tl_MatmulWGMMAV6(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
-  if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
+  if (tl_warp >= 8 && tl_warp < 12) {  // threads [256, 384)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 384u);
     // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
     // matmul_v6.py:105  with self.single_warp(0):
-    if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    if (tl_warp == 8) {  // threads [256, 288)
+      __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
       // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 16);
@@ -1613,7 +1626,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-            if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 32768u;
@@ -1658,7 +1671,8 @@ tl_MatmulWGMMAV6(
     }
   }
   // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -1740,7 +1754,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_1)));
             }
@@ -1764,12 +1778,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_2)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -1855,7 +1869,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
@@ -1867,13 +1881,14 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
   // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -1955,7 +1970,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_3)));
             }
@@ -1979,12 +1994,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_4)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -2070,7 +2085,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 131072u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 131072u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -2082,7 +2097,7 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
@@ -2279,6 +2294,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 384u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2318,11 +2334,13 @@ tl_MatmulWGMMAV6(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
-  if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
+  if (tl_warp >= 8 && tl_warp < 12) {  // threads [256, 384)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 384u);
     // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
     // matmul_v6.py:105  with self.single_warp(0):
-    if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    if (tl_warp == 8) {  // threads [256, 288)
+      __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
       // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 16);
@@ -2361,7 +2379,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-            if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 32768u;
@@ -2406,7 +2424,8 @@ tl_MatmulWGMMAV6(
     }
   }
   // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -2488,7 +2507,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_1)));
             }
@@ -2512,12 +2531,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_2)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -2603,7 +2622,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 147456u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 147456u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
@@ -2615,13 +2634,14 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
   // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -2703,7 +2723,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_3)));
             }
@@ -2727,12 +2747,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_4)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -2818,7 +2838,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 180224u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 180224u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -2830,7 +2850,7 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
@@ -3019,6 +3039,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 384u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3056,11 +3077,13 @@ tl_MatmulWGMMAV6(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
-  if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
+  if (tl_warp >= 8 && tl_warp < 12) {  // threads [256, 384)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 384u);
     // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
     // matmul_v6.py:105  with self.single_warp(0):
-    if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    if (tl_warp == 8) {  // threads [256, 288)
+      __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
       // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 32);
@@ -3099,7 +3122,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-            if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 16384u;
@@ -3144,7 +3167,8 @@ tl_MatmulWGMMAV6(
     }
   }
   // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -3226,7 +3250,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_1)));
             }
@@ -3250,12 +3274,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_2)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -3309,7 +3333,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 65536u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 65536u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
@@ -3319,13 +3343,14 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
   // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -3407,7 +3432,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_3)));
             }
@@ -3431,12 +3456,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 98320u + 8u * (uint32_t)(stage_4)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -3490,7 +3515,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 81920u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 81920u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -3500,7 +3525,7 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
@@ -3689,6 +3714,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 384u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3728,11 +3754,13 @@ tl_MatmulWGMMAV6(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
-  if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
+  if (tl_warp >= 8 && tl_warp < 12) {  // threads [256, 384)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 384u);
     // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
     // matmul_v6.py:105  with self.single_warp(0):
-    if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    if (tl_warp == 8) {  // threads [256, 288)
+      __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
       // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 32);
@@ -3771,7 +3799,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-            if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
@@ -3816,7 +3844,8 @@ tl_MatmulWGMMAV6(
     }
   }
   // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -3898,7 +3927,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_1)));
             }
@@ -3922,12 +3951,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_2)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -3981,7 +4010,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
@@ -3991,13 +4020,14 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
   // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -4079,7 +4109,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_3)));
             }
@@ -4103,12 +4133,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 131096u + 8u * (uint32_t)(stage_4)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -4162,7 +4192,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 114688u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 114688u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -4172,7 +4202,7 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
@@ -4369,6 +4399,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 384u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4406,11 +4437,13 @@ tl_MatmulWGMMAV6(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
-  if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
+  if (tl_warp >= 8 && tl_warp < 12) {  // threads [256, 384)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 384u);
     // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
     // matmul_v6.py:105  with self.single_warp(0):
-    if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    if (tl_warp == 8) {  // threads [256, 288)
+      __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
       // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 16);
@@ -4449,7 +4482,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-            if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 32768u;
@@ -4494,7 +4527,8 @@ tl_MatmulWGMMAV6(
     }
   }
   // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -4576,7 +4610,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_1)));
             }
@@ -4600,12 +4634,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_2)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -4691,7 +4725,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 98304u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
@@ -4703,13 +4737,14 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
   // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -4791,7 +4826,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_3)));
             }
@@ -4815,12 +4850,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 163856u + 8u * (uint32_t)(stage_4)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -4906,7 +4941,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 131072u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 131072u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -4918,7 +4953,7 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
@@ -5115,6 +5150,7 @@ tl_MatmulWGMMAV6(
     const __grid_constant__ CUtensorMap_t tl_map2,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 384u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -5154,11 +5190,13 @@ tl_MatmulWGMMAV6(
   // matmul_v4.py:53  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t pipe_consumer_phase = 0u;
   // matmul_v6.py:103  with self.warp_group(8, 4):  # producer warp group: threads 256-383
-  if (threadIdx.x >= 256 && threadIdx.x < 384) {  // threads [256, 384)
+  if (tl_warp >= 8 && tl_warp < 12) {  // threads [256, 384)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 384u);
     // matmul_v6.py:104  self.setmaxnreg(40)
     tl_setmaxnreg_dec<40>();
     // matmul_v6.py:105  with self.single_warp(0):
-    if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+    if (tl_warp == 8) {  // threads [256, 288)
+      __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
       // matmul_v6.py:106  for tile in self.range(self.blockIdx.x, num_m * num_n, self.num_sms):
       {
         const int tl_end1 = (num_m * 16);
@@ -5197,7 +5235,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:137  stage = pipe.producer_stage
             int stage = pipe_producer_stage;
             // matmul_v4.py:138  with self.single_thread():  # count the bytes once
-            if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:139  self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
               const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
               const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 32768u;
@@ -5242,7 +5280,8 @@ tl_MatmulWGMMAV6(
     }
   }
   // matmul_v6.py:114  with self.warp_group(0, 4):  # consumer warp group 0: rows [0, block_m / 2) of each tile
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v6.py:115  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -5324,7 +5363,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_1 = prev_stage;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_1)));
             }
@@ -5348,12 +5387,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_2 = prev_stage;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_2)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -5439,7 +5478,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(1, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 147456u, (int32_t)(offset_n_1), (int32_t)(offset_m_1));
           tl_tma_store_2d(&tl_map2, tl_smem + 147456u + 8192u, (int32_t)(offset_n_1) + 64, (int32_t)(offset_m_1));
@@ -5451,13 +5490,14 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }
   }
   // matmul_v6.py:117  with self.warp_group(4, 4):  # consumer warp group 1: rows [block_m / 2, block_m)
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v6.py:118  self.setmaxnreg(232)
     tl_setmaxnreg_inc<232>();
     // matmul_v6.py:48  def consume_tiles(self, half: int, pipe: Pipeline, sa: SharedTensor, sb: SharedTensor, gc: GlobalTensor, k_size: int, num_m: int32, num_n: int):
@@ -5539,7 +5579,7 @@ tl_MatmulWGMMAV6(
             // matmul_v4.py:75  def consumer_release(self, stage: int32):
             int stage_3 = prev_stage_1;
             // matmul_v4.py:78  with self.single_thread():
-            if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+            if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
               // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
               tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_3)));
             }
@@ -5563,12 +5603,12 @@ tl_MatmulWGMMAV6(
         // matmul_v4.py:75  def consumer_release(self, stage: int32):
         int stage_4 = prev_stage_1;
         // matmul_v4.py:78  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v4.py:79  self.mbarrier.arrive(self.empty[stage])
           tl_mbar_arrive((tl_smem + 213016u + 8u * (uint32_t)(stage_4)));
         }
         // matmul_v6.py:68  with self.single_thread():  # the same elected thread that issued the last store
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:69  self.tma.wait_group(0, read=True)  # the previous tile's store has read sc
           tl_tma_store_wait_read<0>();
         }
@@ -5654,7 +5694,7 @@ tl_MatmulWGMMAV6(
         // matmul_v6.py:73  self.sync()
         tl_bar_sync(2, 128);
         // matmul_v6.py:74  with self.single_thread():
-        if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v6.py:75  self.tma.shared_to_global(sc, gc, offsets=[offset_m, offset_n])
           tl_tma_store_2d(&tl_map2, tl_smem + 180224u, (int32_t)(offset_n_2), (int32_t)(offset_m_2));
           tl_tma_store_2d(&tl_map2, tl_smem + 180224u + 8192u, (int32_t)(offset_n_2) + 64, (int32_t)(offset_m_2));
@@ -5666,7 +5706,7 @@ tl_MatmulWGMMAV6(
       }
     }
     // matmul_v6.py:77  with self.single_thread():
-    if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+    if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
       // matmul_v6.py:78  self.tma.wait_group(0, read=True)  # sc is read: the block may exit
       tl_tma_store_wait_read<0>();
     }

@@ -126,6 +126,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -177,7 +178,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 16);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 2048u;
         const uint32_t sb_1 = 4096u + (uint32_t)(stage) * 4096u;
@@ -236,7 +237,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 16);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 2048u;
           const uint32_t sb_4 = 4096u + (uint32_t)(preload_stage) * 4096u;
@@ -561,6 +562,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -613,7 +615,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 16);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 2048u;
         const uint32_t sb_1 = 6144u + (uint32_t)(stage) * 4096u;
@@ -673,7 +675,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 16);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 2048u;
           const uint32_t sb_4 = 6144u + (uint32_t)(preload_stage) * 4096u;
@@ -998,6 +1000,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1051,7 +1054,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 16);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 2048u;
         const uint32_t sb_1 = 8192u + (uint32_t)(stage) * 4096u;
@@ -1112,7 +1115,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 16);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 2048u;
           const uint32_t sb_4 = 8192u + (uint32_t)(preload_stage) * 4096u;
@@ -1437,6 +1440,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -1488,7 +1492,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 16);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 4096u;
         const uint32_t sb_1 = 8192u + (uint32_t)(stage) * 4096u;
@@ -1548,7 +1552,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 16);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 4096u;
           const uint32_t sb_4 = 8192u + (uint32_t)(preload_stage) * 4096u;
@@ -2005,6 +2009,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2057,7 +2062,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 16);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 4096u;
         const uint32_t sb_1 = 12288u + (uint32_t)(stage) * 4096u;
@@ -2118,7 +2123,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 16);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 4096u;
           const uint32_t sb_4 = 12288u + (uint32_t)(preload_stage) * 4096u;
@@ -2575,6 +2580,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -2628,7 +2634,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 16);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 4096u;
         const uint32_t sb_1 = 16384u + (uint32_t)(stage) * 4096u;
@@ -2690,7 +2696,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 16);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 4096u;
           const uint32_t sb_4 = 16384u + (uint32_t)(preload_stage) * 4096u;
@@ -3156,6 +3162,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3207,7 +3214,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 32);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 4096u;
         const uint32_t sb_1 = 8192u + (uint32_t)(stage) * 8192u;
@@ -3267,7 +3274,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 32);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 4096u;
           const uint32_t sb_4 = 8192u + (uint32_t)(preload_stage) * 8192u;
@@ -3592,6 +3599,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -3644,7 +3652,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 32);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 4096u;
         const uint32_t sb_1 = 12288u + (uint32_t)(stage) * 8192u;
@@ -3705,7 +3713,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 32);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 4096u;
           const uint32_t sb_4 = 12288u + (uint32_t)(preload_stage) * 8192u;
@@ -4030,6 +4038,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4083,7 +4092,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 32);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 4096u;
         const uint32_t sb_1 = 16384u + (uint32_t)(stage) * 8192u;
@@ -4145,7 +4154,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 32);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 4096u;
           const uint32_t sb_4 = 16384u + (uint32_t)(preload_stage) * 8192u;
@@ -4470,6 +4479,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -4521,7 +4531,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 32);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 8192u;
         const uint32_t sb_1 = 16384u + (uint32_t)(stage) * 8192u;
@@ -4583,7 +4593,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 32);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 8192u;
           const uint32_t sb_4 = 16384u + (uint32_t)(preload_stage) * 8192u;
@@ -5040,6 +5050,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -5092,7 +5103,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 32);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 8192u;
         const uint32_t sb_1 = 24576u + (uint32_t)(stage) * 8192u;
@@ -5155,7 +5166,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 32);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 8192u;
           const uint32_t sb_4 = 24576u + (uint32_t)(preload_stage) * 8192u;
@@ -5612,6 +5623,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -5665,7 +5677,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 32);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 8192u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 8192u;
@@ -5729,7 +5741,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 32);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 8192u;
           const uint32_t sb_4 = 32768u + (uint32_t)(preload_stage) * 8192u;
@@ -6195,6 +6207,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -6246,7 +6259,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 64);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 8192u;
         const uint32_t sb_1 = 16384u + (uint32_t)(stage) * 16384u;
@@ -6308,7 +6321,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 64);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 8192u;
           const uint32_t sb_4 = 16384u + (uint32_t)(preload_stage) * 16384u;
@@ -6633,6 +6646,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -6685,7 +6699,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 64);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 8192u;
         const uint32_t sb_1 = 24576u + (uint32_t)(stage) * 16384u;
@@ -6748,7 +6762,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 64);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 8192u;
           const uint32_t sb_4 = 24576u + (uint32_t)(preload_stage) * 16384u;
@@ -7073,6 +7087,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -7126,7 +7141,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 64);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 8192u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 16384u;
@@ -7190,7 +7205,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 64);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 8192u;
           const uint32_t sb_4 = 32768u + (uint32_t)(preload_stage) * 16384u;
@@ -7515,6 +7530,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -7566,7 +7582,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 64);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 32768u + (uint32_t)(stage) * 16384u;
@@ -7632,7 +7648,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 64);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 16384u;
           const uint32_t sb_4 = 32768u + (uint32_t)(preload_stage) * 16384u;
@@ -8089,6 +8105,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -8141,7 +8158,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 64);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 49152u + (uint32_t)(stage) * 16384u;
@@ -8208,7 +8225,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 64);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 16384u;
           const uint32_t sb_4 = 49152u + (uint32_t)(preload_stage) * 16384u;
@@ -8665,6 +8682,7 @@ tl_MatmulWGMMAV2(
     const __grid_constant__ CUtensorMap_t tl_map0,
     const __grid_constant__ CUtensorMap_t tl_map1) {
   __builtin_assume(threadIdx.x < 128u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -8718,7 +8736,7 @@ tl_MatmulWGMMAV2(
       // matmul_v2.py:64  offset_k = stage * self.block_k
       int offset_k = (stage * 64);
       // matmul_v2.py:65  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v2.py:66  self.mbarrier.arrive_and_expect_tx(tma_barriers[stage], transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(stage) * 16384u;
         const uint32_t sb_1 = 65536u + (uint32_t)(stage) * 16384u;
@@ -8786,7 +8804,7 @@ tl_MatmulWGMMAV2(
         // matmul_v2.py:97  offset_k = preload_iter * self.block_k
         int offset_k_1 = (preload_iter * 64);
         // matmul_v2.py:98  with self.single_thread():
-        if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+        if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
           // matmul_v2.py:99  self.mbarrier.arrive_and_expect_tx(tma_barriers[preload_stage], transaction_bytes=sa[preload_stage].nbytes + sb[preload_stage].nbytes)
           const uint32_t sa_4 = 0u + (uint32_t)(preload_stage) * 16384u;
           const uint32_t sb_4 = 65536u + (uint32_t)(preload_stage) * 16384u;

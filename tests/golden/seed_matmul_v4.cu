@@ -150,6 +150,7 @@ tl_MatmulWGMMAV4(
     const __grid_constant__ CUtensorMap_t tl_map1,
     const tl_divisor_t tl_div0) {
   __builtin_assume(threadIdx.x < 288u);
+  const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);
   extern __shared__ __align__(1024) uint8_t tl_smem_raw[];
   // Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.
   uint8_t* const tl_smem_ptr = tl_smem_raw + ((1024u - (tl_smem_addr(tl_smem_raw) & 1023u)) & 1023u);
@@ -228,14 +229,15 @@ tl_MatmulWGMMAV4(
   // matmul_v4.py:32  self.consumer_phase: uint32 = self.mbarrier.consumer_initial_phase
   uint32_t tma_pipe_consumer_phase = 0u;
   // matmul_v4.py:153  with self.thread_group(thread_begin=256, num_threads=32):  # TMA producer warp
-  if (threadIdx.x >= 256 && threadIdx.x < 288) {  // threads [256, 288)
+  if (tl_warp == 8) {  // threads [256, 288)
+    __builtin_assume(threadIdx.x >= 256u && threadIdx.x < 288u);
     // matmul_v4.py:154  for offset_k in self.range(0, k_size, block_k, unroll=num_stages):
 #pragma unroll 3
     for (int offset_k = 0; offset_k < 4096; offset_k += 64) {
       // matmul_v4.py:35  self.mbarrier.wait(barrier=self.empty_barriers[self.producer_stage], phase=self.producer_phase, sem="relaxed", scope="cta")
       tl_mbar_wait_parity_relaxed((tl_smem + 147456u + 8u * (uint32_t)(tma_pipe_producer_stage)), (uint32_t)(tma_pipe_producer_phase));
       // matmul_v4.py:159  with self.single_thread():
-      if (threadIdx.x / 32 == 8 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 8 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:160  self.mbarrier.arrive_and_expect_tx(tma_pipe.producer_barrier(), transaction_bytes=sa[tma_pipe.producer_stage, 0].nbytes + sa[tma_pipe.producer_stage, 1].nbytes + sb[tma_pipe.producer_stage].nbytes)
         const uint32_t sa_1 = 0u + (uint32_t)(tma_pipe_producer_stage) * 16384u;
         const uint32_t sa_2 = 8192u + (uint32_t)(tma_pipe_producer_stage) * 16384u;
@@ -273,7 +275,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:191  with self.thread_group(thread_begin=0, num_threads=128):  # consumer WG0
-  if (threadIdx.x < 128) {  // threads [0, 128)
+  if (tl_warp < 4) {  // threads [0, 128)
+    __builtin_assume(threadIdx.x < 128u);
     // matmul_v4.py:192  acc0 = self.register_tensor(dtype=float32, shape=[block_m_half, block_n], init=0.0)
     // %acc0 [64, 256]: wgmma_acc layout, 128 per thread, over threads [0, 128)
     float acc0[1][128];
@@ -312,7 +315,7 @@ tl_MatmulWGMMAV4(
         asm volatile("" : "+f"(acc0[tl_i7 / 128][tl_i7 % 128]) :: "memory");
       }
       // matmul_v4.py:205  with self.single_thread():
-      if (threadIdx.x / 32 == 0 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 0 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:206  self.mbarrier.arrive(tma_pipe.consumer_barrier())
         tl_mbar_arrive((tl_smem + 147456u + 8u * (uint32_t)(tma_pipe_consumer_stage)));
       }
@@ -661,7 +664,8 @@ tl_MatmulWGMMAV4(
     }
   }
   // matmul_v4.py:212  with self.thread_group(thread_begin=128, num_threads=128):  # consumer WG1
-  if (threadIdx.x >= 128 && threadIdx.x < 256) {  // threads [128, 256)
+  if (tl_warp >= 4 && tl_warp < 8) {  // threads [128, 256)
+    __builtin_assume(threadIdx.x >= 128u && threadIdx.x < 256u);
     // matmul_v4.py:213  acc1 = self.register_tensor(dtype=float32, shape=[block_m_half, block_n], init=0.0)
     // %acc1 [64, 256]: wgmma_acc layout, 128 per thread, over threads [128, 256)
     float acc1[1][128];
@@ -700,7 +704,7 @@ tl_MatmulWGMMAV4(
         asm volatile("" : "+f"(acc1[tl_i344 / 128][tl_i344 % 128]) :: "memory");
       }
       // matmul_v4.py:226  with self.single_thread():
-      if (threadIdx.x / 32 == 4 && tl_elect_one()) {  // single_thread: one elected thread
+      if (tl_warp == 4 && tl_elect_one()) {  // single_thread: one elected thread
         // matmul_v4.py:227  self.mbarrier.arrive(tma_pipe.consumer_barrier())
         tl_mbar_arrive((tl_smem + 147456u + 8u * (uint32_t)(tma_pipe_consumer_stage)));
       }

@@ -52,6 +52,8 @@ class Context:
         # id(Reduce) -> (a, b): a 16-bit sum of the product a * b, emitted as FMA chains
         # (codegen.stmts fuses the product into the sum)
         self.fused_products: dict = {}
+        # the kernel has ``tl_warp``, its warp index made warp-uniform (codegen.kernel)
+        self.warp_uniform = False
 
     # --- output ------------------------------------------------------------------------------
     def emit(self, line: str = ""):

@@ -16,6 +16,8 @@ from tilus.backends.cuda.prelude import prelude_for
 from tilus.backends.cuda.workspace import workspace_layout
 from tilus.dtypes import PointerType
 from tilus.errors import TilusCompileError
+from tilus.ir.stmt import ThreadGroupStmt
+from tilus.ir.visit import walk
 from tilus.passes.shared_memory import SM90_SMEM_LIMIT
 
 #: Bumped whenever generated code changes meaning; part of the compile-cache key.
@@ -104,6 +106,13 @@ def generate(program, smem_limit: int = SM90_SMEM_LIMIT) -> KernelSource:
     # The launch always has exactly these threads: said to the compiler, it folds the bounds
     # checks and masks that the thread index alone decides (tile coordinates in range).
     ctx.emit(f"__builtin_assume(threadIdx.x < {fn.num_threads}u);")
+    if fn.num_threads % 32 == 0 and any(isinstance(n, ThreadGroupStmt) for n in walk(fn.body)):
+        # Thread groups branch on the warp index read through a shuffle, which ptxas knows to
+        # be the same in every lane: the branches are then warp-uniform, and the warp-level
+        # values computed in them (ring stages, WGMMA descriptors) stay in uniform registers
+        # instead of being moved there before every WGMMA.
+        ctx.emit("const int tl_warp = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 32u), 0);")
+        ctx.warp_uniform = True
     ctx.emit("extern __shared__ __align__(1024) uint8_t tl_smem_raw[];")
     if slack:
         ctx.emit("// Swizzled tiles need a 1024-byte aligned base; the launch reserves the slack.")

@@ -145,6 +145,14 @@ def _converted_operands(ctx, inst):
     return dataclasses.replace(inst, **{name: copy for name, _, copy in convs})
 
 
+def warps_cond(g: Group) -> str:
+    """The condition of warp-aligned group ``g`` on the warp-uniform warp index."""
+    w0, w1 = g.begin // 32, (g.begin + g.size) // 32
+    if w1 - w0 == 1:
+        return f"tl_warp == {w0}"
+    return f"tl_warp >= {w0} && tl_warp < {w1}" if w0 else f"tl_warp < {w1}"
+
+
 class StmtEmitter:
     """Walks the function body and emits C++ statements."""
 
@@ -303,12 +311,14 @@ class StmtEmitter:
         ctx = self.ctx
         parent = ctx.group
         ctx.source_comment(s)
+        by_warp = False  # the condition reads tl_warp: the thread range is assumed inside
         if s.begin < 0:
             g = Group(parent.begin, 1, True)
             if parent.size == 1:
                 cond = None
             elif parent.size % 32 == 0 and parent.begin % 32 == 0:
-                cond = f"threadIdx.x / 32 == {parent.begin // 32} && tl_elect_one()"
+                warp = "tl_warp" if ctx.warp_uniform else "threadIdx.x / 32"
+                cond = f"{warp} == {parent.begin // 32} && tl_elect_one()"
             else:
                 cond = f"threadIdx.x == {parent.begin}"
             what = "single_thread: one elected thread"
@@ -318,12 +328,18 @@ class StmtEmitter:
                 cond = None
             elif g.size == 1:
                 cond = f"threadIdx.x == {g.begin}"
+            elif ctx.warp_uniform and g.begin % 32 == 0 and g.size % 32 == 0:
+                cond = warps_cond(g)
+                by_warp = True
             else:
                 lo = f"threadIdx.x >= {g.begin} && " if g.begin > 0 else ""
                 cond = f"{lo}threadIdx.x < {g.begin + g.size}"
             what = f"threads [{g.begin}, {g.begin + g.size})"
         ctx.open(f"if ({cond})" if cond else "")
         ctx.lines[-1] += f"  // {what}"
+        if by_warp:  # the thread range, for the compiler's folds
+            lo = f"threadIdx.x >= {g.begin}u && " if g.begin > 0 else ""
+            ctx.emit(f"__builtin_assume({lo}threadIdx.x < {g.begin + g.size}u);")
         ctx.groups.append(g)
         try:
             self.stmt(s.body)
