@@ -10,7 +10,10 @@ rounds:
 * ``fp8_matmul``: ``examples/quantized/matmul_fp8.py`` with its default constructor (tuned
   over its autotune space on first use) beside ``torch._scaled_mm`` (cuBLAS fp8, bf16 out),
   both with per-tensor scales and both with per-row scales, at 8192^3, 4096^3 and a ragged
-  shape: TFLOPS and the ratio to cuBLAS;
+  shape: TFLOPS and the ratio to cuBLAS in its default mode, which promotes the tensor
+  cores' fp32 sums into full fp32 ones every few K steps; the ``cuBLAS fast`` rows are
+  ``use_fast_accum=True``, which does not, as the tilus kernel does not (each printed with
+  its error against the float32 reference: the fast forms' grows with K);
 * ``fp8_cast``: ``examples/quantized/per_token_cast.py`` (bf16 -> e4m3 with per-row scales)
   beside ``copy_`` of the same number of bytes (the HBM ceiling) and torch eager: GB/s (bytes
   read + written) and the ratio to the copy.
@@ -113,7 +116,7 @@ def fp8_matmul_bench(torch, args, flush):
     for m, n, k in shapes:
         a8, b8, sa, sb, scale = matmul_fp8.quantized_inputs(torch, m, n, k, "cuda")
         one = torch.ones((), device="cuda")
-        runs = {}
+        runs, errs = {}, {}
         for rs, kernel in kernels.items():
             tag = "row" if rs else "tensor"
             c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -129,15 +132,27 @@ def fp8_matmul_bench(torch, args, flush):
                 sa_t, sb_t = (sa * scale)[:, None].contiguous(), sb[None, :].contiguous()
             else:
                 sa_t, sb_t = one * scale, one
-            runs[f"cuBLAS ({tag})"] = lambda sa_t=sa_t, sb_t=sb_t, a8=a8, b8=b8: torch._scaled_mm(
-                a8, b8.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16
-            )
+            for fast in (False, True):  # cuBLAS's default promotes the fp32 sums (precise)
+                name = f"cuBLAS{' fast' if fast else ''} ({tag})"
+                runs[name] = lambda sa_t=sa_t, sb_t=sb_t, a8=a8, b8=b8, f=fast: torch._scaled_mm(
+                    a8,
+                    b8.t(),
+                    scale_a=sa_t,
+                    scale_b=sb_t,
+                    out_dtype=torch.bfloat16,
+                    use_fast_accum=f,
+                )
+                _, cerr, _ = matmul_fp8.check(torch, runs[name](), ref)
+                errs[name] = cerr
+            errs[f"tilus ({tag})"] = err
+        print(f"fp8_matmul {m}x{n}x{k} max |C - ref| / max |ref|: "
+              + ", ".join(f"{k_} {v:.2e}" for k_, v in errs.items()))  # fmt: skip
         rounds = _interleaved(runs, torch, flush, args)
         configs = {f"tilus ({'row' if rs else 'tensor'})": winner(kern)
                    for rs, kern in kernels.items()}  # fmt: skip
         for name, ts in rounds.items():
             ms = statistics.median(ts)
-            base = "cuBLAS (row)" if "(row)" in name else "cuBLAS (tensor)"
+            base = "cuBLAS (row)" if "(row)" in name else "cuBLAS (tensor)"  # the default
             rows.append(dict(case="fp8_matmul", impl=name, shape=f"{m}x{n}x{k}", ms=ms,
                              metric="TFLOPS", value=2 * m * n * k / ms / 1e9,
                              ratio=statistics.median(rounds[base]) / ms, rounds_ms=ts,
