@@ -12,8 +12,9 @@ rounds:
   both with per-tensor scales and both with per-row scales, at 8192^3, 4096^3 and a ragged
   shape: TFLOPS and the ratio to cuBLAS in its default mode, which promotes the tensor
   cores' fp32 sums into full fp32 ones every few K steps; the ``cuBLAS fast`` rows are
-  ``use_fast_accum=True``, which does not, as the tilus kernel does not (each printed with
-  its error against the float32 reference: the fast forms' grows with K);
+  ``use_fast_accum=True``, which does not, as ``MatmulFP8`` does not; ``tilus precise`` is
+  ``MatmulFP8Precise``, which does (each printed with its error against the float32
+  reference: the fast forms' grows with K);
 * ``fp8_cast``: ``examples/quantized/per_token_cast.py`` (bf16 -> e4m3 with per-row scales)
   beside ``copy_`` of the same number of bytes (the HBM ceiling) and torch eager: GB/s (bytes
   read + written) and the ratio to the copy.
@@ -86,21 +87,23 @@ def _interleaved(runs: dict, torch, flush, args) -> dict:
 
 
 def fp8_matmul_dry() -> bool:
-    """Two pinned configs of MatmulFP8 on the interpreter at a small ragged size."""
+    """A pinned config of MatmulFP8 and MatmulFP8Precise, each with both kinds of scales, on
+    the interpreter at a small ragged size."""
     import matmul_fp8
     import torch
 
     import tilus
 
     ok_all = True
-    for rs in (True, False):
-        cfg = dict(num_stages=3, block_m=128, block_n=128, block_k=128, swizzle=4)
-        kernel = matmul_fp8.MatmulFP8(num_sms=2, row_scales=rs, **cfg)
-        with tilus.option.scoped(interpret=True):
-            ok, err, note, _, _ = matmul_fp8.run_once(kernel, torch, 130, 136, 160, "cpu", rs)
-        print(f"fp8_matmul row_scales={rs} 130x136x160 interpreter max err {err:.1e} "
-              f"{'ok' if ok else 'FAIL ' + note}")  # fmt: skip
-        ok_all &= ok
+    for cls in (matmul_fp8.MatmulFP8, matmul_fp8.MatmulFP8Precise):
+        for rs in (True, False):
+            cfg = dict(num_stages=3, block_m=128, block_n=128, block_k=128, swizzle=4)
+            kernel = cls(num_sms=2, row_scales=rs, **cfg)
+            with tilus.option.scoped(interpret=True):
+                ok, err, note, _, _ = matmul_fp8.run_once(kernel, torch, 130, 136, 160, "cpu", rs)
+            print(f"fp8_matmul {cls.__name__} row_scales={rs} 130x136x160 interpreter max err "
+                  f"{err:.1e} {'ok' if ok else 'FAIL ' + note}")  # fmt: skip
+            ok_all &= ok
     return ok_all
 
 
@@ -111,23 +114,34 @@ def fp8_matmul_bench(torch, args, flush):
     from rowwise import winner
 
     rows, ok_all = [], True
-    kernels = {True: matmul_fp8.MatmulFP8(), False: matmul_fp8.MatmulFP8(row_scales=False)}
+    # the tensor cores' sums over all of K (as cuBLAS's use_fast_accum), and promoted every K tile
+    kernels = {}
+    for cls, what in (
+        (matmul_fp8.MatmulFP8, "tilus"),
+        (matmul_fp8.MatmulFP8Precise, "tilus precise"),
+    ):
+        for rs in (True, False):
+            kernels[f"{what} ({'row' if rs else 'tensor'})"] = (cls(row_scales=rs), rs)
     shapes = MATMUL_SHAPES[: args.fp8_matmul_shapes or None]
     for m, n, k in shapes:
         a8, b8, sa, sb, scale = matmul_fp8.quantized_inputs(torch, m, n, k, "cuda")
         one = torch.ones((), device="cuda")
-        runs, errs = {}, {}
-        for rs, kernel in kernels.items():
+        runs, errs, refs = {}, {}, {}
+        for label, (kernel, rs) in kernels.items():
             tag = "row" if rs else "tensor"
             c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
             kernel(m, n, k, a8, b8, sa, sb, scale, c)  # compile + tune on first use
-            ref = matmul_fp8.reference(torch, a8, b8, sa, sb, scale, rs)
-            ok, err, note = matmul_fp8.check(torch, c, ref)
+            if rs not in refs:
+                refs[rs] = matmul_fp8.reference(torch, a8, b8, sa, sb, scale, rs)
+            ok, err, note = matmul_fp8.check(torch, c, refs[rs])
             if not ok:
-                print(f"fp8_matmul {m}x{n}x{k} tilus scales={tag}: error {err:.2e} {note} FAILS")
+                print(f"fp8_matmul {m}x{n}x{k} {label}: error {err:.2e} {note} FAILS")
                 ok_all = False
             t = (m, n, k, a8, b8, sa, sb, scale, c)
-            runs[f"tilus ({tag})"] = lambda kern=kernel, t=t: kern(*t)
+            runs[label] = lambda kern=kernel, t=t: kern(*t)
+            errs[label] = err
+        for rs in (True, False):
+            tag = "row" if rs else "tensor"
             if rs:
                 sa_t, sb_t = (sa * scale)[:, None].contiguous(), sb[None, :].contiguous()
             else:
@@ -135,21 +149,15 @@ def fp8_matmul_bench(torch, args, flush):
             for fast in (False, True):  # cuBLAS's default promotes the fp32 sums (precise)
                 name = f"cuBLAS{' fast' if fast else ''} ({tag})"
                 runs[name] = lambda sa_t=sa_t, sb_t=sb_t, a8=a8, b8=b8, f=fast: torch._scaled_mm(
-                    a8,
-                    b8.t(),
-                    scale_a=sa_t,
-                    scale_b=sb_t,
-                    out_dtype=torch.bfloat16,
+                    a8, b8.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16,
                     use_fast_accum=f,
-                )
-                _, cerr, _ = matmul_fp8.check(torch, runs[name](), ref)
-                errs[name] = cerr
-            errs[f"tilus ({tag})"] = err
+                )  # fmt: skip
+                _, errs[name], _ = matmul_fp8.check(torch, runs[name](), refs[rs])
         print(f"fp8_matmul {m}x{n}x{k} max |C - ref| / max |ref|: "
               + ", ".join(f"{k_} {v:.2e}" for k_, v in errs.items()))  # fmt: skip
+        del refs
         rounds = _interleaved(runs, torch, flush, args)
-        configs = {f"tilus ({'row' if rs else 'tensor'})": winner(kern)
-                   for rs, kern in kernels.items()}  # fmt: skip
+        configs = {label: winner(kern) for label, (kern, _) in kernels.items()}
         for name, ts in rounds.items():
             ms = statistics.median(ts)
             base = "cuBLAS (row)" if "(row)" in name else "cuBLAS (tensor)"  # the default

@@ -73,6 +73,17 @@ def test_fp8_matmul_192_wide_tiles_ragged(row_scales):
 
 
 @pytest.mark.parametrize("row_scales", [True, False])
+def test_precise_fp8_matmul_ragged(row_scales):
+    # each K tile's sums added apart (3 K tiles), several tiles a block
+    cfg = dict(block_m=128, block_n=128, num_stages=3, swizzle=4, block_k=128)
+    kernel = matmul_fp8.MatmulFP8Precise(**cfg, num_sms=2, row_scales=row_scales)
+    assert len(matmul_fp8.MatmulFP8Precise().configs) == 6  # 64 x 128 a group: no spill
+    with tilus.option.scoped(interpret=True):
+        ok, err, note, *_ = matmul_fp8.run_once(kernel, torch, 200, 300, 384, "cpu", row_scales)
+    assert ok, (err, note)
+
+
+@pytest.mark.parametrize("row_scales", [True, False])
 def test_pingpong_fp8_matmul_ragged(row_scales):
     cfg = dict(block_m=64, block_n=256, num_stages=4, swizzle=4, block_k=128)
     kernel = matmul_fp8.MatmulFP8PingPong(**cfg, num_sms=2, row_scales=row_scales)

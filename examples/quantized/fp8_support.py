@@ -1,8 +1,10 @@
-"""The fp8 matmul examples' host side: quantized inputs, the float32 reference and the check."""
+"""The fp8 matmul examples' support: inputs, the float32 reference, the check, promoted sums."""
 
 from __future__ import annotations
 
 import time
+
+from tilus import float32
 
 TOLERANCE = 1e-2
 
@@ -46,3 +48,30 @@ def run_once(kernel, torch, m, n, k, device, row_scales=True):
     kernel(m, n, k, a8, b8, sa, sb, scale, c)
     ok, err, note = check(torch, c, reference(torch, a8, b8, sa, sb, scale, row_scales))
     return ok, err, note, c, (a8, b8, sa, sb, scale)
+
+
+class PromotedSums:
+    """The fp8 matmul mainloop that promotes the tensor cores' sums (a mixin of the matmul
+    Scripts of ``matmul_fp8.py``, which set ``promote``)."""
+
+    #: each K tile's products summed apart and added into the float32 accumulator; False:
+    #: the tensor cores' own sums run over all of K
+    promote = False
+
+    def mainloop_promoted(self, half: int, pipe, sa, sb, acc, k_size: int):
+        """``acc += A_half @ B^T`` with each K tile's products summed by the tensor cores into
+        a fresh tile ``part`` and added into ``acc`` in float32 once that WGMMA group retired:
+        the fp8 WGMMA's sums keep fewer bits than float32, so over a long K their error grows
+        (cuBLAS's default promotes too; ``use_fast_accum=True`` does not). The other consumer
+        group's WGMMAs run while this one adds. (Two part tiles taking turns, so that a group
+        stays in flight meanwhile, made ptxas serialize every WGMMA and spill.)"""
+        for _k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+            part = self.register_tensor(dtype=float32, shape=acc.shape, init=0.0)
+            pipe.consumer_acquire()
+            self.wgmma.fence()  # part's zeros are written before the WGMMA reads them
+            self.wgmma.mma(sa[pipe.consumer_stage, half], sb[pipe.consumer_stage].transpose(), part)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            pipe.consumer_release(pipe.consumer_stage)  # the group that read it retired
+            pipe.consumer_advance()
+            self.add(acc, part, out=acc)
