@@ -241,15 +241,8 @@ class MatmulV7(V7Schedule):
                             offsets=[m_tile * self.block_m + h * (self.block_m // 2), offset_k],
                             mbarrier=pipe.producer_barrier(),
                         )
-                else:  # half of the pair's A tile, multicast to both blocks (and barriers)
-                    rank = self.cluster.blockRank
-                    self.tma.global_to_shared(
-                        src=ga,
-                        dst=sa[stage, rank],
-                        offsets=[m_tile * self.block_m + rank * (self.block_m // 2), offset_k],
-                        mbarrier=pipe.producer_barrier(),
-                        multicast_mask=0b11,
-                    )
+                else:  # half of the pair's A tile
+                    self.multicast_half(ga, sa[stage], m_tile * self.block_m, offset_k, pipe)
                 if self.cluster_m == 1:
                     self.tma.global_to_shared(
                         src=gb,
@@ -257,17 +250,23 @@ class MatmulV7(V7Schedule):
                         offsets=[n_tile * self.block_n, offset_k],
                         mbarrier=pipe.producer_barrier(),
                     )
-                else:  # half of the pair's B tile, multicast to both blocks (and barriers)
-                    rank = self.cluster.blockRank
-                    self.tma.global_to_shared(
-                        src=gb,
-                        dst=sb[stage, rank],
-                        offsets=[n_tile * self.block_n + rank * (self.block_n // 2), offset_k],
-                        mbarrier=pipe.producer_barrier(),
-                        multicast_mask=0b11,
-                    )
+                else:  # half of the pair's B tile
+                    self.multicast_half(gb, sb[stage], n_tile * self.block_n, offset_k, pipe)
                 pipe.producer_advance()
         return filled
+
+    def multicast_half(self, src, dst, row0: int32, offset_k: int32, pipe):
+        """This block's half of a cluster pair's tile ``dst`` ([2, rows, block_k], whose first
+        row is ``row0`` of ``src``), loaded once and multicast into both blocks' slot (and
+        their full barriers)."""
+        rank = self.cluster.blockRank
+        self.tma.global_to_shared(
+            src=src,
+            dst=dst[rank],
+            offsets=[row0 + rank * dst.shape[1], offset_k],
+            mbarrier=pipe.producer_barrier(),
+            multicast_mask=0b11,
+        )
 
     def release(self, pipe, stage: int32, peer_empty):
         """Free ring slot ``stage``: in a cluster, in both blocks (the peer's producer
