@@ -142,3 +142,12 @@ def test_configs_build_without_spills():
                            tilus.uint8, F16, F16)  # fmt: skip
         ck = ck[0] if isinstance(ck, list) else ck
         assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
+
+
+@pytest.mark.parametrize("seed", [None, 3], ids=["in-order", "shuffled"])
+def test_tma_ring_refills_wait_for_every_reader(seed):
+    # 16 K steps through 2 slots (X and W by TMA): each refill waits on the slot's empty
+    # barrier, which every thread arrives on after reading it (no block-wide barrier a step)
+    cfg = dict(block_m=8, split_k=1, unroll=1, w_ring=True, w_tma=True, x_tma=True, stages=2)
+    with tilus.option.scoped(schedule_seed=seed):
+        assert mma.run_interp(tilus.uint4b, 128, 3, 37, 2048, **cfg) < 1e-2
