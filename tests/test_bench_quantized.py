@@ -21,9 +21,10 @@ def test_help_names_the_cases():
 def test_dry_run_checks_every_case():
     p = _run("--dry-run")
     assert p.returncode == 0, p.stdout + p.stderr
-    # 14 rows besides the per-token cast's, one a config of its CPU_CONFIGS
+    # 16 rows besides the per-token cast's, one a config of its CPU_CONFIGS
     assert p.stdout.count("fp8_cast rows=") == 6
-    assert p.stdout.count(" ok") == 20 and "FAIL" not in p.stdout
+    assert p.stdout.count(" ok") == 22 and "FAIL" not in p.stdout
+    assert p.stdout.count("fp8_matmul MatmulFP8Precise ") == 2  # promoted sums, both scalings
     assert p.stdout.count("dequant ") == 2  # the dequantize kernel, two weight types
     assert p.stdout.count("w4a16 entry ") == 2  # the user entry at both M regimes
     assert p.stdout.count("w4a16 split_k=") == 2
