@@ -23,14 +23,11 @@ the A bytes from L2; each block's empty barriers count both blocks' consumers).
 ``MatmulFP8ClusterM`` pairs the blocks along M instead and shares the B tile, the larger
 operand of a 128 x 256 tile.
 
-Precision: the fp8 WGMMA's float32 sums keep fewer bits than float32, so their error grows
-with K. ``MatmulFP8`` (and the forms above) sum all of K on the tensor cores, as cuBLAS with
-``use_fast_accum=True`` does, and has its error digit for digit (7.7e-3 to 8.6e-3 of the
-largest output at 8192^3); ``MatmulFP8Precise`` adds each K tile's sums into float32
-registers (128 x 128 tiles: two accumulators fit), as ``torch._scaled_mm``'s default does,
-with its error (2.7e-3 to 3.2e-3). On an H200 (r81, tuned, beside cuBLAS in the same
-process) the fast kernel runs 0.95-1.06x cuBLAS fast and the precise one 0.93-1.06x cuBLAS's
-default.
+Precision: the fp8 WGMMA's sums keep fewer bits than float32, so their error grows with K.
+The kernels above sum all of K on the tensor cores, as cuBLAS's ``use_fast_accum=True``, with
+its error (8.6e-3 of the largest output at 8192^3); ``MatmulFP8Precise`` adds each K tile's
+sums into float32 registers, as ``torch._scaled_mm``'s default, with its error (2.7e-3).
+H200, r81: 0.95-1.06x cuBLAS fast and 0.93-1.06x cuBLAS's default respectively.
 
 Run ``python examples/quantized/matmul_fp8.py`` (the interpreter on CPU torch tensors at small
 ragged sizes without a GPU; CUDA with one). Results are checked against torch float32
