@@ -300,7 +300,7 @@ class GenericInstructions:
         b.expect_tensor(src, (TensorKind.GLOBAL,), "load_global's source")
         shape = _int_list(b, shape, "shape")
         offs = b.expect_offsets(offsets, src.ndim, "offsets")
-        dims = self._tile_dims(src, len(shape), dims, "load_global")
+        dims = tile_dims(src, len(shape), dims, "load_global")
         out = out_tile(b, out, src.dtype, shape, "load_global")
         b.inst(I.LoadGlobal(out, src, offs, dims, cache))
         return out
@@ -318,12 +318,10 @@ class GenericInstructions:
                 f"cast it first with self.cast(x, dtype={dst.dtype})"
             )
         offs = b.expect_offsets(offsets, dst.ndim, "offsets")
-        dims = self._tile_dims(
+        dims = tile_dims(
             dst, src.ndim, dims, "store_global", what=f"a {list(src.shape)} tile into a view"
         )
         b.inst(I.StoreGlobal(dst, src, offs, dims, cache))
-
-    _tile_dims = staticmethod(tile_dims)
 
     def load_shared(self, src, *, out=None) -> TensorVar:
         """Copy a whole shared tile into a register tile."""

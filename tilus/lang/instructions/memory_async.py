@@ -5,6 +5,7 @@ from __future__ import annotations
 from tilus.ir import inst_memory as M
 from tilus.ir.enums import TensorKind
 from tilus.lang.builder import current
+from tilus.lang.instructions.tiles import tile_dims
 
 
 class AsyncCopyInstructions:
@@ -21,15 +22,13 @@ class AsyncCopyInstructions:
         be inside. ``evict``: ``"evict_normal"`` (default) or ``"evict_first"`` (an L2 hint).
         The data is there after ``copy_async_wait_group``/``copy_async_wait_all``.
         """
-        from tilus.lang.instructions.generic import GenericInstructions
-
         b = current()
         b.expect_tensor(src, (TensorKind.GLOBAL,), "copy_async's source")
         b.expect_tensor(dst, (TensorKind.SHARED,), "copy_async's destination")
         if not isinstance(check_bounds, bool):
             raise b.error(f"check_bounds must be True or False, got {check_bounds!r}")
         offs = b.expect_offsets(offsets, src.ndim, "offsets")
-        dims = GenericInstructions._tile_dims(src, dst.ndim, dims, "copy_async")
+        dims = tile_dims(src, dst.ndim, dims, "copy_async")
         b.inst(M.CopyAsync(src, dst, offs, dims, evict, check_bounds))
 
     def copy_async_commit_group(self):

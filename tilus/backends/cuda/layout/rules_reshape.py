@@ -50,7 +50,7 @@ def _reshape_shared(inf, stmt, inst):
     why = None
     if v.perm is not None or lo.perm is not None or lo.modes is not None or lo.xor is not None:
         why = "its layout is permuted or strided"
-    elif len(new) < 2 and lo.swizzle or new[-1] != old[-1]:
+    elif not new or new[-1] != old[-1] or (lo.swizzle and len(new) < 2):
         why = f"its rows change width ({list(old)} -> {list(new)})"
     elif lo.col_blocks != 1:
         why = f"its {lo.row_bytes}-byte rows span {lo.col_blocks} swizzle column blocks"
