@@ -12,6 +12,10 @@ timings, the L2 flushed before each run; the median of the rounds is reported):
 * decode (``--decode``, ``b x h x hkv x kv_len x d``, one query token, every sequence the full
   length so that SDPA computes the same thing): ``decode_attention`` (split kernel and combine)
   and each SDPA backend, in GB/s of the KV read (``2 b hkv kv_len d`` elements) and the ratio;
+  ``floor: stream`` streams the same bytes through the decode kernel's ring with no math
+  (``bench/decode_floor.py``, tuned), and the ``x floor`` column of the tilus rows is its time
+  over theirs (1.0: the kernel moves the cache as fast as its pipeline can with nothing else
+  to do; under the dirty flush that floor includes the flush's write-back);
 * paged decode (``--paged``, ``b x h x hkv x kv_len x d x page_size``): ``paged_decode_attention``
   over a shuffled page pool holding the same cache, beside our contiguous ``decode_attention``
   and each SDPA backend on the contiguous cache; GB/s, the ratio to the fastest SDPA backend and
@@ -45,6 +49,7 @@ for p in (REPO, REPO / "examples" / "attention", Path(__file__).resolve().parent
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+from decode_floor import stream_launcher  # noqa: E402
 from l2_flush import make_flush  # noqa: E402
 from rowwise import git_commit, interleaved_rounds  # noqa: E402
 
@@ -55,6 +60,7 @@ FORWARD = (
 DECODE = "16x32x8x4096x128,16x32x8x32768x128,64x32x8x4096x128,64x32x8x16384x128"
 PAGED = "16x32x8x4096x128x64,16x32x8x32768x128x128,64x32x8x4096x128x128,64x32x8x16384x128x64"
 BACKENDS = ("flash", "cudnn", "efficient")
+FLOOR = "floor: stream"  # the decode rows' memory floor (bench/decode_floor.py)
 
 
 def sdpa_runs(torch, q, k, v, causal):
@@ -134,11 +140,13 @@ def bench_decode(torch, shape, flush, args, status):
         status[0] = 1
     runs, refused = sdpa_runs(torch, q, k, v, False)
     runs = {"tilus": decode_launcher(q, k, v, lens, max_seq_len=n, out=o), **runs}
+    if d <= 128:  # the same bytes through the same ring with no math (bench/decode_floor.py)
+        runs[FLOOR] = stream_launcher(q, k, v, lens, n)
     if args.per_config:
         runs |= decode_configs(torch, q, k, v, lens, n, ref, status)
     kv_bytes = 2 * b * hkv * n * d * 2
     return _rows("decode", shape, timed(torch, runs, flush, args.rounds, args.reps), refused,
-                 lambda ms: kv_bytes / ms / 1e6, "GB/s")  # fmt: skip
+                 lambda ms: kv_bytes / ms / 1e6, "GB/s", floor=FLOOR)  # fmt: skip
 
 
 def _registers(kernel, args) -> str:
@@ -260,14 +268,20 @@ def bench_paged(torch, shape, flush, args, status):
                  lambda ms: kv_bytes / ms / 1e6, "GB/s", anchor="tilus contig")  # fmt: skip
 
 
-def _rows(kind, shape, times, refused, rate, unit, anchor=None):
+def _rows(kind, shape, times, refused, rate, unit, anchor=None, floor=None):
+    """The result rows of one shape: each run's time and rate, its ratio to the fastest SDPA
+    backend, to the ``anchor`` run (``ratio_to_contiguous``) and, for the kernels, the
+    ``floor`` run's time over theirs (``ratio_to_floor``: 1.0 is the floor's speed)."""
     best = min((ms for name, (ms, _) in times.items() if name.startswith("sdpa")), default=None)
     base = times[anchor][0] if anchor in times else None
+    low = times[floor][0] if floor in times else None
     rows = []
     for name, (ms, ts) in times.items():
+        to_floor = (low / ms) if low and name.startswith("tilus") else None
         rows.append(dict(kind=kind, shape=shape, impl=name, ms=ms, rate=rate(ms), unit=unit,
                          ratio_to_best_sdpa=(best / ms) if best else None, rounds_ms=ts,
-                         ratio_to_contiguous=(base / ms) if base else None))  # fmt: skip
+                         ratio_to_contiguous=(base / ms) if base else None,
+                         ratio_to_floor=to_floor))  # fmt: skip
     for name, why in refused.items():
         rows.append(dict(kind=kind, shape=shape, impl=name, unsupported=why))
     return rows
@@ -305,6 +319,8 @@ def dry_run() -> int:
         ok = max_error(o, ro) < 2e-2 and max_error(lse, rl) < 1e-3
         print(f"decode 2x4/2 cache 150: {'ok' if ok else 'FAIL'}")
         status |= not ok
+        stream_launcher(q, k, v, torch.tensor(lens, dtype=torch.int32), max(lens))()
+        print("decode floor 2x4/2 cache 150: ok (streamed)")
         q, kc, vc, table = random_paged(torch, 2, 4, 2, 1, lens, 64, 64, "float16")
         o, lse = paged_decode_attention(q, kc, vc, table, torch.tensor(lens, dtype=torch.int32))
         ro, rl = paged_reference(q, kc, vc, table, lens, 64**-0.5)
@@ -323,6 +339,8 @@ def _print_rows(rows):
             continue
         ratio = f"{r['ratio_to_best_sdpa']:11.2f}" if r["ratio_to_best_sdpa"] else " " * 11
         contig = f"{r['ratio_to_contiguous']:8.2f}" if r.get("ratio_to_contiguous") else ""
+        if r.get("ratio_to_floor"):
+            contig = f"{r['ratio_to_floor']:8.3f}"
         print(f"{r['kind']:8s} {r['shape']:22s} {r['impl']:24s} {r['ms']:8.3f} "
               f"{r['rate']:7.0f} {r['unit']:5s} {ratio} {contig}", flush=True)  # fmt: skip
 
@@ -336,7 +354,7 @@ def bench(args) -> int:
         return 1
     status, results = [0], []
     print(f"{'kind':8s} {'shape':22s} {'impl':24s} {'ms':>8s} {'rate':>13s} {'x best sdpa':>11s}"
-          f" {'x contig':>8s}")  # fmt: skip
+          f" {'x contig|floor':>14s}")  # fmt: skip
     print("-" * 100)
     work = [(bench_forward, args.forward), (bench_decode, args.decode), (bench_paged, args.paged)]
     modes = ["dirty", "clean"] if args.flush == "both" else [args.flush]

@@ -20,8 +20,9 @@ def test_help():
 def test_dry_run_checks_the_kernels():
     p = _run("--dry-run")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count(": ok") == 3 and "FAIL" not in p.stdout
+    assert p.stdout.count(": ok") == 4 and "FAIL" not in p.stdout
     assert "paged decode" in p.stdout
+    assert "decode floor 2x4/2 cache 150: ok" in p.stdout  # the stream floor ran to its end
 
 
 def test_variant_study_lists_buildable_variants():

@@ -388,6 +388,23 @@ def num_splits(batch: int, heads_kv: int, max_len: int, block_n: int, sms: int =
     return best
 
 
+def split_grid(q, k, max_seq_len: int, splits=None) -> tuple[int, int]:
+    """``(splits, chunk)``: the chunks of the cache ``k`` [b, hkv, max_len, d] each sequence of
+    up to ``max_seq_len`` positions is split into (``splits`` if given, else ``num_splits``
+    for the SMs of ``q``'s device), and their length in positions (whole tiles of every
+    config's ``block_n``)."""
+    import torch
+
+    b, hkv = k.shape[0], k.shape[1]
+    bn = 128  # chunks are whole tiles of every config's block_n
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
+    if splits is not None and not 1 <= splits <= MAX_SPLITS:
+        raise tilus.TilusArgumentError(f"splits must be in [1, {MAX_SPLITS}], got {splits}")
+    splits = splits or num_splits(b, hkv, max_seq_len, bn, sms)
+    chunk = cdiv(cdiv(max_seq_len, splits), bn) * bn
+    return cdiv(max_seq_len, chunk), chunk
+
+
 def decode_launcher(
     q, k, v, lens, max_seq_len=None, scale=None, kernel=None, splits=None, out=None, combine=None
 ):
@@ -420,13 +437,7 @@ def decode_launcher(
         )
     kernel = kernel or decode_kernel(d, dt)
     merge = DecodeCombine(dim=d, dtype=dt)
-    bn = 128  # chunks are whole tiles of every config's block_n
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
-    if splits is not None and not 1 <= splits <= MAX_SPLITS:
-        raise tilus.TilusArgumentError(f"splits must be in [1, {MAX_SPLITS}], got {splits}")
-    splits = splits or num_splits(b, hkv, hi, bn, sms)
-    chunk = cdiv(cdiv(hi, splits), bn) * bn
-    splits = cdiv(hi, chunk)
+    splits, chunk = split_grid(q, k, hi, splits)
     dev = q.device
     po = torch.zeros((b * hkv * splits, rows, d), dtype=torch.float32, device=dev)  # once
     plse = torch.zeros((b * hkv * splits, rows), dtype=torch.float32, device=dev)
