@@ -5,7 +5,8 @@
 against torch (NaN-poisoned output) and timed with the L2 flushed before each run (as
 ``bench/rowwise.py`` does); the table gives ms, GB/s of the weight read (packed codes and
 scales), the ratio to cuBLAS fp16 and the registers a thread. Used to pick the autotune space.
-``--configs tuned`` times the kernel's default constructor, tuned over its autotune space on
+``--kernel mma-floor`` times the mma kernel's pipeline with no math (``bench/w4a16_floor.py``:
+its output is zero and only checked for NaN), the floor of its configs. ``--configs tuned`` times the kernel's default constructor, tuned over its autotune space on
 first use at each shape (the config column then names the winner): the kernels side by side
 at a range of M set ``matmul_wx_a16.MMA_MAX_M``, the boundary of ``matmul_wx_a16()``.
 A config written ``@MxNxK cfg`` runs at that shape only. ``--flush dirty|clean|both`` picks the L2 flush protocol(s) (``bench/quantized.py``'s
@@ -57,7 +58,8 @@ def parse_configs(text: str, shape: str | None = None) -> list[dict]:
 def main(argv=None) -> int:
     """Parse the arguments, check and time every config; print the table."""
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--kernel", default="decode", choices=["decode", "pipe", "wgmma", "mma"])
+    ap.add_argument("--kernel", default="decode",
+                    choices=["decode", "pipe", "wgmma", "mma", "mma-floor"])  # fmt: skip
     ap.add_argument("--shapes", default="1x8192x8192,1x28672x4096")
     ap.add_argument("--configs", default=DECODE)
     ap.add_argument("--group", type=int, default=128)
@@ -82,11 +84,13 @@ def main(argv=None) -> int:
 
         cls = mod.MatmulWxA16Pipe
         pin = mod.pinned
-    elif args.kernel == "mma":
+    elif args.kernel in ("mma", "mma-floor"):
         import matmul_wx_a16_mma as mod
 
         cls = mod.MatmulWxA16Mma
         pin = mod.pinned
+        if args.kernel == "mma-floor":  # the same pipeline with no math (bench/w4a16_floor.py)
+            from w4a16_floor import MatmulWxA16MmaStream as cls
     else:
         import matmul_wx_a16 as mod
 
@@ -100,7 +104,7 @@ def main(argv=None) -> int:
         m, n, k = map(int, shape.split("x"))
         wdtype = getattr(tilus, wname)
         x, w, s, w16 = ex.torch_problem(torch, m, n, k, g, wdtype)
-        if args.kernel == "mma":  # the weights packed offline in fragment order
+        if args.kernel.startswith("mma"):  # the weights packed offline in fragment order
             w = mod.prepack_torch(torch, w, wdtype)
         shape = shape if wname == "uint4b" else f"{shape}:{wname}"
         ref = torch.matmul(x, w16.T).float()
@@ -125,6 +129,8 @@ def main(argv=None) -> int:
                 status = 1
                 continue
             err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
+            if args.kernel == "mma-floor":  # no products: its output is zero, not checked
+                err = 0.0 if not torch.isnan(y).any() else float("nan")
             if torch.isnan(y).any() or not err < 1e-2:
                 print(f"{shape:22s} {str(cfg):40s} WRONG max rel err {err:.2e}")
                 status = 1

@@ -1,0 +1,28 @@
+"""The W4A16 mma kernel's memory floor: its grid, TMA ring and barriers with no dequant or math.
+
+``MatmulWxA16MmaStream`` is ``MatmulWxA16Mma`` (``examples/quantized/matmul_wx_a16_mma.py``)
+with ``products`` (the dequantization, the mma.sync products and the scaling) taken out: the
+same blocks, the same weight and X copies into the same ring slots on the same mbarriers, the
+same waits and the same split-K meeting, so its time is what the kernel's pipeline needs to
+move the packed weights into shared memory. Its output is zero (it is not checked).
+``python bench/w4a16_configs.py --kernel mma-floor --configs ...`` times it pinned beside the
+real kernel's configs and cuBLAS.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "examples" / "quantized") not in sys.path:
+    sys.path.insert(0, str(REPO / "examples" / "quantized"))
+
+from matmul_wx_a16_mma import MatmulWxA16Mma  # noqa: E402
+
+
+class MatmulWxA16MmaStream(MatmulWxA16Mma):
+    """``MatmulWxA16Mma`` whose steps only wait for their ring slot and free it."""
+
+    def products(self, ws_, ss, xs, acc, rsc):
+        """Nothing: the slot's words, scales and X are left unread (see the module)."""
