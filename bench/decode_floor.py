@@ -55,23 +55,7 @@ class DecodeStream(DecodeAttention):
         _sq, sk, sv, _qbar, kfull, ring = self.ring_tiles(bn, stages)
         start, _count, n_kv = self.kv_range(glens, self.blockIdx.z, chunk, bn)
         with self.thread_group(128, 32):  # the producer warp, as in DecodeAttention
-            for j in self.range(n_kv):
-                self.arm_stage(kfull, ring, sk[ring.stage].nbytes, sv[ring.stage].nbytes)
-                self.tma.global_to_shared(
-                    src=gk,
-                    dst=sk[ring.stage],
-                    offsets=[bkv, start + j * bn, 0],
-                    dims=[1, 2],
-                    mbarrier=kfull[ring.stage],
-                )
-                self.tma.global_to_shared(
-                    src=gv,
-                    dst=sv[ring.stage],
-                    offsets=[bkv, start + j * bn, 0],
-                    dims=[1, 2],
-                    mbarrier=ring.full[ring.stage],
-                )
-                ring.advance()
+            self.produce(gk, gv, sk, sv, kfull, ring, bkv, start, n_kv)
         with self.warp_group(0, 4):  # the consumer: wait for the stage, free it
             for _j in self.range(n_kv):
                 self.mbarrier.wait(kfull[ring.stage], phase=ring.phase)

@@ -106,6 +106,28 @@ class DecodeBase(tilus.Script):
             self.mbarrier.arrive_and_expect_tx(ring.full[st], transaction_bytes=v_bytes)
         return st
 
+    def produce(self, gk, gv, sk, sv, kfull, ring, bkv, start, n_kv):
+        """The producer warp's loop: K and V tiles ``start + j * block_n`` of KV head ``bkv``
+        (``n_kv`` of them) into the ring, K on ``kfull``, V on ``ring.full``."""
+        bn = self.block_n
+        for j in self.range(n_kv):
+            self.arm_stage(kfull, ring, sk[ring.stage].nbytes, sv[ring.stage].nbytes)
+            self.tma.global_to_shared(
+                src=gk,
+                dst=sk[ring.stage],
+                offsets=[bkv, start + j * bn, 0],
+                dims=[1, 2],
+                mbarrier=kfull[ring.stage],
+            )
+            self.tma.global_to_shared(
+                src=gv,
+                dst=sv[ring.stage],
+                offsets=[bkv, start + j * bn, 0],
+                dims=[1, 2],
+                mbarrier=ring.full[ring.stage],
+            )
+            ring.advance()
+
     def attend(self, sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part):
         """Attend the Q tile ``sq`` to the ``count`` keys streamed through the ring (``n_kv``
         tiles: K lands on ``kfull``, V on ``ring.full``) and store O and LSE: the partial ones of
@@ -297,23 +319,7 @@ class DecodeAttention(DecodeBase):
         start, count, n_kv = self.kv_range(glens, self.blockIdx.z, chunk, bn)
 
         with self.thread_group(128, 32):  # the producer warp
-            for j in self.range(n_kv):
-                self.arm_stage(kfull, ring, sk[ring.stage].nbytes, sv[ring.stage].nbytes)
-                self.tma.global_to_shared(
-                    src=gk,
-                    dst=sk[ring.stage],
-                    offsets=[bkv, start + j * bn, 0],
-                    dims=[1, 2],
-                    mbarrier=kfull[ring.stage],
-                )
-                self.tma.global_to_shared(
-                    src=gv,
-                    dst=sv[ring.stage],
-                    offsets=[bkv, start + j * bn, 0],
-                    dims=[1, 2],
-                    mbarrier=ring.full[ring.stage],
-                )
-                ring.advance()
+            self.produce(gk, gv, sk, sv, kfull, ring, bkv, start, n_kv)
 
         with self.warp_group(0, 4):  # the consumer warp group
             self.attend(sq, sk, sv, qbar, kfull, ring, count, n_kv, scale_log2, out, part)
