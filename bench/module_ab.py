@@ -42,22 +42,43 @@ def load(path: Path, name: str):
     return mod
 
 
-def dry_run(mods: dict) -> bool:
-    """Each module's kernel on the interpreter at a ragged size: True when both match."""
+def dry_run(mods: dict, floor: bool = False) -> bool:
+    """Each module's kernel on the interpreter at a ragged size (with ``floor``, its floor
+    kernel too, which must leave no NaN): True when all pass."""
+    import numpy as np
+
     import tilus
 
     ok_all = True
+    cfg = dict(block_m=8, split_k=2, unroll=1)
     for name, mod in mods.items():
         with tilus.option.scoped(interpret=True):
-            err = mod.run_interp(tilus.uint4b, 128, 3, 37, 384, block_m=8, split_k=2, unroll=1)
+            err = mod.run_interp(tilus.uint4b, 128, 3, 37, 384, **cfg)
         ok = err < 1e-2
         print(f"{name}: interpreter max rel err {err:.1e} {'ok' if ok else 'FAIL'}")
         ok_all &= ok
+        if floor:
+            from w4a16_floor import stream_of
+
+            m, n, k = 3, 37, 384
+            rng = np.random.default_rng()
+            x = rng.standard_normal((m, k)).astype(np.float16)
+            w = mod.prepack(rng.integers(0, 16, (n, k)))
+            s = np.ones((n, k // 128), np.float16)
+            y = np.full((m, n), np.nan, np.float16)
+            fk = stream_of(mod.MatmulWxA16Mma)(tilus.uint4b, 128, **mod.pinned(**cfg))
+            with tilus.option.scoped(interpret=True):
+                fk(m, n, k, x, w, s, y)
+            ok = not np.isnan(y).any()
+            print(f"{name} floor: interpreter {'ok' if ok else 'FAIL (NaN left)'}")
+            ok_all &= ok
     return ok_all
 
 
-def measure(mods: dict, shapes, flushes, rounds: int, reps: int) -> tuple[list, bool]:
-    """Check, then time every module's tuned kernel and cuBLAS at each shape and flush."""
+def measure(mods: dict, shapes, flushes, rounds: int, reps: int,
+            floor: bool = False) -> tuple[list, bool]:  # fmt: skip
+    """Check, then time every module's tuned kernel and cuBLAS at each shape and flush (with
+    ``floor``, each module's pipeline floor at its kernel's config too)."""
     import matmul_wx_a16 as ex
     import torch
     from l2_flush import make_flush
@@ -83,6 +104,13 @@ def measure(mods: dict, shapes, flushes, rounds: int, reps: int) -> tuple[list, 
                   f"[{cfg[name]}]", flush=True)  # fmt: skip
             args = (m, n, k, x, wp, s, y)
             runs[name] = lambda kern=kern, args=args: kern(*args)
+            if floor:  # the module's pipeline with no math, at the config its kernel won
+                from w4a16_configs import parse_configs
+                from w4a16_floor import stream_of
+
+                cfg_d = parse_configs(cfg[name])[0]
+                fk = stream_of(mod.MatmulWxA16Mma)(tilus.uint4b, 128, **mod.pinned(**cfg_d))
+                runs[f"{name} floor"] = lambda fk=fk, args=args: fk(*args)
         runs["cublas"] = lambda x=x, w16=w16: torch.matmul(x, w16.T)
         for fl in flushes:
             flush = make_flush(torch, fl)
@@ -91,7 +119,7 @@ def measure(mods: dict, shapes, flushes, rounds: int, reps: int) -> tuple[list, 
             out.append(dict(shape=f"{m}x{n}x{k}", flush=fl, ms=med, rounds=r, config=cfg))
             base = med["cublas"]
             text = "  ".join(f"{key} {med[key] * 1e3:6.1f} us ({base / med[key]:.2f}x)"
-                             for key in mods)  # fmt: skip
+                             for key in runs if key != "cublas")  # fmt: skip
             print(f"{m}x{n}x{k} {fl:5s} cublas {base * 1e3:6.1f} us  {text}  new/old "
                   f"{med['old'] / med['new']:.3f}", flush=True)  # fmt: skip
             del flush
@@ -108,13 +136,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default=None, help="write the rounds as JSON")
+    ap.add_argument("--floor", action="store_true",
+                    help="time each module's pipeline floor (bench/w4a16_floor.py) beside it")  # fmt: skip
     ap.add_argument("--dry-run", action="store_true", help="the interpreter at a small size")
     args = ap.parse_args(argv)
     mods = {"old": load(Path(args.old), "ab_old"), "new": load(Path(args.new), "ab_new")}
     if args.dry_run:
-        return 0 if dry_run(mods) else 1
+        return 0 if dry_run(mods, args.floor) else 1
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
-    rows, ok = measure(mods, shapes, args.flush.split(","), args.rounds, args.reps)
+    rows, ok = measure(mods, shapes, args.flush.split(","), args.rounds, args.reps, args.floor)
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
     return 0 if ok else 1

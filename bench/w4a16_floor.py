@@ -21,8 +21,20 @@ if str(REPO / "examples" / "quantized") not in sys.path:
 from matmul_wx_a16_mma import MatmulWxA16Mma  # noqa: E402
 
 
-class MatmulWxA16MmaStream(MatmulWxA16Mma):
-    """``MatmulWxA16Mma`` whose steps only wait for their ring slot and free it."""
+class NoProducts:
+    """A mixin before a ``MatmulWxA16Mma`` class: its steps only wait for their ring slot and
+    free it."""
 
     def products(self, ws_, ss, xs, acc, rsc):
         """Nothing: the slot's words, scales and X are left unread (see the module)."""
+
+
+class MatmulWxA16MmaStream(NoProducts, MatmulWxA16Mma):
+    """``MatmulWxA16Mma`` whose steps only wait for their ring slot and free it."""
+
+
+def stream_of(kernel_cls):
+    """The floor class of another version's ``MatmulWxA16Mma`` (``bench/module_ab.py
+    --floor``), named after it in its module (the tuning cache keys on the name)."""
+    name = f"{kernel_cls.__name__}Stream"
+    return type(name, (NoProducts, kernel_cls), {"__module__": kernel_cls.__module__})
