@@ -93,7 +93,17 @@ def test_magic_numbers_dequantize_every_code_of_every_register_exactly():
      (tilus.int4b, 256, 13, 70, 1024,
       dict(block_m=16, split_k=3, unroll=1, w_ring=True, w_tma=True, x_tma=True, prefetch=2)),
      (tilus.uint4b, 128, 19, 20, 640,
-      dict(block_m=8, split_k=2, unroll=2, w_ring=True, w_tma=True, x_tma=True, prefetch=1))],
+      dict(block_m=8, split_k=2, unroll=2, w_ring=True, w_tma=True, x_tma=True, prefetch=1)),
+     # two or four warp groups on alternate chunks of each step (split 1, a ragged last step;
+     # split 3 with empty parts; two M tiles with the scales two steps ahead)
+     (tilus.uint4b, 128, 1, 37, 640, dict(block_m=8, split_k=1, unroll=2, kgroups=2,
+                                          w_ring=True, w_tma=True, x_tma=True, prefetch=1)),
+     (tilus.uint4b, 128, 1, 45, 256, dict(block_m=8, split_k=3, unroll=2, kgroups=2,
+                                          w_ring=True, w_tma=True, x_tma=True, prefetch=1)),
+     (tilus.int4b, 256, 13, 70, 1024, dict(block_m=16, split_k=2, unroll=4, kgroups=4, stages=2,
+                                           w_ring=True, w_tma=True, x_tma=True)),
+     (tilus.uint4b, 128, 19, 20, 640, dict(block_m=8, split_k=2, unroll=4, kgroups=2,
+                                           w_ring=True, w_tma=True, x_tma=True, prefetch=2))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
     assert mma.run_interp(wdtype, group, m, n, k, **cfg) < 1e-2
@@ -117,7 +127,9 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
     [(dict(wdtype=tilus.int8), "wdtype"), (dict(group=64), "group"),
      (dict(block_m=4), "block_m"), (dict(warps=8), "warps"), (dict(prefetch=3), "prefetch"),
      (dict(x_steps=-1), "x_steps"), (dict(w_ring=True, x_steps=2), "w_ring needs the X ring"),
-     (dict(w_tma=True), "w_tma needs w_ring"), (dict(w_ring=True, x_tma=True), "x_tma needs")],
+     (dict(w_tma=True), "w_tma needs w_ring"), (dict(w_ring=True, x_tma=True), "x_tma needs"),
+     (dict(unroll=2, kgroups=3), "kgroups must be"), (dict(unroll=1, kgroups=2), "divide unroll"),
+     (dict(unroll=2, kgroups=2, w_ring=True, w_tma=True), "kgroups > 1 needs x_tma")],
 )  # fmt: skip
 def test_unsupported_arguments_are_refused(kw, what):
     m, n, k = 1, 16, 256
@@ -137,7 +149,8 @@ def test_configs_build_without_spills():
              dict(split_k=4, w_ring=True, prefetch=1, stages=4),
              dict(split_k=4, w_ring=True, w_tma=True, prefetch=1, stages=4),
              dict(split_k=4, w_ring=True, w_tma=True, x_tma=True, prefetch=1, stages=4)]  # fmt: skip
-    for cfg in space[:2] + [dict(block_m=8, unroll=1, **e) for e in extra]:
+    groups = [c for c in space if c["kgroups"] > 1]  # 8-16 warps a block
+    for cfg in space[:2] + [dict(block_m=8, unroll=1, **e) for e in extra] + groups:
         ck = tilus.compile(mma.MatmulWxA16Mma(tilus.uint4b, 128, **mma.pinned(**cfg)), 1, 100, 1024, F16,
                            tilus.uint8, F16, F16)  # fmt: skip
         ck = ck[0] if isinstance(ck, list) else ck
@@ -149,5 +162,15 @@ def test_tma_ring_refills_wait_for_every_reader(seed):
     # 16 K steps through 2 slots (X and W by TMA): each refill waits on the slot's empty
     # barrier, which every thread arrives on after reading it (no block-wide barrier a step)
     cfg = dict(block_m=8, split_k=1, unroll=1, w_ring=True, w_tma=True, x_tma=True, stages=2)
+    with tilus.option.scoped(schedule_seed=seed):
+        assert mma.run_interp(tilus.uint4b, 128, 3, 37, 2048, **cfg) < 1e-2
+
+
+@pytest.mark.parametrize("seed", [None, 5], ids=["in-order", "shuffled"])
+def test_warp_groups_meet_on_their_mbarriers(seed):
+    # two warp groups on alternate chunks of 8 steps through 2 slots: both arrive on a slot's
+    # empty barrier, and group 0 adds group 1's sums only after its arrival on the hand-over
+    cfg = dict(block_m=8, split_k=1, unroll=2, kgroups=2, w_ring=True, w_tma=True, x_tma=True,
+               stages=2, prefetch=1)  # fmt: skip
     with tilus.option.scoped(schedule_seed=seed):
         assert mma.run_interp(tilus.uint4b, 128, 3, 37, 2048, **cfg) < 1e-2

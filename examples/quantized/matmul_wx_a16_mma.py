@@ -34,7 +34,10 @@ registers stay where they are); ``prefetch`` then moves only the scales.
 a hardware-swizzled X tile), so that no cp.async is left in the loop, and no block barrier
 either: every thread arrives on the slot's *empty* mbarrier once it has read the slot, and only
 the thread that issues the copies waits on it before refilling the slot (1.02-1.09x over the
-barrier a step at three of the four decode shapes on an H200, r82).
+barrier a step at three of the four decode shapes on an H200, r82). ``kgroups`` = 2 or 4
+makes a block that many 4-warp groups over the same 64 rows, taking alternate chunks of each
+step from the one TMA ring (one copy stream a block); groups 1.. hand their sums to group 0
+through shared memory on an mbarrier, and group 0 finishes the tile.
 
 Run ``python examples/quantized/matmul_wx_a16_mma.py`` (interpreter self-check at ragged
 sizes).
@@ -155,12 +158,12 @@ def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
 #: memory with 16-32 KB in flight an SM; more needs the weights staged in shared memory.
 MMA_BASE = [(8, 4, 2), (8, 2, 2), (16, 4, 2), (16, 2, 2)]
 #: the names of an ``MMA_SPACE`` entry
-MMA_KEYS = "block_m, split_k, unroll, prefetch, stages, min_blocks, w_ring, w_tma, x_tma"
+MMA_KEYS = "block_m, split_k, unroll, prefetch, stages, min_blocks, w_ring, w_tma, x_tma, kgroups"
 
 
-def _space(base, prefetch=0, stages=3, min_blocks=4, ring=False, tma=False) -> list[tuple]:
+def _space(base, prefetch=0, stages=3, min_blocks=4, ring=False, tma=False, kgroups=1):
     """``MMA_KEYS`` tuples of (block_m, split_k, unroll) entries with the other keys given."""
-    return [(*b, prefetch, stages, min_blocks, ring, tma, tma) for b in base]
+    return [(*b, prefetch, stages, min_blocks, ring, tma, tma, kgroups) for b in base]
 
 
 #: the weights through the ring (cp.async, then TMA boxes with X's too), the scales a step
@@ -178,7 +181,17 @@ MMA_TMA = (
     + _space([(8, 8, 1)], 2, 4, 8, ring=True, tma=True)
     + _space([(16, 4, 2), (16, 2, 2)], 1, 3, ring=True, tma=True)
 )
-MMA_SPACE = _space(MMA_BASE) + MMA_RING + MMA_TMA
+#: the TMA ring read by 2 or 4 warp groups a block (alternate chunks of a step, so unroll 2
+#: or 4): at split 1 a block is one TMA stream of a 64-row tile's whole K range (128 blocks
+#: at 8192^2, the fastest pipeline floor on an H100, r85), and 8-16 warps dequantize it, as
+#: split 2 or 4 of 4-warp blocks did, without the split-K meeting
+MMA_GROUPS = (
+    _space([(8, 1, 2)], 1, 8, 2, ring=True, tma=True, kgroups=2)
+    + _space([(8, 1, 2), (8, 2, 2), (8, 1, 4)], 1, 4, 2, ring=True, tma=True, kgroups=2)
+    + _space([(8, 1, 4)], 1, 4, 1, ring=True, tma=True, kgroups=4)
+    + _space([(16, 1, 2), (16, 2, 2)], 1, 3, 2, ring=True, tma=True, kgroups=2)
+)
+MMA_SPACE = _space(MMA_BASE) + MMA_RING + MMA_TMA + MMA_GROUPS
 
 
 @tilus.autotune(MMA_KEYS, MMA_SPACE)
@@ -190,7 +203,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         self, wdtype=tilus.uint4b, group: int = 128, block_m: int = 8, split_k: int = 4,
         unroll: int = 2, warps: int = 4, stages: int = 3, min_blocks: int = 4,
         unroll_steps: int | None = None, prefetch: int = 0, x_steps: int = 0,
-        w_ring: bool = False, w_tma: bool = False, x_tma: bool = False,
+        w_ring: bool = False, w_tma: bool = False, x_tma: bool = False, kgroups: int = 1,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -235,6 +248,15 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         if x_tma and not w_tma:
             raise TilusArgumentError("x_tma needs w_tma: X joins the weights' TMA boxes")
         self.x_tma = bool(x_tma)
+        # warp groups of 4 warps (each all 64 rows) that share a step's chunks: more warps for
+        # the dequant and the products while one TMA stream (a block) feeds them
+        if kgroups not in (1, 2, 4) or unroll % kgroups:
+            raise TilusArgumentError(f"kgroups must be 1, 2 or 4 and divide unroll, got {kgroups}")
+        if kgroups > 1 and not x_tma:
+            raise TilusArgumentError("kgroups > 1 needs x_tma: the groups meet only on mbarriers")
+        self.kgroups = kgroups
+        self.kgs = list(range(kgroups))  # a host list: group kg takes every kgroups-th chunk
+        self.group_chunks = [list(range(kg, unroll, kgroups)) for kg in self.kgs]
         self.x_prologue = list(range(stages - 1))
         self.chunks = list(range(unroll))  # a host list: the chunks of a step, unrolled
 
@@ -249,7 +271,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         kc = k_size // CHUNK
         num_n = cdiv(n_size, bn)
         self.attrs.blocks = [num_n, cdiv(m_size, bm), self.split_k]
-        self.attrs.warps = nw
+        self.attrs.warps = nw * self.kgroups
         self.attrs.min_blocks = self.min_blocks
         # the packed weights as 32-bit words [G, R, 256]: a chunk of a row tile is 1 KB, 32
         # bytes (8 words, a K step each) a lane
@@ -275,15 +297,15 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             cnt = self.global_tensor(int32, [num_n], requires_clean=True)
         # a warp a 16-row slice of the accumulator (the split choose_warps makes)
         s_layout = reduce(mma_c(bn, bm, nw, 1, nw), [1], keepdims=True)
-        # each row's share of MAGIC_ROW_SCALE, in the scales' layout
-        rsc = self.register_tensor(dtype=float32, shape=[bn, 1], init=magic_row_scale)
-        self.annotate_layout(rsc, s_layout)
         wbar = None
         ebar = None
+        rbar = None
         if self.w_tma:  # barriers live at the kernel's top level
             wbar = self.mbarrier.alloc(counts=[1] * self.stages)  # a slot's weights landed
         if self.x_tma:  # a slot read by every thread: the copy of a later step may refill it
-            ebar = self.mbarrier.alloc(counts=[32 * self.warps] * self.stages)
+            ebar = self.mbarrier.alloc(counts=[32 * nw * self.kgroups] * self.stages)
+        if self.kgroups > 1:  # the other groups' sums are in shared memory for group 0
+            rbar = self.mbarrier.alloc(counts=[32 * nw * (self.kgroups - 1)])
         if part < split:
             # X tiles through a cp.async ring (ns - 1 steps ahead), read as B fragments with
             # ldmatrix; X chunk-major: [K / 128, M, 128]
@@ -302,81 +324,116 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
                 if self.w_ring:
                     sw = self.shared_tensor(dtype=uint32, shape=[ns, u, nw, 256])
-            acc = self.register_tensor(dtype=float32, shape=[bn, bm], init=0.0)
-            # with prefetch: the next steps' codes and scales in registers (buffer j: step
-            # st + j); the scales too, else each step still waits a load's latency for them
-            wbuf = []
-            sbuf = []
-            for j in self.ahead:
-                row = []
-                srow = []
-                k_pre: int32 = (s_lo + j) * u
-                if s_lo + j >= s_hi:
-                    k_pre = (s_hi - 1) * u  # past the part: its last step again (cached)
-                for c0 in self.chunks:
-                    if not self.w_ring:
-                        row.append(self.wcodes(gw32, on, k_pre + c0))
-                    srow.append(self.wscales(gs, on, k_pre + c0, s_layout))
-                wbuf.append(row)
-                sbuf.append(srow)
-            if self.x_steps:
-                # X in windows of x_steps steps, each copied whole at its start: no barrier
-                # in the steps (at decode a part is one window)
-                wx = self.x_steps
-                sxa = self.shared_tensor(dtype=float16, shape=[wx * u, bm, CHUNK])
-                self.annotate_layout(sxa, shared_row_major_swizzle([wx * u, bm, CHUNK], 2))
-                for w0 in self.range(s_lo, s_hi, wx):
-                    self.copy_async(gxk, sxa, offsets=[w0 * u, om, 0])
-                    self.copy_async_commit_group()
-                    self.copy_async_wait_all()
-                    self.sync()
-                    w_end: int32 = w0 + wx
-                    if w_end > s_hi:
-                        w_end = s_hi
-                    for st in self.range(w0, w_end, unroll=self.unroll_steps):
-                        ws_, ss = self.step_weights(gw32, gs, st, s_hi, on, wbuf,
-                                                    sbuf, s_layout)  # fmt: skip
-                        xs = []
-                        for c in self.chunks:
-                            xs.append(sxa[(st - w0) * u + c])
-                        self.products(ws_, ss, xs, acc, rsc)
-                    self.sync()  # every warp is done with the window before it is refilled
+            loop = (gw32, gs, gxk, sx, sw, s_lo, s_hi, on, om, kc, s_layout, wbar, ebar, gwt, gxt)
+            if self.kgroups == 1:
+                acc = self.part_sums(self.chunks, True, *loop)
+                self.finish(acc, ws, cnt, part, split, gyt, on, om)
             else:
-                for i in self.x_prologue:
-                    self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc, gw32, sw, on, wbar, gwt, gxt)
-                for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
-                    t: uint32 = st - s_lo  # unsigned: its % and // by the ring size are bit ops
-                    ws_, ss = self.step_weights(gw32, gs, st, s_hi, on, wbuf,
-                                                sbuf, s_layout)  # fmt: skip
-                    if self.x_tma:
-                        # no copy by the threads: the TMA issuer alone waits until every thread
-                        # is done with the slot it refills (step t - 1's), the others go on
-                        self.fill_x(None, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc, None,
-                                    sw, on, wbar, gwt, gxt, (ebar, t))  # fmt: skip
-                    else:
-                        self.copy_async_wait_group(ns - 2)  # this thread's copies of step t
-                        self.sync()  # everyone's landed, and everyone is done with the slot
-                        self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc, gw32,
-                                    sw, on, wbar, gwt, gxt)  # fmt: skip
-                    if self.w_tma:  # a slot's (t // ns)-th use: that parity
-                        self.mbarrier.wait(wbar[t % ns], phase=(t // ns) % 2)
-                    xs = []
-                    for c in self.chunks:
-                        xs.append(sx[t % ns, c])
-                        if self.w_ring:
-                            ws_.append(self.ring_words(sw[t % ns, c]))
-                    self.products(ws_, ss, xs, acc, rsc)
-                    if self.x_tma:
-                        self.mbarrier.arrive(ebar[t % ns])  # this thread read the slot
-            self.copy_async_wait_all()  # the zero-filled copies past the end
-            store: int32 = 1
-            if self.split_k > 1:
-                if split > 1:
-                    store = self.add_parts(acc, ws, cnt, self.blockIdx.x, part, split)
-            if store == 1:
-                self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
+                # the groups take alternate chunks of each step; groups 1.. leave their sums in
+                # shared memory for group 0, which adds them and finishes the tile
+                red = self.shared_tensor(dtype=float32, shape=[self.kgroups - 1, bn, bm])
+                for kg in self.kgs:
+                    with self.thread_group(32 * nw * kg, 32 * nw):
+                        acc = self.part_sums(self.group_chunks[kg], kg == 0, *loop)
+                        if kg > 0:
+                            self.store_shared(red[kg - 1], acc)
+                            self.mbarrier.arrive(rbar[0])
+                        else:
+                            self.mbarrier.wait(rbar[0], phase=0)
+                            for j in self.kgs[1:]:
+                                acc += self.load_shared(red[j - 1])
+                            self.finish(acc, ws, cnt, part, split, gyt, on, om)
 
-    def step_weights(self, gw32, gs, st: int32, s_hi: int32, on: int32, wbuf, sbuf,
+    def part_sums(self, chunks, issuer, gw32, gs, gxk, sx, sw, s_lo: int32, s_hi: int32,
+                  on: int32, om: int32, kc: int, s_layout, wbar, ebar, gwt, gxt):  # fmt: skip
+        """The fp32 sums [64, block_m] of the part's steps over the chunks ``chunks`` of each
+        step (all of them, or a warp group's share); ``issuer``: this thread group issues the
+        ring's copies."""
+        bm, u, ns = self.block_m, self.unroll, self.stages
+        acc = self.register_tensor(dtype=float32, shape=[16 * self.warps, bm], init=0.0)
+        # each row's share of MAGIC_ROW_SCALE, in the scales' layout
+        rsc = self.register_tensor(dtype=float32, shape=[16 * self.warps, 1],
+                                   init=magic_row_scale)  # fmt: skip
+        self.annotate_layout(rsc, s_layout)
+        # with prefetch: the next steps' codes and scales in registers (buffer j: step
+        # st + j); the scales too, else each step still waits a load's latency for them
+        wbuf = []
+        sbuf = []
+        for j in self.ahead:
+            row = []
+            srow = []
+            k_pre: int32 = (s_lo + j) * u
+            if s_lo + j >= s_hi:
+                k_pre = (s_hi - 1) * u  # past the part: its last step again (cached)
+            for c0 in chunks:
+                if not self.w_ring:
+                    row.append(self.wcodes(gw32, on, k_pre + c0))
+                srow.append(self.wscales(gs, on, k_pre + c0, s_layout))
+            wbuf.append(row)
+            sbuf.append(srow)
+        if self.x_steps:
+            # X in windows of x_steps steps, each copied whole at its start: no barrier
+            # in the steps (at decode a part is one window)
+            wx = self.x_steps
+            sxa = self.shared_tensor(dtype=float16, shape=[wx * u, bm, CHUNK])
+            self.annotate_layout(sxa, shared_row_major_swizzle([wx * u, bm, CHUNK], 2))
+            for w0 in self.range(s_lo, s_hi, wx):
+                self.copy_async(gxk, sxa, offsets=[w0 * u, om, 0])
+                self.copy_async_commit_group()
+                self.copy_async_wait_all()
+                self.sync()
+                w_end: int32 = w0 + wx
+                if w_end > s_hi:
+                    w_end = s_hi
+                for st in self.range(w0, w_end, unroll=self.unroll_steps):
+                    ws_, ss = self.step_weights(chunks, gw32, gs, st, s_hi, on, wbuf,
+                                                sbuf, s_layout)  # fmt: skip
+                    xs = []
+                    for c in chunks:
+                        xs.append(sxa[(st - w0) * u + c])
+                    self.products(ws_, ss, xs, acc, rsc)
+                self.sync()  # every warp is done with the window before it is refilled
+        else:
+            for i in self.x_prologue if issuer else []:
+                self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc, gw32, sw, on, wbar, gwt, gxt)
+            for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
+                t: uint32 = st - s_lo  # unsigned: its % and // by the ring size are bit ops
+                ws_, ss = self.step_weights(chunks, gw32, gs, st, s_hi, on, wbuf,
+                                            sbuf, s_layout)  # fmt: skip
+                if self.x_tma:
+                    # no copy by the threads: the TMA issuer alone waits until every thread
+                    # is done with the slot it refills (step t - 1's), the others go on
+                    if issuer:
+                        self.fill_x(None, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc,
+                                    None, sw, on, wbar, gwt, gxt, (ebar, t))  # fmt: skip
+                else:
+                    self.copy_async_wait_group(ns - 2)  # this thread's copies of step t
+                    self.sync()  # everyone's landed, and everyone is done with the slot
+                    self.fill_x(gxk, sx, st + ns - 1, (t + ns - 1) % ns, s_hi, om, kc, gw32,
+                                sw, on, wbar, gwt, gxt)  # fmt: skip
+                if self.w_tma:  # a slot's (t // ns)-th use: that parity
+                    self.mbarrier.wait(wbar[t % ns], phase=(t // ns) % 2)
+                xs = []
+                for c in chunks:
+                    xs.append(sx[t % ns, c])
+                    if self.w_ring:
+                        ws_.append(self.ring_words(sw[t % ns, c]))
+                self.products(ws_, ss, xs, acc, rsc)
+                if self.x_tma:
+                    self.mbarrier.arrive(ebar[t % ns])  # this thread read the slot
+        self.copy_async_wait_all()  # the zero-filled copies past the end
+        return acc
+
+    def finish(self, acc, ws, cnt, part: int32, split: int32, gyt, on: int32, om: int32):
+        """Store the tile's sums ``acc`` as Y, after the split-K meeting when there is one."""
+        store: int32 = 1
+        if self.split_k > 1:
+            if split > 1:
+                store = self.add_parts(acc, ws, cnt, self.blockIdx.x, part, split)
+        if store == 1:
+            self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
+
+    def step_weights(self, chunks, gw32, gs, st: int32, s_hi: int32, on: int32, wbuf, sbuf,
                      s_layout):  # fmt: skip
         """The weight codes and scales of step ``st``, per chunk: loaded now, or with
         prefetch taken from the register buffers, which then load step ``st + prefetch``."""
@@ -387,22 +444,22 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             # past the part: its last step again (in cache; a chunk past K would take the
             # bounds-checked element path)
             k_next = (s_hi - 1) * u
-        for c in self.chunks:
+        for i, c in enumerate(chunks):  # i: the buffers' index, c: the chunk's in the step
             if self.prefetch:
                 if not self.w_ring:
                     cur = self.register_tensor(dtype=uint32, shape=[nw, 256])
                     self.annotate_layout(cur, words_layout(nw))
-                    self.assign(cur, wbuf[0][c])
+                    self.assign(cur, wbuf[0][i])
                     ws_.append(cur)
                     for j in self.ahead[1:]:  # the buffers move up a step
-                        self.assign(wbuf[j - 1][c], wbuf[j][c])
-                    self.assign(wbuf[-1][c], self.wcodes(gw32, on, k_next + c))
+                        self.assign(wbuf[j - 1][i], wbuf[j][i])
+                    self.assign(wbuf[-1][i], self.wcodes(gw32, on, k_next + c))
                 sc = self.register_tensor(dtype=float16, shape=[16 * nw, 1])
                 self.annotate_layout(sc, s_layout)
-                self.assign(sc, sbuf[0][c])
+                self.assign(sc, sbuf[0][i])
                 for j in self.ahead[1:]:
-                    self.assign(sbuf[j - 1][c], sbuf[j][c])
-                self.assign(sbuf[-1][c], self.wscales(gs, on, k_next + c, s_layout))
+                    self.assign(sbuf[j - 1][i], sbuf[j][i])
+                self.assign(sbuf[-1][i], self.wscales(gs, on, k_next + c, s_layout))
                 ss.append(sc)
             else:
                 if not self.w_ring:
@@ -421,10 +478,10 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         """``acc += scale * (W chunk @ X chunk^T)`` for the chunks of a step: their packed
         words ``ws_``, scales ``ss`` and X tiles in shared memory ``xs``; ``rsc``: each row's
         factor of ``MAGIC_ROW_SCALE`` (``fragment`` makes 16 c in every other 8 rows)."""
-        for c in self.chunks:
-            w16 = self.fragment(ws_[c])  # c or 16 c, [16 * warps, CHUNK]
-            p = self.dot(w16, self.transpose(self.load_shared(xs[c])), acc_dtype=float32)
-            acc += p * (self.cast(ss[c], float32) * rsc)
+        for words, sc, xc in zip(ws_, ss, xs):
+            w16 = self.fragment(words)  # c or 16 c, [16 * warps, CHUNK]
+            p = self.dot(w16, self.transpose(self.load_shared(xc)), acc_dtype=float32)
+            acc += p * (self.cast(sc, float32) * rsc)
 
     def fragment(self, raw):
         """A chunk's packed words (uint32 [warps, 256]: lane l's 8, a K step each) as the fp16
