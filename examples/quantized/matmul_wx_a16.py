@@ -136,12 +136,7 @@ class MatmulWxA16(SplitKParts, tilus.Script):
             cnt = self.global_tensor(int32, [num_n], requires_clean=True)
         if part < split:
             acc = self.mainloop(gx, gw, gs, om, on, k_lo * bk, k_hi * bk)
-            store: int32 = 1
-            if self.split_k > 1:
-                if split > 1:
-                    store = self.add_parts(acc, ws, cnt, self.blockIdx.x, part, split)
-            if store == 1:
-                self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
+            self.finish_parts(acc, ws, cnt, part, split, gyt, on, om)
 
     def mainloop(self, gx, gw, gs, om, on, k_begin, k_end):
         """The fp32 tile ``dequant(W)[on:, k_begin:k_end] @ X[om:, k_begin:k_end]^T``."""

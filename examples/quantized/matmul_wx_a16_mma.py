@@ -327,7 +327,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             loop = (gw32, gs, gxk, sx, sw, s_lo, s_hi, on, om, kc, s_layout, wbar, ebar, gwt, gxt)
             if self.kgroups == 1:
                 acc = self.part_sums(self.chunks, True, *loop)
-                self.finish(acc, ws, cnt, part, split, gyt, on, om)
+                self.finish_parts(acc, ws, cnt, part, split, gyt, on, om)
             else:
                 # the groups take alternate chunks of each step; groups 1.. leave their sums in
                 # shared memory for group 0, which adds them and finishes the tile
@@ -342,7 +342,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                             self.mbarrier.wait(rbar[0], phase=0)
                             for j in self.kgs[1:]:
                                 acc += self.load_shared(red[j - 1])
-                            self.finish(acc, ws, cnt, part, split, gyt, on, om)
+                            self.finish_parts(acc, ws, cnt, part, split, gyt, on, om)
 
     def part_sums(self, chunks, issuer, gw32, gs, gxk, sx, sw, s_lo: int32, s_hi: int32,
                   on: int32, om: int32, kc: int, s_layout, wbar, ebar, gwt, gxt):  # fmt: skip
@@ -423,15 +423,6 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     self.mbarrier.arrive(ebar[t % ns])  # this thread read the slot
         self.copy_async_wait_all()  # the zero-filled copies past the end
         return acc
-
-    def finish(self, acc, ws, cnt, part: int32, split: int32, gyt, on: int32, om: int32):
-        """Store the tile's sums ``acc`` as Y, after the split-K meeting when there is one."""
-        store: int32 = 1
-        if self.split_k > 1:
-            if split > 1:
-                store = self.add_parts(acc, ws, cnt, self.blockIdx.x, part, split)
-        if store == 1:
-            self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
 
     def step_weights(self, chunks, gw32, gs, st: int32, s_hi: int32, on: int32, wbuf, sbuf,
                      s_layout):  # fmt: skip

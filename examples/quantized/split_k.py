@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tilus import int32
+from tilus import float16, int32
 
 
 class SplitKParts:
@@ -41,3 +41,14 @@ class SplitKParts:
                         shape=[rows, self.block_m],
                     )
         return last
+
+    def finish_parts(self, acc, ws, cnt, part: int32, split: int32, gyt, on: int32, om: int32):
+        """Store the tile's sums ``acc`` into ``gyt`` (``Y^T``) at ``[on, om]``, after the
+        split-K meeting (``add_parts``) when the K range is split: only the last part
+        stores."""
+        store: int32 = 1
+        if self.split_k > 1:
+            if split > 1:
+                store = self.add_parts(acc, ws, cnt, self.blockIdx.x, part, split)
+        if store == 1:
+            self.store_global(gyt, self.cast(acc, float16), offsets=[on, om])
