@@ -184,7 +184,10 @@ MMA_TMA = (
 #: the TMA ring read by 2 or 4 warp groups a block (alternate chunks of a step, so unroll 2
 #: or 4): at split 1 a block is one TMA stream of a 64-row tile's whole K range (128 blocks
 #: at 8192^2, the fastest pipeline floor on an H100, r85), and 8-16 warps dequantize it, as
-#: split 2 or 4 of 4-warp blocks did, without the split-K meeting
+#: split 2 or 4 of 4-warp blocks did, without the split-K meeting. On an H100 (r87, tuned)
+#: kgroups 4 and 2 at split 1, unroll 4, won at M = 1: 1.04-1.08x over split 2 of 4-warp
+#: blocks; at M = 16 the tuner kept those. Scales two steps ahead, or 8 chunks a step, were
+#: no faster (r88); the kernel stays 2-5 us above its floor.
 MMA_GROUPS = (
     _space([(8, 1, 2)], 1, 8, 2, ring=True, tma=True, kgroups=2)
     + _space([(8, 1, 2), (8, 2, 2), (8, 1, 4)], 1, 4, 2, ring=True, tma=True, kgroups=2)
