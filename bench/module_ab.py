@@ -8,7 +8,9 @@ its default constructor (tuned on first use) on weights packed by that module's
 ``prepack_torch``, checks both against torch in float32 (NaN-poisoned outputs), then times
 old, new and ``torch.matmul`` on the fp16 weights in interleaved rounds (the median of
 ``--rounds`` round medians of ``--reps`` CUDA-event timings), the L2 flushed before every run
-under each ``--flush`` protocol (``bench/l2_flush.py``). Prints a line a shape and protocol
+under each ``--flush`` protocol (``bench/l2_flush.py``; ``rotate``: no flush, each
+implementation called back to back on input sets that together are several L2s,
+``bench/rowwise.py``). Prints a line a shape and protocol
 (microseconds, the ratio to cuBLAS, new over old); ``--out FILE`` keeps the rounds as JSON.
 ``--dry-run`` (no GPU) runs both modules on the interpreter at a small ragged size instead.
 """
@@ -75,6 +77,35 @@ def dry_run(mods: dict, floor: bool = False) -> bool:
     return ok_all
 
 
+def rotated_runs(mods: dict, runs: dict, kerns: dict, torch, m: int, n: int, k: int) -> dict:
+    """The ``rotate`` protocol's runs: each of ``runs`` (on the set it was checked on) and the
+    same kernels ``kerns`` (name -> the tuned kernel or floor) on more random input sets of
+    the shape, enough that no set is left in the L2 when its turn comes again
+    (``rowwise.rotation_sets``); cuBLAS on fp16 weights of each set."""
+    from rowwise import rotation_sets
+
+    import tilus
+
+    sets_q = rotation_sets(n * k // 2 + n * (k // 128) * 2)  # the packed codes and scales
+    sets_h = rotation_sets(n * k * 2)  # cuBLAS's fp16 weights
+    out = {name: [fn] for name, fn in runs.items()}
+    for i in range(1, max(sets_q, sets_h)):
+        x = torch.randn(m, k, dtype=torch.float16, device="cuda")
+        y = torch.empty((m, n), dtype=torch.float16, device="cuda")
+        if i < sets_h:
+            w16 = torch.randn(n, k, dtype=torch.float16, device="cuda")
+            out["cublas"].append(lambda x=x, w16=w16: torch.matmul(x, w16.T))
+        if i >= sets_q:
+            continue
+        w = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
+        s = (torch.rand(n, k // 128, device="cuda") * 0.02 + 0.002).half()
+        packed = {name: mod.prepack_torch(torch, w, tilus.uint4b) for name, mod in mods.items()}
+        for name, kern in kerns.items():
+            args = (m, n, k, x, packed[name.split()[0]], s, y)
+            out[name].append(lambda kern=kern, args=args: kern(*args))
+    return out
+
+
 def measure(mods: dict, shapes, flushes, rounds: int, reps: int,
             floor: bool = False) -> tuple[list, bool]:  # fmt: skip
     """Check, then time every module's tuned kernel and cuBLAS at each shape and flush (with
@@ -82,7 +113,7 @@ def measure(mods: dict, shapes, flushes, rounds: int, reps: int,
     import matmul_wx_a16 as ex
     import torch
     from l2_flush import make_flush
-    from rowwise import interleaved_rounds, winner
+    from rowwise import interleaved_rounds, rotated_rounds, winner
 
     import tilus
 
@@ -90,7 +121,7 @@ def measure(mods: dict, shapes, flushes, rounds: int, reps: int,
     for m, n, k in shapes:
         x, w, s, w16 = ex.torch_problem(torch, m, n, k, 128, tilus.uint4b)
         ref = torch.matmul(x.float(), w16.float().T)
-        runs, cfg = {}, {}
+        runs, cfg, kerns = {}, {}, {}
         for name, mod in mods.items():
             wp = mod.prepack_torch(torch, w, tilus.uint4b)
             kern = mod.MatmulWxA16Mma(tilus.uint4b, 128)
@@ -104,6 +135,7 @@ def measure(mods: dict, shapes, flushes, rounds: int, reps: int,
                   f"[{cfg[name]}]", flush=True)  # fmt: skip
             args = (m, n, k, x, wp, s, y)
             runs[name] = lambda kern=kern, args=args: kern(*args)
+            kerns[name] = kern
             if floor:  # the module's pipeline with no math, at the config its kernel won
                 from w4a16_configs import parse_configs
                 from w4a16_floor import stream_of
@@ -111,10 +143,16 @@ def measure(mods: dict, shapes, flushes, rounds: int, reps: int,
                 cfg_d = parse_configs(cfg[name])[0]
                 fk = stream_of(mod.MatmulWxA16Mma)(tilus.uint4b, 128, **mod.pinned(**cfg_d))
                 runs[f"{name} floor"] = lambda fk=fk, args=args: fk(*args)
+                kerns[f"{name} floor"] = fk
         runs["cublas"] = lambda x=x, w16=w16: torch.matmul(x, w16.T)
         for fl in flushes:
-            flush = make_flush(torch, fl)
-            r = interleaved_rounds(runs, torch, flush, rounds, reps)
+            if fl == "rotate":
+                rot = rotated_runs(mods, runs, kerns, torch, m, n, k)
+                r = rotated_rounds(rot, torch, rounds, reps)
+            else:
+                flush = make_flush(torch, fl)
+                r = interleaved_rounds(runs, torch, flush, rounds, reps)
+                del flush
             med = {key: statistics.median(v) for key, v in r.items()}
             out.append(dict(shape=f"{m}x{n}x{k}", flush=fl, ms=med, rounds=r, config=cfg))
             base = med["cublas"]
@@ -122,7 +160,6 @@ def measure(mods: dict, shapes, flushes, rounds: int, reps: int,
                              for key in runs if key != "cublas")  # fmt: skip
             print(f"{m}x{n}x{k} {fl:5s} cublas {base * 1e3:6.1f} us  {text}  new/old "
                   f"{med['old'] / med['new']:.3f}", flush=True)  # fmt: skip
-            del flush
     return out, ok_all
 
 
@@ -132,7 +169,8 @@ def main(argv=None) -> int:
     ap.add_argument("--old", required=True, help="the old version of the module (a file)")
     ap.add_argument("--new", default=str(DEFAULT_NEW), help="the new version (default: main's)")
     ap.add_argument("--shapes", default=SHAPES, help="comma-separated MxNxK")
-    ap.add_argument("--flush", default="dirty,clean", help="comma-separated L2 flush protocols")
+    ap.add_argument("--flush", default="dirty,clean",
+                    help="comma-separated L2 flush protocols (dirty, clean, rotate)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default=None, help="write the rounds as JSON")

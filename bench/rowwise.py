@@ -128,6 +128,44 @@ def interleaved_rounds(runs: dict, torch, flush, rounds: int, reps: int) -> dict
     return out
 
 
+def rotation_sets(nbytes: int, total: int = 256 << 20) -> int:
+    """How many input sets of ``nbytes`` each the ``rotate`` protocol cycles through: enough
+    that their bytes (at least ``total``, the flushes' size) are several L2s, and at least 2."""
+    return max(2, -(-total // max(1, nbytes)))
+
+
+def time_rotated_ms(fns: list, torch, reps: int) -> float:
+    """Median milliseconds a call of ``fns``, callables each on its own inputs, run back to
+    back with no flush (the ``rotate`` protocol: a call finds the L2 holding the other sets'
+    lines, clean, as a layer of a decode loop finds the last layers'): each timed span is all
+    of ``fns`` queued behind a sleep, divided by their number."""
+    times = []
+    for _ in range(reps):
+        torch.cuda._sleep(200_000 * len(fns))  # ~100 us a call: every launch is queued first
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for fn in fns:
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / len(fns))
+    return statistics.median(times)
+
+
+def rotated_rounds(runs: dict, torch, rounds: int, reps: int) -> dict:
+    """:func:`interleaved_rounds` under the ``rotate`` protocol: ``runs`` maps a name to a
+    list of callables (one an input set), timed by :func:`time_rotated_ms`."""
+    for fns in runs.values():
+        for fn in fns:
+            fn()
+    torch.cuda.synchronize()
+    out = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fns in runs.items():
+            out[name].append(time_rotated_ms(fns, torch, reps))
+    return out
+
+
 def winner(kernel) -> str:
     """The config the tuner chose for the last call of ``kernel`` (an InstantiatedScript)."""
     for state in getattr(kernel, "_backend_states", {}).values():  # the CUDA dispatchers
