@@ -103,7 +103,23 @@ def test_magic_numbers_dequantize_every_code_of_every_register_exactly():
      (tilus.int4b, 256, 13, 70, 1024, dict(block_m=16, split_k=2, unroll=4, kgroups=4, stages=2,
                                            w_ring=True, w_tma=True, x_tma=True)),
      (tilus.uint4b, 128, 19, 20, 640, dict(block_m=8, split_k=2, unroll=4, kgroups=2,
-                                           w_ring=True, w_tma=True, x_tma=True, prefetch=2))],
+                                           w_ring=True, w_tma=True, x_tma=True, prefetch=2)),
+     # a producer warp issues the copies (one warp group; four; split 3 with empty parts)
+     (tilus.uint4b, 128, 1, 37, 640, dict(block_m=8, split_k=2, unroll=2, producer=True,
+                                          w_ring=True, w_tma=True, x_tma=True, prefetch=1)),
+     (tilus.int4b, 256, 13, 70, 1024, dict(block_m=16, split_k=1, unroll=4, kgroups=4, stages=2,
+                                           min_blocks=1, producer=True, w_ring=True, w_tma=True,
+                                           x_tma=True)),
+     (tilus.uint4b, 128, 1, 45, 256, dict(block_m=8, split_k=3, unroll=2, kgroups=2,
+                                          min_blocks=2, producer=True, w_ring=True, w_tma=True,
+                                          x_tma=True, prefetch=1)),
+     # the scales staged in shared memory (four groups with a producer; split 3; cp.async)
+     (tilus.uint4b, 128, 1, 37, 1024, dict(block_m=8, split_k=1, unroll=4, kgroups=4,
+                                           min_blocks=1, producer=True, s_smem=True,
+                                           w_ring=True, w_tma=True, x_tma=True)),
+     (tilus.int4b, 256, 13, 70, 2048, dict(block_m=16, split_k=3, unroll=2, s_smem=True,
+                                           w_ring=True, w_tma=True, x_tma=True)),
+     (tilus.uint4b, 128, 19, 20, 640, dict(block_m=8, split_k=2, unroll=2, s_smem=True))],
 )  # fmt: skip
 def test_interpreter_matches_dequantize_then_matmul(wdtype, group, m, n, k, cfg):
     assert mma.run_interp(wdtype, group, m, n, k, **cfg) < 1e-2
@@ -129,7 +145,10 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
      (dict(x_steps=-1), "x_steps"), (dict(w_ring=True, x_steps=2), "w_ring needs the X ring"),
      (dict(w_tma=True), "w_tma needs w_ring"), (dict(w_ring=True, x_tma=True), "x_tma needs"),
      (dict(unroll=2, kgroups=3), "kgroups must be"), (dict(unroll=1, kgroups=2), "divide unroll"),
-     (dict(unroll=2, kgroups=2, w_ring=True, w_tma=True), "kgroups > 1 needs x_tma")],
+     (dict(unroll=2, kgroups=2, w_ring=True, w_tma=True), "kgroups > 1 needs x_tma"),
+     (dict(w_ring=True, w_tma=True, producer=True), "producer needs x_tma"),
+     (dict(s_smem=True, x_steps=2), "s_smem needs the X ring"),
+     (dict(s_smem=True, prefetch=1), "prefetch must be 0")],
 )  # fmt: skip
 def test_unsupported_arguments_are_refused(kw, what):
     m, n, k = 1, 16, 256
@@ -149,7 +168,7 @@ def test_configs_build_without_spills():
              dict(split_k=4, w_ring=True, prefetch=1, stages=4),
              dict(split_k=4, w_ring=True, w_tma=True, prefetch=1, stages=4),
              dict(split_k=4, w_ring=True, w_tma=True, x_tma=True, prefetch=1, stages=4)]  # fmt: skip
-    groups = [c for c in space if c["kgroups"] > 1]  # 8-16 warps a block
+    groups = [c for c in space if c["kgroups"] > 1 or c["producer"] or c["s_smem"]]
     for cfg in space[:2] + [dict(block_m=8, unroll=1, **e) for e in extra] + groups:
         ck = tilus.compile(mma.MatmulWxA16Mma(tilus.uint4b, 128, **mma.pinned(**cfg)), 1, 100, 1024, F16,
                            tilus.uint8, F16, F16)  # fmt: skip
@@ -174,3 +193,25 @@ def test_warp_groups_meet_on_their_mbarriers(seed):
                stages=2, prefetch=1)  # fmt: skip
     with tilus.option.scoped(schedule_seed=seed):
         assert mma.run_interp(tilus.uint4b, 128, 3, 37, 2048, **cfg) < 1e-2
+
+
+@pytest.mark.parametrize("seed", [None, 7], ids=["in-order", "shuffled"])
+def test_producer_warp_refills_a_slot_only_after_its_readers(seed):
+    # a producer warp runs 16 steps ahead through 2 slots: each refill waits on the slot's
+    # empty barrier, which both reading warp groups arrive on
+    cfg = dict(block_m=8, split_k=1, unroll=2, kgroups=2, w_ring=True, w_tma=True, x_tma=True,
+               stages=2, prefetch=1, min_blocks=2, producer=True)  # fmt: skip
+    with tilus.option.scoped(schedule_seed=seed):
+        assert mma.run_interp(tilus.uint4b, 128, 3, 37, 4096, **cfg) < 1e-2
+
+
+def test_too_many_scale_groups_for_s_smem_is_reported_at_its_check():
+    m, n, k = 1, 16, 128 * 264
+    x, codes, s, _packed = ex.random_problem(np.random.default_rng(), m, n, k, 128)
+    y = np.full((m, n), np.nan, np.float16)
+    kernel = mma.MatmulWxA16Mma(tilus.uint4b, 128, **mma.pinned(block_m=8, split_k=1, unroll=1,
+                                                                 s_smem=True))  # fmt: skip
+    with pytest.raises(tilus.TilusProgramError, match="264 is more than 256") as info:
+        kernel(m, n, k, x, mma.prepack(codes), s, y)
+    assert info.value.loc.line == marker_line(mma.MatmulWxA16Mma, "CHECK:s_smem")
+    assert np.isnan(y).all()

@@ -54,7 +54,7 @@ from split_k import SplitKParts
 import tilus
 from tilus import float16, float32, int32, uint32, void_p
 from tilus.errors import TilusArgumentError
-from tilus.ir.layout import reduce, shared_row_major_swizzle, spatial
+from tilus.ir.layout import reduce, shared_row_major, shared_row_major_swizzle, spatial
 from tilus.ir.layout.register import mma_c
 from tilus.utils import cdiv
 
@@ -158,12 +158,18 @@ def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
 #: memory with 16-32 KB in flight an SM; more needs the weights staged in shared memory.
 MMA_BASE = [(8, 4, 2), (8, 2, 2), (16, 4, 2), (16, 2, 2)]
 #: the names of an ``MMA_SPACE`` entry
-MMA_KEYS = "block_m, split_k, unroll, prefetch, stages, min_blocks, w_ring, w_tma, x_tma, kgroups"
+MMA_KEYS = (
+    "block_m, split_k, unroll, prefetch, stages, min_blocks, w_ring, w_tma, x_tma, kgroups, producer,"
+    " s_smem"
+)
 
 
-def _space(base, prefetch=0, stages=3, min_blocks=4, ring=False, tma=False, kgroups=1):
+def _space(base, prefetch=0, stages=3, min_blocks=4, ring=False, tma=False, kgroups=1,
+           producer=False, s_smem=False):  # fmt: skip
     """``MMA_KEYS`` tuples of (block_m, split_k, unroll) entries with the other keys given."""
-    return [(*b, prefetch, stages, min_blocks, ring, tma, tma, kgroups) for b in base]
+    return [
+        (*b, prefetch, stages, min_blocks, ring, tma, tma, kgroups, producer, s_smem) for b in base
+    ]
 
 
 #: the weights through the ring (cp.async, then TMA boxes with X's too), the scales a step
@@ -194,7 +200,22 @@ MMA_GROUPS = (
     + _space([(8, 1, 4)], 1, 4, 1, ring=True, tma=True, kgroups=4)
     + _space([(16, 1, 2), (16, 2, 2)], 1, 3, 2, ring=True, tma=True, kgroups=2)
 )
-MMA_SPACE = _space(MMA_BASE) + MMA_RING + MMA_TMA + MMA_GROUPS
+#: the winners above with a producer warp added: it alone issues the ring's copies, each as
+#: soon as every reader has freed its slot, so no dequantizing warp waits for the others
+MMA_PRODUCER = (
+    _space([(8, 1, 4)], 1, 4, 1, ring=True, tma=True, kgroups=4, producer=True)
+    + _space([(8, 1, 4)], 1, 4, 2, ring=True, tma=True, kgroups=2, producer=True)
+    + _space([(8, 2, 2)], 1, 4, ring=True, tma=True, producer=True)
+    + _space([(16, 2, 2)], 1, 3, ring=True, tma=True, producer=True)
+)
+#: the scales staged in shared memory once (``s_smem``) rather than loaded a step ahead
+MMA_SCALES = (
+    _space([(8, 1, 4)], 0, 4, 1, ring=True, tma=True, kgroups=4, s_smem=True)
+    + _space([(8, 1, 4)], 0, 4, 1, ring=True, tma=True, kgroups=4, producer=True, s_smem=True)
+    + _space([(8, 2, 2)], 0, 4, ring=True, tma=True, s_smem=True)
+    + _space([(16, 2, 2)], 0, 3, ring=True, tma=True, s_smem=True)
+)
+MMA_SPACE = _space(MMA_BASE) + MMA_RING + MMA_TMA + MMA_GROUPS + MMA_PRODUCER + MMA_SCALES
 
 
 @tilus.autotune(MMA_KEYS, MMA_SPACE)
@@ -207,6 +228,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         unroll: int = 2, warps: int = 4, stages: int = 3, min_blocks: int = 4,
         unroll_steps: int | None = None, prefetch: int = 0, x_steps: int = 0,
         w_ring: bool = False, w_tma: bool = False, x_tma: bool = False, kgroups: int = 1,
+        producer: bool = False, s_smem: bool = False,
     ):  # fmt: skip
         super().__init__()
         if wdtype not in (tilus.uint4b, tilus.int4b):
@@ -258,6 +280,21 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         if kgroups > 1 and not x_tma:
             raise TilusArgumentError("kgroups > 1 needs x_tma: the groups meet only on mbarriers")
         self.kgroups = kgroups
+        # one more warp that only issues the ring's TMA copies (the readers never wait for
+        # each other, and a slot is refilled as soon as its last reader frees it)
+        if producer and not x_tma:
+            raise TilusArgumentError("producer needs x_tma: it feeds the TMA ring only")
+        self.producer = bool(producer)
+        # the block's rows' scales of the whole K range loaded once at the start by each warp
+        # group and kept in shared memory group-major (a step reads its column as a row): no
+        # global load in the loop
+        if s_smem and x_steps:
+            raise TilusArgumentError("s_smem needs the X ring (x_steps=0)")
+        if s_smem and prefetch:
+            raise TilusArgumentError(
+                "s_smem reads the scales from shared memory: prefetch must be 0"
+            )
+        self.s_smem = bool(s_smem)
         self.kgs = list(range(kgroups))  # a host list: group kg takes every kgroups-th chunk
         self.group_chunks = [list(range(kg, unroll, kgroups)) for kg in self.kgs]
         self.x_prologue = list(range(stages - 1))
@@ -274,7 +311,7 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         kc = k_size // CHUNK
         num_n = cdiv(n_size, bn)
         self.attrs.blocks = [num_n, cdiv(m_size, bm), self.split_k]
-        self.attrs.warps = nw * self.kgroups
+        self.attrs.warps = nw * self.kgroups + (1 if self.producer else 0)
         self.attrs.min_blocks = self.min_blocks
         # the packed weights as 32-bit words [G, R, 256]: a chunk of a row tile is 1 KB, 32
         # bytes (8 words, a K step each) a lane
@@ -309,6 +346,14 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
             ebar = self.mbarrier.alloc(counts=[32 * nw * self.kgroups] * self.stages)
         if self.kgroups > 1:  # the other groups' sums are in shared memory for group 0
             rbar = self.mbarrier.alloc(counts=[32 * nw * (self.kgroups - 1)])
+        scl = None
+        if self.s_smem:  # (the view, a tile [K / group, rows] a warp group)
+            ng = k_size // g
+            msg = f"s_smem: K / group = {ng} is more than 256 (the scales' shared tile)"
+            self.static_assert(ng <= 256, msg)  # CHECK:s_smem
+            ssm = self.shared_tensor(dtype=float16, shape=[self.kgroups, ng, bn])
+            self.annotate_layout(ssm, shared_row_major(self.kgroups, ng, bn))  # rows read whole
+            scl = (gs, ssm)
         if part < split:
             # X tiles through a cp.async ring (ns - 1 steps ahead), read as B fragments with
             # ldmatrix; X chunk-major: [K / 128, M, 128]
@@ -327,31 +372,54 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                     self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
                 if self.w_ring:
                     sw = self.shared_tensor(dtype=uint32, shape=[ns, u, nw, 256])
-            loop = (gw32, gs, gxk, sx, sw, s_lo, s_hi, on, om, kc, s_layout, wbar, ebar, gwt, gxt)
-            if self.kgroups == 1:
-                acc = self.part_sums(self.chunks, True, *loop)
-                self.finish_parts(acc, ws, cnt, part, split, gyt, on, om)
+            loop = (gw32, gs, gxk, sx, sw, s_lo, s_hi, on, om, kc, s_layout, wbar, ebar, gwt, gxt,
+                    scl)  # fmt: skip
+            fin = (ws, cnt, part, split, gyt, on, om, rbar)
+            if self.producer:
+                readers = 32 * nw * self.kgroups
+                with self.thread_group(readers, 32):  # the last warp: the ring's copies
+                    for st in self.range(s_lo, s_hi):
+                        t: int32 = st - s_lo
+                        # the slot's reader of step t - ns must be done (none before t = ns)
+                        self.fill_x(None, sx, st, t % ns, s_hi, om, kc, None, sw, on, wbar, gwt,
+                                    gxt, (ebar, t - ns + 1))  # fmt: skip
+                with self.thread_group(0, readers):
+                    self.tile_sums(loop, fin, False)
             else:
-                # the groups take alternate chunks of each step; groups 1.. leave their sums in
-                # shared memory for group 0, which adds them and finishes the tile
-                red = self.shared_tensor(dtype=float32, shape=[self.kgroups - 1, bn, bm])
-                for kg in self.kgs:
-                    with self.thread_group(32 * nw * kg, 32 * nw):
-                        acc = self.part_sums(self.group_chunks[kg], kg == 0, *loop)
-                        if kg > 0:
-                            self.store_shared(red[kg - 1], acc)
-                            self.mbarrier.arrive(rbar[0])
-                        else:
-                            self.mbarrier.wait(rbar[0], phase=0)
-                            for j in self.kgs[1:]:
-                                acc += self.load_shared(red[j - 1])
-                            self.finish_parts(acc, ws, cnt, part, split, gyt, on, om)
+                self.tile_sums(loop, fin, True)
+
+    def tile_sums(self, loop, fin, issuer: bool):
+        """The block's tile: its warp group (or groups, on alternate chunks of each step, the
+        sums of groups 1.. handed to group 0 through shared memory) over the part's steps, then
+        the split-K meeting and the store; ``issuer``: group 0 issues the ring's copies too."""
+        ws, cnt, part, split, gyt, on, om, rbar = fin
+        nw = self.warps
+        if self.kgroups == 1:
+            acc = self.part_sums(self.chunks, issuer, *loop)
+            self.finish_parts(acc, ws, cnt, part, split, gyt, on, om)
+        else:
+            # the groups take alternate chunks of each step; groups 1.. leave their sums in
+            # shared memory for group 0, which adds them and finishes the tile
+            red = self.shared_tensor(dtype=float32, shape=[self.kgroups - 1, 16 * nw, self.block_m])
+            for kg in self.kgs:
+                with self.thread_group(32 * nw * kg, 32 * nw):
+                    acc = self.part_sums(self.group_chunks[kg], issuer and kg == 0, *loop, kg=kg)
+                    if kg > 0:
+                        self.store_shared(red[kg - 1], acc)
+                        self.mbarrier.arrive(rbar[0])
+                    else:
+                        self.mbarrier.wait(rbar[0], phase=0)
+                        for j in self.kgs[1:]:
+                            acc += self.load_shared(red[j - 1])
+                        self.finish_parts(acc, ws, cnt, part, split, gyt, on, om)
 
     def part_sums(self, chunks, issuer, gw32, gs, gxk, sx, sw, s_lo: int32, s_hi: int32,
-                  on: int32, om: int32, kc: int, s_layout, wbar, ebar, gwt, gxt):  # fmt: skip
+                  on: int32, om: int32, kc: int, s_layout, wbar, ebar, gwt, gxt, scl,
+                  kg: int = 0):  # fmt: skip
         """The fp32 sums [64, block_m] of the part's steps over the chunks ``chunks`` of each
         step (all of them, or a warp group's share); ``issuer``: this thread group issues the
-        ring's copies."""
+        ring's copies; ``scl``: with ``s_smem``, the scales' view and shared tiles; ``kg``: the
+        warp group's index."""
         bm, u, ns = self.block_m, self.unroll, self.stages
         acc = self.register_tensor(dtype=float32, shape=[16 * self.warps, bm], init=0.0)
         # each row's share of MAGIC_ROW_SCALE, in the scales' layout
@@ -399,6 +467,8 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         else:
             for i in self.x_prologue if issuer else []:
                 self.fill_x(gxk, sx, s_lo + i, i, s_hi, om, kc, gw32, sw, on, wbar, gwt, gxt)
+            if self.s_smem:  # after the ring's first copies: this group's copy of the scales
+                gs = self.stage_scales(scl, on, kg)
             for st in self.range(s_lo, s_hi, unroll=self.unroll_steps):
                 t: uint32 = st - s_lo  # unsigned: its % and // by the ring size are bit ops
                 ws_, ss = self.step_weights(chunks, gw32, gs, st, s_hi, on, wbuf,
@@ -462,9 +532,17 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         return ws_, ss
 
     def wscales(self, gs, on: int32, chunk: int32, s_layout):
-        """The block's rows' scales of chunk ``chunk``, in the accumulator's row layout."""
-        sc = self.load_global(gs, offsets=[on, chunk * CHUNK // self.group],
-                              shape=[16 * self.warps, 1])  # fmt: skip
+        """The block's rows' scales of chunk ``chunk``, in the accumulator's row layout (with
+        ``s_smem`` from the shared tile ``gs``, a chunk's scales a row)."""
+        if self.s_smem:
+            gi: int32 = chunk * CHUNK // self.group
+            if gi >= gs.shape[0]:
+                gi = gs.shape[0] - 1  # a chunk past K (its codes and X are zero): any scale
+            row = self.load_shared(gs[gi])
+            sc = self.reshape(row, [16 * self.warps, 1])
+        else:
+            sc = self.load_global(gs, offsets=[on, chunk * CHUNK // self.group],
+                                  shape=[16 * self.warps, 1])  # fmt: skip
         self.annotate_layout(sc, s_layout)  # the accumulator's rows
         return sc
 
@@ -536,6 +614,18 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         elif self.w_ring:
             self.copy_async(gw32, sw[slot], offsets=[k0, on // 16, 0])
         self.copy_async_commit_group()
+
+    def stage_scales(self, scl, on: int32, kg: int):
+        """With ``s_smem``: the block's rows' scales over the whole K range loaded by warp group
+        ``kg`` into its shared tile, group-major (``[K / group, rows]``: a chunk's scales are a
+        row); returns the tile."""
+        gs, ssm = scl
+        nw = self.warps
+        ng = ssm.shape[1]
+        allsc = self.load_global(gs, offsets=[on, 0], shape=[16 * nw, ng])
+        self.store_shared(ssm[kg], self.transpose(allsc))
+        self.sync()  # the warp group's barrier: every row is in
+        return ssm[kg]
 
     def ring_words(self, sw_c):
         """A chunk's packed words from the ring (uint32 [warps, 256]: a lane's 32 bytes, two
