@@ -62,6 +62,7 @@ HELPERS = [
     "quantized/matmul_wx_a16_pipe.py",
     "quantized/matmul_wx_a16_prefill.py",
     "quantized/split_k.py",
+    "quantized/mma_space.py",
     "quantized/fp8_support.py",
 ]  # imported, not run alone
 

@@ -1,0 +1,75 @@
+"""The W4A16 mma.sync kernel's autotune space, with what each part of it measured."""
+
+from __future__ import annotations
+
+#: (block_m, split_k, unroll): one X tile of 8 or 16 rows, the K range split in 4 (8192^2: 512
+#: blocks, one wave at 4 blocks an SM) or 2 (28672 x 4096), two 128-K chunks a step; with the
+#: default min_blocks = 4 (128 registers) this measured on an H200 (2026-12-02, the cast's
+#: constants in constant memory) 2.16x / 1.90x fp16 cuBLAS at M = 1 and 1.66x / 1.74x at
+#: M = 16 on the two decode shapes, tuned through the entry. Split 1, 4 chunks a step and 168
+#: registers were slower; so were the prefetch configs (one chunk a step, the weights one or
+#: two steps ahead in registers, X a window at a time, split 5 at 96 registers): 1.93x-2.08x
+#: at 1 x 8192 x 8192, with a quarter fewer instructions but a longer wait a step (ncu: 59%
+#: of cycles with no eligible warp, 6.6M instructions against 8.7M; their scales were still
+#: loaded in the step that used them, fixed since). The kernel waits on
+#: memory with 16-32 KB in flight an SM; more needs the weights staged in shared memory.
+MMA_BASE = [(8, 4, 2), (8, 2, 2), (16, 4, 2), (16, 2, 2)]
+#: the names of an ``MMA_SPACE`` entry
+MMA_KEYS = (
+    "block_m, split_k, unroll, prefetch, stages, min_blocks, w_ring, w_tma, x_tma, kgroups, producer,"
+    " s_smem"
+)
+
+
+def _space(base, prefetch=0, stages=3, min_blocks=4, ring=False, tma=False, kgroups=1,
+           producer=False, s_smem=False):  # fmt: skip
+    """``MMA_KEYS`` tuples of (block_m, split_k, unroll) entries with the other keys given."""
+    return [
+        (*b, prefetch, stages, min_blocks, ring, tma, tma, kgroups, producer, s_smem) for b in base
+    ]
+
+
+#: the weights through the ring (cp.async, then TMA boxes with X's too), the scales a step
+#: ahead; 8-row tiles 4 stages deep, 16-row ones 3 (48 KB of shared memory a block either
+#: way: 4 blocks an SM), and split 8 at 8 blocks an SM with one chunk a step. On an H200
+#: (2026-12-02, tuned through the entry) the TMA ring at split 2 won at all four decode
+#: shapes: 2.31x / 2.09x fp16 cuBLAS at M = 1 and 1.92x / 2.03x at M = 16 after a dirty L2
+#: flush, 2.02x / 2.17x and 1.60x / 1.89x after a clean one; the cp.async ring was no faster
+#: than the base configs (its copies cost every thread ~12 instructions each).
+MMA_RING = _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True) + _space(
+    [(16, 4, 2), (16, 2, 2)], 1, 3, ring=True
+)
+MMA_TMA = (
+    _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True, tma=True)
+    + _space([(8, 8, 1)], 2, 4, 8, ring=True, tma=True)
+    + _space([(16, 4, 2), (16, 2, 2)], 1, 3, ring=True, tma=True)
+)
+#: the TMA ring read by 2 or 4 warp groups a block (alternate chunks of a step, so unroll 2
+#: or 4): at split 1 a block is one TMA stream of a 64-row tile's whole K range (128 blocks
+#: at 8192^2, the fastest pipeline floor on an H100, r85), and 8-16 warps dequantize it, as
+#: split 2 or 4 of 4-warp blocks did, without the split-K meeting. On an H100 (r87, tuned)
+#: kgroups 4 and 2 at split 1, unroll 4, won at M = 1: 1.04-1.08x over split 2 of 4-warp
+#: blocks; at M = 16 the tuner kept those. Scales two steps ahead, or 8 chunks a step, were
+#: no faster (r88); the kernel stays 2-5 us above its floor.
+MMA_GROUPS = (
+    _space([(8, 1, 2)], 1, 8, 2, ring=True, tma=True, kgroups=2)
+    + _space([(8, 1, 2), (8, 2, 2), (8, 1, 4)], 1, 4, 2, ring=True, tma=True, kgroups=2)
+    + _space([(8, 1, 4)], 1, 4, 1, ring=True, tma=True, kgroups=4)
+    + _space([(16, 1, 2), (16, 2, 2)], 1, 3, 2, ring=True, tma=True, kgroups=2)
+)
+#: the winners above with a producer warp added: it alone issues the ring's copies, each as
+#: soon as every reader has freed its slot, so no dequantizing warp waits for the others
+MMA_PRODUCER = (
+    _space([(8, 1, 4)], 1, 4, 1, ring=True, tma=True, kgroups=4, producer=True)
+    + _space([(8, 1, 4)], 1, 4, 2, ring=True, tma=True, kgroups=2, producer=True)
+    + _space([(8, 2, 2)], 1, 4, ring=True, tma=True, producer=True)
+    + _space([(16, 2, 2)], 1, 3, ring=True, tma=True, producer=True)
+)
+#: the scales staged in shared memory once (``s_smem``) rather than loaded a step ahead
+MMA_SCALES = (
+    _space([(8, 1, 4)], 0, 4, 1, ring=True, tma=True, kgroups=4, s_smem=True)
+    + _space([(8, 1, 4)], 0, 4, 1, ring=True, tma=True, kgroups=4, producer=True, s_smem=True)
+    + _space([(8, 2, 2)], 0, 4, ring=True, tma=True, s_smem=True)
+    + _space([(16, 2, 2)], 0, 3, ring=True, tma=True, s_smem=True)
+)
+MMA_SPACE = _space(MMA_BASE) + MMA_RING + MMA_TMA + MMA_GROUPS + MMA_PRODUCER + MMA_SCALES
