@@ -96,7 +96,7 @@ def test_every_mma_config_matches_the_reference(wdtype, group, m):
 
 #: mma configs outside the autotune space: the weights one or two steps ahead in registers, X
 #: a window at a time (one window a part, several, a part cut short; 96 registers), or the
-#: weights through the cp.async ring
+#: weights through the cp.async ring, the scales staged in shared memory with those rings
 MMA_EXTRA = [dict(block_m=8, split_k=3, unroll=1, prefetch=2, x_steps=16),
              dict(block_m=8, split_k=5, unroll=1, prefetch=1, x_steps=16, unroll_steps=2,
                   min_blocks=5),
@@ -107,7 +107,10 @@ MMA_EXTRA = [dict(block_m=8, split_k=3, unroll=1, prefetch=2, x_steps=16),
              dict(block_m=8, split_k=3, unroll=2, w_ring=True),
              dict(block_m=8, split_k=3, unroll=2, w_ring=True, w_tma=True),
              dict(block_m=16, split_k=3, unroll=1, w_ring=True, w_tma=True, x_tma=True,
-                  prefetch=2)]  # fmt: skip
+                  prefetch=2),
+             # the scales staged in shared memory with the cp.async rings
+             dict(block_m=8, split_k=3, unroll=2, s_smem=True),
+             dict(block_m=16, split_k=2, unroll=2, w_ring=True, s_smem=True)]  # fmt: skip
 
 
 @pytest.mark.parametrize("m", [1, 13, 19])  # one row, ragged, two M tiles (one part)
