@@ -16,6 +16,7 @@ from tilus.testing import marker_line
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "quantized"))
 import matmul_wx_a16 as ex  # noqa: E402
 import matmul_wx_a16_mma as mma  # noqa: E402
+import mma_space  # noqa: E402
 
 F16 = tilus.float16
 
@@ -168,7 +169,9 @@ def test_configs_build_without_spills():
              dict(split_k=4, w_ring=True, prefetch=1, stages=4),
              dict(split_k=4, w_ring=True, w_tma=True, prefetch=1, stages=4),
              dict(split_k=4, w_ring=True, w_tma=True, x_tma=True, prefetch=1, stages=4)]  # fmt: skip
-    groups = [c for c in space if c["kgroups"] > 1 or c["producer"] or c["s_smem"]]
+    keys = [k.strip() for k in mma.MMA_KEYS.split(",")]
+    outside = [dict(zip(keys, c)) for c in mma_space.MMA_PRODUCER + mma_space.MMA_SCALES]
+    groups = [c for c in space if c["kgroups"] > 1] + outside  # 5-17 warps a block
     for cfg in space[:2] + [dict(block_m=8, unroll=1, **e) for e in extra] + groups:
         ck = tilus.compile(mma.MatmulWxA16Mma(tilus.uint4b, 128, **mma.pinned(**cfg)), 1, 100, 1024, F16,
                            tilus.uint8, F16, F16)  # fmt: skip
