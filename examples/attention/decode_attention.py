@@ -399,10 +399,17 @@ def split_grid(q, k, max_seq_len: int, splits=None) -> tuple[int, int]:
     up to ``max_seq_len`` positions is split into (``splits`` if given, else ``num_splits``
     for the SMs of ``q``'s device), and their length in positions (whole tiles of every
     config's ``block_n``)."""
+    return split_chunks(k.shape[0], k.shape[1], max_seq_len, q, splits)
+
+
+def split_chunks(b: int, hkv: int, max_seq_len: int, q, splits=None) -> tuple[int, int]:
+    """``(splits, chunk)`` for ``b`` sequences of ``hkv`` KV heads each (see :func:`split_grid`;
+    the paged kernel's too): ``splits`` if given (refused outside ``[1, MAX_SPLITS]``), else
+    ``num_splits`` for the SMs of ``q``'s device, made whole tiles of every config's
+    ``block_n``."""
     import torch
 
-    b, hkv = k.shape[0], k.shape[1]
-    bn = 128  # chunks are whole tiles of every config's block_n
+    bn = 128  # chunks are whole tiles of every config's block_n (and whole pages)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
     if splits is not None and not 1 <= splits <= MAX_SPLITS:
         raise tilus.TilusArgumentError(f"splits must be in [1, {MAX_SPLITS}], got {splits}")

@@ -57,12 +57,11 @@ from attention_support import (  # noqa: E402
     tensor_arg,
 )
 from decode_attention import (  # noqa: E402
-    MAX_SPLITS,
     ROWS,
     TWO_BLOCK_SMEM,
     DecodeBase,
     DecodeCombine,
-    num_splits,
+    split_chunks,
 )
 from flash_attention import LOG2E  # noqa: E402
 
@@ -370,8 +369,7 @@ def paged_decode_launcher(
                 f"block_table[{i}, {p}] = {e} is not a page of k_cache ({num_pages} pages): "
                 f"sequence {i} uses its first {cdiv(int(lens[i]), ps)} entries"
             )
-    if splits is not None and not 1 <= splits <= MAX_SPLITS:
-        raise TilusArgumentError(f"splits must be in [1, {MAX_SPLITS}], got {splits}")
+    splits, chunk = split_chunks(b, hkv, hi, q, splits)
     kernel = kernel or PagedDecodeAttention(page_size=ps, dim=d, dtype=dt)
     if kernel.kwargs.get("page_size", 128) != ps:
         raise TilusArgumentError(
@@ -379,11 +377,6 @@ def paged_decode_launcher(
             f"k_cache has pages of {ps}"
         )
     merge = DecodeCombine(dim=d, dtype=dt)
-    bn = 128  # chunks are whole tiles of every config (and whole pages)
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
-    splits = splits or num_splits(b, hkv, hi, bn, sms)
-    chunk = cdiv(cdiv(hi, splits), bn) * bn
-    splits = cdiv(hi, chunk)
     dev = q.device
     po = torch.zeros((b * hkv * splits, rows, d), dtype=torch.float32, device=dev)  # once
     plse = torch.zeros((b * hkv * splits, rows), dtype=torch.float32, device=dev)
