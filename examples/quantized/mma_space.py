@@ -42,8 +42,13 @@ MMA_RING = _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True) + _space(
 MMA_TMA = (
     _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True, tma=True)
     + _space([(8, 8, 1)], 2, 4, 8, ring=True, tma=True)
-    + _space([(16, 4, 2), (16, 2, 2)], 1, 3, ring=True, tma=True)
+    + _space([(16, 2, 2)], 1, 3, ring=True, tma=True)
 )
+#: out of the space since r90: (16, 4, 2) on the TMA ring, 3 stages, whose output the tuner's
+#: cross-check once found 3.7% off the 19 other configs' at 1 x 8192 x 8192 (not in r87 or
+#: r89, not on the interpreter, nor in the GPU tier at ragged sizes): under investigation
+#: (``bench/w4a16_repeat.py`` repeats a config and reports every launch's error)
+MMA_SUSPECT = _space([(16, 4, 2)], 1, 3, ring=True, tma=True)
 #: the TMA ring read by 2 or 4 warp groups a block (alternate chunks of a step, so unroll 2
 #: or 4): at split 1 a block is one TMA stream of a 64-row tile's whole K range (128 blocks
 #: at 8192^2, the fastest pipeline floor on an H100, r85), and 8-16 warps dequantize it, as

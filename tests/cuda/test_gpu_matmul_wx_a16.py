@@ -189,3 +189,25 @@ def test_autotuned_entry_point(m):
     host, (x, w, s), _y = _problem(m, 136, 1024, 128)
     y = ex.matmul_wx_a16(x, w, s, group=128)
     _close(y, *host, tilus.uint4b, 128)
+
+
+def test_split_k_mma_configs_are_right_at_every_launch():
+    # the space's split-K configs launched again and again at a decode shape: a race in the
+    # parts' meeting (or the ring) shows as a launch now and then off (r90's cross-check
+    # refusal, see mma_space.MMA_SUSPECT)
+    import torch
+
+    m, n, k = 1, 8192, 8192
+    x, w, s, w16 = ex.torch_problem(torch, m, n, k, 128, tilus.uint4b)
+    wp = mma.prepack_torch(torch, w, tilus.uint4b)
+    ref = torch.matmul(x.float(), w16.float().T)
+    y = torch.empty((m, n), dtype=torch.float16, device="cuda")
+    for cfg in mma.MatmulWxA16Mma().configs:
+        if cfg["split_k"] == 1:
+            continue
+        kern = mma.MatmulWxA16Mma(tilus.uint4b, 128, **cfg)
+        for _ in range(10):
+            y.fill_(float("nan"))
+            kern(m, n, k, x, wp, s, y)
+            err = ((y.float() - ref).norm() / ref.norm()).item()
+            assert err < 1e-2, (cfg, err)
