@@ -25,6 +25,7 @@ class _Options:
     bench_warmup: int = 5
     bench_repeat: int = 50
     tune_rest: float = 0.0  # TILUS_TUNE_REST: longest idle pause between tuning timings (CUDA)
+    tune_flush: str = "dirty"  # TILUS_TUNE_FLUSH: the L2 state before each tuning timing
     autotune: bool = True  # TILUS_AUTOTUNE: time every config on CUDA (False: first compiling)
     tma_l2_promotion: int = (
         128  # TILUS_TMA_L2_PROMOTION: L2 fetch size of TMA loads (0/64/128/256 B)
@@ -40,6 +41,7 @@ _ENV = {
     "keep_ptx": ("TILUS_KEEP_PTX", bool),
     "autotune": ("TILUS_AUTOTUNE", bool),
     "tune_rest": ("TILUS_TUNE_REST", float),
+    "tune_flush": ("TILUS_TUNE_FLUSH", str),
     "tma_l2_promotion": ("TILUS_TMA_L2_PROMOTION", int),
 }
 
@@ -143,6 +145,23 @@ def tune_rest(seconds: float):
     if seconds < 0:
         raise ValueError(f"tune_rest needs seconds >= 0, got {seconds}")
     set_option("tune_rest", float(seconds))
+
+
+#: the L2 states the autotuner can time each run from (``tune_flush``)
+TUNE_FLUSHES = ("dirty", "clean")
+
+
+def tune_flush(protocol: str):
+    """The L2 state the autotuner times each run of a config from, on a GPU: ``"dirty"`` (the
+    default: a 256 MiB write before each run, so the L2 is full of dirty lines that the run
+    writes back) or ``"clean"`` (that write, then a 256 MiB read of another buffer, so the L2
+    holds clean lines only, as in a decode loop whose earlier kernels mostly read). A kernel
+    that reads little (a decode GEMV) pays the dirty flush's write-back as a larger share of
+    its time and may rank its configs differently under the two. The protocol is part of the
+    tuning decision's key: a winner found under one is not reused under the other."""
+    if protocol not in TUNE_FLUSHES:
+        raise ValueError(f"tune_flush must be one of {TUNE_FLUSHES}, got {protocol!r}")
+    set_option("tune_flush", protocol)
 
 
 def autotune(enable: bool = True):

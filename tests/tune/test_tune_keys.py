@@ -2,6 +2,7 @@
 
 import pytest
 
+import tilus
 from tilus.dtypes import float32, int32, int64
 from tilus.tune import (
     device_fingerprint,
@@ -93,3 +94,61 @@ def test_tuning_ints_and_file_names():
     assert script_file_name("MatmulWGMMAV5") == "matmul_wgmmav5"
     assert script_file_name("VecAdd") == "vec_add"
     assert script_file_name("a/b c") == "a_b_c"
+
+
+def test_a_clean_flush_tuning_protocol_is_its_own_key():
+    # a winner timed after a clean L2 flush is another decision than one timed after a dirty
+    # flush; the default protocol leaves existing keys as they were
+    base = key()
+    with tilus.option.scoped(tune_flush="clean"):
+        assert key() != base
+    assert key() == base
+
+
+def test_tune_flush_refuses_an_unknown_protocol(monkeypatch):
+    from tilus.tune.timing import flush_protocol
+
+    with pytest.raises(ValueError, match="tune_flush must be one of"):
+        tilus.option.tune_flush("rotate")
+    monkeypatch.setenv("TILUS_TUNE_FLUSH", "wash")
+    with pytest.raises(ValueError, match="TILUS_TUNE_FLUSH"):
+        flush_protocol()
+    monkeypatch.setenv("TILUS_TUNE_FLUSH", "clean")
+    assert flush_protocol() == "clean"
+
+
+def test_clean_flush_writes_then_reads_another_buffer(monkeypatch):
+    from tilus.tune import timing
+
+    calls = []
+
+    class Buf:
+        def __init__(self, name):
+            self.name = name
+
+        def zero_(self):
+            calls.append(("write", self.name))
+
+        def max(self):
+            calls.append(("read", self.name))
+
+    class FakeTorch:
+        int32, int64 = "int32", "int64"
+
+        class cuda:  # noqa: N801 - the attribute torch has
+            @staticmethod
+            def current_device():
+                return 99
+
+        @staticmethod
+        def empty(n, dtype, device):
+            return Buf("written")
+
+        @staticmethod
+        def ones(n, dtype, device):
+            return Buf("read")
+
+    monkeypatch.setattr(timing, "_flush_buffers", {})
+    timing._flush_buffer(FakeTorch, "clean")()
+    timing._flush_buffer(FakeTorch, "dirty")()
+    assert calls == [("write", "written"), ("read", "read"), ("write", "written")]

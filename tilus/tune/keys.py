@@ -214,7 +214,19 @@ def dispatch_key(
         "buckets": buckets,
         "fingerprint": dict(fingerprint if fingerprint is not None else device_fingerprint()),
     }
+    protocol = _tuning_protocol()
+    if protocol:  # only a non-default protocol joins the key (existing tables stay valid)
+        doc["protocol"] = protocol
     return hashlib.sha256(canonical_json(doc).encode()).hexdigest()[:32]
+
+
+def _tuning_protocol() -> dict:
+    """The tuning options that change which config wins, where they differ from the default:
+    a winner timed under another L2 flush is not the same decision."""
+    from tilus.option import get_option
+
+    flush = get_option("tune_flush")
+    return {} if flush == "dirty" else {"flush": str(flush)}
 
 
 def script_identity(instantiated) -> str:

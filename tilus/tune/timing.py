@@ -45,13 +45,40 @@ def cuda_available() -> bool:
         return False
 
 
-def _flush_buffer(torch):
+def _flush_buffer(torch, protocol: str = "dirty"):
+    """The callable that flushes the L2 before a timed run under ``protocol`` (``tune_flush``):
+    a 256 MiB write (``dirty``), or that write and then a read of another 256 MiB (``clean``:
+    the read evicts the written lines, whose write-back then falls outside the timed span).
+    An int64 ``max`` reads its buffer in place (no widened copy to write)."""
     dev = torch.cuda.current_device()
-    buf = _flush_buffers.get(dev)
-    if buf is None:
+    key = (dev, protocol)
+    flush = _flush_buffers.get(key)
+    if flush is None:
         buf = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=f"cuda:{dev}")
-        _flush_buffers[dev] = buf
-    return buf
+        if protocol == "clean":
+            other = torch.ones(L2_FLUSH_BYTES // 8, dtype=torch.int64, device=f"cuda:{dev}")
+
+            def flush():
+                buf.zero_()
+                other.max()
+
+        else:
+            flush = buf.zero_
+        _flush_buffers[key] = flush
+    return flush
+
+
+def flush_protocol() -> str:
+    """The ``tune_flush`` option, checked (an unknown value, e.g. from ``TILUS_TUNE_FLUSH``, is
+    refused rather than timed some other way)."""
+    from tilus.option import TUNE_FLUSHES, get_option
+
+    protocol = get_option("tune_flush")
+    if protocol not in TUNE_FLUSHES:
+        raise ValueError(
+            f"tune_flush (TILUS_TUNE_FLUSH) must be one of {TUNE_FLUSHES}, got {protocol!r}"
+        )
+    return protocol
 
 
 def _bench_cuda(fn, warmup: int, repeat: int, flush_l2: bool) -> list[float]:
@@ -67,13 +94,13 @@ def _bench_cuda(fn, warmup: int, repeat: int, flush_l2: bool) -> list[float]:
     spin = getattr(torch.cuda, "_sleep", None)
     # ~2 GHz SM clock; twice the host time (a lower clock only lengthens the spin)
     spin_cycles = int(min(statistics.median(host), 0.01) * 2e9 * 2) + 20_000
-    flush = _flush_buffer(torch) if flush_l2 else None
+    flush = _flush_buffer(torch, flush_protocol()) if flush_l2 else None
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     torch.cuda.synchronize()
     for start, end in zip(starts, ends):
         if flush is not None:
-            flush.zero_()  # evict the kernel's working set from L2 (outside the timed span)
+            flush()  # evict the kernel's working set from L2 (outside the timed span)
         if spin is not None:
             spin(spin_cycles)  # keeps the GPU busy while the host enqueues the timed call
         start.record()
