@@ -13,6 +13,9 @@ implementation called back to back on input sets that together are several L2s,
 ``bench/rowwise.py``). Prints a line a shape and protocol
 (microseconds, the ratio to cuBLAS, new over old); ``--out FILE`` keeps the rounds as JSON.
 ``--dry-run`` (no GPU) runs both modules on the interpreter at a small ragged size instead.
+Only the kernel file is versioned: both versions import the helpers beside it as they are now
+(``split_k.py``, ``mma_space.py``, ``mma_operands.py``; a file from before they were split out
+has its own copies), so an A/B of a change to a helper needs the old helper copied too.
 """
 
 from __future__ import annotations

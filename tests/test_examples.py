@@ -63,6 +63,7 @@ HELPERS = [
     "quantized/matmul_wx_a16_prefill.py",
     "quantized/split_k.py",
     "quantized/mma_space.py",
+    "quantized/mma_operands.py",
     "quantized/fp8_support.py",
 ]  # imported, not run alone
 

@@ -53,6 +53,7 @@ import inspect
 import sys
 
 import numpy as np
+from mma_operands import CHUNK, MmaOperands, words_layout
 from mma_space import MMA_KEYS, MMA_SPACE
 from split_k import SplitKParts
 
@@ -63,7 +64,6 @@ from tilus.ir.layout import reduce, shared_row_major, shared_row_major_swizzle, 
 from tilus.ir.layout.register import mma_c
 from tilus.utils import cdiv
 
-CHUNK = 128  # K of one packed chunk: the 8 k16 steps a lane's 32 bytes cover
 #: the packed order (outer to inner) of a 16-row x 128-K chunk's codes: the lane's row
 #: (g = lane / 4), K pair (q = lane % 4), then its registers: K step s (a 32-bit word), the
 #: pair element e, the K half h (8 past), the row half rh (8 rows down); so a word's nibbles
@@ -101,12 +101,6 @@ def magic_bias(rh, _e):
 def magic_row_scale(r, _c):
     """``MAGIC_ROW_SCALE`` of row ``r`` of a tile of 16-row fragments."""
     return MAGIC_ROW_SCALE[0] + ((r >> 3) & 1) * (MAGIC_ROW_SCALE[1] - MAGIC_ROW_SCALE[0])
-
-
-def words_layout(warps: int):
-    """A chunk's packed words [warps, 256] in registers: lane l of warp w holds words
-    8l .. 8l + 7 (its 32 bytes)."""
-    return spatial(warps, 32).local(1, 8)
 
 
 def packed_shape(n: int, k: int) -> tuple[int, int]:
@@ -151,7 +145,7 @@ def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
 
 
 @tilus.autotune(MMA_KEYS, MMA_SPACE)
-class MatmulWxA16Mma(SplitKParts, tilus.Script):
+class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
     """``Y[M, N] = X[M, K] @ dequant(W[N, K])^T`` for M <= ``block_m`` with prepacked
     4-bit weights (:func:`prepack`) and group-``group`` fp16 scales [N, K / group]."""
 
@@ -463,21 +457,6 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
                 ss.append(self.wscales(gs, on, st * u + c, s_layout))
         return ws_, ss
 
-    def wscales(self, gs, on: int32, chunk: int32, s_layout):
-        """The block's rows' scales of chunk ``chunk``, in the accumulator's row layout (with
-        ``s_smem`` from the shared tile ``gs``, a chunk's scales a row)."""
-        if self.s_smem:
-            gi: int32 = chunk * CHUNK // self.group
-            if gi >= gs.shape[0]:
-                gi = gs.shape[0] - 1  # a chunk past K (its codes and X are zero): any scale
-            row = self.load_shared(gs[gi])
-            sc = self.reshape(row, [16 * self.warps, 1])
-        else:
-            sc = self.load_global(gs, offsets=[on, chunk * CHUNK // self.group],
-                                  shape=[16 * self.warps, 1])  # fmt: skip
-        self.annotate_layout(sc, s_layout)  # the accumulator's rows
-        return sc
-
     def products(self, ws_, ss, xs, acc, rsc):
         """``acc += scale * (W chunk @ X chunk^T)`` for the chunks of a step: their packed
         words ``ws_``, scales ``ss`` and X tiles in shared memory ``xs``; ``rsc``: each row's
@@ -505,66 +484,6 @@ class MatmulWxA16Mma(SplitKParts, tilus.Script):
         h = self.reshape(self.view(f, dtype=float16), [nw, 8, 4, 8, 2, 2, 2])  # s, h, rh, e
         bias = self.register_tensor(dtype=float16, shape=[2, 1], init=magic_bias)  # [rh, 1]
         return self.reshape((h - bias).permute(0, 5, 1, 3, 4, 2, 6), [16 * nw, CHUNK])
-
-    def wcodes(self, gw32, on: int32, chunk: int32):
-        """The packed words of chunk ``chunk`` of the block's rows (uint32 [warps, 256]: each
-        lane's 32 contiguous bytes, two 16-byte loads)."""
-        nw = self.warps
-        raw = self.load_global(gw32, offsets=[chunk, on // 16, 0], shape=[nw, 256], dims=[1, 2])
-        self.annotate_layout(raw, words_layout(nw))  # lane l: words 8l .. 8l + 7
-        return raw
-
-    def fill_x(self, gxk, sx, step: int32, slot: int32, s_hi: int32, om: int32, kc: int,
-               gw32, sw, on: int32, wbar, gwt, gxt, free=None):  # fmt: skip
-        """Start copying the X chunks of step ``step`` (and with ``w_ring`` its weight chunks)
-        into ring slot ``slot`` (one commit group); a step past the part's last reads nothing
-        (zero-filled). ``free`` = ``(ebar, t)``: the issuing thread first waits until every
-        thread has read the slot in step ``t - 1`` (none at ``t`` = 0)."""
-        k0: int32 = step * self.unroll
-        if step >= s_hi:
-            k0 = kc
-        if not self.x_tma:
-            self.copy_async(gxk, sx[slot], offsets=[k0, om, 0])
-        if self.w_tma:
-            if step < s_hi:  # none past the part: no copy is in flight when the block ends
-                with self.single_thread():
-                    if free is not None:
-                        ebar, t = free
-                        if t > 0:  # the slot's (t - 1) // ns-th use ended
-                            self.mbarrier.wait(ebar[slot], phase=((t - 1) // self.stages) % 2)
-                    nbytes = sw[slot].nbytes + (sx[slot].nbytes if self.x_tma else 0)
-                    self.mbarrier.arrive_and_expect_tx(wbar[slot], transaction_bytes=nbytes)
-                    if self.x_tma:
-                        for c in self.chunks:  # a box [block_m, 128] a chunk (zero rows past M)
-                            self.tma.global_to_shared(src=gxt, dst=sx[slot, c],
-                                                      offsets=[om, (k0 + c) * CHUNK],
-                                                      mbarrier=wbar[slot])  # fmt: skip
-                    for c in self.chunks:  # a box [warps, 256 words] a chunk
-                        self.tma.global_to_shared(src=gwt, dst=sw[slot, c],
-                                                  offsets=[on // 16, k0 + c, 0], dims=[0, 2],
-                                                  mbarrier=wbar[slot])  # fmt: skip
-        elif self.w_ring:
-            self.copy_async(gw32, sw[slot], offsets=[k0, on // 16, 0])
-        self.copy_async_commit_group()
-
-    def stage_scales(self, scl, on: int32, kg: int):
-        """With ``s_smem``: the block's rows' scales over the whole K range loaded by warp group
-        ``kg`` into its shared tile, group-major (``[K / group, rows]``: a chunk's scales are a
-        row); returns the tile."""
-        gs, ssm = scl
-        nw = self.warps
-        ng = ssm.shape[1]
-        allsc = self.load_global(gs, offsets=[on, 0], shape=[16 * nw, ng])
-        self.store_shared(ssm[kg], self.transpose(allsc))
-        self.sync()  # the warp group's barrier: every row is in
-        return ssm[kg]
-
-    def ring_words(self, sw_c):
-        """A chunk's packed words from the ring (uint32 [warps, 256]: a lane's 32 bytes, two
-        16-byte shared loads)."""
-        raw = self.load_shared(sw_c)
-        self.annotate_layout(raw, words_layout(self.warps))  # lane l: words 8l .. 8l + 7
-        return raw
 
 
 def pinned(**kw) -> dict:
