@@ -33,6 +33,9 @@ rounds:
 ``zero_()``, which leaves it full of dirty lines: the timed kernel's first reads also write
 those back. ``--flush clean`` then reads another 256 MiB (outside the timed span), so the L2
 holds clean lines only, as in a decode loop whose previous layers read their weights.
+``--flush rotate`` (the w4a16 case only) flushes nothing: each implementation runs back to
+back over random problems of the shape that together are several L2s (``bench/rowwise.py``),
+as the layers of a decode loop run.
 
 ``--dry-run`` needs no GPU: every case runs its tilus kernel on the interpreter at a tiny
 ragged size and checks it.
@@ -55,7 +58,7 @@ for p in (REPO, REPO / "bench", REPO / "examples" / "quantized"):
         sys.path.insert(0, str(p))
 
 from l2_flush import FLUSHES, make_flush  # noqa: E402 - the L2 flush protocols
-from rowwise import git_commit, interleaved_rounds  # noqa: E402 - the shared timing helpers
+from rowwise import git_commit, interleaved_rounds, rotated_rounds  # noqa: E402 - timing helpers
 
 MATMUL_SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4000, 3008, 4000)]
 CAST_SHAPES = [(4096, 7168), (16384, 4096), (3000, 5000)]
@@ -320,7 +323,11 @@ def _w4a16_rows(torch, args, flush, m, n, k, wname):
         "cuBLAS fp16": lambda x=x, w16=w16: torch.matmul(x, w16.T),
     }
     moved = {tag: wbytes.numel() + 2 * s.numel(), "cuBLAS fp16": 2 * n * k}
-    rounds = _interleaved(runs, torch, flush, args)
+    if args.flush == "rotate":
+        rounds = rotated_rounds(_w4a16_sets(torch, runs, moved, tag, m, n, k, wdtype, w.shape),
+                                torch, args.rounds, args.reps)  # fmt: skip
+    else:
+        rounds = _interleaved(runs, torch, flush, args)
     base = statistics.median(rounds["cuBLAS fp16"])
     rows = []
     for name, ts in rounds.items():
@@ -329,6 +336,30 @@ def _w4a16_rows(torch, args, flush, m, n, k, wname):
                          metric="GB/s", value=moved[name] / ms / 1e6, ratio=base / ms,
                          rounds_ms=ts, config=config if name == tag else ""))  # fmt: skip
     return rows, ok
+
+
+def _w4a16_sets(torch, runs, moved, tag, m, n, k, wdtype, wshape) -> dict:
+    """The ``rotate`` protocol's runs: each of ``runs`` (on the checked problem) and more
+    random problems of the shape, enough that no set is still in the L2 when its turn comes
+    (``rowwise.rotation_sets`` of each implementation's bytes): prepared random weight bytes
+    for tilus, random fp16 weights for cuBLAS."""
+    import matmul_wx_a16
+    from rowwise import rotation_sets
+
+    g = W4A16_GROUP
+    out = {name: [fn] for name, fn in runs.items()}
+    for _ in range(1, rotation_sets(moved[tag])):
+        x = torch.randn(m, k, dtype=torch.float16, device="cuda")
+        w = torch.randint(0, 256, tuple(wshape), dtype=torch.uint8, device="cuda")
+        s = (torch.rand(n, k // g, device="cuda") * 0.02 + 0.002).half()
+        weights = matmul_wx_a16.prepare_weights(w, s, wdtype=wdtype, group=g)
+        y = torch.empty((m, n), dtype=torch.float16, device="cuda")
+        out[tag].append(lambda t=(x, weights, y): matmul_wx_a16.matmul_wx_a16(t[0], t[1], out=t[2]))
+    for _ in range(1, rotation_sets(moved["cuBLAS fp16"])):
+        x = torch.randn(m, k, dtype=torch.float16, device="cuda")
+        w16 = torch.randn(n, k, dtype=torch.float16, device="cuda")
+        out["cuBLAS fp16"].append(lambda x=x, w16=w16: torch.matmul(x, w16.T))
+    return out
 
 
 def w4a16_bench(torch, args, flush):
@@ -435,7 +466,7 @@ def bench(args) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU: use --dry-run for the CPU checks")
         return 1
-    flush = make_flush(torch, args.flush)
+    flush = None if args.flush == "rotate" else make_flush(torch, args.flush)
     results, status = [], 0
     for case in _selected(args.cases):
         rows, ok = case.bench(torch, args, flush)
@@ -490,12 +521,16 @@ def main(argv=None) -> int:
                     help="w4a16: only these M of W4A16_SHAPES (comma-separated; default all)")  # fmt: skip
     ap.add_argument("--fp8-matmul-shapes", type=int, default=0,
                     help="fp8_matmul: only the first this many of MATMUL_SHAPES (0: all)")  # fmt: skip
-    ap.add_argument("--flush", default="dirty", choices=FLUSHES,
+    ap.add_argument("--flush", default="dirty", choices=(*FLUSHES, "rotate"),
                     help="the L2 flush before each timed run: dirty (a 256 MiB write) or clean "
-                         "(the write, then a 256 MiB read)")  # fmt: skip
+                         "(the write, then a 256 MiB read); rotate (w4a16 only): no flush, "
+                         "back to back over several L2s of input sets")  # fmt: skip
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: check on the interpreter")
     args = ap.parse_args(argv)
+    other = [c.name for c in _selected(args.cases) if c.name != "w4a16"]
+    if args.flush == "rotate" and other:
+        raise SystemExit(f"--flush rotate times the w4a16 case only; also selected: {other}")
     return dry_run(args) if args.dry_run else bench(args)
 
 

@@ -38,3 +38,9 @@ def test_unknown_case_is_refused():
 def test_crossover_bench_help():
     p = run_bench("wx_crossover.py", "--help")
     assert p.returncode == 0 and "--types" in p.stdout
+
+
+def test_rotate_protocol_is_for_the_w4a16_case_only():
+    p = _run("--dry-run", "--flush", "rotate", "--cases", "fp8_matmul,w4a16")
+    assert p.returncode != 0 and "rotate times the w4a16 case only" in p.stderr
+    assert "fp8_matmul" in p.stderr
