@@ -149,6 +149,6 @@ def test_clean_flush_writes_then_reads_another_buffer(monkeypatch):
             return Buf("read")
 
     monkeypatch.setattr(timing, "_flush_buffers", {})
-    timing._flush_buffer(FakeTorch, "clean")()
-    timing._flush_buffer(FakeTorch, "dirty")()
+    timing.l2_flush(FakeTorch, "clean")()
+    timing.l2_flush(FakeTorch, "dirty")()
     assert calls == [("write", "written"), ("read", "read"), ("write", "written")]

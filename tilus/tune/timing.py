@@ -45,7 +45,7 @@ def cuda_available() -> bool:
         return False
 
 
-def _flush_buffer(torch, protocol: str = "dirty"):
+def l2_flush(torch, protocol: str = "dirty"):
     """The callable that flushes the L2 before a timed run under ``protocol`` (``tune_flush``):
     a 256 MiB write (``dirty``), or that write and then a read of another 256 MiB (``clean``:
     the read evicts the written lines, whose write-back then falls outside the timed span).
@@ -54,7 +54,10 @@ def _flush_buffer(torch, protocol: str = "dirty"):
     key = (dev, protocol)
     flush = _flush_buffers.get(key)
     if flush is None:
-        buf = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=f"cuda:{dev}")
+        buf = _flush_buffers.get((dev, "buffer"))  # the write's buffer, one a device
+        if buf is None:
+            buf = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=f"cuda:{dev}")
+            _flush_buffers[(dev, "buffer")] = buf
         if protocol == "clean":
             other = torch.ones(L2_FLUSH_BYTES // 8, dtype=torch.int64, device=f"cuda:{dev}")
 
@@ -94,7 +97,7 @@ def _bench_cuda(fn, warmup: int, repeat: int, flush_l2: bool) -> list[float]:
     spin = getattr(torch.cuda, "_sleep", None)
     # ~2 GHz SM clock; twice the host time (a lower clock only lengthens the spin)
     spin_cycles = int(min(statistics.median(host), 0.01) * 2e9 * 2) + 20_000
-    flush = _flush_buffer(torch, flush_protocol()) if flush_l2 else None
+    flush = l2_flush(torch, flush_protocol()) if flush_l2 else None
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeat)]
     torch.cuda.synchronize()
