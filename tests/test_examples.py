@@ -60,6 +60,7 @@ HELPERS = [
     "attention/flash_gemms.py",
     "quantized/matmul_wx_a16_decode.py",
     "quantized/matmul_wx_a16_pipe.py",
+    "quantized/mma_codecs.py",
     "quantized/matmul_wx_a16_prefill.py",
     "quantized/split_k.py",
     "quantized/mma_space.py",

@@ -141,7 +141,7 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
 
 @pytest.mark.parametrize(
     "kw, what",
-    [(dict(wdtype=tilus.int8), "wdtype"), (dict(group=64), "group"),
+    [(dict(wdtype=tilus.float7_e5m1), "wdtype"), (dict(group=64), "group"),
      (dict(block_m=4), "block_m"), (dict(warps=8), "warps"), (dict(prefetch=3), "prefetch"),
      (dict(x_steps=-1), "x_steps"), (dict(w_ring=True, x_steps=2), "w_ring needs the X ring"),
      (dict(w_tma=True), "w_tma needs w_ring"), (dict(w_ring=True, x_tma=True), "x_tma needs"),
@@ -218,3 +218,74 @@ def test_too_many_scale_groups_for_s_smem_is_reported_at_its_check():
         kernel(m, n, k, x, mma.prepack(codes), s, y)
     assert info.value.loc.line == marker_line(mma.MatmulWxA16Mma, "CHECK:s_smem")
     assert np.isnan(y).all()
+
+
+def test_dense_prepack_puts_each_register_pair_side_by_side_in_the_lanes_run():
+    from tilus.packing import unpack
+
+    rng = np.random.default_rng()
+    n, k = 21, 256
+    for wdtype in (tilus.uint3b, tilus.int2b, tilus.uint1b):
+        nb = wdtype.nbits
+        codes = rng.integers(0, 1 << nb, (n, k))
+        packed = mma.prepack(codes, wdtype)
+        assert packed.shape == (32, k * nb // 8)  # N padded to 16
+        flat = unpack(packed.reshape(-1), nb, 32 * k).astype(np.int64)
+        # chunk (R=0, G=1), lane g=3, q=2: 64 codes in the order K step, K half, row half,
+        # pair element; an unsigned code with its top bit flipped
+        base = (0 * (k // 128) + 1) * 2048 + (3 * 4 + 2) * 64
+        got = flat[base : base + 64].reshape(8, 2, 2, 2) ^ mma.code_flip(wdtype)  # s, h, rh, e
+        flip = 1 << (nb - 1) if wdtype.kind == "uint" else 0
+        assert mma.code_flip(wdtype) == flip
+        for s in range(8):
+            for h in range(2):
+                for rh in range(2):
+                    for e in range(2):
+                        assert got[s, h, rh, e] == codes[3 + 8 * rh, 128 + 16 * s + 8 * h + 4 + e]
+
+
+@pytest.mark.parametrize("wdtype", mma.MMA_TYPES, ids=str)
+def test_prepack_with_torch_matches_the_numpy_one(wdtype):
+    import torch
+
+    n, k = 37, 384
+    _x, codes, _s, packed = ex.random_problem(np.random.default_rng(), 1, n, k, 128, wdtype)
+    w = torch.from_numpy(packed.reshape(n, k * wdtype.nbits // 8).copy())
+    assert (mma.prepack_torch(torch, w, wdtype).numpy() == mma.prepack(codes, wdtype)).all()
+
+
+#: configs of the other types: registers, the cp.async ring, the TMA ring (split 3: a ragged
+#: last step and empty parts), warp groups with a producer
+OTHER_CFGS = [dict(block_m=8, split_k=3, unroll=2),
+              dict(block_m=16, split_k=2, unroll=2, w_ring=True, prefetch=1),
+              dict(block_m=8, split_k=3, unroll=2, w_ring=True, w_tma=True, x_tma=True,
+                   prefetch=1),
+              dict(block_m=16, split_k=1, unroll=4, kgroups=2, w_ring=True, w_tma=True,
+                   x_tma=True, producer=True, min_blocks=2)]  # fmt: skip
+
+
+@pytest.mark.parametrize("wdtype", mma.MMA_TYPES[2:], ids=str)
+@pytest.mark.parametrize("m, cfg", [(1, OTHER_CFGS[0]), (13, OTHER_CFGS[1]), (1, OTHER_CFGS[2]),
+                                    (19, OTHER_CFGS[3])])  # fmt: skip
+def test_other_types_match_dequantize_then_matmul(wdtype, m, cfg):
+    assert mma.run_interp(wdtype, 128, m, 37, 640, **cfg) < 1e-2
+
+
+@pytest.mark.parametrize("wdtype", mma.MMA_TYPES[2:], ids=str)
+def test_the_entry_runs_the_other_types_prepared_on_the_mma_kernel(wdtype):
+    err, name = ex.run_entry(wdtype, 128, 3, 70, 384)
+    assert name == "MatmulWxA16Mma" and err < 1e-2
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("wdtype", mma.MMA_TYPES[2:], ids=str)
+def test_other_types_build_without_spills_or_shared_round_trips(wdtype):
+    # the paired casts leave each fragment register where the mma reads it: no layout
+    # conversion through shared memory (the 4-bit integer build's ld/st.shared are its rings')
+    base = mma.MatmulWxA16Mma(tilus.uint4b, 128, **mma.pinned(**OTHER_CFGS[2]))
+    args = (1, 100, 1024, F16, tilus.uint8, F16, F16)
+    ref = tilus.compile(base, *args)
+    for cfg in OTHER_CFGS:
+        ck = tilus.compile(mma.MatmulWxA16Mma(wdtype, 128, **mma.pinned(**cfg)), *args)
+        assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
+    assert ck.source.count("__syncthreads") <= ref.source.count("__syncthreads")

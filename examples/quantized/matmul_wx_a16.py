@@ -7,9 +7,9 @@ first use::
     weights = prepare_weights(w_packed, scales, wdtype=tilus.uint4b, group=128)
     y = matmul_wx_a16(x, weights)  # x fp16 [M, K] -> y fp16 [M, N]
 
-Up to ``MMA_MAX_M`` rows of X (the boundary measured on an H200) prepared 4-bit weights run
-the mma.sync kernel of ``matmul_wx_a16_mma.py`` on the copy ``prepare_weights`` packed in
-fragment order; more rows the pipelined WGMMA kernel of ``matmul_wx_a16_pipe.py`` (and from
+Up to ``MMA_MAX_M`` rows of X (the boundary measured on an H200) prepared weights of the mma
+types (``mma_codecs.MMA_TYPES``: the 1-4-bit integers, fp4 e2m1 and fp3 e1m1) run the mma.sync
+kernel of ``matmul_wx_a16_mma.py`` on the copy ``prepare_weights`` packed in fragment order; more rows the pipelined WGMMA kernel of ``matmul_wx_a16_pipe.py`` (and from
 ``PREFILL_MIN_M`` rows, when set, the persistent one of ``matmul_wx_a16_prefill.py``: off, as
 it measured slower); other bit widths (1-8-bit integers, fp4/fp6 floats) and groups that are
 not whole 128-K chunks the memory-streaming kernel of ``matmul_wx_a16_decode.py`` at decode
@@ -204,8 +204,8 @@ class WxA16Weights:
             pipelined kernels read these).
         scales: fp16 [N, K / group].
         w_prepacked: the bytes in mma fragment order (``matmul_wx_a16_mma.prepack_torch``,
-            [N padded to 16, K / 2]) for 4-bit weights with a group that is a multiple of
-            128, else None.
+            [N padded to 16, K * bits / 8]) for weights of ``mma_codecs.MMA_TYPES`` with a
+            group that is a multiple of 128, else None.
     """
 
     wdtype: object
@@ -221,9 +221,10 @@ def prepare_weights(w_packed, scales, *, wdtype=tilus.uint4b, group: int = 128) 
     """The weights object of plain packed weights ``w_packed`` (uint8 [N, K * bits / 8], code
     k of a row at bit ``k * bits``) and their fp16 ``scales`` [N, K / group], made once per
     weight (on the weights' device, with torch): it checks the shapes (a
-    :class:`TilusArgumentError` naming the argument) and, for 4-bit types with a group that is
-    a multiple of 128, adds the mma fragment-order copy the decode-M kernel reads (so it
-    holds the 4-bit weights twice: the plain bytes serve the large-M kernel)."""
+    :class:`TilusArgumentError` naming the argument) and, for the mma kernel's types
+    (``mma_codecs.MMA_TYPES``) with a group that is a multiple of 128, adds the mma
+    fragment-order copy the decode-M kernel reads (so it holds those weights twice: the plain
+    bytes serve the large-M kernels)."""
     import torch
 
     if wdtype not in WEIGHT_TYPES:
@@ -241,14 +242,14 @@ def prepare_weights(w_packed, scales, *, wdtype=tilus.uint4b, group: int = 128) 
             f"float16 [N, K / group] = [{n}, {k // group}]"
         )
     pre = None
-    if wdtype in (tilus.uint4b, tilus.int4b) and group % mma.CHUNK == 0:
+    if wdtype in mma.MMA_TYPES and group % mma.CHUNK == 0:
         pre = mma.prepack_torch(torch, w_packed, wdtype)
     return WxA16Weights(wdtype, group, n, k, w_packed, scales, pre)
 
 
 def pick_kernel(m: int, weights: WxA16Weights):
-    """(the kernel, the weight bytes it reads) for ``m`` rows of X: prepared 4-bit weights up
-    to ``MMA_MAX_M`` rows run the mma.sync kernel (``matmul_wx_a16_mma.py``); otherwise up to
+    """(the kernel, the weight bytes it reads) for ``m`` rows of X: weights prepared with the
+    mma copy (``w_prepacked``) up to ``MMA_MAX_M`` rows run the mma.sync kernel (``matmul_wx_a16_mma.py``); otherwise up to
     ``DECODE_M`` rows (and every M for types other than int4b/uint4b) the memory-streaming
     decode kernel (``matmul_wx_a16_decode.py``), more rows the pipelined WGMMA one
     (``matmul_wx_a16_pipe.py``), from ``PREFILL_MIN_M`` rows if set (groups that are
@@ -258,11 +259,11 @@ def pick_kernel(m: int, weights: WxA16Weights):
     constructor, tuned on first use."""
     wd, g = weights.wdtype, weights.group
     four = wd in (tilus.uint4b, tilus.int4b)
+    if weights.w_prepacked is not None and m <= MMA_MAX_M:
+        return mma.MatmulWxA16Mma(wd, g), weights.w_prepacked
     from_m = DEQUANT_MIN_M if four else DEQUANT_MIN_M_OTHER
     if from_m is not None and m >= from_m:
         return MatmulWxA16Dequant(wd, g), weights.w_packed
-    if weights.w_prepacked is not None and m <= MMA_MAX_M:
-        return mma.MatmulWxA16Mma(wd, g), weights.w_prepacked
     if m <= DECODE_M or not four:
         return decode_kernel(wd, g), weights.w_packed
     if PREFILL_MIN_M is not None and m >= PREFILL_MIN_M and g % 128 == 0:

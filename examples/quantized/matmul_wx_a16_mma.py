@@ -1,9 +1,13 @@
-"""Decode W4A16 on mma.sync: 4-bit weights packed offline in fragment order, X up to 16 rows.
+"""Decode WxA16 on mma.sync: X-bit weights packed offline in fragment order, X up to 16 rows.
 
-``Y = X @ dequant(W)^T`` as in ``matmul_wx_a16.py`` for M <= ``block_m`` (8 or 16), with the
-weights repacked once by :func:`prepack` so that each lane's share of an mma.sync A fragment
-(``m16n8k16``: rows ``lane / 4`` and ``lane / 4 + 8``, K pairs ``2 * (lane % 4)`` and 8 past
-it, for the 8 K steps of a 128-K chunk) is 32 contiguous bytes, one 32-bit word a K step, in
+``Y = X @ dequant(W)^T`` as in ``matmul_wx_a16.py`` for M <= ``block_m`` (8 or 16) and any
+weight type of ``mma_codecs.MMA_TYPES`` (1-8-bit integers, sub-byte floats without inf/NaN
+codes), with the weights repacked once by :func:`prepack` so that each lane's share of an
+mma.sync A fragment (``m16n8k16``: rows ``lane / 4`` and ``lane / 4 + 8``, K pairs
+``2 * (lane % 4)`` and 8 past it, for the 8 K steps of a 128-K chunk) is one contiguous run
+of ``2 * bits`` 32-bit words (``mma_codecs.py`` has both packings; the types other than the
+4-bit integers go through the backend's paired casts, ``codes_fragment``). For 4-bit
+integers it is 32 bytes, one word a K step, in
 which nibble ``j + 4 e`` holds ``c + 8`` for element ``e`` of fragment register ``j`` (a
 weight ``c``). A lane loads its words (two 16-byte loads) and dequantizes them by magic
 numbers in the kernel itself (``fragment``): register ``j``'s two codes lie 16 bits apart, so
@@ -53,7 +57,30 @@ import inspect
 import sys
 
 import numpy as np
-from mma_operands import CHUNK, MmaOperands, words_layout
+from mma_codecs import (  # noqa: F401  (re-exported: the packing is part of this kernel's API)
+    CHUNK,
+    MAGIC_BIAS,
+    MAGIC_EXP,
+    MAGIC_MASK,
+    MAGIC_ROW_SCALE,
+    MAGIC_SHR,
+    MMA_TYPES,
+    PACK_ORDER,
+    check_type,
+    code_dtype,
+    code_flip,
+    int4_magic,
+    lane_words,
+    magic_bias,
+    magic_mask,
+    magic_row_scale,
+    magic_shr,
+    nibble_order,
+    packed_shape,
+    prepack,
+    prepack_torch,
+)
+from mma_operands import MmaOperands, words_layout
 from mma_space import MMA_KEYS, MMA_SPACE
 from split_k import SplitKParts
 
@@ -63,85 +90,6 @@ from tilus.errors import TilusArgumentError
 from tilus.ir.layout import reduce, shared_row_major, shared_row_major_swizzle, spatial
 from tilus.ir.layout.register import mma_c
 from tilus.utils import cdiv
-
-#: the packed order (outer to inner) of a 16-row x 128-K chunk's codes: the lane's row
-#: (g = lane / 4), K pair (q = lane % 4), then its registers: K step s (a 32-bit word), the
-#: pair element e, the K half h (8 past), the row half rh (8 rows down); so a word's nibbles
-#: j and j + 4 are fragment register j = 2 h + rh
-PACK_ORDER = "g q s e h rh"
-#: fragment register j's nibbles (j and j + 4, 16 bits apart) of a word shifted right by
-#: ``MAGIC_SHR[j]`` lie under ``MAGIC_MASK[j]``: bits 0-3 and 16-19 (j even: the row half
-#: rh = 0) or 4-7 and 20-23 (j odd: rh = 1), so one shift serves four pairs
-MAGIC_SHR = (0, 0, 8, 8)
-MAGIC_MASK = (0x000F000F, 0x00F000F0, 0x000F000F, 0x00F000F0)
-#: the exponent bits of 1024.0 over both halves: a nibble v under the mask makes the f16
-#: 1024 + v (rh = 0) or 1024 + 16 v (rh = 1); v is c + 8 for the code c (see ``prepack``)
-MAGIC_EXP = 0x64006400
-#: what the halves hold beside c (rh = 0) or 16 c (rh = 1): subtracted in f16, exactly; the
-#: scale of an rh = 1 row is divided by 16 (``MAGIC_ROW_SCALE``)
-MAGIC_BIAS = (1032.0, 1152.0)
-MAGIC_ROW_SCALE = (1.0, 0.0625)
-
-
-def magic_shr(j):
-    """``MAGIC_SHR[j]`` as arithmetic (also on the index expressions of a tile's init)."""
-    return (j >> 1) * 8
-
-
-def magic_mask(j):
-    """``MAGIC_MASK[j]`` as arithmetic."""
-    return 0x000F000F << (4 * (j & 1))
-
-
-def magic_bias(rh, _e):
-    """``MAGIC_BIAS[rh]`` as arithmetic."""
-    return MAGIC_BIAS[0] + rh * (MAGIC_BIAS[1] - MAGIC_BIAS[0])
-
-
-def magic_row_scale(r, _c):
-    """``MAGIC_ROW_SCALE`` of row ``r`` of a tile of 16-row fragments."""
-    return MAGIC_ROW_SCALE[0] + ((r >> 3) & 1) * (MAGIC_ROW_SCALE[1] - MAGIC_ROW_SCALE[0])
-
-
-def packed_shape(n: int, k: int) -> tuple[int, int]:
-    """Bytes [rows, row bytes] of :func:`prepack` output for N x K weights (N padded to 16)."""
-    return cdiv(n, 16) * 16, k // 2
-
-
-def prepack(codes: np.ndarray, wdtype=tilus.uint4b) -> np.ndarray:
-    """The [N, K] 4-bit codes (integers 0..15) of ``wdtype`` repacked for
-    :class:`MatmulWxA16Mma`: uint8 bytes in ``PACK_ORDER`` within each 16-row x 128-K chunk,
-    chunks row-major (N padded with zero rows to a multiple of 16; K a multiple of 128).
-    Every nibble holds ``c + 8`` for the weight ``c``: a uint4b code as it is (its zero point
-    8), an int4b one (two's complement) XOR 8."""
-    n, k = codes.shape
-    if k % CHUNK:
-        raise TilusArgumentError(f"prepack: K = {k} is not a multiple of {CHUNK}")
-    rows, _ = packed_shape(n, k)
-    c = np.zeros((rows, k), np.uint8)
-    c[:n] = codes.astype(np.uint8) ^ (8 if wdtype == tilus.int4b else 0)
-    # [R, rh, g, G, s, h, q, e] -> [R, G, g, q, s, e, h, rh]
-    c = c.reshape(rows // 16, 2, 8, k // CHUNK, 8, 2, 4, 2).transpose(0, 3, 2, 6, 4, 7, 5, 1)
-    c = c.reshape(-1, 2)
-    return (c[:, 0] | (c[:, 1] << 4)).astype(np.uint8).reshape(rows, k // 2)
-
-
-def prepack_torch(torch, w_packed, wdtype=tilus.uint4b):
-    """:func:`prepack` of plain packed weights (uint8 [N, K / 2], code k of a row at bits
-    ``4k``) on their device with torch."""
-    n, kb = w_packed.shape
-    k = kb * 2
-    if k % CHUNK:
-        raise TilusArgumentError(f"prepack: K = {k} is not a multiple of {CHUNK}")
-    rows = cdiv(n, 16) * 16
-    w_packed = w_packed ^ (0x88 if wdtype == tilus.int4b else 0)
-    lo, hi = w_packed & 0xF, w_packed >> 4
-    c = torch.stack([lo, hi], dim=-1).reshape(n, k)
-    if rows != n:
-        c = torch.cat([c, torch.zeros(rows - n, k, dtype=c.dtype, device=c.device)])
-    c = c.reshape(rows // 16, 2, 8, k // CHUNK, 8, 2, 4, 2).permute(0, 3, 2, 6, 4, 7, 5, 1)
-    c = c.reshape(-1, 2)
-    return (c[:, 0] | (c[:, 1] << 4)).reshape(rows, kb).contiguous()
 
 
 @tilus.autotune(MMA_KEYS, MMA_SPACE)
@@ -157,8 +105,7 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
         producer: bool = False, s_smem: bool = False,
     ):  # fmt: skip
         super().__init__()
-        if wdtype not in (tilus.uint4b, tilus.int4b):
-            raise TilusArgumentError(f"wdtype must be uint4b or int4b, got {wdtype}")
+        check_type(wdtype)
         if group % CHUNK:
             raise TilusArgumentError(f"group must be a multiple of {CHUNK}, got {group}")
         if block_m not in (8, 16):
@@ -166,6 +113,10 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
         if warps != 4:
             raise TilusArgumentError(f"warps must be 4 (64 rows a block), got {warps}")
         self.wdtype, self.group, self.block_m, self.split_k = wdtype, group, block_m, split_k
+        self.lane_words = lane_words(wdtype)  # a lane's run of a chunk (8 words at 4 bits)
+        self.chunk_words = 32 * self.lane_words  # a 16-row tile's chunk
+        # TMA boxes of the ring: a chunk of more than 256 words (5-8 bits) as two box rows
+        self.halves = 1 if self.chunk_words <= 256 or not w_tma else 2
         if stages < 2:
             raise TilusArgumentError(f"stages must be at least 2 (the X ring), got {stages}")
         self.unroll, self.warps, self.stages = unroll, warps, stages
@@ -239,13 +190,15 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
         self.attrs.blocks = [num_n, cdiv(m_size, bm), self.split_k]
         self.attrs.warps = nw * self.kgroups + (1 if self.producer else 0)
         self.attrs.min_blocks = self.min_blocks
-        # the packed weights as 32-bit words [G, R, 256]: a chunk of a row tile is 1 KB, 32
-        # bytes (8 words, a K step each) a lane
-        gw32 = self.global_view(w_ptr, dtype=uint32, shape=[kc, cdiv(n_size, 16), 256],
-                                strides=[256, kc * 256, 1])  # fmt: skip
+        # the packed weights as 32-bit words [G, R, cw]: a chunk of a row tile is cw words
+        # (1 KB at 4 bits), a lane's run 2 * bits of them (8: a K step each)
+        cw = self.chunk_words
+        gw32 = self.global_view(w_ptr, dtype=uint32, shape=[kc, cdiv(n_size, 16), cw],
+                                strides=[cw, kc * cw, 1])  # fmt: skip
         gwt = None
-        if self.w_tma:  # TMA needs a compact view: [R, G, 256 words]
-            gwt = self.global_view(w_ptr, dtype=uint32, shape=[cdiv(n_size, 16), kc, 256])
+        if self.w_tma:  # TMA needs a compact view: [R, G * halves, cw / halves words]
+            hv = self.halves
+            gwt = self.global_view(w_ptr, dtype=uint32, shape=[cdiv(n_size, 16), kc * hv, cw // hv])
         gs = self.global_view(s_ptr, dtype=float16, shape=[n_size, k_size // g])
         gyt = self.global_view(y_ptr, dtype=float16, shape=[n_size, m_size], strides=[1, n_size])
         split: int32 = 1
@@ -297,7 +250,10 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
                     # 16-byte chunks XOR-ed with the row: an ldmatrix's 8 rows hit all banks
                     self.annotate_layout(sx, shared_row_major_swizzle([ns, u, bm, CHUNK], 2))
                 if self.w_ring:
-                    sw = self.shared_tensor(dtype=uint32, shape=[ns, u, nw, 256])
+                    if self.halves == 1:
+                        sw = self.shared_tensor(dtype=uint32, shape=[ns, u, nw, cw])
+                    else:  # a TMA box's rows are at most 256 words: a chunk as two halves
+                        sw = self.shared_tensor(dtype=uint32, shape=[ns, u, nw, 2, cw // 2])
             loop = (gw32, gs, gxk, sx, sw, s_lo, s_hi, on, om, kc, s_layout, wbar, ebar, gwt, gxt,
                     scl)  # fmt: skip
             fin = (ws, cnt, part, split, gyt, on, om, rbar)
@@ -348,10 +304,11 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
         warp group's index."""
         bm, u, ns = self.block_m, self.unroll, self.stages
         acc = self.register_tensor(dtype=float32, shape=[16 * self.warps, bm], init=0.0)
-        # each row's share of MAGIC_ROW_SCALE, in the scales' layout
-        rsc = self.register_tensor(dtype=float32, shape=[16 * self.warps, 1],
-                                   init=magic_row_scale)  # fmt: skip
-        self.annotate_layout(rsc, s_layout)
+        rsc = None
+        if int4_magic(self.wdtype):  # each row's share of MAGIC_ROW_SCALE, as the scales lie
+            rsc = self.register_tensor(dtype=float32, shape=[16 * self.warps, 1],
+                                       init=magic_row_scale)  # fmt: skip
+            self.annotate_layout(rsc, s_layout)
         # with prefetch: the next steps' codes and scales in registers (buffer j: step
         # st + j); the scales too, else each step still waits a load's latency for them
         wbuf = []
@@ -437,8 +394,8 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
         for i, c in enumerate(chunks):  # i: the buffers' index, c: the chunk's in the step
             if self.prefetch:
                 if not self.w_ring:
-                    cur = self.register_tensor(dtype=uint32, shape=[nw, 256])
-                    self.annotate_layout(cur, words_layout(nw))
+                    cur = self.register_tensor(dtype=uint32, shape=[nw, self.chunk_words])
+                    self.annotate_layout(cur, words_layout(nw, self.lane_words))
                     self.assign(cur, wbuf[0][i])
                     ws_.append(cur)
                     for j in self.ahead[1:]:  # the buffers move up a step
@@ -460,14 +417,42 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
     def products(self, ws_, ss, xs, acc, rsc):
         """``acc += scale * (W chunk @ X chunk^T)`` for the chunks of a step: their packed
         words ``ws_``, scales ``ss`` and X tiles in shared memory ``xs``; ``rsc``: each row's
-        factor of ``MAGIC_ROW_SCALE`` (``fragment`` makes 16 c in every other 8 rows)."""
+        factor of ``MAGIC_ROW_SCALE`` (``fragment`` makes 16 c in every other 8 rows), or
+        None (the other types' ``fragment`` makes the weights themselves)."""
         for words, sc, xc in zip(ws_, ss, xs):
-            w16 = self.fragment(words)  # c or 16 c, [16 * warps, CHUNK]
+            w16 = self.fragment(words)  # [16 * warps, CHUNK]
             p = self.dot(w16, self.transpose(self.load_shared(xc)), acc_dtype=float32)
-            acc += p * (self.cast(sc, float32) * rsc)
+            if int4_magic(self.wdtype):
+                acc += p * (self.cast(sc, float32) * rsc)
+            else:
+                acc += p * self.cast(sc, float32)
 
     def fragment(self, raw):
-        """A chunk's packed words (uint32 [warps, 256]: lane l's 8, a K step each) as the fp16
+        """A chunk's packed words (uint32 [warps, cw]: each lane's run) as the fp16 A tile
+        [16 * warps, CHUNK]: ``int4_fragment`` for the 4-bit integers, else ``codes_fragment``."""
+        if int4_magic(self.wdtype):
+            w16 = self.int4_fragment(raw)
+        else:
+            w16 = self.codes_fragment(raw)
+        return w16
+
+    def codes_fragment(self, raw):
+        """A chunk's packed words as the fp16 A tile [16 * warps, CHUNK] of its weights (less
+        their zero point), for the types other than the 4-bit integers: the lane's run viewed
+        as its 64 codes (``code_dtype``), cast to fp16 by the backend's paired casts (each
+        fragment register a pair of codes: consecutive ones, or nibbles j and j + 4 of a word
+        in ``PACK_ORDER``), then the dims permuted to rows x K (no register moves)."""
+        nw = self.warps
+        codes = self.view(raw, dtype=code_dtype(self.wdtype))  # [warp, 32 lanes * 64]
+        h = self.cast(codes, float16)
+        if nibble_order(self.wdtype):  # [warp, g, q, s, e, h, rh] -> [warp, rh, g, s, h, q, e]
+            h = self.reshape(h, [nw, 8, 4, 8, 2, 2, 2]).permute(0, 6, 1, 3, 5, 2, 4)
+        else:  # [warp, g, q, s, h, rh, e] -> [warp, rh, g, s, h, q, e]
+            h = self.reshape(h, [nw, 8, 4, 8, 2, 2, 2]).permute(0, 5, 1, 3, 4, 2, 6)
+        return self.reshape(h, [16 * nw, CHUNK])
+
+    def int4_fragment(self, raw):
+        """A chunk's packed 4-bit words (uint32 [warps, 256]: lane l's 8, a K step each) as the fp16
         A tile [16 * warps, CHUNK] of its weights ``c``, times 16 in the rows of row half
         rh = 1 (exact): fragment register j of each word from its nibbles j and j + 4, shifted
         by ``magic_shr(j)`` (x >> 8 serves j = 2, 3), masked by ``magic_mask(j)`` under
@@ -505,7 +490,7 @@ def matmul_prepacked(x, w_prepacked, scales, n: int, *, wdtype=tilus.uint4b, gro
     import torch
 
     m, k = x.shape
-    rows, kb = packed_shape(n, k)
+    rows, kb = packed_shape(n, k, wdtype)
     if tuple(w_prepacked.shape) != (rows, kb):
         raise TilusArgumentError(
             f"w_prepacked: shape {list(w_prepacked.shape)}, expected [{rows}, {kb}] for N = {n},"

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from mma_codecs import CHUNK
+
 from tilus import int32
 from tilus.ir.layout import spatial
 
-CHUNK = 128  # K of one packed chunk: the 8 k16 steps a lane's 32 bytes cover
 
-
-def words_layout(warps: int):
-    """A chunk's packed words [warps, 256] in registers: lane l of warp w holds words
-    8l .. 8l + 7 (its 32 bytes)."""
-    return spatial(warps, 32).local(1, 8)
+def words_layout(warps: int, lane_words: int = 8):
+    """A chunk's packed words [warps, 32 * lane_words] in registers: lane l of warp w holds
+    words ``lane_words * l`` on (its run: 32 bytes at 4 bits)."""
+    return spatial(warps, 32).local(1, lane_words)
 
 
 class MmaOperands:
@@ -34,11 +34,12 @@ class MmaOperands:
         return sc
 
     def wcodes(self, gw32, on: int32, chunk: int32):
-        """The packed words of chunk ``chunk`` of the block's rows (uint32 [warps, 256]: each
-        lane's 32 contiguous bytes, two 16-byte loads)."""
+        """The packed words of chunk ``chunk`` of the block's rows (uint32 [warps, cw]: each
+        lane's run contiguous, two 16-byte loads at 4 bits)."""
         nw = self.warps
-        raw = self.load_global(gw32, offsets=[chunk, on // 16, 0], shape=[nw, 256], dims=[1, 2])
-        self.annotate_layout(raw, words_layout(nw))  # lane l: words 8l .. 8l + 7
+        raw = self.load_global(gw32, offsets=[chunk, on // 16, 0], shape=[nw, self.chunk_words],
+                               dims=[1, 2])  # fmt: skip
+        self.annotate_layout(raw, words_layout(nw, self.lane_words))  # lane l: its run
         return raw
 
     def fill_x(self, gxk, sx, step: int32, slot: int32, s_hi: int32, om: int32, kc: int,
@@ -66,9 +67,11 @@ class MmaOperands:
                             self.tma.global_to_shared(src=gxt, dst=sx[slot, c],
                                                       offsets=[om, (k0 + c) * CHUNK],
                                                       mbarrier=wbar[slot])  # fmt: skip
-                    for c in self.chunks:  # a box [warps, 256 words] a chunk
+                    hv = self.halves
+                    for c in self.chunks:  # a box [warps, cw words] (or [warps, 2, cw / 2])
                         self.tma.global_to_shared(src=gwt, dst=sw[slot, c],
-                                                  offsets=[on // 16, k0 + c, 0], dims=[0, 2],
+                                                  offsets=[on // 16, (k0 + c) * hv, 0],
+                                                  dims=[0, 2] if hv == 1 else [0, 1, 2],
                                                   mbarrier=wbar[slot])  # fmt: skip
         elif self.w_ring:
             self.copy_async(gw32, sw[slot], offsets=[k0, on // 16, 0])
@@ -87,8 +90,13 @@ class MmaOperands:
         return ssm[kg]
 
     def ring_words(self, sw_c):
-        """A chunk's packed words from the ring (uint32 [warps, 256]: a lane's 32 bytes, two
-        16-byte shared loads)."""
+        """A chunk's packed words from the ring (uint32 [warps, cw]: a lane's run, two
+        16-byte shared loads at 4 bits)."""
+        nw, lw = self.warps, self.lane_words
         raw = self.load_shared(sw_c)
-        self.annotate_layout(raw, words_layout(self.warps))  # lane l: words 8l .. 8l + 7
+        if self.halves == 1:
+            self.annotate_layout(raw, words_layout(nw, lw))  # lane l: its run
+        else:  # [warps, 2, cw / 2]: lanes 0-15 in the first half, 16-31 in the second
+            self.annotate_layout(raw, spatial(nw, 2, 16).local(1, 1, lw))
+            raw = self.reshape(raw, [nw, 32 * lw])
         return raw

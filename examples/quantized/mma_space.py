@@ -41,14 +41,20 @@ MMA_RING = _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True) + _space(
 )
 MMA_TMA = (
     _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True, tma=True)
-    + _space([(8, 8, 1)], 2, 4, 8, ring=True, tma=True)
     + _space([(16, 2, 2)], 1, 3, ring=True, tma=True)
 )
 #: out of the space since r90: (16, 4, 2) on the TMA ring, 3 stages, whose output the tuner's
 #: cross-check once found 3.7% off the 19 other configs' at 1 x 8192 x 8192 (not in r87 or
 #: r89, not on the interpreter, nor in the GPU tier at ragged sizes): under investigation
 #: (``bench/w4a16_repeat.py`` repeats a config and reports every launch's error)
-MMA_SUSPECT = _space([(16, 4, 2)], 1, 3, ring=True, tma=True)
+#: and since 2026-12-06 (r91, H100) (8, 8, 1) on the TMA ring, 2 steps of scales ahead, 8
+#: blocks an SM: the cross-check refused it in 3 of 9 tunings at 1 x 8192 x 8192 (uint4b,
+#: uint6b, int8: 3.0-3.4% off the 18 others), while the interpreter at that size (in order and
+#: shuffled) is exact; the repeat of (16, 4, 2) in r91 still found tiles over 1% of the largest
+#: value (max error, not norm, is the measure now)
+MMA_SUSPECT = _space([(16, 4, 2)], 1, 3, ring=True, tma=True) + _space(
+    [(8, 8, 1)], 2, 4, 8, ring=True, tma=True
+)
 #: the TMA ring read by 2 or 4 warp groups a block (alternate chunks of a step, so unroll 2
 #: or 4): at split 1 a block is one TMA stream of a 64-row tile's whole K range (128 blocks
 #: at 8192^2, the fastest pipeline floor on an H100, r85), and 8-16 warps dequantize it, as

@@ -102,3 +102,43 @@ def test_every_permutation_on_the_emulator(perm, annotate):
     y = np.full(out, np.nan, np.float32)
     emulate(kernel, [x, y], [1, 1])
     np.testing.assert_array_equal(y, 2 * np.transpose(x, perm).reshape(out))
+
+
+class RenamedRegisters(tilus.Script):
+    """x [32, 2, 2] a lane's four elements, permuted to [32, b, a] and reshaped to [32, 4] in
+    the standard lane-a-row layout: every element stays in its lane, in another register."""
+
+    def __call__(self, x_ptr: ~float32, y_ptr: ~float32):
+        self.attrs.blocks = 1
+        self.attrs.warps = 1
+        gx = self.global_view(x_ptr, dtype=float32, shape=[32, 2, 2])
+        gy = self.global_view(y_ptr, dtype=float32, shape=[32, 4])
+        x = self.load_global(gx, offsets=[0, 0, 0], shape=[32, 2, 2])
+        self.annotate_layout(x, spatial(32, 1, 1).local(1, 2, 2))
+        y = self.reshape(x.permute(0, 2, 1), [32, 4])
+        self.annotate_layout(y, spatial(32, 1).local(1, 4))  # register j: y[lane, j]
+        self.store_global(gy, y * 2.0, offsets=[0, 0])
+
+
+def test_a_reshape_that_keeps_each_element_in_its_thread_renames_registers():
+    from tilus.backends.cuda.codegen.kernel import generate
+
+    k = RenamedRegisters()
+    src = generate(k.program(k.configs[0], {})).source
+    assert "tl_smem_ptr +" not in src  # no register goes through shared memory
+    i = src.index("the same registers in another order")
+    # y[lane, 2 b + a] = x[lane, a, b]: registers 1 and 2 trade places
+    assert src[i:].split("\n")[1:5] == [f"  y_1[{j}] = x[{p}];" for j, p in enumerate((0, 2, 1, 3))]
+
+
+@needs_nvrtc
+@needs_gxx
+def test_renamed_registers_on_the_emulator():
+    x = np.random.default_rng().standard_normal((32, 2, 2)).astype(np.float32)
+    y = np.full((32, 4), np.nan, np.float32)
+    emulate(RenamedRegisters(), [x, y], [1, 1])
+    np.testing.assert_array_equal(y, 2 * np.transpose(x, (0, 2, 1)).reshape(32, 4))
+    y2 = np.full((32, 4), np.nan, np.float32)
+    with tilus.option.scoped(interpret=True):
+        RenamedRegisters()(x, y2)
+    np.testing.assert_array_equal(y2, y)

@@ -25,7 +25,11 @@ pytestmark = [pytest.mark.gpu, needs_gpu]
      (tilus.uint4b, 128, ex.MMA_MAX_M + 3, "MatmulWxA16Pipe"),  # just past the boundary
      (tilus.uint4b, 128, 130, "MatmulWxA16Pipe"),  # several M tiles
      (tilus.uint4b, 64, 2, "MatmulWxA16Decode"),  # a group the mma packing cannot serve
-     (tilus.int8, 128, 5, "MatmulWxA16DecodeF32")],  # another bit width (fp32 runs)
+     (tilus.int8, 128, 5, "MatmulWxA16Mma"),  # another bit width, prepared for the mma kernel
+     (tilus.int8, 64, 5, "MatmulWxA16DecodeF32"),  # its group too small for it: fp32 runs
+     (tilus.float7_e5m1, 128, 1, "MatmulWxA16DecodeF32"),  # inf/NaN codes: not an mma type
+     (tilus.uint3b, 128, ex.DEQUANT_MIN_M_OTHER + 3, "MatmulWxA16Mma"),  # mma types up to 32
+     (tilus.uint3b, 128, ex.MMA_MAX_M + 1, "MatmulWxA16Dequant")],
     ids=str,
 )  # fmt: skip
 def test_entry_on_prepared_weights_matches_torch(wdtype, group, m, kernel):

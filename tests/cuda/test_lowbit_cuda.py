@@ -12,8 +12,9 @@ from tests.cuda.conftest import needs_nvrtc
 from tests.helpers_cpu_cuda import available, emulate
 from tests.helpers_errors import err_line
 from tests.lowbit_kernels import Both, Dequant, Repack, ViewBytes, both_inputs, codes, grid
-from tilus import float16, int4b, uint8
+from tilus import float16, int4b, int32, uint8, void_p
 from tilus.tensor import pack
+from tilus.utils import cdiv
 
 needs_gxx = pytest.mark.skipif(not available(), reason="needs g++ for the CPU emulator")
 rng = np.random.default_rng()
@@ -26,10 +27,12 @@ def _cache(tmp_path, monkeypatch):
 
 #: one type per path of the generated code: the u4/i4 magic numbers, the paired magic-number
 #: cast of the other widths (each table: 1, 2, 3, 5, 6, 7 bits, both signs; 3 and 7 bits
-#: straddle bytes and words, 5-7 bits leave some pairs to the element path), and each float
-#: family shape (IEEE-like X=5 included); the GPU tier runs every type
+#: straddle bytes and words, 5-7 bits read some pairs from funnel-shifted words), and each
+#: float family shape (IEEE-like X=5 included); the GPU tier runs every type (the byte pairs
+#: of int8/uint8: ``test_bytes_to_f16_...``)
 EMULATED = [tilus.int4b, tilus.uint1b, tilus.int2b, tilus.uint3b, tilus.int5b, tilus.uint6b,
-            tilus.int7b, tilus.float3_e1m1, tilus.float4_e2m1, tilus.float6_e3m2, tilus.float7_e5m1]  # fmt: skip
+            tilus.int7b, tilus.float3_e1m1, tilus.float4_e2m1, tilus.float6_e3m2,
+            tilus.float7_e5m1]  # fmt: skip
 
 
 @needs_nvrtc
@@ -86,9 +89,12 @@ def test_int4_to_f16_uses_the_magic_number_path_and_vector_loads():
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("dt", [tilus.uint1b, tilus.int2b, tilus.uint3b], ids=str)
+@pytest.mark.parametrize(
+    "dt", [tilus.uint1b, tilus.int2b, tilus.uint3b, tilus.int5b, tilus.uint6b, tilus.int7b], ids=str
+)
 def test_small_ints_to_f16_use_the_paired_magic_number_cast(dt):
-    """Two codes a byte permute, a logic op and an f16x2 fma; no integer-to-float conversion."""
+    """Two codes a byte permute (of funnel-shifted words where a pair would not fit under f16's
+    mantissa as it lies), a logic op and an f16x2 fma; no integer-to-float conversion."""
     from tilus.runtime.sass import sass_opcodes
 
     m, n = 64, 256
@@ -183,3 +189,39 @@ def test_what_the_cuda_backend_cannot_lower_is_refused_at_its_line(cls, args, ma
     with pytest.raises(tilus.TilusCompileError, match=match) as e:
         tilus.compile(cls(), *args)
     assert e.value.loc.line == err_line(cls)
+
+
+class BytesToHalf(tilus.Script):
+    """int8/uint8 [m, n] (any pointer) -> fp16: load, cast, store."""
+
+    def __init__(self, dt):
+        super().__init__()
+        self.dt = dt
+
+    def __call__(self, m: int32, n: int32, w_ptr: void_p, out_ptr: ~float16):
+        self.attrs.blocks = [cdiv(m, 16), cdiv(n, 32)]
+        self.attrs.warps = 1
+        gw = self.global_view(w_ptr, dtype=self.dt, shape=[m, n])
+        go = self.global_view(out_ptr, dtype=float16, shape=[m, n])
+        om, on = self.blockIdx.x * 16, self.blockIdx.y * 32
+        t = self.load_global(gw, offsets=[om, on], shape=[16, 32])
+        self.store_global(go, self.cast(t, float16), offsets=[om, on])
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dt", [tilus.int8, tilus.uint8], ids=str)
+def test_bytes_to_f16_go_two_at_a_time_under_the_exponent_of_1024(dt):
+    from tilus.runtime.sass import sass_opcodes
+
+    m, n = 37, 250  # every byte, ragged tiles
+    w = np.arange(m * n, dtype=np.int64).astype(np.uint8).reshape(m, n)
+    ck = tilus.compile(BytesToHalf(dt), m, n, w, np.zeros((m, n), np.float16))
+    assert "tl_hsub2" in ck.kernel.source
+    ops = sass_opcodes(ck.sass())
+    assert ops.get("HADD2", 0) >= 8  # the f16x2 subtraction (ptxas spells it HADD2)
+    assert not any(op.startswith(("I2F", "I2FP")) for op in ops), ops
+    if available():
+        got = np.full((m, n), np.nan, np.float16)
+        emulate(BytesToHalf(dt), (m, n, w, got), [cdiv(m, 16), cdiv(n, 32)])
+        want = w.view(np.int8) if dt == tilus.int8 else w
+        np.testing.assert_array_equal(got, want.astype(np.float16))

@@ -12,6 +12,7 @@ import math
 
 from tilus.backends.cuda.codegen import lowbit_rules
 from tilus.backends.cuda.codegen import registers as R
+from tilus.backends.cuda.codegen.half import split_word
 from tilus.backends.cuda.codegen.scalar import (
     FP8,
     FP8_PTX,
@@ -154,9 +155,35 @@ def cast(ctx, inst, expr):
     R.declare(ctx, out)
     if (sd.name in FP8 or dd.name in FP8) and sd != dd and _fp8_pairs(ctx, inst, layout):
         return
+    if sd.name in ("int8", "uint8") and dd.name == "float16" and _byte_pairs(ctx, inst, layout):
+        return
     i = R.unrolled(ctx, layout.local_size)
     ctx.emit(f"{R.elem(ctx, out, i)} = {cast_code(R.elem(ctx, src, i), sd, dd)};")
     ctx.close()
+
+
+def _byte_pairs(ctx, inst, layout) -> bool:
+    """int8/uint8 to f16 two registers at a time: both bytes put under the exponent bits of
+    1024.0 in one word (an int8's sign bit flipped on the way, by the same XOR: its byte then
+    reads ``c + 128``), one f16x2 subtraction of 1024 (or 1152) leaves both values exactly;
+    False when the registers do not pair up."""
+    n = layout.local_size
+    if n % 2 or R.row_len(layout) % 2:
+        return False
+    signed = inst.src.dtype.name == "int8"
+    j = R.unrolled(ctx, n // 2)
+    a, b = R.elem(ctx, inst.src, f"(2 * {j})"), R.elem(ctx, inst.src, f"(2 * {j} + 1)")
+    # plain C, not an asm permute: the bytes often come out of one word (a view), and ptxas
+    # then puts them in place with one PRMT of that word
+    w, h = ctx.fresh("w"), ctx.fresh("h")
+    key = "0x64806480u" if signed else "0x64006400u"
+    ctx.emit(
+        f"const uint32_t {w} = ((uint32_t)(uint8_t){a} | ((uint32_t)(uint8_t){b} << 16)) ^ {key};"
+    )
+    ctx.emit(f"const uint32_t {h} = tl_hsub2({w}, {key});")
+    split_word(ctx, h, R.elem(ctx, inst.out, f"(2 * {j})"), R.elem(ctx, inst.out, f"(2 * {j} + 1)"))
+    ctx.close()
+    return True
 
 
 def _fp8_pairs(ctx, inst, layout) -> bool:

@@ -242,28 +242,37 @@ def _small_int_pairs_to_half(ctx, src, out, n) -> set:
     instructions: one byte permute puts the 16 bits holding each code in one half of a word,
     one logic op keeps the codes under the exponent bits of 1024.0 (flipping a signed code's
     sign bit), one f16x2 fma rescales and unbiases both, exactly (``small_int_pair_constants``).
-    Returns the registers done; a pair whose codes do not fit under f16's mantissa where they
-    lie (5-7-bit codes at some bit offsets) is left to the element path."""
+    A pair whose codes do not both fit under f16's mantissa where they lie (5-7-bit codes at
+    some bit offsets) is read from the words shifted right by a few bits first (one funnel
+    shift) to an offset where they do. Returns the registers done."""
     sd, dd = src.dtype, out.dtype
     nb, signed = sd.nbits, sd.kind == "int"
     table = small_int_pair_constants(nb)
     nw = B.num_words(n, nb)
     words = ctx.name(src)
+
+    def word(k: int, shift: int) -> str:  # bits 32 k + shift .. of the tile's words
+        if k >= nw:
+            return "0u"
+        if not shift:
+            return f"{words}[{k}]"
+        nxt = f"{words}[{k + 1}]" if k + 1 < nw else "0u"
+        return f"(uint32_t)((((uint64_t){nxt} << 32) | {words}[{k}]) >> {shift})"
+
     done = set()
     for m in range(n // 2):
         p0 = 2 * m * nb
+        shift = next(s for s in range(8) if table[8 * signed + (p0 - s) % 8] is not None)
+        p0 -= shift  # the pair's first bit in the shifted words
         b0, o0 = divmod(p0, 8)
         b1 = (p0 + nb) // 8
-        if table[8 * signed + o0] is None:
-            continue
         k = b0 // 4  # the bytes b0 .. b0 + 2 lie in words k and k + 1
         sel = (b0 - 4 * k) | (b0 - 4 * k + 1) << 4 | (b1 - 4 * k) << 8 | (b1 - 4 * k + 1) << 12
-        hi = f"{words}[{k + 1}]" if k + 1 < nw else "0u"
         e = f"tl_ik{nb}.k[{8 * signed + o0}]"
         h = ctx.fresh("h")
         ctx.emit(
-            f"const uint32_t {h} = tl_hfma2((tl_prmt({words}[{k}], {hi}, {sel:#06x}u) & {e}[0]) ^ "
-            f"{e}[1], {e}[2], {e}[3]);"
+            f"const uint32_t {h} = tl_hfma2((tl_prmt({word(k, shift)}, {word(k + 1, shift)}, "
+            f"{sel:#06x}u) & {e}[0]) ^ {e}[1], {e}[2], {e}[3]);"
         )
         if dd.name == "float16":
             split_word(ctx, h, R.elem(ctx, out, 2 * m), R.elem(ctx, out, 2 * m + 1))

@@ -22,7 +22,7 @@ from tilus.backends.cuda.codegen.half import HALF_ADD, HALF_FMA, PAIR_OPS
 from tilus.backends.cuda.codegen.loops import LOOP_MIN, fitted_expr
 from tilus.backends.cuda.codegen.scalar import HALF, ctype, from_float, minmax, to_float
 from tilus.backends.cuda.layout.reduction import thread_stages
-from tilus.backends.cuda.layout.reshape import moves_in_place
+from tilus.backends.cuda.layout.reshape import moves_in_place, register_permutation
 from tilus.backends.cuda.tables import CODEGEN_RULES
 from tilus.ir import inst as I
 from tilus.ir.enums import TensorKind
@@ -374,8 +374,16 @@ def reshape(ctx, inst, expr):
         memory.shared_alias(ctx, inst, f"reshaped view {list(out.shape)}")
         return
     ls, lo = R.layout_of(ctx, src), R.layout_of(ctx, out)
-    if not moves_in_place(inst, ls, lo):  # elements change threads: through shared memory
-        through_shared(ctx, inst, src, out, lambda c: row_major(c, out.shape))
+    if not moves_in_place(inst, ls, lo):
+        perm = register_permutation(inst, ls, lo)
+        if perm is None:  # elements change threads: through shared memory
+            through_shared(ctx, inst, src, out, lambda c: row_major(c, out.shape))
+            return
+        # every element stays in its thread: the registers renamed (no instruction)
+        R.declare(ctx, out)
+        ctx.emit(f"// %{src.name} -> %{out.name}: the same registers in another order")
+        for j, i in enumerate(perm):
+            ctx.emit(f"{R.elem(ctx, out, j)} = {R.elem(ctx, src, i)};")
         return
     R.declare(ctx, out)
     i = R.unrolled(ctx, lo.local_size)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tilus.backends.cuda.layout.blocks import blockable_tiles
 from tilus.backends.cuda.layout.plan import Group, LayoutPlan, SharedView, err, free_vars
 from tilus.backends.cuda.layout.reduction import scratch_bytes
-from tilus.backends.cuda.layout.reshape import moves_in_place
+from tilus.backends.cuda.layout.reshape import moves_in_place, register_permutation
 from tilus.backends.cuda.tables import LAYOUT_RULES
 from tilus.errors import TilusCompileError, at
 from tilus.ir import inst as I
@@ -105,7 +105,10 @@ class _Inference:
                 need.setdefault((g.begin, g.size), []).append((inst, -(-n // 4) * 4))
                 continue
             src, out = inst.src, inst.out
-            if isinstance(inst, I.SliceTensor) or not moves_in_place(inst, regs[src], regs[out]):
+            if isinstance(inst, I.SliceTensor) or not (
+                moves_in_place(inst, regs[src], regs[out])
+                or register_permutation(inst, regs[src], regs[out]) is not None
+            ):
                 n = src.size * max(1, src.dtype.nbits // 8)
                 need.setdefault((g.begin, g.size), []).append((inst, n))
         for copy, g in self.use_copies:
