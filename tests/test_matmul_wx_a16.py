@@ -15,6 +15,7 @@ from tilus.testing import marker_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "quantized"))
 import matmul_wx_a16 as ex  # noqa: E402
+import matmul_wx_a16_mma as mma  # noqa: E402
 
 F16 = tilus.float16
 
@@ -89,14 +90,16 @@ def _entry_problem(m, n, k, group, wdtype):
      (tilus.uint4b, 128, ex.MMA_MAX_M - 3, 20, 256, "MatmulWxA16Mma"),  # several M tiles
      (tilus.uint4b, 128, ex.MMA_MAX_M + 5, 70, 384, "MatmulWxA16Pipe"),  # past the boundary
      (tilus.uint4b, 64, 2, 45, 192, "MatmulWxA16Decode"),  # group 64: no mma packing
-     (tilus.uint3b, 128, 3, 19, 256, "MatmulWxA16Decode")],  # another bit width
+     (tilus.uint3b, 128, 3, 19, 256, "MatmulWxA16Mma"),  # another bit width
+     (tilus.uint3b, 64, 3, 19, 256, "MatmulWxA16Decode"),  # its group 64: no mma packing
+     (tilus.float7_e5m1, 128, 3, 19, 256, "MatmulWxA16DecodeF32")],  # not an mma type
     ids=str,
 )  # fmt: skip
 def test_entry_picks_a_kernel_and_matches_torch(wdtype, group, m, n, k, kernel):
     torch, x, w, s, ref = _entry_problem(m, n, k, group, wdtype)
     weights = ex.prepare_weights(w, s, wdtype=wdtype, group=group)
-    # the mma fragment-order copy: 4-bit weights, groups of whole 128-K chunks
-    assert (weights.w_prepacked is not None) == (wdtype.nbits == 4 and group % 128 == 0)
+    # the mma fragment-order copy: the mma kernel's types, groups of whole 128-K chunks
+    assert (weights.w_prepacked is not None) == (wdtype in mma.MMA_TYPES and group % 128 == 0)
     assert ex.pick_kernel(m, weights)[0].script_cls.__name__ == kernel
     y = torch.full((m, n), float("nan"), dtype=torch.float16)
     assert ex.matmul_wx_a16(x, weights, out=y) is y

@@ -50,9 +50,11 @@ def test_the_path_matches_dequantize_then_matmul():
     "wdtype, m, picked",
     [(tilus.uint4b, ex.DEQUANT_MIN_M - 1, "MatmulWxA16Pipe"),
      (tilus.uint4b, ex.DEQUANT_MIN_M, "MatmulWxA16Dequant"),
-     (tilus.uint3b, ex.DEQUANT_MIN_M_OTHER - 1, "MatmulWxA16Decode"),
-     (tilus.uint3b, ex.DEQUANT_MIN_M_OTHER, "MatmulWxA16Dequant"),
-     (tilus.int8, ex.DEQUANT_MIN_M_OTHER, "MatmulWxA16Dequant")],
+     (tilus.uint3b, ex.MMA_MAX_M, "MatmulWxA16Mma"),  # prepared for the mma kernel up to 32
+     (tilus.uint3b, ex.MMA_MAX_M + 1, "MatmulWxA16Dequant"),
+     (tilus.int8, ex.MMA_MAX_M + 1, "MatmulWxA16Dequant"),
+     (tilus.float7_e5m1, ex.DEQUANT_MIN_M_OTHER - 1, "MatmulWxA16DecodeF32"),  # not an mma type
+     (tilus.float7_e5m1, ex.DEQUANT_MIN_M_OTHER, "MatmulWxA16Dequant")],
 )  # fmt: skip
 def test_the_entry_picks_the_path_from_its_threshold(wdtype, m, picked):
     import torch

@@ -39,9 +39,8 @@ def _space(base, prefetch=0, stages=3, min_blocks=4, ring=False, tma=False, kgro
 MMA_RING = _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True) + _space(
     [(16, 4, 2), (16, 2, 2)], 1, 3, ring=True
 )
-MMA_TMA = (
-    _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True, tma=True)
-    + _space([(16, 2, 2)], 1, 3, ring=True, tma=True)
+MMA_TMA = _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True, tma=True) + _space(
+    [(16, 2, 2)], 1, 3, ring=True, tma=True
 )
 #: out of the space since r90: (16, 4, 2) on the TMA ring, 3 stages, whose output the tuner's
 #: cross-check once found 3.7% off the 19 other configs' at 1 x 8192 x 8192 (not in r87 or
@@ -85,4 +84,12 @@ MMA_SCALES = (
     + _space([(8, 2, 2)], 0, 4, ring=True, tma=True, s_smem=True)
     + _space([(16, 2, 2)], 0, 3, ring=True, tma=True, s_smem=True)
 )
-MMA_SPACE = _space(MMA_BASE) + MMA_RING + MMA_TMA + MMA_GROUPS
+#: every config measured for the space; those that split K (``split_k`` > 1) are kept out of
+#: it since 2026-12-07 (``MMA_SPLIT``): with the GPU repeat test measuring the largest error
+#: (not the norm), split 4 on the cp.async ring was 8% off at 1 x 8192 x 8192 (r92, H100), on
+#: top of the tuner's refusals of r90 and r91 (``MMA_SUSPECT``); the split-K meeting
+#: (``split_k.py``) is under investigation. The space keeps the split-1 warp-group configs, the
+#: tuned winners of the 4-bit decode shapes since r87.
+_MEASURED = _space(MMA_BASE) + MMA_RING + MMA_TMA + MMA_GROUPS
+MMA_SPLIT = [c for c in _MEASURED if c[1] > 1]
+MMA_SPACE = [c for c in _MEASURED if c[1] == 1]

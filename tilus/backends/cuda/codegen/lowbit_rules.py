@@ -237,6 +237,11 @@ def _small_int_to_half(sd, dd) -> bool:
     )
 
 
+#: the most registers of a tile whose misaligned 5-7-bit pairs are read from shifted words:
+#: a decode-kernel thread's 128 uint7b codes (4 runs) took 255 registers and spilled that way
+_REALIGN_MAX = 64
+
+
 def _small_int_pairs_to_half(ctx, src, out, n) -> set:
     """Registers (2m, 2m + 1) of a packed integer tile to f16 (or f32) values, a pair a few
     instructions: one byte permute puts the 16 bits holding each code in one half of a word,
@@ -244,7 +249,8 @@ def _small_int_pairs_to_half(ctx, src, out, n) -> set:
     sign bit), one f16x2 fma rescales and unbiases both, exactly (``small_int_pair_constants``).
     A pair whose codes do not both fit under f16's mantissa where they lie (5-7-bit codes at
     some bit offsets) is read from the words shifted right by a few bits first (one funnel
-    shift) to an offset where they do. Returns the registers done."""
+    shift) to an offset where they do, in tiles of up to ``_REALIGN_MAX`` registers (larger
+    ones leave such pairs to the element path). Returns the registers done."""
     sd, dd = src.dtype, out.dtype
     nb, signed = sd.nbits, sd.kind == "int"
     table = small_int_pair_constants(nb)
@@ -263,6 +269,8 @@ def _small_int_pairs_to_half(ctx, src, out, n) -> set:
     for m in range(n // 2):
         p0 = 2 * m * nb
         shift = next(s for s in range(8) if table[8 * signed + (p0 - s) % 8] is not None)
+        if shift and n > _REALIGN_MAX:
+            continue  # the element path: a large tile's shifted words cost too many registers
         p0 -= shift  # the pair's first bit in the shifted words
         b0, o0 = divmod(p0, 8)
         b1 = (p0 + nb) // 8
