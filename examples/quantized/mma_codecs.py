@@ -11,7 +11,7 @@ the chunk's 8 K steps). Two packings:
   kernel's magic numbers (``MAGIC_*``: one shift, four logic ops and four f16x2 subtractions
   a word); the float's pairs go through the backend's sub-byte float cast, which is made for
   exactly this order (a pair 16 bits apart).
-* **the others** (1-3-bit integers, ``float3_e1m1``): the lane's 64 codes densely packed,
+* **the others** (1-3 and 5-8-bit integers, the other floats): the lane's 64 codes densely packed,
   element ``i`` at bit ``i * bits``, in the order K step, K half, row half, pair element, so
   that each fragment register is a pair of consecutive codes, which the backend's paired
   magic-number cast (a byte permute, a logic op and an f16x2 fma a pair) turns into the
