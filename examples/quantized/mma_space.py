@@ -88,8 +88,12 @@ MMA_SCALES = (
 #: it since 2026-12-07 (``MMA_SPLIT``): with the GPU repeat test measuring the largest error
 #: (not the norm), split 4 on the cp.async ring was 8% off at 1 x 8192 x 8192 (r92, H100), on
 #: top of the tuner's refusals of r90 and r91 (``MMA_SUSPECT``); the split-K meeting
-#: (``split_k.py``) is under investigation. The space keeps the split-1 warp-group configs, the
-#: tuned winners of the 4-bit decode shapes since r87.
+#: (``split_k.py``) is under investigation. r94 (H100) reproduced it with inputs alternating
+#: between launches: the (16, 4, 2) TMA config is wrong in 1-6 of 20 launches in every process
+#: (8-19 elements of 1-3 tiles, 5-11% of the largest value, mostly not a stale part), the
+#: (8, 4, 2) TMA one once at a first launch; so a few elements of a part's sums, not the
+#: meeting's protocol, are the lead. The space keeps the split-1 warp-group configs, the tuned
+#: winners of the 4-bit decode shapes since r87 (r93: no slower than with split-K at any type).
 _MEASURED = _space(MMA_BASE) + MMA_RING + MMA_TMA + MMA_GROUPS
 MMA_SPLIT = [c for c in _MEASURED if c[1] > 1]
 MMA_SPACE = [c for c in _MEASURED if c[1] == 1]
