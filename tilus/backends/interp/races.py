@@ -58,7 +58,7 @@ class Access:
         self.lo, self.hi, self.arr, self.dense = lo, hi, arr, dense
         self.write, self.proxy, self.key, self.epoch = write, proxy, key, epoch
         self.loc, self.what, self.who = loc, what, who
-        self.fences = None  # (key, epoch) of the proxy fences ordered after a generic write
+        self.fences = None  # (key, epoch) of the proxy fences ordered after a generic access
 
 
 def join(dst: dict, src: dict):
@@ -174,6 +174,22 @@ def check_shared(task, view, write: bool, proxy: str, loc, what: str):
                 loc,
                 _note(r),
             )
+        if proxy is ASYNC and write and r.proxy is GENERIC and _own(task, view):
+            # PTX: accesses through different proxies are ordered only by a proxy fence, so an
+            # mbarrier that orders generic reads before a TMA refill is not enough on its own
+            # (r94-r96: lagging ld.shared/ldmatrix reads of a ring slot saw the next copy)
+            if not any(ordered(task, k, e) for k, e in r.fences or ()):
+                did = "wrote" if r.write else "read"
+                raise TilusRuntimeError(
+                    f"missing fence.proxy_async: {what} ({task.label}) writes "
+                    f"{_range(lo, hi, r, base)} of shared tile `{view.alloc.name}` through the "
+                    f"async proxy, but {r.what} ({r.who}) at {at(r.loc)} {did} them through the "
+                    f"generic proxy and no fence.proxy_async() is ordered between the two (call "
+                    f"self.fence.proxy_async() in the issuing thread after the wait or sync() "
+                    f"that orders that access before this copy)",
+                    loc,
+                    _note(r),
+                )
         if proxy is ASYNC and not write and r.proxy is GENERIC:
             if not any(ordered(task, k, e) for k, e in r.fences or ()):
                 raise TilusRuntimeError(
@@ -186,6 +202,12 @@ def check_shared(task, view, write: bool, proxy: str, loc, what: str):
                     loc,
                     _note(r),
                 )
+
+
+def _own(task, view) -> bool:
+    """Whether ``view`` is in ``task``'s own block (a multicast also writes the peers': their
+    readers' fence is not checked, see docs/architecture.md)."""
+    return any(view.alloc is a for a in task.cta.shared.values())
 
 
 def _unsynced_in_group(task, r: Access, loc, write: bool, arr) -> bool:
@@ -231,12 +253,13 @@ def access_shared(task, view, write: bool, loc, what: str):
 
 
 def fence_proxy_async(task, allocs):
-    """``fence.proxy.async`` by ``task``: generic writes ordered before it are fenced for the
-    readers it is ordered before."""
-    key = task.skey
+    """``fence.proxy.async`` by ``task``: generic accesses ordered before it are fenced for
+    the async-proxy accesses it is ordered before (a read of a generic write, a TMA write over
+    a generic read or write)."""
+    key = task.key  # every thread of the group fences: in program order for its children too
     for alloc in allocs:
         for r in alloc.acc:
-            if r.write and r.proxy is GENERIC and ordered(task, r.key, r.epoch):
+            if r.proxy is GENERIC and ordered(task, r.key, r.epoch):
                 if r.fences is None:
                     r.fences = [(key, task.epoch)]
                 elif all(k != key for k, _ in r.fences):
