@@ -92,7 +92,9 @@ MMA_SCALES = (
 #: between launches: the (16, 4, 2) TMA config is wrong in 1-6 of 20 launches in every process
 #: (8-19 elements of 1-3 tiles, 5-11% of the largest value, mostly not a stale part), the
 #: (8, 4, 2) TMA one once at a first launch; so a few elements of a part's sums, not the
-#: meeting's protocol, are the lead. The space keeps the split-1 warp-group configs, the tuned
+#: meeting's protocol, are the lead. r96 found the cause, a missing proxy fence before the TMA
+#: ring's refills (now inserted by the ``proxy_fences`` pass; r97: exact in 90 launches). Split-K
+#: stays out until the space is tuned again with the fence. The space keeps the split-1 warp-group configs, the tuned
 #: winners of the 4-bit decode shapes since r87 (r93: no slower than with split-K at any type).
 _MEASURED = _space(MMA_BASE) + MMA_RING + MMA_TMA + MMA_GROUPS
 MMA_SPLIT = [c for c in _MEASURED if c[1] > 1]

@@ -56,6 +56,10 @@ __device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parit
 __device__ __forceinline__ void tl_fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+
+__device__ __forceinline__ void tl_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
 // ---- tilus prelude: mma ----
 
 // D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
@@ -144,6 +148,7 @@ tl_MatmulTMA(
       // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 6144u), 6144u);
       // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
+      tl_fence_proxy_async();
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 6144u), (int32_t)(offset_k), (int32_t)(offset_m));
       // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 2048u, &tl_map1, (tl_smem + 6144u), (int32_t)(offset_k), (int32_t)(offset_n));
@@ -626,6 +631,10 @@ __device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parit
 __device__ __forceinline__ void tl_fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+
+__device__ __forceinline__ void tl_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
 // ---- tilus prelude: mma ----
 
 // D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
@@ -714,6 +723,7 @@ tl_MatmulTMA(
       // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 8192u), 8192u);
       // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
+      tl_fence_proxy_async();
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 8192u), (int32_t)(offset_k), (int32_t)(offset_m));
       // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 4096u, &tl_map1, (tl_smem + 8192u), (int32_t)(offset_k), (int32_t)(offset_n));
@@ -1512,6 +1522,10 @@ __device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parit
 __device__ __forceinline__ void tl_fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+
+__device__ __forceinline__ void tl_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
 // ---- tilus prelude: mma ----
 
 // D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
@@ -1600,6 +1614,7 @@ tl_MatmulTMA(
       // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 12288u), 12288u);
       // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
+      tl_fence_proxy_async();
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 12288u), (int32_t)(offset_k), (int32_t)(offset_m));
       // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 4096u, &tl_map1, (tl_smem + 12288u), (int32_t)(offset_k), (int32_t)(offset_n));
@@ -2190,6 +2205,10 @@ __device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parit
 __device__ __forceinline__ void tl_fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+
+__device__ __forceinline__ void tl_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
 // ---- tilus prelude: mma ----
 
 // D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
@@ -2278,6 +2297,7 @@ tl_MatmulTMA(
       // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 16384u), 16384u);
       // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
+      tl_fence_proxy_async();
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 16384u), (int32_t)(offset_k), (int32_t)(offset_m));
       // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 8192u, &tl_map1, (tl_smem + 16384u), (int32_t)(offset_k), (int32_t)(offset_n));
@@ -3252,6 +3272,10 @@ __device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parit
 __device__ __forceinline__ void tl_fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+
+__device__ __forceinline__ void tl_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
 // ---- tilus prelude: mma ----
 
 // D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
@@ -3340,6 +3364,7 @@ tl_MatmulTMA(
       // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 24576u), 24576u);
       // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
+      tl_fence_proxy_async();
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 24576u), (int32_t)(offset_k), (int32_t)(offset_m));
       // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 8192u, &tl_map1, (tl_smem + 24576u), (int32_t)(offset_k), (int32_t)(offset_n));
@@ -4146,6 +4171,10 @@ __device__ __forceinline__ void tl_mbar_wait_parity(uint32_t bar, uint32_t parit
 __device__ __forceinline__ void tl_fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+
+__device__ __forceinline__ void tl_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
 // ---- tilus prelude: mma ----
 
 // D (f32x4) += A (4 x f16x2, row) * B (2 x f16x2, col), register fragments per the ISA.
@@ -4234,6 +4263,7 @@ tl_MatmulTMA(
       // matmul_v0.py:66  self.mbarrier.arrive_and_expect_tx(loaded[0], transaction_bytes=sa.nbytes + sb.nbytes)
       tl_mbar_arrive_expect_tx((tl_smem + 32768u), 32768u);
       // matmul_v0.py:69  self.tma.global_to_shared(src=ga, dst=sa, offsets=[offset_m, offset_k], mbarrier=loaded[0])
+      tl_fence_proxy_async();
       tl_tma_load_2d(tl_smem + 0u, &tl_map0, (tl_smem + 32768u), (int32_t)(offset_k), (int32_t)(offset_m));
       // matmul_v0.py:72  self.tma.global_to_shared(src=gb, dst=sb, offsets=[offset_n, offset_k], mbarrier=loaded[0])
       tl_tma_load_2d(tl_smem + 16384u, &tl_map1, (tl_smem + 32768u), (int32_t)(offset_k), (int32_t)(offset_n));
