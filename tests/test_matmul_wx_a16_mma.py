@@ -142,7 +142,7 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
 @pytest.mark.parametrize(
     "kw, what",
     [(dict(wdtype=tilus.float7_e5m1), "wdtype"), (dict(group=64), "group"),
-     (dict(block_m=4), "block_m"), (dict(warps=8), "warps"), (dict(prefetch=3), "prefetch"),
+     (dict(block_m=4), "block_m"), (dict(warps=6), "warps"), (dict(prefetch=3), "prefetch"),
      (dict(x_steps=-1), "x_steps"), (dict(w_ring=True, x_steps=2), "w_ring needs the X ring"),
      (dict(w_tma=True), "w_tma needs w_ring"), (dict(w_ring=True, x_tma=True), "x_tma needs"),
      (dict(unroll=2, kgroups=3), "kgroups must be"), (dict(unroll=1, kgroups=2), "divide unroll"),
@@ -170,8 +170,12 @@ def test_configs_build_without_spills():
              dict(split_k=4, w_ring=True, w_tma=True, prefetch=1, stages=4),
              dict(split_k=4, w_ring=True, w_tma=True, x_tma=True, prefetch=1, stages=4)]  # fmt: skip
     keys = [k.strip() for k in mma.MMA_KEYS.split(",")]
-    outside = [dict(zip(keys, c)) for c in mma_space.MMA_PRODUCER + mma_space.MMA_SCALES]
-    groups = [c for c in space if c["kgroups"] > 1] + outside  # 5-17 warps a block
+    outside = [
+        dict(zip(keys, c))
+        for c in mma_space.MMA_PRODUCER + mma_space.MMA_SCALES + mma_space.MMA_WIDE
+    ]
+    # 5-17 warps a block: warp groups, 8-warp blocks
+    groups = [c for c in space if c["kgroups"] > 1 or c["warps"] > 4] + outside
     for cfg in space[:2] + [dict(block_m=8, unroll=1, **e) for e in extra] + groups:
         ck = tilus.compile(mma.MatmulWxA16Mma(tilus.uint4b, 128, **mma.pinned(**cfg)), 1, 100, 1024, F16,
                            tilus.uint8, F16, F16)  # fmt: skip
@@ -186,6 +190,16 @@ def test_tma_ring_refills_wait_for_every_reader(seed):
     cfg = dict(block_m=8, split_k=1, unroll=1, w_ring=True, w_tma=True, x_tma=True, stages=2)
     with tilus.option.scoped(schedule_seed=seed):
         assert mma.run_interp(tilus.uint4b, 128, 3, 37, 2048, **cfg) < 1e-2
+
+
+@pytest.mark.parametrize("kgroups", [1, 2])
+def test_eight_warp_blocks_hold_128_rows(kgroups):
+    # 128 rows of W a block (8 warps of 16), split 2, one or two warp groups: a ragged N
+    # leaves the second 64 rows of the last tile partly out of range, and the split-K
+    # workspace holds 128-row parts
+    cfg = dict(block_m=16, split_k=2, unroll=2, warps=8, kgroups=kgroups, w_ring=True,
+               w_tma=True, x_tma=True, stages=3, prefetch=1)  # fmt: skip
+    assert mma.run_interp(tilus.uint4b, 128, 13, 200, 1536, **cfg) < 1e-2
 
 
 @pytest.mark.parametrize("seed", [None, 5], ids=["in-order", "shuffled"])

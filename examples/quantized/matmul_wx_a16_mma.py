@@ -17,8 +17,9 @@ the fp16 pair ``1024 + (c + 8)`` or ``1024 + 16 (c + 8)``, and one f16x2 subtrac
 ``c`` or ``16 c`` exactly (the second half's scales are divided by 16): per word of 8 codes
 one shift, four logic ops and four subtractions, no byte permute. X (through a transposed
 register view) is the B fragment, and each 128-K chunk's fp32 products are summed in
-registers. Each warp owns 16 rows; ``split_k`` blocks share the K range of a row tile and
-meet in an fp32 workspace (as in ``matmul_wx_a16.py``). At M = 1 the tensor cores do 8x the
+registers. Each warp owns 16 rows, a block 4 warps (64 rows) or ``warps`` = 8 (128 rows,
+so that one X tile serves twice the weights); ``split_k`` blocks share the K range of a row
+tile and meet in an fp32 workspace (as in ``matmul_wx_a16.py``). At M = 1 the tensor cores do 8x the
 needed products for free; what counts is the instructions a weight byte: a few per code.
 
 A step is ``unroll`` chunks. By default each step loads its weights at its top and X comes
@@ -110,8 +111,8 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
             raise TilusArgumentError(f"group must be a multiple of {CHUNK}, got {group}")
         if block_m not in (8, 16):
             raise TilusArgumentError(f"block_m must be 8 or 16, got {block_m}")
-        if warps != 4:
-            raise TilusArgumentError(f"warps must be 4 (64 rows a block), got {warps}")
+        if warps not in (4, 8):
+            raise TilusArgumentError(f"warps must be 4 or 8 (64 or 128 rows a block), got {warps}")
         self.wdtype, self.group, self.block_m, self.split_k = wdtype, group, block_m, split_k
         self.lane_words = lane_words(wdtype)  # a lane's run of a chunk (8 words at 4 bits)
         self.chunk_words = 32 * self.lane_words  # a 16-row tile's chunk

@@ -17,15 +17,16 @@ MMA_BASE = [(8, 4, 2), (8, 2, 2), (16, 4, 2), (16, 2, 2)]
 #: the names of an ``MMA_SPACE`` entry
 MMA_KEYS = (
     "block_m, split_k, unroll, prefetch, stages, min_blocks, w_ring, w_tma, x_tma, kgroups, producer,"
-    " s_smem"
+    " s_smem, warps"
 )
 
 
 def _space(base, prefetch=0, stages=3, min_blocks=4, ring=False, tma=False, kgroups=1,
-           producer=False, s_smem=False):  # fmt: skip
+           producer=False, s_smem=False, warps=4):  # fmt: skip
     """``MMA_KEYS`` tuples of (block_m, split_k, unroll) entries with the other keys given."""
     return [
-        (*b, prefetch, stages, min_blocks, ring, tma, tma, kgroups, producer, s_smem) for b in base
+        (*b, prefetch, stages, min_blocks, ring, tma, tma, kgroups, producer, s_smem, warps)
+        for b in base
     ]
 
 
@@ -97,5 +98,14 @@ MMA_SCALES = (
 #: stays out until the space is tuned again with the fence. The space keeps the split-1 warp-group configs, the tuned
 #: winners of the 4-bit decode shapes since r87 (r93: no slower than with split-K at any type).
 _MEASURED = _space(MMA_BASE) + MMA_RING + MMA_TMA + MMA_GROUPS
+#: 8-warp blocks (128 rows of W a block, so a block's X tile serves twice the weights: at
+#: M = 16 X's bytes equal the weights' at 64 rows), split 2 or 4 to fill the SMs, with one or
+#: two warp groups a row tile; not yet timed on a GPU, so outside the space
+MMA_WIDE = (
+    _space([(16, 2, 2), (16, 4, 2)], 1, 3, 2, ring=True, tma=True, warps=8)
+    + _space([(16, 2, 2)], 1, 3, 1, ring=True, tma=True, kgroups=2, warps=8)
+    + _space([(8, 2, 2)], 1, 4, 2, ring=True, tma=True, warps=8)
+    + _space([(8, 2, 4), (8, 1, 4)], 1, 4, 1, ring=True, tma=True, kgroups=2, warps=8)
+)
 MMA_SPLIT = [c for c in _MEASURED if c[1] > 1]
 MMA_SPACE = [c for c in _MEASURED if c[1] == 1]

@@ -6,15 +6,15 @@ from tilus import float16, int32
 
 
 class SplitKParts:
-    """``add_parts`` for a Script whose warp groups own 64 rows of W and ``block_m`` columns
-    of the accumulator ``Y^T`` and whose blocks along grid z are the parts of the K range
-    (``self.split_k`` of them)."""
+    """``add_parts`` for a Script whose blocks own rows of W (64 a warp group, or 128) and
+    ``block_m`` columns of the accumulator ``Y^T`` and whose blocks along grid z are the parts
+    of the K range (``self.split_k`` of them)."""
 
     def add_parts(self, acc, ws, cnt, tile: int32, part: int32, split: int32):
         """Split-K: publish this part's sums in the workspace and count the part in; the last
         part of the N tile to arrive adds the others' sums into ``acc`` and resets the count.
         Returns whether this part is the last (it then stores Y)."""
-        rows = 64  # the rows of W a warp group owns
+        rows = acc.shape[0]  # the rows of W the tile holds (64 a warp group)
         flag = self.shared_tensor(dtype=int32, shape=[1])
         self.store_global(ws, acc, offsets=[(tile * self.split_k + part) * rows, 0])
         self.sync()  # every thread's sums are written before the count is released
