@@ -219,3 +219,44 @@ class ClusterMatmulWgmma(tilus.Script):
         self.store_global(gc, acc0, offsets=[offset_m, offset_n])
         half: int32 = offset_n + bn // 2
         self.store_global(gc, acc1, offsets=[offset_m, half])
+
+
+class MulticastRefill(tilus.Script):
+    """A pair of blocks receives a [64, 64] tile of ``x`` by two multicast halves (as
+    ``MulticastCopy``); only rank 1 reads it (``load_shared``, out to ``y``); then, after a
+    cluster.sync(), rank 0 alone multicasts rows [64, 96) of ``x`` over both blocks' first
+    half, which each block copies out too. The refill writes rank 1's tile through the async
+    proxy over rank 1's generic read: the fence that orders them is rank 0's."""
+
+    def __call__(self, x: ~float16, y: ~float16):
+        self.attrs.cluster_blocks = 2
+        self.attrs.blocks = 2
+        self.attrs.warps = 4
+        rank = self.cluster.blockRank
+        gx = self.global_view(x, dtype=float16, shape=[96, 64])
+        gy = self.global_view(y, dtype=float16, shape=[4, 64, 64])
+        s = self.shared_tensor(dtype=float16, shape=[2, 32, 64])
+        bars = self.mbarrier.alloc(counts=[1, 1])
+        self.cluster.sync()
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(bars[0], transaction_bytes=s.nbytes)
+            self.tma.global_to_shared(
+                src=gx, dst=s[rank], offsets=[32 * rank, 0], mbarrier=bars[0], multicast_mask=0b11
+            )
+            self.mbarrier.wait(bars[0], phase=0)
+        self.sync()
+        if rank == 1:
+            tile = self.load_shared(s)  # READ:peer
+            self.store_global(gy, self.reshape(tile, [1, 64, 64]), offsets=[1, 0, 0])
+        self.cluster.sync()  # rank 1's read is done before rank 0 refills its tile
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(bars[1], transaction_bytes=s.nbytes // 2)
+            if rank == 0:
+                self.tma.global_to_shared(  # LOAD:refill
+                    src=gx, dst=s[0], offsets=[64, 0], mbarrier=bars[1], multicast_mask=0b11
+                )
+            self.mbarrier.wait(bars[1], phase=0)
+        self.sync()
+        again = self.load_shared(s)
+        self.store_global(gy, self.reshape(again, [1, 64, 64]), offsets=[2 + rank, 0, 0])
+        self.cluster.sync()

@@ -12,6 +12,7 @@ from tests.cluster_kernels import (
     ClusterMatmul,
     ClusterMatmulWgmma,
     MulticastCopy,
+    MulticastRefill,
     RemoteArrive,
 )
 from tests.helpers_errors import err_line, expect_error
@@ -248,3 +249,34 @@ def test_the_cluster_shape_is_in_the_program_text():
 
     (_, prog), *_ = ClusterGrid().runnable_programs({}, False)
     assert "cluster_blocks [2, 1, 1]" in print_ir(prog.fn)  # so it is in the cache key
+
+
+def _refill(seed=None, cls=MulticastRefill):
+    x = np.random.default_rng().uniform(-1, 1, size=(96, 64)).astype(np.float16)
+    y = np.full((4, 64, 64), np.nan, np.float16)
+    with tilus.option.scoped(interpret=True, schedule_seed=seed):
+        cls()(x, y)
+    return x, y
+
+
+@pytest.mark.parametrize("seed", [None, 4])
+def test_a_multicast_refill_of_a_tile_a_peer_read_is_fenced(seed):
+    # the proxy_fences pass fences rank 0's refill; the fence orders rank 1's read too
+    x, y = _refill(seed)
+    np.testing.assert_array_equal(y[1], x[:64])
+    for r in (2, 3):
+        np.testing.assert_array_equal(y[r], np.concatenate([x[64:96], x[32:64]]))
+
+
+def test_without_the_pass_a_multicast_over_a_peer_read_is_reported(monkeypatch):
+    from tilus.passes import pipeline
+
+    monkeypatch.setattr(pipeline, "insert_proxy_fences", lambda fn, smem: fn)
+    # a class of its own: the kernel lowered with the pass by the test above is cached
+    unfenced = type("MulticastRefillUnfenced", (MulticastRefill,), {})
+    with pytest.raises(tilus.TilusRuntimeError) as info:
+        _refill(cls=unfenced)
+    err = info.value
+    assert "missing fence.proxy_async: tma.global_to_shared" in str(err), str(err)
+    assert err.loc.line == marker_line(MulticastRefill, "LOAD:refill"), str(err)
+    assert f":{marker_line(MulticastRefill, 'READ:peer')}" in str(err), str(err)

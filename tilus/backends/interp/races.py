@@ -174,7 +174,7 @@ def check_shared(task, view, write: bool, proxy: str, loc, what: str):
                 loc,
                 _note(r),
             )
-        if proxy is ASYNC and write and r.proxy is GENERIC and _own(task, view):
+        if proxy is ASYNC and write and r.proxy is GENERIC:
             # PTX: accesses through different proxies are ordered only by a proxy fence, so an
             # mbarrier that orders generic reads before a TMA refill is not enough on its own
             # (r94-r96: lagging ld.shared/ldmatrix reads of a ring slot saw the next copy)
@@ -202,12 +202,6 @@ def check_shared(task, view, write: bool, proxy: str, loc, what: str):
                     loc,
                     _note(r),
                 )
-
-
-def _own(task, view) -> bool:
-    """Whether ``view`` is in ``task``'s own block (a multicast also writes the peers': their
-    readers' fence is not checked, see docs/architecture.md)."""
-    return any(view.alloc is a for a in task.cta.shared.values())
 
 
 def _unsynced_in_group(task, r: Access, loc, write: bool, arr) -> bool:

@@ -219,7 +219,10 @@ def _setmaxnreg(task, inst, loc):
 @rule(I.FenceProxyAsync)
 def _fence_proxy_async(task, inst, loc):
     if inst.space == "shared":  # the global fence does not order shared memory
-        races.fence_proxy_async(task, task.cta.shared.values())
+        # every block of the cluster: the fence orders for this thread's later async-proxy
+        # writes (a multicast into a peer's tile too) the generic accesses ordered before it
+        ctas = task.cta.cluster.ctas if task.cta.cluster is not None else [task.cta]
+        races.fence_proxy_async(task, [a for c in ctas for a in c.shared.values()])
 
 
 @rule(PF.TmaPrefetch)
