@@ -43,7 +43,7 @@ MMA_RING = _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True) + _space(
 MMA_TMA = _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True, tma=True) + _space(
     [(16, 2, 2)], 1, 3, ring=True, tma=True
 )
-#: out of the space since r90: (16, 4, 2) on the TMA ring, 3 stages, whose output the tuner's
+#: out of the space from r90 to r98: (16, 4, 2) on the TMA ring, 3 stages, whose output the tuner's
 #: cross-check once found 3.7% off the 19 other configs' at 1 x 8192 x 8192 (not in r87 or
 #: r89, not on the interpreter, nor in the GPU tier at ragged sizes): under investigation
 #: (``bench/w4a16_repeat.py`` repeats a config and reports every launch's error)
@@ -51,7 +51,8 @@ MMA_TMA = _space([(8, 4, 2), (8, 2, 2)], 1, 4, ring=True, tma=True) + _space(
 #: blocks an SM: the cross-check refused it in 3 of 9 tunings at 1 x 8192 x 8192 (uint4b,
 #: uint6b, int8: 3.0-3.4% off the 18 others), while the interpreter at that size (in order and
 #: shuffled) is exact; the repeat of (16, 4, 2) in r91 still found tiles over 1% of the largest
-#: value (max error, not norm, is the measure now)
+#: value (max error, not norm, is the measure now). Both were the proxy-fence race (r96); with
+#: the fence they are exact (r97) and back in the space (r98)
 MMA_SUSPECT = _space([(16, 4, 2)], 1, 3, ring=True, tma=True) + _space(
     [(8, 8, 1)], 2, 4, 8, ring=True, tma=True
 )
@@ -85,27 +86,26 @@ MMA_SCALES = (
     + _space([(8, 2, 2)], 0, 4, ring=True, tma=True, s_smem=True)
     + _space([(16, 2, 2)], 0, 3, ring=True, tma=True, s_smem=True)
 )
-#: every config measured for the space; those that split K (``split_k`` > 1) are kept out of
-#: it since 2026-12-07 (``MMA_SPLIT``): with the GPU repeat test measuring the largest error
-#: (not the norm), split 4 on the cp.async ring was 8% off at 1 x 8192 x 8192 (r92, H100), on
-#: top of the tuner's refusals of r90 and r91 (``MMA_SUSPECT``); the split-K meeting
-#: (``split_k.py``) is under investigation. r94 (H100) reproduced it with inputs alternating
-#: between launches: the (16, 4, 2) TMA config is wrong in 1-6 of 20 launches in every process
-#: (8-19 elements of 1-3 tiles, 5-11% of the largest value, mostly not a stale part), the
-#: (8, 4, 2) TMA one once at a first launch; so a few elements of a part's sums, not the
-#: meeting's protocol, are the lead. r96 found the cause, a missing proxy fence before the TMA
-#: ring's refills (now inserted by the ``proxy_fences`` pass; r97: exact in 90 launches). Split-K
-#: stays out until the space is tuned again with the fence. The space keeps the split-1 warp-group configs, the tuned
-#: winners of the 4-bit decode shapes since r87 (r93: no slower than with split-K at any type).
+#: every config measured for the space. Those that split K (``split_k`` > 1, ``MMA_SPLIT``)
+#: were out of it on 2026-12-07: the GPU repeat test (largest error, not the norm) found split
+#: 4 on the cp.async ring 8% off at 1 x 8192 x 8192 (r92, H100), on top of the tuner's
+#: refusals of r90 and r91 (``MMA_SUSPECT``), and r94 found the (16, 4, 2) TMA config wrong in
+#: 1-6 of 20 launches in every process. r96 found the cause, a missing proxy fence before the
+#: TMA ring's refills, now inserted by the ``proxy_fences`` pass (r97: exact in 90 launches).
+#: With the fence they are back (r98, H100, tuned, against the split-1 space): the same winners
+#: at M = 1 (1.00-1.02x), and split 2 wins at M = 16, 1.10x after a dirty flush and 1.04-1.25x
+#: under the rotate protocol; the 1-3-bit types and fp6 pick split 4 or 2 at M = 1.
 _MEASURED = _space(MMA_BASE) + MMA_RING + MMA_TMA + MMA_GROUPS
 #: 8-warp blocks (128 rows of W a block, so a block's X tile serves twice the weights: at
 #: M = 16 X's bytes equal the weights' at 64 rows), split 2 or 4 to fill the SMs, with one or
-#: two warp groups a row tile; not yet timed on a GPU, so outside the space
+#: two warp groups a row tile: tuned with the space in r98 (H100), the tuner picked none at
+#: any of the four decode shapes, and the unroll-4 ones do not fit shared memory at 5-8 bits:
+#: outside the space (right on the GPU at ragged sizes, uint4b: the tier's extra configs)
 MMA_WIDE = (
     _space([(16, 2, 2), (16, 4, 2)], 1, 3, 2, ring=True, tma=True, warps=8)
     + _space([(16, 2, 2)], 1, 3, 1, ring=True, tma=True, kgroups=2, warps=8)
     + _space([(8, 2, 2)], 1, 4, 2, ring=True, tma=True, warps=8)
     + _space([(8, 2, 4), (8, 1, 4)], 1, 4, 1, ring=True, tma=True, kgroups=2, warps=8)
 )
-MMA_SPLIT = [c for c in _MEASURED if c[1] > 1]
-MMA_SPACE = [c for c in _MEASURED if c[1] == 1]
+MMA_SPLIT = [c for c in _MEASURED + MMA_SUSPECT if c[1] > 1]
+MMA_SPACE = _MEASURED + MMA_SUSPECT
