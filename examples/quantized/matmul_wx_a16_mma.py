@@ -19,8 +19,9 @@ one shift, four logic ops and four subtractions, no byte permute. X (through a t
 register view) is the B fragment, and each 128-K chunk's fp32 products are summed in
 registers. Each warp owns 16 rows, a block 4 warps (64 rows) or ``warps`` = 8 (128 rows,
 so that one X tile serves twice the weights); ``split_k`` blocks share the K range of a row
-tile and meet in an fp32 workspace (as in ``matmul_wx_a16.py``). At M = 1 the tensor cores do 8x the
-needed products for free; what counts is the instructions a weight byte: a few per code.
+tile and meet in an fp32 workspace (as in ``matmul_wx_a16.py``). At M = 1 the tensor cores
+do 8x the needed products for free; what counts is the instructions a weight byte: a few
+per code.
 
 A step is ``unroll`` chunks. By default each step loads its weights at its top and X comes
 through a ``stages``-deep cp.async ring (a barrier a step). ``prefetch`` = 1 or 2 keeps the
