@@ -149,7 +149,9 @@ def test_k_not_a_multiple_of_the_group_is_reported_at_its_check():
      (dict(unroll=2, kgroups=2, w_ring=True, w_tma=True), "kgroups > 1 needs x_tma"),
      (dict(w_ring=True, w_tma=True, producer=True), "producer needs x_tma"),
      (dict(s_smem=True, x_steps=2), "s_smem needs the X ring"),
-     (dict(s_smem=True, prefetch=1), "prefetch must be 0")],
+     (dict(s_smem=True, prefetch=1), "prefetch must be 0"),
+     (dict(unroll=2, w_ring=True, w_tma=True, x_mcast=True), "x_mcast needs x_tma"),
+     (dict(w_ring=True, w_tma=True, x_tma=True, x_mcast=True), "an even unroll")],
 )  # fmt: skip
 def test_unsupported_arguments_are_refused(kw, what):
     m, n, k = 1, 16, 256
@@ -172,7 +174,10 @@ def test_configs_build_without_spills():
     keys = [k.strip() for k in mma.MMA_KEYS.split(",")]
     outside = [
         dict(zip(keys, c))
-        for c in mma_space.MMA_PRODUCER + mma_space.MMA_SCALES + mma_space.MMA_WIDE
+        for c in mma_space.MMA_PRODUCER
+        + mma_space.MMA_SCALES
+        + mma_space.MMA_WIDE
+        + mma_space.MMA_MCAST
     ]
     # 5-17 warps a block: warp groups, 8-warp blocks
     groups = [c for c in space if c["kgroups"] > 1 or c["warps"] > 4] + outside
@@ -303,3 +308,47 @@ def test_other_types_build_without_spills_or_shared_round_trips(wdtype):
         ck = tilus.compile(mma.MatmulWxA16Mma(wdtype, 128, **mma.pinned(**cfg)), *args)
         assert ck.resources["spill_store_bytes"] == 0, (cfg, ck.log)
     assert ck.source.count("__syncthreads") <= ref.source.count("__syncthreads")
+
+
+_MCAST = dict(w_ring=True, w_tma=True, x_tma=True, prefetch=1, x_mcast=True)
+
+
+@pytest.mark.parametrize("seed", [None, 5], ids=["in-order", "shuffled"])
+@pytest.mark.parametrize(
+    "m, cfg",
+    [(13, dict(block_m=16, split_k=1, unroll=2, stages=3)),
+     (16, dict(block_m=16, split_k=1, unroll=4, stages=3, kgroups=2)),
+     (1, dict(block_m=8, split_k=2, unroll=2, stages=4)),
+     (5, dict(block_m=8, split_k=2, unroll=2, stages=3, producer=True))],
+    ids=["pair", "pair-kgroups", "pair-split", "pair-producer"],
+)  # fmt: skip
+def test_cluster_pairs_multicast_x_into_both_blocks(seed, m, cfg):
+    # x_mcast: two blocks of neighbouring row tiles share each X chunk (one loads it for
+    # both), so a refill waits for both blocks' readers; N = 200 is 4 row tiles of 64, the
+    # last ragged, and N = 37 one tile, whose pair's second block lies wholly past N
+    with tilus.option.scoped(schedule_seed=seed):
+        for n in (200, 37):
+            assert mma.run_interp(tilus.uint4b, 128, m, n, 2048, **cfg, **_MCAST) < 1e-2
+
+
+class _OwnReadersOnly(mma.MatmulWxA16Mma):
+    """x_mcast with the pair's readers not counted in: each block's readers free a slot for
+    its own issuer only (twice, so the barrier's count is met), not for the peer's."""
+
+    def free_slot(self, ebar, peer, slot):
+        self.mbarrier.arrive(ebar[slot], count=2)
+
+
+def test_a_multicast_refill_that_waits_for_its_own_readers_only_is_reported():
+    import mma_operands
+
+    m, n, k = 13, 200, 2048
+    x, codes, scales, _packed = ex.random_problem(np.random.default_rng(), m, n, k, 128)
+    y = np.full((m, n), np.nan, np.float16)
+    cfg = dict(block_m=16, split_k=1, unroll=2, stages=3, **_MCAST)
+    kernel = _OwnReadersOnly(tilus.uint4b, 128, **mma.pinned(**cfg))
+    with pytest.raises(tilus.TilusRuntimeError, match="race") as info:
+        kernel(m, n, k, x, mma.prepack(codes), scales, y)
+    err = info.value
+    assert err.loc.line == marker_line(mma_operands.MmaOperands, "CHECK:mcast")
+    assert err.loc.file.endswith("mma_operands.py")

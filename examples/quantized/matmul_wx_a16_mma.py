@@ -48,6 +48,11 @@ that only issues the ring's copies (each as soon as the slot's last reader has f
 no dequantizing warp issues or waits for the others; ``s_smem`` has each warp group load its
 rows' scales over the whole K range once, at the start, into shared memory group-major (a
 chunk's scales are then a row read from shared memory, no global load in the loop).
+``x_mcast`` runs the blocks in clusters of 2 on neighbouring row tiles, which need the same X
+chunks: each block copies every other chunk of a step with a multicast TMA into both blocks'
+slot (so X crosses L2 once a pair: at M = 16 a 64-row block's X bytes equal its weight
+bytes), and every reader arrives on the slot's empty barrier in both blocks, since either
+block's issuer refills both.
 
 Run ``python examples/quantized/matmul_wx_a16_mma.py`` (interpreter self-check at ragged
 sizes).
@@ -104,7 +109,7 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
         unroll: int = 2, warps: int = 4, stages: int = 3, min_blocks: int = 4,
         unroll_steps: int | None = None, prefetch: int = 0, x_steps: int = 0,
         w_ring: bool = False, w_tma: bool = False, x_tma: bool = False, kgroups: int = 1,
-        producer: bool = False, s_smem: bool = False,
+        producer: bool = False, s_smem: bool = False, x_mcast: bool = False,
     ):  # fmt: skip
         super().__init__()
         check_type(wdtype)
@@ -174,6 +179,15 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
                 "s_smem reads the scales from shared memory: prefetch must be 0"
             )
         self.s_smem = bool(s_smem)
+        # clusters of 2 blocks on neighbouring row tiles (the same X tile): each loads half of
+        # a step's X chunks and multicasts them into both blocks' slot, so X crosses L2 once a
+        # pair (at M = 16 a 64-row block reads as many X bytes as weight bytes)
+        if x_mcast and (not x_tma or unroll % 2):
+            raise TilusArgumentError(
+                "x_mcast needs x_tma and an even unroll: the pair's blocks load alternate chunks"
+            )
+        self.x_mcast = bool(x_mcast)
+        self.pair = 2 if x_mcast else 1  # blocks a cluster
         self.kgs = list(range(kgroups))  # a host list: group kg takes every kgroups-th chunk
         self.group_chunks = [list(range(kg, unroll, kgroups)) for kg in self.kgs]
         self.x_prologue = list(range(stages - 1))
@@ -188,8 +202,11 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
         msg = f"K = {k_size} is not a multiple of the scale group {g}"
         self.static_assert(k_size % g == 0, msg)  # CHECK:group
         kc = k_size // CHUNK
-        num_n = cdiv(n_size, bn)
+        # (with x_mcast a whole number of pairs: the last pair's second tile may be past N)
+        num_n = cdiv(cdiv(n_size, bn), self.pair) * self.pair
         self.attrs.blocks = [num_n, cdiv(m_size, bm), self.split_k]
+        if self.x_mcast:
+            self.attrs.cluster_blocks = [2, 1, 1]
         self.attrs.warps = nw * self.kgroups + (1 if self.producer else 0)
         self.attrs.min_blocks = self.min_blocks
         # the packed weights as 32-bit words [G, R, cw]: a chunk of a row tile is cw words
@@ -224,9 +241,13 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
         if self.w_tma:  # barriers live at the kernel's top level
             wbar = self.mbarrier.alloc(counts=[1] * self.stages)  # a slot's weights landed
         if self.x_tma:  # a slot read by every thread: the copy of a later step may refill it
-            ebar = self.mbarrier.alloc(counts=[32 * nw * self.kgroups] * self.stages)
+            # (in a pair the peer's readers too: this block's issuer refills both blocks' slot)
+            ebar = self.mbarrier.alloc(counts=[32 * nw * self.kgroups * self.pair] * self.stages)
         if self.kgroups > 1:  # the other groups' sums are in shared memory for group 0
             rbar = self.mbarrier.alloc(counts=[32 * nw * (self.kgroups - 1)])
+        peer = None
+        if self.x_mcast:  # the peer's empty barriers (this block's readers free its slots too)
+            peer = self.cluster.map_shared_addr(ebar, 1 - self.cluster.blockRank)
         scl = None
         if self.s_smem:  # (the view, a tile [K / group, rows] a warp group)
             ng = k_size // g
@@ -256,8 +277,10 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
                         sw = self.shared_tensor(dtype=uint32, shape=[ns, u, nw, cw])
                     else:  # a TMA box's rows are at most 256 words: a chunk as two halves
                         sw = self.shared_tensor(dtype=uint32, shape=[ns, u, nw, 2, cw // 2])
+            if self.x_mcast:  # both blocks' barriers and ring exist before either copies
+                self.cluster.sync()
             loop = (gw32, gs, gxk, sx, sw, s_lo, s_hi, on, om, kc, s_layout, wbar, ebar, gwt, gxt,
-                    scl)  # fmt: skip
+                    scl, peer)  # fmt: skip
             fin = (ws, cnt, part, split, gyt, on, om, rbar)
             if self.producer:
                 readers = 32 * nw * self.kgroups
@@ -271,6 +294,8 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
                     self.tile_sums(loop, fin, False)
             else:
                 self.tile_sums(loop, fin, True)
+        if self.x_mcast:  # no block exits while its peer may still copy into it or arrive
+            self.cluster.sync()
 
     def tile_sums(self, loop, fin, issuer: bool):
         """The block's tile: its warp group (or groups, on alternate chunks of each step, the
@@ -298,12 +323,13 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
                         self.finish_parts(acc, ws, cnt, part, split, gyt, on, om)
 
     def part_sums(self, chunks, issuer, gw32, gs, gxk, sx, sw, s_lo: int32, s_hi: int32,
-                  on: int32, om: int32, kc: int, s_layout, wbar, ebar, gwt, gxt, scl,
+                  on: int32, om: int32, kc: int, s_layout, wbar, ebar, gwt, gxt, scl, peer,
                   kg: int = 0):  # fmt: skip
         """The fp32 sums [64, block_m] of the part's steps over the chunks ``chunks`` of each
         step (all of them, or a warp group's share); ``issuer``: this thread group issues the
-        ring's copies; ``scl``: with ``s_smem``, the scales' view and shared tiles; ``kg``: the
-        warp group's index."""
+        ring's copies; ``scl``: with ``s_smem``, the scales' view and shared tiles; ``peer``:
+        with ``x_mcast``, the pair's other block's empty barriers; ``kg``: the warp group's
+        index."""
         bm, u, ns = self.block_m, self.unroll, self.stages
         acc = self.register_tensor(dtype=float32, shape=[16 * self.warps, bm], init=0.0)
         rsc = None
@@ -378,9 +404,17 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
                         ws_.append(self.ring_words(sw[t % ns, c]))
                 self.products(ws_, ss, xs, acc, rsc)
                 if self.x_tma:
-                    self.mbarrier.arrive(ebar[t % ns])  # this thread read the slot
+                    self.free_slot(ebar, peer, t % ns)
         self.copy_async_wait_all()  # the zero-filled copies past the end
         return acc
+
+    def free_slot(self, ebar, peer, slot: int32):
+        """This thread has read ring slot ``slot``: it arrives on the slot's empty barrier,
+        and with ``x_mcast`` on the peer's too (the peer's issuer refills the slot's X here)."""
+        self.mbarrier.arrive(ebar[slot])
+        if self.x_mcast:
+            # relaxed: the slot's words and X are in registers and used by the products by now
+            self.mbarrier.arrive(peer[slot], sem="relaxed", scope="cluster")
 
     def step_weights(self, chunks, gw32, gs, st: int32, s_hi: int32, on: int32, wbuf, sbuf,
                      s_layout):  # fmt: skip

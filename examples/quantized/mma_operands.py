@@ -62,7 +62,15 @@ class MmaOperands:
                             self.mbarrier.wait(ebar[slot], phase=((t - 1) // self.stages) % 2)
                     nbytes = sw[slot].nbytes + (sx[slot].nbytes if self.x_tma else 0)
                     self.mbarrier.arrive_and_expect_tx(wbar[slot], transaction_bytes=nbytes)
-                    if self.x_tma:
+                    if self.x_tma and self.x_mcast:  # alternate chunks, into both blocks
+                        rank = self.cluster.blockRank
+                        for h in self.chunks[: self.unroll // 2]:
+                            c: int32 = 2 * h + rank
+                            self.tma.global_to_shared(src=gxt, dst=sx[slot, c],  # CHECK:mcast
+                                                      offsets=[om, (k0 + c) * CHUNK],
+                                                      mbarrier=wbar[slot],
+                                                      multicast_mask=0b11)  # fmt: skip
+                    elif self.x_tma:
                         for c in self.chunks:  # a box [block_m, 128] a chunk (zero rows past M)
                             self.tma.global_to_shared(src=gxt, dst=sx[slot, c],
                                                       offsets=[om, (k0 + c) * CHUNK],

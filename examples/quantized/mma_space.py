@@ -17,17 +17,18 @@ MMA_BASE = [(8, 4, 2), (8, 2, 2), (16, 4, 2), (16, 2, 2)]
 #: the names of an ``MMA_SPACE`` entry
 MMA_KEYS = (
     "block_m, split_k, unroll, prefetch, stages, min_blocks, w_ring, w_tma, x_tma, kgroups, producer,"
-    " s_smem, warps"
+    " s_smem, warps, x_mcast"
 )
 
 
 def _space(base, prefetch=0, stages=3, min_blocks=4, ring=False, tma=False, kgroups=1,
-           producer=False, s_smem=False, warps=4):  # fmt: skip
+           producer=False, s_smem=False, warps=4, x_mcast=False):  # fmt: skip
     """``MMA_KEYS`` tuples of (block_m, split_k, unroll) entries with the other keys given."""
     return [
-        (*b, prefetch, stages, min_blocks, ring, tma, tma, kgroups, producer, s_smem, warps)
+        (*b, prefetch, stages, min_blocks, ring, tma, tma, kgroups, producer, s_smem, warps,
+         x_mcast)
         for b in base
-    ]
+    ]  # fmt: skip
 
 
 #: the weights through the ring (cp.async, then TMA boxes with X's too), the scales a step
@@ -106,6 +107,17 @@ MMA_WIDE = (
     + _space([(16, 2, 2)], 1, 3, 1, ring=True, tma=True, kgroups=2, warps=8)
     + _space([(8, 2, 2)], 1, 4, 2, ring=True, tma=True, warps=8)
     + _space([(8, 2, 4), (8, 1, 4)], 1, 4, 1, ring=True, tma=True, kgroups=2, warps=8)
+)
+#: clusters of 2 blocks on neighbouring row tiles sharing each X chunk by multicast
+#: (``x_mcast``), for M = 16, where a 64-row block reads as many X bytes as weight bytes: on an
+#: H100 (r99, pinned) each was 4-13% slower than the same config unclustered at both M = 16
+#: decode shapes (and 13% at M = 1), and ncu found the L2 no less busy (79 MB through it
+#: against 73, 57% of its peak against 56%): X's L2 traffic is not what holds M = 16 back.
+#: Outside the space (right on the GPU at ragged sizes: the tier's extra configs)
+MMA_MCAST = (
+    _space([(16, 2, 2)], 1, 3, ring=True, tma=True, x_mcast=True)
+    + _space([(16, 1, 2)], 1, 3, 2, ring=True, tma=True, kgroups=2, x_mcast=True)
+    + _space([(16, 1, 4)], 1, 4, 1, ring=True, tma=True, kgroups=4, x_mcast=True)
 )
 MMA_SPLIT = [c for c in _MEASURED + MMA_SUSPECT if c[1] > 1]
 MMA_SPACE = _MEASURED + MMA_SUSPECT
