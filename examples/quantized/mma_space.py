@@ -119,5 +119,15 @@ MMA_MCAST = (
     + _space([(16, 1, 2)], 1, 3, 2, ring=True, tma=True, kgroups=2, x_mcast=True)
     + _space([(16, 1, 4)], 1, 4, 1, ring=True, tma=True, kgroups=4, x_mcast=True)
 )
+#: deeper rings for M = 16, not yet timed (outside the space): a 16-row X tile takes half of
+#: each slot, so the split-2, 3-stage winner at 4 blocks an SM keeps about 32 KB of weights in
+#: flight an SM against the M = 1 winner's 48 KB, while ncu (r99) found neither DRAM nor L2 nor
+#: issue saturated at M = 16. Split 2 with 6 stages (2 blocks an SM), with 4 (3 blocks), split
+#: 4 with 4, and two warp groups a block with 6
+MMA_DEEP = (
+    _space([(16, 2, 2)], 1, 6, 2, ring=True, tma=True)
+    + _space([(16, 2, 2), (16, 4, 2)], 1, 4, 3, ring=True, tma=True)
+    + _space([(16, 2, 2)], 1, 6, 2, ring=True, tma=True, kgroups=2)
+)
 MMA_SPLIT = [c for c in _MEASURED + MMA_SUSPECT if c[1] > 1]
 MMA_SPACE = _MEASURED + MMA_SUSPECT
