@@ -50,9 +50,9 @@ rows' scales over the whole K range once, at the start, into shared memory group
 chunk's scales are then a row read from shared memory, no global load in the loop).
 ``x_mcast`` runs the blocks in clusters of 2 on neighbouring row tiles, which need the same X
 chunks: each block copies every other chunk of a step with a multicast TMA into both blocks'
-slot (so X crosses L2 once a pair: at M = 16 a 64-row block's X bytes equal its weight
+slot (meant to halve X's L2 traffic: at M = 16 a 64-row block's X bytes equal its weight
 bytes), and every reader arrives on the slot's empty barrier in both blocks, since either
-block's issuer refills both.
+block's issuer refills both. Measured slower on an H100 (``mma_space.MMA_MCAST``).
 
 Run ``python examples/quantized/matmul_wx_a16_mma.py`` (interpreter self-check at ragged
 sizes).
@@ -180,8 +180,8 @@ class MatmulWxA16Mma(MmaOperands, SplitKParts, tilus.Script):
             )
         self.s_smem = bool(s_smem)
         # clusters of 2 blocks on neighbouring row tiles (the same X tile): each loads half of
-        # a step's X chunks and multicasts them into both blocks' slot, so X crosses L2 once a
-        # pair (at M = 16 a 64-row block reads as many X bytes as weight bytes)
+        # a step's X chunks and multicasts them into both blocks' slot, to halve X's L2 traffic
+        # (at M = 16 a 64-row block reads as many X bytes as weight bytes)
         if x_mcast and (not x_tma or unroll % 2):
             raise TilusArgumentError(
                 "x_mcast needs x_tma and an even unroll: the pair's blocks load alternate chunks"

@@ -62,7 +62,7 @@ class MmaOperands:
                             self.mbarrier.wait(ebar[slot], phase=((t - 1) // self.stages) % 2)
                     nbytes = sw[slot].nbytes + (sx[slot].nbytes if self.x_tma else 0)
                     self.mbarrier.arrive_and_expect_tx(wbar[slot], transaction_bytes=nbytes)
-                    if self.x_tma and self.x_mcast:  # alternate chunks, into both blocks
+                    if self.x_mcast:  # (implies x_tma) alternate chunks, into both blocks
                         rank = self.cluster.blockRank
                         for h in self.chunks[: self.unroll // 2]:
                             c: int32 = 2 * h + rank
