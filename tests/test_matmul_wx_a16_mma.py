@@ -357,7 +357,7 @@ def test_a_multicast_refill_that_waits_for_its_own_readers_only_is_reported():
 
 @pytest.mark.parametrize("i", range(len(mma_space.MMA_DEEP)))
 def test_deeper_m16_rings_match_dequantize_then_matmul(i):
-    # the rings outside the space (not yet timed), at a ragged size whose K range wraps each
+    # the rings outside the space (r101: no faster), at a ragged size whose K range wraps each
     # ring several times (16 steps of 2 chunks through 4-6 slots)
     keys = [k.strip() for k in mma.MMA_KEYS.split(",")]
     cfg = dict(zip(keys, mma_space.MMA_DEEP[i]))

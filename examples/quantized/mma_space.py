@@ -119,11 +119,13 @@ MMA_MCAST = (
     + _space([(16, 1, 2)], 1, 3, 2, ring=True, tma=True, kgroups=2, x_mcast=True)
     + _space([(16, 1, 4)], 1, 4, 1, ring=True, tma=True, kgroups=4, x_mcast=True)
 )
-#: deeper rings for M = 16, not yet timed (outside the space): a 16-row X tile takes half of
-#: each slot, so the split-2, 3-stage winner at 4 blocks an SM keeps about 32 KB of weights in
-#: flight an SM against the M = 1 winner's 48 KB, while ncu (r99) found neither DRAM nor L2 nor
-#: issue saturated at M = 16. Split 2 with 6 stages (2 blocks an SM), with 4 (3 blocks), split
-#: 4 with 4, and two warp groups a block with 6
+#: deeper rings for M = 16 (a 16-row X tile takes half of each slot, so the split-2, 3-stage
+#: winner keeps about 32 KB of weights in flight an SM against the M = 1 winner's 48 KB):
+#: split 2 with 6 stages (2 blocks an SM), with 4 (3 blocks), split 4 with 4, and two warp
+#: groups a block with 6. On an H100 (r101, pinned) none beat the 3-stage winner at either
+#: M = 16 decode shape (equal to 8% slower at 16 x 8192^2, 8-15% slower at 16 x 28672 x 4096),
+#: and tuned in the space the tuner kept the same winners: outside the space (right on the
+#: GPU at ragged sizes: the tier's extra configs)
 MMA_DEEP = (
     _space([(16, 2, 2)], 1, 6, 2, ring=True, tma=True)
     + _space([(16, 2, 2), (16, 4, 2)], 1, 4, 3, ring=True, tma=True)

@@ -127,7 +127,7 @@ MMA_EXTRA = [dict(block_m=8, split_k=3, unroll=1, prefetch=2, x_steps=16),
              dict(block_m=16, split_k=2, unroll=2, w_ring=True, s_smem=True)]  # fmt: skip
 #: the measured configs left out of the space: a producer warp, the scales in shared memory,
 #: 8-warp blocks (r98: tuned with the space, picked at no decode shape), cluster pairs sharing
-#: X by multicast (r99: slower), and the deeper M = 16 rings not yet timed
+#: X by multicast (r99: slower), and the deeper M = 16 rings (r101: no faster)
 MMA_EXTRA += [dict(zip((k.strip() for k in mma.MMA_KEYS.split(",")), c))
               for c in mma_space.MMA_PRODUCER + mma_space.MMA_SCALES + mma_space.MMA_WIDE
               + mma_space.MMA_MCAST + mma_space.MMA_DEEP]  # fmt: skip
