@@ -3,7 +3,8 @@
 ``python3 bench/module_ab.py --old OLD.py [--new examples/quantized/matmul_wx_a16_mma.py]``
 loads both files as modules (the old one, e.g. ``git show REV:PATH > OLD.py``, under another
 name so that their kernels keep apart in the dispatch table) and, for the W4A16 mma.sync
-kernel's decode shapes (``--shapes``), runs each module's ``MatmulWxA16Mma(uint4b, 128)`` by
+kernel's decode shapes (``--shapes``), runs each module's ``MatmulWxA16Mma(WDTYPE, 128)``
+(``--wdtype``, default uint4b) by
 its default constructor (tuned on first use) on weights packed by that module's
 ``prepack_torch``, checks both against torch in float32 (NaN-poisoned outputs), then times
 old, new and ``torch.matmul`` on the fp16 weights in interleaved rounds (the median of
@@ -47,18 +48,19 @@ def load(path: Path, name: str):
     return mod
 
 
-def dry_run(mods: dict, floor: bool = False) -> bool:
+def dry_run(mods: dict, floor: bool = False, wdtype=None) -> bool:
     """Each module's kernel on the interpreter at a ragged size (with ``floor``, its floor
     kernel too, which must leave no NaN): True when all pass."""
     import numpy as np
 
     import tilus
 
+    wdtype = wdtype or tilus.uint4b
     ok_all = True
     cfg = dict(block_m=8, split_k=2, unroll=1)
     for name, mod in mods.items():
         with tilus.option.scoped(interpret=True):
-            err = mod.run_interp(tilus.uint4b, 128, 3, 37, 384, **cfg)
+            err = mod.run_interp(wdtype, 128, 3, 37, 384, **cfg)
         ok = err < 1e-2
         print(f"{name}: interpreter max rel err {err:.1e} {'ok' if ok else 'FAIL'}")
         ok_all &= ok
@@ -71,7 +73,7 @@ def dry_run(mods: dict, floor: bool = False) -> bool:
             w = mod.prepack(rng.integers(0, 16, (n, k)))
             s = np.ones((n, k // 128), np.float16)
             y = np.full((m, n), np.nan, np.float16)
-            fk = stream_of(mod.MatmulWxA16Mma)(tilus.uint4b, 128, **mod.pinned(**cfg))
+            fk = stream_of(mod.MatmulWxA16Mma)(wdtype, 128, **mod.pinned(**cfg))
             with tilus.option.scoped(interpret=True):
                 fk(m, n, k, x, w, s, y)
             ok = not np.isnan(y).any()
@@ -80,16 +82,16 @@ def dry_run(mods: dict, floor: bool = False) -> bool:
     return ok_all
 
 
-def rotated_runs(mods: dict, runs: dict, kerns: dict, torch, m: int, n: int, k: int) -> dict:
+def rotated_runs(mods: dict, runs: dict, kerns: dict, torch, m: int, n: int, k: int,
+                 wdtype) -> dict:  # fmt: skip
     """The ``rotate`` protocol's runs: each of ``runs`` (on the set it was checked on) and the
     same kernels ``kerns`` (name -> the tuned kernel or floor) on more random input sets of
     the shape, enough that no set is left in the L2 when its turn comes again
     (``rowwise.rotation_sets``); cuBLAS on fp16 weights of each set."""
     from rowwise import rotation_sets
 
-    import tilus
-
-    sets_q = rotation_sets(n * k // 2 + n * (k // 128) * 2)  # the packed codes and scales
+    kb = k * wdtype.nbits // 8  # a row's packed bytes
+    sets_q = rotation_sets(n * kb + n * (k // 128) * 2)  # the packed codes and scales
     sets_h = rotation_sets(n * k * 2)  # cuBLAS's fp16 weights
     out = {name: [fn] for name, fn in runs.items()}
     for i in range(1, max(sets_q, sets_h)):
@@ -100,17 +102,17 @@ def rotated_runs(mods: dict, runs: dict, kerns: dict, torch, m: int, n: int, k: 
             out["cublas"].append(lambda x=x, w16=w16: torch.matmul(x, w16.T))
         if i >= sets_q:
             continue
-        w = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
+        w = torch.randint(0, 256, (n, kb), dtype=torch.uint8, device="cuda")
         s = (torch.rand(n, k // 128, device="cuda") * 0.02 + 0.002).half()
-        packed = {name: mod.prepack_torch(torch, w, tilus.uint4b) for name, mod in mods.items()}
+        packed = {name: mod.prepack_torch(torch, w, wdtype) for name, mod in mods.items()}
         for name, kern in kerns.items():
             args = (m, n, k, x, packed[name.split()[0]], s, y)
             out[name].append(lambda kern=kern, args=args: kern(*args))
     return out
 
 
-def measure(mods: dict, shapes, flushes, rounds: int, reps: int,
-            floor: bool = False) -> tuple[list, bool]:  # fmt: skip
+def measure(mods: dict, shapes, flushes, rounds: int, reps: int, floor: bool = False,
+            wdtype=None) -> tuple[list, bool]:  # fmt: skip
     """Check, then time every module's tuned kernel and cuBLAS at each shape and flush (with
     ``floor``, each module's pipeline floor at its kernel's config too)."""
     import matmul_wx_a16 as ex
@@ -120,14 +122,15 @@ def measure(mods: dict, shapes, flushes, rounds: int, reps: int,
 
     import tilus
 
+    wdtype = wdtype or tilus.uint4b
     out, ok_all = [], True
     for m, n, k in shapes:
-        x, w, s, w16 = ex.torch_problem(torch, m, n, k, 128, tilus.uint4b)
+        x, w, s, w16 = ex.torch_problem(torch, m, n, k, 128, wdtype)
         ref = torch.matmul(x.float(), w16.float().T)
         runs, cfg, kerns = {}, {}, {}
         for name, mod in mods.items():
-            wp = mod.prepack_torch(torch, w, tilus.uint4b)
-            kern = mod.MatmulWxA16Mma(tilus.uint4b, 128)
+            wp = mod.prepack_torch(torch, w, wdtype)
+            kern = mod.MatmulWxA16Mma(wdtype, 128)
             y = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
             kern(m, n, k, x, wp, s, y)  # compiles and tunes
             err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
@@ -144,13 +147,13 @@ def measure(mods: dict, shapes, flushes, rounds: int, reps: int,
                 from w4a16_floor import stream_of
 
                 cfg_d = parse_configs(cfg[name])[0]
-                fk = stream_of(mod.MatmulWxA16Mma)(tilus.uint4b, 128, **mod.pinned(**cfg_d))
+                fk = stream_of(mod.MatmulWxA16Mma)(wdtype, 128, **mod.pinned(**cfg_d))
                 runs[f"{name} floor"] = lambda fk=fk, args=args: fk(*args)
                 kerns[f"{name} floor"] = fk
         runs["cublas"] = lambda x=x, w16=w16: torch.matmul(x, w16.T)
         for fl in flushes:
             if fl == "rotate":
-                rot = rotated_runs(mods, runs, kerns, torch, m, n, k)
+                rot = rotated_runs(mods, runs, kerns, torch, m, n, k, wdtype)
                 r = rotated_rounds(rot, torch, rounds, reps)
             else:
                 flush = make_flush(torch, fl)
@@ -180,12 +183,17 @@ def main(argv=None) -> int:
     ap.add_argument("--floor", action="store_true",
                     help="time each module's pipeline floor (bench/w4a16_floor.py) beside it")  # fmt: skip
     ap.add_argument("--dry-run", action="store_true", help="the interpreter at a small size")
+    ap.add_argument("--wdtype", default="uint4b", help="the weight type (a tilus dtype name)")
     args = ap.parse_args(argv)
+    import tilus
+
+    wdtype = getattr(tilus, args.wdtype)
     mods = {"old": load(Path(args.old), "ab_old"), "new": load(Path(args.new), "ab_new")}
     if args.dry_run:
-        return 0 if dry_run(mods, args.floor) else 1
+        return 0 if dry_run(mods, args.floor, wdtype) else 1
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
-    rows, ok = measure(mods, shapes, args.flush.split(","), args.rounds, args.reps, args.floor)
+    rows, ok = measure(mods, shapes, args.flush.split(","), args.rounds, args.reps, args.floor,
+                       wdtype)  # fmt: skip
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
     return 0 if ok else 1
