@@ -123,7 +123,8 @@ MMA_MCAST = (
 #: winner keeps about 32 KB of weights in flight an SM against the M = 1 winner's 48 KB):
 #: split 2 with 6 stages (2 blocks an SM), with 4 (3 blocks), split 4 with 4, and two warp
 #: groups a block with 6. On an H100 (r101, pinned) none beat the 3-stage winner at either
-#: M = 16 decode shape (equal to 8% slower at 16 x 8192^2, 8-15% slower at 16 x 28672 x 4096),
+#: M = 16 decode shape (at 16 x 8192^2 equal to 4% slower with split 2, 29% with split 4;
+#: 9-16% slower at 16 x 28672 x 4096),
 #: and tuned in the space the tuner kept the same winners: outside the space (right on the
 #: GPU at ragged sizes: the tier's extra configs)
 MMA_DEEP = (
